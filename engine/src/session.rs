@@ -1,0 +1,216 @@
+//! One ONNX Runtime session and the conversion between engine tensors and ORT values.
+
+use crate::error::{EngineError, Result};
+use crate::signature::{element_type_of, spec_of, ModelSignature};
+use crate::tensor::{element_count, DataType, Tensor, TensorData};
+use ort::memory::Allocator;
+use ort::session::{Session, SessionInputValue};
+use ort::value::DynValue;
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// Where a run spent its time: converting inputs, inside ORT, converting outputs.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StageTimes {
+    pub input: Duration,
+    pub infer: Duration,
+    pub output: Duration,
+}
+
+/// Options that shape how a session runs.
+#[derive(Debug, Clone)]
+pub struct SessionOptions {
+    /// Threads ONNX Runtime uses inside one operator (0 = ORT's default).
+    pub intra_threads: usize,
+}
+
+impl Default for SessionOptions {
+    fn default() -> Self {
+        SessionOptions { intra_threads: 1 }
+    }
+}
+
+pub struct OrtSession {
+    label: String,
+    session: Session,
+    signature: ModelSignature,
+}
+
+impl OrtSession {
+    /// Loads a model file. A file ORT rejects is the uploader's fault: `InvalidModel` with
+    /// ORT's own reason.
+    pub fn load(
+        env: &ort::environment::Environment,
+        path: &Path,
+        label: &str,
+        options: &SessionOptions,
+    ) -> Result<OrtSession> {
+        let mut builder = Session::builder(env).map_err(|e| EngineError::Runtime(e.to_string()))?;
+        if options.intra_threads > 0 {
+            builder = builder
+                .with_intra_threads(options.intra_threads)
+                .map_err(|e| EngineError::Runtime(e.to_string()))?;
+        }
+        let session = builder
+            .commit_from_file(path)
+            .map_err(|e| EngineError::InvalidModel(e.message().to_string()))?;
+        let signature = read_signature(&session)?;
+        Ok(OrtSession {
+            label: label.to_string(),
+            session,
+            signature,
+        })
+    }
+
+    pub fn signature(&self) -> &ModelSignature {
+        &self.signature
+    }
+
+    /// Runs the session. `outputs` empty means every output, in the model's order.
+    pub fn run(
+        &mut self,
+        inputs: &[Tensor],
+        outputs: &[String],
+    ) -> Result<(Vec<Tensor>, StageTimes)> {
+        let started = Instant::now();
+        let mut values: Vec<(Cow<'_, str>, SessionInputValue<'_>)> =
+            Vec::with_capacity(inputs.len());
+        for tensor in inputs {
+            values.push((
+                Cow::Borrowed(tensor.name.as_str()),
+                to_value(tensor)?.into(),
+            ));
+        }
+        let wanted: Vec<String> = if outputs.is_empty() {
+            self.signature
+                .outputs
+                .iter()
+                .map(|s| s.name.clone())
+                .collect()
+        } else {
+            outputs.to_vec()
+        };
+        let label = self.label.clone();
+        let converted = Instant::now();
+        let results = self
+            .session
+            .run(values)
+            .map_err(|e| EngineError::ModelFailed {
+                model: label.clone(),
+                reason: e.message().to_string(),
+            })?;
+        let ran = Instant::now();
+        let tensors = wanted
+            .iter()
+            .map(|name| {
+                let value = results.get(name).ok_or_else(|| EngineError::ModelFailed {
+                    model: label.clone(),
+                    reason: format!("output '{name}' missing from the session's results"),
+                })?;
+                from_value(name, value)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let times = StageTimes {
+            input: converted - started,
+            infer: ran - converted,
+            output: ran.elapsed(),
+        };
+        Ok((tensors, times))
+    }
+}
+
+fn read_signature(session: &Session) -> Result<ModelSignature> {
+    let inputs = session
+        .inputs()
+        .iter()
+        .map(|o| spec_of(o.name(), o.dtype()))
+        .collect::<Result<Vec<_>>>()?;
+    let outputs = session
+        .outputs()
+        .iter()
+        .map(|o| spec_of(o.name(), o.dtype()))
+        .collect::<Result<Vec<_>>>()?;
+    let mut metadata = BTreeMap::new();
+    if let Ok(meta) = session.metadata() {
+        for key in meta.custom_keys().unwrap_or_default() {
+            if let Some(value) = meta.custom(&key) {
+                metadata.insert(key, value);
+            }
+        }
+    }
+    Ok(ModelSignature {
+        inputs,
+        outputs,
+        metadata,
+    })
+}
+
+fn to_value(tensor: &Tensor) -> Result<DynValue> {
+    let invalid =
+        |reason: String| EngineError::InvalidInput(format!("input '{}': {reason}", tensor.name));
+    match &tensor.data {
+        TensorData::Bytes(items) => {
+            let strings = items
+                .iter()
+                .map(|b| String::from_utf8(b.clone()))
+                .collect::<std::result::Result<Vec<_>, _>>()
+                .map_err(|_| invalid("BYTES elements must be UTF-8 for this model".into()))?;
+            let value =
+                ort::value::Tensor::from_string_array((tensor.shape.clone(), strings.as_slice()))
+                    .map_err(|e| invalid(e.message().to_string()))?;
+            Ok(value.into_dyn())
+        }
+        TensorData::Raw(bytes) => {
+            let mut value = ort::value::DynTensor::new(
+                &Allocator::default(),
+                element_type_of(tensor.datatype),
+                tensor.shape.clone(),
+            )
+            .map_err(|e| {
+                EngineError::Internal(format!("allocating '{}': {}", tensor.name, e.message()))
+            })?;
+            if !bytes.is_empty() {
+                // SAFETY: ORT allocated exactly element_count * element_size bytes on the CPU for
+                // this shape and datatype; `Tensor::check` proved `bytes` has that length.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        bytes.as_ptr(),
+                        value.data_ptr_mut().cast::<u8>(),
+                        bytes.len(),
+                    );
+                }
+            }
+            Ok(value.into_dyn())
+        }
+    }
+}
+
+fn from_value(name: &str, value: &DynValue) -> Result<Tensor> {
+    let spec = spec_of(name, value.dtype())?;
+    let internal =
+        |reason: String| EngineError::Internal(format!("reading output '{name}': {reason}"));
+    if spec.datatype == DataType::Bytes {
+        let (_, strings) = value
+            .try_extract_strings()
+            .map_err(|e| internal(e.message().to_string()))?;
+        let data = TensorData::Bytes(strings.into_iter().map(String::into_bytes).collect());
+        return Tensor::new(name, spec.datatype, spec.shape, data);
+    }
+    let count =
+        element_count(&spec.shape).ok_or_else(|| internal(format!("shape {:?}", spec.shape)))?;
+    let len = count * spec.datatype.size().unwrap_or(0);
+    let mut bytes = vec![0u8; len];
+    if len > 0 {
+        let view = value
+            .view()
+            .downcast::<ort::value::DynTensorValueType>()
+            .map_err(|e| internal(e.message().to_string()))?;
+        // SAFETY: a CPU output tensor of this shape and datatype holds exactly `len` bytes.
+        unsafe {
+            std::ptr::copy_nonoverlapping(view.data_ptr().cast::<u8>(), bytes.as_mut_ptr(), len);
+        }
+    }
+    Tensor::new(name, spec.datatype, spec.shape, TensorData::Raw(bytes))
+}

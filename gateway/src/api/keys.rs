@@ -1,0 +1,81 @@
+//! API key management (admin scope), and `whoami` for any valid key.
+
+use crate::auth::{Scope, Scopes};
+use crate::error::{ApiError, ApiResult};
+use crate::state::AppState;
+use axum::extract::{Path, State};
+use axum::Json;
+use http::{HeaderMap, StatusCode};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::sync::Arc;
+
+type S = State<Arc<AppState>>;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateKey {
+    pub name: Option<String>,
+    pub scopes: Vec<String>,
+}
+
+pub async fn create(
+    State(state): S,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> ApiResult<(StatusCode, Json<Value>)> {
+    state.authorize(&headers, Scope::Admin)?;
+    let req: CreateKey = serde_json::from_slice(&body).map_err(|e| {
+        ApiError::bad_request(format!(
+            "expected {{\"name\": ..., \"scopes\": [...]}}: {e}"
+        ))
+    })?;
+    let scopes = Scopes::parse_list(&req.scopes.join(",")).map_err(ApiError::bad_request)?;
+    let name = req.name.unwrap_or_else(|| "unnamed".into());
+    if name.len() > 128 || name.chars().any(char::is_control) {
+        return Err(ApiError::bad_request(
+            "key name: at most 128 characters, no control characters",
+        ));
+    }
+    let (record, secret) = state.store.create_key(&name, &scopes)?;
+    tracing::info!(key_id = record.id, public_id = %record.public_id, scopes = %scopes.to_list(), "API key created");
+    let mut body = serde_json::to_value(&record).map_err(|e| ApiError::internal(e.to_string()))?;
+    body["secret"] = json!(secret);
+    Ok((StatusCode::CREATED, Json(body)))
+}
+
+pub async fn list(State(state): S, headers: HeaderMap) -> ApiResult<Json<Value>> {
+    state.authorize(&headers, Scope::Admin)?;
+    Ok(Json(json!({ "keys": state.store.list_keys()? })))
+}
+
+pub async fn revoke(
+    State(state): S,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> ApiResult<Json<Value>> {
+    state.authorize(&headers, Scope::Admin)?;
+    let record = state
+        .store
+        .revoke_key(&id)?
+        .ok_or_else(|| ApiError::not_found(format!("no API key '{id}'")))?;
+    tracing::info!(key_id = record.id, public_id = %record.public_id, "API key revoked");
+    Ok(Json(json!({ "revoked": record })))
+}
+
+/// The calling key's identity and scopes (the dashboard uses it to show what is allowed).
+pub async fn whoami(State(state): S, headers: HeaderMap) -> ApiResult<Json<Value>> {
+    let key = state.authorize(&headers, Scope::Infer).or_else(|e| {
+        // A key with only upload or admin scope still may ask who it is.
+        if e.status == StatusCode::FORBIDDEN {
+            state
+                .authorize(&headers, Scope::Upload)
+                .or_else(|_| state.authorize(&headers, Scope::Admin))
+        } else {
+            Err(e)
+        }
+    })?;
+    Ok(Json(
+        json!({"id": key.id, "public_id": key.public_id, "name": key.name, "scopes": key.scopes}),
+    ))
+}

@@ -1,0 +1,74 @@
+//! HTTP routes. Each module owns one protocol or resource; this file only wires them.
+
+pub mod body;
+pub mod codec;
+pub mod keys;
+pub mod kserve;
+pub mod models;
+pub mod triton;
+
+use crate::state::AppState;
+use axum::extract::DefaultBodyLimit;
+use axum::routing::{delete, get, post};
+use axum::Router;
+use std::sync::Arc;
+
+pub fn router(state: Arc<AppState>) -> Router {
+    Router::new()
+        // KServe v2 / Open Inference Protocol
+        .route("/v2", get(kserve::server_metadata))
+        .route("/v2/health/live", get(kserve::live))
+        .route("/v2/health/ready", get(kserve::ready))
+        .route("/v2/models/{model}", get(kserve::model_metadata))
+        .route(
+            "/v2/models/{model}/versions/{version}",
+            get(kserve::model_version_metadata),
+        )
+        .route("/v2/models/{model}/ready", get(kserve::model_ready))
+        .route(
+            "/v2/models/{model}/versions/{version}/ready",
+            get(kserve::model_version_ready),
+        )
+        .route("/v2/models/{model}/infer", post(kserve::infer))
+        .route(
+            "/v2/models/{model}/versions/{version}/infer",
+            post(kserve::infer_version),
+        )
+        // Triton's extensions that real clients call
+        .route("/v2/models/{model}/config", get(triton::model_config))
+        .route(
+            "/v2/models/{model}/versions/{version}/config",
+            get(triton::model_version_config),
+        )
+        .route("/v2/models/stats", get(triton::all_stats))
+        .route("/v2/models/{model}/stats", get(triton::model_stats))
+        .route(
+            "/v2/models/{model}/versions/{version}/stats",
+            get(triton::model_version_stats),
+        )
+        .route("/v2/repository/index", post(triton::repository_index))
+        .route("/v2/repository/models/{model}/load", post(triton::load))
+        .route("/v2/repository/models/{model}/unload", post(triton::unload))
+        // Management API
+        .route("/api/models", get(models::list))
+        .route(
+            "/api/models/{model}",
+            get(models::get).delete(models::delete_all),
+        )
+        .route("/api/models/{model}/versions", post(models::upload))
+        .route(
+            "/api/models/{model}/versions/{version}",
+            get(models::get_version).delete(models::delete_version),
+        )
+        .route("/api/keys", get(keys::list).post(keys::create))
+        .route("/api/keys/{id}", delete(keys::revoke))
+        .route("/api/whoami", get(keys::whoami))
+        .fallback(not_found)
+        // Bodies are read by our own limited readers, which answer 413 with a JSON error.
+        .layer(DefaultBodyLimit::disable())
+        .with_state(state)
+}
+
+async fn not_found(uri: http::Uri) -> crate::error::ApiError {
+    crate::error::ApiError::not_found(format!("no route for {}", uri.path()))
+}

@@ -1,0 +1,226 @@
+//! Model management: upload versions (raw body or multipart), list, inspect, delete.
+
+use super::body::stream_limited;
+use crate::auth::Scope;
+use crate::error::{ApiError, ApiResult};
+use crate::registry;
+use crate::state::{model_key, parse_version, validate_name, AppState};
+use crate::store::files::BlobWriter;
+use crate::store::models::ModelRecord;
+use axum::extract::{FromRequest, Multipart, Path, Request, State};
+use axum::response::IntoResponse;
+use axum::Json;
+use http::{HeaderMap, StatusCode};
+use infergate_engine::ModelState;
+use serde_json::{json, Value};
+use std::sync::Arc;
+
+type S = State<Arc<AppState>>;
+
+pub fn view(state: &AppState, r: &ModelRecord) -> Value {
+    let key = model_key(r);
+    let (st, reason) = match state.engine.state(&key) {
+        ModelState::Ready => ("loaded", None),
+        ModelState::Loading => ("loading", None),
+        ModelState::Unloaded => ("unloaded", None),
+        ModelState::Failed(reason) => ("failed", Some(reason)),
+    };
+    json!({
+        "name": r.name,
+        "version": r.version,
+        "sha256": r.sha256,
+        "size_bytes": r.size_bytes,
+        "created_at": r.created_at,
+        "inputs": r.signature.inputs,
+        "outputs": r.signature.outputs,
+        "metadata_keys": r.signature.metadata.keys().collect::<Vec<_>>(),
+        "config": r.config,
+        "state": st,
+        "reason": reason,
+        "in_flight": state.engine.in_flight(&key),
+    })
+}
+
+pub async fn list(State(state): S, headers: HeaderMap) -> ApiResult<Json<Value>> {
+    state.authorize(&headers, Scope::Infer)?;
+    let models: Vec<Value> = state
+        .catalog
+        .all()
+        .iter()
+        .map(|r| view(&state, r))
+        .collect();
+    Ok(Json(json!({ "models": models })))
+}
+
+pub async fn get(
+    State(state): S,
+    Path(model): Path<String>,
+    headers: HeaderMap,
+) -> ApiResult<Json<Value>> {
+    state.authorize(&headers, Scope::Infer)?;
+    state.catalog.resolve(&model, None)?;
+    let versions: Vec<Value> = state
+        .catalog
+        .versions(&model)
+        .iter()
+        .map(|r| view(&state, r))
+        .collect();
+    Ok(Json(json!({ "name": model, "versions": versions })))
+}
+
+pub async fn get_version(
+    State(state): S,
+    Path((model, version)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> ApiResult<Json<Value>> {
+    state.authorize(&headers, Scope::Infer)?;
+    let record = state
+        .catalog
+        .resolve(&model, Some(parse_version(&version)?))?;
+    Ok(Json(view(&state, &record)))
+}
+
+/// `POST /api/models/{name}/versions`: the body is the `.onnx` file, or multipart/form-data
+/// with a `file` part and an optional `config` part (JSON).
+pub async fn upload(
+    State(state): S,
+    Path(model): Path<String>,
+    request: Request,
+) -> ApiResult<impl IntoResponse> {
+    let headers = request.headers().clone();
+    state.authorize(&headers, Scope::Upload)?;
+    validate_name("model", &model)?;
+    let limit = state.config.limits.max_upload_bytes;
+    let mut writer =
+        BlobWriter::new(state.store.dir()).map_err(|e| ApiError::internal(e.to_string()))?;
+    let mut config = json!({});
+    let is_multipart = headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("multipart/form-data"));
+    if is_multipart {
+        super::body::check_declared_length(&headers, limit)?;
+        let mut multipart = Multipart::from_request(request, &())
+            .await
+            .map_err(|e| ApiError::bad_request(format!("invalid multipart body: {e}")))?;
+        let mut saw_file = false;
+        while let Some(mut field) = multipart
+            .next_field()
+            .await
+            .map_err(|e| ApiError::bad_request(format!("invalid multipart body: {e}")))?
+        {
+            match field.name() {
+                Some("file") => {
+                    saw_file = true;
+                    while let Some(chunk) = field.chunk().await.map_err(|e| {
+                        ApiError::bad_request(format!("reading multipart file: {e}"))
+                    })? {
+                        if writer.len() + chunk.len() as u64 > limit as u64 {
+                            return Err(ApiError::too_large(format!(
+                                "upload exceeds the {limit}-byte limit"
+                            )));
+                        }
+                        writer
+                            .write(&chunk)
+                            .map_err(|e| ApiError::internal(e.to_string()))?;
+                    }
+                }
+                Some("config") => {
+                    let text = field
+                        .text()
+                        .await
+                        .map_err(|e| ApiError::bad_request(format!("reading config part: {e}")))?;
+                    config = parse_config(&text)?;
+                }
+                _ => {}
+            }
+        }
+        if !saw_file {
+            return Err(ApiError::bad_request(
+                "multipart upload needs a 'file' part",
+            ));
+        }
+    } else {
+        stream_limited(&headers, request.into_body(), limit, |chunk| {
+            writer
+                .write(chunk)
+                .map_err(|e| ApiError::internal(e.to_string()))
+        })
+        .await?;
+    }
+    let st = state.clone();
+    let record = tokio::task::spawn_blocking(move || {
+        registry::register(&st.store, &st.engine, &model, writer, &config)
+    })
+    .await
+    .map_err(|e| ApiError::internal(format!("upload task failed: {e}")))??;
+    tracing::info!(model = %record.name, version = record.version, sha256 = %record.sha256, "model version registered");
+    state.catalog.insert(record.clone());
+    Ok((StatusCode::CREATED, Json(view(&state, &record))))
+}
+
+pub fn parse_config(text: &str) -> ApiResult<Value> {
+    let v: Value = serde_json::from_str(text)
+        .map_err(|e| ApiError::bad_request(format!("config is not JSON: {e}")))?;
+    if !v.is_object() {
+        return Err(ApiError::bad_request("config must be a JSON object"));
+    }
+    Ok(v)
+}
+
+async fn delete_one(state: &AppState, name: &str, version: u64) -> ApiResult<Value> {
+    let record = state.catalog.resolve(name, Some(version))?;
+    let key = model_key(&record);
+    let busy = state.engine.in_flight(&key);
+    if busy > 0 {
+        return Err(ApiError::conflict(format!(
+            "model '{name}' version {version} is in use by {busy} request(s); retry when idle"
+        )));
+    }
+    let store = state.store.clone();
+    let owned = name.to_string();
+    let deleted = tokio::task::spawn_blocking(move || store.delete_model_version(&owned, version))
+        .await
+        .map_err(|e| ApiError::internal(e.to_string()))??;
+    state.catalog.remove(name, version);
+    state.engine.unload(&key);
+    if let Some((rec, false)) = &deleted {
+        let _ = std::fs::remove_file(state.store.dir().model_file(&rec.sha256));
+    }
+    Ok(json!({"name": name, "version": version, "deleted": true}))
+}
+
+pub async fn delete_version(
+    State(state): S,
+    Path((model, version)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> ApiResult<Json<Value>> {
+    state.authorize(&headers, Scope::Upload)?;
+    let version = parse_version(&version)?;
+    Ok(Json(delete_one(&state, &model, version).await?))
+}
+
+pub async fn delete_all(
+    State(state): S,
+    Path(model): Path<String>,
+    headers: HeaderMap,
+) -> ApiResult<Json<Value>> {
+    state.authorize(&headers, Scope::Upload)?;
+    state.catalog.resolve(&model, None)?;
+    let versions = state.catalog.versions(&model);
+    for r in &versions {
+        let busy = state.engine.in_flight(&model_key(r));
+        if busy > 0 {
+            return Err(ApiError::conflict(format!(
+                "model '{model}' version {} is in use by {busy} request(s); retry when idle",
+                r.version
+            )));
+        }
+    }
+    let mut deleted = Vec::new();
+    for r in versions {
+        delete_one(&state, &model, r.version).await?;
+        deleted.push(r.version);
+    }
+    Ok(Json(json!({"name": model, "deleted_versions": deleted})))
+}

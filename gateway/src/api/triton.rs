@@ -1,0 +1,218 @@
+//! Triton's HTTP extensions that its clients and perf_analyzer call: model configuration,
+//! statistics and the model repository (index, load, unload), in Triton's JSON shapes.
+
+use crate::auth::Scope;
+use crate::error::ApiResult;
+use crate::state::{model_key, parse_version, AppState};
+use crate::store::models::ModelRecord;
+use axum::extract::{Path, State};
+use axum::Json;
+use http::{HeaderMap, StatusCode};
+use infergate_engine::{ModelState, ModelStats, TensorSpec};
+use serde_json::{json, Value};
+use std::sync::Arc;
+
+type S = State<Arc<AppState>>;
+
+fn config_tensors(specs: &[TensorSpec], output: bool) -> Vec<Value> {
+    specs
+        .iter()
+        .map(|s| {
+            let mut t = json!({
+                "name": s.name,
+                "data_type": s.datatype.config_name(),
+                "dims": s.shape,
+                "is_shape_tensor": false,
+            });
+            if output {
+                t["label_filename"] = json!("");
+            } else {
+                t["format"] = json!("FORMAT_NONE");
+                t["allow_ragged_batch"] = json!(false);
+                t["optional"] = json!(false);
+            }
+            t
+        })
+        .collect()
+}
+
+/// The model configuration in Triton's field names. Settings stored with the version
+/// (e.g. `dynamic_batching`) are laid over the defaults derived from the signature.
+pub fn triton_config(state: &AppState, record: &ModelRecord) -> Value {
+    let engine = &state.engine.config();
+    let mut config = json!({
+        "name": record.name,
+        "platform": "onnxruntime_onnx",
+        "backend": "onnxruntime",
+        "version_policy": {"latest": {"num_versions": 1}},
+        "max_batch_size": 0,
+        "input": config_tensors(&record.signature.inputs, false),
+        "output": config_tensors(&record.signature.outputs, true),
+        "instance_group": [{
+            "name": record.name,
+            "kind": "KIND_CPU",
+            "count": engine.instances,
+            "gpus": [],
+        }],
+        "default_model_filename": "model.onnx",
+        "parameters": {},
+        "model_warmup": [],
+    });
+    if let (Some(target), Some(overrides)) = (config.as_object_mut(), record.config.as_object()) {
+        for (k, v) in overrides {
+            target.insert(k.clone(), v.clone());
+        }
+    }
+    config
+}
+
+pub async fn model_config(
+    State(state): S,
+    Path(model): Path<String>,
+    headers: HeaderMap,
+) -> ApiResult<Json<Value>> {
+    state.authorize(&headers, Scope::Infer)?;
+    let record = state.catalog.resolve(&model, None)?;
+    Ok(Json(triton_config(&state, &record)))
+}
+
+pub async fn model_version_config(
+    State(state): S,
+    Path((model, version)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> ApiResult<Json<Value>> {
+    state.authorize(&headers, Scope::Infer)?;
+    let record = state
+        .catalog
+        .resolve(&model, Some(parse_version(&version)?))?;
+    Ok(Json(triton_config(&state, &record)))
+}
+
+fn duration(d: infergate_engine::stats::StatDuration) -> Value {
+    json!({"count": d.count, "ns": d.ns})
+}
+
+fn stats_entry(state: &AppState, record: &ModelRecord) -> Value {
+    let s = state
+        .engine
+        .stats(&model_key(record))
+        .unwrap_or_else(ModelStats::default);
+    json!({
+        "name": record.name,
+        "version": record.version.to_string(),
+        "last_inference": s.last_inference,
+        "inference_count": s.inference_count,
+        "execution_count": s.execution_count,
+        "inference_stats": {
+            "success": duration(s.success),
+            "fail": duration(s.fail),
+            "queue": duration(s.queue),
+            "compute_input": duration(s.compute_input),
+            "compute_infer": duration(s.compute_infer),
+            "compute_output": duration(s.compute_output),
+            "cache_hit": {"count": 0, "ns": 0},
+            "cache_miss": {"count": 0, "ns": 0},
+        },
+        "response_stats": {},
+        "batch_stats": [],
+        "memory_usage": [],
+    })
+}
+
+pub async fn all_stats(State(state): S, headers: HeaderMap) -> ApiResult<Json<Value>> {
+    state.authorize(&headers, Scope::Infer)?;
+    let entries: Vec<Value> = state
+        .catalog
+        .all()
+        .iter()
+        .map(|r| stats_entry(&state, r))
+        .collect();
+    Ok(Json(json!({ "model_stats": entries })))
+}
+
+pub async fn model_stats(
+    State(state): S,
+    Path(model): Path<String>,
+    headers: HeaderMap,
+) -> ApiResult<Json<Value>> {
+    state.authorize(&headers, Scope::Infer)?;
+    state.catalog.resolve(&model, None)?;
+    let entries: Vec<Value> = state
+        .catalog
+        .versions(&model)
+        .iter()
+        .map(|r| stats_entry(&state, r))
+        .collect();
+    Ok(Json(json!({ "model_stats": entries })))
+}
+
+pub async fn model_version_stats(
+    State(state): S,
+    Path((model, version)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> ApiResult<Json<Value>> {
+    state.authorize(&headers, Scope::Infer)?;
+    let record = state
+        .catalog
+        .resolve(&model, Some(parse_version(&version)?))?;
+    Ok(Json(
+        json!({ "model_stats": [stats_entry(&state, &record)] }),
+    ))
+}
+
+pub async fn repository_index(
+    State(state): S,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> ApiResult<Json<Value>> {
+    state.authorize(&headers, Scope::Infer)?;
+    let only_ready = serde_json::from_slice::<Value>(&body)
+        .ok()
+        .and_then(|v| v.get("ready").and_then(Value::as_bool))
+        .unwrap_or(false);
+    let entries: Vec<Value> = state
+        .catalog
+        .all()
+        .iter()
+        .filter_map(|r| {
+            let (st, reason) = match state.engine.state(&model_key(r)) {
+                ModelState::Ready => ("READY", String::new()),
+                ModelState::Loading => ("LOADING", String::new()),
+                ModelState::Unloaded => ("UNAVAILABLE", "unloaded".to_string()),
+                ModelState::Failed(reason) => ("UNAVAILABLE", reason),
+            };
+            (!only_ready || st == "READY")
+                .then(|| json!({"name": r.name, "version": r.version.to_string(), "state": st, "reason": reason}))
+        })
+        .collect();
+    Ok(Json(Value::Array(entries)))
+}
+
+/// Loads the latest version now rather than on first request.
+pub async fn load(
+    State(state): S,
+    Path(model): Path<String>,
+    headers: HeaderMap,
+) -> ApiResult<StatusCode> {
+    state.authorize(&headers, Scope::Upload)?;
+    let record = state.catalog.resolve(&model, None)?;
+    state
+        .engine
+        .load(&model_key(&record), &state.model_path(&record))
+        .await?;
+    Ok(StatusCode::OK)
+}
+
+/// Unloads every loaded version; requests already queued finish.
+pub async fn unload(
+    State(state): S,
+    Path(model): Path<String>,
+    headers: HeaderMap,
+) -> ApiResult<StatusCode> {
+    state.authorize(&headers, Scope::Upload)?;
+    state.catalog.resolve(&model, None)?;
+    for record in state.catalog.versions(&model) {
+        state.engine.unload(&model_key(&record));
+    }
+    Ok(StatusCode::OK)
+}

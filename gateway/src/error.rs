@@ -1,0 +1,96 @@
+//! The gateway's one error type. Each error carries its HTTP status, decided in one place from
+//! whose fault it is, and renders as `{"error": "..."}`.
+
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use infergate_engine::{EngineError, Fault};
+
+use crate::store::StoreError;
+
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub message: String,
+    /// Seconds a client should wait before retrying (429/503).
+    pub retry_after: Option<u64>,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            message: message.into(),
+            retry_after: None,
+        }
+    }
+    pub fn bad_request(m: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::BAD_REQUEST, m)
+    }
+    pub fn unauthorized(m: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::UNAUTHORIZED, m)
+    }
+    pub fn forbidden(m: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::FORBIDDEN, m)
+    }
+    pub fn not_found(m: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::NOT_FOUND, m)
+    }
+    pub fn conflict(m: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::CONFLICT, m)
+    }
+    pub fn too_large(m: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, m)
+    }
+    pub fn unavailable(m: impl Into<String>) -> ApiError {
+        ApiError {
+            retry_after: Some(1),
+            ..ApiError::new(StatusCode::SERVICE_UNAVAILABLE, m)
+        }
+    }
+    pub fn internal(m: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, m)
+    }
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.status.as_u16(), self.message)
+    }
+}
+
+impl From<EngineError> for ApiError {
+    fn from(e: EngineError) -> ApiError {
+        let message = e.to_string();
+        match e.fault() {
+            Fault::Client => ApiError::bad_request(message),
+            Fault::Model => ApiError::internal(message),
+            Fault::Unavailable => ApiError::unavailable(message),
+            Fault::Internal => {
+                tracing::error!(error = %message, "engine failure");
+                ApiError::internal(message)
+            }
+        }
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> ApiError {
+        tracing::error!(error = %e, "store failure");
+        ApiError::internal(format!("storage failure: {e}"))
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = serde_json::json!({ "error": self.message });
+        let mut response = (self.status, axum::Json(body)).into_response();
+        if let Some(secs) = self.retry_after {
+            response
+                .headers_mut()
+                .insert(http::header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        response
+    }
+}
+
+pub type ApiResult<T> = Result<T, ApiError>;

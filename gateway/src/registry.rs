@@ -1,0 +1,64 @@
+//! Registering model files: validate with ONNX Runtime first, then store the file under its
+//! content address, then record the version in one transaction. Any failure leaves neither a
+//! file nor a row behind.
+
+use crate::error::{ApiError, ApiResult};
+use crate::store::files::{persist, BlobWriter};
+use crate::store::models::ModelRecord;
+use crate::store::Store;
+use infergate_engine::{Engine, EngineError};
+use std::sync::Arc;
+
+/// Registers the content of a finished upload as the next version of `name`. Blocking: run it
+/// on a blocking thread.
+pub fn register(
+    store: &Store,
+    engine: &Engine,
+    name: &str,
+    upload: BlobWriter,
+    config: &serde_json::Value,
+) -> ApiResult<ModelRecord> {
+    if upload.is_empty() {
+        return Err(ApiError::bad_request("the model file is empty"));
+    }
+    let size = upload.len();
+    let (sha256, tmp) = upload
+        .finish()
+        .map_err(|e| ApiError::internal(format!("writing the upload: {e}")))?;
+    let signature = engine.inspect(tmp.path()).map_err(|e| match e {
+        EngineError::InvalidModel(reason) => {
+            ApiError::bad_request(format!("ONNX Runtime rejected the model: {reason}"))
+        }
+        other => ApiError::from(other),
+    })?;
+    let dest = store.dir().model_file(&sha256);
+    let existed = dest.exists();
+    persist(tmp, &dest).map_err(|e| ApiError::internal(format!("storing the model file: {e}")))?;
+    match store.insert_model_version(name, &sha256, size, &signature, config) {
+        Ok(record) => Ok(record),
+        Err(e) => {
+            if !existed {
+                let _ = std::fs::remove_file(&dest);
+            }
+            Err(e.into())
+        }
+    }
+}
+
+/// Registers a file from disk (the offline `models add` command and the demo setup).
+pub fn register_file(
+    store: &Arc<Store>,
+    engine: &Engine,
+    name: &str,
+    path: &std::path::Path,
+    config: &serde_json::Value,
+) -> ApiResult<ModelRecord> {
+    crate::state::validate_name("model", name)?;
+    let bytes = std::fs::read(path)
+        .map_err(|e| ApiError::bad_request(format!("reading {}: {e}", path.display())))?;
+    let mut upload = BlobWriter::new(store.dir()).map_err(|e| ApiError::internal(e.to_string()))?;
+    upload
+        .write(&bytes)
+        .map_err(|e| ApiError::internal(e.to_string()))?;
+    register(store, engine, name, upload, config)
+}

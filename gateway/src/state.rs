@@ -1,0 +1,202 @@
+//! What every handler shares: configuration, store, engine, the in-memory model catalog and
+//! authentication.
+
+use crate::auth::{self, Scope};
+use crate::config::Config;
+use crate::error::{ApiError, ApiResult};
+use crate::store::keys::KeyRecord;
+use crate::store::models::ModelRecord;
+use crate::store::Store;
+use infergate_engine::{Engine, ModelKey};
+use parking_lot::RwLock;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+pub struct AppState {
+    pub config: Config,
+    pub store: Arc<Store>,
+    pub engine: Arc<Engine>,
+    pub catalog: Catalog,
+    ready: AtomicBool,
+}
+
+impl AppState {
+    pub fn new(config: Config, store: Arc<Store>, engine: Arc<Engine>) -> ApiResult<AppState> {
+        let catalog = Catalog::default();
+        catalog.replace_all(store.list_model_versions()?);
+        Ok(AppState {
+            config,
+            store,
+            engine,
+            catalog,
+            ready: AtomicBool::new(true),
+        })
+    }
+
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Relaxed)
+    }
+
+    pub fn set_ready(&self, ready: bool) {
+        self.ready.store(ready, Ordering::Relaxed)
+    }
+
+    /// Authenticates the request's key and checks it has `scope`: 401 without a valid key,
+    /// 403 with a valid key lacking the scope.
+    pub fn authorize(&self, headers: &http::HeaderMap, scope: Scope) -> ApiResult<KeyRecord> {
+        let presented = auth::presented_key(headers).ok_or_else(|| {
+            ApiError::unauthorized(
+                "missing API key: send 'Authorization: Bearer <key>' or 'X-API-Key: <key>'",
+            )
+        })?;
+        let key = self
+            .store
+            .authenticate(presented)?
+            .ok_or_else(|| ApiError::unauthorized("invalid or revoked API key"))?;
+        if !key.scopes().allows(scope) {
+            return Err(ApiError::forbidden(format!(
+                "this key (scopes: {}) lacks the '{}' scope",
+                key.scopes().to_list(),
+                scope.as_str()
+            )));
+        }
+        Ok(key)
+    }
+
+    pub fn model_path(&self, record: &ModelRecord) -> PathBuf {
+        self.store.dir().model_file(&record.sha256)
+    }
+}
+
+pub fn model_key(record: &ModelRecord) -> ModelKey {
+    ModelKey {
+        name: record.name.clone(),
+        version: record.version,
+    }
+}
+
+/// The model versions in the database, kept in memory so the request path never queries SQLite
+/// for them. Updated by the handlers that change the database.
+#[derive(Default)]
+pub struct Catalog {
+    models: RwLock<BTreeMap<String, BTreeMap<u64, Arc<ModelRecord>>>>,
+}
+
+impl Catalog {
+    pub fn replace_all(&self, records: Vec<ModelRecord>) {
+        let mut map: BTreeMap<String, BTreeMap<u64, Arc<ModelRecord>>> = BTreeMap::new();
+        for r in records {
+            map.entry(r.name.clone())
+                .or_default()
+                .insert(r.version, Arc::new(r));
+        }
+        *self.models.write() = map;
+    }
+
+    pub fn insert(&self, record: ModelRecord) {
+        self.models
+            .write()
+            .entry(record.name.clone())
+            .or_default()
+            .insert(record.version, Arc::new(record));
+    }
+
+    pub fn remove(&self, name: &str, version: u64) {
+        let mut models = self.models.write();
+        if let Some(versions) = models.get_mut(name) {
+            versions.remove(&version);
+            if versions.is_empty() {
+                models.remove(name);
+            }
+        }
+    }
+
+    /// A version, or the latest when `version` is None. 404 names what is missing.
+    pub fn resolve(&self, name: &str, version: Option<u64>) -> ApiResult<Arc<ModelRecord>> {
+        let models = self.models.read();
+        let versions = models
+            .get(name)
+            .ok_or_else(|| ApiError::not_found(format!("unknown model '{name}'")))?;
+        match version {
+            Some(v) => versions
+                .get(&v)
+                .cloned()
+                .ok_or_else(|| ApiError::not_found(format!("model '{name}' has no version {v}"))),
+            None => versions
+                .values()
+                .next_back()
+                .cloned()
+                .ok_or_else(|| ApiError::not_found(format!("unknown model '{name}'"))),
+        }
+    }
+
+    pub fn versions(&self, name: &str) -> Vec<Arc<ModelRecord>> {
+        self.models
+            .read()
+            .get(name)
+            .map(|v| v.values().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    pub fn all(&self) -> Vec<Arc<ModelRecord>> {
+        self.models
+            .read()
+            .values()
+            .flat_map(|v| v.values().cloned())
+            .collect()
+    }
+}
+
+/// Parses a version path segment.
+pub fn parse_version(v: &str) -> ApiResult<u64> {
+    v.parse().map_err(|_| {
+        ApiError::bad_request(format!(
+            "model version must be a positive integer, got '{v}'"
+        ))
+    })
+}
+
+/// Model names: 1–128 characters of letters, digits, '-', '_', '.', not starting with '.',
+/// so a name can never escape a directory or hide control characters in logs.
+pub fn validate_name(kind: &str, name: &str) -> ApiResult<()> {
+    let ok = !name.is_empty()
+        && name.len() <= 128
+        && !name.starts_with('.')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError::bad_request(format!(
+            "invalid {kind} name '{}': use 1-128 letters, digits, '-', '_' or '.', not starting with '.'",
+            name.escape_debug()
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_reject_traversal_and_control_characters() {
+        for good in ["ocr", "mini-lm_v2", "a.b"] {
+            validate_name("model", good).unwrap();
+        }
+        for bad in [
+            "",
+            "..",
+            ".hidden",
+            "a/b",
+            "a\\b",
+            "a\nb",
+            "a b",
+            &"x".repeat(129),
+        ] {
+            assert!(validate_name("model", bad).is_err(), "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,178 @@
+//! The data directory's layout and crash-safe file writes: content goes to a temporary file in
+//! the same directory, is fsynced, then renamed into place, so a reader never sees half a file.
+
+use sha2::{Digest, Sha256};
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone)]
+pub struct DataDir {
+    root: PathBuf,
+}
+
+impl DataDir {
+    pub fn create(root: &Path) -> io::Result<DataDir> {
+        let dir = DataDir {
+            root: root.to_path_buf(),
+        };
+        for sub in [dir.root.clone(), dir.models(), dir.tmp(), dir.tls()] {
+            fs::create_dir_all(&sub)?;
+        }
+        // Leftovers of uploads interrupted by a crash are never referenced: drop them.
+        for entry in fs::read_dir(dir.tmp())?.flatten() {
+            let _ = fs::remove_file(entry.path());
+        }
+        Ok(dir)
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+    pub fn database(&self) -> PathBuf {
+        self.root.join("infergate.db")
+    }
+    pub fn admin_key(&self) -> PathBuf {
+        self.root.join("admin.key")
+    }
+    pub fn tls(&self) -> PathBuf {
+        self.root.join("tls")
+    }
+    pub fn models(&self) -> PathBuf {
+        self.root.join("models")
+    }
+    pub fn tmp(&self) -> PathBuf {
+        self.root.join("tmp")
+    }
+    /// Where a model file with this SHA-256 lives.
+    pub fn model_file(&self, sha256: &str) -> PathBuf {
+        self.models().join(format!("{sha256}.onnx"))
+    }
+}
+
+/// Writes `bytes` to `path` atomically with the given Unix mode.
+pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".tmp-")
+        .permissions(std::os::unix::fs::PermissionsExt::from_mode(mode))
+        .tempfile_in(dir)?;
+    tmp.write_all(bytes)?;
+    tmp.as_file().sync_all()?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    sync_dir(dir)
+}
+
+/// Creates a file that must not exist yet, with `mode`, and writes it durably.
+pub fn write_new(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .open(path)?;
+    file.write_all(bytes)?;
+    file.sync_all()?;
+    sync_dir(path.parent().unwrap_or(Path::new(".")))
+}
+
+fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+/// Streams content into a temporary file while hashing it; `finish` makes it durable and
+/// `persist` moves it to its content address. Dropped unfinished, the temporary file goes.
+pub struct BlobWriter {
+    file: tempfile::NamedTempFile,
+    hasher: Sha256,
+    len: u64,
+}
+
+impl BlobWriter {
+    pub fn new(dir: &DataDir) -> io::Result<BlobWriter> {
+        Ok(BlobWriter {
+            file: tempfile::Builder::new()
+                .prefix("upload-")
+                .tempfile_in(dir.tmp())?,
+            hasher: Sha256::new(),
+            len: 0,
+        })
+    }
+
+    pub fn write(&mut self, chunk: &[u8]) -> io::Result<()> {
+        self.hasher.update(chunk);
+        self.len += chunk.len() as u64;
+        self.file.write_all(chunk)
+    }
+
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Flushes and fsyncs; returns the hex SHA-256 and the finished temporary file.
+    pub fn finish(mut self) -> io::Result<(String, tempfile::NamedTempFile)> {
+        self.file.flush()?;
+        self.file.as_file().sync_all()?;
+        Ok((hex::encode(self.hasher.finalize()), self.file))
+    }
+}
+
+/// Moves a finished temporary file to `dest` (same filesystem) and syncs the directory. If
+/// `dest` exists already (same content uploaded before) the temporary file is dropped.
+pub fn persist(file: tempfile::NamedTempFile, dest: &Path) -> io::Result<()> {
+    if dest.exists() {
+        return Ok(());
+    }
+    file.persist(dest).map_err(|e| e.error)?;
+    sync_dir(dest.parent().unwrap_or(Path::new(".")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blob_writer_hashes_and_persists() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = DataDir::create(root.path()).unwrap();
+        let mut w = BlobWriter::new(&dir).unwrap();
+        w.write(b"hello ").unwrap();
+        w.write(b"world").unwrap();
+        let (sha, tmp) = w.finish().unwrap();
+        assert_eq!(
+            sha,
+            "b94d27b9934d3e08a52e52d7da7dabfac484efe37a5380ee9088f7ace2efcde9"
+        );
+        let dest = dir.model_file(&sha);
+        persist(tmp, &dest).unwrap();
+        assert_eq!(fs::read(&dest).unwrap(), b"hello world");
+        assert_eq!(fs::read_dir(dir.tmp()).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn dropped_writer_leaves_nothing() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = DataDir::create(root.path()).unwrap();
+        let mut w = BlobWriter::new(&dir).unwrap();
+        w.write(b"partial").unwrap();
+        drop(w);
+        assert_eq!(fs::read_dir(dir.tmp()).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn write_new_sets_mode_and_refuses_overwrite() {
+        use std::os::unix::fs::PermissionsExt;
+        let root = tempfile::tempdir().unwrap();
+        let p = root.path().join("secret");
+        write_new(&p, b"x", 0o600).unwrap();
+        assert_eq!(
+            fs::metadata(&p).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        assert!(write_new(&p, b"y", 0o600).is_err());
+    }
+}

@@ -1,0 +1,132 @@
+//! API key rows.
+
+use super::{now_secs, Store, StoreError};
+use crate::auth::{self, Scope, Scopes};
+use rusqlite::{params, OptionalExtension, Row};
+use serde::Serialize;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct KeyRecord {
+    pub id: i64,
+    pub public_id: String,
+    pub name: String,
+    pub scopes: Vec<Scope>,
+    pub created_at: i64,
+    pub revoked_at: Option<i64>,
+}
+
+impl KeyRecord {
+    pub fn scopes(&self) -> Scopes {
+        Scopes::new(self.scopes.clone())
+    }
+}
+
+fn record(row: &Row<'_>) -> rusqlite::Result<KeyRecord> {
+    let scopes: String = row.get("scopes")?;
+    Ok(KeyRecord {
+        id: row.get("id")?,
+        public_id: row.get("public_id")?,
+        name: row.get("name")?,
+        scopes: scopes.split(',').filter_map(Scope::parse).collect(),
+        created_at: row.get("created_at")?,
+        revoked_at: row.get("revoked_at")?,
+    })
+}
+
+impl Store {
+    /// Creates a key and returns its record and the secret (shown once, never stored).
+    pub fn create_key(
+        &self,
+        name: &str,
+        scopes: &Scopes,
+    ) -> Result<(KeyRecord, String), StoreError> {
+        let key = auth::generate();
+        self.with(|conn| {
+            conn.execute(
+                "INSERT INTO api_keys (public_id, name, secret_hash, scopes, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![key.public_id, name, key.hash.as_slice(), scopes.to_list(), now_secs()],
+            )?;
+            let id = conn.last_insert_rowid();
+            let rec = conn.query_row("SELECT * FROM api_keys WHERE id = ?1", [id], record)?;
+            Ok((rec, key.secret))
+        })
+    }
+
+    pub fn list_keys(&self) -> Result<Vec<KeyRecord>, StoreError> {
+        self.with(|conn| {
+            let mut stmt = conn.prepare("SELECT * FROM api_keys ORDER BY id")?;
+            let rows = stmt.query_map([], record)?.collect::<Result<Vec<_>, _>>()?;
+            Ok(rows)
+        })
+    }
+
+    /// Revokes by numeric id or public id. Returns the record, or None when no such key.
+    pub fn revoke_key(&self, id_or_public: &str) -> Result<Option<KeyRecord>, StoreError> {
+        self.with(|conn| {
+            let n = conn.execute(
+                "UPDATE api_keys SET revoked_at = COALESCE(revoked_at, ?2)
+                 WHERE public_id = ?1 OR CAST(id AS TEXT) = ?1",
+                params![id_or_public, now_secs()],
+            )?;
+            if n == 0 {
+                return Ok(None);
+            }
+            Ok(conn
+                .query_row(
+                    "SELECT * FROM api_keys WHERE public_id = ?1 OR CAST(id AS TEXT) = ?1",
+                    [id_or_public],
+                    record,
+                )
+                .optional()?)
+        })
+    }
+
+    /// Finds the active key matching a presented secret.
+    pub fn authenticate(&self, presented: &str) -> Result<Option<KeyRecord>, StoreError> {
+        let Some(public_id) = auth::public_id(presented) else {
+            return Ok(None);
+        };
+        self.with(|conn| {
+            let found = conn
+                .query_row(
+                    "SELECT *, secret_hash FROM api_keys WHERE public_id = ?1 AND revoked_at IS NULL",
+                    [public_id],
+                    |row| Ok((record(row)?, row.get::<_, Vec<u8>>("secret_hash")?)),
+                )
+                .optional()?;
+            Ok(found.and_then(|(rec, hash)| auth::verify(presented, &hash).then_some(rec)))
+        })
+    }
+
+    pub fn key_count(&self) -> Result<i64, StoreError> {
+        self.with(|conn| Ok(conn.query_row("SELECT count(*) FROM api_keys", [], |r| r.get(0))?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn create_authenticate_revoke() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let (rec, secret) = store
+            .create_key("ci", &Scopes::parse_list("infer").unwrap())
+            .unwrap();
+        assert_eq!(store.authenticate(&secret).unwrap().unwrap().id, rec.id);
+        assert!(store.authenticate(&format!("{secret}x")).unwrap().is_none());
+        assert!(store
+            .revoke_key(&rec.public_id)
+            .unwrap()
+            .unwrap()
+            .revoked_at
+            .is_some());
+        assert!(store.authenticate(&secret).unwrap().is_none());
+        assert!(store.revoke_key("nope").unwrap().is_none());
+        // The secret itself is nowhere in the database file.
+        drop(store);
+        let db = std::fs::read(dir.path().join("infergate.db")).unwrap();
+        assert!(!db.windows(secret.len()).any(|w| w == secret.as_bytes()));
+    }
+}

@@ -1,0 +1,140 @@
+//! Model version rows. Files are content-addressed; a row is written only after ONNX Runtime
+//! accepted the file.
+
+use super::{now_secs, Store, StoreError};
+use infergate_engine::ModelSignature;
+use rusqlite::{params, OptionalExtension, Row};
+use serde::Serialize;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ModelRecord {
+    pub name: String,
+    pub version: u64,
+    pub sha256: String,
+    pub size_bytes: u64,
+    pub signature: ModelSignature,
+    pub config: serde_json::Value,
+    pub created_at: i64,
+}
+
+fn record(row: &Row<'_>) -> rusqlite::Result<ModelRecord> {
+    let signature: String = row.get("signature")?;
+    let config: String = row.get("config")?;
+    let corrupt = |e: serde_json::Error| {
+        rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, Box::new(e))
+    };
+    Ok(ModelRecord {
+        name: row.get("name")?,
+        version: row.get::<_, i64>("version")? as u64,
+        sha256: row.get("sha256")?,
+        size_bytes: row.get::<_, i64>("size_bytes")? as u64,
+        signature: serde_json::from_str(&signature).map_err(corrupt)?,
+        config: serde_json::from_str(&config).map_err(corrupt)?,
+        created_at: row.get("created_at")?,
+    })
+}
+
+impl Store {
+    /// Records a new version (the next number for this name) in one transaction.
+    pub fn insert_model_version(
+        &self,
+        name: &str,
+        sha256: &str,
+        size_bytes: u64,
+        signature: &ModelSignature,
+        config: &serde_json::Value,
+    ) -> Result<ModelRecord, StoreError> {
+        let signature =
+            serde_json::to_string(signature).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        self.with(|conn| {
+            let tx = conn.transaction()?;
+            let version: i64 = tx.query_row(
+                "SELECT COALESCE(MAX(version), 0) + 1 FROM model_versions WHERE name = ?1",
+                [name],
+                |r| r.get(0),
+            )?;
+            tx.execute(
+                "INSERT INTO model_versions (name, version, sha256, size_bytes, signature, config, created_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                params![name, version, sha256, size_bytes as i64, signature, config.to_string(), now_secs()],
+            )?;
+            let rec = tx.query_row(
+                "SELECT * FROM model_versions WHERE name = ?1 AND version = ?2",
+                params![name, version],
+                record,
+            )?;
+            tx.commit()?;
+            Ok(rec)
+        })
+    }
+
+    pub fn list_model_versions(&self) -> Result<Vec<ModelRecord>, StoreError> {
+        self.with(|conn| {
+            let mut stmt = conn.prepare("SELECT * FROM model_versions ORDER BY name, version")?;
+            let rows = stmt.query_map([], record)?.collect::<Result<Vec<_>, _>>()?;
+            Ok(rows)
+        })
+    }
+
+    pub fn model_version(
+        &self,
+        name: &str,
+        version: u64,
+    ) -> Result<Option<ModelRecord>, StoreError> {
+        self.with(|conn| {
+            Ok(conn
+                .query_row(
+                    "SELECT * FROM model_versions WHERE name = ?1 AND version = ?2",
+                    params![name, version as i64],
+                    record,
+                )
+                .optional()?)
+        })
+    }
+
+    /// Deletes a version's row; returns it and whether its file is still used by another row.
+    pub fn delete_model_version(
+        &self,
+        name: &str,
+        version: u64,
+    ) -> Result<Option<(ModelRecord, bool)>, StoreError> {
+        self.with(|conn| {
+            let tx = conn.transaction()?;
+            let Some(rec) = tx
+                .query_row(
+                    "SELECT * FROM model_versions WHERE name = ?1 AND version = ?2",
+                    params![name, version as i64],
+                    record,
+                )
+                .optional()?
+            else {
+                return Ok(None);
+            };
+            tx.execute(
+                "DELETE FROM model_versions WHERE name = ?1 AND version = ?2",
+                params![name, version as i64],
+            )?;
+            let shared: bool = tx.query_row(
+                "SELECT EXISTS(SELECT 1 FROM model_versions WHERE sha256 = ?1)",
+                [&rec.sha256],
+                |r| r.get(0),
+            )?;
+            tx.commit()?;
+            Ok(Some((rec, shared)))
+        })
+    }
+
+    pub fn set_model_config(
+        &self,
+        name: &str,
+        version: u64,
+        config: &serde_json::Value,
+    ) -> Result<bool, StoreError> {
+        self.with(|conn| {
+            Ok(conn.execute(
+                "UPDATE model_versions SET config = ?3 WHERE name = ?1 AND version = ?2",
+                params![name, version as i64, config.to_string()],
+            )? > 0)
+        })
+    }
+}
