@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Sets everything up and runs every test: formatting and lints, Rust unit and end-to-end tests
+# (real binary, TLS, SQLite, ONNX Runtime, models), and the Python client tests (tritonclient,
+# exporters) against the real server.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+bash scripts/setup.sh
+# shellcheck source=/dev/null
+source .cache/env.sh
+export REQUIRE_NVRTC=1
+
+step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+
+step "cargo fmt --check"
+cargo fmt --all -- --check
+
+step "build (debug, optimised dependencies)"
+cargo build --locked --workspace --all-targets
+
+step "cargo test"
+cargo test --locked --workspace
+
+step "python client tests"
+export INFERGATE_BIN="$ROOT/target/debug/infergate"
+"$INFERGATE_PYTHON" -m pytest -q -p no:cacheprovider tests/python scripts/test_exports.py
+
+step "cargo clippy"
+cargo clippy --locked --workspace --all-targets -- -D warnings

@@ -1,0 +1,249 @@
+use crate::harness::Server;
+use serde_json::{json, Value};
+
+async fn status_and_error(resp: reqwest::Response) -> (u16, String) {
+    let status = resp.status().as_u16();
+    let body: Value = resp.json().await.expect("JSON error body");
+    (
+        status,
+        body["error"]
+            .as_str()
+            .expect("an 'error' string")
+            .to_string(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_unknown_and_wrong_scope_keys_are_refused() {
+    let s = Server::with_models(&[("cls", "ocr-cls.onnx")]);
+    let url = s.url("/v2/models/cls");
+
+    let (code, msg) = status_and_error(s.client.get(&url).send().await.unwrap()).await;
+    assert_eq!(code, 401);
+    assert!(msg.contains("missing API key"), "{msg}");
+
+    let (code, msg) = status_and_error(
+        s.client
+            .get(&url)
+            .bearer_auth("ig_0123456789ab_nope")
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(code, 401);
+    assert!(msg.contains("invalid"), "{msg}");
+
+    // A valid key without the scope: 403, both for upload and admin routes.
+    let infer = s.key("infer");
+    let resp = s
+        .client
+        .post(s.url("/api/models/x/versions"))
+        .header("X-API-Key", &infer)
+        .body(vec![1, 2, 3])
+        .send()
+        .await
+        .unwrap();
+    let (code, msg) = status_and_error(resp).await;
+    assert_eq!(code, 403);
+    assert!(msg.contains("'upload'"), "{msg}");
+    let (code, _) = status_and_error(
+        s.client
+            .get(s.url("/api/keys"))
+            .bearer_auth(&infer)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(code, 403);
+
+    // The same key is fine where its scope allows, through either header.
+    assert_eq!(
+        s.client
+            .get(&url)
+            .bearer_auth(&infer)
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    assert_eq!(
+        s.client
+            .get(&url)
+            .header("X-API-Key", &infer)
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn revocation_takes_effect_on_the_next_request() {
+    let s = Server::with_models(&[("cls", "ocr-cls.onnx")]);
+    let url = s.url("/v2/models/cls");
+
+    // Created and revoked through the admin API.
+    let created: Value = s
+        .client
+        .post(s.url("/api/keys"))
+        .bearer_auth(&s.admin_key)
+        .json(&json!({"name": "app", "scopes": ["infer"]}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let secret = created["secret"].as_str().unwrap().to_string();
+    assert_eq!(
+        s.client
+            .get(&url)
+            .bearer_auth(&secret)
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    let listed: Value = s
+        .client
+        .get(s.url("/api/keys"))
+        .bearer_auth(&s.admin_key)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(
+        !listed.to_string().contains(&secret),
+        "secrets are never listed"
+    );
+    let id = created["id"].as_i64().unwrap();
+    let revoked = s
+        .client
+        .delete(s.url(&format!("/api/keys/{id}")))
+        .bearer_auth(&s.admin_key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(revoked.status(), 200);
+    assert_eq!(
+        s.client
+            .get(&url)
+            .bearer_auth(&secret)
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        401
+    );
+
+    // Created and revoked offline while the server runs: the server sees it at once.
+    let offline = s.key("infer");
+    assert_eq!(
+        s.client
+            .get(&url)
+            .bearer_auth(&offline)
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    let public_id = offline.split('_').nth(1).unwrap();
+    let out = std::process::Command::new(crate::harness::BIN)
+        .args(["keys", "revoke", public_id, "--data-dir"])
+        .arg(&s.data)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        s.client
+            .get(&url)
+            .bearer_auth(&offline)
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        401
+    );
+
+    let missing = s
+        .client
+        .delete(s.url("/api/keys/999999"))
+        .bearer_auth(&s.admin_key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(missing.status(), 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_key_file_is_private_and_cli_prints_only_the_secret() {
+    use std::os::unix::fs::PermissionsExt;
+    let s = Server::with_models(&[]);
+    let mode = std::fs::metadata(s.data.join("admin.key"))
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o777;
+    assert_eq!(mode, 0o600);
+    let secret = s.key("infer,upload");
+    assert!(
+        secret.starts_with("ig_") && !secret.contains(char::is_whitespace),
+        "{secret}"
+    );
+    let who: Value = s
+        .client
+        .get(s.url("/api/whoami"))
+        .bearer_auth(&secret)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(who["scopes"], json!(["infer", "upload"]));
+
+    // Online key creation through the admin API from the CLI.
+    let out = std::process::Command::new(crate::harness::BIN)
+        .args([
+            "keys",
+            "create",
+            "--scope",
+            "admin",
+            "--url",
+            &s.addr,
+            "--api-key",
+            &s.admin_key,
+            "--ca-cert",
+        ])
+        .arg(s.data.join("tls/cert.pem"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let online = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    assert_eq!(
+        s.client
+            .get(s.url("/api/keys"))
+            .bearer_auth(&online)
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+}

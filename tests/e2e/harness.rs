@@ -1,0 +1,201 @@
+//! Starts the real `infergate` binary on a random loopback port with its own data directory and
+//! gives tests an HTTPS client that trusts its self-signed certificate.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_infergate");
+
+/// A model from the setup step's directory; tests need `scripts/setup.sh` to have run.
+pub fn model(file: &str) -> PathBuf {
+    let dir = std::env::var("INFERGATE_MODELS")
+        .expect("INFERGATE_MODELS is unset: run scripts/setup.sh and `source .cache/env.sh`");
+    let path = Path::new(&dir).join(file);
+    assert!(
+        path.exists(),
+        "{} missing: run scripts/setup.sh",
+        path.display()
+    );
+    path
+}
+
+pub fn register(data: &Path, name: &str, file: &Path) {
+    let out = Command::new(BIN)
+        .args(["models", "add", "--data-dir"])
+        .arg(data)
+        .args(["--name", name])
+        .arg(file)
+        .output()
+        .expect("run infergate models add");
+    assert!(
+        out.status.success(),
+        "models add failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+pub struct Server {
+    child: Child,
+    pub addr: String,
+    pub data: PathBuf,
+    pub admin_key: String,
+    pub client: reqwest::Client,
+    /// Kept alive so the reader thread keeps draining the server's stderr.
+    _log: mpsc::Receiver<String>,
+    /// Lines logged up to and including the `listening on` line.
+    pub startup_log: Vec<String>,
+    _tmp: Option<tempfile::TempDir>,
+}
+
+pub struct Options {
+    pub extra_args: Vec<String>,
+    pub insecure_http: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            extra_args: vec![],
+            insecure_http: false,
+        }
+    }
+}
+
+impl Server {
+    /// A fresh data directory with the given models registered, then started.
+    pub fn with_models(models: &[(&str, &str)]) -> Server {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        for (name, file) in models {
+            register(tmp.path(), name, &model(file));
+        }
+        let mut s = Server::start_in(tmp.path(), Options::default());
+        s._tmp = Some(tmp);
+        s
+    }
+
+    /// Starts on an existing data directory (kept by the caller).
+    pub fn start_in(data: &Path, options: Options) -> Server {
+        let mut cmd = Command::new(BIN);
+        cmd.args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(data)
+            .args(&options.extra_args)
+            .env("INFERGATE_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        if options.insecure_http {
+            cmd.arg("--insecure-http");
+        }
+        let mut child = cmd.spawn().expect("start infergate");
+        let stderr = child.stderr.take().expect("stderr");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut startup_log = Vec::new();
+        let addr = loop {
+            let line = rx
+                .recv_timeout(Duration::from_secs(60))
+                .expect("server did not log 'listening on' within 60 s");
+            startup_log.push(line.clone());
+            if let Some(rest) = line.split("listening on ").nth(1) {
+                let url = rest.split_whitespace().next().unwrap_or_default();
+                break strip_ansi(url);
+            }
+        };
+        let admin_key = std::fs::read_to_string(data.join("admin.key"))
+            .expect("admin.key written on first start")
+            .trim()
+            .to_string();
+        let client = client_for(data, options.insecure_http);
+        Server {
+            child,
+            addr,
+            data: data.to_path_buf(),
+            admin_key,
+            client,
+            _log: rx,
+            startup_log,
+            _tmp: None,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.addr, path)
+    }
+
+    /// Creates a key with the given scopes through the offline CLI and returns its secret.
+    pub fn key(&self, scopes: &str) -> String {
+        let out = Command::new(BIN)
+            .args(["keys", "create", "--scope", scopes, "--data-dir"])
+            .arg(&self.data)
+            .output()
+            .expect("keys create");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout)
+            .expect("utf8")
+            .trim()
+            .to_string()
+    }
+
+    pub fn stop(mut self) -> PathBuf {
+        self.kill();
+        self.data.clone()
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Sends SIGTERM and waits for the exit status.
+    pub fn terminate(mut self) -> std::process::ExitStatus {
+        let pid = self.child.id().to_string();
+        let _ = Command::new("kill").args(["-TERM", &pid]).status();
+        self.child.wait().expect("wait")
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn strip_ansi(s: &str) -> String {
+    let mut out = String::new();
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+pub fn client_for(data: &Path, insecure_http: bool) -> reqwest::Client {
+    let mut builder = reqwest::Client::builder()
+        .use_rustls_tls()
+        .timeout(Duration::from_secs(120));
+    if !insecure_http {
+        let pem = std::fs::read(data.join("tls/cert.pem")).expect("self-signed certificate");
+        builder = builder.add_root_certificate(reqwest::Certificate::from_pem(&pem).expect("pem"));
+    }
+    builder.build().expect("client")
+}

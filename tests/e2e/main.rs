@@ -1,0 +1,11 @@
+//! End-to-end tests: the real binary, real TLS, real SQLite, real ONNX Runtime and models.
+//! They need `scripts/setup.sh` to have run (`source .cache/env.sh` sets ORT_DYLIB_PATH and
+//! INFERGATE_MODELS).
+
+mod harness;
+
+mod auth;
+mod infer;
+mod models;
+mod restart;
+mod transport;

@@ -1,0 +1,72 @@
+"""Fixtures that start the real infergate binary for the Python client tests."""
+import os
+import re
+import subprocess
+import tempfile
+import threading
+import queue
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BIN = os.environ.get("INFERGATE_BIN", os.path.join(ROOT, "target", "debug", "infergate"))
+MODELS = os.environ.get("INFERGATE_MODELS", os.path.join(ROOT, ".cache", "models"))
+
+
+class Gateway:
+    def __init__(self, data, insecure=False):
+        self.data = data
+        args = [BIN, "serve", "--listen", "127.0.0.1:0", "--data-dir", data]
+        if insecure:
+            args.append("--insecure-http")
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        lines = queue.Queue()
+        threading.Thread(target=lambda: [lines.put(l) for l in self.proc.stderr], daemon=True).start()
+        while True:
+            line = lines.get(timeout=60)
+            m = re.search(r"listening on (https?)://(\S+)", re.sub(r"\x1b\[[0-9;]*m", "", line))
+            if m:
+                self.scheme, self.hostport = m.group(1), m.group(2)
+                break
+        with open(os.path.join(data, "admin.key")) as f:
+            self.admin_key = f.read().strip()
+        self.cert = os.path.join(data, "tls", "cert.pem")
+
+    @property
+    def url(self):
+        return f"{self.scheme}://{self.hostport}"
+
+    def key(self, scopes="infer"):
+        out = subprocess.run([BIN, "keys", "create", "--scope", scopes, "--data-dir", self.data],
+                             check=True, capture_output=True, text=True)
+        return out.stdout.strip()
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(timeout=30)
+
+
+def register(data, name, file):
+    subprocess.run([BIN, "models", "add", "--data-dir", data, "--name", name, os.path.join(MODELS, file)],
+                   check=True, capture_output=True)
+
+
+def start(models, insecure=False):
+    data = tempfile.mkdtemp(prefix="infergate-py-")
+    for name, file in models:
+        register(data, name, file)
+    return Gateway(data, insecure=insecure)
+
+
+@pytest.fixture(scope="module")
+def gateway():
+    g = start([("minilm", "minilm.onnx"), ("ocr-rec", "ocr-rec.onnx"), ("cls", "ocr-cls.onnx")])
+    yield g
+    g.stop()
+
+
+@pytest.fixture(scope="module")
+def plain_gateway():
+    g = start([("cls", "ocr-cls.onnx")], insecure=True)
+    yield g
+    g.stop()
