@@ -1,0 +1,130 @@
+#!/usr/bin/env python3
+"""Serving overhead: perf_analyzer through infergate (TLS, binary tensors) at concurrency 1, 4, 8
+versus the same model run in-process by ONNX Runtime's Python API with the same thread settings
+(intra-op threads 1, one session, batch 1), measured in the same run. Prints a markdown table
+with the throughput ratio infergate/in-process and the added p50 latency.
+
+Usage: bench/serving.py [--seconds 3] [--models minilm,ocr-rec]
+Needs: scripts/setup.sh, bench/setup-perf-analyzer.sh, `cargo build --release -p infergate`.
+"""
+import argparse
+import csv
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import queue
+
+import numpy as np
+import onnxruntime as ort
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BIN = os.path.join(ROOT, "target", "release", "infergate")
+MODELS = os.environ.get("INFERGATE_MODELS", os.path.join(ROOT, ".cache", "models"))
+
+# name -> (file, {input: (shape, dtype, generator)})
+SEQ = 32
+SPECS = {
+    "minilm": ("minilm.onnx", {
+        "input_ids": ([1, SEQ], "INT64", lambda r: r.integers(1000, 20000, (1, SEQ))),
+        "attention_mask": ([1, SEQ], "INT64", lambda r: np.ones((1, SEQ), np.int64)),
+        "token_type_ids": ([1, SEQ], "INT64", lambda r: np.zeros((1, SEQ), np.int64)),
+    }),
+    "ocr-rec": ("ocr-rec.onnx", {
+        "x": ([1, 3, 48, 320], "FP32", lambda r: r.random((1, 3, 48, 320), dtype=np.float32)),
+    }),
+}
+NP = {"INT64": np.int64, "FP32": np.float32}
+
+
+def start_server(data):
+    proc = subprocess.Popen([BIN, "serve", "--listen", "127.0.0.1:0", "--data-dir", data,
+                             "--intra-threads", "1", "--instances", "1"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    lines = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(l) for l in proc.stderr], daemon=True).start()
+    while True:
+        m = re.search(r"listening on https://(\S+)", re.sub(r"\x1b\[[0-9;]*m", "", lines.get(timeout=60)))
+        if m:
+            return proc, m.group(1)
+
+
+def in_process(file, feeds, seconds):
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    opts.inter_op_num_threads = 1
+    sess = ort.InferenceSession(os.path.join(MODELS, file), opts, providers=["CPUExecutionProvider"])
+    for _ in range(5):
+        sess.run(None, feeds)
+    lat = []
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        t = time.perf_counter()
+        sess.run(None, feeds)
+        lat.append(time.perf_counter() - t)
+    lat = np.array(lat) * 1e6
+    return len(lat) / lat.sum() * 1e6, np.percentile(lat, 50), np.percentile(lat, 99)
+
+
+def perf_analyzer(pa, addr, cert, key, model, data_file, shapes, concurrency, seconds):
+    out = tempfile.mktemp(suffix=".csv")
+    cmd = shlex.split(pa) + [
+        "-m", model, "-u", f"https://{addr}", "--ssl-https-ca-certificates-file", cert,
+        "-H", f"Authorization: Bearer {key}", "--input-data", data_file,
+        "--concurrency-range", f"{concurrency}:{concurrency}",
+        "--measurement-interval", str(int(seconds * 1000)), "--stability-percentage", "60",
+        "--max-trials", "12", "-f", out]
+    for s in shapes:
+        cmd += ["--shape", s]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"perf_analyzer failed:\n{r.stdout[-3000:]}\n{r.stderr[-2000:]}")
+    with open(out) as f:
+        row = next(csv.DictReader(f))
+    os.unlink(out)
+    return float(row["Inferences/Second"]), float(row["p50 latency"]), float(row["p99 latency"])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seconds", type=float, default=3.0)
+    ap.add_argument("--models", default="minilm,ocr-rec")
+    args = ap.parse_args()
+    pa = subprocess.run(["bash", os.path.join(ROOT, "bench", "setup-perf-analyzer.sh")],
+                        check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
+    data = tempfile.mkdtemp(prefix="infergate-bench-")
+    names = args.models.split(",")
+    for name in names:
+        subprocess.run([BIN, "models", "add", "--data-dir", data, "--name", name,
+                        os.path.join(MODELS, SPECS[name][0])], check=True, capture_output=True)
+    proc, addr = start_server(data)
+    try:
+        key = open(os.path.join(data, "admin.key")).read().strip()
+        cert = os.path.join(data, "tls", "cert.pem")
+        rng = np.random.default_rng(0)
+        print(f"| model | concurrency | infergate inf/s | in-process inf/s | ratio | infergate p50 µs | in-process p50 µs | added p50 µs | infergate p99 µs |")
+        print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+        for name in names:
+            file, inputs = SPECS[name]
+            feeds = {k: g(rng).astype(NP[dt]) for k, (shape, dt, g) in inputs.items()}
+            data_file = tempfile.mktemp(suffix=".json")
+            with open(data_file, "w") as f:
+                json.dump({"data": [{k: {"content": v.flatten().tolist(), "shape": list(v.shape)} for k, v in feeds.items()}]}, f)
+            shapes = [f"{k}:{','.join(map(str, s))}" for k, (s, _, _) in inputs.items()]
+            base_tput, base_p50, base_p99 = in_process(file, feeds, args.seconds)
+            for c in (1, 4, 8):
+                tput, p50, p99 = perf_analyzer(pa, addr, cert, key, name, data_file, shapes, c, args.seconds)
+                print(f"| {name} | {c} | {tput:.1f} | {base_tput:.1f} | {tput / base_tput:.3f} | {p50:.0f} | {base_p50:.0f} | {p50 - base_p50:+.0f} | {p99:.0f} |", flush=True)
+            os.unlink(data_file)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+if __name__ == "__main__":
+    main()
