@@ -277,8 +277,8 @@ fn keys(cmd: KeysCommand) -> anyhow::Result<()> {
                 None => serde_json::to_value(open_store(&target.data_dir)?.list_keys()?)?,
             };
             println!(
-                "{:<6} {:<14} {:<20} {:<20} {}",
-                "ID", "PUBLIC ID", "NAME", "SCOPES", "STATUS"
+                "{:<6} {:<14} {:<20} {:<20} STATUS",
+                "ID", "PUBLIC ID", "NAME", "SCOPES"
             );
             for k in keys.as_array().into_iter().flatten() {
                 let scopes: Vec<&str> = k["scopes"]
@@ -395,8 +395,7 @@ fn models(cmd: ModelsCommand) -> anyhow::Result<()> {
                 let latest = store
                     .list_model_versions()?
                     .into_iter()
-                    .filter(|r| r.name == name)
-                    .last();
+                    .rfind(|r| r.name == name);
                 if let Some(latest) = latest.filter(|r| r.sha256 == sha && r.config == config) {
                     eprintln!(
                         "{name} version {} already has this file; skipped",
@@ -405,8 +404,10 @@ fn models(cmd: ModelsCommand) -> anyhow::Result<()> {
                     return Ok(());
                 }
             }
-            let mut cfg = Config::default();
-            cfg.ort_lib = ort_lib;
+            let cfg = Config {
+                ort_lib,
+                ..Config::default()
+            };
             let engine = infergate_engine::Engine::new(crate::app::engine_config(&cfg)?)?;
             let record = crate::registry::register_file(&store, &engine, &name, &file, &config)
                 .map_err(|e| anyhow!(e.message))?;
@@ -417,10 +418,7 @@ fn models(cmd: ModelsCommand) -> anyhow::Result<()> {
         }
         ModelsCommand::List { data_dir } => {
             let store = open_store(&Some(data_dir))?;
-            println!(
-                "{:<24} {:<8} {:<14} {}",
-                "NAME", "VERSION", "SIZE", "SHA256"
-            );
+            println!("{:<24} {:<8} {:<14} SHA256", "NAME", "VERSION", "SIZE");
             for r in store.list_model_versions()? {
                 println!(
                     "{:<24} {:<8} {:<14} {}",

@@ -50,18 +50,10 @@ pub struct Server {
     _tmp: Option<tempfile::TempDir>,
 }
 
+#[derive(Default)]
 pub struct Options {
     pub extra_args: Vec<String>,
     pub insecure_http: bool,
-}
-
-impl Default for Options {
-    fn default() -> Self {
-        Options {
-            extra_args: vec![],
-            insecure_http: false,
-        }
-    }
 }
 
 impl Server {

@@ -1,6 +1,6 @@
 //! KServe v2 / Open Inference Protocol over HTTP: health, metadata and inference.
 
-use super::body::read_limited;
+use super::body::{read_limited, reject_unread};
 use super::codec::{self, HEADER_LENGTH};
 use crate::auth::Scope;
 use crate::error::{ApiError, ApiResult};
@@ -160,8 +160,13 @@ async fn run_infer(
     headers: HeaderMap,
     body: Body,
 ) -> ApiResult<Response> {
-    state.authorize(&headers, Scope::Infer)?;
-    let record = state.catalog.resolve(model, version)?;
+    let record = match state
+        .authorize(&headers, Scope::Infer)
+        .and_then(|_| state.catalog.resolve(model, version))
+    {
+        Ok(record) => record,
+        Err(e) => return Err(reject_unread(e, &headers, body).await),
+    };
     let body = read_limited(&headers, body, state.config.limits.max_request_bytes).await?;
     let (json_part, binary_part) = codec::split_body(&body, header_length(&headers)?)?;
     let request = codec::parse_request(json_part)?;

@@ -1,6 +1,6 @@
 //! Model management: upload versions (raw body or multipart), list, inspect, delete.
 
-use super::body::stream_limited;
+use super::body::{reject_unread, stream_limited};
 use crate::auth::Scope;
 use crate::error::{ApiError, ApiResult};
 use crate::registry;
@@ -88,8 +88,12 @@ pub async fn upload(
     request: Request,
 ) -> ApiResult<impl IntoResponse> {
     let headers = request.headers().clone();
-    state.authorize(&headers, Scope::Upload)?;
-    validate_name("model", &model)?;
+    if let Err(e) = state
+        .authorize(&headers, Scope::Upload)
+        .and_then(|_| validate_name("model", &model))
+    {
+        return Err(reject_unread(e, &headers, request.into_body()).await);
+    }
     let limit = state.config.limits.max_upload_bytes;
     let mut writer =
         BlobWriter::new(state.store.dir()).map_err(|e| ApiError::internal(e.to_string()))?;
