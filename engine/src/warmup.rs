@@ -44,8 +44,8 @@ pub(crate) fn tensors(config: &ModelConfig, sample: &WarmupSample) -> Result<Vec
         .collect()
 }
 
-/// Random values that every model accepts: floats in [0, 1), integers in [0, 8) (small enough
-/// to be valid token ids or class indices), booleans.
+/// Random values that models accept: floats in [0, 1), integers 0 or 1 (valid as token ids,
+/// attention masks, segment ids and class indices alike), booleans.
 fn fill_random(bytes: &mut [u8], datatype: DataType, rng: &mut XorShift) {
     let size = datatype.size().unwrap_or(1);
     for chunk in bytes.chunks_exact_mut(size) {
@@ -61,7 +61,7 @@ fn fill_random(bytes: &mut [u8], datatype: DataType, rng: &mut XorShift) {
                 &half::f16::from_f32((r >> 40) as f32 / (1u64 << 24) as f32).to_le_bytes(),
             ),
             DataType::Bool => chunk[0] = (r & 1) as u8,
-            _ => chunk[0] = (r % 8) as u8,
+            _ => chunk[0] = (r & 1) as u8,
         }
     }
 }
@@ -113,7 +113,7 @@ mod tests {
         };
         assert!(ids
             .chunks(8)
-            .all(|c| c[0] < 8 && c[1..].iter().all(|&b| b == 0)));
+            .all(|c| c[0] < 2 && c[1..].iter().all(|&b| b == 0)));
         assert_eq!(t[1].shape, vec![2, 5]);
         assert!(t[1].to_f32().unwrap().iter().all(|&v| v == 0.0));
     }
