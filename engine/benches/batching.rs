@@ -7,7 +7,7 @@
 //! at least 4 × concurrency), `BENCH_INTRA_THREADS` ORT threads (default 2).
 
 use infergate_engine::{Engine, EngineConfig, ModelConfig, ModelKey, Tensor};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -33,7 +33,7 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 async fn run_case(
     engine: &Arc<Engine>,
     key: &ModelKey,
-    path: &PathBuf,
+    path: &Path,
     image: &[Tensor],
     concurrency: usize,
     requests: usize,
@@ -45,7 +45,7 @@ async fn run_case(
             let (engine, key, path, image, issued) = (
                 engine.clone(),
                 key.clone(),
-                path.clone(),
+                path.to_path_buf(),
                 image.to_vec(),
                 issued.clone(),
             );
