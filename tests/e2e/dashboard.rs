@@ -68,10 +68,11 @@ fn unexpected(logs: Vec<String>) -> Vec<String> {
         .collect()
 }
 
-/// Elements whose right edge passes the viewport (a page that scrolls sideways).
-const WIDER_THAN_VIEWPORT: &str = "const w = document.documentElement.clientWidth; \
-    return [...document.querySelectorAll('body *')].filter(e => e.getBoundingClientRect().right > w + 1 \
-    && !e.closest('.table-wrap, .sidebar, pre')).slice(0, 5).map(e => e.tagName + '.' + e.className + ' ' + Math.round(e.getBoundingClientRect().right));";
+/// When the page scrolls sideways: the elements whose right edge passes the viewport.
+const WIDER_THAN_VIEWPORT: &str = "const d = document.documentElement, w = d.clientWidth; \
+    if (d.scrollWidth <= w) return []; \
+    return [...document.querySelectorAll('body *')].filter(e => e.getBoundingClientRect().right > w + 1) \
+    .slice(-5).map(e => e.tagName + '.' + e.className + ' ' + Math.round(e.getBoundingClientRect().right));";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dashboard_in_a_real_browser() {

@@ -95,7 +95,7 @@ pub fn Plugins() -> impl IntoView {
         <h2 class="section-title">"Pipelines"</h2>
         {move || match pipelines_state.get() {
             Availability::Checking => view! { <div class="loading">"Checking…"</div> }.into_any(),
-            Availability::Missing => view! { <Unavailable what="Pipelines" endpoint="GET /api/pipelines"/> }.into_any(),
+            Availability::Missing => view! { <Unavailable what="Pipeline management" endpoint="GET /api/pipelines"/> }.into_any(),
             Availability::Present => view! {
                 {move || session.can("upload").then(|| view! {
                     <PipelineComposer
