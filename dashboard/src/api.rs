@@ -9,7 +9,9 @@ use serde_json::Value;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::JsFuture;
-use web_sys::{FormData, Headers, ProgressEvent, ReadableStreamDefaultReader, RequestInit, XmlHttpRequest};
+use web_sys::{
+    FormData, Headers, ProgressEvent, ReadableStreamDefaultReader, RequestInit, XmlHttpRequest,
+};
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct ApiError {
@@ -24,11 +26,17 @@ impl ApiError {
             .dyn_ref::<js_sys::Error>()
             .map(|e| String::from(e.message()))
             .unwrap_or_else(|| "no answer".into());
-        ApiError { status: 0, message: format!("network error: {detail}") }
+        ApiError {
+            status: 0,
+            message: format!("network error: {detail}"),
+        }
     }
 
     pub fn client(message: impl Into<String>) -> ApiError {
-        ApiError { status: 0, message: message.into() }
+        ApiError {
+            status: 0,
+            message: message.into(),
+        }
     }
 
     /// An endpoint this server does not have (yet): the page shows an "unavailable" state.
@@ -67,7 +75,11 @@ fn error_from(status: u16, text: &str) -> ApiError {
         .and_then(|v| v.get("error").and_then(Value::as_str).map(str::to_string))
         .unwrap_or_else(|| {
             let t = text.trim();
-            if t.is_empty() { format!("HTTP {status}") } else { t.chars().take(300).collect() }
+            if t.is_empty() {
+                format!("HTTP {status}")
+            } else {
+                t.chars().take(300).collect()
+            }
         });
     ApiError { status, message }
 }
@@ -77,7 +89,10 @@ pub enum Body {
     None,
     Json(Value),
     /// Triton's binary tensor extension: JSON header followed by raw bytes.
-    Binary { header_len: usize, bytes: Vec<u8> },
+    Binary {
+        header_len: usize,
+        bytes: Vec<u8>,
+    },
 }
 
 pub struct Answer {
@@ -93,7 +108,12 @@ fn headers(key: Option<&str>) -> Headers {
     h
 }
 
-async fn fetch(method: &str, path: &str, body: Body, key: Option<&str>) -> ApiResult<web_sys::Response> {
+async fn fetch(
+    method: &str,
+    path: &str,
+    body: Body,
+    key: Option<&str>,
+) -> ApiResult<web_sys::Response> {
     let init = RequestInit::new();
     init.set_method(method);
     let h = headers(key);
@@ -125,7 +145,12 @@ async fn text_of(resp: &web_sys::Response) -> ApiResult<String> {
 }
 
 /// One call with an explicit key (sign-in checks a key before storing it).
-pub async fn call_with(method: &str, path: &str, body: Body, key: Option<&str>) -> ApiResult<Answer> {
+pub async fn call_with(
+    method: &str,
+    path: &str,
+    body: Body,
+    key: Option<&str>,
+) -> ApiResult<Answer> {
     let resp = fetch(method, path, body, key).await?;
     let status = resp.status();
     let text = text_of(&resp).await?;
@@ -143,13 +168,16 @@ pub async fn call(method: &str, path: &str, body: Body) -> ApiResult<Value> {
     if answer.text.trim().is_empty() {
         return Ok(Value::Null);
     }
-    serde_json::from_str(&answer.text)
-        .map_err(|e| ApiError { status: answer.status, message: format!("the server's answer is not JSON: {e}") })
+    serde_json::from_str(&answer.text).map_err(|e| ApiError {
+        status: answer.status,
+        message: format!("the server's answer is not JSON: {e}"),
+    })
 }
 
 pub async fn get<T: DeserializeOwned>(path: &str) -> ApiResult<T> {
     let v = call("GET", path, Body::None).await?;
-    serde_json::from_value(v).map_err(|e| ApiError::client(format!("unexpected answer from {path}: {e}")))
+    serde_json::from_value(v)
+        .map_err(|e| ApiError::client(format!("unexpected answer from {path}: {e}")))
 }
 
 /// Whether an endpoint exists on this server: anything but "no route" counts as present.
@@ -176,9 +204,11 @@ pub async fn upload(
     progress: impl Fn(f64) + 'static,
 ) -> ApiResult<Value> {
     let xhr = XmlHttpRequest::new().map_err(ApiError::network)?;
-    xhr.open_with_async(method, path, true).map_err(ApiError::network)?;
+    xhr.open_with_async(method, path, true)
+        .map_err(ApiError::network)?;
     if let Some(key) = session::stored_key() {
-        xhr.set_request_header("Authorization", &format!("Bearer {key}")).map_err(ApiError::network)?;
+        xhr.set_request_header("Authorization", &format!("Bearer {key}"))
+            .map_err(ApiError::network)?;
     }
     let on_progress = Closure::<dyn FnMut(ProgressEvent)>::new(move |e: ProgressEvent| {
         if e.length_computable() && e.total() > 0.0 {
@@ -204,7 +234,9 @@ pub async fn upload(
     let outcome = JsFuture::from(done).await;
     drop(on_progress);
     if outcome.is_err() {
-        return Err(ApiError::client("the upload was interrupted (connection closed or refused)"));
+        return Err(ApiError::client(
+            "the upload was interrupted (connection closed or refused)",
+        ));
     }
     let status = xhr.status().unwrap_or(0);
     let text = xhr.response_text().ok().flatten().unwrap_or_default();
@@ -230,14 +262,21 @@ pub async fn stream_sse(path: &str, body: Value, mut on_event: impl FnMut(&str))
         let text = text_of(&resp).await?;
         return Err(error_from(status, &text));
     }
-    let stream = resp.body().ok_or_else(|| ApiError::client("the answer has no body"))?;
+    let stream = resp
+        .body()
+        .ok_or_else(|| ApiError::client("the answer has no body"))?;
     let reader: ReadableStreamDefaultReader = stream.get_reader().unchecked_into();
     let decoder = Decoder::default();
     let mut pending = String::new();
     let mut decoder = decoder;
     loop {
-        let chunk = JsFuture::from(reader.read()).await.map_err(ApiError::network)?;
-        let done = js_sys::Reflect::get(&chunk, &"done".into()).ok().and_then(|v| v.as_bool()).unwrap_or(true);
+        let chunk = JsFuture::from(reader.read())
+            .await
+            .map_err(ApiError::network)?;
+        let done = js_sys::Reflect::get(&chunk, &"done".into())
+            .ok()
+            .and_then(|v| v.as_bool())
+            .unwrap_or(true);
         if done {
             break;
         }

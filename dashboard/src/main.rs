@@ -35,7 +35,9 @@ pub fn navigate(route: RwSignal<Page>, page: Page) {
 
 #[component]
 fn App() -> impl IntoView {
-    let session = Session { identity: RwSignal::new(None) };
+    let session = Session {
+        identity: RwSignal::new(None),
+    };
     provide_context(session);
     let route = RwSignal::new(current_page());
     provide_context(route);
@@ -45,7 +47,9 @@ fn App() -> impl IntoView {
     if let Some(key) = session::stored_key() {
         leptos::task::spawn_local(async move {
             match api::call_with("GET", "/api/whoami", api::Body::None, Some(&key)).await {
-                Ok(a) => session.identity.set(serde_json::from_str::<Identity>(&a.text).ok()),
+                Ok(a) => session
+                    .identity
+                    .set(serde_json::from_str::<Identity>(&a.text).ok()),
                 Err(_) => session::forget_key(),
             }
             checking.set(false);

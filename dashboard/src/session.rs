@@ -49,7 +49,8 @@ pub struct Session {
 
 impl Session {
     pub fn can(&self, scope: &str) -> bool {
-        self.identity.with(|i| i.as_ref().is_some_and(|i| i.can(scope)))
+        self.identity
+            .with(|i| i.as_ref().is_some_and(|i| i.can(scope)))
     }
 
     pub fn sign_out(&self) {

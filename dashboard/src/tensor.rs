@@ -8,7 +8,10 @@ use wasm_bindgen_futures::JsFuture;
 
 /// The concrete shape to offer for a spec: dynamic dimensions become 1.
 pub fn default_shape(spec: &TensorSpec) -> Vec<i64> {
-    spec.shape.iter().map(|d| if *d < 0 { 1 } else { *d }).collect()
+    spec.shape
+        .iter()
+        .map(|d| if *d < 0 { 1 } else { *d })
+        .collect()
 }
 
 pub fn element_count(shape: &[i64]) -> usize {
@@ -21,10 +24,20 @@ pub fn parse_shape(text: &str) -> Result<Vec<i64>, String> {
         .trim_start_matches('[')
         .trim_end_matches(']')
         .split(',')
-        .map(|d| d.trim().parse::<i64>().map_err(|_| format!("'{}' is not a dimension", d.trim())))
+        .map(|d| {
+            d.trim()
+                .parse::<i64>()
+                .map_err(|_| format!("'{}' is not a dimension", d.trim()))
+        })
         .filter(|d| !matches!(d, Err(e) if e == "'' is not a dimension"))
         .collect::<Result<Vec<_>, _>>()
-        .and_then(|s| if s.iter().any(|d| *d < 0) { Err("dimensions must be ≥ 0".into()) } else { Ok(s) })
+        .and_then(|s| {
+            if s.iter().any(|d| *d < 0) {
+                Err("dimensions must be ≥ 0".into())
+            } else {
+                Ok(s)
+            }
+        })
 }
 
 /// Zeros, "" for BYTES, false for BOOL: a neutral tensor of the right size.
@@ -50,11 +63,17 @@ pub fn input_json(spec: &TensorSpec, shape: &[i64], data: &str) -> Result<Value,
     let data = if data.trim().is_empty() {
         zeros(&spec.datatype, n)
     } else {
-        let v: Value = serde_json::from_str(data).map_err(|e| format!("input '{}': data is not JSON: {e}", spec.name))?;
+        let v: Value = serde_json::from_str(data)
+            .map_err(|e| format!("input '{}': data is not JSON: {e}", spec.name))?;
         let mut flat = Vec::new();
         flatten(&v, &mut flat);
         if flat.len() != n {
-            return Err(format!("input '{}': {} values given, shape {:?} needs {n}", spec.name, flat.len(), shape));
+            return Err(format!(
+                "input '{}': {} values given, shape {:?} needs {n}",
+                spec.name,
+                flat.len(),
+                shape
+            ));
         }
         Value::Array(flat)
     };
@@ -72,7 +91,11 @@ pub enum Preprocess {
 
 impl Preprocess {
     pub fn for_model(name: &str) -> Preprocess {
-        if name.contains("ocr") { Preprocess::Paddle } else { Preprocess::Imagenet }
+        if name.contains("ocr") {
+            Preprocess::Paddle
+        } else {
+            Preprocess::Imagenet
+        }
     }
     pub fn label(self) -> &'static str {
         match self {
@@ -84,7 +107,9 @@ impl Preprocess {
 
 /// An input that takes an image: 4-D NCHW with 3 channels and a float type.
 pub fn is_image_input(spec: &TensorSpec) -> bool {
-    spec.shape.len() == 4 && spec.shape[1] == 3 && matches!(spec.datatype.as_str(), "FP32" | "FP16" | "FP64")
+    spec.shape.len() == 4
+        && spec.shape[1] == 3
+        && matches!(spec.datatype.as_str(), "FP32" | "FP16" | "FP64")
 }
 
 /// Height and width to resize an image of `w`×`h` to for `spec`: fixed dimensions as they are;
@@ -97,11 +122,17 @@ pub fn target_size(spec: &TensorSpec, w: u32, h: u32) -> (u32, u32) {
         (true, true) => (sh as u32, sw as u32),
         (true, false) => {
             let th = sh as f64;
-            (sh as u32, round((th * w as f64 / h as f64).min(2048.0), 8.0))
+            (
+                sh as u32,
+                round((th * w as f64 / h as f64).min(2048.0), 8.0),
+            )
         }
         (false, true) => {
             let tw = sw as f64;
-            (round((tw * h as f64 / w as f64).min(2048.0), 8.0), sw as u32)
+            (
+                round((tw * h as f64 / w as f64).min(2048.0), 8.0),
+                sw as u32,
+            )
         }
         (false, false) => {
             let scale = (960.0 / w.max(h) as f64).min(1.0);
@@ -118,7 +149,8 @@ pub async fn image_tensor(
     pre: Preprocess,
     canvas: &web_sys::HtmlCanvasElement,
 ) -> Result<(Vec<f32>, u32, u32), String> {
-    let url = web_sys::Url::create_object_url_with_blob(file).map_err(|_| "cannot read the file".to_string())?;
+    let url = web_sys::Url::create_object_url_with_blob(file)
+        .map_err(|_| "cannot read the file".to_string())?;
     let img = web_sys::HtmlImageElement::new().map_err(|_| "no image support".to_string())?;
     let loaded = js_sys::Promise::new(&mut |resolve, reject| {
         img.set_onload(Some(&resolve));
@@ -151,7 +183,11 @@ pub async fn image_tensor(
     let plane = (tw * th) as usize;
     let mut out = vec![0f32; plane * 3];
     for i in 0..plane {
-        let (r, g, b) = (pixels[i * 4] as f32, pixels[i * 4 + 1] as f32, pixels[i * 4 + 2] as f32);
+        let (r, g, b) = (
+            pixels[i * 4] as f32,
+            pixels[i * 4 + 1] as f32,
+            pixels[i * 4 + 2] as f32,
+        );
         let (c0, c1, c2, f): (f32, f32, f32, fn(f32) -> f32) = match pre {
             Preprocess::Imagenet => (r, g, b, |x| (x - 127.0) / 128.0),
             Preprocess::Paddle => (b, g, r, |x| (x / 255.0 - 0.5) / 0.5),
@@ -168,9 +204,20 @@ pub enum Summary {
     /// Top classes with probabilities.
     TopK(Vec<(usize, f64)>),
     /// Greedy CTC decoding: class indices per position with blanks and repeats removed.
-    Ctc { steps: usize, classes: usize, indices: Vec<usize>, confidence: f64 },
+    Ctc {
+        steps: usize,
+        classes: usize,
+        indices: Vec<usize>,
+        confidence: f64,
+    },
     Text(Vec<String>),
-    Values { count: usize, first: Vec<f64>, min: f64, max: f64, mean: f64 },
+    Values {
+        count: usize,
+        first: Vec<f64>,
+        min: f64,
+        max: f64,
+        mean: f64,
+    },
 }
 
 fn softmax(v: &[f64]) -> Vec<f64> {
@@ -186,21 +233,49 @@ fn softmax(v: &[f64]) -> Vec<f64> {
 }
 
 pub fn summarize(output: &Value) -> Summary {
-    let shape: Vec<usize> = output["shape"].as_array().map(|s| s.iter().filter_map(Value::as_u64).map(|d| d as usize).collect()).unwrap_or_default();
+    let shape: Vec<usize> = output["shape"]
+        .as_array()
+        .map(|s| {
+            s.iter()
+                .filter_map(Value::as_u64)
+                .map(|d| d as usize)
+                .collect()
+        })
+        .unwrap_or_default();
     let mut flat = Vec::new();
     flatten(&output["data"], &mut flat);
     if output["datatype"] == "BYTES" {
-        return Summary::Text(flat.iter().map(|v| v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string())).collect());
+        return Summary::Text(
+            flat.iter()
+                .map(|v| {
+                    v.as_str()
+                        .map(str::to_string)
+                        .unwrap_or_else(|| v.to_string())
+                })
+                .collect(),
+        );
     }
     let nums: Vec<f64> = flat.iter().filter_map(Value::as_f64).collect();
-    let float = output["datatype"].as_str().is_some_and(|d| d.starts_with("FP"));
+    let float = output["datatype"]
+        .as_str()
+        .is_some_and(|d| d.starts_with("FP"));
     let last = shape.last().copied().unwrap_or(0);
-    if float && shape.len() == 3 && shape[0] == 1 && last >= 10 && shape[1] >= 1 && nums.len() == shape[1] * last {
+    if float
+        && shape.len() == 3
+        && shape[0] == 1
+        && last >= 10
+        && shape[1] >= 1
+        && nums.len() == shape[1] * last
+    {
         let mut indices = Vec::new();
         let mut prev = usize::MAX;
         let mut conf = Vec::new();
         for step in nums.chunks(last) {
-            let (best, score) = step.iter().enumerate().fold((0, f64::MIN), |a, (i, v)| if *v > a.1 { (i, *v) } else { a });
+            let (best, score) =
+                step.iter().enumerate().fold(
+                    (0, f64::MIN),
+                    |a, (i, v)| if *v > a.1 { (i, *v) } else { a },
+                );
             if best != 0 && best != prev {
                 indices.push(best);
                 conf.push(softmax(step)[best]);
@@ -208,8 +283,17 @@ pub fn summarize(output: &Value) -> Summary {
             prev = best;
             let _ = score;
         }
-        let confidence = if conf.is_empty() { 0.0 } else { conf.iter().sum::<f64>() / conf.len() as f64 };
-        return Summary::Ctc { steps: shape[1], classes: last, indices, confidence };
+        let confidence = if conf.is_empty() {
+            0.0
+        } else {
+            conf.iter().sum::<f64>() / conf.len() as f64
+        };
+        return Summary::Ctc {
+            steps: shape[1],
+            classes: last,
+            indices,
+            confidence,
+        };
     }
     if float && last >= 3 && nums.len() == last && shape.iter().rev().skip(1).all(|d| *d == 1) {
         let probs = softmax(&nums);
@@ -221,8 +305,18 @@ pub fn summarize(output: &Value) -> Summary {
     let count = nums.len();
     let min = nums.iter().cloned().fold(f64::INFINITY, f64::min);
     let max = nums.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-    let mean = if count == 0 { 0.0 } else { nums.iter().sum::<f64>() / count as f64 };
-    Summary::Values { count, first: nums.into_iter().take(8).collect(), min, max, mean }
+    let mean = if count == 0 {
+        0.0
+    } else {
+        nums.iter().sum::<f64>() / count as f64
+    };
+    Summary::Values {
+        count,
+        first: nums.into_iter().take(8).collect(),
+        min,
+        max,
+        mean,
+    }
 }
 
 /// A copy of a request or response for display: long `data` arrays cut to their first values.

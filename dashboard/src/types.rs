@@ -15,7 +15,13 @@ impl TensorSpec {
         let dims: Vec<String> = self
             .shape
             .iter()
-            .map(|d| if *d < 0 { "?".to_string() } else { d.to_string() })
+            .map(|d| {
+                if *d < 0 {
+                    "?".to_string()
+                } else {
+                    d.to_string()
+                }
+            })
             .collect();
         format!("[{}]", dims.join(", "))
     }

@@ -4,7 +4,11 @@ use crate::api::ApiError;
 use leptos::prelude::*;
 
 #[component]
-pub fn PageHeader(title: &'static str, #[prop(into)] subtitle: String, #[prop(optional)] children: Option<Children>) -> impl IntoView {
+pub fn PageHeader(
+    title: &'static str,
+    #[prop(into)] subtitle: String,
+    #[prop(optional)] children: Option<Children>,
+) -> impl IntoView {
     view! {
         <header class="page-header">
             <div>
@@ -76,7 +80,10 @@ pub fn copy_to_clipboard(text: &str) {
 }
 
 #[component]
-pub fn CopyButton(#[prop(into)] text: Signal<String>, #[prop(optional)] id: &'static str) -> impl IntoView {
+pub fn CopyButton(
+    #[prop(into)] text: Signal<String>,
+    #[prop(optional)] id: &'static str,
+) -> impl IntoView {
     let copied = RwSignal::new(false);
     view! {
         <button

@@ -339,5 +339,23 @@ async fn dashboard_in_a_real_browser() {
         )
         .await;
     assert!(stored.is_null());
+
+    // A key with only the infer scope: what it may not do is hidden, not offered and refused.
+    let reader = s.key("infer");
+    b.type_into("#api-key", &reader).await;
+    b.click("#sign-in").await;
+    b.find(".topbar .who").await;
+    b.click("a[href='/models']").await;
+    b.find("section.model[data-model='efficientnet-lite0']")
+        .await;
+    assert!(
+        b.find_now("#upload-form").await.is_none(),
+        "upload offered to an infer-only key"
+    );
+    b.wait_text(".notice", |t| t.contains("upload")).await;
+    b.click("a[href='/keys']").await;
+    b.wait_text(".content", |t| t.contains("Admin only")).await;
+    assert!(b.find_now("#create-key-form").await.is_none());
+    b.screenshot(&shots.join("09-infer-only-keys.png")).await;
     b.close().await;
 }

@@ -85,7 +85,12 @@ fn KeysAdmin() -> impl IntoView {
 }
 
 #[component]
-fn KeyRow(k: ApiKey, own: bool, on_change: Callback<()>, error: RwSignal<Option<ApiError>>) -> impl IntoView {
+fn KeyRow(
+    k: ApiKey,
+    own: bool,
+    on_change: Callback<()>,
+    error: RwSignal<Option<ApiError>>,
+) -> impl IntoView {
     let confirm = RwSignal::new(false);
     let id = k.id;
     let revoke = move |_| {
@@ -153,9 +158,14 @@ fn CreateKey(on_created: Callback<()>) -> impl IntoView {
         let (r, b) = (rps.get_untracked(), burst.get_untracked());
         if !r.trim().is_empty() {
             match (r.trim().parse::<f64>(), b.trim().parse::<u64>().ok()) {
-                (Ok(r), burst) if r > 0.0 => body["rate_limit"] = json!({"rps": r, "burst": burst.unwrap_or(r.ceil() as u64)}),
+                (Ok(r), burst) if r > 0.0 => {
+                    body["rate_limit"] =
+                        json!({"rps": r, "burst": burst.unwrap_or(r.ceil() as u64)})
+                }
                 _ => {
-                    error.set(Some(ApiError::client("Requests per second must be a positive number.")));
+                    error.set(Some(ApiError::client(
+                        "Requests per second must be a positive number.",
+                    )));
                     return;
                 }
             }
@@ -164,8 +174,16 @@ fn CreateKey(on_created: Callback<()>) -> impl IntoView {
         leptos::task::spawn_local(async move {
             match api::call("POST", "/api/keys", Body::Json(body)).await {
                 Ok(v) => {
-                    let s = v.get("secret").and_then(|s| s.as_str()).unwrap_or_default().to_string();
-                    let n = v.get("name").and_then(|s| s.as_str()).unwrap_or_default().to_string();
+                    let s = v
+                        .get("secret")
+                        .and_then(|s| s.as_str())
+                        .unwrap_or_default()
+                        .to_string();
+                    let n = v
+                        .get("name")
+                        .and_then(|s| s.as_str())
+                        .unwrap_or_default()
+                        .to_string();
                     secret.set(Some((n, s)));
                     name.set(String::new());
                     on_created.run(());

@@ -72,13 +72,19 @@ fn UploadForm(on_done: Callback<()>) -> impl IntoView {
         ev.prevent_default();
         error.set(None);
         done.set(None);
-        let Some(file) = file_input.get().and_then(|i| i.files()).and_then(|f| f.get(0)) else {
+        let Some(file) = file_input
+            .get()
+            .and_then(|i| i.files())
+            .and_then(|f| f.get(0))
+        else {
             error.set(Some(ApiError::client("Choose an .onnx file to upload.")));
             return;
         };
         let model = name.get_untracked().trim().to_string();
         if model.is_empty() {
-            error.set(Some(ApiError::client("Give the model a name (letters, digits, '-', '_', '.').")));
+            error.set(Some(ApiError::client(
+                "Give the model a name (letters, digits, '-', '_', '.').",
+            )));
             return;
         }
         let form = web_sys::FormData::new().expect("FormData");
@@ -86,7 +92,9 @@ fn UploadForm(on_done: Callback<()>) -> impl IntoView {
         let cfg = config.get_untracked();
         if !cfg.trim().is_empty() {
             if let Err(e) = serde_json::from_str::<serde_json::Value>(&cfg) {
-                error.set(Some(ApiError::client(format!("The configuration is not valid JSON: {e}"))));
+                error.set(Some(ApiError::client(format!(
+                    "The configuration is not valid JSON: {e}"
+                ))));
                 return;
             }
             let _ = form.append_with_str("config", &cfg);
@@ -95,7 +103,10 @@ fn UploadForm(on_done: Callback<()>) -> impl IntoView {
         progress.set(Some(0.0));
         leptos::task::spawn_local(async move {
             let path = format!("/api/models/{}/versions", api::seg(&model));
-            let result = api::upload("POST", &path, UploadBody::Form(form), move |f| progress.set(Some(f))).await;
+            let result = api::upload("POST", &path, UploadBody::Form(form), move |f| {
+                progress.set(Some(f))
+            })
+            .await;
             progress.set(None);
             busy.set(false);
             match result {
@@ -227,7 +238,11 @@ fn ModelCard(name: String, versions: Vec<ModelVersion>, on_change: Callback<()>)
 }
 
 #[component]
-fn VersionRow(v: ModelVersion, on_change: Callback<()>, error: RwSignal<Option<ApiError>>) -> impl IntoView {
+fn VersionRow(
+    v: ModelVersion,
+    on_change: Callback<()>,
+    error: RwSignal<Option<ApiError>>,
+) -> impl IntoView {
     let session = use_session();
     let confirm = RwSignal::new(false);
     let path = format!("/api/models/{}/versions/{}", api::seg(&v.name), v.version);

@@ -58,7 +58,8 @@ pub fn Overview() -> impl IntoView {
     let server = RwSignal::new(None::<String>);
     let activity = RwSignal::new(VecDeque::<String>::new());
     let alive = StoredValue::new(true);
-    let socket: StoredValue<Option<web_sys::WebSocket>, LocalStorage> = StoredValue::new_local(None);
+    let socket: StoredValue<Option<web_sys::WebSocket>, LocalStorage> =
+        StoredValue::new_local(None);
     on_cleanup(move || {
         alive.set_value(false);
         if let Some(ws) = socket.try_get_value().flatten() {
@@ -68,7 +69,11 @@ pub fn Overview() -> impl IntoView {
 
     leptos::task::spawn_local(async move {
         if let Ok(v) = api::call("GET", "/v2", Body::None).await {
-            server.set(Some(format!("{} {}", v["name"].as_str().unwrap_or("infergate"), v["version"].as_str().unwrap_or(""))));
+            server.set(Some(format!(
+                "{} {}",
+                v["name"].as_str().unwrap_or("infergate"),
+                v["version"].as_str().unwrap_or("")
+            )));
         }
     });
     let refresh_models = move || {
@@ -83,7 +88,8 @@ pub fn Overview() -> impl IntoView {
         })
     };
     refresh_models();
-    let model_timer = set_interval_with_handle(refresh_models, std::time::Duration::from_secs(3)).ok();
+    let model_timer =
+        set_interval_with_handle(refresh_models, std::time::Duration::from_secs(3)).ok();
     on_cleanup(move || {
         if let Some(h) = model_timer {
             h.clear();
@@ -95,7 +101,10 @@ pub fn Overview() -> impl IntoView {
         if !is_alive(alive) {
             return;
         }
-        match events.then(|| connect_events(series, activity, source, alive)).flatten() {
+        match events
+            .then(|| connect_events(series, activity, source, alive))
+            .flatten()
+        {
             Some(ws) => {
                 socket.set_value(Some(ws));
                 source.set(Source::Events);
@@ -113,7 +122,10 @@ pub fn Overview() -> impl IntoView {
     let totals = move || {
         series.with(|s| {
             let rps: f64 = s.values().filter_map(|x| x.rps.back()).sum();
-            let errs: f64 = s.values().filter_map(|x| Some(x.error_rate.back()? * x.rps.back()?)).sum();
+            let errs: f64 = s
+                .values()
+                .filter_map(|x| Some(x.error_rate.back()? * x.rps.back()?))
+                .sum();
             (rps, errs)
         })
     };
@@ -175,7 +187,11 @@ fn is_alive(alive: StoredValue<bool>) -> bool {
     alive.try_get_value().unwrap_or(false)
 }
 
-fn poll_stats(series: RwSignal<BTreeMap<String, Series>>, error: RwSignal<Option<api::ApiError>>, alive: StoredValue<bool>) {
+fn poll_stats(
+    series: RwSignal<BTreeMap<String, Series>>,
+    error: RwSignal<Option<api::ApiError>>,
+    alive: StoredValue<bool>,
+) {
     leptos::task::spawn_local(async move {
         let mut previous: Option<(f64, BTreeMap<String, InferenceStats>)> = None;
         while is_alive(alive) {
@@ -189,7 +205,12 @@ fn poll_stats(series: RwSignal<BTreeMap<String, Series>>, error: RwSignal<Option
                     for m in list.model_stats {
                         let e = current.entry(m.name).or_default();
                         let s = m.inference_stats;
-                        for (a, b) in [(&mut e.success, s.success), (&mut e.fail, s.fail), (&mut e.queue, s.queue), (&mut e.compute_infer, s.compute_infer)] {
+                        for (a, b) in [
+                            (&mut e.success, s.success),
+                            (&mut e.fail, s.fail),
+                            (&mut e.queue, s.queue),
+                            (&mut e.compute_infer, s.compute_infer),
+                        ] {
                             a.count += b.count;
                             a.ns += b.ns;
                         }
@@ -204,11 +225,29 @@ fn poll_stats(series: RwSignal<BTreeMap<String, Series>>, error: RwSignal<Option
                                 let failed = s.fail.count.saturating_sub(b.fail.count) as f64;
                                 let entry = all.entry(name.clone()).or_default();
                                 push(&mut entry.rps, ok / dt);
-                                push(&mut entry.error_rate, if ok + failed > 0.0 { failed / (ok + failed) } else { 0.0 });
-                                let lat = if ok > 0.0 { s.success.ns.saturating_sub(b.success.ns) as f64 / ok / 1e6 } else { 0.0 };
+                                push(
+                                    &mut entry.error_rate,
+                                    if ok + failed > 0.0 {
+                                        failed / (ok + failed)
+                                    } else {
+                                        0.0
+                                    },
+                                );
+                                let lat = if ok > 0.0 {
+                                    s.success.ns.saturating_sub(b.success.ns) as f64 / ok / 1e6
+                                } else {
+                                    0.0
+                                };
                                 push(&mut entry.latency, lat);
                                 let queued = s.queue.count.saturating_sub(b.queue.count) as f64;
-                                push(&mut entry.queue, if queued > 0.0 { s.queue.ns.saturating_sub(b.queue.ns) as f64 / queued / 1e6 } else { 0.0 });
+                                push(
+                                    &mut entry.queue,
+                                    if queued > 0.0 {
+                                        s.queue.ns.saturating_sub(b.queue.ns) as f64 / queued / 1e6
+                                    } else {
+                                        0.0
+                                    },
+                                );
                             }
                         });
                     } else {
@@ -244,7 +283,9 @@ fn connect_events(
     source: RwSignal<Source>,
     alive: StoredValue<bool>,
 ) -> Option<web_sys::WebSocket> {
-    let origin = web_sys::window().and_then(|w| w.location().origin().ok()).unwrap_or_default();
+    let origin = web_sys::window()
+        .and_then(|w| w.location().origin().ok())
+        .unwrap_or_default();
     let url = format!("{}/v2/events", origin.replacen("http", "ws", 1));
     let key = session::stored_key().unwrap_or_default();
     let protocols = js_sys::Array::of2(&"infergate.v1".into(), &key.into());
@@ -252,43 +293,67 @@ fn connect_events(
     let got_frame = std::rc::Rc::new(std::cell::Cell::new(false));
     let seen = got_frame.clone();
     let ws_msg = ws.clone();
-    let on_message = Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |e: web_sys::MessageEvent| {
-        if !is_alive(alive) {
-            let _ = ws_msg.close();
-            return;
-        }
-        let Some(text) = e.data().as_string() else { return };
-        let Ok(v) = serde_json::from_str::<Value>(&text) else { return };
-        seen.set(true);
-        match v["type"].as_str().unwrap_or("stats") {
-            "stats" => series.update(|all| {
-                for m in v["models"].as_array().into_iter().flatten() {
-                    let Some(name) = m["model"].as_str().or(m["name"].as_str()) else { continue };
-                    let entry = all.entry(name.to_string()).or_default();
-                    let rps = num(m, &["requests_per_s", "rps", "throughput"]).unwrap_or(0.0);
-                    push(&mut entry.rps, rps);
-                    push(&mut entry.latency, num(m, &["p50_ms", "latency_p50_ms"]).unwrap_or(0.0));
-                    push(&mut entry.p99, num(m, &["p99_ms", "latency_p99_ms"]).unwrap_or(0.0));
-                    let errs = num(m, &["errors_per_s"]).unwrap_or(0.0);
-                    push(&mut entry.error_rate, num(m, &["error_rate"]).unwrap_or(if rps + errs > 0.0 { errs / (rps + errs) } else { 0.0 }));
-                    push(&mut entry.queue, num(m, &["queue_depth"]).unwrap_or(0.0));
-                }
-            }),
-            kind => {
-                let line = format!(
-                    "{} · {} {} v{}",
-                    format::date((format::now_ms() / 1000.0) as i64),
-                    kind.replace('_', " "),
-                    v["model"].as_str().unwrap_or("?"),
-                    v["version"].as_u64().map(|x| x.to_string()).or(v["version"].as_str().map(str::to_string)).unwrap_or_default()
-                );
-                activity.update(|a| {
-                    a.push_front(line);
-                    a.truncate(20);
-                });
+    let on_message =
+        Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |e: web_sys::MessageEvent| {
+            if !is_alive(alive) {
+                let _ = ws_msg.close();
+                return;
             }
-        }
-    });
+            let Some(text) = e.data().as_string() else {
+                return;
+            };
+            let Ok(v) = serde_json::from_str::<Value>(&text) else {
+                return;
+            };
+            seen.set(true);
+            match v["type"].as_str().unwrap_or("stats") {
+                "stats" => series.update(|all| {
+                    for m in v["models"].as_array().into_iter().flatten() {
+                        let Some(name) = m["model"].as_str().or(m["name"].as_str()) else {
+                            continue;
+                        };
+                        let entry = all.entry(name.to_string()).or_default();
+                        let rps = num(m, &["requests_per_s", "rps", "throughput"]).unwrap_or(0.0);
+                        push(&mut entry.rps, rps);
+                        push(
+                            &mut entry.latency,
+                            num(m, &["p50_ms", "latency_p50_ms"]).unwrap_or(0.0),
+                        );
+                        push(
+                            &mut entry.p99,
+                            num(m, &["p99_ms", "latency_p99_ms"]).unwrap_or(0.0),
+                        );
+                        let errs = num(m, &["errors_per_s"]).unwrap_or(0.0);
+                        push(
+                            &mut entry.error_rate,
+                            num(m, &["error_rate"]).unwrap_or(if rps + errs > 0.0 {
+                                errs / (rps + errs)
+                            } else {
+                                0.0
+                            }),
+                        );
+                        push(&mut entry.queue, num(m, &["queue_depth"]).unwrap_or(0.0));
+                    }
+                }),
+                kind => {
+                    let line = format!(
+                        "{} · {} {} v{}",
+                        format::date((format::now_ms() / 1000.0) as i64),
+                        kind.replace('_', " "),
+                        v["model"].as_str().unwrap_or("?"),
+                        v["version"]
+                            .as_u64()
+                            .map(|x| x.to_string())
+                            .or(v["version"].as_str().map(str::to_string))
+                            .unwrap_or_default()
+                    );
+                    activity.update(|a| {
+                        a.push_front(line);
+                        a.truncate(20);
+                    });
+                }
+            }
+        });
     let on_close = Closure::<dyn FnMut()>::new(move || {
         if is_alive(alive) && !got_frame.get() {
             source.set(Source::Polling);

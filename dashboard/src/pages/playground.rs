@@ -17,11 +17,16 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 
 fn origin() -> String {
-    web_sys::window().and_then(|w| w.location().origin().ok()).unwrap_or_default()
+    web_sys::window()
+        .and_then(|w| w.location().origin().ok())
+        .unwrap_or_default()
 }
 
 fn now() -> f64 {
-    web_sys::window().and_then(|w| w.performance()).map(|p| p.now()).unwrap_or(0.0)
+    web_sys::window()
+        .and_then(|w| w.performance())
+        .map(|p| p.now())
+        .unwrap_or(0.0)
 }
 
 #[component]
@@ -53,14 +58,24 @@ pub fn Playground() -> impl IntoView {
             Err(e) => error.set(Some(e)),
         }
         if let Ok(v) = api::call("GET", "/v1/models", Body::None).await {
-            let ids = v["data"].as_array().map(|d| d.iter().filter_map(|m| m["id"].as_str().map(str::to_string)).collect()).unwrap_or_default();
+            let ids = v["data"]
+                .as_array()
+                .map(|d| {
+                    d.iter()
+                        .filter_map(|m| m["id"].as_str().map(str::to_string))
+                        .collect()
+                })
+                .unwrap_or_default();
             completions.set(ids);
         }
         has_ws.set(api::probe("GET", "/v2/stream").await);
     });
     let current = move || {
         let name = selected.get();
-        models.with(|m| m.as_ref().and_then(|m| m.iter().find(|v| v.name == name).cloned()))
+        models.with(|m| {
+            m.as_ref()
+                .and_then(|m| m.iter().find(|v| v.name == name).cloned())
+        })
     };
     view! {
         <PageHeader title="Playground" subtitle="Run a model from the browser; every request here is a plain API call you can copy."/>
@@ -116,7 +131,13 @@ struct RunRecord {
 
 async fn stats_of(name: &str, version: u64) -> Option<crate::types::InferenceStats> {
     let path = format!("/v2/models/{}/versions/{version}/stats", api::seg(name));
-    api::get::<StatsList>(&path).await.ok()?.model_stats.into_iter().next().map(|s| s.inference_stats)
+    api::get::<StatsList>(&path)
+        .await
+        .ok()?
+        .model_stats
+        .into_iter()
+        .next()
+        .map(|s| s.inference_stats)
 }
 
 #[component]
@@ -127,18 +148,30 @@ fn TensorRun(model: ModelVersion) -> impl IntoView {
         .map(|spec| {
             let shape = tensor::default_shape(spec);
             let n = tensor::element_count(&shape);
-            let data = if n <= 32 { tensor::zeros(&spec.datatype, n).to_string() } else { String::new() };
+            let data = if n <= 32 {
+                tensor::zeros(&spec.datatype, n).to_string()
+            } else {
+                String::new()
+            };
             InputField {
                 spec: spec.clone(),
-                shape: RwSignal::new(shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")),
+                shape: RwSignal::new(
+                    shape
+                        .iter()
+                        .map(|d| d.to_string())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                ),
                 data: RwSignal::new(data),
             }
         })
         .collect();
-    let image_spec = (model.inputs.len() == 1 && tensor::is_image_input(&model.inputs[0])).then(|| model.inputs[0].clone());
+    let image_spec = (model.inputs.len() == 1 && tensor::is_image_input(&model.inputs[0]))
+        .then(|| model.inputs[0].clone());
     let use_image = RwSignal::new(image_spec.is_some());
     let preprocess = RwSignal::new(Preprocess::for_model(&model.name));
-    let image: StoredValue<Option<(Vec<f32>, u32, u32)>, LocalStorage> = StoredValue::new_local(None);
+    let image: StoredValue<Option<(Vec<f32>, u32, u32)>, LocalStorage> =
+        StoredValue::new_local(None);
     let image_label = RwSignal::new(None::<String>);
     let canvas = NodeRef::<html::Canvas>::new();
     let dragging = RwSignal::new(false);
@@ -151,13 +184,20 @@ fn TensorRun(model: ModelVersion) -> impl IntoView {
     let take_file = {
         let image_spec = image_spec.clone();
         move |file: web_sys::File| {
-            let Some(spec) = image_spec.clone() else { return };
+            let Some(spec) = image_spec.clone() else {
+                return;
+            };
             let Some(canvas) = canvas.get() else { return };
             error.set(None);
             leptos::task::spawn_local(async move {
-                match tensor::image_tensor(&file, &spec, preprocess.get_untracked(), &canvas).await {
+                match tensor::image_tensor(&file, &spec, preprocess.get_untracked(), &canvas).await
+                {
                     Ok((data, h, w)) => {
-                        image_label.set(Some(format!("{} → {w}×{h}, {}", file.name(), preprocess.get_untracked().label())));
+                        image_label.set(Some(format!(
+                            "{} → {w}×{h}, {}",
+                            file.name(),
+                            preprocess.get_untracked().label()
+                        )));
                         image.set_value(Some((data, h, w)));
                     }
                     Err(e) => error.set(Some(ApiError::client(e))),
@@ -176,9 +216,13 @@ fn TensorRun(model: ModelVersion) -> impl IntoView {
             error.set(None);
             let path = format!("/v2/models/{}/infer", api::seg(&name));
             let url = format!("{}{path}", origin());
-            let (body, request_text, curl) = if let (true, Some(spec)) = (use_image.get_untracked(), image_spec.clone()) {
+            let (body, request_text, curl) = if let (true, Some(spec)) =
+                (use_image.get_untracked(), image_spec.clone())
+            {
                 let Some((data, h, w)) = image.get_value() else {
-                    error.set(Some(ApiError::client("Drop an image first (or switch to JSON input).")));
+                    error.set(Some(ApiError::client(
+                        "Drop an image first (or switch to JSON input).",
+                    )));
                     return;
                 };
                 let mut bytes: Vec<u8> = Vec::with_capacity(data.len() * 4);
@@ -189,20 +233,34 @@ fn TensorRun(model: ModelVersion) -> impl IntoView {
                     "parameters": {"binary_data_size": bytes.len()}}]});
                 let header_text = header.to_string();
                 let header_len = header_text.len();
-                let request_text = format!("{}\n\n[{} bytes of FP32 NCHW pixel data follow the JSON header]", serde_json::to_string_pretty(&header).unwrap_or_default(), bytes.len());
+                let request_text = format!(
+                    "{}\n\n[{} bytes of FP32 NCHW pixel data follow the JSON header]",
+                    serde_json::to_string_pretty(&header).unwrap_or_default(),
+                    bytes.len()
+                );
                 let curl = format!(
                     "# request.bin = the JSON header ({header_len} bytes) followed by the raw tensor\ncurl --cacert data/tls/cert.pem {url} \\\n  -H \"Authorization: Bearer $KEY\" \\\n  -H \"Inference-Header-Content-Length: {header_len}\" \\\n  --data-binary @request.bin"
                 );
                 let mut all = header_text.into_bytes();
                 all.extend_from_slice(&bytes);
-                (Body::Binary { header_len, bytes: all }, request_text, curl)
+                (
+                    Body::Binary {
+                        header_len,
+                        bytes: all,
+                    },
+                    request_text,
+                    curl,
+                )
             } else {
                 let mut inputs = Vec::new();
                 for f in &fields {
                     let shape = match tensor::parse_shape(&f.shape.get_untracked()) {
                         Ok(s) => s,
                         Err(e) => {
-                            error.set(Some(ApiError::client(format!("input '{}': shape: {e}", f.spec.name))));
+                            error.set(Some(ApiError::client(format!(
+                                "input '{}': shape: {e}",
+                                f.spec.name
+                            ))));
                             return;
                         }
                     };
@@ -221,7 +279,8 @@ fn TensorRun(model: ModelVersion) -> impl IntoView {
                 } else {
                     format!("# request.json = the request shown above, in full\ncurl --cacert data/tls/cert.pem {url} \\\n  -H \"Authorization: Bearer $KEY\" \\\n  -H 'Content-Type: application/json' \\\n  -d @request.json")
                 };
-                let shown = serde_json::to_string_pretty(&tensor::abbreviate(&body)).unwrap_or_default();
+                let shown =
+                    serde_json::to_string_pretty(&tensor::abbreviate(&body)).unwrap_or_default();
                 (Body::Json(body), shown, curl)
             };
             busy.set(true);
@@ -248,10 +307,22 @@ fn TensorRun(model: ModelVersion) -> impl IntoView {
                             }
                             _ => None,
                         };
-                        run.set(Some(RunRecord { request_text, curl, response: Some(response), client_ms, stages }));
+                        run.set(Some(RunRecord {
+                            request_text,
+                            curl,
+                            response: Some(response),
+                            client_ms,
+                            stages,
+                        }));
                     }
                     Err(e) => {
-                        run.set(Some(RunRecord { request_text, curl, response: None, client_ms, stages: None }));
+                        run.set(Some(RunRecord {
+                            request_text,
+                            curl,
+                            response: None,
+                            client_ms,
+                            stages: None,
+                        }));
                         error.set(Some(e));
                     }
                 }
@@ -290,7 +361,16 @@ fn TensorRun(model: ModelVersion) -> impl IntoView {
     let take_drop = take_file.clone();
     let take_pick = take_file.clone();
     let has_image_input = image_spec.is_some();
-    let image_hint = image_spec.as_ref().map(|s| format!("Input '{}' {}: the image is resized here to fit.", s.name, s.shape_text())).unwrap_or_default();
+    let image_hint = image_spec
+        .as_ref()
+        .map(|s| {
+            format!(
+                "Input '{}' {}: the image is resized here to fit.",
+                s.name,
+                s.shape_text()
+            )
+        })
+        .unwrap_or_default();
     view! {
         <form class="playground" on:submit=submit id="playground-form">
             <section class="card">
@@ -351,8 +431,15 @@ fn TensorRun(model: ModelVersion) -> impl IntoView {
 
 #[component]
 fn RunResult(r: RunRecord) -> impl IntoView {
-    let outputs = r.response.as_ref().and_then(|v| v["outputs"].as_array().cloned()).unwrap_or_default();
-    let response_text = r.response.as_ref().map(|v| serde_json::to_string_pretty(&tensor::abbreviate(v)).unwrap_or_default());
+    let outputs = r
+        .response
+        .as_ref()
+        .and_then(|v| v["outputs"].as_array().cloned())
+        .unwrap_or_default();
+    let response_text = r
+        .response
+        .as_ref()
+        .map(|v| serde_json::to_string_pretty(&tensor::abbreviate(v)).unwrap_or_default());
     let curl = r.curl.clone();
     view! {
         <section class="card result" id="result">
@@ -446,7 +533,8 @@ fn TextGeneration(model: String, has_ws: bool) -> impl IntoView {
     let busy = RwSignal::new(false);
     let timing = RwSignal::new(None::<(f64, f64, usize)>);
     let curl = RwSignal::new(String::new());
-    let socket: StoredValue<Option<web_sys::WebSocket>, LocalStorage> = StoredValue::new_local(None);
+    let socket: StoredValue<Option<web_sys::WebSocket>, LocalStorage> =
+        StoredValue::new_local(None);
     on_cleanup(move || {
         if let Some(ws) = socket.try_get_value().flatten() {
             let _ = ws.close();
@@ -481,7 +569,9 @@ fn TextGeneration(model: String, has_ws: bool) -> impl IntoView {
                                     count += 1;
                                     output.update(|o| o.push_str(t));
                                 }
-                            } else if let Some(e) = v["error"]["message"].as_str().or(v["error"].as_str()) {
+                            } else if let Some(e) =
+                                v["error"]["message"].as_str().or(v["error"].as_str())
+                            {
                                 error.set(Some(ApiError::client(e.to_string())));
                             }
                         }
@@ -558,7 +648,9 @@ fn open_stream(
     let ws = match web_sys::WebSocket::new_with_str_sequence(&url, &protocols) {
         Ok(ws) => ws,
         Err(_) => {
-            error.set(Some(ApiError::client("cannot open a WebSocket to /v2/stream")));
+            error.set(Some(ApiError::client(
+                "cannot open a WebSocket to /v2/stream",
+            )));
             busy.set(false);
             return;
         }
@@ -571,29 +663,45 @@ fn open_stream(
         let _ = ws_open.send_with_str(&text);
     });
     let ws_msg = ws.clone();
-    let on_message = Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |e: web_sys::MessageEvent| {
-        let Some(data) = e.data().as_string() else { return };
-        let Ok(v) = serde_json::from_str::<Value>(&data) else { return };
-        if let Some(t) = v["token"].as_str() {
-            if first.get().is_none() {
-                first.set(Some(now() - start));
+    let on_message =
+        Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |e: web_sys::MessageEvent| {
+            let Some(data) = e.data().as_string() else {
+                return;
+            };
+            let Ok(v) = serde_json::from_str::<Value>(&data) else {
+                return;
+            };
+            if let Some(t) = v["token"].as_str() {
+                if first.get().is_none() {
+                    first.set(Some(now() - start));
+                }
+                count.set(count.get() + 1);
+                output.update(|o| o.push_str(t));
+            } else if v["done"].as_bool() == Some(true) {
+                timing.set(Some((
+                    first.get().unwrap_or(0.0),
+                    now() - start,
+                    count.get(),
+                )));
+                busy.set(false);
+                let _ = ws_msg.close();
+            } else if let Some(err) = v["error"].as_str() {
+                let status = v["status"].as_u64().unwrap_or(0) as u16;
+                error.set(Some(ApiError {
+                    status,
+                    message: err.to_string(),
+                }));
+                busy.set(false);
+                let _ = ws_msg.close();
             }
-            count.set(count.get() + 1);
-            output.update(|o| o.push_str(t));
-        } else if v["done"].as_bool() == Some(true) {
-            timing.set(Some((first.get().unwrap_or(0.0), now() - start, count.get())));
-            busy.set(false);
-            let _ = ws_msg.close();
-        } else if let Some(err) = v["error"].as_str() {
-            let status = v["status"].as_u64().unwrap_or(0) as u16;
-            error.set(Some(ApiError { status, message: err.to_string() }));
-            busy.set(false);
-            let _ = ws_msg.close();
-        }
-    });
+        });
     let on_close = Closure::<dyn FnMut(web_sys::CloseEvent)>::new(move |e: web_sys::CloseEvent| {
         if busy.try_get_untracked().unwrap_or(false) {
-            let reason = if e.reason().is_empty() { format!("connection closed (code {})", e.code()) } else { e.reason() };
+            let reason = if e.reason().is_empty() {
+                format!("connection closed (code {})", e.code())
+            } else {
+                e.reason()
+            };
             error.set(Some(ApiError::client(format!("WebSocket: {reason}"))));
             busy.set(false);
         }

@@ -19,11 +19,18 @@ enum Availability {
 }
 
 fn items(v: &Value, key: &str) -> Vec<Value> {
-    v.get(key).and_then(Value::as_array).or(v.as_array()).cloned().unwrap_or_default()
+    v.get(key)
+        .and_then(Value::as_array)
+        .or(v.as_array())
+        .cloned()
+        .unwrap_or_default()
 }
 
 fn text(v: &Value, keys: &[&str]) -> String {
-    keys.iter().find_map(|k| v.get(*k).and_then(Value::as_str)).unwrap_or("").to_string()
+    keys.iter()
+        .find_map(|k| v.get(*k).and_then(Value::as_str))
+        .unwrap_or("")
+        .to_string()
 }
 
 #[component]
@@ -136,17 +143,28 @@ fn PluginUpload(on_done: Callback<()>) -> impl IntoView {
     let submit = move |ev: leptos::ev::SubmitEvent| {
         ev.prevent_default();
         error.set(None);
-        let Some(file) = file_input.get().and_then(|i| i.files()).and_then(|f| f.get(0)) else {
+        let Some(file) = file_input
+            .get()
+            .and_then(|i| i.files())
+            .and_then(|f| f.get(0))
+        else {
             error.set(Some(ApiError::client("Choose a .wasm file.")));
             return;
         };
         let n = name.get_untracked().trim().to_string();
-        let n = if n.is_empty() { file.name().trim_end_matches(".wasm").to_string() } else { n };
+        let n = if n.is_empty() {
+            file.name().trim_end_matches(".wasm").to_string()
+        } else {
+            n
+        };
         busy.set(true);
         progress.set(Some(0.0));
         leptos::task::spawn_local(async move {
             let path = format!("/api/plugins/{}", api::seg(&n));
-            let result = api::upload("POST", &path, UploadBody::File(file), move |f| progress.set(Some(f))).await;
+            let result = api::upload("POST", &path, UploadBody::File(file), move |f| {
+                progress.set(Some(f))
+            })
+            .await;
             progress.set(None);
             busy.set(false);
             match result {
@@ -172,7 +190,11 @@ fn PluginUpload(on_done: Callback<()>) -> impl IntoView {
 }
 
 #[component]
-fn PipelineComposer(plugins: Signal<Vec<String>>, models: Signal<Vec<String>>, on_done: Callback<()>) -> impl IntoView {
+fn PipelineComposer(
+    plugins: Signal<Vec<String>>,
+    models: Signal<Vec<String>>,
+    on_done: Callback<()>,
+) -> impl IntoView {
     let name = RwSignal::new(String::new());
     let model = RwSignal::new(String::new());
     let pre = RwSignal::new(Vec::<String>::new());
@@ -210,12 +232,20 @@ fn PipelineComposer(plugins: Signal<Vec<String>>, models: Signal<Vec<String>>, o
         saved.set(None);
         let n = name.get_untracked().trim().to_string();
         if n.is_empty() || model.get_untracked().is_empty() {
-            error.set(Some(ApiError::client("A pipeline needs a name and a model.")));
+            error.set(Some(ApiError::client(
+                "A pipeline needs a name and a model.",
+            )));
             return;
         }
         let body = json!({"pre": pre.get_untracked(), "model": model.get_untracked(), "post": post.get_untracked()});
         leptos::task::spawn_local(async move {
-            match api::call("PUT", &format!("/api/pipelines/{}", api::seg(&n)), Body::Json(body)).await {
+            match api::call(
+                "PUT",
+                &format!("/api/pipelines/{}", api::seg(&n)),
+                Body::Json(body),
+            )
+            .await
+            {
                 Ok(_) => {
                     saved.set(Some(format!("Saved pipeline {n}.")));
                     on_done.run(());

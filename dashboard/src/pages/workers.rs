@@ -28,7 +28,10 @@ pub fn Workers() -> impl IntoView {
     let groups: StoredValue<BTreeMap<String, (String, u64)>> = StoredValue::new(BTreeMap::new());
     let refresh = move || {
         leptos::task::spawn_local(async move {
-            let (models, stats) = (api::get::<ModelList>("/api/models").await, api::get::<StatsList>("/v2/models/stats").await);
+            let (models, stats) = (
+                api::get::<ModelList>("/api/models").await,
+                api::get::<StatsList>("/v2/models/stats").await,
+            );
             let (models, stats) = match (models, stats) {
                 (Ok(m), Ok(s)) => (m.models, s.model_stats),
                 (Err(e), _) | (_, Err(e)) => {
@@ -47,7 +50,14 @@ pub fn Workers() -> impl IntoView {
                         let g = match api::call("GET", &path, Body::None).await {
                             Ok(c) => {
                                 let group = &c["instance_group"][0];
-                                (group["kind"].as_str().unwrap_or("KIND_CPU").trim_start_matches("KIND_").to_string(), group["count"].as_u64().unwrap_or(1))
+                                (
+                                    group["kind"]
+                                        .as_str()
+                                        .unwrap_or("KIND_CPU")
+                                        .trim_start_matches("KIND_")
+                                        .to_string(),
+                                    group["count"].as_u64().unwrap_or(1),
+                                )
                             }
                             Err(_) => ("?".to_string(), 0),
                         };
@@ -55,8 +65,20 @@ pub fn Workers() -> impl IntoView {
                         g
                     }
                 };
-                let s = stats.iter().find(|s| s.name == m.name && s.version == m.version.to_string()).cloned();
-                list.push(Worker { model: m.name, version: m.version, state: m.state, reason: m.reason, in_flight: m.in_flight, kind, instances, stats: s });
+                let s = stats
+                    .iter()
+                    .find(|s| s.name == m.name && s.version == m.version.to_string())
+                    .cloned();
+                list.push(Worker {
+                    model: m.name,
+                    version: m.version,
+                    state: m.state,
+                    reason: m.reason,
+                    in_flight: m.in_flight,
+                    kind,
+                    instances,
+                    stats: s,
+                });
             }
             list.sort_by(|a, b| (a.model.as_str(), b.version).cmp(&(b.model.as_str(), a.version)));
             workers.set(Some(list));
