@@ -78,6 +78,9 @@ pub struct ServeArgs {
     /// Log format: text or json [default: text].
     #[arg(long, env = "INFERGATE_LOG_FORMAT")]
     log_format: Option<String>,
+    /// Directory of the built dashboard (dashboard/build.sh) [default: dashboard/dist].
+    #[arg(long, env = "INFERGATE_DASHBOARD_DIR")]
+    dashboard_dir: Option<PathBuf>,
 }
 
 impl ServeArgs {
@@ -113,6 +116,7 @@ impl ServeArgs {
         set!(c.engine.intra_threads, self.intra_threads);
         set!(c.engine.instances, self.instances);
         set!(c.log_format, self.log_format);
+        c.dashboard_dir = self.dashboard_dir.or(c.dashboard_dir);
         if !matches!(c.log_format.as_str(), "text" | "json") {
             bail!(
                 "--log-format must be 'text' or 'json', not '{}'",

@@ -22,6 +22,8 @@ pub struct Config {
     pub engine: EngineSettings,
     /// Log format: "text" or "json".
     pub log_format: String,
+    /// The dashboard's built files [default: dashboard/dist].
+    pub dashboard_dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -73,6 +75,7 @@ impl Default for Config {
             limits: Limits::default(),
             engine: EngineSettings::default(),
             log_format: "text".into(),
+            dashboard_dir: None,
         }
     }
 }

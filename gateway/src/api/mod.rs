@@ -2,6 +2,7 @@
 
 pub mod body;
 pub mod codec;
+pub mod dashboard;
 pub mod keys;
 pub mod kserve;
 pub mod models;
@@ -63,12 +64,9 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/api/keys", get(keys::list).post(keys::create))
         .route("/api/keys/{id}", delete(keys::revoke))
         .route("/api/whoami", get(keys::whoami))
-        .fallback(not_found)
+        // Everything else: the dashboard's files (API paths keep their JSON 404).
+        .fallback(dashboard::fallback)
         // Bodies are read by our own limited readers, which answer 413 with a JSON error.
         .layer(DefaultBodyLimit::disable())
         .with_state(state)
-}
-
-async fn not_found(uri: http::Uri) -> crate::error::ApiError {
-    crate::error::ApiError::not_found(format!("no route for {}", uri.path()))
 }
