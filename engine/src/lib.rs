@@ -30,6 +30,9 @@ pub mod stats;
 pub mod tensor;
 mod warmup;
 
+/// Native ops (resize/normalize, softmax top-k, NMS) on the GPU or their CPU twins.
+pub use infergate_kernels as kernels;
+
 pub use config::{ModelConfig, ServableVersions, VersionPolicy};
 pub use engine::{Engine, EngineConfig, InferOptions, ModelInfo, ModelKey, ModelState};
 pub use error::{EngineError, Fault};

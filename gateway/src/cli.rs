@@ -32,6 +32,12 @@ enum Command {
     /// Register and list models in a data directory (offline; the server loads them at start).
     #[command(subcommand)]
     Models(ModelsCommand),
+    /// Register and list WebAssembly plugins in a data directory (offline).
+    #[command(subcommand)]
+    Plugins(crate::cli_pipelines::PluginsCommand),
+    /// Declare and list pipelines in a data directory (offline).
+    #[command(subcommand)]
+    Pipelines(crate::cli_pipelines::PipelinesCommand),
 }
 
 #[derive(Args)]
@@ -243,6 +249,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Keys(cmd) => keys(cmd),
         Command::Models(cmd) => models(cmd),
+        Command::Plugins(cmd) => crate::cli_pipelines::plugins(cmd),
+        Command::Pipelines(cmd) => crate::cli_pipelines::pipelines(cmd),
     }
 }
 

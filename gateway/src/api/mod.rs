@@ -6,11 +6,13 @@ pub mod dashboard;
 pub mod keys;
 pub mod kserve;
 pub mod models;
+pub mod pipelines;
+pub mod plugins;
 pub mod triton;
 
 use crate::state::AppState;
 use axum::extract::DefaultBodyLimit;
-use axum::routing::{delete, get, post};
+use axum::routing::{delete, get, post, put};
 use axum::Router;
 use std::sync::Arc;
 
@@ -57,10 +59,32 @@ pub fn router(state: Arc<AppState>) -> Router {
             get(models::get).delete(models::delete_all),
         )
         .route("/api/models/{model}/versions", post(models::upload))
+        .route("/api/models/{model}/config", put(models::put_latest_config))
+        .route(
+            "/api/models/{model}/versions/{version}/config",
+            put(models::put_version_config),
+        )
         .route(
             "/api/models/{model}/versions/{version}",
             get(models::get_version).delete(models::delete_version),
         )
+        .route("/api/plugins", get(plugins::list).post(plugins::upload))
+        .route(
+            "/api/plugins/{plugin}",
+            get(plugins::get).delete(plugins::delete_all),
+        )
+        .route(
+            "/api/plugins/{plugin}/versions/{version}",
+            delete(plugins::delete_version),
+        )
+        .route("/api/pipelines", get(pipelines::list))
+        .route(
+            "/api/pipelines/{pipeline}",
+            get(pipelines::get)
+                .put(pipelines::put)
+                .delete(pipelines::delete),
+        )
+        .route("/api/pipelines/{pipeline}/run", post(pipelines::run_raw))
         .route("/api/keys", get(keys::list).post(keys::create))
         .route("/api/keys/{id}", delete(keys::revoke))
         .route("/api/whoami", get(keys::whoami))
