@@ -64,7 +64,9 @@ fn call(plugin: &Plugin, bytes: usize, iterations: usize) -> Duration {
 }
 
 fn instantiate(plugin: &Plugin, iterations: usize) -> Duration {
-    measure(iterations, |_| plugin.instantiate_only().expect("instantiate"))
+    measure(iterations, |_| {
+        plugin.instantiate_only().expect("instantiate")
+    })
 }
 
 fn us(d: Duration) -> String {
@@ -77,9 +79,15 @@ fn main() {
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../dist"));
     let path = dist.join("passthrough.wasm");
     let bytes = std::fs::read(&path).unwrap_or_else(|e| {
-        panic!("cannot read {}: {e}; run plugins/build.sh first", path.display())
+        panic!(
+            "cannot read {}: {e}; run plugins/build.sh first",
+            path.display()
+        )
     });
-    let config = HostConfig { max_concurrent_calls: 16, ..HostConfig::default() };
+    let config = HostConfig {
+        max_concurrent_calls: 16,
+        ..HostConfig::default()
+    };
     let pooled = PluginHost::new(config.clone()).expect("pooling host");
     let unpooled = PluginHost::without_pooling(config).expect("host without pooling");
     let pooled_plugin = pooled.compile(&bytes).expect("compile");
@@ -90,19 +98,33 @@ fn main() {
     let rows = [
         ("memcpy 1 KiB", memcpy(SMALL, 20_000)),
         ("call 1 KiB (pooling)", call(&pooled_plugin, SMALL, 500)),
-        ("call 1 KiB (no pooling)", call(&unpooled_plugin, SMALL, 200)),
+        (
+            "call 1 KiB (no pooling)",
+            call(&unpooled_plugin, SMALL, 200),
+        ),
         ("memcpy 588 KiB", memcpy(LARGE, 500)),
         ("call 588 KiB (pooling)", call(&pooled_plugin, LARGE, 50)),
-        ("call 588 KiB (no pooling)", call(&unpooled_plugin, LARGE, 20)),
+        (
+            "call 588 KiB (no pooling)",
+            call(&unpooled_plugin, LARGE, 20),
+        ),
         ("instantiate (pooling)", instantiate(&pooled_plugin, 1000)),
-        ("instantiate (no pooling)", instantiate(&unpooled_plugin, 200)),
+        (
+            "instantiate (no pooling)",
+            instantiate(&unpooled_plugin, 200),
+        ),
     ];
     println!("\npass-through plugin, median of {BATCHES} batches, per call");
     println!("{:<28} {:>12}", "what", "time");
     for (name, time) in &rows {
         println!("{name:<28} {:>12}", us(*time));
     }
-    let get = |name: &str| rows.iter().find(|(n, _)| *n == name).map(|(_, d)| d.as_secs_f64()).unwrap_or(f64::NAN);
+    let get = |name: &str| {
+        rows.iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, d)| d.as_secs_f64())
+            .unwrap_or(f64::NAN)
+    };
     println!();
     println!(
         "1 KiB call (pooling): {} (target <= 20 µs)",

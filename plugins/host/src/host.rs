@@ -97,21 +97,25 @@ impl PluginHost {
         validate::check_header(bytes)?;
         let sha256 = hex::encode(Sha256::digest(bytes));
         let component = self.load_or_compile(bytes, &sha256)?;
-        let instance_pre = self.shared.linker.instantiate_pre(&component).map_err(|e| {
-            PluginError::invalid(format!(
-                "imports something the host does not provide (plugins get only \
+        let instance_pre = self
+            .shared
+            .linker
+            .instantiate_pre(&component)
+            .map_err(|e| {
+                PluginError::invalid(format!(
+                    "imports something the host does not provide (plugins get only \
                  infergate:plugin/log; WASI is not available): {e}"
-            ))
-        })?;
+                ))
+            })?;
         bindings::PluginPre::new(instance_pre.clone()).map_err(|e| {
             PluginError::invalid(format!(
                 "does not implement the world infergate:plugin/plugin@0.1.0: {e}"
             ))
         })?;
         let export = |name: &str| {
-            component.get_export_index(None, name).ok_or_else(|| {
-                PluginError::invalid(format!("has no `{name}` export"))
-            })
+            component
+                .get_export_index(None, name)
+                .ok_or_else(|| PluginError::invalid(format!("has no `{name}` export")))
         };
         let compiled = Compiled {
             preprocess: export("preprocess")?,
@@ -121,9 +125,9 @@ impl PluginHost {
             sha256,
             host: Arc::clone(&self.shared),
         };
-        let description = compiled.describe().map_err(|e| {
-            PluginError::invalid(format!("describe() did not complete: {e}"))
-        })?;
+        let description = compiled
+            .describe()
+            .map_err(|e| PluginError::invalid(format!("describe() did not complete: {e}")))?;
         validate::check_description(&description)?;
         let id = PluginId {
             name: description.name.clone(),
