@@ -207,6 +207,9 @@ fn engine_config(config: &HostConfig) -> Config {
             .max_tables_per_component(limits.tables as u32)
             .table_elements(limits.table_elements)
             .max_memory_size(config.max_memory_bytes)
+            // Reset only the pages a call dirtied (Linux 6.7+ PAGEMAP_SCAN;
+            // elsewhere the first `keep_resident_bytes` are reset by memset).
+            .pagemap_scan(wasmtime::Enabled::Auto)
             .linear_memory_keep_resident(config.keep_resident_bytes)
             .table_keep_resident(64 << 10);
         engine.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
