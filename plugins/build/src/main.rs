@@ -38,7 +38,12 @@ fn componentize(module: &Path, out: &Path) -> Result<()> {
     let component = ComponentEncoder::default()
         .validate(true)
         .module(&bytes)
-        .with_context(|| format!("{}: no component metadata (built with wit-bindgen?)", module.display()))?
+        .with_context(|| {
+            format!(
+                "{}: no component metadata (built with wit-bindgen?)",
+                module.display()
+            )
+        })?
         .encode()
         .with_context(|| format!("encoding {} as a component", module.display()))?;
     // Write then rename, so an interrupted build never leaves a truncated plugin.

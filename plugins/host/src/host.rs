@@ -97,21 +97,25 @@ impl PluginHost {
         validate::check_header(bytes)?;
         let sha256 = hex::encode(Sha256::digest(bytes));
         let component = self.load_or_compile(bytes, &sha256)?;
-        let instance_pre = self.shared.linker.instantiate_pre(&component).map_err(|e| {
-            PluginError::invalid(format!(
-                "imports something the host does not provide (plugins get only \
+        let instance_pre = self
+            .shared
+            .linker
+            .instantiate_pre(&component)
+            .map_err(|e| {
+                PluginError::invalid(format!(
+                    "imports something the host does not provide (plugins get only \
                  infergate:plugin/log; WASI is not available): {e}"
-            ))
-        })?;
+                ))
+            })?;
         bindings::PluginPre::new(instance_pre.clone()).map_err(|e| {
             PluginError::invalid(format!(
                 "does not implement the world infergate:plugin/plugin@0.1.0: {e}"
             ))
         })?;
         let export = |name: &str| {
-            component.get_export_index(None, name).ok_or_else(|| {
-                PluginError::invalid(format!("has no `{name}` export"))
-            })
+            component
+                .get_export_index(None, name)
+                .ok_or_else(|| PluginError::invalid(format!("has no `{name}` export")))
         };
         let compiled = Compiled {
             preprocess: export("preprocess")?,
@@ -121,9 +125,9 @@ impl PluginHost {
             sha256,
             host: Arc::clone(&self.shared),
         };
-        let description = compiled.describe().map_err(|e| {
-            PluginError::invalid(format!("describe() did not complete: {e}"))
-        })?;
+        let description = compiled
+            .describe()
+            .map_err(|e| PluginError::invalid(format!("describe() did not complete: {e}")))?;
         validate::check_description(&description)?;
         let id = PluginId {
             name: description.name.clone(),
@@ -203,6 +207,9 @@ fn engine_config(config: &HostConfig) -> Config {
             .max_tables_per_component(limits.tables as u32)
             .table_elements(limits.table_elements)
             .max_memory_size(config.max_memory_bytes)
+            // Reset only the pages a call dirtied (Linux 6.7+ PAGEMAP_SCAN;
+            // elsewhere the first `keep_resident_bytes` are reset by memset).
+            .pagemap_scan(wasmtime::Enabled::Auto)
             .linear_memory_keep_resident(config.keep_resident_bytes)
             .table_keep_resident(64 << 10);
         engine.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));

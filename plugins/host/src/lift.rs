@@ -7,9 +7,7 @@
 
 use crate::bindings::infergate::plugin::types as wit;
 use std::cell::Cell;
-use wasmtime::component::__internal::{
-    CanonicalAbiInfo, InstanceType, InterfaceType, LiftContext,
-};
+use wasmtime::component::__internal::{CanonicalAbiInfo, InstanceType, InterfaceType, LiftContext};
 use wasmtime::component::{ComponentType, Lift};
 use wasmtime::ValRaw;
 
@@ -51,7 +49,9 @@ fn charge(elements: u32, element_size: u64) -> wasmtime::Result<()> {
         }
         Some(_) => {
             EXCEEDED.set(true);
-            Err(wasmtime::Error::msg("plugin output exceeds the output size limit"))
+            Err(wasmtime::Error::msg(
+                "plugin output exceeds the output size limit",
+            ))
         }
         None => Err(wasmtime::Error::msg("plugin output read outside a call")),
     }

@@ -12,7 +12,9 @@ use crate::lift::{BudgetGuard, Limited, RawDescription, RawPluginError, RawPostO
 use crate::store::CallState;
 use crate::types::{Description, Metadata, PostOutput, PreInput, Tensor};
 use std::sync::Arc;
-use wasmtime::component::{ComponentExportIndex, ComponentNamedList, Instance, InstancePre, Lift, Lower};
+use wasmtime::component::{
+    ComponentExportIndex, ComponentNamedList, Instance, InstancePre, Lift, Lower,
+};
 use wasmtime::{PoolConcurrencyLimitError, Store, Trap};
 
 /// Output budget for `describe`.
@@ -40,7 +42,12 @@ pub struct Plugin {
 type CallResult<T> = (Result<T, RawPluginError>,);
 
 impl Plugin {
-    pub(crate) fn new(compiled: Compiled, description: Description, id: PluginId, limits: Limits) -> Self {
+    pub(crate) fn new(
+        compiled: Compiled,
+        description: Description,
+        id: PluginId,
+        limits: Limits,
+    ) -> Self {
         let limits = compiled.host.config.clamp(&limits);
         Plugin {
             compiled: Arc::new(compiled),
@@ -79,25 +86,37 @@ impl Plugin {
     }
 
     /// Pre-processing: request body or tensors + metadata -> model input tensors.
-    pub fn preprocess(&self, input: PreInput, metadata: &Metadata) -> Result<Vec<Tensor>, PluginError> {
+    pub fn preprocess(
+        &self,
+        input: PreInput,
+        metadata: &Metadata,
+    ) -> Result<Vec<Tensor>, PluginError> {
         let input = convert::pre_input_to_wit(input);
-        let output = self.call::<(&wit::PreInput, &[(String, String)]), CallResult<Limited<Vec<RawTensor>>>>(
-            &self.compiled.preprocess,
-            (&input, metadata.as_slice()),
-        )?;
+        let output = self
+            .call::<(&wit::PreInput, &[(String, String)]), CallResult<Limited<Vec<RawTensor>>>>(
+                &self.compiled.preprocess,
+                (&input, metadata.as_slice()),
+            )?;
         let tensors = self.plugin_result(output)?;
-        convert::tensors_from_raw(tensors.0).map_err(|detail| self.fault(FaultKind::InvalidOutput, detail))
+        convert::tensors_from_raw(tensors.0)
+            .map_err(|detail| self.fault(FaultKind::InvalidOutput, detail))
     }
 
     /// Post-processing: model output tensors + metadata -> response.
-    pub fn postprocess(&self, outputs: Vec<Tensor>, metadata: &Metadata) -> Result<PostOutput, PluginError> {
+    pub fn postprocess(
+        &self,
+        outputs: Vec<Tensor>,
+        metadata: &Metadata,
+    ) -> Result<PostOutput, PluginError> {
         let outputs = convert::tensors_to_wit(outputs);
-        let output = self.call::<(&[wit::Tensor], &[(String, String)]), CallResult<RawPostOutput>>(
-            &self.compiled.postprocess,
-            (outputs.as_slice(), metadata.as_slice()),
-        )?;
+        let output = self
+            .call::<(&[wit::Tensor], &[(String, String)]), CallResult<RawPostOutput>>(
+                &self.compiled.postprocess,
+                (outputs.as_slice(), metadata.as_slice()),
+            )?;
         let output = self.plugin_result(output)?;
-        convert::post_output_from_raw(output).map_err(|detail| self.fault(FaultKind::InvalidOutput, detail))
+        convert::post_output_from_raw(output)
+            .map_err(|detail| self.fault(FaultKind::InvalidOutput, detail))
     }
 
     /// Instantiates the plugin in a fresh store and drops it: the fixed cost
@@ -125,7 +144,9 @@ impl Plugin {
                     message: message.0,
                 })
             }
-            Err(RawPluginError::Failure(message)) => Err(self.fault(FaultKind::Reported, message.0)),
+            Err(RawPluginError::Failure(message)) => {
+                Err(self.fault(FaultKind::Reported, message.0))
+            }
         }
     }
 
@@ -148,7 +169,12 @@ impl Plugin {
     }
 
     /// Says whose fault a failed instantiation or call was, and counts it.
-    fn classify(&self, error: wasmtime::Error, store: &Store<CallState>, over_budget: bool) -> PluginError {
+    fn classify(
+        &self,
+        error: wasmtime::Error,
+        store: &Store<CallState>,
+        over_budget: bool,
+    ) -> PluginError {
         if error.is::<PoolConcurrencyLimitError>() {
             self.compiled.host.metrics.busy();
             return PluginError::Busy {

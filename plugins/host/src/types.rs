@@ -112,7 +112,10 @@ impl Tensor {
                 while let Some((len, tail)) = rest.split_first_chunk::<4>() {
                     let len = u32::from_le_bytes(*len) as usize;
                     rest = tail.get(len..).ok_or_else(|| {
-                        format!("tensor `{}`: bytes element {elements} is truncated", self.name)
+                        format!(
+                            "tensor `{}`: bytes element {elements} is truncated",
+                            self.name
+                        )
                     })?;
                     elements += 1;
                 }

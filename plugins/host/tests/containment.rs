@@ -28,7 +28,10 @@ fn hostile_plugins_are_contained_while_good_calls_succeed() {
         ("hostile-output", FaultKind::OutputTooLarge),
         ("hostile-trap", FaultKind::Trap),
     ];
-    let hostile: Vec<_> = cases.iter().map(|(name, kind)| (load(&host, name), *kind)).collect();
+    let hostile: Vec<_> = cases
+        .iter()
+        .map(|(name, kind)| (load(&host, name), *kind))
+        .collect();
 
     let done = Arc::new(AtomicBool::new(false));
     let workers: Vec<_> = (0..2)
@@ -56,12 +59,19 @@ fn hostile_plugins_are_contained_while_good_calls_succeed() {
                 .preprocess(PreInput::Bytes(b"attack".to_vec()), &vec![])
                 .expect_err("hostile call must fail");
             match &err {
-                PluginError::Fault { plugin: id, kind, detail } => {
+                PluginError::Fault {
+                    plugin: id,
+                    kind,
+                    detail,
+                } => {
                     assert_eq!(kind, expected, "{id} (round {round}): {detail}");
                     assert_eq!(id.name, plugin.id().name);
                     assert_eq!(err.http_status(), 500);
                 }
-                other => panic!("{}: expected a {expected} fault, got {other:?}", plugin.id()),
+                other => panic!(
+                    "{}: expected a {expected} fault, got {other:?}",
+                    plugin.id()
+                ),
             }
         }
     }
@@ -77,7 +87,8 @@ fn hostile_plugins_are_contained_while_good_calls_succeed() {
     assert!(metrics.ok >= 100);
     // The host still works after all of it.
     assert_eq!(
-        good.preprocess(PreInput::Tensors(payload()), &vec![]).expect("call after attacks"),
+        good.preprocess(PreInput::Tensors(payload()), &vec![])
+            .expect("call after attacks"),
         payload()
     );
 }
@@ -87,15 +98,26 @@ fn a_plugin_reporting_failure_is_a_fault_and_bad_input_is_the_clients() {
     let host = host();
     // counter is a pre-processing plugin: the SDK's postprocess reports failure.
     let counter = load(&host, "counter");
-    let err = counter.postprocess(vec![], &vec![]).expect_err("not implemented");
+    let err = counter
+        .postprocess(vec![], &vec![])
+        .expect_err("not implemented");
     assert!(
-        matches!(&err, PluginError::Fault { kind: FaultKind::Reported, .. }),
+        matches!(
+            &err,
+            PluginError::Fault {
+                kind: FaultKind::Reported,
+                ..
+            }
+        ),
         "{err:?}"
     );
 
     let decode = load(&host, "image-decode");
     let err = decode
-        .preprocess(PreInput::Bytes(b"definitely not an image".to_vec()), &vec![])
+        .preprocess(
+            PreInput::Bytes(b"definitely not an image".to_vec()),
+            &vec![],
+        )
         .expect_err("garbage is not an image");
     match &err {
         PluginError::BadInput { plugin, message } => {
@@ -125,7 +147,13 @@ fn malformed_output_tensors_are_the_plugins_fault() {
         .preprocess(PreInput::Tensors(vec![bad]), &vec![])
         .expect_err("malformed output");
     assert!(
-        matches!(&err, PluginError::Fault { kind: FaultKind::InvalidOutput, .. }),
+        matches!(
+            &err,
+            PluginError::Fault {
+                kind: FaultKind::InvalidOutput,
+                ..
+            }
+        ),
         "{err:?}"
     );
 }

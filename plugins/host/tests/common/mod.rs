@@ -40,7 +40,9 @@ pub fn host() -> PluginHost {
     PluginHost::new(HostConfig {
         max_concurrent_calls: 32,
         max_memory_bytes: 256 << 20,
-        ..HostConfig::with_cache_dir(PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("plugin-cache"))
+        ..HostConfig::with_cache_dir(
+            PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("plugin-cache"),
+        )
     })
     .expect("plugin host")
 }
