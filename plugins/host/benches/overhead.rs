@@ -121,7 +121,7 @@ fn main() {
             instantiate(&unpooled_plugin, 200),
         ),
     ];
-    println!("\npass-through plugin, median of {BATCHES} batches, per call");
+    println!("\npass-through plugin; calls: median of single calls, memcpy and instantiate: median of {BATCHES} batch means");
     println!("{:<28} {:>12}", "what", "time");
     for (name, time) in &rows {
         println!("{name:<28} {:>12}", us(*time));
