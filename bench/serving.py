@@ -24,7 +24,7 @@ import numpy as np
 import onnxruntime as ort
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BIN = os.path.join(ROOT, "target", "release", "infergate")
+BIN = os.environ.get("INFERGATE_BIN", os.path.join(ROOT, "target", "release", "infergate"))
 MODELS = os.environ.get("INFERGATE_MODELS", os.path.join(ROOT, ".cache", "models"))
 
 # name -> (file, {input: (shape, dtype, generator)})
