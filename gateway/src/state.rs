@@ -3,10 +3,14 @@
 
 use crate::auth::{self, Scope};
 use crate::config::Config;
+use crate::drain::Drain;
 use crate::error::{ApiError, ApiResult};
+use crate::metrics::Metrics;
+use crate::ratelimit::{Limiter, Limits};
 use crate::store::keys::KeyRecord;
 use crate::store::models::ModelRecord;
 use crate::store::Store;
+use crate::textgen::Vocab;
 use infergate_engine::{Engine, ModelKey};
 use parking_lot::RwLock;
 use std::collections::BTreeMap;
@@ -20,18 +24,36 @@ pub struct AppState {
     pub engine: Arc<Engine>,
     pub catalog: Catalog,
     ready: AtomicBool,
+    /// Per-key admission state and the limits of keys without their own.
+    pub limiter: Limiter,
+    pub default_limits: Limits,
+    pub metrics: Metrics,
+    /// The text generator's vocabulary (`[openai] vocab`), for the OpenAI API.
+    pub textgen_vocab: Option<Arc<Vocab>>,
+    /// Shutdown of WebSocket streams.
+    pub drain: Drain,
 }
 
 impl AppState {
     pub fn new(config: Config, store: Arc<Store>, engine: Arc<Engine>) -> ApiResult<AppState> {
         let catalog = Catalog::default();
         catalog.replace_all(store.list_model_versions()?);
+        let default_limits = config.default_key_limits().map_err(ApiError::bad_request)?;
+        let textgen_vocab = match &config.openai.vocab {
+            Some(path) => Some(Arc::new(Vocab::load(path).map_err(ApiError::bad_request)?)),
+            None => None,
+        };
         Ok(AppState {
             config,
             store,
             engine,
             catalog,
             ready: AtomicBool::new(true),
+            limiter: Limiter::new(),
+            default_limits,
+            metrics: Metrics::new(),
+            textgen_vocab,
+            drain: Drain::default(),
         })
     }
 

@@ -50,18 +50,10 @@ pub struct Server {
     _tmp: Option<tempfile::TempDir>,
 }
 
+#[derive(Default)]
 pub struct Options {
     pub extra_args: Vec<String>,
     pub insecure_http: bool,
-}
-
-impl Default for Options {
-    fn default() -> Self {
-        Options {
-            extra_args: vec![],
-            insecure_http: false,
-        }
-    }
 }
 
 impl Server {
@@ -105,7 +97,11 @@ impl Server {
                 .expect("server did not log 'listening on' within 60 s");
             startup_log.push(line.clone());
             if let Some(rest) = line.split("listening on ").nth(1) {
-                let url = rest.split_whitespace().next().unwrap_or_default();
+                // Text logs end the URL with a space, JSON logs with a quote.
+                let url = rest
+                    .split(|c: char| c.is_whitespace() || c == '"')
+                    .next()
+                    .unwrap_or_default();
                 break strip_ansi(url);
             }
         };
@@ -123,6 +119,19 @@ impl Server {
             _log: rx,
             startup_log,
             _tmp: None,
+        }
+    }
+
+    /// The next server log line containing `needle`, reading for at most `timeout`.
+    pub fn wait_for_log(&self, needle: &str, timeout: Duration) -> Option<String> {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            let left = deadline.checked_duration_since(std::time::Instant::now())?;
+            match self._log.recv_timeout(left) {
+                Ok(line) if line.contains(needle) => return Some(line),
+                Ok(_) => continue,
+                Err(_) => return None,
+            }
         }
     }
 

@@ -5,7 +5,9 @@
 mod harness;
 
 mod auth;
+mod headers;
 mod infer;
+mod limits;
 mod models;
 mod restart;
 mod transport;

@@ -193,5 +193,9 @@ async fn run_infer(
             .headers_mut()
             .insert(HEADER_LENGTH, HeaderValue::from(len));
     }
+    response.extensions_mut().insert(crate::metrics::Served {
+        model: record.name.clone(),
+        version: record.version,
+    });
     Ok(response.into_response())
 }

@@ -8,7 +8,7 @@ use crate::store::models::ModelRecord;
 use axum::extract::{Path, State};
 use axum::Json;
 use http::{HeaderMap, StatusCode};
-use infergate_engine::{ModelState, ModelStats, TensorSpec};
+use infergate_engine::{ModelState, TensorSpec};
 use serde_json::{json, Value};
 use std::sync::Arc;
 
@@ -93,10 +93,7 @@ fn duration(d: infergate_engine::stats::StatDuration) -> Value {
 }
 
 fn stats_entry(state: &AppState, record: &ModelRecord) -> Value {
-    let s = state
-        .engine
-        .stats(&model_key(record))
-        .unwrap_or_else(ModelStats::default);
+    let s = state.engine.stats(&model_key(record)).unwrap_or_default();
     json!({
         "name": record.name,
         "version": record.version.to_string(),

@@ -5,11 +5,18 @@ use rusqlite::{params, Connection};
 
 /// Every migration, in order. The number is the file's prefix; never renumber or edit an
 /// applied file, add a new one.
-pub const MIGRATIONS: &[(i64, &str, &str)] = &[(
-    1,
-    "0001_init.sql",
-    include_str!("../../../migrations/0001_init.sql"),
-)];
+pub const MIGRATIONS: &[(i64, &str, &str)] = &[
+    (
+        1,
+        "0001_init.sql",
+        include_str!("../../../migrations/0001_init.sql"),
+    ),
+    (
+        2,
+        "0002_rate_limits.sql",
+        include_str!("../../../migrations/0002_rate_limits.sql"),
+    ),
+];
 
 pub fn apply(conn: &mut Connection) -> Result<Vec<i64>, String> {
     apply_list(conn, MIGRATIONS)
@@ -59,16 +66,16 @@ mod tests {
     #[test]
     fn applies_once_and_a_failed_migration_changes_nothing() {
         let mut conn = Connection::open_in_memory().unwrap();
-        assert_eq!(apply(&mut conn).unwrap(), vec![1]);
+        assert_eq!(apply(&mut conn).unwrap(), vec![1, 2]);
         assert!(apply(&mut conn).unwrap().is_empty());
 
         let broken: &[(i64, &str, &str)] = &[(
-            2,
-            "0002_broken.sql",
+            3,
+            "0003_broken.sql",
             "CREATE TABLE t2 (x INTEGER); SELEC oops;",
         )];
         let err = apply_list(&mut conn, broken).unwrap_err();
-        assert!(err.contains("0002_broken.sql"), "{err}");
+        assert!(err.contains("0003_broken.sql"), "{err}");
         let t2: i64 = conn
             .query_row(
                 "SELECT count(*) FROM sqlite_master WHERE name = 't2'",
@@ -79,7 +86,7 @@ mod tests {
         assert_eq!(t2, 0, "the half-applied table must be rolled back");
         let recorded: i64 = conn
             .query_row(
-                "SELECT count(*) FROM schema_migrations WHERE version = 2",
+                "SELECT count(*) FROM schema_migrations WHERE version = 3",
                 [],
                 |r| r.get(0),
             )
