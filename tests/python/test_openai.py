@@ -9,7 +9,7 @@ import ssl
 import time
 import urllib.request
 
-import httpx
+import httpx2
 import openai
 import pytest
 
@@ -26,7 +26,8 @@ def textgen():
 
 def client(g, key):
     return openai.OpenAI(base_url=f"{g.url}/v1", api_key=key, max_retries=0,
-                         http_client=httpx.Client(verify=ssl.create_default_context(cafile=g.cert)))
+                         http_client=openai.DefaultHttpxClient(
+                             verify=ssl.create_default_context(cafile=g.cert)))
 
 
 @pytest.fixture(scope="module")
@@ -145,7 +146,7 @@ def metric(text, name, **labels):
 def test_client_disconnect_stops_generation(textgen):
     key = textgen.key("infer")
     before = metric(scrape(textgen), "infergate_generated_tokens_total", model="textgen", protocol="openai")
-    with httpx.Client(verify=ssl.create_default_context(cafile=textgen.cert), timeout=60) as http:
+    with httpx2.Client(verify=ssl.create_default_context(cafile=textgen.cert), timeout=60) as http:
         with http.stream("POST", f"{textgen.url}/v1/completions",
                          headers={"Authorization": f"Bearer {key}"},
                          json={"model": "textgen", "prompt": "Once", "max_tokens": 3000,
