@@ -11,3 +11,4 @@ mod limits;
 mod models;
 mod restart;
 mod transport;
+mod websocket;
