@@ -167,6 +167,17 @@ impl Server {
         let _ = self.child.wait();
     }
 
+    /// Sends SIGTERM without waiting.
+    pub fn send_sigterm(&self) {
+        let pid = self.child.id().to_string();
+        let _ = Command::new("kill").args(["-TERM", &pid]).status();
+    }
+
+    /// Waits for the process to exit.
+    pub fn wait(mut self) -> std::process::ExitStatus {
+        self.child.wait().expect("wait")
+    }
+
     /// Sends SIGTERM and waits for the exit status.
     pub fn terminate(mut self) -> std::process::ExitStatus {
         let pid = self.child.id().to_string();

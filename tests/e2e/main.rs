@@ -10,5 +10,6 @@ mod infer;
 mod limits;
 mod models;
 mod restart;
+mod shutdown;
 mod transport;
 mod websocket;

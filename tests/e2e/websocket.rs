@@ -10,10 +10,11 @@ use std::time::Duration;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::{self, Message};
 
-type Ws = tokio_tungstenite::WebSocketStream<tokio_rustls::client::TlsStream<tokio::net::TcpStream>>;
+type Ws =
+    tokio_tungstenite::WebSocketStream<tokio_rustls::client::TlsStream<tokio::net::TcpStream>>;
 type Handshake = http::Response<Option<Vec<u8>>>;
 
-async fn connect(
+pub async fn connect(
     s: &Server,
     path: &str,
     headers: &[(&str, &str)],
@@ -57,7 +58,7 @@ fn status_of(result: Result<(Ws, Handshake), tungstenite::Error>) -> u16 {
 }
 
 /// The next JSON text frame (pings and pongs skipped).
-async fn next_json(ws: &mut Ws) -> Value {
+pub async fn next_json(ws: &mut Ws) -> Value {
     loop {
         let m = tokio::time::timeout(Duration::from_secs(60), ws.next())
             .await
@@ -153,7 +154,14 @@ async fn websocket_keys_are_checked_before_any_work() {
     let bearer = format!("Bearer {infer}");
     // Refused before upgrading: a bad key, a key without the scope, a key offered alone.
     assert_eq!(
-        status_of(connect(&s, "/v2/stream", &[("authorization", "Bearer ig_0123456789ab_x")]).await),
+        status_of(
+            connect(
+                &s,
+                "/v2/stream",
+                &[("authorization", "Bearer ig_0123456789ab_x")]
+            )
+            .await
+        ),
         401
     );
     let upload = s.key("upload");
@@ -311,7 +319,10 @@ async fn websocket_disconnect_stops_generation() {
     let mut waited = 0;
     while metric(&s, "infergate_generations_in_progress", &[]).await != 0.0 {
         waited += 1;
-        assert!(waited < 600, "generation still running after the client left");
+        assert!(
+            waited < 600,
+            "generation still running after the client left"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let tokens = metric(
