@@ -244,4 +244,27 @@ mod tests {
         assert_eq!(c.limits.max_connections, 4096);
         assert!(toml::from_str::<Config>("lisen = \"x\"").is_err());
     }
+
+    #[test]
+    fn readme_example_parses_and_validates() {
+        let readme = include_str!("../../README.md");
+        let start = readme.find("```toml\n").expect("a TOML example") + 8;
+        let len = readme[start..].find("```").expect("its end");
+        let c: Config = toml::from_str(&readme[start..start + len]).unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.limits.default_rps, Some(100.0));
+        assert_eq!(c.cors.allowed_origins, ["https://dashboard.example.com"]);
+    }
+
+    #[test]
+    fn default_limits_are_checked() {
+        let mut c = Config::default();
+        assert!(c.default_key_limits().unwrap().is_unlimited());
+        c.limits.default_burst = Some(3);
+        assert!(c.validate().is_err(), "burst without rps");
+        c.limits.default_rps = Some(2.0);
+        assert_eq!(c.default_key_limits().unwrap().rate.unwrap().burst, 3);
+        c.limits.default_max_concurrent = Some(0);
+        assert!(c.validate().is_err());
+    }
 }
