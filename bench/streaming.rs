@@ -1,8 +1,9 @@
 //! Protocols and streaming, measured in one run against the real (release) binary over TLS:
 //!
-//! 1. Small inference (MiniLM, 8 tokens) on ONE connection: WebSocket vs HTTP/1.1 keep-alive vs
-//!    HTTP/2, requests/s at concurrency 1 and 8 (HTTP/1.1 cannot multiplex: at 8 it is shown
-//!    with 8 connections for reference), ratios printed.
+//! 1. Small inference (a one-node ONNX model, `y = x + x` on 16 floats, written by the venv's
+//!    `onnx` package, so the protocol and not the model dominates) on ONE connection: WebSocket
+//!    vs HTTP/1.1 keep-alive vs HTTP/2, requests/s at concurrency 1 and 8 (HTTP/1.1 cannot
+//!    multiplex: at 8 it is shown with 8 connections for reference), ratios printed.
 //! 2. Tokens/s of the character generator streamed over SSE and WebSocket vs the same
 //!    generation loop run in-process (same code, same seeds, no transport), ratio printed.
 //!
@@ -27,11 +28,37 @@ use std::time::{Duration, Instant};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::Message;
 
-type Ws = tokio_tungstenite::WebSocketStream<tokio_rustls::client::TlsStream<tokio::net::TcpStream>>;
+type Ws =
+    tokio_tungstenite::WebSocketStream<tokio_rustls::client::TlsStream<tokio::net::TcpStream>>;
 
 const CASE: Duration = Duration::from_secs(3);
-const GENERATIONS: u64 = 4;
+/// Seeded generations are run until this many tokens are made; the same seeds are then
+/// streamed over SSE and WebSocket.
+const TOKENS: u64 = 2000;
 const MAX_TOKENS: u64 = 500;
+
+/// Writes the tiny model with the setup step's Python (`onnx` is in scripts/requirements.txt).
+fn tiny_model(dir: &std::path::Path) -> std::path::PathBuf {
+    let path = dir.join("tiny.onnx");
+    let python = std::env::var("INFERGATE_PYTHON").unwrap_or_else(|_| "python3".into());
+    let script = r#"
+import sys, onnx
+from onnx import helper, TensorProto
+x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])
+y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16])
+g = helper.make_graph([helper.make_node("Add", ["x", "x"], ["y"])], "tiny", [x], [y])
+m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+m.ir_version = 8
+onnx.save(m, sys.argv[1])
+"#;
+    let status = std::process::Command::new(python)
+        .args(["-c", script])
+        .arg(&path)
+        .status()
+        .expect("run python (source .cache/env.sh)");
+    assert!(status.success(), "writing the tiny model failed");
+    path
+}
 
 async fn ws_connect(s: &Server, key: &str) -> Ws {
     let hostport = s.addr.trim_start_matches("https://").to_string();
@@ -77,24 +104,23 @@ async fn ws_json(ws: &mut Ws) -> Value {
     }
 }
 
-fn minilm_body() -> Value {
-    let ids = [101, 7592, 2088, 2003, 1037, 3231, 1012, 102];
-    let (ones, zeros) = ([1; 8], [0; 8]);
-    json!({"inputs": [
-        {"name": "input_ids", "shape": [1, 8], "datatype": "INT64", "data": ids},
-        {"name": "attention_mask", "shape": [1, 8], "datatype": "INT64", "data": ones},
-        {"name": "token_type_ids", "shape": [1, 8], "datatype": "INT64", "data": zeros}
-    ]})
+fn small_body() -> Value {
+    let x: Vec<f32> = (0..16).map(|i| i as f32).collect();
+    json!({"inputs": [{"name": "x", "shape": [1, 16], "datatype": "FP32", "data": x}]})
 }
 
 /// Requests/s of `concurrency` loops sharing `client` for CASE.
 async fn http_rate(client: &reqwest::Client, url: &str, key: &str, concurrency: usize) -> f64 {
-    let body = minilm_body();
+    let body = small_body();
     let start = Instant::now();
     let loops: Vec<_> = (0..concurrency)
         .map(|_| {
-            let (client, url, key, body) =
-                (client.clone(), url.to_string(), key.to_string(), body.clone());
+            let (client, url, key, body) = (
+                client.clone(),
+                url.to_string(),
+                key.to_string(),
+                body.clone(),
+            );
             tokio::spawn(async move {
                 let mut n = 0u64;
                 while start.elapsed() < CASE {
@@ -123,14 +149,16 @@ async fn http_rate(client: &reqwest::Client, url: &str, key: &str, concurrency: 
 /// Requests/s over one WebSocket keeping `concurrency` requests in flight.
 async fn ws_rate(s: &Server, key: &str, concurrency: usize) -> f64 {
     let mut ws = ws_connect(s, key).await;
-    let mut body = minilm_body();
-    body["model"] = json!("minilm");
+    let mut body = small_body();
+    body["model"] = json!("tiny");
     let start = Instant::now();
     let mut sent = 0u64;
     let mut done = 0u64;
     while sent < concurrency as u64 {
         body["id"] = json!(sent);
-        ws.send(Message::text(body.to_string())).await.expect("send");
+        ws.send(Message::text(body.to_string()))
+            .await
+            .expect("send");
         sent += 1;
     }
     while done < sent {
@@ -139,7 +167,9 @@ async fn ws_rate(s: &Server, key: &str, concurrency: usize) -> f64 {
         done += 1;
         if start.elapsed() < CASE {
             body["id"] = json!(sent);
-            ws.send(Message::text(body.to_string())).await.expect("send");
+            ws.send(Message::text(body.to_string()))
+                .await
+                .expect("send");
             sent += 1;
         }
     }
@@ -159,8 +189,8 @@ fn client(s: &Server, http2: bool) -> reqwest::Client {
     builder.build().expect("client")
 }
 
-/// Tokens/s of the in-process generation loop: the gateway's own code without transport.
-async fn in_process_rate(data: &std::path::Path) -> (f64, u64) {
+/// The gateway's own generation loop in this process (no transport).
+async fn in_process_state(data: &std::path::Path) -> Arc<AppState> {
     let mut config = Config::default();
     config.openai.vocab = Some(model("textgen-vocab.json"));
     let store = Arc::new(Store::open(data).expect("store"));
@@ -176,106 +206,90 @@ async fn in_process_rate(data: &std::path::Path) -> (f64, u64) {
         &json!({}),
     )
     .expect("register");
-    let state = Arc::new(AppState::new(config, store, engine).expect("state"));
-    let record = state.catalog.resolve("textgen", None).expect("record");
-    let vocab = state.textgen_vocab.clone().expect("vocab");
-    // Warm-up: the first call loads the model.
-    let mut warm = Generation::new(
-        state.clone(),
-        vocab.clone(),
-        record.clone(),
-        "x",
-        sampling(0, 1),
-    )
-    .expect("generation");
-    warm.next().await.expect("warm-up");
-    let start = Instant::now();
-    let mut tokens = 0u64;
-    for seed in 0..GENERATIONS {
-        let mut g = Generation::new(
-            state.clone(),
-            vocab.clone(),
-            record.clone(),
-            "Once upon a time",
-            sampling(seed, MAX_TOKENS),
-        )
-        .expect("generation");
-        while let Some(step) = g.next().await.expect("step") {
-            if step.finish.is_some() {
-                break;
-            }
-        }
-        tokens += g.completion_tokens as u64;
-    }
-    (tokens as f64 / start.elapsed().as_secs_f64(), tokens)
+    Arc::new(AppState::new(config, store, engine).expect("state"))
 }
 
-fn sampling(seed: u64, max_tokens: u64) -> Sampling {
+const PROMPT: &str = "Once upon a time";
+
+fn sampling(seed: u64) -> Sampling {
     Sampling {
         temperature: 1.0,
         top_p: 1.0,
         seed: Some(seed),
-        max_tokens: max_tokens as u32,
+        max_tokens: MAX_TOKENS as u32,
         stop: vec![],
     }
 }
 
-async fn sse_rate(s: &Server, key: &str) -> (f64, u64) {
-    let c = client(s, false);
+/// One seeded generation in process: (time, tokens).
+async fn in_process_one(state: &Arc<AppState>, seed: u64) -> (Duration, u64) {
+    let record = state.catalog.resolve("textgen", None).expect("record");
+    let vocab = state.textgen_vocab.clone().expect("vocab");
     let start = Instant::now();
-    let mut tokens = 0u64;
-    for seed in 0..GENERATIONS {
-        let mut r = c
-            .post(s.url("/v1/completions"))
-            .bearer_auth(key)
-            .json(&json!({"model": "textgen", "prompt": "Once upon a time", "max_tokens": MAX_TOKENS,
-                          "temperature": 1.0, "seed": seed, "stream": true,
-                          "stream_options": {"include_usage": true}}))
-            .send()
-            .await
-            .expect("send");
-        let mut text = String::new();
-        while let Some(chunk) = r.chunk().await.expect("chunk") {
-            text.push_str(std::str::from_utf8(&chunk).expect("utf8"));
+    let mut g =
+        Generation::new(state.clone(), vocab, record, PROMPT, sampling(seed)).expect("generation");
+    while let Some(step) = g.next().await.expect("step") {
+        if step.finish.is_some() {
+            break;
         }
-        let usage = text
-            .lines()
-            .filter_map(|l| l.strip_prefix("data: "))
-            .filter_map(|d| serde_json::from_str::<Value>(d).ok())
-            .find_map(|v| v["usage"]["completion_tokens"].as_u64())
-            .expect("a usage chunk");
-        tokens += usage;
     }
-    (tokens as f64 / start.elapsed().as_secs_f64(), tokens)
+    (start.elapsed(), g.completion_tokens as u64)
 }
 
-async fn ws_token_rate(s: &Server, key: &str) -> (f64, u64) {
-    let mut ws = ws_connect(s, key).await;
+/// One seeded generation streamed over SSE: (time, tokens).
+async fn sse_one(c: &reqwest::Client, s: &Server, key: &str, seed: u64) -> (Duration, u64) {
     let start = Instant::now();
-    let mut tokens = 0u64;
-    for seed in 0..GENERATIONS {
-        ws.send(Message::text(
-            json!({"id": seed, "model": "textgen", "generate": {"prompt": "Once upon a time",
-                   "max_tokens": MAX_TOKENS, "temperature": 1.0, "seed": seed}})
-            .to_string(),
-        ))
+    let mut r = c
+        .post(s.url("/v1/completions"))
+        .bearer_auth(key)
+        .json(
+            &json!({"model": "textgen", "prompt": PROMPT, "max_tokens": MAX_TOKENS,
+                      "temperature": 1.0, "seed": seed, "stream": true,
+                      "stream_options": {"include_usage": true}}),
+        )
+        .send()
         .await
         .expect("send");
-        loop {
-            let f = ws_json(&mut ws).await;
-            if f["done"] == true {
-                tokens += f["usage"]["completion_tokens"].as_u64().expect("usage");
-                break;
-            }
+    let mut text = String::new();
+    while let Some(chunk) = r.chunk().await.expect("chunk") {
+        text.push_str(std::str::from_utf8(&chunk).expect("utf8"));
+    }
+    let elapsed = start.elapsed();
+    let tokens = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .find_map(|v| v["usage"]["completion_tokens"].as_u64())
+        .expect("a usage chunk");
+    (elapsed, tokens)
+}
+
+/// One seeded generation streamed over a WebSocket: (time, tokens).
+async fn ws_one(ws: &mut Ws, seed: u64) -> (Duration, u64) {
+    let start = Instant::now();
+    ws.send(Message::text(
+        json!({"id": seed, "model": "textgen", "generate": {"prompt": PROMPT,
+               "max_tokens": MAX_TOKENS, "temperature": 1.0, "seed": seed}})
+        .to_string(),
+    ))
+    .await
+    .expect("send");
+    loop {
+        let f = ws_json(ws).await;
+        if f["done"] == true {
+            return (
+                start.elapsed(),
+                f["usage"]["completion_tokens"].as_u64().expect("usage"),
+            );
         }
     }
-    (tokens as f64 / start.elapsed().as_secs_f64(), tokens)
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let tmp = tempfile::tempdir().expect("tmp");
-    harness::register(tmp.path(), "minilm", &model("minilm.onnx"));
+    let tiny = tiny_model(tmp.path());
+    harness::register(tmp.path(), "tiny", &tiny);
     harness::register(tmp.path(), "textgen", &model("textgen.onnx"));
     let s = Server::start_in(
         tmp.path(),
@@ -288,13 +302,15 @@ async fn main() {
         },
     );
     let key = s.key("infer");
-    let url = s.url("/v2/models/minilm/infer");
+    let url = s.url("/v2/models/tiny/infer");
     let h1 = client(&s, false);
     let h2 = client(&s, true);
     // Warm-up: loads the model and opens the connections.
     http_rate(&h1, &url, &key, 1).await;
 
-    println!("Small inference (MiniLM, 8 tokens, JSON) on one TLS connection, {CASE:?} per case:\n");
+    println!(
+        "Small inference (16 floats in and out, JSON) on one TLS connection, {CASE:?} per case:\n"
+    );
     println!("| protocol | concurrency | requests/s | ratio |");
     println!("| --- | --- | --- | --- |");
     let h1_1 = http_rate(&h1, &url, &key, 1).await;
@@ -308,8 +324,10 @@ async fn main() {
     let many = reqwest::Client::builder()
         .use_rustls_tls()
         .add_root_certificate(
-            reqwest::Certificate::from_pem(&std::fs::read(s.data.join("tls/cert.pem")).expect("cert"))
-                .expect("pem"),
+            reqwest::Certificate::from_pem(
+                &std::fs::read(s.data.join("tls/cert.pem")).expect("cert"),
+            )
+            .expect("pem"),
         )
         .http1_only()
         .build()
@@ -323,20 +341,44 @@ async fn main() {
     );
 
     let data = tempfile::tempdir().expect("tmp");
-    let (local, local_tokens) = in_process_rate(data.path()).await;
-    // Warm the server's generator too.
-    sse_rate(&s, &key).await;
-    let (sse, sse_tokens) = sse_rate(&s, &key).await;
-    let (ws, ws_tokens) = ws_token_rate(&s, &key).await;
-    assert_eq!(
-        (sse_tokens, ws_tokens),
-        (local_tokens, local_tokens),
-        "same seeds give the same generations"
-    );
-    println!("\nText generation (textgen, {GENERATIONS} seeded generations, {local_tokens} tokens):\n");
+    let state = in_process_state(data.path()).await;
+    let c = client(&s, false);
+    let mut ws = ws_connect(&s, &key).await;
+    // Warm-up of all three (model loads), then the three paths take turns per seed, so load
+    // from elsewhere on the machine falls on all of them alike.
+    in_process_one(&state, 1000).await;
+    sse_one(&c, &s, &key, 1000).await;
+    ws_one(&mut ws, 1000).await;
+    let mut times = [Duration::ZERO; 3];
+    let mut local_tokens = 0;
+    let mut seeds = 0;
+    while local_tokens < TOKENS {
+        let runs = [
+            in_process_one(&state, seeds).await,
+            sse_one(&c, &s, &key, seeds).await,
+            ws_one(&mut ws, seeds).await,
+        ];
+        assert!(
+            runs.iter().all(|r| r.1 == runs[0].1),
+            "same seed, same generation: {runs:?}"
+        );
+        for (t, r) in times.iter_mut().zip(&runs) {
+            *t += r.0;
+        }
+        local_tokens += runs[0].1;
+        seeds += 1;
+    }
+    let [local, sse, ws] = times.map(|t| local_tokens as f64 / t.as_secs_f64());
+    println!("\nText generation (textgen, {seeds} seeded generations, {local_tokens} tokens):\n");
     println!("| path | tokens/s | ratio to in-process |");
     println!("| --- | --- | --- |");
     println!("| in-process (same loop, no transport) | {local:.0} | 1.00 |");
-    println!("| SSE (`/v1/completions`, stream) | {sse:.0} | {:.3} |", sse / local);
-    println!("| WebSocket (`/v2/stream`, generate) | {ws:.0} | {:.3} |", ws / local);
+    println!(
+        "| SSE (`/v1/completions`, stream) | {sse:.0} | {:.3} |",
+        sse / local
+    );
+    println!(
+        "| WebSocket (`/v2/stream`, generate) | {ws:.0} | {:.3} |",
+        ws / local
+    );
 }

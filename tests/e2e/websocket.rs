@@ -19,8 +19,22 @@ pub async fn connect(
     path: &str,
     headers: &[(&str, &str)],
 ) -> Result<(Ws, Handshake), tungstenite::Error> {
+    connect_with(s, path, headers, None).await
+}
+
+/// `connect` with a given socket receive buffer (a small one makes a slow reader).
+async fn connect_with(
+    s: &Server,
+    path: &str,
+    headers: &[(&str, &str)],
+    recv_buffer: Option<u32>,
+) -> Result<(Ws, Handshake), tungstenite::Error> {
     let hostport = s.addr.trim_start_matches("https://").to_string();
-    let tcp = tokio::net::TcpStream::connect(&hostport).await.unwrap();
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    if let Some(size) = recv_buffer {
+        socket.set_recv_buffer_size(size).unwrap();
+    }
+    let tcp = socket.connect(hostport.parse().unwrap()).await.unwrap();
     let mut roots = rustls::RootCertStore::empty();
     for cert in CertificateDer::pem_file_iter(s.data.join("tls/cert.pem")).unwrap() {
         roots.add(cert.unwrap()).unwrap();
@@ -380,4 +394,72 @@ async fn events_report_model_state_and_throughput_to_admins() {
         }
     }
     assert!(loaded && served > 0.0, "loaded {loaded}, served {served}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn websocket_slow_reader_stops_the_server_reading() {
+    // Large answers (OCR recognition logits, ~MBs of JSON each) to a client that does not read:
+    // the server runs at most max_in_flight at once, queues a few answers, and then stops
+    // taking messages instead of buffering the rest.
+    let tmp = tempfile::tempdir().unwrap();
+    crate::harness::register(tmp.path(), "rec", &model("ocr-rec.onnx"));
+    let config = tmp.path().join("infergate.toml");
+    std::fs::write(&config, "[websocket]\nmax_in_flight = 2\n").unwrap();
+    let s = Server::start_in(
+        tmp.path(),
+        Options {
+            extra_args: vec!["--config".into(), config.display().to_string()],
+            ..Options::default()
+        },
+    );
+    let key = s.key("infer");
+    let (ws, _) = connect_with(&s, "/v2/stream", &[("x-api-key", &key)], Some(16 << 10))
+        .await
+        .unwrap();
+    let (mut sink, mut ws) = ws.split();
+    const SENT: u64 = 40;
+    // Sent from a task: once the server stops reading, sending blocks too.
+    let sender = tokio::spawn(async move {
+        let data = vec![0.0f32; 3 * 48 * 160];
+        for id in 0..SENT {
+            let m = json!({"id": id, "model": "rec", "inputs": [
+                {"name": "x", "shape": [1, 3, 48, 160], "datatype": "FP32", "data": data}]});
+            sink.send(Message::text(m.to_string())).await.unwrap();
+        }
+        sink
+    });
+    // Wait until the server stops making progress (its count stays put for 2 s).
+    let mut last = -1.0;
+    let mut stable = 0;
+    while stable < 20 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let now = metric(
+            &s,
+            "infergate_inference_requests_total",
+            &[("protocol", "websocket")],
+        )
+        .await;
+        if now == last {
+            stable += 1;
+        } else {
+            (last, stable) = (now, 0);
+        }
+    }
+    eprintln!("slow reader: the server answered {last} of {SENT} and stopped reading");
+    assert!(
+        last < SENT as f64 / 2.0,
+        "{last} of {SENT} answered to a client that reads nothing: the server must stop reading"
+    );
+    // Nothing is lost: reading now drains every answer.
+    let mut ids = std::collections::BTreeSet::new();
+    while ids.len() < SENT as usize {
+        let f = match ws.next().await.unwrap().unwrap() {
+            Message::Text(t) => serde_json::from_str::<Value>(t.as_str()).unwrap(),
+            _ => continue,
+        };
+        assert!(f.get("outputs").is_some(), "{}", f["error"]);
+        ids.insert(f["id"].as_u64().unwrap());
+    }
+    assert_eq!(ids.len() as u64, SENT);
+    drop(sender.await.unwrap());
 }
