@@ -206,7 +206,8 @@ async fn in_process_state(data: &std::path::Path) -> Arc<AppState> {
         &json!({}),
     )
     .expect("register");
-    Arc::new(AppState::new(config, store, engine).expect("state"))
+    let plugin_host = Arc::new(infergate::app::plugin_host(&config, &store).expect("plugin host"));
+    Arc::new(AppState::new(config, store, engine, plugin_host).expect("state"))
 }
 
 const PROMPT: &str = "Once upon a time";

@@ -24,6 +24,12 @@ efficientnet-lite0 efficientnet-lite0.onnx
 textgen textgen.onnx
 MODELS
 
+# Demo plugins (built by setup into plugins/dist) and the pipelines that use them.
+"$BIN" plugins add --data-dir "$DATA" "$ROOT"/plugins/dist/{image-decode,imagenet-topk,ctc-decode,wordpiece-tokenizer,mean-pool,passthrough}.wasm
+for spec in "$ROOT"/scripts/demo/*.json; do
+  "$BIN" pipelines put --data-dir "$DATA" "$(basename "$spec" .json)" "@$spec"
+done
+
 if [ -f "$DATA/admin.key" ]; then
   echo "infergate: admin API key is in $DATA/admin.key"
 fi

@@ -9,6 +9,13 @@ CACHE="$ROOT/.cache"
 mkdir -p "$CACHE"/{pkgs,dl,models,lib}
 log() { printf '\033[1msetup:\033[0m %s\n' "$*" >&2; }
 
+# 0. Debian packages: Chromium and its WebDriver for the dashboard's browser tests.
+if ! command -v chromedriver >/dev/null || ! command -v chromium >/dev/null; then
+  log "installing chromium and chromium-driver"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null
+fi
+
 # 1. Rust targets for plugins (wasm32-unknown-unknown + wasm-tools) and the dashboard.
 if ! rustup target list --installed | grep -q wasm32-unknown-unknown \
   || ! rustup target list --installed | grep -q wasm32-wasip2; then
@@ -57,7 +64,13 @@ ORT_LIB=$("$PY" -c 'import onnxruntime, os; print(os.path.join(os.path.dirname(o
 [ -f "$ORT_LIB" ] || { echo "setup: $ORT_LIB missing from the onnxruntime wheel" >&2; exit 1; }
 ln -sfn "$ORT_LIB" "$CACHE/lib/libonnxruntime.so"
 NVRTC_DIR="$CACHE/pkgs/nvidia-cuda-nvrtc-cu12/nvidia/cuda_nvrtc/lib"
-[ -f "$NVRTC_DIR/libnvrtc.so.12" ] && ln -sfn "$NVRTC_DIR/libnvrtc.so.12" "$CACHE/lib/libnvrtc.so"
+if [ -f "$NVRTC_DIR/libnvrtc.so.12" ]; then
+  ln -sfn "$NVRTC_DIR/libnvrtc.so.12" "$CACHE/lib/libnvrtc.so"
+  # NVRTC opens its builtins library from the directory it was loaded from (the symlink's).
+  for builtins in "$NVRTC_DIR"/libnvrtc-builtins.so.*; do
+    ln -sfn "$builtins" "$CACHE/lib/$(basename "$builtins")"
+  done
+fi
 
 # 5. Demo models: unpacked ones are linked, the rest exported to ONNX by our scripts.
 M="$CACHE/models"
@@ -72,12 +85,19 @@ for exporter in "$ROOT"/scripts/export_*.py; do
   "$PY" "$exporter" --pkgs "$P" --out "$M"
 done
 
-# 6. Environment for later steps.
+# 6. WebAssembly plugins (SDK, examples, test plugins) into plugins/dist, and the dashboard into
+#    dashboard/dist. Both are incremental after the first build.
+INFERGATE_MODELS_DIR="$M" bash "$ROOT/plugins/build.sh"
+bash "$ROOT/dashboard/build.sh"
+
+# 7. Environment for later steps.
 cat > "$CACHE/env.sh" <<ENV
 # Written by scripts/setup.sh
 export ORT_DYLIB_PATH="$CACHE/lib/libonnxruntime.so"
 export INFERGATE_MODELS="$M"
 export INFERGATE_PYTHON="$PY"
+export INFERGATE_PLUGINS="$ROOT/plugins/dist"
+export INFERGATE_DASHBOARD_DIR="$ROOT/dashboard/dist"
 export LD_LIBRARY_PATH="$CACHE/lib\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
 ENV
 log "ready (source .cache/env.sh)"

@@ -1,20 +1,25 @@
 //! The registry of model versions the engine serves: lazy loading on first use, explicit
-//! load/unload, a bounded queue per version, and the request entry point.
+//! load/unload, idle unload, per-version configuration changed at runtime, and the request
+//! entry point.
 
+use crate::batcher::BatchPolicy;
+use crate::config::{ModelConfig, TimeoutAction};
 use crate::error::{EngineError, Result};
-use crate::instance::{self, Job};
+use crate::instance::{self, InstancePool, Scheduler};
+use crate::lifecycle::{self, MemoryBudget, Reservation};
+use crate::queue::{BatchKey, Request, Ticket};
 use crate::runtime;
 use crate::session::{OrtSession, SessionOptions};
 use crate::signature::ModelSignature;
-use crate::stats::{ModelStats, StatsRecorder};
+use crate::stats::ModelStats;
 use crate::tensor::Tensor;
-use crossbeam_channel::{Sender, TrySendError};
 use parking_lot::Mutex;
+use serde::Serialize;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
-use std::time::Instant;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
 use tokio::sync::{oneshot, OnceCell};
 
 #[derive(Debug, Clone)]
@@ -23,10 +28,32 @@ pub struct EngineConfig {
     pub ort_library: PathBuf,
     /// Threads ORT uses inside one operator, per instance.
     pub intra_threads: usize,
-    /// Execution instances (sessions + threads) per model version.
+    /// Execution instances per model version whose config names no `instance_group`.
     pub instances: usize,
-    /// Requests that may wait per model version before new ones are refused.
+    /// Requests that may wait per model version when its config sets no `max_queue_size`.
     pub max_queue_size: usize,
+    /// Host memory all loaded instances together may use, in bytes; `None` = unlimited.
+    pub host_memory_budget: Option<u64>,
+    /// An instance's estimated host memory is its model file's size times this (unless its
+    /// config sets `host_memory_bytes`).
+    pub memory_factor: f64,
+}
+
+impl EngineConfig {
+    pub const DEFAULT_MEMORY_FACTOR: f64 = 2.0;
+
+    /// Defaults for everything but the library: one instance, one intra-op thread, 64 queued
+    /// requests, no memory budget.
+    pub fn new(ort_library: impl Into<PathBuf>) -> EngineConfig {
+        EngineConfig {
+            ort_library: ort_library.into(),
+            intra_threads: 1,
+            instances: 1,
+            max_queue_size: 64,
+            host_memory_budget: None,
+            memory_factor: EngineConfig::DEFAULT_MEMORY_FACTOR,
+        }
+    }
 }
 
 /// Identifies one model version.
@@ -50,13 +77,63 @@ pub enum ModelState {
     Failed(String),
 }
 
-/// A loaded model version: its queue, its instance threads and its counters.
+/// Per-request scheduling options (KServe/Triton request parameters `priority` and `timeout`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct InferOptions {
+    /// 0 = the model's default level; otherwise 1 (highest) to the config's `priority_levels`.
+    pub priority: u32,
+    /// How long the request may wait in the queue; honoured when the config allows overrides.
+    pub timeout: Option<Duration>,
+}
+
+/// What a loaded version looks like now, for the repository index and the dashboard.
+#[derive(Debug, Clone, Serialize)]
+pub struct ModelInfo {
+    pub instances: usize,
+    /// Host memory reserved against the engine's budget for all its instances.
+    pub memory_reserved_bytes: u64,
+    /// Change of the process's resident memory while the first instances loaded (Linux only;
+    /// blurred by concurrent loads; informs the memory factor).
+    pub measured_load_rss_bytes: Option<i64>,
+    /// Warm-up executions run before it reported ready.
+    pub warmup_runs: u64,
+    pub queued: usize,
+    pub in_flight: usize,
+    pub idle_ms: u64,
+    pub config: ModelConfig,
+}
+
+/// A loaded model version.
 struct Loaded {
+    key: ModelKey,
+    path: PathBuf,
     signature: ModelSignature,
-    queue: Sender<Job>,
-    stats: Arc<StatsRecorder>,
+    scheduler: Arc<Scheduler>,
+    pool: InstancePool,
+    config: Mutex<ModelConfig>,
+    /// The engine's config generation this version last caught up with.
+    applied_generation: AtomicU64,
+    per_instance_bytes: AtomicU64,
     in_flight: AtomicUsize,
-    _threads: Vec<std::thread::JoinHandle<()>>,
+    last_used: Mutex<Instant>,
+    warmup_runs: AtomicU64,
+    measured_load_rss: Option<i64>,
+    /// Serialises config changes that add or retire instances.
+    resizing: tokio::sync::Mutex<()>,
+}
+
+impl Loaded {
+    fn touch(&self) {
+        *self.last_used.lock() = Instant::now();
+    }
+}
+
+impl Drop for Loaded {
+    /// The last holder is gone (unloaded and no request in flight): instance threads end once
+    /// the queue is empty, dropping their sessions.
+    fn drop(&mut self) {
+        self.scheduler.queue.close();
+    }
 }
 
 /// A slot in the registry. The cell makes concurrent first requests share one load, and the
@@ -67,19 +144,41 @@ struct Slot {
     failure: Mutex<Option<String>>,
 }
 
-pub struct Engine {
+struct Inner {
     config: EngineConfig,
     env: &'static ort::environment::Environment,
     session_options: SessionOptions,
     slots: Mutex<HashMap<ModelKey, Arc<Slot>>>,
+    /// Configs set by the gateway, with the generation at which each was set. Kept across
+    /// unloads so a reload uses them.
+    model_configs: Mutex<HashMap<ModelKey, (u64, ModelConfig)>>,
+    generation: AtomicU64,
+    budget: Arc<MemoryBudget>,
+}
+
+pub struct Engine {
+    inner: Arc<Inner>,
+    /// Dropping it stops the reaper thread.
+    _reaper: crossbeam_channel::Sender<()>,
 }
 
 /// Decrements a model's in-flight count however the request ends (including cancellation).
-struct InFlight<'a>(&'a AtomicUsize);
+struct InFlight<'a>(&'a Loaded);
 
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
+        self.0.touch();
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Gives a queued request up when its caller stops waiting (the client went away), so no
+/// instance runs it. A no-op once an instance took it.
+struct AbandonOnDrop(Arc<Ticket>);
+
+impl Drop for AbandonOnDrop {
+    fn drop(&mut self) {
+        self.0.abandon();
     }
 }
 
@@ -89,80 +188,81 @@ impl Engine {
         let session_options = SessionOptions {
             intra_threads: config.intra_threads,
         };
-        Ok(Engine {
+        let inner = Arc::new(Inner {
+            budget: MemoryBudget::new(config.host_memory_budget),
             config,
             env,
             session_options,
             slots: Mutex::new(HashMap::new()),
+            model_configs: Mutex::new(HashMap::new()),
+            generation: AtomicU64::new(0),
+        });
+        let weak: Weak<Inner> = Arc::downgrade(&inner);
+        let reaper = lifecycle::start_reaper(move || match weak.upgrade() {
+            Some(inner) => {
+                inner.unload_idle();
+                true
+            }
+            None => false,
+        })?;
+        Ok(Engine {
+            inner,
+            _reaper: reaper,
         })
     }
 
     pub fn config(&self) -> &EngineConfig {
-        &self.config
+        &self.inner.config
     }
 
     /// Loads a model file into ORT only to read its signature; used to validate uploads.
     /// Blocking: call it from a blocking thread.
     pub fn inspect(&self, path: &Path) -> Result<ModelSignature> {
-        let session = OrtSession::load(self.env, path, "inspect", &self.session_options)?;
+        let session =
+            OrtSession::load(self.inner.env, path, "inspect", &self.inner.session_options)?;
         Ok(session.signature().clone())
     }
 
-    fn slot(&self, key: &ModelKey) -> Arc<Slot> {
-        self.slots.lock().entry(key.clone()).or_default().clone()
+    /// Sets a version's configuration (validated; checked against the model when it is
+    /// loaded). A loaded version applies it to new batches at once and starts or retires
+    /// instances to match `instance_group`; requests in flight are not failed. An unloaded
+    /// version uses it when it next loads.
+    pub async fn set_config(&self, key: &ModelKey, config: ModelConfig) -> Result<()> {
+        config.validate()?;
+        if let Some(loaded) = self.inner.loaded_now(key) {
+            config.validate_for(&loaded.signature)?;
+        }
+        let generation = self.inner.generation.fetch_add(1, Ordering::AcqRel) + 1;
+        self.inner
+            .model_configs
+            .lock()
+            .insert(key.clone(), (generation, config));
+        if let Some(loaded) = self.inner.loaded_now(key) {
+            self.inner.catch_up(&loaded).await?;
+        }
+        Ok(())
     }
 
-    /// Loads a model version (or returns the loaded one). Concurrent callers share one load.
-    async fn loaded(&self, key: &ModelKey, path: &Path) -> Result<Arc<Loaded>> {
-        let slot = self.slot(key);
-        let result = slot
-            .cell
-            .get_or_try_init(|| async {
-                let env = self.env;
-                let options = self.session_options.clone();
-                let instances = self.config.instances;
-                let (sender, receiver) = crossbeam_channel::bounded(self.config.max_queue_size.max(1));
-                let stats = Arc::new(StatsRecorder::default());
-                let label = key.to_string();
-                let path = path.to_path_buf();
-                let stats_for_threads = stats.clone();
-                let started = Instant::now();
-                let (signature, threads) = tokio::task::spawn_blocking(move || {
-                    instance::spawn(env, &label, &path, &options, instances, receiver, stats_for_threads)
-                })
-                .await
-                .map_err(|e| EngineError::Internal(format!("model load task failed: {e}")))??;
-                tracing::info!(model = %key, instances, elapsed_ms = started.elapsed().as_millis() as u64, "model loaded");
-                Ok::<_, EngineError>(Arc::new(Loaded {
-                    signature,
-                    queue: sender,
-                    stats,
-                    in_flight: AtomicUsize::new(0),
-                    _threads: threads,
-                }))
-            })
-            .await;
-        match result {
-            Ok(loaded) => {
-                *slot.failure.lock() = None;
-                Ok(loaded.clone())
-            }
-            Err(e) => {
-                *slot.failure.lock() = Some(e.to_string());
-                Err(e)
-            }
-        }
+    /// The configuration a version is served with (the default when none was set).
+    pub fn model_config(&self, key: &ModelKey) -> ModelConfig {
+        self.inner.stored_config(key).1
+    }
+
+    /// Triton's config JSON for a version (`GET /v2/models/{m}/config`).
+    pub fn triton_config(&self, key: &ModelKey, signature: &ModelSignature) -> serde_json::Value {
+        self.model_config(key)
+            .to_triton_json(&key.name, signature, self.inner.config.instances)
     }
 
     /// Loads a model version ahead of traffic.
     pub async fn load(&self, key: &ModelKey, path: &Path) -> Result<ModelSignature> {
-        Ok(self.loaded(key, path).await?.signature.clone())
+        Ok(self.inner.loaded(key, path).await?.signature.clone())
     }
 
     /// Unloads a model version: queued jobs still finish, new requests load it again.
     /// Returns whether it was loaded.
     pub fn unload(&self, key: &ModelKey) -> bool {
-        let removed = self.slots.lock().remove(key);
+        let removed = self.inner.slots.lock().remove(key);
         let was_loaded = removed.as_ref().is_some_and(|s| s.cell.initialized());
         if was_loaded {
             tracing::info!(model = %key, "model unloaded");
@@ -171,7 +271,7 @@ impl Engine {
     }
 
     pub fn state(&self, key: &ModelKey) -> ModelState {
-        let Some(slot) = self.slots.lock().get(key).cloned() else {
+        let Some(slot) = self.inner.slots.lock().get(key).cloned() else {
             return ModelState::Unloaded;
         };
         if slot.cell.initialized() {
@@ -185,20 +285,48 @@ impl Engine {
     }
 
     pub fn stats(&self, key: &ModelKey) -> Option<ModelStats> {
-        let slot = self.slots.lock().get(key).cloned()?;
-        slot.cell.get().map(|l| l.stats.snapshot())
+        self.inner
+            .loaded_now(key)
+            .map(|l| l.scheduler.stats.snapshot())
     }
 
     /// Requests currently queued or running on a model version.
     pub fn in_flight(&self, key: &ModelKey) -> usize {
-        let slot = self.slots.lock().get(key).cloned();
-        slot.and_then(|s| s.cell.get().map(|l| l.in_flight.load(Ordering::Relaxed)))
-            .unwrap_or(0)
+        self.inner
+            .loaded_now(key)
+            .map_or(0, |l| l.in_flight.load(Ordering::Relaxed))
     }
 
-    /// Runs one request: loads the version if needed, checks the tensors against its
-    /// signature, queues it and waits for an instance. Dropping the future (client gone)
-    /// drops the job from the queue before it executes.
+    /// Requests waiting in a version's queue (not yet taken by an instance).
+    pub fn queued(&self, key: &ModelKey) -> usize {
+        self.inner
+            .loaded_now(key)
+            .map_or(0, |l| l.scheduler.queue.len())
+    }
+
+    pub fn model_info(&self, key: &ModelKey) -> Option<ModelInfo> {
+        let l = self.inner.loaded_now(key)?;
+        let instances = l.pool.count();
+        let idle_ms = l.last_used.lock().elapsed().as_millis() as u64;
+        let info = ModelInfo {
+            instances,
+            memory_reserved_bytes: instances as u64 * l.per_instance_bytes.load(Ordering::Relaxed),
+            measured_load_rss_bytes: l.measured_load_rss,
+            warmup_runs: l.warmup_runs.load(Ordering::Relaxed),
+            queued: l.scheduler.queue.len(),
+            in_flight: l.in_flight.load(Ordering::Relaxed),
+            idle_ms,
+            config: l.config.lock().clone(),
+        };
+        Some(info)
+    }
+
+    /// Host memory reserved by loaded instances, and the budget.
+    pub fn memory(&self) -> (u64, Option<u64>) {
+        (self.inner.budget.used(), self.inner.budget.limit())
+    }
+
+    /// Runs one request with default options; see [`Engine::infer_with`].
     pub async fn infer(
         &self,
         key: &ModelKey,
@@ -206,27 +334,304 @@ impl Engine {
         inputs: Vec<Tensor>,
         outputs: Vec<String>,
     ) -> Result<Vec<Tensor>> {
-        let loaded = self.loaded(key, path).await?;
+        self.infer_with(key, path, inputs, outputs, InferOptions::default())
+            .await
+    }
+
+    /// Runs one request: loads the version if needed, checks the tensors against its
+    /// signature and config, queues it at its priority and waits for an instance (possibly
+    /// batched with others). Dropping the future (client gone) removes the request before it
+    /// executes; a request still queued at its timeout fails with `EngineError::Timeout` and
+    /// never executes.
+    pub async fn infer_with(
+        &self,
+        key: &ModelKey,
+        path: &Path,
+        inputs: Vec<Tensor>,
+        outputs: Vec<String>,
+        options: InferOptions,
+    ) -> Result<Vec<Tensor>> {
+        let loaded = self.inner.loaded(key, path).await?;
+        if loaded.applied_generation.load(Ordering::Acquire)
+            != self.inner.generation.load(Ordering::Acquire)
+        {
+            self.inner.catch_up(&loaded).await?;
+        }
         loaded.signature.check_inputs(&inputs)?;
         loaded.signature.check_outputs(&outputs)?;
+        let policy = loaded.scheduler.policy();
+        let samples = if policy.max_batch_size > 0 {
+            batch_samples(&inputs, policy.max_batch_size)?
+        } else {
+            1
+        };
+        let level = policy.level(options.priority)?;
+        let enqueued = Instant::now();
+        let deadline = policy.timeout(options.timeout).map(|t| enqueued + t);
         loaded.in_flight.fetch_add(1, Ordering::Relaxed);
-        let _in_flight = InFlight(&loaded.in_flight);
-        let (reply, response) = oneshot::channel();
-        let job = Job {
+        let _in_flight = InFlight(&loaded);
+        let ticket = Arc::new(Ticket::default());
+        let _abandon = AbandonOnDrop(ticket.clone());
+        let (reply, mut response) = oneshot::channel();
+        let request = Request {
+            key: BatchKey::of(&inputs, &outputs),
             inputs,
             outputs,
-            enqueued: Instant::now(),
+            samples,
+            level,
+            enqueued,
+            deadline,
+            ticket: ticket.clone(),
             reply,
         };
-        loaded.queue.try_send(job).map_err(|e| match e {
-            TrySendError::Full(_) => EngineError::Unavailable(format!(
-                "model '{key}' has {} requests queued; retry later",
-                self.config.max_queue_size
-            )),
-            TrySendError::Disconnected(_) => EngineError::NotLoaded(key.to_string()),
-        })?;
-        response
+        let instances = loaded.pool.count().max(1);
+        let stats = &loaded.scheduler.stats;
+        loaded
+            .scheduler
+            .queue
+            .push(request, policy.max_queue_size, |queued| {
+                retry_hint(&stats.snapshot(), queued, instances)
+            })?;
+        let result = match deadline {
+            Some(deadline) if policy.timeout_action == TimeoutAction::Reject => {
+                match tokio::time::timeout_at(deadline.into(), &mut response).await {
+                    Ok(result) => result,
+                    Err(_) if ticket.abandon() => {
+                        return Err(EngineError::Timeout {
+                            model: key.to_string(),
+                            waited_ms: enqueued.elapsed().as_millis() as u64,
+                        })
+                    }
+                    // An instance took it just in time: it runs, so wait for its answer.
+                    Err(_) => response.await,
+                }
+            }
+            _ => response.await,
+        };
+        result.map_err(|_| EngineError::Internal(format!("model '{key}' dropped a request")))?
+    }
+}
+
+/// The samples along dimension 0 of a request to a batching model: every input must have the
+/// same first dimension, at most `max`.
+fn batch_samples(inputs: &[Tensor], max: usize) -> Result<usize> {
+    let mut samples = None;
+    for t in inputs {
+        let Some(&rows) = t.shape.first() else {
+            return Err(EngineError::InvalidInput(format!(
+                "input '{}' is a scalar, but this model batches along dimension 0",
+                t.name
+            )));
+        };
+        match samples {
+            None => samples = Some(rows),
+            Some(s) if s != rows => {
+                return Err(EngineError::InvalidInput(format!(
+                    "inputs disagree on the batch size (dimension 0): {s} and {rows} ('{}')",
+                    t.name
+                )))
+            }
+            _ => {}
+        }
+    }
+    let rows = samples.unwrap_or(0) as usize;
+    if rows > max {
+        return Err(EngineError::InvalidInput(format!(
+            "batch of {rows} exceeds the model's max_batch_size {max}"
+        )));
+    }
+    Ok(rows)
+}
+
+/// How long a client should wait before retrying a full queue: the queue's work at the
+/// observed mean execution time, spread over the instances; between 1 and 60 seconds.
+fn retry_hint(stats: &ModelStats, queued: usize, instances: usize) -> Duration {
+    let per_request_ns = stats
+        .compute_infer
+        .ns
+        .checked_div(stats.compute_infer.count)
+        .unwrap_or(0);
+    let ns = per_request_ns.saturating_mul(queued as u64) / instances as u64;
+    Duration::from_secs(ns.div_ceil(1_000_000_000).clamp(1, 60))
+}
+
+impl Inner {
+    fn slot(&self, key: &ModelKey) -> Arc<Slot> {
+        self.slots.lock().entry(key.clone()).or_default().clone()
+    }
+
+    fn loaded_now(&self, key: &ModelKey) -> Option<Arc<Loaded>> {
+        let slot = self.slots.lock().get(key).cloned()?;
+        slot.cell.get().cloned()
+    }
+
+    fn stored_config(&self, key: &ModelKey) -> (u64, ModelConfig) {
+        self.model_configs
+            .lock()
+            .get(key)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    fn instance_bytes(&self, path: &Path, config: &ModelConfig) -> Result<u64> {
+        if let Some(bytes) = config.host_memory_bytes {
+            return Ok(bytes);
+        }
+        let len = std::fs::metadata(path)
+            .map_err(|e| EngineError::InvalidModel(format!("model file {}: {e}", path.display())))?
+            .len();
+        Ok(lifecycle::estimate_instance_bytes(
+            len,
+            self.config.memory_factor,
+        ))
+    }
+
+    fn reserve(&self, key: &ModelKey, count: usize, bytes: u64) -> Result<Vec<Reservation>> {
+        // All or nothing: refusing the third instance drops (releases) the first two.
+        (0..count)
+            .map(|_| self.budget.reserve(&key.to_string(), bytes))
+            .collect()
+    }
+
+    /// Loads a model version (or returns the loaded one). Concurrent callers share one load.
+    async fn loaded(&self, key: &ModelKey, path: &Path) -> Result<Arc<Loaded>> {
+        let slot = self.slot(key);
+        let result = slot.cell.get_or_try_init(|| self.load(key, path)).await;
+        match result {
+            Ok(loaded) => {
+                *slot.failure.lock() = None;
+                Ok(loaded.clone())
+            }
+            Err(e) => {
+                *slot.failure.lock() = Some(e.to_string());
+                Err(e)
+            }
+        }
+    }
+
+    async fn load(&self, key: &ModelKey, path: &Path) -> Result<Arc<Loaded>> {
+        let (generation, config) = self.stored_config(key);
+        let count = config.instance_count(self.config.instances);
+        let per_instance = self.instance_bytes(path, &config)?;
+        let reservations = self.reserve(key, count, per_instance)?;
+        let env = self.env;
+        let options = self.session_options.clone();
+        let label = key.to_string();
+        let owned_path = path.to_path_buf();
+        let load_config = config.clone();
+        let started = Instant::now();
+        let (signature, ready, warmup_runs, rss) = tokio::task::spawn_blocking(move || {
+            let before = lifecycle::resident_bytes();
+            let (signature, ready, runs) = instance::prepare(
+                env,
+                &label,
+                &owned_path,
+                &options,
+                &load_config,
+                reservations,
+            )?;
+            let rss = before
+                .zip(lifecycle::resident_bytes())
+                .map(|(b, a)| a as i64 - b as i64);
+            Ok::<_, EngineError>((signature, ready, runs, rss))
+        })
+        .await
+        .map_err(|e| EngineError::Internal(format!("model load task failed: {e}")))??;
+        let scheduler = Arc::new(Scheduler::new(
+            &key.to_string(),
+            BatchPolicy::new(&config, self.config.max_queue_size),
+        ));
+        let pool = InstancePool::new(scheduler.clone());
+        pool.start(ready)?;
+        tracing::info!(
+            model = %key,
+            instances = count,
+            warmup_runs,
+            reserved_bytes = per_instance * count as u64,
+            measured_rss_bytes = rss,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "model loaded"
+        );
+        Ok(Arc::new(Loaded {
+            key: key.clone(),
+            path: path.to_path_buf(),
+            signature,
+            scheduler,
+            pool,
+            config: Mutex::new(config),
+            applied_generation: AtomicU64::new(generation),
+            per_instance_bytes: AtomicU64::new(per_instance),
+            in_flight: AtomicUsize::new(0),
+            last_used: Mutex::new(Instant::now()),
+            warmup_runs: AtomicU64::new(warmup_runs),
+            measured_load_rss: rss,
+            resizing: tokio::sync::Mutex::new(()),
+        }))
+    }
+
+    /// Brings a loaded version up to its stored config: the policy for new batches, and
+    /// instances started (loaded and warmed up first, admitted by the budget) or retired.
+    async fn catch_up(&self, loaded: &Arc<Loaded>) -> Result<()> {
+        let _resizing = loaded.resizing.lock().await;
+        let seen = self.generation.load(Ordering::Acquire);
+        let (generation, config) = self.stored_config(&loaded.key);
+        if generation <= loaded.applied_generation.load(Ordering::Acquire) {
+            loaded.applied_generation.fetch_max(seen, Ordering::AcqRel);
+            return Ok(());
+        }
+        config.validate_for(&loaded.signature)?;
+        let want = config.instance_count(self.config.instances);
+        let have = loaded.pool.count();
+        if want > have {
+            let per_instance = self.instance_bytes(&loaded.path, &config)?;
+            let reservations = self.reserve(&loaded.key, want - have, per_instance)?;
+            let env = self.env;
+            let options = self.session_options.clone();
+            let label = loaded.key.to_string();
+            let path = loaded.path.clone();
+            let load_config = config.clone();
+            let (_, ready, runs) = tokio::task::spawn_blocking(move || {
+                instance::prepare(env, &label, &path, &options, &load_config, reservations)
+            })
             .await
-            .map_err(|_| EngineError::Internal(format!("model '{key}' dropped a request")))?
+            .map_err(|e| EngineError::Internal(format!("instance load task failed: {e}")))??;
+            loaded.pool.start(ready)?;
+            loaded.warmup_runs.fetch_add(runs, Ordering::Relaxed);
+            loaded
+                .per_instance_bytes
+                .store(per_instance, Ordering::Relaxed);
+        }
+        loaded
+            .scheduler
+            .set_policy(BatchPolicy::new(&config, self.config.max_queue_size));
+        if want < have {
+            loaded.pool.retire(have - want);
+        }
+        tracing::info!(model = %loaded.key, instances = want, "model config applied");
+        *loaded.config.lock() = config;
+        loaded
+            .applied_generation
+            .fetch_max(generation.max(seen), Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// Unloads versions whose config sets `unload_after_s` and that have had no request for
+    /// that long. A request that grabbed the version meanwhile still completes: it holds it.
+    fn unload_idle(&self) {
+        let mut slots = self.slots.lock();
+        let idle: Vec<ModelKey> = slots
+            .iter()
+            .filter_map(|(key, slot)| {
+                let loaded = slot.cell.get()?;
+                let after = loaded.config.lock().unload_after()?;
+                let idle = loaded.in_flight.load(Ordering::Relaxed) == 0
+                    && loaded.last_used.lock().elapsed() >= after;
+                idle.then(|| key.clone())
+            })
+            .collect();
+        for key in idle {
+            slots.remove(&key);
+            tracing::info!(model = %key, "model unloaded after being idle");
+        }
     }
 }

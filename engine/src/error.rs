@@ -1,6 +1,7 @@
 //! One error type for the engine. Every variant knows whose fault it is, so the gateway can map
 //! it to a status code in one place.
 
+use std::time::Duration;
 use thiserror::Error;
 
 /// Who caused a failure.
@@ -10,13 +11,16 @@ pub enum Fault {
     Client,
     /// The model failed while running valid input.
     Model,
-    /// The engine is overloaded or shutting down; retrying later may work.
+    /// The engine is overloaded, out of memory budget or shutting down; retrying later may
+    /// work (see [`EngineError::retry_after`]).
     Unavailable,
+    /// The request waited in the queue past its timeout and was never executed.
+    Timeout,
     /// A bug or an environment problem on our side.
     Internal,
 }
 
-#[derive(Debug, Error)]
+#[derive(Debug, Clone, Error)]
 pub enum EngineError {
     #[error("{0}")]
     InvalidInput(String),
@@ -26,6 +30,24 @@ pub enum EngineError {
     ModelFailed { model: String, reason: String },
     #[error("{0}")]
     Unavailable(String),
+    #[error("model '{model}' has {queued} requests queued, its limit; retry later")]
+    QueueFull {
+        model: String,
+        queued: usize,
+        /// A hint for the client: how long the queue needs to drain.
+        retry_after: Duration,
+    },
+    #[error("request to model '{model}' timed out after waiting {waited_ms} ms in the queue; it was not executed")]
+    Timeout { model: String, waited_ms: u64 },
+    #[error("loading model '{model}' needs about {needed} bytes of host memory but only {available} of the {budget}-byte budget are free; unload a model or raise the budget")]
+    OverMemoryBudget {
+        model: String,
+        needed: u64,
+        available: u64,
+        budget: u64,
+    },
+    #[error("invalid model config: {0}")]
+    InvalidConfig(String),
     #[error("model '{0}' is not loaded")]
     NotLoaded(String),
     #[error("ONNX Runtime could not be initialised: {0}")]
@@ -37,10 +59,25 @@ pub enum EngineError {
 impl EngineError {
     pub fn fault(&self) -> Fault {
         match self {
-            EngineError::InvalidInput(_) | EngineError::InvalidModel(_) => Fault::Client,
+            EngineError::InvalidInput(_)
+            | EngineError::InvalidModel(_)
+            | EngineError::InvalidConfig(_) => Fault::Client,
             EngineError::ModelFailed { .. } => Fault::Model,
-            EngineError::Unavailable(_) | EngineError::NotLoaded(_) => Fault::Unavailable,
+            EngineError::Unavailable(_)
+            | EngineError::NotLoaded(_)
+            | EngineError::QueueFull { .. }
+            | EngineError::OverMemoryBudget { .. } => Fault::Unavailable,
+            EngineError::Timeout { .. } => Fault::Timeout,
             EngineError::Runtime(_) | EngineError::Internal(_) => Fault::Internal,
+        }
+    }
+
+    /// When retrying may succeed and the engine can say how soon (a full queue): the gateway
+    /// sends it as `Retry-After`.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            EngineError::QueueFull { retry_after, .. } => Some(*retry_after),
+            _ => None,
         }
     }
 }

@@ -1,84 +1,228 @@
-//! Execution instances: each is an OS thread that owns one ORT session and takes jobs from the
-//! model's queue. Sessions run outside the async runtime so a slow model never stalls I/O.
+//! Execution instances: each is an OS thread that owns one ORT session, forms batches from its
+//! version's queue and runs them. Sessions run outside the async runtime so a slow model never
+//! stalls I/O. Instances can be added and retired while the version serves.
 
+use crate::batcher::{self, BatchPolicy, Decision};
+use crate::config::ModelConfig;
 use crate::error::{EngineError, Result};
-use crate::session::{OrtSession, SessionOptions};
+use crate::lifecycle::Reservation;
+use crate::queue::{Request, RequestQueue};
+use crate::session::{OrtSession, SessionOptions, StageTimes};
 use crate::signature::ModelSignature;
 use crate::stats::{RequestTimings, StatsRecorder};
 use crate::tensor::Tensor;
-use crossbeam_channel::Receiver;
+use crate::warmup;
+use parking_lot::{Mutex, RwLock};
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
-use tokio::sync::oneshot;
 
-/// One queued request.
-pub(crate) struct Job {
-    pub inputs: Vec<Tensor>,
-    pub outputs: Vec<String>,
-    pub enqueued: Instant,
-    pub reply: oneshot::Sender<Result<Vec<Tensor>>>,
+/// What the instances of one version share: the queue, the current policy, the counters.
+pub(crate) struct Scheduler {
+    pub label: String,
+    pub queue: RequestQueue,
+    policy: RwLock<Arc<BatchPolicy>>,
+    pub stats: Arc<StatsRecorder>,
 }
 
-/// Loads `count` sessions of the model and starts one thread for each. Loading happens before
-/// any thread starts, so a model that fails to load leaves nothing running.
-pub(crate) fn spawn(
+impl Scheduler {
+    pub fn new(label: &str, policy: BatchPolicy) -> Scheduler {
+        Scheduler {
+            label: label.to_string(),
+            queue: RequestQueue::new(label),
+            policy: RwLock::new(Arc::new(policy)),
+            stats: Arc::new(StatsRecorder::default()),
+        }
+    }
+
+    pub fn policy(&self) -> Arc<BatchPolicy> {
+        self.policy.read().clone()
+    }
+
+    /// New batches follow `policy`; batches already running finish under the old one.
+    pub fn set_policy(&self, policy: BatchPolicy) {
+        *self.policy.write() = Arc::new(policy);
+        self.queue.notify();
+    }
+}
+
+/// A session loaded, checked and warmed up, with the memory it was admitted for.
+pub(crate) struct ReadyInstance {
+    session: OrtSession,
+    reservation: Reservation,
+}
+
+/// Loads one session per reservation, checks `config` against the model and runs the warm-up
+/// on each. Nothing starts unless all succeed. Blocking: call from a blocking thread.
+pub(crate) fn prepare(
     env: &ort::environment::Environment,
     label: &str,
     path: &Path,
     options: &SessionOptions,
-    count: usize,
-    queue: Receiver<Job>,
-    stats: Arc<StatsRecorder>,
-) -> Result<(ModelSignature, Vec<JoinHandle<()>>)> {
-    let sessions = (0..count.max(1))
-        .map(|_| OrtSession::load(env, path, label, options))
-        .collect::<Result<Vec<_>>>()?;
-    let signature = sessions[0].signature().clone();
-    let mut handles = Vec::with_capacity(sessions.len());
-    for (index, session) in sessions.into_iter().enumerate() {
-        let queue = queue.clone();
-        let stats = stats.clone();
-        let handle = std::thread::Builder::new()
-            .name(format!("instance-{label}-{index}"))
-            .spawn(move || run_instance(session, queue, stats))
-            .map_err(|e| EngineError::Internal(format!("starting an instance thread: {e}")))?;
-        handles.push(handle);
+    config: &ModelConfig,
+    reservations: Vec<Reservation>,
+) -> Result<(ModelSignature, Vec<ReadyInstance>, u64)> {
+    let mut ready = Vec::with_capacity(reservations.len());
+    let mut signature = None;
+    let mut warmup_runs = 0;
+    for reservation in reservations {
+        let mut session = OrtSession::load(env, path, label, options)?;
+        if signature.is_none() {
+            config.validate_for(session.signature())?;
+            signature = Some(session.signature().clone());
+        }
+        warmup_runs += warmup::run(config, &mut session)?;
+        ready.push(ReadyInstance {
+            session,
+            reservation,
+        });
     }
-    Ok((signature, handles))
+    let signature =
+        signature.ok_or_else(|| EngineError::Internal(format!("{label}: no instance to load")))?;
+    Ok((signature, ready, warmup_runs))
 }
 
-fn run_instance(mut session: OrtSession, queue: Receiver<Job>, stats: Arc<StatsRecorder>) {
-    // The loop ends when the model is unloaded: the engine drops the queue's sender.
-    while let Ok(job) = queue.recv() {
-        if job.reply.is_closed() {
-            // The client went away while the job waited: never execute it.
-            continue;
+struct InstanceHandle {
+    retired: Arc<AtomicBool>,
+    _thread: JoinHandle<()>,
+}
+
+/// The running instances of one version.
+pub(crate) struct InstancePool {
+    scheduler: Arc<Scheduler>,
+    handles: Mutex<Vec<InstanceHandle>>,
+    started: std::sync::atomic::AtomicUsize,
+}
+
+impl InstancePool {
+    pub fn new(scheduler: Arc<Scheduler>) -> InstancePool {
+        InstancePool {
+            scheduler,
+            handles: Mutex::new(Vec::new()),
+            started: Default::default(),
         }
-        let started = Instant::now();
-        let queue_time = started - job.enqueued;
-        let result = session.run(&job.inputs, &job.outputs);
-        stats.execution();
-        let reply = match result {
-            Ok((outputs, times)) => {
+    }
+
+    pub fn count(&self) -> usize {
+        self.handles.lock().len()
+    }
+
+    /// Starts a thread for each prepared instance.
+    pub fn start(&self, instances: Vec<ReadyInstance>) -> Result<()> {
+        for instance in instances {
+            let index = self.started.fetch_add(1, Ordering::Relaxed);
+            let retired = Arc::new(AtomicBool::new(false));
+            let scheduler = self.scheduler.clone();
+            let flag = retired.clone();
+            let thread = std::thread::Builder::new()
+                .name(format!("instance-{}-{index}", self.scheduler.label))
+                .spawn(move || {
+                    run_instance(instance.session, &scheduler, &flag);
+                    // The session is gone; give its memory back.
+                    drop(instance.reservation);
+                })
+                .map_err(|e| EngineError::Internal(format!("starting an instance thread: {e}")))?;
+            self.handles.lock().push(InstanceHandle {
+                retired,
+                _thread: thread,
+            });
+        }
+        Ok(())
+    }
+
+    /// Retires the newest `n` instances. Each finishes the batch it is running, if any; queued
+    /// requests stay for the others.
+    pub fn retire(&self, n: usize) {
+        let mut handles = self.handles.lock();
+        let keep = handles.len().saturating_sub(n).max(1);
+        for handle in handles.drain(keep..) {
+            handle.retired.store(true, Ordering::Release);
+        }
+        drop(handles);
+        self.scheduler.queue.notify();
+    }
+}
+
+fn run_instance(mut session: OrtSession, scheduler: &Scheduler, retired: &AtomicBool) {
+    loop {
+        let (batch, batching) = {
+            let mut queue = scheduler.queue.lock();
+            loop {
+                if retired.load(Ordering::Acquire) {
+                    return;
+                }
+                let policy = scheduler.policy();
+                match batcher::next_batch(&mut queue, &policy, &scheduler.label, Instant::now()) {
+                    Decision::Run(batch) => break (batch, policy.max_batch_size > 0),
+                    Decision::WaitUntil(t) => scheduler.queue.wait(&mut queue, Some(t)),
+                    // The version was unloaded and nothing is left: the thread ends.
+                    Decision::Idle if queue.closed => return,
+                    Decision::Idle => scheduler.queue.wait(&mut queue, None),
+                }
+            }
+        };
+        execute(&mut session, scheduler, batch, batching);
+    }
+}
+
+/// Runs one batch and answers each request with its share of the outputs.
+fn execute(session: &mut OrtSession, scheduler: &Scheduler, batch: Vec<Request>, batching: bool) {
+    let started = Instant::now();
+    let samples: Vec<usize> = batch.iter().map(|r| r.samples).collect();
+    let outcome = if let [only] = batch.as_slice() {
+        session
+            .run(&only.inputs, &only.outputs)
+            .map(|(outputs, times)| (vec![outputs], times))
+    } else {
+        run_batch(session, &scheduler.label, &batch, &samples)
+    };
+    let stats = &scheduler.stats;
+    match outcome {
+        Ok((parts, times)) => {
+            let batch_size = if batching {
+                samples.iter().sum::<usize>() as u64
+            } else {
+                1
+            };
+            stats.execution(batch_size, times.input, times.infer, times.output);
+            for (request, outputs) in batch.into_iter().zip(parts) {
                 stats.success(&RequestTimings {
-                    queue: queue_time,
+                    queue: started.saturating_duration_since(request.enqueued),
                     compute_input: times.input,
                     compute_infer: times.infer,
                     compute_output: times.output,
-                    total: job.enqueued.elapsed(),
-                    // Without a batch dimension in the config, Triton counts one inference per request.
-                    samples: 1,
+                    total: request.enqueued.elapsed(),
+                    samples: request.samples as u64,
                 });
-                Ok(outputs)
+                // A send error means the client left meanwhile; nothing else to do.
+                let _ = request.reply.send(Ok(outputs));
             }
-            Err(e) => {
-                stats.failure(job.enqueued.elapsed());
-                Err(e)
+        }
+        Err(e) => {
+            stats.failed_execution();
+            for request in batch {
+                stats.failure(request.enqueued.elapsed());
+                let _ = request.reply.send(Err(e.clone()));
             }
-        };
-        // A send error means the client left meanwhile; nothing else to do.
-        let _ = job.reply.send(reply);
+        }
     }
+}
+
+fn run_batch(
+    session: &mut OrtSession,
+    label: &str,
+    batch: &[Request],
+    samples: &[usize],
+) -> Result<(Vec<Vec<Tensor>>, StageTimes)> {
+    let joining = Instant::now();
+    let inputs = batcher::concat(batch)?;
+    let joined = joining.elapsed();
+    let (outputs, mut times) = session.run(&inputs, &batch[0].outputs)?;
+    let splitting = Instant::now();
+    let parts = batcher::split(label, outputs, samples)?;
+    times.input += joined;
+    times.output += splitting.elapsed();
+    Ok((parts, times))
 }

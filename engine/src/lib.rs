@@ -3,24 +3,39 @@
 //!
 //! - [`tensor`]: the datatypes and tensors that cross the engine boundary.
 //! - [`signature`]: a model's inputs and outputs, read by loading it into ONNX Runtime.
+//! - [`config`]: per-model configuration in Triton's names (batching, instances, versions,
+//!   idle unload, warm-up), and Triton's config JSON.
 //! - [`runtime`]: the one ONNX Runtime environment of the process.
 //! - [`session`]: running one ORT session on engine tensors.
-//! - [`instance`]: execution instances, each a thread that owns its session.
-//! - [`engine`]: the registry of loaded model versions and the request entry point.
+//! - `queue`: the bounded priority queue of a model version.
+//! - `batcher`: which queued requests run together; joining and splitting their tensors.
+//! - `instance`: execution instances, each a thread that owns its session and runs batches.
+//! - `warmup`: the config's warm-up requests, run before a version reports ready.
+//! - `lifecycle`: the host-memory budget and the reaper that unloads idle versions.
+//! - [`engine`]: the registry of model versions and the request entry point.
 //! - [`stats`]: per-model counters in the shape Triton reports them.
 //! - [`error`]: the engine's error type, saying whose fault a failure is.
 
+mod batcher;
+pub mod config;
 pub mod engine;
 pub mod error;
-pub mod instance;
+mod instance;
+mod lifecycle;
+mod queue;
 pub mod runtime;
 pub mod session;
 pub mod signature;
 pub mod stats;
 pub mod tensor;
+mod warmup;
 
-pub use engine::{Engine, EngineConfig, ModelKey, ModelState};
+/// Native ops (resize/normalize, softmax top-k, NMS) on the GPU or their CPU twins.
+pub use infergate_kernels as kernels;
+
+pub use config::{ModelConfig, ServableVersions, VersionPolicy};
+pub use engine::{Engine, EngineConfig, InferOptions, ModelInfo, ModelKey, ModelState};
 pub use error::{EngineError, Fault};
 pub use signature::{ModelSignature, TensorSpec};
-pub use stats::ModelStats;
+pub use stats::{BatchStats, ModelStats};
 pub use tensor::{DataType, Tensor, TensorData};

@@ -1,7 +1,9 @@
 //! Per model-version counters, kept with atomics so the hot path never locks. The shape follows
 //! Triton's statistics extension, which perf_analyzer reads.
 
+use parking_lot::Mutex;
 use serde::Serialize;
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -35,9 +37,26 @@ pub struct StatsRecorder {
     inference_count: AtomicU64,
     execution_count: AtomicU64,
     last_inference_ms: AtomicU64,
+    /// Per executed batch size; locked once per execution, not per request.
+    batches: Mutex<BTreeMap<u64, BatchCounters>>,
 }
 
-/// Timings of one executed request, recorded when it completes.
+#[derive(Default, Clone, Copy)]
+struct BatchCounters {
+    compute_input: StatDuration,
+    compute_infer: StatDuration,
+    compute_output: StatDuration,
+}
+
+impl StatDuration {
+    fn add(&mut self, d: Duration) {
+        self.count += 1;
+        self.ns += d.as_nanos() as u64;
+    }
+}
+
+/// Timings of one executed request, recorded when it completes. A request that ran in a batch
+/// carries the batch's compute times, as Triton reports them.
 pub struct RequestTimings {
     pub queue: Duration,
     pub compute_input: Duration,
@@ -59,8 +78,18 @@ impl StatsRecorder {
         self.touch();
     }
 
-    /// Counts one execution of the session (a batch counts once).
-    pub fn execution(&self) {
+    /// Counts one execution of the session (a batch counts once) of `batch_size` samples.
+    pub fn execution(&self, batch_size: u64, input: Duration, infer: Duration, output: Duration) {
+        self.execution_count.fetch_add(1, Relaxed);
+        let mut batches = self.batches.lock();
+        let entry = batches.entry(batch_size).or_default();
+        entry.compute_input.add(input);
+        entry.compute_infer.add(infer);
+        entry.compute_output.add(output);
+    }
+
+    /// Counts an execution that failed (no batch statistics: Triton reports successes only).
+    pub fn failed_execution(&self) {
         self.execution_count.fetch_add(1, Relaxed);
     }
 
@@ -88,6 +117,17 @@ impl StatsRecorder {
             compute_input: self.compute_input.read(),
             compute_infer: self.compute_infer.read(),
             compute_output: self.compute_output.read(),
+            batch_stats: self
+                .batches
+                .lock()
+                .iter()
+                .map(|(&batch_size, c)| BatchStats {
+                    batch_size,
+                    compute_input: c.compute_input,
+                    compute_infer: c.compute_infer,
+                    compute_output: c.compute_output,
+                })
+                .collect(),
         }
     }
 }
@@ -106,6 +146,17 @@ pub struct ModelStats {
     pub success: StatDuration,
     pub fail: StatDuration,
     pub queue: StatDuration,
+    pub compute_input: StatDuration,
+    pub compute_infer: StatDuration,
+    pub compute_output: StatDuration,
+    /// Executions per batch size, ascending, in Triton's `batch_stats` shape.
+    pub batch_stats: Vec<BatchStats>,
+}
+
+/// Executions of one batch size: each counter's `count` is the number of executions.
+#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq, Eq)]
+pub struct BatchStats {
+    pub batch_size: u64,
     pub compute_input: StatDuration,
     pub compute_infer: StatDuration,
     pub compute_output: StatDuration,

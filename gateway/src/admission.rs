@@ -1,12 +1,13 @@
 //! The HTTP side of per-key limits: a middleware that admits or refuses each request carrying
-//! a valid key before its handler runs (so a refused request reads no body and starts no
-//! work), answers 429 with `Retry-After` and the IETF `RateLimit`/`RateLimit-Policy` headers,
-//! and keeps the key's concurrency slot until the response body has been sent (a streamed
-//! response holds it until the stream ends).
+//! a valid key before its handler runs (a refused request starts no work; its body is only
+//! drained, bounded, so the client can read the answer), answers 429 with `Retry-After` and
+//! the IETF `RateLimit`/`RateLimit-Policy` headers, and keeps the key's concurrency slot until
+//! the response body has been sent (a streamed response holds it until the stream ends).
 //!
 //! Requests without a key, or with an invalid one, pass through: their handler answers 401 with
 //! its own message, or serves them when the route needs no key.
 
+use crate::api::body::reject_unread;
 use crate::auth;
 use crate::error::ApiError;
 use crate::ratelimit::{Admission, Limits, Quota, Rejection};
@@ -83,7 +84,10 @@ pub async fn middleware(
     };
     match admit(&state, &key) {
         Err(rejection) => {
-            let mut response = rejection_error(&rejection).into_response();
+            // Let a client still sending its body read the 429 (bounded drain).
+            let (parts, body) = request.into_parts();
+            let error = reject_unread(rejection_error(&rejection), &parts.headers, body).await;
+            let mut response = error.into_response();
             if let Some(quota) = &rejection.quota {
                 set_quota_headers(response.headers_mut(), quota);
             }

@@ -11,7 +11,9 @@ use crate::store::Store;
 use crate::tls;
 use anyhow::{anyhow, Context};
 use infergate_engine::{Engine, EngineConfig};
+use infergate_plugin_host::{HostConfig, Limits, PluginHost};
 use std::sync::Arc;
+use std::time::Duration;
 
 pub fn engine_config(config: &Config) -> anyhow::Result<EngineConfig> {
     Ok(EngineConfig {
@@ -19,7 +21,23 @@ pub fn engine_config(config: &Config) -> anyhow::Result<EngineConfig> {
         intra_threads: config.engine.intra_threads,
         instances: config.engine.instances.max(1),
         max_queue_size: config.engine.max_queue_size.max(1),
+        host_memory_budget: config.engine.host_memory_budget_bytes,
+        memory_factor: EngineConfig::DEFAULT_MEMORY_FACTOR,
     })
+}
+
+/// The WebAssembly plugin host, with the configured per-call limits and its compiled-artifact
+/// cache in the data directory.
+pub fn plugin_host(config: &Config, store: &Store) -> anyhow::Result<PluginHost> {
+    let settings = &config.plugins;
+    let mut host_config = HostConfig::with_cache_dir(store.dir().plugin_cache());
+    host_config.default_limits = Limits {
+        deadline: Duration::from_millis(settings.deadline_ms.max(1)),
+        memory_bytes: settings.memory_mib.max(1) << 20,
+        output_bytes: settings.max_output_mib.max(1) << 20,
+        ..Limits::default()
+    };
+    PluginHost::new(host_config).map_err(|e| anyhow!("starting the plugin host: {e}"))
 }
 
 /// On the first start (no keys at all) creates an admin key, writes it to DATA/admin.key with
@@ -60,8 +78,12 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         tracing::info!(cert = %setup.cert_path.display(), self_signed = setup.self_signed, mtls = config.tls.client_ca.is_some(), "TLS ready");
         Some(tokio_rustls::TlsAcceptor::from(setup.config))
     };
-    let state =
-        Arc::new(AppState::new(config.clone(), store, engine).map_err(|e| anyhow!(e.message))?);
+    let plugin_host = Arc::new(plugin_host(&config, &store)?);
+    let state = Arc::new(
+        AppState::new(config.clone(), store, engine, plugin_host)
+            .map_err(|e| anyhow!(e.message))?,
+    );
+    state.apply_model_configs().await;
     let router = api::router(state.clone());
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await

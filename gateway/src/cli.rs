@@ -33,6 +33,12 @@ enum Command {
     /// Register and list models in a data directory (offline; the server loads them at start).
     #[command(subcommand)]
     Models(ModelsCommand),
+    /// Register and list WebAssembly plugins in a data directory (offline).
+    #[command(subcommand)]
+    Plugins(crate::cli_pipelines::PluginsCommand),
+    /// Declare and list pipelines in a data directory (offline).
+    #[command(subcommand)]
+    Pipelines(crate::cli_pipelines::PipelinesCommand),
 }
 
 #[derive(Args)]
@@ -79,6 +85,9 @@ pub struct ServeArgs {
     /// Log format: text or json [default: text].
     #[arg(long, env = "INFERGATE_LOG_FORMAT")]
     log_format: Option<String>,
+    /// Directory of the built dashboard (dashboard/build.sh) [default: dashboard/dist].
+    #[arg(long, env = "INFERGATE_DASHBOARD_DIR")]
+    dashboard_dir: Option<PathBuf>,
     /// Rate limit (requests/s) for keys without their own [default: unlimited].
     #[arg(long, env = "INFERGATE_DEFAULT_RPS")]
     default_rps: Option<f64>,
@@ -139,6 +148,7 @@ impl ServeArgs {
         set!(c.engine.intra_threads, self.intra_threads);
         set!(c.engine.instances, self.instances);
         set!(c.log_format, self.log_format);
+        c.dashboard_dir = self.dashboard_dir.or(c.dashboard_dir);
         if self.default_rps.is_some() {
             c.limits.default_rps = self.default_rps;
         }
@@ -334,6 +344,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Keys(cmd) => keys(cmd),
         Command::Models(cmd) => models(cmd),
+        Command::Plugins(cmd) => crate::cli_pipelines::plugins(cmd),
+        Command::Pipelines(cmd) => crate::cli_pipelines::pipelines(cmd),
     }
 }
 

@@ -20,8 +20,11 @@ pub struct Config {
     pub tls: TlsConfig,
     pub limits: Limits,
     pub engine: EngineSettings,
+    pub plugins: PluginSettings,
     /// Log format: "text" or "json".
     pub log_format: String,
+    /// The dashboard's built files [default: dashboard/dist].
+    pub dashboard_dir: Option<PathBuf>,
     pub cors: CorsConfig,
     pub metrics: MetricsConfig,
     pub openai: OpenAiConfig,
@@ -136,8 +139,36 @@ pub struct EngineSettings {
     pub intra_threads: usize,
     /// Execution instances per model version.
     pub instances: usize,
-    /// Queued requests per model version before 503.
+    /// Queued requests per model version before 503 (unless its config sets one).
     pub max_queue_size: usize,
+    /// Host memory all loaded model instances together may use, in bytes (estimated as the
+    /// model file's size × 2 per instance); loading beyond it is refused with 503. None: no cap.
+    pub host_memory_budget_bytes: Option<u64>,
+}
+
+/// Limits every plugin call runs under (see plugins/README.md).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PluginSettings {
+    /// Largest plugin upload, in bytes.
+    pub max_upload_bytes: usize,
+    /// Wall-clock deadline of one plugin call, in milliseconds.
+    pub deadline_ms: u64,
+    /// Linear memory one plugin instance may grow to, in MiB.
+    pub memory_mib: usize,
+    /// Largest output one call may return, in MiB.
+    pub max_output_mib: usize,
+}
+
+impl Default for PluginSettings {
+    fn default() -> Self {
+        PluginSettings {
+            max_upload_bytes: 32 << 20,
+            deadline_ms: 2000,
+            memory_mib: 256,
+            max_output_mib: 64,
+        }
+    }
 }
 
 impl Default for Config {
@@ -150,7 +181,9 @@ impl Default for Config {
             tls: TlsConfig::default(),
             limits: Limits::default(),
             engine: EngineSettings::default(),
+            plugins: PluginSettings::default(),
             log_format: "text".into(),
+            dashboard_dir: None,
             cors: CorsConfig::default(),
             metrics: MetricsConfig::default(),
             openai: OpenAiConfig::default(),
@@ -181,6 +214,7 @@ impl Default for EngineSettings {
             intra_threads: 1,
             instances: 1,
             max_queue_size: 1024,
+            host_memory_budget_bytes: None,
         }
     }
 }

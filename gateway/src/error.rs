@@ -4,6 +4,7 @@
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use infergate_engine::{EngineError, Fault};
+use infergate_plugin_host::PluginError;
 
 use crate::store::StoreError;
 
@@ -64,12 +65,31 @@ impl From<EngineError> for ApiError {
         match e.fault() {
             Fault::Client => ApiError::bad_request(message),
             Fault::Model => ApiError::internal(message),
-            Fault::Unavailable => ApiError::unavailable(message),
+            Fault::Unavailable => ApiError {
+                retry_after: Some(e.retry_after().map_or(1, |d| d.as_secs().max(1))),
+                ..ApiError::new(StatusCode::SERVICE_UNAVAILABLE, message)
+            },
+            Fault::Timeout => ApiError::new(StatusCode::GATEWAY_TIMEOUT, message),
             Fault::Internal => {
                 tracing::error!(error = %message, "engine failure");
                 ApiError::internal(message)
             }
         }
+    }
+}
+
+impl From<PluginError> for ApiError {
+    fn from(e: PluginError) -> ApiError {
+        let status =
+            StatusCode::from_u16(e.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        if status.is_server_error() {
+            tracing::warn!(error = %e, "plugin failure");
+        }
+        let mut error = ApiError::new(status, e.to_string());
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            error.retry_after = Some(1);
+        }
+        error
     }
 }
 

@@ -1,6 +1,7 @@
 //! infergate: a TLS edge gateway for machine-learning inference.
 //!
 //! - [`cli`]: the `infergate` command and its subcommands.
+//! - [`cli_pipelines`]: its offline `plugins` and `pipelines` subcommands.
 //! - [`config`]: configuration from file, environment and flags.
 //! - [`app`]: start-up (store, admin key, engine, TLS, listener).
 //! - [`server`]: connections, TLS handshake, HTTP/1.1 + HTTP/2, graceful shutdown.
@@ -9,6 +10,7 @@
 //! - [`state`]: what handlers share, the model catalog, authorisation.
 //! - [`api`]: HTTP routes (KServe v2, Triton extensions, management API).
 //! - [`registry`]: validating and storing model files.
+//! - [`pipeline`]: WebAssembly plugins and pipelines (pre-plugins → model → post-plugins).
 //! - [`store`]: SQLite and content-addressed files.
 //! - [`error`]: the one error type and its status mapping.
 //! - [`ratelimit`]: per-key GCRA rate limits and concurrency caps; [`admission`] applies them
@@ -24,11 +26,13 @@ pub mod api;
 pub mod app;
 pub mod auth;
 pub mod cli;
+pub mod cli_pipelines;
 pub mod config;
 pub mod cors;
 pub mod drain;
 pub mod error;
 pub mod metrics;
+pub mod pipeline;
 pub mod ratelimit;
 pub mod registry;
 pub mod request_id;

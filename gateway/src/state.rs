@@ -6,12 +6,16 @@ use crate::config::Config;
 use crate::drain::Drain;
 use crate::error::{ApiError, ApiResult};
 use crate::metrics::Metrics;
+use crate::pipeline::registry::PluginRegistry;
+use crate::pipeline::Pipelines;
 use crate::ratelimit::{Limiter, Limits};
 use crate::store::keys::KeyRecord;
 use crate::store::models::ModelRecord;
 use crate::store::Store;
 use crate::textgen::Vocab;
-use infergate_engine::{Engine, ModelKey};
+use infergate_engine::kernels::{DeviceChoice, Ops};
+use infergate_engine::{Engine, ModelConfig, ModelKey};
+use infergate_plugin_host::PluginHost;
 use parking_lot::RwLock;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -23,6 +27,10 @@ pub struct AppState {
     pub store: Arc<Store>,
     pub engine: Arc<Engine>,
     pub catalog: Catalog,
+    pub plugins: PluginRegistry,
+    pub pipelines: Pipelines,
+    /// Native ops (resize/normalize, ...) on the GPU when one is usable, else the CPU.
+    pub ops: Arc<Ops>,
     ready: AtomicBool,
     /// Per-key admission state and the limits of keys without their own.
     pub limiter: Limiter,
@@ -35,9 +43,16 @@ pub struct AppState {
 }
 
 impl AppState {
-    pub fn new(config: Config, store: Arc<Store>, engine: Arc<Engine>) -> ApiResult<AppState> {
+    pub fn new(
+        config: Config,
+        store: Arc<Store>,
+        engine: Arc<Engine>,
+        plugin_host: Arc<PluginHost>,
+    ) -> ApiResult<AppState> {
         let catalog = Catalog::default();
         catalog.replace_all(store.list_model_versions()?);
+        let plugins = PluginRegistry::load(plugin_host, &store)?;
+        let pipelines = Pipelines::load(store.list_pipelines()?);
         let default_limits = config.default_key_limits().map_err(ApiError::bad_request)?;
         let textgen_vocab = match &config.openai.vocab {
             Some(path) => Some(Arc::new(Vocab::load(path).map_err(ApiError::bad_request)?)),
@@ -48,6 +63,9 @@ impl AppState {
             store,
             engine,
             catalog,
+            plugins,
+            pipelines,
+            ops: Arc::new(Ops::new(DeviceChoice::Auto, None)),
             ready: AtomicBool::new(true),
             limiter: Limiter::new(),
             default_limits,
@@ -85,6 +103,21 @@ impl AppState {
             )));
         }
         Ok(key)
+    }
+
+    /// Hands every stored version's configuration to the engine (at start). A stored config the
+    /// engine now refuses is reported and that version runs with defaults.
+    pub async fn apply_model_configs(&self) {
+        for record in self.catalog.all() {
+            let key = model_key(&record);
+            let applied = match ModelConfig::from_json(&record.config) {
+                Ok(config) => self.engine.set_config(&key, config).await,
+                Err(e) => Err(e),
+            };
+            if let Err(e) = applied {
+                tracing::error!(model = %key, error = %e, "stored model config refused; serving with defaults");
+            }
+        }
     }
 
     pub fn model_path(&self, record: &ModelRecord) -> PathBuf {
@@ -135,23 +168,54 @@ impl Catalog {
         }
     }
 
-    /// A version, or the latest when `version` is None. 404 names what is missing.
+    /// A version the newest version's `version_policy` serves, or the policy's default when
+    /// `version` is None (the newest without a policy). 404 names what is missing.
     pub fn resolve(&self, name: &str, version: Option<u64>) -> ApiResult<Arc<ModelRecord>> {
         let models = self.models.read();
         let versions = models
             .get(name)
             .ok_or_else(|| ApiError::not_found(format!("unknown model '{name}'")))?;
-        match version {
-            Some(v) => versions
-                .get(&v)
-                .cloned()
-                .ok_or_else(|| ApiError::not_found(format!("model '{name}' has no version {v}"))),
-            None => versions
-                .values()
-                .next_back()
-                .cloned()
-                .ok_or_else(|| ApiError::not_found(format!("unknown model '{name}'"))),
-        }
+        let newest = versions
+            .values()
+            .next_back()
+            .ok_or_else(|| ApiError::not_found(format!("unknown model '{name}'")))?;
+        let policy = match newest.config.get("version_policy") {
+            None => None,
+            Some(_) => ModelConfig::from_json(&newest.config)
+                .ok()
+                .and_then(|c| c.version_policy),
+        };
+        // Without a policy every stored version is addressable and the newest is the default.
+        let Some(policy) = policy else {
+            return match version {
+                Some(v) => versions.get(&v).cloned().ok_or_else(|| {
+                    ApiError::not_found(format!("model '{name}' has no version {v}"))
+                }),
+                None => Ok(newest.clone()),
+            };
+        };
+        let available: Vec<u64> = versions.keys().copied().collect();
+        let servable = policy.servable(&available);
+        let wanted = match version {
+            Some(v) if !versions.contains_key(&v) => {
+                return Err(ApiError::not_found(format!(
+                    "model '{name}' has no version {v}"
+                )))
+            }
+            Some(v) if !servable.versions.contains(&v) => {
+                return Err(ApiError::not_found(format!(
+                    "model '{name}' version {v} is not served by its version policy"
+                )))
+            }
+            Some(v) => v,
+            None => servable.default.ok_or_else(|| {
+                ApiError::not_found(format!("model '{name}' has no version its policy serves"))
+            })?,
+        };
+        versions
+            .get(&wanted)
+            .cloned()
+            .ok_or_else(|| ApiError::not_found(format!("model '{name}' has no version {wanted}")))
     }
 
     pub fn versions(&self, name: &str) -> Vec<Arc<ModelRecord>> {

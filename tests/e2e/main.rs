@@ -3,8 +3,10 @@
 //! INFERGATE_MODELS).
 
 mod harness;
+mod webdriver;
 
 mod auth;
+mod dashboard;
 mod headers;
 mod infer;
 mod limits;

@@ -52,7 +52,10 @@ async fn upload_valid_model_then_infer_and_delete() {
             "file",
             reqwest::multipart::Part::bytes(bytes).file_name("cls.onnx"),
         )
-        .text("config", "{\"note\": \"second\"}");
+        .text(
+            "config",
+            r#"{"max_batch_size": 8, "dynamic_batching": {"max_queue_delay_microseconds": 500}}"#,
+        );
     let resp = s
         .client
         .post(s.url("/api/models/cls/versions"))
@@ -64,7 +67,7 @@ async fn upload_valid_model_then_infer_and_delete() {
     assert_eq!(resp.status(), 201);
     let v2: Value = resp.json().await.unwrap();
     assert_eq!(v2["version"], 2);
-    assert_eq!(v2["config"]["note"], "second");
+    assert_eq!(v2["config"]["max_batch_size"], 8);
     assert_eq!(stored_files(&s.data), (1, 0));
 
     let meta: Value = s

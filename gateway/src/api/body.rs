@@ -5,6 +5,14 @@ use crate::error::{ApiError, ApiResult};
 use axum::body::Body;
 use futures_util::StreamExt;
 use http::HeaderMap;
+use std::time::Duration;
+
+/// How much of an unread body is drained before an early error answer, and for how long.
+/// HTTP/1.1 clients that are still sending when the server answers and closes see a reset
+/// (Python's `ssl.SSLEOFError`) instead of the error; draining a bounded amount lets them read
+/// the JSON error and keeps the connection reusable. Bigger or slower bodies are cut off.
+const DRAIN_MAX_BYTES: usize = 8 << 20;
+const DRAIN_DEADLINE: Duration = Duration::from_secs(5);
 
 fn too_large(limit: usize) -> ApiError {
     ApiError::too_large(format!("request body exceeds the {limit}-byte limit"))
@@ -58,4 +66,24 @@ pub async fn stream_limited(
         sink(&chunk)?;
     }
     Ok(total)
+}
+
+/// Answers `error` for a request whose body was not read yet: drains up to a bounded amount of
+/// the body first (see [`DRAIN_MAX_BYTES`]) so the client gets to read the answer.
+pub async fn reject_unread(error: ApiError, headers: &HeaderMap, body: Body) -> ApiError {
+    if check_declared_length(headers, DRAIN_MAX_BYTES).is_err() {
+        return error;
+    }
+    let drain = async {
+        let mut seen = 0usize;
+        let mut stream = body.into_data_stream();
+        while let Some(Ok(chunk)) = stream.next().await {
+            seen += chunk.len();
+            if seen > DRAIN_MAX_BYTES {
+                break;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(DRAIN_DEADLINE, drain).await;
+    error
 }

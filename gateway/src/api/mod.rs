@@ -2,6 +2,7 @@
 
 pub mod body;
 pub mod codec;
+pub mod dashboard;
 pub mod events;
 pub mod keys;
 pub mod kserve;
@@ -9,12 +10,14 @@ pub mod limits;
 pub mod metrics;
 pub mod models;
 pub mod openai;
+pub mod pipelines;
+pub mod plugins;
 pub mod stream;
 pub mod triton;
 
 use crate::state::AppState;
 use axum::extract::DefaultBodyLimit;
-use axum::routing::{delete, get, post};
+use axum::routing::{delete, get, post, put};
 use axum::Router;
 use std::sync::Arc;
 
@@ -85,10 +88,32 @@ fn routes(state: Arc<AppState>) -> Router {
             get(models::get).delete(models::delete_all),
         )
         .route("/api/models/{model}/versions", post(models::upload))
+        .route("/api/models/{model}/config", put(models::put_latest_config))
+        .route(
+            "/api/models/{model}/versions/{version}/config",
+            put(models::put_version_config),
+        )
         .route(
             "/api/models/{model}/versions/{version}",
             get(models::get_version).delete(models::delete_version),
         )
+        .route("/api/plugins", get(plugins::list).post(plugins::upload))
+        .route(
+            "/api/plugins/{plugin}",
+            get(plugins::get).delete(plugins::delete_all),
+        )
+        .route(
+            "/api/plugins/{plugin}/versions/{version}",
+            delete(plugins::delete_version),
+        )
+        .route("/api/pipelines", get(pipelines::list))
+        .route(
+            "/api/pipelines/{pipeline}",
+            get(pipelines::get)
+                .put(pipelines::put)
+                .delete(pipelines::delete),
+        )
+        .route("/api/pipelines/{pipeline}/run", post(pipelines::run_raw))
         .route("/api/keys", get(keys::list).post(keys::create))
         .route("/api/keys/{id}", delete(keys::revoke).patch(limits::update))
         .route("/api/keys/{id}/usage", get(limits::usage))
@@ -101,12 +126,9 @@ fn routes(state: Arc<AppState>) -> Router {
         .route("/v1/completions", post(openai::completions))
         .route("/v1/chat/completions", post(openai::chat_completions))
         .route("/api/whoami", get(keys::whoami))
-        .fallback(not_found)
+        // Everything else: the dashboard's files (API paths keep their JSON 404).
+        .fallback(dashboard::fallback)
         // Bodies are read by our own limited readers, which answer 413 with a JSON error.
         .layer(DefaultBodyLimit::disable())
         .with_state(state)
-}
-
-async fn not_found(uri: http::Uri) -> crate::error::ApiError {
-    crate::error::ApiError::not_found(format!("no route for {}", uri.path()))
 }

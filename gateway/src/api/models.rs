@@ -1,17 +1,18 @@
 //! Model management: upload versions (raw body or multipart), list, inspect, delete.
 
-use super::body::stream_limited;
+use super::body::{read_limited, reject_unread, stream_limited};
 use crate::auth::Scope;
 use crate::error::{ApiError, ApiResult};
 use crate::registry;
 use crate::state::{model_key, parse_version, validate_name, AppState};
 use crate::store::files::BlobWriter;
 use crate::store::models::ModelRecord;
+use axum::body::Body;
 use axum::extract::{FromRequest, Multipart, Path, Request, State};
 use axum::response::IntoResponse;
 use axum::Json;
 use http::{HeaderMap, StatusCode};
-use infergate_engine::ModelState;
+use infergate_engine::{ModelConfig, ModelState};
 use serde_json::{json, Value};
 use std::sync::Arc;
 
@@ -88,8 +89,18 @@ pub async fn upload(
     request: Request,
 ) -> ApiResult<impl IntoResponse> {
     let headers = request.headers().clone();
-    state.authorize(&headers, Scope::Upload)?;
-    validate_name("model", &model)?;
+    if let Err(e) = state
+        .authorize(&headers, Scope::Upload)
+        .and_then(|_| validate_name("model", &model))
+        .and_then(|_| match state.pipelines.get(&model) {
+            Some(_) => Err(ApiError::conflict(format!(
+                "'{model}' is already a pipeline name; pipelines and models share the /v2/models namespace"
+            ))),
+            None => Ok(()),
+        })
+    {
+        return Err(reject_unread(e, &headers, request.into_body()).await);
+    }
     let limit = state.config.limits.max_upload_bytes;
     let mut writer =
         BlobWriter::new(state.store.dir()).map_err(|e| ApiError::internal(e.to_string()))?;
@@ -155,17 +166,89 @@ pub async fn upload(
     .await
     .map_err(|e| ApiError::internal(format!("upload task failed: {e}")))??;
     tracing::info!(model = %record.name, version = record.version, sha256 = %record.sha256, "model version registered");
+    apply_config(&state, &record).await?;
     state.catalog.insert(record.clone());
     Ok((StatusCode::CREATED, Json(view(&state, &record))))
 }
 
+/// Parses a model configuration (Triton's field names: `max_batch_size`, `dynamic_batching`,
+/// `instance_group`, `version_policy`, `unload_after_s`, `model_warmup`, ...). Unknown fields
+/// and bad values are 400s naming the field.
 pub fn parse_config(text: &str) -> ApiResult<Value> {
     let v: Value = serde_json::from_str(text)
         .map_err(|e| ApiError::bad_request(format!("config is not JSON: {e}")))?;
     if !v.is_object() {
         return Err(ApiError::bad_request("config must be a JSON object"));
     }
+    ModelConfig::from_json(&v)
+        .map_err(|e| ApiError::bad_request(format!("invalid model config: {e}")))?;
     Ok(v)
+}
+
+/// Hands a version's stored configuration to the engine.
+async fn apply_config(state: &AppState, record: &ModelRecord) -> ApiResult<()> {
+    let config = ModelConfig::from_json(&record.config)
+        .map_err(|e| ApiError::bad_request(format!("invalid model config: {e}")))?;
+    state.engine.set_config(&model_key(record), config).await?;
+    Ok(())
+}
+
+/// `PUT /api/models/{name}/config` (newest version) and
+/// `PUT /api/models/{name}/versions/{v}/config`: replaces a version's configuration; new
+/// batches use it at once, requests in flight are not failed.
+async fn put_config(
+    state: &AppState,
+    name: &str,
+    version: Option<u64>,
+    headers: &HeaderMap,
+    body: Body,
+) -> ApiResult<Json<Value>> {
+    if let Err(e) = state.authorize(headers, Scope::Upload) {
+        return Err(reject_unread(e, headers, body).await);
+    }
+    let record = state.catalog.resolve(name, version)?;
+    let bytes = read_limited(headers, body, 1 << 20).await?;
+    let text = std::str::from_utf8(&bytes)
+        .map_err(|_| ApiError::bad_request("config must be UTF-8 JSON"))?;
+    let value = parse_config(text)?;
+    let config = ModelConfig::from_json(&value)
+        .map_err(|e| ApiError::bad_request(format!("invalid model config: {e}")))?;
+    config
+        .validate_for(&record.signature)
+        .map_err(|e| ApiError::bad_request(format!("invalid model config: {e}")))?;
+    state.engine.set_config(&model_key(&record), config).await?;
+    if !state
+        .store
+        .set_model_config(&record.name, record.version, &value)?
+    {
+        return Err(ApiError::not_found(format!(
+            "model '{}' version {} was deleted meanwhile",
+            record.name, record.version
+        )));
+    }
+    let mut updated = (*record).clone();
+    updated.config = value;
+    state.catalog.insert(updated.clone());
+    Ok(Json(view(state, &updated)))
+}
+
+pub async fn put_latest_config(
+    State(state): S,
+    Path(model): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult<Json<Value>> {
+    put_config(&state, &model, None, &headers, body).await
+}
+
+pub async fn put_version_config(
+    State(state): S,
+    Path((model, version)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult<Json<Value>> {
+    let version = parse_version(&version)?;
+    put_config(&state, &model, Some(version), &headers, body).await
 }
 
 async fn delete_one(state: &AppState, name: &str, version: u64) -> ApiResult<Value> {

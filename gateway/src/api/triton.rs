@@ -8,62 +8,18 @@ use crate::store::models::ModelRecord;
 use axum::extract::{Path, State};
 use axum::Json;
 use http::{HeaderMap, StatusCode};
-use infergate_engine::{ModelState, TensorSpec};
+use infergate_engine::ModelState;
 use serde_json::{json, Value};
 use std::sync::Arc;
 
 type S = State<Arc<AppState>>;
 
-fn config_tensors(specs: &[TensorSpec], output: bool) -> Vec<Value> {
-    specs
-        .iter()
-        .map(|s| {
-            let mut t = json!({
-                "name": s.name,
-                "data_type": s.datatype.config_name(),
-                "dims": s.shape,
-                "is_shape_tensor": false,
-            });
-            if output {
-                t["label_filename"] = json!("");
-            } else {
-                t["format"] = json!("FORMAT_NONE");
-                t["allow_ragged_batch"] = json!(false);
-                t["optional"] = json!(false);
-            }
-            t
-        })
-        .collect()
-}
-
-/// The model configuration in Triton's field names. Settings stored with the version
-/// (e.g. `dynamic_batching`) are laid over the defaults derived from the signature.
+/// The model configuration in Triton's field names: the version's stored settings over the
+/// defaults derived from its signature.
 pub fn triton_config(state: &AppState, record: &ModelRecord) -> Value {
-    let engine = &state.engine.config();
-    let mut config = json!({
-        "name": record.name,
-        "platform": "onnxruntime_onnx",
-        "backend": "onnxruntime",
-        "version_policy": {"latest": {"num_versions": 1}},
-        "max_batch_size": 0,
-        "input": config_tensors(&record.signature.inputs, false),
-        "output": config_tensors(&record.signature.outputs, true),
-        "instance_group": [{
-            "name": record.name,
-            "kind": "KIND_CPU",
-            "count": engine.instances,
-            "gpus": [],
-        }],
-        "default_model_filename": "model.onnx",
-        "parameters": {},
-        "model_warmup": [],
-    });
-    if let (Some(target), Some(overrides)) = (config.as_object_mut(), record.config.as_object()) {
-        for (k, v) in overrides {
-            target.insert(k.clone(), v.clone());
-        }
-    }
-    config
+    state
+        .engine
+        .triton_config(&model_key(record), &record.signature)
 }
 
 pub async fn model_config(
@@ -94,6 +50,18 @@ fn duration(d: infergate_engine::stats::StatDuration) -> Value {
 
 fn stats_entry(state: &AppState, record: &ModelRecord) -> Value {
     let s = state.engine.stats(&model_key(record)).unwrap_or_default();
+    let batch_stats: Vec<Value> = s
+        .batch_stats
+        .iter()
+        .map(|b| {
+            json!({
+                "batch_size": b.batch_size,
+                "compute_input": duration(b.compute_input),
+                "compute_infer": duration(b.compute_infer),
+                "compute_output": duration(b.compute_output),
+            })
+        })
+        .collect();
     json!({
         "name": record.name,
         "version": record.version.to_string(),
@@ -111,7 +79,7 @@ fn stats_entry(state: &AppState, record: &ModelRecord) -> Value {
             "cache_miss": {"count": 0, "ns": 0},
         },
         "response_stats": {},
-        "batch_stats": [],
+        "batch_stats": batch_stats,
         "memory_usage": [],
     })
 }

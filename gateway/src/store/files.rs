@@ -17,7 +17,14 @@ impl DataDir {
         let dir = DataDir {
             root: root.to_path_buf(),
         };
-        for sub in [dir.root.clone(), dir.models(), dir.tmp(), dir.tls()] {
+        for sub in [
+            dir.root.clone(),
+            dir.models(),
+            dir.plugins(),
+            dir.plugin_cache(),
+            dir.tmp(),
+            dir.tls(),
+        ] {
             fs::create_dir_all(&sub)?;
         }
         // Leftovers of uploads interrupted by a crash are never referenced: drop them.
@@ -44,6 +51,17 @@ impl DataDir {
     }
     pub fn tmp(&self) -> PathBuf {
         self.root.join("tmp")
+    }
+    pub fn plugins(&self) -> PathBuf {
+        self.root.join("plugins")
+    }
+    /// Compiled plugin artifacts (native code), rebuilt from `plugins/` whenever missing.
+    pub fn plugin_cache(&self) -> PathBuf {
+        self.root.join("plugin-cache")
+    }
+    /// Where a plugin component with this SHA-256 lives.
+    pub fn plugin_file(&self, sha256: &str) -> PathBuf {
+        self.plugins().join(format!("{sha256}.wasm"))
     }
     /// Where a model file with this SHA-256 lives.
     pub fn model_file(&self, sha256: &str) -> PathBuf {

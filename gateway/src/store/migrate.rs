@@ -16,6 +16,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "0002_rate_limits.sql",
         include_str!("../../../migrations/0002_rate_limits.sql"),
     ),
+    (
+        3,
+        "0003_plugins.sql",
+        include_str!("../../../migrations/0003_plugins.sql"),
+    ),
 ];
 
 pub fn apply(conn: &mut Connection) -> Result<Vec<i64>, String> {
@@ -66,16 +71,17 @@ mod tests {
     #[test]
     fn applies_once_and_a_failed_migration_changes_nothing() {
         let mut conn = Connection::open_in_memory().unwrap();
-        assert_eq!(apply(&mut conn).unwrap(), vec![1, 2]);
+        let all: Vec<i64> = MIGRATIONS.iter().map(|m| m.0).collect();
+        assert_eq!(apply(&mut conn).unwrap(), all);
         assert!(apply(&mut conn).unwrap().is_empty());
 
         let broken: &[(i64, &str, &str)] = &[(
-            3,
-            "0003_broken.sql",
+            999,
+            "0999_broken.sql",
             "CREATE TABLE t2 (x INTEGER); SELEC oops;",
         )];
         let err = apply_list(&mut conn, broken).unwrap_err();
-        assert!(err.contains("0003_broken.sql"), "{err}");
+        assert!(err.contains("0999_broken.sql"), "{err}");
         let t2: i64 = conn
             .query_row(
                 "SELECT count(*) FROM sqlite_master WHERE name = 't2'",
@@ -86,7 +92,7 @@ mod tests {
         assert_eq!(t2, 0, "the half-applied table must be rolled back");
         let recorded: i64 = conn
             .query_row(
-                "SELECT count(*) FROM schema_migrations WHERE version = 3",
+                "SELECT count(*) FROM schema_migrations WHERE version = 999",
                 [],
                 |r| r.get(0),
             )

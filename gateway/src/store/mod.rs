@@ -5,6 +5,7 @@ pub mod files;
 pub mod keys;
 pub mod migrate;
 pub mod models;
+pub mod plugins;
 
 use parking_lot::Mutex;
 use rusqlite::Connection;

@@ -1,1 +1,45 @@
-pub fn placeholder() {}
+//! Sandboxed WebAssembly plugins for infergate.
+//!
+//! Plugins are components implementing the `infergate:plugin/plugin@0.1.0`
+//! world (`plugins/wit`). They pre-process requests before a model and
+//! post-process its results. Each call runs in a fresh instance with a
+//! wall-clock deadline, a memory cap, table/instance caps and an output cap;
+//! plugins get no WASI and no capability but structured logging.
+//!
+//! ```text
+//! PluginHost::new(HostConfig)        engine, pool, epoch ticker, cache
+//!   .compile(&bytes) -> Plugin       validate + compile (or load from cache)
+//! Plugin::preprocess / postprocess   one call = fresh Store + instance
+//! PluginError::http_status()         400 invalid, 422 bad input, 500 fault, 503 busy
+//! PluginHost::metrics()              counters for /metrics
+//! ```
+//!
+//! Calls are synchronous and CPU-bound; async servers should run them on a
+//! blocking thread (`tokio::task::spawn_blocking`). No wasmtime type appears
+//! in this crate's public API.
+
+// Public surface.
+mod config; //   HostConfig, Limits
+mod error; //    PluginError, FaultKind, PluginId
+mod host; //     PluginHost: engine, linker, compile
+mod metrics; //  MetricsSnapshot
+mod plugin; //   Plugin: calls under limits
+mod types; //    Tensor, Datatype, PreInput, PostOutput, Description
+
+// Internals.
+mod bindings; // generated from plugins/wit
+mod cache; //    compiled-artifact cache on disk
+mod convert; //  public types <-> bindings
+mod lift; //     output read under a byte budget
+mod store; //    per-call store state, limiter, log import
+mod validate; // header and description checks
+
+pub use config::{HostConfig, Limits};
+pub use error::{FaultKind, PluginError, PluginId};
+pub use host::PluginHost;
+pub use metrics::MetricsSnapshot;
+pub use plugin::Plugin;
+pub use types::{Datatype, Description, Metadata, PluginKind, PostOutput, PreInput, Tensor};
+
+/// The WIT world plugins implement.
+pub const WORLD: &str = "infergate:plugin/plugin@0.1.0";

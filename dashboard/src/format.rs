@@ -1,0 +1,56 @@
+//! Numbers and times as people read them.
+
+pub fn bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KB", "MB", "GB", "TB"];
+    let mut v = n as f64;
+    let mut unit = 0;
+    while v >= 1000.0 && unit < UNITS.len() - 1 {
+        v /= 1000.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[unit])
+    }
+}
+
+pub fn now_ms() -> f64 {
+    js_sys::Date::now()
+}
+
+/// "3 min ago" for a Unix time in seconds.
+pub fn ago(unix_s: i64) -> String {
+    let secs = (now_ms() / 1000.0) as i64 - unix_s;
+    match secs {
+        s if s < 5 => "just now".into(),
+        s if s < 60 => format!("{s} s ago"),
+        s if s < 3600 => format!("{} min ago", s / 60),
+        s if s < 86400 => format!("{} h ago", s / 3600),
+        s => format!("{} days ago", s / 86400),
+    }
+}
+
+/// The local date and time for a Unix time in seconds.
+pub fn date(unix_s: i64) -> String {
+    let d = js_sys::Date::new(&wasm_bindgen::JsValue::from_f64(unix_s as f64 * 1000.0));
+    String::from(d.to_locale_string("en-GB", &wasm_bindgen::JsValue::UNDEFINED))
+}
+
+pub fn ms(v: f64) -> String {
+    if v >= 100.0 {
+        format!("{v:.0} ms")
+    } else if v >= 10.0 {
+        format!("{v:.1} ms")
+    } else {
+        format!("{v:.2} ms")
+    }
+}
+
+pub fn rate(v: f64) -> String {
+    if v >= 100.0 {
+        format!("{v:.0}/s")
+    } else {
+        format!("{v:.1}/s")
+    }
+}

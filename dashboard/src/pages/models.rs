@@ -1,0 +1,283 @@
+//! Models: every version with its state and signature; upload with progress; load, unload,
+//! delete. Changing anything needs the `upload` scope.
+
+use crate::api::{self, ApiError, Body, UploadBody};
+use crate::format;
+use crate::session::use_session;
+use crate::types::{group_models, ModelList, ModelVersion, TensorSpec};
+use crate::widgets::{Badge, Empty, ErrorBox, PageHeader, Progress};
+use leptos::html;
+use leptos::prelude::*;
+
+#[component]
+pub fn Models() -> impl IntoView {
+    let session = use_session();
+    let models = RwSignal::new(None::<Vec<ModelVersion>>);
+    let error = RwSignal::new(None::<ApiError>);
+    let reload = move || {
+        leptos::task::spawn_local(async move {
+            match api::get::<ModelList>("/api/models").await {
+                Ok(list) => {
+                    models.set(Some(list.models));
+                    error.set(None);
+                }
+                Err(e) => error.set(Some(e)),
+            }
+        })
+    };
+    reload();
+    let handle = set_interval_with_handle(reload, std::time::Duration::from_secs(5)).ok();
+    on_cleanup(move || {
+        if let Some(h) = handle {
+            h.clear();
+        }
+    });
+    let can_upload = move || session.can("upload");
+    view! {
+        <PageHeader title="Models" subtitle="ONNX models served over KServe v2; versions load on first request or on demand.">
+            <button class="btn" on:click=move |_| reload()>"Refresh"</button>
+        </PageHeader>
+        <Show
+            when=can_upload
+            fallback=|| view! { <p class="notice">"Your key lacks the " <code>"upload"</code> " scope: uploading, loading and deleting are hidden."</p> }
+        >
+            <UploadForm on_done=Callback::new(move |_| reload())/>
+        </Show>
+        <ErrorBox error=error/>
+        {move || match models.get() {
+            None => view! { <div class="loading">"Loading models…"</div> }.into_any(),
+            Some(list) if list.is_empty() => view! {
+                <Empty title="No models yet" detail="Upload an .onnx file above, or register one offline with `infergate models add`."/>
+            }.into_any(),
+            Some(list) => group_models(&list)
+                .into_iter()
+                .map(|(name, versions)| view! { <ModelCard name versions on_change=Callback::new(move |_| reload())/> })
+                .collect_view()
+                .into_any(),
+        }}
+    }
+}
+
+#[component]
+fn UploadForm(on_done: Callback<()>) -> impl IntoView {
+    let name = RwSignal::new(String::new());
+    let config = RwSignal::new(String::new());
+    let file_input = NodeRef::<html::Input>::new();
+    let file_name = RwSignal::new(None::<String>);
+    let progress = RwSignal::new(None::<f64>);
+    let error = RwSignal::new(None::<ApiError>);
+    let done = RwSignal::new(None::<String>);
+    let busy = RwSignal::new(false);
+    let submit = move |ev: leptos::ev::SubmitEvent| {
+        ev.prevent_default();
+        error.set(None);
+        done.set(None);
+        let Some(file) = file_input
+            .get()
+            .and_then(|i| i.files())
+            .and_then(|f| f.get(0))
+        else {
+            error.set(Some(ApiError::client("Choose an .onnx file to upload.")));
+            return;
+        };
+        let model = name.get_untracked().trim().to_string();
+        if model.is_empty() {
+            error.set(Some(ApiError::client(
+                "Give the model a name (letters, digits, '-', '_', '.').",
+            )));
+            return;
+        }
+        let form = web_sys::FormData::new().expect("FormData");
+        let _ = form.append_with_blob_and_filename("file", &file, &file.name());
+        let cfg = config.get_untracked();
+        if !cfg.trim().is_empty() {
+            if let Err(e) = serde_json::from_str::<serde_json::Value>(&cfg) {
+                error.set(Some(ApiError::client(format!(
+                    "The configuration is not valid JSON: {e}"
+                ))));
+                return;
+            }
+            let _ = form.append_with_str("config", &cfg);
+        }
+        busy.set(true);
+        progress.set(Some(0.0));
+        leptos::task::spawn_local(async move {
+            let path = format!("/api/models/{}/versions", api::seg(&model));
+            let result = api::upload("POST", &path, UploadBody::Form(form), move |f| {
+                progress.set(Some(f))
+            })
+            .await;
+            progress.set(None);
+            busy.set(false);
+            match result {
+                Ok(v) => {
+                    let version = v.get("version").and_then(|v| v.as_u64()).unwrap_or(0);
+                    done.set(Some(format!("Registered {model} version {version}.")));
+                    name.set(String::new());
+                    file_name.set(None);
+                    if let Some(i) = file_input.get() {
+                        i.set_value("");
+                    }
+                    on_done.run(());
+                }
+                Err(e) => error.set(Some(e)),
+            }
+        });
+    };
+    view! {
+        <form class="card upload" on:submit=submit id="upload-form">
+            <h2>"Upload a model or a new version"</h2>
+            <div class="form-grid">
+                <div class="field">
+                    <label for="model-name">"Model name"</label>
+                    <input id="model-name" required placeholder="e.g. resnet50" pattern="[A-Za-z0-9_\\-][A-Za-z0-9_.\\-]*"
+                        prop:value=move || name.get() on:input=move |ev| name.set(event_target_value(&ev))/>
+                </div>
+                <div class="field">
+                    <label for="model-file">"ONNX file"</label>
+                    <input id="model-file" type="file" accept=".onnx" node_ref=file_input
+                        on:change=move |_| {
+                            let f = file_input.get().and_then(|i| i.files()).and_then(|f| f.get(0));
+                            if let Some(f) = &f {
+                                if name.get_untracked().is_empty() {
+                                    name.set(f.name().trim_end_matches(".onnx").to_string());
+                                }
+                            }
+                            file_name.set(f.map(|f| format!("{} ({})", f.name(), format::bytes(f.size() as u64))));
+                        }/>
+                    <span class="hint">{move || file_name.get().unwrap_or_else(|| "An existing name gets the next version.".into())}</span>
+                </div>
+                <div class="field span2">
+                    <label for="model-config">"Configuration (optional JSON)"</label>
+                    <textarea id="model-config" rows="2" placeholder=r#"{"dynamic_batching": {"max_queue_delay_microseconds": 500}}"#
+                        prop:value=move || config.get() on:input=move |ev| config.set(event_target_value(&ev))></textarea>
+                </div>
+            </div>
+            <Progress fraction=progress label="Upload progress"/>
+            <ErrorBox error=error/>
+            {move || done.get().map(|d| view! { <p class="success" role="status">{d}</p> })}
+            <div class="form-actions">
+                <button class="btn primary" type="submit" id="upload-submit" disabled=move || busy.get()>
+                    {move || if busy.get() { "Uploading…" } else { "Upload" }}
+                </button>
+            </div>
+        </form>
+    }
+}
+
+fn tensors(specs: &[TensorSpec]) -> impl IntoView {
+    specs
+        .iter()
+        .map(|t| {
+            view! {
+                <div class="tensor">
+                    <code class="tensor-name">{t.name.clone()}</code>
+                    <span class="tensor-type">{t.datatype.clone()}</span>
+                    <span class="tensor-shape">{t.shape_text()}</span>
+                </div>
+            }
+        })
+        .collect_view()
+}
+
+#[component]
+fn ModelCard(name: String, versions: Vec<ModelVersion>, on_change: Callback<()>) -> impl IntoView {
+    let session = use_session();
+    let error = RwSignal::new(None::<ApiError>);
+    let busy = RwSignal::new(false);
+    let action = {
+        let name = name.clone();
+        move |what: &'static str| {
+            let name = name.clone();
+            busy.set(true);
+            error.set(None);
+            leptos::task::spawn_local(async move {
+                let path = format!("/v2/repository/models/{}/{what}", api::seg(&name));
+                if let Err(e) = api::call("POST", &path, Body::None).await {
+                    error.set(Some(e));
+                }
+                busy.set(false);
+                on_change.run(());
+            });
+        }
+    };
+    let (load, unload) = (action.clone(), action);
+    let latest = versions[0].clone();
+    let any_loaded = versions.iter().any(|v| v.state == "loaded");
+    let rows = versions
+        .into_iter()
+        .map(|v| view! { <VersionRow v=v on_change error/> })
+        .collect_view();
+    view! {
+        <section class="card model" data-model=name.clone()>
+            <div class="model-head">
+                <div>
+                    <h2>{name.clone()}</h2>
+                    <div class="muted">{format!("latest v{} · {} · added {}", latest.version, format::bytes(latest.size_bytes), format::ago(latest.created_at))}</div>
+                </div>
+                <Show when=move || session.can("upload")>
+                    <div class="row-actions">
+                        <button class="btn small" disabled=move || busy.get() on:click={ let load = load.clone(); move |_| load("load") }>"Load"</button>
+                        <button class="btn small" disabled=move || busy.get() || !any_loaded on:click={ let unload = unload.clone(); move |_| unload("unload") }>"Unload"</button>
+                    </div>
+                </Show>
+            </div>
+            <div class="signature">
+                <div><h3>"Inputs"</h3>{tensors(&latest.inputs)}</div>
+                <div><h3>"Outputs"</h3>{tensors(&latest.outputs)}</div>
+            </div>
+            <ErrorBox error=error/>
+            <div class="table-wrap">
+                <table class="versions">
+                    <thead><tr><th>"Version"</th><th>"State"</th><th>"Size"</th><th>"SHA-256"</th><th>"Added"</th><th>"In flight"</th><th><span class="sr-only">"Actions"</span></th></tr></thead>
+                    <tbody>{rows}</tbody>
+                </table>
+            </div>
+        </section>
+    }
+}
+
+#[component]
+fn VersionRow(
+    v: ModelVersion,
+    on_change: Callback<()>,
+    error: RwSignal<Option<ApiError>>,
+) -> impl IntoView {
+    let session = use_session();
+    let confirm = RwSignal::new(false);
+    let path = format!("/api/models/{}/versions/{}", api::seg(&v.name), v.version);
+    let delete = Callback::new(move |_: ()| {
+        let path = path.clone();
+        leptos::task::spawn_local(async move {
+            match api::call("DELETE", &path, Body::None).await {
+                Ok(_) => on_change.run(()),
+                Err(e) => error.set(Some(e)),
+            }
+            confirm.set(false);
+        });
+    });
+    let config = (!v.config.as_object().is_none_or(|o| o.is_empty())).then(|| v.config.to_string());
+    view! {
+        <tr>
+            <td>{format!("v{}", v.version)}</td>
+            <td><Badge state=v.state.clone()/>{v.reason.clone().map(|r| view! { <div class="error-inline">{r}</div> })}</td>
+            <td>{format::bytes(v.size_bytes)}</td>
+            <td><code title=v.sha256.clone()>{v.sha256.chars().take(12).collect::<String>()}</code>
+                {config.map(|c| view! { <div class="muted small" title="configuration">{c}</div> })}</td>
+            <td title=format::date(v.created_at)>{format::ago(v.created_at)}</td>
+            <td>{v.in_flight}</td>
+            <td class="actions">
+                <Show when=move || session.can("upload")>
+                    <Show when=move || confirm.get() fallback=move || view! {
+                        <button class="btn small ghost danger" on:click=move |_| confirm.set(true)>"Delete"</button>
+                    }>
+                        <span class="confirm">"Delete?"
+                            <button class="btn small danger" on:click=move |_| delete.run(())>"Yes"</button>
+                            <button class="btn small ghost" on:click=move |_| confirm.set(false)>"No"</button>
+                        </span>
+                    </Show>
+                </Show>
+            </td>
+        </tr>
+    }
+}

@@ -1,0 +1,258 @@
+//! The dynamic batcher on real models: results, grouping, queue limits, timeouts, cancellation
+//! and priorities. Long `max_queue_delay`s make every case deterministic: a batch runs only when
+//! it is full (or preferred), never because a timer fired during the test.
+
+mod common;
+
+use common::*;
+use infergate_engine::{EngineError, Fault, InferOptions};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Batched logits may differ from unbatched ones by ORT's choice of kernels per batch size.
+const TOLERANCE: f32 = 1e-3;
+
+#[tokio::test]
+async fn batched_results_equal_unbatched_and_stats_count_batches() {
+    let Some(engine) = engine(|_| {}) else { return };
+    let path = model("efficientnet-lite0.onnx");
+    let (plain, batched) = (key("effnet", 1), key("effnet", 2));
+    engine
+        .set_config(
+            &batched,
+            config(r#"{"max_batch_size": 4, "dynamic_batching": {"max_queue_delay_microseconds": 10000000}}"#),
+        )
+        .await
+        .unwrap();
+    engine.load(&batched, &path).await.unwrap();
+    let (a, b, c, d) = tokio::join!(
+        engine.infer(&batched, &path, image(1), vec![]),
+        engine.infer(&batched, &path, image(2), vec![]),
+        engine.infer(&batched, &path, image(3), vec![]),
+        engine.infer(&batched, &path, image(4), vec![]),
+    );
+    let together = [a.unwrap(), b.unwrap(), c.unwrap(), d.unwrap()];
+    let mut worst = 0f32;
+    for (seed, outputs) in (1..=4).zip(&together) {
+        let alone = engine
+            .infer(&plain, &path, image(seed), vec![])
+            .await
+            .unwrap();
+        assert_eq!(outputs.len(), 2);
+        for (x, y) in outputs.iter().zip(&alone) {
+            assert_eq!(x.shape, vec![1, 1000]);
+            worst = worst.max(max_diff(x, y));
+        }
+    }
+    eprintln!("largest |batched - unbatched| = {worst:e} (tolerance {TOLERANCE:e})");
+    assert!(worst <= TOLERANCE, "{worst}");
+
+    let s = engine.stats(&batched).unwrap();
+    assert_eq!((s.execution_count, s.inference_count), (1, 4));
+    assert_eq!(s.batch_stats.len(), 1);
+    assert_eq!(s.batch_stats[0].batch_size, 4);
+    assert_eq!(s.batch_stats[0].compute_infer.count, 1);
+    // perf_analyzer needs the per-request counters to agree.
+    assert_eq!(s.success.count, 4);
+    assert_eq!(s.compute_input.count, 4);
+    assert_eq!(s.compute_infer.count, 4);
+    assert_eq!(s.compute_output.count, 4);
+    let p = engine.stats(&plain).unwrap();
+    assert_eq!((p.execution_count, p.inference_count), (4, 4));
+    assert_eq!(p.batch_stats[0].batch_size, 1);
+    assert_eq!(p.batch_stats[0].compute_infer.count, 4);
+}
+
+#[tokio::test]
+async fn mismatched_shapes_are_batched_apart_and_all_succeed() {
+    let Some(engine) = engine(|_| {}) else { return };
+    let path = model("minilm.onnx");
+    let (plain, batched) = (key("minilm", 1), key("minilm", 2));
+    engine
+        .set_config(
+            &batched,
+            config(r#"{"max_batch_size": 2, "dynamic_batching": {"max_queue_delay_microseconds": 10000000}}"#),
+        )
+        .await
+        .unwrap();
+    engine.load(&batched, &path).await.unwrap();
+    let (a, b, c, d) = tokio::join!(
+        engine.infer(&batched, &path, tokens(1, 8), vec![]),
+        engine.infer(&batched, &path, tokens(2, 16), vec![]),
+        engine.infer(&batched, &path, tokens(3, 8), vec![]),
+        engine.infer(&batched, &path, tokens(4, 16), vec![]),
+    );
+    let results = [a.unwrap(), b.unwrap(), c.unwrap(), d.unwrap()];
+    for ((seed, seq), got) in [(1, 8), (2, 16), (3, 8), (4, 16)].into_iter().zip(&results) {
+        let alone = engine
+            .infer(&plain, &path, tokens(seed, seq), vec![])
+            .await
+            .unwrap();
+        assert_eq!(got[0].shape, vec![1, seq as i64, 384]);
+        let diff = max_diff(&got[0], &alone[0]);
+        assert!(diff <= TOLERANCE, "seq {seq}: {diff}");
+    }
+    // Two full batches of two: the 8-token pair and the 16-token pair.
+    let s = engine.stats(&batched).unwrap();
+    assert_eq!((s.execution_count, s.inference_count), (2, 4));
+    assert_eq!(s.batch_stats[0].batch_size, 2);
+    assert_eq!(s.batch_stats[0].compute_infer.count, 2);
+}
+
+#[tokio::test]
+async fn a_full_queue_rejects_with_a_retry_hint() {
+    let Some(engine) = engine(|_| {}) else { return };
+    let engine = Arc::new(engine);
+    let path = model("minilm.onnx");
+    let k = key("minilm-full", 1);
+    engine
+        .set_config(
+            &k,
+            config(r#"{"max_batch_size": 8, "dynamic_batching": {"max_queue_delay_microseconds": 10000000, "default_queue_policy": {"max_queue_size": 2}}}"#),
+        )
+        .await
+        .unwrap();
+    engine.load(&k, &path).await.unwrap();
+    let waiting: Vec<_> = (0..2)
+        .map(|i| {
+            let (engine, path, k) = (engine.clone(), path.clone(), k.clone());
+            tokio::spawn(async move { engine.infer(&k, &path, tokens(i, 8), vec![]).await })
+        })
+        .collect();
+    wait_until("two requests queue", || engine.queued(&k) == 2).await;
+    let e = engine
+        .infer(&k, &path, tokens(9, 8), vec![])
+        .await
+        .expect_err("the queue is full");
+    assert!(matches!(e, EngineError::QueueFull { queued: 2, .. }), "{e}");
+    assert_eq!(e.fault(), Fault::Unavailable);
+    assert!(e.retry_after().unwrap() >= Duration::from_secs(1));
+    for task in waiting {
+        task.abort();
+    }
+    wait_until("aborted requests leave", || engine.in_flight(&k) == 0).await;
+    assert_eq!(engine.stats(&k).unwrap().execution_count, 0);
+}
+
+#[tokio::test]
+async fn a_timed_out_request_fails_and_never_executes() {
+    let Some(engine) = engine(|_| {}) else { return };
+    let path = model("minilm.onnx");
+    let k = key("minilm-timeout", 1);
+    engine
+        .set_config(
+            &k,
+            config(r#"{"max_batch_size": 8, "dynamic_batching": {"max_queue_delay_microseconds": 10000000,
+                "default_queue_policy": {"default_timeout_microseconds": 100000, "allow_timeout_override": true}}}"#),
+        )
+        .await
+        .unwrap();
+    let e = engine
+        .infer(&k, &path, tokens(1, 8), vec![])
+        .await
+        .expect_err("no batch can form before the timeout");
+    assert!(matches!(e, EngineError::Timeout { .. }), "{e}");
+    assert_eq!(e.fault(), Fault::Timeout);
+    // A request's own timeout overrides the default when the policy allows it.
+    let options = InferOptions {
+        timeout: Some(Duration::from_millis(30)),
+        ..InferOptions::default()
+    };
+    let e = engine
+        .infer_with(&k, &path, tokens(2, 8), vec![], options)
+        .await
+        .expect_err("times out");
+    assert_eq!(e.fault(), Fault::Timeout);
+    wait_until("the queue empties", || engine.queued(&k) == 0).await;
+    let s = engine.stats(&k).unwrap();
+    assert_eq!((s.execution_count, s.inference_count), (0, 0));
+}
+
+#[tokio::test]
+async fn a_dropped_request_is_never_executed() {
+    let Some(engine) = engine(|_| {}) else { return };
+    let engine = Arc::new(engine);
+    let path = model("minilm.onnx");
+    let k = key("minilm-drop", 1);
+    engine
+        .set_config(
+            &k,
+            config(r#"{"max_batch_size": 2, "dynamic_batching": {"max_queue_delay_microseconds": 10000000}}"#),
+        )
+        .await
+        .unwrap();
+    engine.load(&k, &path).await.unwrap();
+    let gone = {
+        let (engine, path, k) = (engine.clone(), path.clone(), k.clone());
+        tokio::spawn(async move { engine.infer(&k, &path, tokens(1, 8), vec![]).await })
+    };
+    wait_until("the first request queues", || engine.queued(&k) == 1).await;
+    gone.abort(); // the client went away
+    wait_until("it leaves", || engine.in_flight(&k) == 0).await;
+    // Two new requests fill a batch; had the dropped one stayed, it would have joined them.
+    let (b, c) = tokio::join!(
+        engine.infer(&k, &path, tokens(2, 8), vec![]),
+        engine.infer(&k, &path, tokens(3, 8), vec![]),
+    );
+    b.unwrap();
+    c.unwrap();
+    let s = engine.stats(&k).unwrap();
+    assert_eq!((s.execution_count, s.inference_count), (1, 2));
+}
+
+#[tokio::test]
+async fn a_higher_priority_request_runs_before_a_waiting_lower_one() {
+    let Some(engine) = engine(|_| {}) else { return };
+    let engine = Arc::new(engine);
+    let path = model("minilm.onnx");
+    let k = key("minilm-priority", 1);
+    engine
+        .set_config(
+            &k,
+            config(r#"{"max_batch_size": 2, "dynamic_batching": {"max_queue_delay_microseconds": 10000000,
+                "priority_levels": 2, "default_priority_level": 2}}"#),
+        )
+        .await
+        .unwrap();
+    engine.load(&k, &path).await.unwrap();
+    let low = {
+        let (engine, path, k) = (engine.clone(), path.clone(), k.clone());
+        tokio::spawn(async move { engine.infer(&k, &path, tokens(1, 8), vec![]).await })
+    };
+    wait_until("the low-priority request queues", || engine.queued(&k) == 1).await;
+    // Two samples at level 1: in arrival order they could not join the waiting request (1 + 2 >
+    // 2) and would wait behind it; by priority they form a full batch of their own at once.
+    let mut high = tokens(2, 8);
+    for t in &mut high {
+        let infergate_engine::TensorData::Raw(bytes) = &mut t.data else {
+            unreachable!()
+        };
+        bytes.extend_from_slice(&bytes.clone());
+        t.shape[0] = 2;
+    }
+    let options = InferOptions {
+        priority: 1,
+        ..InferOptions::default()
+    };
+    let out = engine
+        .infer_with(&k, &path, high, vec![], options)
+        .await
+        .unwrap();
+    assert_eq!(out[0].shape[0], 2);
+    assert_eq!(engine.queued(&k), 1, "the low-priority request still waits");
+    let second = engine.infer(&k, &path, tokens(3, 8), vec![]).await.unwrap();
+    assert_eq!(second[0].shape[0], 1);
+    low.await.unwrap().unwrap();
+    let s = engine.stats(&k).unwrap();
+    assert_eq!((s.execution_count, s.inference_count), (2, 4));
+
+    let bad = InferOptions {
+        priority: 3,
+        ..InferOptions::default()
+    };
+    let e = engine
+        .infer_with(&k, &path, tokens(4, 8), vec![], bad)
+        .await
+        .unwrap_err();
+    assert_eq!(e.fault(), Fault::Client);
+}

@@ -1,0 +1,235 @@
+//! `/api/pipelines`: declare, list, get and delete pipelines, and run one on a raw body (an
+//! image, text). Pipelines are also served through the KServe v2 routes under their name.
+
+use super::body::{read_limited, reject_unread};
+use super::codec::{self, InferRequest};
+use crate::auth::Scope;
+use crate::error::{ApiError, ApiResult};
+use crate::pipeline::run::{self, PipelineInput, PipelineOutput, StageTimes};
+use crate::pipeline::spec::PipelineSpec;
+use crate::pipeline::Pipeline;
+use crate::state::{validate_name, AppState};
+use axum::body::Body;
+use axum::extract::{Path, Query, State};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use http::{HeaderMap, HeaderValue, StatusCode};
+use infergate_engine::{DataType, Tensor, TensorData};
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+type S = State<Arc<AppState>>;
+
+fn view(p: &Pipeline) -> Value {
+    json!({
+        "name": p.record.name,
+        "spec": p.spec,
+        "created_at": p.record.created_at,
+        "updated_at": p.record.updated_at,
+    })
+}
+
+/// `PUT /api/pipelines/{name}`: creates or replaces a pipeline. Every plugin must exist in the
+/// right position and the model must exist; requests already running finish on the old spec.
+pub async fn put(
+    State(state): S,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult<impl IntoResponse> {
+    if let Err(e) = state
+        .authorize(&headers, Scope::Upload)
+        .and_then(|_| validate_name("pipeline", &name))
+    {
+        return Err(reject_unread(e, &headers, body).await);
+    }
+    let bytes = read_limited(&headers, body, 1 << 20).await?;
+    let value: Value = serde_json::from_slice(&bytes)
+        .map_err(|e| ApiError::bad_request(format!("invalid pipeline JSON: {e}")))?;
+    let spec = PipelineSpec::from_json(&value)?;
+    if !state.catalog.versions(&name).is_empty() {
+        return Err(ApiError::conflict(format!(
+            "'{name}' is already a model name; pipelines and models share the /v2/models namespace"
+        )));
+    }
+    run::check(&state, &spec)?;
+    let refs: Vec<(String, Option<String>)> = spec
+        .pre_refs()?
+        .into_iter()
+        .chain(spec.post_refs()?)
+        .map(|r| (r.name, r.version))
+        .collect();
+    let normalized = serde_json::to_value(&spec).map_err(|e| ApiError::internal(e.to_string()))?;
+    let (record, created) = state.store.put_pipeline(&name, &normalized, &refs)?;
+    state.pipelines.insert(record, spec);
+    tracing::info!(pipeline = %name, created, "pipeline saved");
+    let pipeline = state
+        .pipelines
+        .get(&name)
+        .ok_or_else(|| ApiError::internal("the pipeline vanished right after it was saved"))?;
+    let status = if created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, Json(view(&pipeline))))
+}
+
+pub async fn list(State(state): S, headers: HeaderMap) -> ApiResult<Json<Value>> {
+    state.authorize(&headers, Scope::Infer)?;
+    let pipelines: Vec<Value> = state.pipelines.all().iter().map(|p| view(p)).collect();
+    Ok(Json(json!({ "pipelines": pipelines })))
+}
+
+fn find(state: &AppState, name: &str) -> ApiResult<Arc<Pipeline>> {
+    state
+        .pipelines
+        .get(name)
+        .ok_or_else(|| ApiError::not_found(format!("pipeline '{name}' not found")))
+}
+
+pub async fn get(
+    State(state): S,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+) -> ApiResult<Json<Value>> {
+    state.authorize(&headers, Scope::Infer)?;
+    let pipeline = find(&state, &name)?;
+    Ok(Json(view(&pipeline)))
+}
+
+pub async fn delete(
+    State(state): S,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+) -> ApiResult<Json<Value>> {
+    state.authorize(&headers, Scope::Upload)?;
+    find(&state, &name)?;
+    state.store.delete_pipeline(&name)?;
+    state.pipelines.remove(&name);
+    Ok(Json(json!({ "deleted": name })))
+}
+
+fn timing_header(response: &mut Response, times: &StageTimes) {
+    if let Ok(v) = HeaderValue::from_str(&times.header()) {
+        response.headers_mut().insert("server-timing", v);
+    }
+}
+
+/// `POST /api/pipelines/{name}/run`: the body goes to the first pre-plugin as raw bytes with
+/// its Content-Type; query parameters reach every plugin as metadata. The answer is the last
+/// post-plugin's JSON or bytes, or the output tensors as KServe JSON.
+pub async fn run_raw(
+    State(state): S,
+    Path(name): Path<String>,
+    Query(query): Query<BTreeMap<String, String>>,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult<Response> {
+    let pipeline = match state
+        .authorize(&headers, Scope::Infer)
+        .and_then(|_| find(&state, &name))
+    {
+        Ok(p) => p,
+        Err(e) => return Err(reject_unread(e, &headers, body).await),
+    };
+    let data = read_limited(&headers, body, state.config.limits.max_request_bytes).await?;
+    let content_type = headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let (output, times) = run::run(
+        &state,
+        &name,
+        &pipeline.spec,
+        PipelineInput::Bytes { data, content_type },
+        query.into_iter().collect(),
+    )
+    .await?;
+    let mut response = match output {
+        PipelineOutput::Json(text) => {
+            let mut r = Response::new(Body::from(text));
+            r.headers_mut().insert(
+                http::header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+            r
+        }
+        PipelineOutput::Bytes(bytes) => {
+            let mut r = Response::new(Body::from(bytes));
+            r.headers_mut().insert(
+                http::header::CONTENT_TYPE,
+                HeaderValue::from_static("application/octet-stream"),
+            );
+            r
+        }
+        PipelineOutput::Tensors(tensors) => {
+            let outputs: Vec<Value> = tensors
+                .iter()
+                .map(|t| json!({"name": t.name, "datatype": t.datatype.name(), "shape": t.shape, "data": codec::to_json(t)}))
+                .collect();
+            Json(json!({ "pipeline": name, "outputs": outputs })).into_response()
+        }
+    };
+    timing_header(&mut response, &times);
+    Ok(response)
+}
+
+/// A post-plugin's JSON or bytes as one BYTES output, so KServe clients still get tensors.
+fn as_tensors(output: PipelineOutput) -> Vec<Tensor> {
+    let single = |name: &str, bytes: Vec<u8>| Tensor {
+        name: name.to_string(),
+        datatype: DataType::Bytes,
+        shape: vec![1],
+        data: TensorData::Bytes(vec![bytes]),
+    };
+    match output {
+        PipelineOutput::Tensors(t) => t,
+        PipelineOutput::Json(text) => vec![single("json", text.into_bytes())],
+        PipelineOutput::Bytes(bytes) => vec![single("bytes", bytes)],
+    }
+}
+
+/// KServe v2 inference on a pipeline: tensors in, tensors out (JSON or binary like a model).
+pub async fn kserve_infer(
+    state: &AppState,
+    pipeline: &Pipeline,
+    request: InferRequest,
+    inputs: Vec<Tensor>,
+) -> ApiResult<Response> {
+    let parameters: Vec<(String, String)> = request
+        .parameters
+        .iter()
+        .filter_map(|(k, v)| match v {
+            Value::String(s) => Some((k.clone(), s.clone())),
+            Value::Number(_) | Value::Bool(_) => Some((k.clone(), v.to_string())),
+            _ => None,
+        })
+        .collect();
+    let name = &pipeline.record.name;
+    let (output, times) = run::run(
+        state,
+        name,
+        &pipeline.spec,
+        PipelineInput::Tensors(inputs),
+        parameters,
+    )
+    .await?;
+    let mut outputs = as_tensors(output);
+    if !request.outputs.is_empty() {
+        for wanted in &request.outputs {
+            if !outputs.iter().any(|t| t.name == wanted.name) {
+                return Err(ApiError::bad_request(format!(
+                    "pipeline '{name}' has no output '{}'",
+                    wanted.name
+                )));
+            }
+        }
+        outputs.retain(|t| request.outputs.iter().any(|w| w.name == t.name));
+    }
+    let (bytes, json_len) = codec::encode_response(&request, name, 1, &outputs)?;
+    let mut response = super::kserve::tensor_response(bytes, json_len);
+    timing_header(&mut response, &times);
+    Ok(response)
+}

@@ -1,0 +1,135 @@
+//! `/api/plugins`: upload (validated by compiling it against the plugin world before anything
+//! is stored), list, get and delete WebAssembly plugins.
+
+use super::body::{read_limited, reject_unread};
+use crate::auth::Scope;
+use crate::error::{ApiError, ApiResult};
+use crate::pipeline::registry::LoadedPlugin;
+use crate::state::{validate_name, AppState};
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::response::IntoResponse;
+use axum::Json;
+use http::{HeaderMap, StatusCode};
+use serde_json::{json, Value};
+use std::sync::Arc;
+
+type S = State<Arc<AppState>>;
+
+fn view(p: &LoadedPlugin) -> Value {
+    let r = &p.record;
+    json!({
+        "name": r.name,
+        "version": r.version,
+        "kind": r.kind,
+        "sha256": r.sha256,
+        "size_bytes": r.size_bytes,
+        "description": r.description,
+        "created_at": r.created_at,
+    })
+}
+
+/// `POST /api/plugins`: the body is the component (`.wasm`). Its name and version come from
+/// its `describe` export.
+pub async fn upload(
+    State(state): S,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult<impl IntoResponse> {
+    if let Err(e) = state.authorize(&headers, Scope::Upload) {
+        return Err(reject_unread(e, &headers, body).await);
+    }
+    let bytes = read_limited(&headers, body, state.config.plugins.max_upload_bytes).await?;
+    let worker = state.clone();
+    let (record, created) =
+        tokio::task::spawn_blocking(move || worker.plugins.register(&worker.store, &bytes))
+            .await
+            .map_err(|e| ApiError::internal(format!("plugin registration task failed: {e}")))??;
+    let loaded = state
+        .plugins
+        .versions(&record.name)
+        .into_iter()
+        .find(|p| p.record.version == record.version)
+        .ok_or_else(|| ApiError::internal("the plugin vanished right after its upload"))?;
+    let status = if created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, Json(view(&loaded))))
+}
+
+pub async fn list(State(state): S, headers: HeaderMap) -> ApiResult<Json<Value>> {
+    state.authorize(&headers, Scope::Infer)?;
+    let plugins: Vec<Value> = state.plugins.all().iter().map(|p| view(p)).collect();
+    Ok(Json(json!({ "plugins": plugins })))
+}
+
+pub async fn get(
+    State(state): S,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+) -> ApiResult<Json<Value>> {
+    state.authorize(&headers, Scope::Infer)?;
+    let versions: Vec<Value> = state
+        .plugins
+        .versions(&name)
+        .iter()
+        .map(|p| view(p))
+        .collect();
+    if versions.is_empty() {
+        return Err(ApiError::not_found(format!("plugin '{name}' not found")));
+    }
+    Ok(Json(json!({ "name": name, "versions": versions })))
+}
+
+async fn delete(state: &AppState, name: &str, version: Option<&str>) -> ApiResult<Json<Value>> {
+    validate_name("plugin", name)?;
+    let deleted = match state.store.delete_plugin(name, version)? {
+        Ok(deleted) => deleted,
+        Err(pipelines) => {
+            return Err(ApiError::conflict(format!(
+                "plugin '{name}' is used by pipeline(s) {}: change or delete them first",
+                pipelines.join(", ")
+            )))
+        }
+    };
+    if deleted.is_empty() {
+        return Err(ApiError::not_found(match version {
+            Some(v) => format!("plugin {name}@{v} not found"),
+            None => format!("plugin '{name}' not found"),
+        }));
+    }
+    let mut versions = Vec::new();
+    for (record, file_shared) in deleted {
+        state.plugins.remove(&record.name, &record.version);
+        if !file_shared {
+            let path = state.store.dir().plugin_file(&record.sha256);
+            if let Err(e) = std::fs::remove_file(&path) {
+                tracing::warn!(path = %path.display(), error = %e, "could not remove a deleted plugin's file");
+            }
+        }
+        versions.push(record.version);
+    }
+    Ok(Json(
+        json!({ "deleted": { "name": name, "versions": versions } }),
+    ))
+}
+
+pub async fn delete_all(
+    State(state): S,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+) -> ApiResult<Json<Value>> {
+    state.authorize(&headers, Scope::Upload)?;
+    delete(&state, &name, None).await
+}
+
+pub async fn delete_version(
+    State(state): S,
+    Path((name, version)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> ApiResult<Json<Value>> {
+    state.authorize(&headers, Scope::Upload)?;
+    delete(&state, &name, Some(&version)).await
+}

@@ -1,0 +1,65 @@
+//! Pipelines: pre-plugins (WebAssembly) → model → post-plugins, served like a model.
+//!
+//! - [`spec`]: the JSON a user PUTs, and plugin references (`name` or `name@version`).
+//! - [`registry`]: compiled plugins in memory, upload validation and storage.
+//! - [`native`]: the engine's resize + normalize pre-op, as a pipeline names it.
+//! - [`run`]: executing one request through a pipeline, with stage timings.
+//! - [`convert`]: tensors between the engine's and the plugin host's form.
+
+pub mod convert;
+pub mod native;
+pub mod registry;
+pub mod run;
+pub mod spec;
+
+use crate::store::plugins::PipelineRecord;
+use parking_lot::RwLock;
+use spec::PipelineSpec;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// A saved pipeline, parsed.
+pub struct Pipeline {
+    pub record: PipelineRecord,
+    pub spec: PipelineSpec,
+}
+
+/// The saved pipelines, kept in memory so the request path never queries SQLite.
+#[derive(Default)]
+pub struct Pipelines {
+    by_name: RwLock<BTreeMap<String, Arc<Pipeline>>>,
+}
+
+impl Pipelines {
+    /// Loads saved pipelines; one whose spec no longer parses is reported and left out.
+    pub fn load(records: Vec<PipelineRecord>) -> Pipelines {
+        let pipelines = Pipelines::default();
+        for record in records {
+            match PipelineSpec::from_json(&record.spec) {
+                Ok(spec) => pipelines.insert(record, spec),
+                Err(e) => {
+                    tracing::error!(pipeline = %record.name, error = %e.message, "saved pipeline is invalid")
+                }
+            }
+        }
+        pipelines
+    }
+
+    pub fn insert(&self, record: PipelineRecord, spec: PipelineSpec) {
+        self.by_name
+            .write()
+            .insert(record.name.clone(), Arc::new(Pipeline { record, spec }));
+    }
+
+    pub fn get(&self, name: &str) -> Option<Arc<Pipeline>> {
+        self.by_name.read().get(name).cloned()
+    }
+
+    pub fn all(&self) -> Vec<Arc<Pipeline>> {
+        self.by_name.read().values().cloned().collect()
+    }
+
+    pub fn remove(&self, name: &str) -> bool {
+        self.by_name.write().remove(name).is_some()
+    }
+}

@@ -1,0 +1,205 @@
+//! The compiled plugins the server can run, kept in memory next to their rows. A plugin is
+//! stored only after the host compiled it and read its description; at start every stored
+//! plugin is compiled again (from the host's on-disk artifact cache, so this is fast).
+
+use super::spec::PluginRef;
+use crate::error::{ApiError, ApiResult};
+use crate::store::files::write_atomic;
+use crate::store::plugins::{PluginInsert, PluginRecord};
+use crate::store::Store;
+use infergate_plugin_host::{Description, Plugin, PluginHost, PluginKind};
+use parking_lot::RwLock;
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// A stored plugin version and its compiled form.
+pub struct LoadedPlugin {
+    pub record: PluginRecord,
+    pub plugin: Plugin,
+}
+
+pub struct PluginRegistry {
+    host: Arc<PluginHost>,
+    /// Name → versions in upload order (the last is the newest).
+    loaded: RwLock<BTreeMap<String, Vec<Arc<LoadedPlugin>>>>,
+    /// Stored plugins that failed to compile at start, with the reason (shown on use).
+    broken: RwLock<BTreeMap<(String, String), String>>,
+}
+
+pub fn kind_name(kind: PluginKind) -> &'static str {
+    match kind {
+        PluginKind::Pre => "pre",
+        PluginKind::Post => "post",
+    }
+}
+
+pub fn description_json(d: &Description) -> serde_json::Value {
+    serde_json::json!({
+        "name": d.name,
+        "version": d.version,
+        "kind": kind_name(d.kind),
+        "consumes": d.consumes,
+        "produces": d.produces,
+    })
+}
+
+impl PluginRegistry {
+    /// Compiles every stored plugin. One that no longer compiles (a host upgrade that dropped
+    /// its world version, a damaged file) is reported and left out; the server still starts.
+    pub fn load(host: Arc<PluginHost>, store: &Store) -> ApiResult<PluginRegistry> {
+        let registry = PluginRegistry {
+            host,
+            loaded: RwLock::new(BTreeMap::new()),
+            broken: RwLock::new(BTreeMap::new()),
+        };
+        for record in store.list_plugins()? {
+            let path = store.dir().plugin_file(&record.sha256);
+            let compiled = std::fs::read(&path)
+                .map_err(|e| format!("reading {}: {e}", path.display()))
+                .and_then(|bytes| registry.host.compile(&bytes).map_err(|e| e.to_string()));
+            match compiled {
+                Ok(plugin) => registry.insert(record, plugin),
+                Err(reason) => {
+                    tracing::error!(plugin = %record.name, version = %record.version, %reason, "stored plugin does not load");
+                    registry
+                        .broken
+                        .write()
+                        .insert((record.name.clone(), record.version.clone()), reason);
+                }
+            }
+        }
+        Ok(registry)
+    }
+
+    pub fn host(&self) -> &PluginHost {
+        &self.host
+    }
+
+    fn insert(&self, record: PluginRecord, plugin: Plugin) {
+        let mut loaded = self.loaded.write();
+        let versions = loaded.entry(record.name.clone()).or_default();
+        versions.retain(|p| p.record.version != record.version);
+        versions.push(Arc::new(LoadedPlugin { record, plugin }));
+    }
+
+    /// Validates and stores an uploaded component. Blocking (compiles): run it on a blocking
+    /// thread. Returns the record and whether it is new (false: the same bytes were uploaded
+    /// before under this name and version).
+    pub fn register(&self, store: &Store, bytes: &[u8]) -> ApiResult<(PluginRecord, bool)> {
+        if bytes.is_empty() {
+            return Err(ApiError::bad_request("the plugin file is empty"));
+        }
+        let plugin = self.host.compile(bytes)?;
+        let description = plugin.description().clone();
+        crate::state::validate_name("plugin", &description.name).map_err(|e| {
+            ApiError::bad_request(format!(
+                "the plugin describes itself with a bad name: {}",
+                e.message
+            ))
+        })?;
+        if description.version.is_empty()
+            || description.version.len() > 64
+            || description
+                .version
+                .chars()
+                .any(|c| c.is_control() || c == '/' || c == '@')
+        {
+            return Err(ApiError::bad_request(format!(
+                "the plugin describes itself with a bad version {:?}: 1-64 characters, no '/', '@' or control characters",
+                description.version
+            )));
+        }
+        let sha256 = hex::encode(Sha256::digest(bytes));
+        let dest = store.dir().plugin_file(&sha256);
+        let existed = dest.exists();
+        if !existed {
+            write_atomic(&dest, bytes, 0o644)
+                .map_err(|e| ApiError::internal(format!("storing the plugin file: {e}")))?;
+        }
+        let inserted = store.insert_plugin(
+            &description.name,
+            &description.version,
+            kind_name(description.kind),
+            &sha256,
+            bytes.len() as u64,
+            &description_json(&description),
+        );
+        let outcome = match inserted {
+            Ok(outcome) => outcome,
+            Err(e) => {
+                if !existed {
+                    let _ = std::fs::remove_file(&dest);
+                }
+                return Err(e.into());
+            }
+        };
+        match outcome {
+            PluginInsert::Created(record) => {
+                self.broken
+                    .write()
+                    .remove(&(record.name.clone(), record.version.clone()));
+                self.insert(record.clone(), plugin);
+                tracing::info!(plugin = %record.name, version = %record.version, sha256 = %record.sha256, "plugin registered");
+                Ok((record, true))
+            }
+            PluginInsert::Unchanged(record) => Ok((record, false)),
+            PluginInsert::Conflict(existing) => {
+                if !existed {
+                    let _ = std::fs::remove_file(&dest);
+                }
+                Err(ApiError::conflict(format!(
+                    "plugin {}@{} already exists with other content (sha256 {}); versions are immutable: bump the version the plugin describes",
+                    existing.name, existing.version, existing.sha256
+                )))
+            }
+        }
+    }
+
+    /// The plugin a reference runs now.
+    pub fn resolve(&self, r: &PluginRef) -> ApiResult<Arc<LoadedPlugin>> {
+        let loaded = self.loaded.read();
+        let found = loaded.get(&r.name).and_then(|versions| match &r.version {
+            Some(v) => versions.iter().find(|p| &p.record.version == v).cloned(),
+            None => versions.last().cloned(),
+        });
+        drop(loaded);
+        if let Some(found) = found {
+            return Ok(found);
+        }
+        let broken = self.broken.read();
+        let reason = broken
+            .iter()
+            .find(|((name, version), _)| {
+                name == &r.name && r.version.as_ref().is_none_or(|v| v == version)
+            })
+            .map(|(_, reason)| reason.clone());
+        Err(match reason {
+            Some(reason) => ApiError::unavailable(format!("plugin {r} failed to load: {reason}")),
+            None => ApiError::not_found(format!("plugin {r} not found")),
+        })
+    }
+
+    /// Every loaded plugin version, by name then upload order.
+    pub fn all(&self) -> Vec<Arc<LoadedPlugin>> {
+        self.loaded.read().values().flatten().cloned().collect()
+    }
+
+    pub fn versions(&self, name: &str) -> Vec<Arc<LoadedPlugin>> {
+        self.loaded.read().get(name).cloned().unwrap_or_default()
+    }
+
+    /// Forgets deleted versions. Requests already running keep their `Arc` and finish.
+    pub fn remove(&self, name: &str, version: &str) {
+        let mut loaded = self.loaded.write();
+        if let Some(versions) = loaded.get_mut(name) {
+            versions.retain(|p| p.record.version != version);
+            if versions.is_empty() {
+                loaded.remove(name);
+            }
+        }
+        self.broken
+            .write()
+            .remove(&(name.to_string(), version.to_string()));
+    }
+}

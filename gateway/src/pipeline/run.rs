@@ -1,0 +1,200 @@
+//! Running a pipeline: the plugins and the model version are resolved once when the request
+//! starts (so a plugin swapped meanwhile affects only later requests), then pre-plugins run on
+//! blocking threads, the model runs in the engine, and post-plugins shape the answer.
+
+use super::convert::{from_host, to_host};
+use super::registry::LoadedPlugin;
+use super::spec::PipelineSpec;
+use crate::error::{ApiError, ApiResult};
+use crate::state::{model_key, AppState};
+use infergate_engine::Tensor;
+use infergate_plugin_host::{self as host, PluginKind, PostOutput, PreInput};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// What a pipeline is given.
+pub enum PipelineInput {
+    /// A raw body (an image, text) for the first pre-plugin, with its media type.
+    Bytes {
+        data: Vec<u8>,
+        content_type: Option<String>,
+    },
+    /// KServe tensors.
+    Tensors(Vec<Tensor>),
+}
+
+/// What a pipeline answers.
+pub enum PipelineOutput {
+    Tensors(Vec<Tensor>),
+    Json(String),
+    Bytes(Vec<u8>),
+}
+
+/// Wall time of each stage, for the `Server-Timing` header and the dashboard.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct StageTimes {
+    pub pre: Duration,
+    pub model: Duration,
+    pub post: Duration,
+}
+
+impl StageTimes {
+    /// The `Server-Timing` header value (milliseconds).
+    pub fn header(&self) -> String {
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        format!(
+            "pre;dur={:.3}, model;dur={:.3}, post;dur={:.3}",
+            ms(self.pre),
+            ms(self.model),
+            ms(self.post)
+        )
+    }
+}
+
+/// The plugins and model version one request runs, fixed when it starts.
+struct Resolved {
+    pre: Vec<Arc<LoadedPlugin>>,
+    post: Vec<Arc<LoadedPlugin>>,
+}
+
+fn resolve(state: &AppState, spec: &PipelineSpec) -> ApiResult<Resolved> {
+    let pick = |refs: Vec<super::spec::PluginRef>, kind: PluginKind| {
+        refs.iter()
+            .map(|r| {
+                let p = state.plugins.resolve(r)?;
+                if p.plugin.description().kind != kind {
+                    return Err(ApiError::bad_request(format!(
+                        "plugin {r} is a {}-plugin and cannot run in this position",
+                        super::registry::kind_name(p.plugin.description().kind)
+                    )));
+                }
+                Ok(p)
+            })
+            .collect::<ApiResult<Vec<_>>>()
+    };
+    Ok(Resolved {
+        pre: pick(spec.pre_refs()?, PluginKind::Pre)?,
+        post: pick(spec.post_refs()?, PluginKind::Post)?,
+    })
+}
+
+/// Checks a spec against what exists now: every plugin resolves and sits in the right
+/// position, the model exists. Used when a pipeline is saved.
+pub fn check(state: &AppState, spec: &PipelineSpec) -> ApiResult<()> {
+    resolve(state, spec)?;
+    state.catalog.resolve(&spec.model, spec.model_version)?;
+    Ok(())
+}
+
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> ApiResult<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ApiError::internal(format!("plugin task failed: {e}")))
+}
+
+fn to_engine(tensors: Vec<host::Tensor>, plugin: &LoadedPlugin) -> ApiResult<Vec<Tensor>> {
+    tensors
+        .into_iter()
+        .map(from_host)
+        .collect::<Result<_, _>>()
+        .map_err(|e| {
+            ApiError::internal(format!(
+                "plugin {}@{} returned a malformed tensor: {e}",
+                plugin.record.name, plugin.record.version
+            ))
+        })
+}
+
+pub async fn run(
+    state: &AppState,
+    name: &str,
+    spec: &PipelineSpec,
+    input: PipelineInput,
+    request_parameters: Vec<(String, String)>,
+) -> ApiResult<(PipelineOutput, StageTimes)> {
+    let resolved = resolve(state, spec)?;
+    let record = state.catalog.resolve(&spec.model, spec.model_version)?;
+    let mut metadata: host::Metadata = vec![
+        ("pipeline".into(), name.to_string()),
+        ("model".into(), record.name.clone()),
+        ("model-version".into(), record.version.to_string()),
+    ];
+    metadata.extend(spec.parameters.iter().map(|(k, v)| (k.clone(), v.clone())));
+    // Request parameters may refine the pipeline's, never replace the identity entries above.
+    metadata.extend(
+        request_parameters
+            .into_iter()
+            .filter(|(k, _)| !matches!(k.as_str(), "pipeline" | "model" | "model-version")),
+    );
+    let mut times = StageTimes::default();
+
+    let started = Instant::now();
+    // A raw body goes to the first pre-plugin; tensors go through every pre-plugin.
+    let mut remaining_pre = resolved.pre.iter();
+    let mut tensors = match input {
+        PipelineInput::Tensors(t) => t,
+        PipelineInput::Bytes { .. } if resolved.pre.is_empty() => {
+            return Err(ApiError::bad_request(format!(
+                "pipeline '{name}' has no pre-plugin to read a raw body: send KServe tensors to /v2/models/{name}/infer"
+            )))
+        }
+        PipelineInput::Bytes { data, content_type } => {
+            let mut meta = metadata.clone();
+            if let Some(ct) = content_type {
+                meta.push(("content-type".into(), ct));
+            }
+            let Some(first) = remaining_pre.next() else {
+                return Err(ApiError::internal("pipeline lost its first pre-plugin"));
+            };
+            let p = first.clone();
+            let out = blocking(move || p.plugin.preprocess(PreInput::Bytes(data), &meta)).await??;
+            to_engine(out, first)?
+        }
+    };
+    for plugin in remaining_pre {
+        let p = plugin.clone();
+        let meta = metadata.clone();
+        let input: Vec<host::Tensor> = tensors.into_iter().map(to_host).collect();
+        let out = blocking(move || p.plugin.preprocess(PreInput::Tensors(input), &meta)).await??;
+        tensors = to_engine(out, plugin)?;
+    }
+    if let Some(pre) = spec.preprocess.clone() {
+        let ops = state.ops.clone();
+        tensors = blocking(move || pre.apply(&ops, tensors)).await??;
+    }
+    times.pre = started.elapsed();
+
+    let started = Instant::now();
+    let outputs = state
+        .engine
+        .infer(
+            &model_key(&record),
+            &state.model_path(&record),
+            tensors,
+            spec.model_outputs.clone(),
+        )
+        .await?;
+    times.model = started.elapsed();
+
+    let started = Instant::now();
+    let mut current = PipelineOutput::Tensors(outputs);
+    for plugin in &resolved.post {
+        let PipelineOutput::Tensors(tensors) = current else {
+            return Err(ApiError::internal(format!(
+                "pipeline '{name}': a post-plugin before {}@{} returned JSON or bytes, so it must be the last",
+                plugin.record.name, plugin.record.version
+            )));
+        };
+        let p = plugin.clone();
+        let meta = metadata.clone();
+        let input: Vec<host::Tensor> = tensors.into_iter().map(to_host).collect();
+        let out = blocking(move || p.plugin.postprocess(input, &meta)).await??;
+        current = match out {
+            PostOutput::Tensors(t) => PipelineOutput::Tensors(to_engine(t, plugin)?),
+            PostOutput::Json(j) => PipelineOutput::Json(j),
+            PostOutput::Bytes(b) => PipelineOutput::Bytes(b),
+        };
+    }
+    times.post = started.elapsed();
+    Ok((current, times))
+}

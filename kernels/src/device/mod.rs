@@ -1,0 +1,484 @@
+//! The CUDA side: driver detection, NVRTC/PTX ([`ptx`]) and [`Gpu`], which
+//! owns a context and stream and launches the three ops.
+//!
+//! Nothing here panics when CUDA is missing: cudarc panics on a missing
+//! `libcuda`/`libnvrtc`, so presence is probed first and every other cudarc
+//! call runs under [`ptx::guarded`]. Launchers validate inputs with the same
+//! checks as the CPU ops, so a bad input is [`Error::InvalidInput`] on both.
+
+pub mod ptx;
+
+use std::sync::Arc;
+
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaSlice, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg,
+    ValidAsZeroBits,
+};
+
+use crate::error::{Error, Result};
+use crate::nms::{Candidate, NmsSpec};
+use crate::preprocess::{check_batch, Geometry, ImageU8, PreprocessSpec, CHANNELS};
+use crate::softmax::TopKShape;
+use ptx::{guarded, CudaSource, PtxCache};
+
+/// Whether the CUDA driver library can be loaded, or why not.
+pub fn driver_present() -> Result<()> {
+    // SAFETY: only tries to dlopen the candidate library names.
+    if unsafe { cudarc::driver::sys::is_culib_present() } {
+        Ok(())
+    } else {
+        Err(Error::DeviceUnavailable(
+            "CUDA driver (libcuda.so.1) not found: no NVIDIA driver on this host".into(),
+        ))
+    }
+}
+
+/// Mirror of `ImageDesc` in `cuda/preprocess.cu`; field order and types
+/// must match it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+struct ImageDesc {
+    src_offset: u64,
+    src_w: i32,
+    src_h: i32,
+    x_start: i32,
+    x_len: i32,
+    y_start: i32,
+    y_len: i32,
+    x_ratio: f32,
+    x_offset: f32,
+    y_ratio: f32,
+    y_offset: f32,
+}
+
+/// Mirror of `Norm` in `cuda/preprocess.cu`, passed by value.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+struct Norm {
+    mean: [f32; CHANNELS],
+    inv_std: [f32; CHANNELS],
+    pad: [f32; CHANNELS],
+}
+
+// SAFETY: plain `#[repr(C)]` data laid out like the CUDA structs.
+unsafe impl DeviceRepr for ImageDesc {}
+unsafe impl DeviceRepr for Norm {}
+unsafe impl DeviceRepr for Candidate {}
+unsafe impl ValidAsZeroBits for Candidate {}
+
+/// A batch of images already on the device (one buffer, packed back to back).
+pub struct DeviceImages {
+    data: CudaSlice<u8>,
+    sizes: Vec<(usize, usize, u64)>,
+}
+
+impl DeviceImages {
+    pub fn len(&self) -> usize {
+        self.sizes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.sizes.is_empty()
+    }
+}
+
+/// One GPU with the crate's kernels loaded.
+pub struct Gpu {
+    stream: Arc<CudaStream>,
+    name: String,
+    compute_capability: (i32, i32),
+    arch: String,
+    resize: CudaFunction,
+    softmax: CudaFunction,
+    nms_rank: CudaFunction,
+    nms_mask: CudaFunction,
+    nms_select: CudaFunction,
+}
+
+fn drv<T>(op: &'static str, r: std::result::Result<T, cudarc::driver::DriverError>) -> Result<T> {
+    r.map_err(|e| Error::device(op, e))
+}
+
+impl Gpu {
+    /// Opens device `ordinal`, compiles (or loads from `cache`) every kernel
+    /// for its compute capability and loads them.
+    pub fn open(ordinal: usize, cache: Option<&PtxCache>) -> Result<Self> {
+        driver_present()?;
+        ptx::nvrtc_version()?;
+        guarded("CUDA init", || Self::open_unguarded(ordinal, cache))
+    }
+
+    fn open_unguarded(ordinal: usize, cache: Option<&PtxCache>) -> Result<Self> {
+        let count = drv("cuDeviceGetCount", CudaContext::device_count())?;
+        if ordinal >= count.max(0) as usize {
+            return Err(Error::DeviceUnavailable(format!(
+                "cuda:{ordinal} requested, {count} device(s) visible"
+            )));
+        }
+        let ctx = drv("context creation", CudaContext::new(ordinal))?;
+        let name = drv("cuDeviceGetName", ctx.name())?;
+        let compute_capability = drv("compute capability", ctx.compute_capability())?;
+        let arch = ptx::arch_for_device(compute_capability.0, compute_capability.1)?;
+        let load = |source: &CudaSource| -> Result<Vec<CudaFunction>> {
+            let ptx = match cache {
+                Some(cache) => cache.get_or_compile(source, &arch)?,
+                None => ptx::compile(source, &arch)?,
+            };
+            let module = match ctx.load_module(cudarc::nvrtc::Ptx::from_src(ptx)) {
+                Ok(module) => module,
+                Err(e) => {
+                    // A damaged cache file is the likely cause: drop it and
+                    // retry once from source.
+                    let Some(cache) = cache else {
+                        return Err(Error::device("cuModuleLoadData", e));
+                    };
+                    cache.evict(source, &arch);
+                    let ptx = ptx::compile(source, &arch)?;
+                    drv(
+                        "cuModuleLoadData",
+                        ctx.load_module(cudarc::nvrtc::Ptx::from_src(ptx)),
+                    )?
+                }
+            };
+            source
+                .functions
+                .iter()
+                .map(|f| drv("cuModuleGetFunction", module.load_function(f)))
+                .collect()
+        };
+        let mut pre = load(&ptx::PREPROCESS)?;
+        let mut soft = load(&ptx::SOFTMAX_TOPK)?;
+        let mut nms = load(&ptx::NMS)?;
+        let nms_select = nms.pop();
+        let nms_mask = nms.pop();
+        let nms_rank = nms.pop();
+        let (Some(resize), Some(softmax), Some(nms_rank), Some(nms_mask), Some(nms_select)) =
+            (pre.pop(), soft.pop(), nms_rank, nms_mask, nms_select)
+        else {
+            return Err(Error::device("module load", "kernel missing from module"));
+        };
+        let stream = drv("stream creation", ctx.new_stream())?;
+        tracing::info!(%name, ordinal, ?compute_capability, %arch, "CUDA kernels loaded");
+        Ok(Self {
+            stream,
+            name,
+            compute_capability,
+            arch,
+            resize,
+            softmax,
+            nms_rank,
+            nms_mask,
+            nms_select,
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn compute_capability(&self) -> (i32, i32) {
+        self.compute_capability
+    }
+
+    /// The NVRTC target the kernels were compiled for.
+    pub fn arch(&self) -> &str {
+        &self.arch
+    }
+
+    pub fn synchronize(&self) -> Result<()> {
+        drv("stream synchronize", self.stream.synchronize())
+    }
+
+    /// Copies a batch of images to the device.
+    pub fn upload(&self, images: &[ImageU8<'_>]) -> Result<DeviceImages> {
+        guarded("upload", || {
+            let total: usize = images.iter().map(|i| i.data.len()).sum();
+            let mut data = drv("alloc", self.stream.alloc_zeros::<u8>(total.max(1)))?;
+            let mut sizes = Vec::with_capacity(images.len());
+            let mut offset = 0usize;
+            for image in images {
+                let len = image.data.len();
+                let mut view = data.slice_mut(offset..offset + len);
+                drv(
+                    "memcpy htod",
+                    self.stream.memcpy_htod(image.data, &mut view),
+                )?;
+                sizes.push((image.width, image.height, offset as u64));
+                offset += len;
+            }
+            Ok(DeviceImages { data, sizes })
+        })
+    }
+
+    /// Allocates a zeroed device buffer (outputs for the `*_on_device` calls).
+    pub fn alloc<T: DeviceRepr + ValidAsZeroBits>(&self, len: usize) -> Result<CudaSlice<T>> {
+        guarded("alloc", || {
+            drv("alloc", self.stream.alloc_zeros::<T>(len.max(1)))
+        })
+    }
+
+    /// Copies a device buffer back.
+    pub fn download<T: DeviceRepr + Default + Clone>(
+        &self,
+        src: &CudaSlice<T>,
+        dst: &mut [T],
+    ) -> Result<()> {
+        guarded("download", || {
+            drv(
+                "memcpy dtoh",
+                self.stream.memcpy_dtoh(&src.slice(..dst.len()), dst),
+            )?;
+            self.synchronize()
+        })
+    }
+
+    /// [`crate::preprocess::resize_normalize`] on device-resident images into
+    /// a device-resident NCHW buffer. Enqueued on the stream; call
+    /// [`Gpu::synchronize`] or [`Gpu::download`] before reading `out`.
+    pub fn resize_normalize_on_device(
+        &self,
+        images: &DeviceImages,
+        spec: &PreprocessSpec,
+        out: &mut CudaSlice<f32>,
+    ) -> Result<()> {
+        let needed = images.len() * spec.output_len_per_image();
+        if out.len() < needed {
+            return Err(Error::input(format!(
+                "device output holds {}, {needed} needed",
+                out.len()
+            )));
+        }
+        if images.is_empty() {
+            return Ok(());
+        }
+        let descs: Vec<ImageDesc> = images
+            .sizes
+            .iter()
+            .map(|&(width, height, src_offset)| {
+                let stub = ImageU8 {
+                    data: &[],
+                    width,
+                    height,
+                };
+                let geo = Geometry::new(&stub, spec);
+                ImageDesc {
+                    src_offset,
+                    src_w: width as i32,
+                    src_h: height as i32,
+                    x_start: geo.x.dst_start as i32,
+                    x_len: geo.x.dst_len as i32,
+                    y_start: geo.y.dst_start as i32,
+                    y_len: geo.y.dst_len as i32,
+                    x_ratio: geo.x.ratio,
+                    x_offset: geo.x.offset,
+                    y_ratio: geo.y.ratio,
+                    y_offset: geo.y.offset,
+                }
+            })
+            .collect();
+        let norm = Norm {
+            mean: spec.mean,
+            inv_std: spec.inv_std(),
+            pad: spec.pad_normalized(),
+        };
+        let (out_w, out_h) = (spec.width as i32, spec.height as i32);
+        let batch = u32::try_from(images.len())
+            .ok()
+            .filter(|&n| n <= 65_535)
+            .ok_or_else(|| Error::input("GPU preprocessing takes at most 65535 images a call"))?;
+        guarded("resize_normalize launch", || {
+            let descs = drv("memcpy htod", self.stream.clone_htod(&descs))?;
+            let cfg = LaunchConfig {
+                grid_dim: (
+                    spec.width.div_ceil(16) as u32,
+                    spec.height.div_ceil(16) as u32,
+                    batch,
+                ),
+                block_dim: (16, 16, 1),
+                shared_mem_bytes: 0,
+            };
+            let mut launch = self.stream.launch_builder(&self.resize);
+            launch
+                .arg(&images.data)
+                .arg(&descs)
+                .arg(out)
+                .arg(&out_w)
+                .arg(&out_h)
+                .arg(&norm);
+            // SAFETY: argument list matches the kernel signature; the kernel
+            // bounds-checks x/y and `out` holds batch·3·H·W floats.
+            drv("launch resize_normalize_nchw", unsafe {
+                launch.launch(cfg)
+            })?;
+            Ok(())
+        })
+    }
+
+    /// Host-to-host preprocessing on the GPU (copy in, kernel, copy out).
+    pub fn resize_normalize(
+        &self,
+        images: &[ImageU8<'_>],
+        spec: &PreprocessSpec,
+        out: &mut [f32],
+    ) -> Result<()> {
+        check_batch(images, spec, out)?;
+        if images.is_empty() {
+            return Ok(());
+        }
+        let on_device = self.upload(images)?;
+        let mut device_out = self.alloc::<f32>(out.len())?;
+        self.resize_normalize_on_device(&on_device, spec, &mut device_out)?;
+        self.download(&device_out, out)
+    }
+
+    /// [`crate::softmax::softmax_topk`] on the GPU.
+    pub fn softmax_topk(
+        &self,
+        logits: &[f32],
+        shape: TopKShape,
+        probs: &mut [f32],
+        indices: &mut [u32],
+    ) -> Result<()> {
+        shape.check(logits, probs, indices)?;
+        if let Some(col) = logits.iter().position(|x| !x.is_finite()) {
+            return Err(Error::input(format!(
+                "logit {col} is {}: logits must be finite",
+                logits[col]
+            )));
+        }
+        if shape.rows == 0 {
+            return Ok(());
+        }
+        let rows = u32::try_from(shape.rows).map_err(|_| Error::input("too many rows"))?;
+        guarded("softmax_topk", || {
+            let d_logits = drv("memcpy htod", self.stream.clone_htod(logits))?;
+            let mut d_probs = drv("alloc", self.stream.alloc_zeros::<f32>(probs.len()))?;
+            let mut d_indices = drv("alloc", self.stream.alloc_zeros::<u32>(indices.len()))?;
+            // Power of two for the tree reductions; wide rows get more threads.
+            let threads = shape.cols.next_power_of_two().clamp(32, 256) as u32;
+            let (cols, k) = (shape.cols as i32, shape.k as i32);
+            let mut launch = self.stream.launch_builder(&self.softmax);
+            launch
+                .arg(&d_logits)
+                .arg(&mut d_probs)
+                .arg(&mut d_indices)
+                .arg(&cols)
+                .arg(&k);
+            let cfg = LaunchConfig {
+                grid_dim: (rows, 1, 1),
+                block_dim: (threads, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            // SAFETY: arguments match the kernel; buffers hold rows·cols and rows·k.
+            drv("launch softmax_topk", unsafe { launch.launch(cfg) })?;
+            drv("memcpy dtoh", self.stream.memcpy_dtoh(&d_probs, probs))?;
+            drv("memcpy dtoh", self.stream.memcpy_dtoh(&d_indices, indices))?;
+            self.synchronize()
+        })
+    }
+
+    /// [`crate::nms::nms`] on the GPU; keeps exactly the same indices.
+    pub fn nms(
+        &self,
+        candidates: &[Candidate],
+        boxes_per_item: usize,
+        spec: &NmsSpec,
+    ) -> Result<Vec<Vec<u32>>> {
+        spec.check(candidates, boxes_per_item)?;
+        let items = candidates.len() / boxes_per_item;
+        let max_det = spec.max_detections.min(boxes_per_item);
+        if items == 0 || max_det == 0 {
+            return Ok(vec![Vec::new(); items]);
+        }
+        let words = boxes_per_item.div_ceil(64);
+        let mask_bytes = items * boxes_per_item * words * 8;
+        // The select kernel keeps `removed` in 48 KiB of shared memory.
+        if words * 8 > 48 * 1024 || mask_bytes > (1 << 30) {
+            return Err(Error::device(
+                "nms",
+                format!("{items}x{boxes_per_item} boxes exceed the GPU kernel's limits"),
+            ));
+        }
+        let grid_items = u32::try_from(items)
+            .ok()
+            .filter(|&n| n <= 65_535)
+            .ok_or_else(|| Error::device("nms", "more than 65535 items"))?;
+        guarded("nms", || {
+            let s = &self.stream;
+            let d_cands = drv("memcpy htod", s.clone_htod(candidates))?;
+            let mut sorted = drv("alloc", s.alloc_zeros::<i32>(items * boxes_per_item))?;
+            let mut count = drv("alloc", s.alloc_zeros::<i32>(items))?;
+            let mut mask = drv(
+                "alloc",
+                s.alloc_zeros::<u64>(items * boxes_per_item * words),
+            )?;
+            let mut keep = drv("alloc", s.alloc_zeros::<i32>(items * max_det))?;
+            let mut kept = drv("alloc", s.alloc_zeros::<i32>(items))?;
+            let (boxes, words_i, max_det_i) = (boxes_per_item as i32, words as i32, max_det as i32);
+            let box_blocks = boxes_per_item.div_ceil(64) as u32;
+
+            let mut rank = s.launch_builder(&self.nms_rank);
+            rank.arg(&d_cands)
+                .arg(&boxes)
+                .arg(&spec.score_threshold)
+                .arg(&mut sorted)
+                .arg(&mut count);
+            let cfg = LaunchConfig {
+                grid_dim: (boxes_per_item.div_ceil(256) as u32, grid_items, 1),
+                block_dim: (256, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            // SAFETY: arguments match `nms_rank`; buffers sized items·boxes and items.
+            drv("launch nms_rank", unsafe { rank.launch(cfg) })?;
+
+            let mut build = s.launch_builder(&self.nms_mask);
+            build
+                .arg(&d_cands)
+                .arg(&boxes)
+                .arg(&words_i)
+                .arg(&sorted)
+                .arg(&count)
+                .arg(&spec.iou_threshold)
+                .arg(&mut mask);
+            let cfg = LaunchConfig {
+                grid_dim: (words as u32, box_blocks, grid_items),
+                block_dim: (64, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            // SAFETY: arguments match `nms_mask`; mask is items·boxes·words.
+            drv("launch nms_mask", unsafe { build.launch(cfg) })?;
+
+            let mut select = s.launch_builder(&self.nms_select);
+            select
+                .arg(&sorted)
+                .arg(&count)
+                .arg(&mask)
+                .arg(&boxes)
+                .arg(&words_i)
+                .arg(&max_det_i)
+                .arg(&mut keep)
+                .arg(&mut kept);
+            let cfg = LaunchConfig {
+                grid_dim: (grid_items, 1, 1),
+                block_dim: (32, 1, 1),
+                shared_mem_bytes: (words * 8) as u32,
+            };
+            // SAFETY: arguments match `nms_select`; shared memory holds `words` u64.
+            drv("launch nms_select", unsafe { select.launch(cfg) })?;
+
+            let keep = drv("memcpy dtoh", s.clone_dtoh(&keep))?;
+            let kept = drv("memcpy dtoh", s.clone_dtoh(&kept))?;
+            self.synchronize()?;
+            Ok(kept
+                .iter()
+                .enumerate()
+                .map(|(n, &k)| {
+                    keep[n * max_det..n * max_det + k.clamp(0, max_det as i32) as usize]
+                        .iter()
+                        .map(|&i| i as u32)
+                        .collect()
+                })
+                .collect())
+        })
+    }
+}

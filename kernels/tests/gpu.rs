@@ -1,0 +1,169 @@
+//! CUDA kernels against the CPU references on random inputs. Runs only with
+//! `INFERGATE_GPU_TESTS=1` (and then fails if no GPU can be opened);
+//! otherwise each test prints why it skipped.
+
+mod common;
+
+use common::*;
+use infergate_kernels::device::{ptx::PtxCache, Gpu};
+use infergate_kernels::nms::{nms_reference, NmsSpec};
+use infergate_kernels::preprocess::{resize_normalize_reference, ImageU8};
+use infergate_kernels::softmax::{softmax_topk_reference, TopKShape};
+use infergate_kernels::{DeviceChoice, Error, Ops};
+
+fn gpu_or_skip() -> Option<Gpu> {
+    if !std::env::var("INFERGATE_GPU_TESTS").is_ok_and(|v| v == "1") {
+        eprintln!("skipping GPU test: set INFERGATE_GPU_TESTS=1 on a machine with a GPU");
+        return None;
+    }
+    let cache = PtxCache::from_env();
+    match Gpu::open(0, cache.as_ref()) {
+        Ok(gpu) => {
+            eprintln!(
+                "GPU {} (sm {:?}), kernels for {}",
+                gpu.name(),
+                gpu.compute_capability(),
+                gpu.arch()
+            );
+            Some(gpu)
+        }
+        Err(e) => panic!("INFERGATE_GPU_TESTS=1 but the GPU cannot be opened: {e}"),
+    }
+}
+
+/// CUDA f32 (on-the-fly weights, FMA contraction) vs the f64 reference:
+/// 2e-3 of a 0‥255 level before normalisation.
+const GPU_PREPROCESS_TOLERANCE_LEVELS: f32 = 2e-3;
+
+#[test]
+fn gpu_preprocess_matches_reference() {
+    let Some(gpu) = gpu_or_skip() else {
+        return;
+    };
+    let mut rng = rng(11);
+    let buffers: Vec<(Vec<u8>, usize, usize)> = SIZE_CASES
+        .iter()
+        .map(|&((w, h), _)| (image(&mut rng, w, h), w, h))
+        .collect();
+    let images: Vec<ImageU8<'_>> = buffers
+        .iter()
+        .map(|(d, w, h)| ImageU8::new(d, *w, *h).unwrap_or_else(|e| panic!("{e}")))
+        .collect();
+    for (_, (out_w, out_h)) in SIZE_CASES {
+        for mode in MODES {
+            let spec = imagenet(out_w, out_h, mode);
+            let len = images.len() * spec.output_len_per_image();
+            let (mut got, mut want) = (vec![f32::NAN; len], vec![f32::NAN; len]);
+            gpu.resize_normalize(&images, &spec, &mut got)
+                .unwrap_or_else(|e| panic!("{e}"));
+            resize_normalize_reference(&images, &spec, &mut want).unwrap_or_else(|e| panic!("{e}"));
+            let min_std = spec.std.iter().copied().fold(f32::INFINITY, f32::min);
+            let diff = max_abs_diff(&got, &want);
+            eprintln!(
+                "{out_w}x{out_h} {mode:?}: max diff {:e} levels",
+                diff * min_std
+            );
+            assert!(
+                diff <= GPU_PREPROCESS_TOLERANCE_LEVELS / min_std,
+                "{out_w}x{out_h} {mode:?}: {diff}"
+            );
+        }
+    }
+}
+
+#[test]
+fn gpu_softmax_topk_matches_reference() {
+    let Some(gpu) = gpu_or_skip() else {
+        return;
+    };
+    let mut rng = rng(12);
+    for (rows, cols, k) in [
+        (1, 1, 1),
+        (3, 7, 3),
+        (64, 1000, 5),
+        (7, 6625, 1),
+        (2, 300, 300),
+        (5, 33, 17),
+    ] {
+        let x = logits(&mut rng, rows * cols, 20.0);
+        let shape = TopKShape { rows, cols, k };
+        let (mut p, mut i) = (vec![0.0; rows * k], vec![0u32; rows * k]);
+        let (mut pr, mut ir) = (vec![0.0; rows * k], vec![0u32; rows * k]);
+        gpu.softmax_topk(&x, shape, &mut p, &mut i)
+            .unwrap_or_else(|e| panic!("{e}"));
+        softmax_topk_reference(&x, shape, &mut pr, &mut ir).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(i, ir, "{shape:?}");
+        // expf is within 2 ulp; sums in a different order: relative 1e-5.
+        for (a, b) in p.iter().zip(&pr) {
+            assert!(
+                (a - b).abs() <= 1e-5 * b.abs() + 1e-7,
+                "{shape:?}: {a} vs {b}"
+            );
+        }
+    }
+}
+
+#[test]
+fn gpu_nms_keeps_exactly_the_reference_indices() {
+    let Some(gpu) = gpu_or_skip() else {
+        return;
+    };
+    let mut rng = rng(13);
+    for (items, boxes, classes) in [
+        (1, 1, 1),
+        (3, 17, 2),
+        (2, 500, 3),
+        (4, 2000, 80),
+        (1, 10_000, 5),
+    ] {
+        let cands = candidates(&mut rng, items * boxes, classes);
+        for (iou_threshold, score_threshold, max_detections) in [
+            (0.5, 0.1, 100),
+            (0.3, 0.0, 100_000),
+            (0.7, -1.0, 7),
+            (0.0, 0.5, 300),
+        ] {
+            let spec = NmsSpec {
+                iou_threshold,
+                score_threshold,
+                max_detections,
+            };
+            let got = gpu
+                .nms(&cands, boxes, &spec)
+                .unwrap_or_else(|e| panic!("{e}"));
+            let want = nms_reference(&cands, boxes, &spec).unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(got, want, "{items}x{boxes} classes {classes} {spec:?}");
+        }
+    }
+}
+
+#[test]
+fn ops_returns_input_errors_without_falling_back() {
+    let Some(_) = gpu_or_skip() else {
+        return;
+    };
+    let ops = Ops::new(DeviceChoice::Cuda(0), None);
+    assert!(ops.gpu().is_some());
+    let shape = TopKShape {
+        rows: 1,
+        cols: 2,
+        k: 1,
+    };
+    let err = ops.softmax_topk(&[0.0, f32::NAN], shape, &mut [0.0], &mut [0]);
+    assert!(matches!(err, Err(Error::InvalidInput(_))));
+}
+
+#[test]
+fn ops_without_a_gpu_still_serves_on_cpu() {
+    // Runs everywhere: on a CPU-only host `Auto` must quietly pick the CPU.
+    let ops = Ops::new(DeviceChoice::Auto, None);
+    let shape = TopKShape {
+        rows: 2,
+        cols: 3,
+        k: 2,
+    };
+    let (mut p, mut i) = ([0.0; 4], [0u32; 4]);
+    ops.softmax_topk(&[1.0, 3.0, 2.0, 0.0, 0.0, 5.0], shape, &mut p, &mut i)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(i, [1, 2, 2, 0]);
+}

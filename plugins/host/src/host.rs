@@ -1,0 +1,259 @@
+//! The plugin host: one wasmtime engine (Cranelift, epoch interruption,
+//! optional pooling allocator), a linker that offers only logging, the
+//! compiled-artifact cache, and `compile`, which turns uploaded bytes into a
+//! [`Plugin`] or says why it cannot.
+
+use crate::bindings::{self, infergate::plugin::log};
+use crate::cache::{ArtifactCache, Lookup};
+use crate::config::HostConfig;
+use crate::error::{PluginError, PluginId};
+use crate::metrics::{Metrics, MetricsSnapshot};
+use crate::plugin::{Compiled, Plugin};
+use crate::store::CallState;
+use crate::validate;
+use sha2::{Digest, Sha256};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use wasmtime::component::{Component, HasSelf, Linker};
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+
+/// Compiles and runs plugins. Cheap to clone; plugins keep what they need
+/// alive, and the epoch ticker stops when the host and all its plugins are gone.
+#[derive(Clone)]
+pub struct PluginHost {
+    shared: Arc<Shared>,
+}
+
+pub(crate) struct Shared {
+    pub(crate) engine: Engine,
+    pub(crate) config: HostConfig,
+    pub(crate) metrics: Metrics,
+    linker: Linker<CallState>,
+    cache: Option<ArtifactCache>,
+    // Held for its `Drop`, which stops the thread.
+    _ticker: Ticker,
+}
+
+impl PluginHost {
+    /// A host with the pooling allocator as configured (on by default).
+    pub fn new(config: HostConfig) -> Result<Self, PluginError> {
+        let engine = Engine::new(&engine_config(&config))
+            .map_err(|e| PluginError::Internal(format!("creating the wasm engine: {e}")))?;
+        let mut linker = Linker::new(&engine);
+        log::add_to_linker::<CallState, HasSelf<CallState>>(&mut linker, |state| state)
+            .map_err(|e| PluginError::Internal(format!("linking the log import: {e}")))?;
+        let cache = match &config.cache_dir {
+            Some(dir) => Some(ArtifactCache::open(dir, &engine).map_err(|e| {
+                PluginError::Internal(format!("opening plugin cache {}: {e}", dir.display()))
+            })?),
+            None => None,
+        };
+        let ticker = Ticker::start(&engine, config.epoch_tick)?;
+        Ok(PluginHost {
+            shared: Arc::new(Shared {
+                engine,
+                config,
+                metrics: Metrics::default(),
+                linker,
+                cache,
+                _ticker: ticker,
+            }),
+        })
+    }
+
+    /// The same host without the pooling allocator: every instantiation maps
+    /// fresh memory. For comparison in benchmarks, and for systems that cannot
+    /// reserve the pool's address space.
+    pub fn without_pooling(config: HostConfig) -> Result<Self, PluginError> {
+        PluginHost::new(HostConfig {
+            pooling: false,
+            ..config
+        })
+    }
+
+    pub fn config(&self) -> &HostConfig {
+        &self.shared.config
+    }
+
+    /// Counters since the host started.
+    pub fn metrics(&self) -> MetricsSnapshot {
+        self.shared.metrics.snapshot()
+    }
+
+    /// Validates and compiles an uploaded plugin: the bytes must be a
+    /// component that implements `infergate:plugin/plugin@0.1.0`, imports
+    /// nothing but the log interface, and answers `describe` within the
+    /// default limits. Anything else is [`PluginError::Invalid`] with the reason.
+    pub fn compile(&self, bytes: &[u8]) -> Result<Plugin, PluginError> {
+        let compiled = self.compile_inner(bytes);
+        if matches!(compiled, Err(PluginError::Invalid { .. })) {
+            self.shared.metrics.invalid();
+        }
+        compiled
+    }
+
+    fn compile_inner(&self, bytes: &[u8]) -> Result<Plugin, PluginError> {
+        validate::check_header(bytes)?;
+        let sha256 = hex::encode(Sha256::digest(bytes));
+        let component = self.load_or_compile(bytes, &sha256)?;
+        let instance_pre = self
+            .shared
+            .linker
+            .instantiate_pre(&component)
+            .map_err(|e| {
+                PluginError::invalid(format!(
+                    "imports something the host does not provide (plugins get only \
+                 infergate:plugin/log; WASI is not available): {e}"
+                ))
+            })?;
+        bindings::PluginPre::new(instance_pre.clone()).map_err(|e| {
+            PluginError::invalid(format!(
+                "does not implement the world infergate:plugin/plugin@0.1.0: {e}"
+            ))
+        })?;
+        let export = |name: &str| {
+            component
+                .get_export_index(None, name)
+                .ok_or_else(|| PluginError::invalid(format!("has no `{name}` export")))
+        };
+        let compiled = Compiled {
+            preprocess: export("preprocess")?,
+            postprocess: export("postprocess")?,
+            describe: export("describe")?,
+            instance_pre,
+            sha256,
+            host: Arc::clone(&self.shared),
+        };
+        let description = compiled
+            .describe()
+            .map_err(|e| PluginError::invalid(format!("describe() did not complete: {e}")))?;
+        validate::check_description(&description)?;
+        let id = PluginId {
+            name: description.name.clone(),
+            version: description.version.clone(),
+        };
+        Ok(Plugin::new(
+            compiled,
+            description,
+            id,
+            self.shared.config.default_limits.clone(),
+        ))
+    }
+
+    fn load_or_compile(&self, bytes: &[u8], sha256: &str) -> Result<Component, PluginError> {
+        let shared = &self.shared;
+        if let Some(cache) = &shared.cache {
+            match cache.load(&shared.engine, sha256) {
+                Lookup::Hit(component) => {
+                    shared.metrics.cache_hit();
+                    return Ok(component);
+                }
+                Lookup::Miss => {}
+                Lookup::Rejected(why) => {
+                    shared.metrics.cache_rejected();
+                    tracing::warn!(sha256, why, "recompiling plugin: cached artifact rejected");
+                }
+            }
+        }
+        let component = Component::new(&shared.engine, bytes).map_err(|e| {
+            PluginError::invalid(format!("not a valid WebAssembly component: {e:#}"))
+        })?;
+        shared.metrics.compiled();
+        if let Some(cache) = &shared.cache {
+            let stored = component
+                .serialize()
+                .map_err(|e| e.to_string())
+                .and_then(|artifact| cache.store(sha256, &artifact).map_err(|e| e.to_string()));
+            if let Err(error) = stored {
+                tracing::warn!(sha256, error, "cannot cache compiled plugin");
+            }
+        }
+        Ok(component)
+    }
+
+    /// Where the compiled artifact of a component with this SHA-256 is cached.
+    pub fn cache_path(&self, component_sha256: &str) -> Option<std::path::PathBuf> {
+        self.shared.cache.as_ref().map(|c| c.path(component_sha256))
+    }
+}
+
+impl Shared {
+    /// Epoch ticks that cover `deadline`, plus one for the tick in progress.
+    pub(crate) fn deadline_ticks(&self, deadline: std::time::Duration) -> u64 {
+        let tick = self.config.epoch_tick.as_nanos().max(1);
+        (deadline.as_nanos().div_ceil(tick) as u64).saturating_add(1)
+    }
+}
+
+fn engine_config(config: &HostConfig) -> Config {
+    let mut engine = Config::new();
+    engine
+        .wasm_component_model(true)
+        .epoch_interruption(true)
+        .max_wasm_stack(config.max_wasm_stack)
+        .parallel_compilation(true)
+        .cranelift_opt_level(wasmtime::OptLevel::Speed);
+    if config.pooling {
+        let limits = &config.default_limits;
+        let slots = config.max_concurrent_calls;
+        let mut pool = PoolingAllocationConfig::new();
+        pool.total_component_instances(slots)
+            .total_core_instances(slots.saturating_mul(limits.instances as u32))
+            .total_memories(slots.saturating_mul(limits.memories as u32))
+            .total_tables(slots.saturating_mul(limits.tables as u32))
+            .max_core_instances_per_component(limits.instances as u32)
+            .max_memories_per_component(limits.memories as u32)
+            .max_tables_per_component(limits.tables as u32)
+            .table_elements(limits.table_elements)
+            .max_memory_size(config.max_memory_bytes)
+            // Reset only the pages a call dirtied (Linux 6.7+ PAGEMAP_SCAN;
+            // elsewhere the first `keep_resident_bytes` are reset by memset).
+            .pagemap_scan(wasmtime::Enabled::Auto)
+            .linear_memory_keep_resident(config.keep_resident_bytes)
+            .table_keep_resident(64 << 10);
+        engine.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+    }
+    engine
+}
+
+/// Advances the engine's epoch every tick, which is what makes deadlines fire.
+struct Ticker {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Ticker {
+    fn start(engine: &Engine, tick: std::time::Duration) -> Result<Self, PluginError> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let engine = engine.weak();
+        let thread = std::thread::Builder::new()
+            .name("plugin-epoch".into())
+            .spawn({
+                let stop = Arc::clone(&stop);
+                move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        std::thread::sleep(tick);
+                        match engine.upgrade() {
+                            Some(engine) => engine.increment_epoch(),
+                            None => break,
+                        }
+                    }
+                }
+            })
+            .map_err(|e| PluginError::Internal(format!("starting the epoch ticker: {e}")))?;
+        Ok(Ticker {
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Ticker {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
