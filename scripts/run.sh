@@ -33,4 +33,6 @@ done
 if [ -f "$DATA/admin.key" ]; then
   echo "infergate: admin API key is in $DATA/admin.key"
 fi
-exec "$BIN" serve --data-dir "$DATA" --listen 127.0.0.1:8443 "$@"
+# The OpenAI-compatible API generates text with `textgen` and its vocabulary.
+exec "$BIN" serve --data-dir "$DATA" --listen 127.0.0.1:8443 \
+  --openai-vocab "$INFERGATE_MODELS/textgen-vocab.json" "$@"

@@ -63,6 +63,7 @@ pub fn ensure_admin_key(store: &Store) -> anyhow::Result<()> {
 }
 
 pub async fn serve(config: Config) -> anyhow::Result<()> {
+    config.validate().map_err(|e| anyhow!(e))?;
     let store = Arc::new(
         Store::open(&config.data_dir)
             .with_context(|| format!("opening data directory {}", config.data_dir.display()))?,
@@ -94,6 +95,21 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     } else {
         "https"
     };
+    if let Some(metrics_addr) = config.metrics.listen {
+        let metrics_listener = tokio::net::TcpListener::bind(metrics_addr)
+            .await
+            .with_context(|| format!("binding the metrics listener {metrics_addr}"))?;
+        tracing::info!(
+            "metrics (no key) on http://{}/metrics",
+            metrics_listener.local_addr()?
+        );
+        let metrics_router = api::metrics::router(state.clone());
+        tokio::spawn(async move {
+            if let Err(e) = axum::serve(metrics_listener, metrics_router).await {
+                tracing::error!(error = %e, "metrics listener failed");
+            }
+        });
+    }
     tracing::info!(
         models = state.catalog.all().len(),
         "listening on {scheme}://{addr}"

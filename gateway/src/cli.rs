@@ -3,6 +3,7 @@
 
 use crate::auth::Scopes;
 use crate::config::Config;
+use crate::store::keys::KeyLimits;
 use crate::store::Store;
 use anyhow::{anyhow, bail, Context};
 use clap::{Args, Parser, Subcommand};
@@ -25,7 +26,7 @@ pub struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the gateway.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Create, list and revoke API keys.
     #[command(subcommand)]
     Keys(KeysCommand),
@@ -87,6 +88,31 @@ pub struct ServeArgs {
     /// Directory of the built dashboard (dashboard/build.sh) [default: dashboard/dist].
     #[arg(long, env = "INFERGATE_DASHBOARD_DIR")]
     dashboard_dir: Option<PathBuf>,
+    /// Rate limit (requests/s) for keys without their own [default: unlimited].
+    #[arg(long, env = "INFERGATE_DEFAULT_RPS")]
+    default_rps: Option<f64>,
+    /// Burst for --default-rps [default: the rate rounded up].
+    #[arg(long, env = "INFERGATE_DEFAULT_BURST")]
+    default_burst: Option<u32>,
+    /// Concurrent requests per key for keys without their own cap [default: unlimited].
+    #[arg(long, env = "INFERGATE_DEFAULT_MAX_CONCURRENT")]
+    default_max_concurrent: Option<u32>,
+    /// Allow this browser origin (CORS); repeat for several, or '*' for any (no credentials).
+    #[arg(
+        long = "cors-origin",
+        env = "INFERGATE_CORS_ORIGINS",
+        value_delimiter = ','
+    )]
+    cors_origins: Vec<String>,
+    /// Also serve /metrics without a key on this plain-HTTP address (keep it private).
+    #[arg(long, env = "INFERGATE_METRICS_LISTEN")]
+    metrics_listen: Option<SocketAddr>,
+    /// Vocabulary of the text-generation model for the OpenAI API (textgen-vocab.json).
+    #[arg(long, env = "INFERGATE_OPENAI_VOCAB")]
+    openai_vocab: Option<PathBuf>,
+    /// Registered model that serves /v1/completions [default: textgen].
+    #[arg(long, env = "INFERGATE_OPENAI_MODEL")]
+    openai_model: Option<String>,
 }
 
 impl ServeArgs {
@@ -123,6 +149,26 @@ impl ServeArgs {
         set!(c.engine.instances, self.instances);
         set!(c.log_format, self.log_format);
         c.dashboard_dir = self.dashboard_dir.or(c.dashboard_dir);
+        if self.default_rps.is_some() {
+            c.limits.default_rps = self.default_rps;
+        }
+        if self.default_burst.is_some() {
+            c.limits.default_burst = self.default_burst;
+        }
+        if self.default_max_concurrent.is_some() {
+            c.limits.default_max_concurrent = self.default_max_concurrent;
+        }
+        if !self.cors_origins.is_empty() {
+            c.cors.allowed_origins = self.cors_origins;
+        }
+        if self.metrics_listen.is_some() {
+            c.metrics.listen = self.metrics_listen;
+        }
+        if self.openai_vocab.is_some() {
+            c.openai.vocab = self.openai_vocab;
+        }
+        set!(c.openai.completions_model, self.openai_model);
+        c.validate().map_err(|e| anyhow!(e))?;
         if !matches!(c.log_format.as_str(), "text" | "json") {
             bail!(
                 "--log-format must be 'text' or 'json', not '{}'",
@@ -162,6 +208,20 @@ enum KeysCommand {
         /// A name to recognise the key by.
         #[arg(long, default_value = "cli")]
         name: String,
+        #[command(flatten)]
+        limits: LimitArgs,
+    },
+    /// Change a key's rate limit and concurrency cap (flags not given stay as they are).
+    Limits {
+        #[command(flatten)]
+        target: Target,
+        /// Numeric id or 12-character public id.
+        id: String,
+        #[command(flatten)]
+        limits: LimitArgs,
+        /// Drop the key's own rate limit and cap: it gets the server default again.
+        #[arg(long, conflicts_with_all = ["rps", "burst", "max_concurrent"])]
+        clear: bool,
     },
     /// List keys (never their secrets).
     List {
@@ -175,6 +235,41 @@ enum KeysCommand {
         /// Numeric id or 12-character public id.
         id: String,
     },
+}
+
+/// A key's own limits; absent = the server default.
+#[derive(Args)]
+struct LimitArgs {
+    /// Rate limit in requests per second (GCRA).
+    #[arg(long)]
+    rps: Option<f64>,
+    /// Requests allowed at once above the rate [default: the rate rounded up].
+    #[arg(long, requires = "rps")]
+    burst: Option<u32>,
+    /// Requests of this key in flight at once.
+    #[arg(long)]
+    max_concurrent: Option<u32>,
+}
+
+impl LimitArgs {
+    /// The admin API's JSON fields for the flags given.
+    fn to_json(&self) -> serde_json::Map<String, serde_json::Value> {
+        let mut m = serde_json::Map::new();
+        if let Some(rps) = self.rps {
+            m.insert(
+                "rate_limit".into(),
+                serde_json::json!({"rps": rps, "burst": self.burst}),
+            );
+        }
+        if let Some(n) = self.max_concurrent {
+            m.insert("max_concurrent".into(), serde_json::json!(n));
+        }
+        m
+    }
+
+    fn apply(&self, current: KeyLimits) -> anyhow::Result<KeyLimits> {
+        crate::api::limits::parse_limits(&self.to_json(), current).map_err(|e| anyhow!(e.message))
+    }
 }
 
 #[derive(Subcommand)]
@@ -265,21 +360,79 @@ fn keys(cmd: KeysCommand) -> anyhow::Result<()> {
             target,
             scope,
             name,
+            limits,
         } => {
             let scopes = Scopes::parse_list(&scope).map_err(|e| anyhow!(e))?;
+            let own = limits.apply(KeyLimits::default())?;
             let secret = match &target.url {
                 Some(_) => {
                     let scopes: Vec<&str> = scopes.iter().map(|s| s.as_str()).collect();
-                    let body = serde_json::json!({"name": name, "scopes": scopes});
-                    let v = online(&target, reqwest::Method::POST, "/api/keys", Some(body))?;
+                    let mut body = limits.to_json();
+                    body.insert("name".into(), serde_json::json!(name));
+                    body.insert("scopes".into(), serde_json::json!(scopes));
+                    let v = online(
+                        &target,
+                        reqwest::Method::POST,
+                        "/api/keys",
+                        Some(body.into()),
+                    )?;
                     v["secret"]
                         .as_str()
                         .ok_or_else(|| anyhow!("server answered without a secret"))?
                         .to_string()
                 }
-                None => open_store(&target.data_dir)?.create_key(&name, &scopes)?.1,
+                None => {
+                    open_store(&target.data_dir)?
+                        .create_key_with_limits(&name, &scopes, &own)?
+                        .1
+                }
             };
             println!("{secret}");
+        }
+        KeysCommand::Limits {
+            target,
+            id,
+            limits,
+            clear,
+        } => {
+            let record = match &target.url {
+                Some(_) => {
+                    let body = if clear {
+                        serde_json::json!({"rate_limit": null, "max_concurrent": null})
+                    } else {
+                        limits.to_json().into()
+                    };
+                    let v = online(
+                        &target,
+                        reqwest::Method::PATCH,
+                        &format!("/api/keys/{id}"),
+                        Some(body),
+                    )?;
+                    v["key"].clone()
+                }
+                None => {
+                    let store = open_store(&target.data_dir)?;
+                    let current = store
+                        .get_key(&id)?
+                        .ok_or_else(|| anyhow!("no API key '{id}'"))?;
+                    let new = if clear {
+                        KeyLimits::default()
+                    } else {
+                        limits.apply(KeyLimits {
+                            rate_limit: current.rate_limit,
+                            max_concurrent: current.max_concurrent,
+                        })?
+                    };
+                    let updated = store
+                        .set_key_limits(&id, &new)?
+                        .ok_or_else(|| anyhow!("no API key '{id}'"))?;
+                    serde_json::to_value(updated)?
+                }
+            };
+            eprintln!(
+                "key {}: rate_limit {}, max_concurrent {}",
+                record["id"], record["rate_limit"], record["max_concurrent"]
+            );
         }
         KeysCommand::List { target } => {
             let keys = match &target.url {

@@ -25,6 +25,78 @@ pub struct Config {
     pub log_format: String,
     /// The dashboard's built files [default: dashboard/dist].
     pub dashboard_dir: Option<PathBuf>,
+    pub cors: CorsConfig,
+    pub metrics: MetricsConfig,
+    pub openai: OpenAiConfig,
+    pub websocket: WebSocketConfig,
+}
+
+/// Cross-origin access for browser clients on other origins.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CorsConfig {
+    /// Allowed origins (`https://app.example.com`), or `["*"]` for any; empty = no CORS.
+    pub allowed_origins: Vec<String>,
+    /// Send `Access-Control-Allow-Credentials: true` (refused with `*`).
+    pub allow_credentials: bool,
+    /// Seconds a browser may cache a preflight answer.
+    pub max_age_s: u64,
+}
+
+/// Prometheus metrics. `/metrics` on the main listener needs an admin-scoped key; `listen`
+/// opens a second, plain-HTTP listener that serves only `/metrics` without a key (bind it to a
+/// private address).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MetricsConfig {
+    pub listen: Option<SocketAddr>,
+}
+
+/// The OpenAI-compatible API: which registered model generates text and its vocabulary.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct OpenAiConfig {
+    /// Registered model name serving /v1/completions and /v1/chat/completions.
+    pub completions_model: String,
+    /// Vocabulary file (format `infergate-textgen-vocab/1`); without it completions answer 503.
+    pub vocab: Option<PathBuf>,
+    /// Upper bound for `max_tokens`.
+    pub max_tokens_limit: u32,
+}
+
+/// WebSocket streaming (`/v2/stream`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WebSocketConfig {
+    /// Requests in flight per connection; further messages wait (backpressure).
+    pub max_in_flight: usize,
+    /// Seconds without any message from the client before the server closes.
+    pub idle_timeout_s: u64,
+    /// Seconds between server pings.
+    pub ping_interval_s: u64,
+    /// Largest message in bytes.
+    pub max_message_bytes: usize,
+}
+
+impl Default for OpenAiConfig {
+    fn default() -> Self {
+        OpenAiConfig {
+            completions_model: "textgen".into(),
+            vocab: None,
+            max_tokens_limit: 4096,
+        }
+    }
+}
+
+impl Default for WebSocketConfig {
+    fn default() -> Self {
+        WebSocketConfig {
+            max_in_flight: 16,
+            idle_timeout_s: 300,
+            ping_interval_s: 30,
+            max_message_bytes: 16 << 20,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -52,6 +124,12 @@ pub struct Limits {
     pub idle_timeout_s: u64,
     /// Seconds in-flight requests get to finish on shutdown.
     pub shutdown_grace_s: u64,
+    /// Rate limit for keys without their own: requests per second (absent = unlimited).
+    pub default_rps: Option<f64>,
+    /// Burst for `default_rps` (default: the rate rounded up).
+    pub default_burst: Option<u32>,
+    /// Concurrent requests per key for keys without their own cap (absent = unlimited).
+    pub default_max_concurrent: Option<u32>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -106,6 +184,10 @@ impl Default for Config {
             plugins: PluginSettings::default(),
             log_format: "text".into(),
             dashboard_dir: None,
+            cors: CorsConfig::default(),
+            metrics: MetricsConfig::default(),
+            openai: OpenAiConfig::default(),
+            websocket: WebSocketConfig::default(),
         }
     }
 }
@@ -119,6 +201,9 @@ impl Default for Limits {
             header_timeout_s: 10,
             idle_timeout_s: 120,
             shutdown_grace_s: 30,
+            default_rps: None,
+            default_burst: None,
+            default_max_concurrent: None,
         }
     }
 }
@@ -135,6 +220,34 @@ impl Default for EngineSettings {
 }
 
 impl Config {
+    /// Checks what serde cannot: the default rate limit and the CORS rules.
+    pub fn validate(&self) -> Result<(), String> {
+        self.default_key_limits()?;
+        crate::cors::layer(&self.cors)?;
+        Ok(())
+    }
+
+    /// The limits of keys that have none of their own.
+    pub fn default_key_limits(&self) -> Result<crate::ratelimit::Limits, String> {
+        let rate = match self.limits.default_rps {
+            Some(rps) => Some(
+                crate::ratelimit::RateLimit::new(rps, self.limits.default_burst)
+                    .map_err(|e| format!("[limits] default_rps/default_burst: {e}"))?,
+            ),
+            None if self.limits.default_burst.is_some() => {
+                return Err("[limits] default_burst needs default_rps".into())
+            }
+            None => None,
+        };
+        if self.limits.default_max_concurrent == Some(0) {
+            return Err("[limits] default_max_concurrent must be at least 1".into());
+        }
+        Ok(crate::ratelimit::Limits {
+            rate,
+            max_concurrent: self.limits.default_max_concurrent,
+        })
+    }
+
     /// Reads a TOML file over the defaults.
     pub fn from_file(path: &Path) -> Result<Config, String> {
         let text = std::fs::read_to_string(path)
@@ -164,5 +277,28 @@ mod tests {
         assert_eq!(c.limits.max_request_bytes, 10);
         assert_eq!(c.limits.max_connections, 4096);
         assert!(toml::from_str::<Config>("lisen = \"x\"").is_err());
+    }
+
+    #[test]
+    fn readme_example_parses_and_validates() {
+        let readme = include_str!("../../README.md");
+        let start = readme.find("```toml\n").expect("a TOML example") + 8;
+        let len = readme[start..].find("```").expect("its end");
+        let c: Config = toml::from_str(&readme[start..start + len]).unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.limits.default_rps, Some(100.0));
+        assert_eq!(c.cors.allowed_origins, ["https://dashboard.example.com"]);
+    }
+
+    #[test]
+    fn default_limits_are_checked() {
+        let mut c = Config::default();
+        assert!(c.default_key_limits().unwrap().is_unlimited());
+        c.limits.default_burst = Some(3);
+        assert!(c.validate().is_err(), "burst without rps");
+        c.limits.default_rps = Some(2.0);
+        assert_eq!(c.default_key_limits().unwrap().rate.unwrap().burst, 3);
+        c.limits.default_max_concurrent = Some(0);
+        assert!(c.validate().is_err());
     }
 }

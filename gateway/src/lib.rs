@@ -13,17 +13,31 @@
 //! - [`pipeline`]: WebAssembly plugins and pipelines (pre-plugins → model → post-plugins).
 //! - [`store`]: SQLite and content-addressed files.
 //! - [`error`]: the one error type and its status mapping.
+//! - [`ratelimit`]: per-key GCRA rate limits and concurrency caps; [`admission`] applies them
+//!   to HTTP requests.
+//! - [`metrics`]: Prometheus metrics.
+//! - [`request_id`]: `X-Request-Id` and the per-request tracing span.
+//! - [`cors`]: cross-origin rules for browser clients.
+//! - [`drain`]: shutdown of WebSocket streams.
+//! - [`textgen`]: character-level text generation (sampling, stop sequences) for the OpenAI API.
 
+pub mod admission;
 pub mod api;
 pub mod app;
 pub mod auth;
 pub mod cli;
 pub mod cli_pipelines;
 pub mod config;
+pub mod cors;
+pub mod drain;
 pub mod error;
+pub mod metrics;
 pub mod pipeline;
+pub mod ratelimit;
 pub mod registry;
+pub mod request_id;
 pub mod server;
 pub mod state;
 pub mod store;
+pub mod textgen;
 pub mod tls;

@@ -107,14 +107,20 @@ pub async fn run(
         }
     }
     state.set_ready(false);
+    state.drain.start();
     drop(listener);
     let grace = Duration::from_secs(state.config.limits.shutdown_grace_s);
     tracing::info!(
         grace_s = grace.as_secs(),
-        "shutting down: draining in-flight requests"
+        streams = state.drain.open_streams(),
+        "shutting down: draining in-flight requests and streams"
     );
+    let drained = async {
+        graceful.shutdown().await;
+        state.drain.streams_closed().await;
+    };
     tokio::select! {
-        _ = graceful.shutdown() => tracing::info!("all connections closed"),
+        _ = drained => tracing::info!("all connections and streams closed"),
         _ = tokio::time::sleep(grace) => tracing::warn!("grace period over; closing remaining connections"),
     }
 }

@@ -3,12 +3,16 @@
 
 use crate::auth::{self, Scope};
 use crate::config::Config;
+use crate::drain::Drain;
 use crate::error::{ApiError, ApiResult};
+use crate::metrics::Metrics;
 use crate::pipeline::registry::PluginRegistry;
 use crate::pipeline::Pipelines;
+use crate::ratelimit::{Limiter, Limits};
 use crate::store::keys::KeyRecord;
 use crate::store::models::ModelRecord;
 use crate::store::Store;
+use crate::textgen::Vocab;
 use infergate_engine::kernels::{DeviceChoice, Ops};
 use infergate_engine::{Engine, ModelConfig, ModelKey};
 use infergate_plugin_host::PluginHost;
@@ -28,6 +32,14 @@ pub struct AppState {
     /// Native ops (resize/normalize, ...) on the GPU when one is usable, else the CPU.
     pub ops: Arc<Ops>,
     ready: AtomicBool,
+    /// Per-key admission state and the limits of keys without their own.
+    pub limiter: Limiter,
+    pub default_limits: Limits,
+    pub metrics: Metrics,
+    /// The text generator's vocabulary (`[openai] vocab`), for the OpenAI API.
+    pub textgen_vocab: Option<Arc<Vocab>>,
+    /// Shutdown of WebSocket streams.
+    pub drain: Drain,
 }
 
 impl AppState {
@@ -41,6 +53,11 @@ impl AppState {
         catalog.replace_all(store.list_model_versions()?);
         let plugins = PluginRegistry::load(plugin_host, &store)?;
         let pipelines = Pipelines::load(store.list_pipelines()?);
+        let default_limits = config.default_key_limits().map_err(ApiError::bad_request)?;
+        let textgen_vocab = match &config.openai.vocab {
+            Some(path) => Some(Arc::new(Vocab::load(path).map_err(ApiError::bad_request)?)),
+            None => None,
+        };
         Ok(AppState {
             config,
             store,
@@ -50,6 +67,11 @@ impl AppState {
             pipelines,
             ops: Arc::new(Ops::new(DeviceChoice::Auto, None)),
             ready: AtomicBool::new(true),
+            limiter: Limiter::new(),
+            default_limits,
+            metrics: Metrics::new(),
+            textgen_vocab,
+            drain: Drain::default(),
         })
     }
 

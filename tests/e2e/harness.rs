@@ -97,7 +97,11 @@ impl Server {
                 .expect("server did not log 'listening on' within 60 s");
             startup_log.push(line.clone());
             if let Some(rest) = line.split("listening on ").nth(1) {
-                let url = rest.split_whitespace().next().unwrap_or_default();
+                // Text logs end the URL with a space, JSON logs with a quote.
+                let url = rest
+                    .split(|c: char| c.is_whitespace() || c == '"')
+                    .next()
+                    .unwrap_or_default();
                 break strip_ansi(url);
             }
         };
@@ -115,6 +119,19 @@ impl Server {
             _log: rx,
             startup_log,
             _tmp: None,
+        }
+    }
+
+    /// The next server log line containing `needle`, reading for at most `timeout`.
+    pub fn wait_for_log(&self, needle: &str, timeout: Duration) -> Option<String> {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            let left = deadline.checked_duration_since(std::time::Instant::now())?;
+            match self._log.recv_timeout(left) {
+                Ok(line) if line.contains(needle) => return Some(line),
+                Ok(_) => continue,
+                Err(_) => return None,
+            }
         }
     }
 
@@ -148,6 +165,17 @@ impl Server {
     fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+
+    /// Sends SIGTERM without waiting.
+    pub fn send_sigterm(&self) {
+        let pid = self.child.id().to_string();
+        let _ = Command::new("kill").args(["-TERM", &pid]).status();
+    }
+
+    /// Waits for the process to exit.
+    pub fn wait(mut self) -> std::process::ExitStatus {
+        self.child.wait().expect("wait")
     }
 
     /// Sends SIGTERM and waits for the exit status.

@@ -7,7 +7,11 @@ mod webdriver;
 
 mod auth;
 mod dashboard;
+mod headers;
 mod infer;
+mod limits;
 mod models;
 mod restart;
+mod shutdown;
 mod transport;
+mod websocket;

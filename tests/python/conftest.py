@@ -14,16 +14,18 @@ MODELS = os.environ.get("INFERGATE_MODELS", os.path.join(ROOT, ".cache", "models
 
 
 class Gateway:
-    def __init__(self, data, insecure=False):
+    def __init__(self, data, insecure=False, extra_args=()):
         self.data = data
-        args = [BIN, "serve", "--listen", "127.0.0.1:0", "--data-dir", data]
+        args = [BIN, "serve", "--listen", "127.0.0.1:0", "--data-dir", data, *extra_args]
         if insecure:
             args.append("--insecure-http")
+        self.startup_log = []
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         lines = queue.Queue()
         threading.Thread(target=lambda: [lines.put(l) for l in self.proc.stderr], daemon=True).start()
         while True:
             line = lines.get(timeout=60)
+            self.startup_log.append(line)
             m = re.search(r"listening on (https?)://(\S+)", re.sub(r"\x1b\[[0-9;]*m", "", line))
             if m:
                 self.scheme, self.hostport = m.group(1), m.group(2)
@@ -36,8 +38,8 @@ class Gateway:
     def url(self):
         return f"{self.scheme}://{self.hostport}"
 
-    def key(self, scopes="infer"):
-        out = subprocess.run([BIN, "keys", "create", "--scope", scopes, "--data-dir", self.data],
+    def key(self, scopes="infer", *flags):
+        out = subprocess.run([BIN, "keys", "create", "--scope", scopes, "--data-dir", self.data, *flags],
                              check=True, capture_output=True, text=True)
         return out.stdout.strip()
 
@@ -51,11 +53,11 @@ def register(data, name, file):
                    check=True, capture_output=True)
 
 
-def start(models, insecure=False):
+def start(models, insecure=False, extra_args=()):
     data = tempfile.mkdtemp(prefix="infergate-py-")
     for name, file in models:
         register(data, name, file)
-    return Gateway(data, insecure=insecure)
+    return Gateway(data, insecure=insecure, extra_args=extra_args)
 
 
 @pytest.fixture(scope="module")

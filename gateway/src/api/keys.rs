@@ -17,6 +17,12 @@ type S = State<Arc<AppState>>;
 pub struct CreateKey {
     pub name: Option<String>,
     pub scopes: Vec<String>,
+    /// `{"rps": N, "burst": N}`; absent = the server default.
+    #[serde(default)]
+    pub rate_limit: Option<Value>,
+    /// Concurrent requests; absent = the server default.
+    #[serde(default)]
+    pub max_concurrent: Option<Value>,
 }
 
 pub async fn create(
@@ -37,7 +43,17 @@ pub async fn create(
             "key name: at most 128 characters, no control characters",
         ));
     }
-    let (record, secret) = state.store.create_key(&name, &scopes)?;
+    let mut limit_fields = serde_json::Map::new();
+    if let Some(v) = req.rate_limit {
+        limit_fields.insert("rate_limit".into(), v);
+    }
+    if let Some(v) = req.max_concurrent {
+        limit_fields.insert("max_concurrent".into(), v);
+    }
+    let limits = super::limits::parse_limits(&limit_fields, Default::default())?;
+    let (record, secret) = state
+        .store
+        .create_key_with_limits(&name, &scopes, &limits)?;
     tracing::info!(key_id = record.id, public_id = %record.public_id, scopes = %scopes.to_list(), "API key created");
     let mut body = serde_json::to_value(&record).map_err(|e| ApiError::internal(e.to_string()))?;
     body["secret"] = json!(secret);
@@ -59,6 +75,7 @@ pub async fn revoke(
         .store
         .revoke_key(&id)?
         .ok_or_else(|| ApiError::not_found(format!("no API key '{id}'")))?;
+    state.limiter.forget(record.id);
     tracing::info!(key_id = record.id, public_id = %record.public_id, "API key revoked");
     Ok(Json(json!({ "revoked": record })))
 }

@@ -299,5 +299,10 @@ async fn run_infer(
         .await?;
     let (bytes, json_len) =
         codec::encode_response(&request, &record.name, record.version, &results)?;
-    Ok(tensor_response(bytes, json_len))
+    let mut response = tensor_response(bytes, json_len);
+    response.extensions_mut().insert(crate::metrics::Served {
+        model: record.name.clone(),
+        version: record.version,
+    });
+    Ok(response)
 }

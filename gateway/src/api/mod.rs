@@ -3,11 +3,16 @@
 pub mod body;
 pub mod codec;
 pub mod dashboard;
+pub mod events;
 pub mod keys;
 pub mod kserve;
+pub mod limits;
+pub mod metrics;
 pub mod models;
+pub mod openai;
 pub mod pipelines;
 pub mod plugins;
+pub mod stream;
 pub mod triton;
 
 use crate::state::AppState;
@@ -16,7 +21,31 @@ use axum::routing::{delete, get, post, put};
 use axum::Router;
 use std::sync::Arc;
 
+/// The routes and, outermost first, the layers every request passes: request id, CORS
+/// (answers preflight itself), metrics, per-key admission.
 pub fn router(state: Arc<AppState>) -> Router {
+    let cors = crate::cors::layer(&state.config.cors).unwrap_or_else(|e| {
+        // Config::validate refused this at start; a router built without it gets no CORS.
+        tracing::error!(error = %e, "CORS disabled");
+        None
+    });
+    let router = routes(state.clone())
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            crate::admission::middleware,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            state,
+            crate::metrics::middleware,
+        ));
+    let router = match cors {
+        Some(cors) => router.layer(cors),
+        None => router,
+    };
+    router.layer(axum::middleware::from_fn(crate::request_id::middleware))
+}
+
+fn routes(state: Arc<AppState>) -> Router {
     Router::new()
         // KServe v2 / Open Inference Protocol
         .route("/v2", get(kserve::server_metadata))
@@ -86,7 +115,16 @@ pub fn router(state: Arc<AppState>) -> Router {
         )
         .route("/api/pipelines/{pipeline}/run", post(pipelines::run_raw))
         .route("/api/keys", get(keys::list).post(keys::create))
-        .route("/api/keys/{id}", delete(keys::revoke))
+        .route("/api/keys/{id}", delete(keys::revoke).patch(limits::update))
+        .route("/api/keys/{id}/usage", get(limits::usage))
+        .route("/metrics", get(metrics::scrape))
+        // WebSocket streaming
+        .route("/v2/stream", get(stream::upgrade))
+        .route("/v2/events", get(events::upgrade))
+        // OpenAI-compatible API
+        .route("/v1/models", get(openai::models))
+        .route("/v1/completions", post(openai::completions))
+        .route("/v1/chat/completions", post(openai::chat_completions))
         .route("/api/whoami", get(keys::whoami))
         // Everything else: the dashboard's files (API paths keep their JSON 404).
         .fallback(dashboard::fallback)

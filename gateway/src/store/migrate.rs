@@ -12,6 +12,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         include_str!("../../../migrations/0001_init.sql"),
     ),
     (
+        2,
+        "0002_rate_limits.sql",
+        include_str!("../../../migrations/0002_rate_limits.sql"),
+    ),
+    (
         3,
         "0003_plugins.sql",
         include_str!("../../../migrations/0003_plugins.sql"),

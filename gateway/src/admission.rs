@@ -1,0 +1,140 @@
+//! The HTTP side of per-key limits: a middleware that admits or refuses each request carrying
+//! a valid key before its handler runs (a refused request starts no work; its body is only
+//! drained, bounded, so the client can read the answer), answers 429 with `Retry-After` and
+//! the IETF `RateLimit`/`RateLimit-Policy` headers, and keeps the key's concurrency slot until
+//! the response body has been sent (a streamed response holds it until the stream ends).
+//!
+//! Requests without a key, or with an invalid one, pass through: their handler answers 401 with
+//! its own message, or serves them when the route needs no key.
+
+use crate::api::body::reject_unread;
+use crate::auth;
+use crate::error::ApiError;
+use crate::ratelimit::{Admission, Limits, Quota, Rejection};
+use crate::state::AppState;
+use crate::store::keys::KeyRecord;
+use axum::body::{Body, Bytes, HttpBody};
+use axum::extract::{Request, State};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use http::{HeaderMap, HeaderName, HeaderValue};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+pub const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+
+/// A key's effective limits: its own where set, the server default otherwise.
+pub fn limits_for(key: &KeyRecord, default: &Limits) -> Limits {
+    Limits {
+        rate: key.rate_limit.or(default.rate),
+        max_concurrent: key.max_concurrent.or(default.max_concurrent),
+    }
+}
+
+/// Checks one request (or WebSocket message) of `key` against its limits, counting refusals
+/// in the metrics.
+pub fn admit(state: &AppState, key: &KeyRecord) -> Result<Admission, Rejection> {
+    let limits = limits_for(key, &state.default_limits);
+    state.limiter.check(key.id, &limits).inspect_err(|r| {
+        state.metrics.rate_limited(key.id, r.kind.as_str());
+        tracing::debug!(
+            key_id = key.id,
+            reason = r.kind.as_str(),
+            "request refused by the limiter"
+        );
+    })
+}
+
+/// The 429 error for a refusal, headers included.
+pub fn rejection_error(rejection: &Rejection) -> ApiError {
+    ApiError {
+        retry_after: Some(rejection.retry_after_s),
+        ..ApiError::new(
+            http::StatusCode::TOO_MANY_REQUESTS,
+            rejection.message.clone(),
+        )
+    }
+}
+
+fn set_quota_headers(headers: &mut HeaderMap, quota: &Quota) {
+    for (name, value) in [
+        (RATELIMIT_POLICY, quota.policy_header()),
+        (RATELIMIT, quota.header()),
+    ] {
+        if let Ok(v) = HeaderValue::from_str(&value) {
+            headers.insert(name, v);
+        }
+    }
+}
+
+pub async fn middleware(
+    State(state): State<Arc<AppState>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let Some(presented) = auth::presented_key(request.headers()) else {
+        return next.run(request).await;
+    };
+    let key = match state.store.authenticate(presented) {
+        Ok(Some(key)) => key,
+        // Unknown keys and store failures are the handler's to report.
+        _ => return next.run(request).await,
+    };
+    match admit(&state, &key) {
+        Err(rejection) => {
+            // Let a client still sending its body read the 429 (bounded drain).
+            let (parts, body) = request.into_parts();
+            let error = reject_unread(rejection_error(&rejection), &parts.headers, body).await;
+            let mut response = error.into_response();
+            if let Some(quota) = &rejection.quota {
+                set_quota_headers(response.headers_mut(), quota);
+            }
+            response
+        }
+        Ok(admission) => {
+            let response = next.run(request).await;
+            let (mut parts, body) = response.into_parts();
+            if let Some(quota) = &admission.quota {
+                set_quota_headers(&mut parts.headers, quota);
+            }
+            let body = if admission.holds_slot() {
+                Body::new(HoldUntilEnd {
+                    inner: body,
+                    _admission: admission,
+                })
+            } else {
+                body
+            };
+            Response::from_parts(parts, body)
+        }
+    }
+}
+
+/// A response body that keeps the request's admission (its concurrency slot) until the body is
+/// finished or dropped.
+struct HoldUntilEnd {
+    inner: Body,
+    _admission: Admission,
+}
+
+impl HttpBody for HoldUntilEnd {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<Bytes>, axum::Error>>> {
+        Pin::new(&mut self.get_mut().inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
+    }
+}

@@ -1,0 +1,164 @@
+//! `GET /v2/events` (WebSocket, admin scope): live server events for the dashboard. The key
+//! comes as on `/v2/stream` (headers, or offered as a subprotocol next to `infergate.v1`).
+//!
+//! Every second one frame `{"type": "tick", "time_ms", "websocket_connections",
+//! "generations_in_progress", "models": [{"model", "version", "state", "in_flight",
+//! "requests_per_s", "failures_per_s", "avg_latency_ms", "avg_queue_ms"}]}`, computed from the
+//! engine's counters over the last second; and, when a model version changes state,
+//! `{"type": "model_state", "model", "version", "state", "reason"}` (loaded, loading,
+//! unloaded, failed; registered and removed versions included).
+
+use super::stream::{upgrade_key, SUBPROTOCOL};
+use crate::auth::Scope;
+use crate::error::{ApiError, ApiResult};
+use crate::state::{model_key, AppState};
+use axum::extract::ws::{close_code, CloseFrame, Message, Utf8Bytes, WebSocket, WebSocketUpgrade};
+use axum::extract::State;
+use axum::response::Response;
+use futures_util::{SinkExt, StreamExt};
+use http::HeaderMap;
+use infergate_engine::{ModelState, ModelStats};
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub async fn upgrade(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    ws: WebSocketUpgrade,
+) -> ApiResult<Response> {
+    if upgrade_key(&state, &headers, &ws, Scope::Admin)?.is_none() {
+        return Err(ApiError::unauthorized(format!(
+            "missing API key: send 'Authorization: Bearer <key>' or offer it as a subprotocol with '{SUBPROTOCOL}'"
+        )));
+    }
+    Ok(ws
+        .protocols([SUBPROTOCOL])
+        .on_upgrade(move |socket| events(state, socket)))
+}
+
+type Versions = BTreeMap<(String, u64), (String, Option<String>, Option<ModelStats>)>;
+
+fn state_name(s: &ModelState) -> (&'static str, Option<String>) {
+    match s {
+        ModelState::Unloaded => ("unloaded", None),
+        ModelState::Loading => ("loading", None),
+        ModelState::Ready => ("loaded", None),
+        ModelState::Failed(reason) => ("failed", Some(reason.clone())),
+    }
+}
+
+fn snapshot(state: &AppState) -> Versions {
+    state
+        .catalog
+        .all()
+        .iter()
+        .map(|r| {
+            let key = model_key(r);
+            let (name, reason) = state_name(&state.engine.state(&key));
+            (
+                (r.name.clone(), r.version),
+                (name.to_string(), reason, state.engine.stats(&key)),
+            )
+        })
+        .collect()
+}
+
+/// The frames for one second: state changes first, then the tick.
+fn frames(state: &AppState, before: &Versions, now: &Versions, seconds: f64) -> Vec<Value> {
+    let mut out = Vec::new();
+    for ((model, version), (st, reason, _)) in now {
+        let changed = before
+            .get(&(model.clone(), *version))
+            .is_none_or(|(old, _, _)| old != st);
+        if changed {
+            out.push(json!({"type": "model_state", "model": model, "version": version, "state": st, "reason": reason}));
+        }
+    }
+    for (model, version) in before.keys().filter(|k| !now.contains_key(*k)) {
+        out.push(json!({"type": "model_state", "model": model, "version": version, "state": "removed", "reason": null}));
+    }
+    let models: Vec<Value> = now
+        .iter()
+        .map(|((model, version), (st, _, stats))| {
+            let zero = ModelStats::default();
+            let old = before
+                .get(&(model.clone(), *version))
+                .and_then(|v| v.2.clone())
+                .unwrap_or_default();
+            let new = stats.as_ref().unwrap_or(&zero);
+            let done = new.success.count.saturating_sub(old.success.count);
+            let failed = new.fail.count.saturating_sub(old.fail.count);
+            let avg_ms = |ns_new: u64, ns_old: u64| {
+                (done > 0).then(|| ns_new.saturating_sub(ns_old) as f64 / done as f64 / 1e6)
+            };
+            let key = infergate_engine::ModelKey {
+                name: model.clone(),
+                version: *version,
+            };
+            json!({
+                "model": model,
+                "version": version,
+                "state": st,
+                "in_flight": state.engine.in_flight(&key),
+                "requests_per_s": done as f64 / seconds,
+                "failures_per_s": failed as f64 / seconds,
+                "avg_latency_ms": avg_ms(new.success.ns, old.success.ns),
+                "avg_queue_ms": avg_ms(new.queue.ns, old.queue.ns),
+            })
+        })
+        .collect();
+    let time_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+    out.push(json!({
+        "type": "tick",
+        "time_ms": time_ms,
+        "websocket_connections": state.drain.open_streams(),
+        "models": models,
+    }));
+    out
+}
+
+async fn events(state: Arc<AppState>, socket: WebSocket) {
+    let _open = state.metrics.websocket_opened();
+    let _stream = state.drain.stream_opened();
+    let (mut sink, mut incoming) = socket.split();
+    let mut ticker = tokio::time::interval(Duration::from_secs(1));
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut before = Versions::new();
+    let mut last = tokio::time::Instant::now();
+    let draining = state.drain.signal();
+    tokio::pin!(draining);
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {
+                let now = snapshot(&state);
+                let seconds = last.elapsed().as_secs_f64().max(1e-3);
+                last = tokio::time::Instant::now();
+                for f in frames(&state, &before, &now, seconds) {
+                    // A reader too slow for one frame a second is dropped rather than buffered.
+                    let send = sink.send(Message::Text(Utf8Bytes::from(f.to_string())));
+                    match tokio::time::timeout(Duration::from_secs(5), send).await {
+                        Ok(Ok(())) => {}
+                        _ => return,
+                    }
+                }
+                before = now;
+            }
+            message = incoming.next() => match message {
+                None | Some(Err(_)) | Some(Ok(Message::Close(_))) => return,
+                Some(Ok(_)) => {}
+            },
+            _ = &mut draining => {
+                let _ = sink.send(Message::Close(Some(CloseFrame {
+                    code: close_code::AWAY,
+                    reason: Utf8Bytes::from_static("server shutting down"),
+                }))).await;
+                return;
+            }
+        }
+    }
+}

@@ -1,0 +1,169 @@
+//! Per-key limits (admin scope): change a key's limits, read its current usage.
+
+use crate::admission::limits_for;
+use crate::auth::Scope;
+use crate::error::{ApiError, ApiResult};
+use crate::ratelimit::RateLimit;
+use crate::state::AppState;
+use crate::store::keys::{KeyLimits, KeyRecord};
+use axum::extract::{Path, State};
+use axum::Json;
+use http::HeaderMap;
+use serde_json::{json, Map, Value};
+use std::sync::Arc;
+
+type S = State<Arc<AppState>>;
+
+/// Reads `rate_limit` (`{"rps": R, "burst": B}`, burst optional; null = server default) and
+/// `max_concurrent` (a positive integer; null = server default) from a JSON object. A field
+/// that is absent keeps `current`'s value.
+pub fn parse_limits(body: &Map<String, Value>, current: KeyLimits) -> ApiResult<KeyLimits> {
+    let mut limits = current;
+    if let Some(v) = body.get("rate_limit") {
+        limits.rate_limit = match v {
+            Value::Null => None,
+            Value::Object(o) => {
+                if let Some(extra) = o.keys().find(|k| !matches!(k.as_str(), "rps" | "burst")) {
+                    return Err(ApiError::bad_request(format!(
+                        "rate_limit: unknown field '{extra}' (use rps, burst)"
+                    )));
+                }
+                let rps = o.get("rps").and_then(Value::as_f64).ok_or_else(|| {
+                    ApiError::bad_request("rate_limit.rps must be a positive number")
+                })?;
+                let burst = match o.get("burst") {
+                    None | Some(Value::Null) => None,
+                    Some(b) => Some(b.as_u64().and_then(|b| u32::try_from(b).ok()).ok_or_else(
+                        || ApiError::bad_request("rate_limit.burst must be a positive integer"),
+                    )?),
+                };
+                Some(RateLimit::new(rps, burst).map_err(ApiError::bad_request)?)
+            }
+            _ => {
+                return Err(ApiError::bad_request(
+                    "rate_limit must be {\"rps\": N, \"burst\": N} or null",
+                ))
+            }
+        };
+    }
+    if let Some(v) = body.get("max_concurrent") {
+        limits.max_concurrent = match v {
+            Value::Null => None,
+            v => Some(
+                v.as_u64()
+                    .and_then(|n| u32::try_from(n).ok())
+                    .filter(|&n| n > 0)
+                    .ok_or_else(|| {
+                        ApiError::bad_request("max_concurrent must be a positive integer or null")
+                    })?,
+            ),
+        };
+    }
+    Ok(limits)
+}
+
+fn key_limits(key: &KeyRecord) -> KeyLimits {
+    KeyLimits {
+        rate_limit: key.rate_limit,
+        max_concurrent: key.max_concurrent,
+    }
+}
+
+fn find_key(state: &AppState, id: &str) -> ApiResult<KeyRecord> {
+    state
+        .store
+        .get_key(id)?
+        .ok_or_else(|| ApiError::not_found(format!("no API key '{id}'")))
+}
+
+/// `PATCH /api/keys/{id}`: `{"rate_limit": {...} | null, "max_concurrent": N | null}`.
+pub async fn update(
+    State(state): S,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> ApiResult<Json<Value>> {
+    state.authorize(&headers, Scope::Admin)?;
+    let body: Map<String, Value> = serde_json::from_slice(&body).map_err(|e| {
+        ApiError::bad_request(format!(
+            "expected {{\"rate_limit\": {{\"rps\": N, \"burst\": N}} | null, \"max_concurrent\": N | null}}: {e}"
+        ))
+    })?;
+    if let Some(extra) = body
+        .keys()
+        .find(|k| !matches!(k.as_str(), "rate_limit" | "max_concurrent"))
+    {
+        return Err(ApiError::bad_request(format!(
+            "unknown field '{extra}': only rate_limit and max_concurrent can change"
+        )));
+    }
+    let key = find_key(&state, &id)?;
+    let limits = parse_limits(&body, key_limits(&key))?;
+    let updated = state
+        .store
+        .set_key_limits(&key.id.to_string(), &limits)?
+        .ok_or_else(|| ApiError::not_found(format!("no API key '{id}'")))?;
+    tracing::info!(key_id = updated.id, rate_limit = ?updated.rate_limit, max_concurrent = ?updated.max_concurrent, "API key limits changed");
+    Ok(Json(json!({ "key": updated })))
+}
+
+/// `GET /api/keys/{id}/usage`: the key's effective limits and where they come from, requests
+/// in flight, the rate quota left now, and counters since the server started.
+pub async fn usage(
+    State(state): S,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> ApiResult<Json<Value>> {
+    state.authorize(&headers, Scope::Admin)?;
+    let key = find_key(&state, &id)?;
+    let limits = limits_for(&key, &state.default_limits);
+    let source = |own: bool, effective: bool| match (own, effective) {
+        (true, _) => "key",
+        (false, true) => "default",
+        (false, false) => "unlimited",
+    };
+    Ok(Json(json!({
+        "key_id": key.id,
+        "public_id": key.public_id,
+        "limits": {
+            "rate_limit": limits.rate,
+            "rate_limit_source": source(key.rate_limit.is_some(), limits.rate.is_some()),
+            "max_concurrent": limits.max_concurrent,
+            "max_concurrent_source": source(key.max_concurrent.is_some(), limits.max_concurrent.is_some()),
+        },
+        "usage": state.limiter.usage(key.id, &limits),
+    })))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn obj(v: Value) -> Map<String, Value> {
+        v.as_object().cloned().unwrap()
+    }
+
+    #[test]
+    fn absent_keeps_null_clears_and_bad_values_are_refused() {
+        let current = KeyLimits {
+            rate_limit: Some(RateLimit::new(1.0, Some(2)).unwrap()),
+            max_concurrent: Some(3),
+        };
+        assert_eq!(parse_limits(&obj(json!({})), current).unwrap(), current);
+        let l = parse_limits(&obj(json!({"max_concurrent": null})), current).unwrap();
+        assert_eq!((l.rate_limit, l.max_concurrent), (current.rate_limit, None));
+        let l = parse_limits(&obj(json!({"rate_limit": {"rps": 4}})), current).unwrap();
+        assert_eq!(l.rate_limit, Some(RateLimit { rps: 4.0, burst: 4 }));
+        for bad in [
+            json!({"rate_limit": {"rps": 0}}),
+            json!({"rate_limit": {"rps": 1, "burst": 0}}),
+            json!({"rate_limit": {"rps": 1, "brust": 2}}),
+            json!({"rate_limit": 5}),
+            json!({"max_concurrent": 0}),
+            json!({"max_concurrent": -1}),
+            json!({"max_concurrent": "2"}),
+        ] {
+            assert!(parse_limits(&obj(bad.clone()), current).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,547 @@
+//! The OpenAI-compatible API (scope `infer`): `GET /v1/models`, `POST /v1/completions` and
+//! `POST /v1/chat/completions` on the configured text-generation model (`[openai]
+//! completions_model`, vocabulary `[openai] vocab`). `stream: true` answers Server-Sent Events
+//! in OpenAI's chunk format ending with `data: [DONE]`; generation is driven by the stream, so a
+//! client that disconnects stops it at the next character.
+//!
+//! A chat's prompt is its messages' contents joined by newlines: the model is a character-level
+//! language model that continues text, not an instruction follower.
+//!
+//! `/v1/embeddings` is not served yet: it needs the MiniLM tokenizer pipeline (a WASM plugin).
+
+use crate::auth::Scope;
+use crate::error::{ApiError, ApiResult};
+use crate::request_id::RequestId;
+use crate::state::AppState;
+use crate::textgen::{Generation, Sampling, Step, Vocab};
+use axum::extract::State;
+use axum::response::sse::{Event, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
+use futures_util::stream::{self, Stream, StreamExt};
+use http::HeaderMap;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Instant;
+
+type S = State<Arc<AppState>>;
+
+const PROTOCOL: &str = "openai";
+const DEFAULT_COMPLETION_TOKENS: u32 = 16;
+const DEFAULT_CHAT_TOKENS: u32 = 256;
+
+/// `stop` is a string or a list of strings.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum Stop {
+    One(String),
+    Many(Vec<String>),
+}
+
+#[derive(Debug, Deserialize)]
+struct StreamOptions {
+    #[serde(default)]
+    include_usage: bool,
+}
+
+/// The fields both endpoints share; unknown fields are ignored as OpenAI clients send many.
+#[derive(Debug, Deserialize)]
+struct Common {
+    model: String,
+    #[serde(default)]
+    max_tokens: Option<u32>,
+    #[serde(default)]
+    max_completion_tokens: Option<u32>,
+    #[serde(default)]
+    temperature: Option<f64>,
+    #[serde(default)]
+    top_p: Option<f64>,
+    #[serde(default)]
+    seed: Option<u64>,
+    #[serde(default)]
+    stop: Option<Stop>,
+    #[serde(default)]
+    n: Option<u32>,
+    #[serde(default)]
+    stream: bool,
+    #[serde(default)]
+    stream_options: Option<StreamOptions>,
+    #[serde(default)]
+    presence_penalty: Option<f64>,
+    #[serde(default)]
+    frequency_penalty: Option<f64>,
+    #[serde(default)]
+    logprobs: Option<Value>,
+    #[serde(default)]
+    echo: Option<bool>,
+    #[serde(default)]
+    best_of: Option<u32>,
+}
+
+#[derive(Debug, Deserialize)]
+struct CompletionRequest {
+    #[serde(flatten)]
+    common: Common,
+    prompt: Value,
+}
+
+#[derive(Debug, Deserialize)]
+struct ChatMessage {
+    #[serde(default)]
+    content: Option<Value>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ChatRequest {
+    #[serde(flatten)]
+    common: Common,
+    messages: Vec<ChatMessage>,
+}
+
+fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> ApiResult<T> {
+    serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("invalid request: {e}")))
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+impl Common {
+    /// Refuses what the generator cannot honour rather than ignoring it.
+    fn sampling(&self, default_tokens: u32, limit: u32) -> ApiResult<Sampling> {
+        if self.n.is_some_and(|n| n != 1) || self.best_of.is_some_and(|n| n != 1) {
+            return Err(ApiError::bad_request("only n = 1 is supported"));
+        }
+        if [self.presence_penalty, self.frequency_penalty]
+            .iter()
+            .any(|p| p.is_some_and(|p| p != 0.0))
+        {
+            return Err(ApiError::bad_request(
+                "presence_penalty and frequency_penalty are not supported",
+            ));
+        }
+        if self
+            .logprobs
+            .as_ref()
+            .is_some_and(|v| !v.is_null() && *v != Value::Bool(false))
+        {
+            return Err(ApiError::bad_request("logprobs are not supported"));
+        }
+        if self.echo == Some(true) {
+            return Err(ApiError::bad_request("echo is not supported"));
+        }
+        let max_tokens = self
+            .max_completion_tokens
+            .or(self.max_tokens)
+            .unwrap_or(default_tokens.min(limit));
+        if max_tokens > limit {
+            return Err(ApiError::bad_request(format!(
+                "max_tokens is at most {limit} on this server"
+            )));
+        }
+        Ok(Sampling {
+            temperature: self.temperature.unwrap_or(1.0),
+            top_p: self.top_p.unwrap_or(1.0),
+            seed: self.seed,
+            max_tokens,
+            stop: match &self.stop {
+                None => vec![],
+                Some(Stop::One(s)) => vec![s.clone()],
+                Some(Stop::Many(v)) => v.clone(),
+            },
+        })
+    }
+}
+
+/// The vocabulary and the registered model the request names.
+pub(crate) fn generator(
+    state: &AppState,
+    model: &str,
+) -> ApiResult<(Arc<Vocab>, Arc<crate::store::models::ModelRecord>)> {
+    let configured = &state.config.openai.completions_model;
+    if model != configured {
+        return Err(ApiError::not_found(format!(
+            "model '{model}' does not generate text here; use '{configured}'"
+        )));
+    }
+    let vocab = state.textgen_vocab.clone().ok_or_else(|| {
+        ApiError::unavailable(
+            "text generation is not configured: set [openai] vocab (or --openai-vocab) to the model's vocabulary",
+        )
+    })?;
+    let record = state.catalog.resolve(model, None)?;
+    Ok((vocab, record))
+}
+
+pub async fn models(State(state): S, headers: HeaderMap) -> ApiResult<Json<Value>> {
+    state.authorize(&headers, Scope::Infer)?;
+    let mut names: Vec<(String, i64)> = Vec::new();
+    for r in state.catalog.all() {
+        match names.last_mut() {
+            Some(last) if last.0 == r.name => last.1 = last.1.min(r.created_at),
+            _ => names.push((r.name.clone(), r.created_at)),
+        }
+    }
+    let data: Vec<Value> = names
+        .into_iter()
+        .map(|(id, created)| json!({"id": id, "object": "model", "created": created, "owned_by": "infergate"}))
+        .collect();
+    Ok(Json(json!({"object": "list", "data": data})))
+}
+
+/// What differs between the two endpoints' answers.
+#[derive(Clone, Copy, PartialEq)]
+enum Kind {
+    Completion,
+    Chat,
+}
+
+struct Meta {
+    kind: Kind,
+    id: String,
+    created: u64,
+    model: String,
+}
+
+impl Meta {
+    fn usage(g: &Generation) -> Value {
+        json!({
+            "prompt_tokens": g.prompt_tokens,
+            "completion_tokens": g.completion_tokens,
+            "total_tokens": g.prompt_tokens + g.completion_tokens,
+        })
+    }
+
+    fn full(&self, g: &Generation, text: String, finish: &str) -> Value {
+        let choice = match self.kind {
+            Kind::Completion => {
+                json!({"index": 0, "text": text, "logprobs": null, "finish_reason": finish})
+            }
+            Kind::Chat => json!({
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "logprobs": null,
+                "finish_reason": finish,
+            }),
+        };
+        json!({
+            "id": self.id,
+            "object": match self.kind { Kind::Completion => "text_completion", Kind::Chat => "chat.completion" },
+            "created": self.created,
+            "model": self.model,
+            "choices": [choice],
+            "usage": Meta::usage(g),
+        })
+    }
+
+    fn chunk(&self, text: Option<&str>, finish: Option<&str>, first: bool) -> Value {
+        let choice = match self.kind {
+            Kind::Completion => json!({
+                "index": 0, "text": text.unwrap_or(""), "logprobs": null, "finish_reason": finish,
+            }),
+            Kind::Chat => {
+                let mut delta = serde_json::Map::new();
+                if first {
+                    delta.insert("role".into(), json!("assistant"));
+                }
+                if let Some(t) = text {
+                    delta.insert("content".into(), json!(t));
+                }
+                json!({"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish})
+            }
+        };
+        json!({
+            "id": self.id,
+            "object": match self.kind { Kind::Completion => "text_completion", Kind::Chat => "chat.completion.chunk" },
+            "created": self.created,
+            "model": self.model,
+            "choices": [choice],
+        })
+    }
+
+    fn usage_chunk(&self, g: &Generation) -> Value {
+        let mut c = self.chunk(None, None, false);
+        c["choices"] = json!([]);
+        c["usage"] = Meta::usage(g);
+        c
+    }
+}
+
+pub async fn completions(
+    State(state): S,
+    Extension(request_id): Extension<RequestId>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> ApiResult<Response> {
+    state.authorize(&headers, Scope::Infer)?;
+    let req: CompletionRequest = parse(&body)?;
+    let prompt = match &req.prompt {
+        Value::String(s) => s.clone(),
+        Value::Array(items) if items.len() == 1 && items[0].is_string() => {
+            items[0].as_str().unwrap_or_default().to_string()
+        }
+        _ => {
+            return Err(ApiError::bad_request(
+                "prompt must be a string (one prompt per request)",
+            ))
+        }
+    };
+    let limit = state.config.openai.max_tokens_limit;
+    let sampling = req.common.sampling(DEFAULT_COMPLETION_TOKENS, limit)?;
+    let meta = Meta {
+        kind: Kind::Completion,
+        id: format!("cmpl-{}", request_id.as_str()),
+        created: unix_now(),
+        model: req.common.model.clone(),
+    };
+    run(state, meta, &req.common, &prompt, sampling).await
+}
+
+pub async fn chat_completions(
+    State(state): S,
+    Extension(request_id): Extension<RequestId>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> ApiResult<Response> {
+    state.authorize(&headers, Scope::Infer)?;
+    let req: ChatRequest = parse(&body)?;
+    if req.messages.is_empty() {
+        return Err(ApiError::bad_request("messages must not be empty"));
+    }
+    let mut parts = Vec::with_capacity(req.messages.len());
+    for m in &req.messages {
+        match &m.content {
+            None | Some(Value::Null) => {}
+            Some(Value::String(s)) => parts.push(s.clone()),
+            Some(Value::Array(items)) => {
+                for item in items {
+                    match (item["type"].as_str(), item["text"].as_str()) {
+                        (Some("text"), Some(t)) => parts.push(t.to_string()),
+                        _ => {
+                            return Err(ApiError::bad_request(
+                                "message content parts must be of type 'text'",
+                            ))
+                        }
+                    }
+                }
+            }
+            Some(_) => {
+                return Err(ApiError::bad_request(
+                    "message content must be a string or a list of text parts",
+                ))
+            }
+        }
+    }
+    let prompt = parts.join("\n");
+    let limit = state.config.openai.max_tokens_limit;
+    let sampling = req.common.sampling(DEFAULT_CHAT_TOKENS, limit)?;
+    let meta = Meta {
+        kind: Kind::Chat,
+        id: format!("chatcmpl-{}", request_id.as_str()),
+        created: unix_now(),
+        model: req.common.model.clone(),
+    };
+    run(state, meta, &req.common, &prompt, sampling).await
+}
+
+async fn run(
+    state: Arc<AppState>,
+    meta: Meta,
+    common: &Common,
+    prompt: &str,
+    sampling: Sampling,
+) -> ApiResult<Response> {
+    let (vocab, record) = generator(&state, &common.model)?;
+    let generation = Generation::new(state.clone(), vocab, record, prompt, sampling)?;
+    let include_usage = common
+        .stream_options
+        .as_ref()
+        .is_some_and(|o| o.include_usage);
+    if common.stream {
+        Ok(Sse::new(sse_stream(state, meta, generation, include_usage)).into_response())
+    } else {
+        complete(state, meta, generation).await
+    }
+}
+
+/// Records one generation in the metrics: tokens as they come, the request when it ends. A
+/// generation dropped before its end (client gone) is recorded with status 499.
+struct Tracked {
+    state: Arc<AppState>,
+    model: String,
+    version: String,
+    started: Instant,
+    ended: bool,
+    _in_progress: crate::metrics::GaugeGuard,
+}
+
+impl Tracked {
+    fn new(state: &Arc<AppState>, g: &Generation) -> Tracked {
+        Tracked {
+            state: state.clone(),
+            model: g.model_name().to_string(),
+            version: g.model_version().to_string(),
+            started: Instant::now(),
+            ended: false,
+            _in_progress: state.metrics.generation_started(),
+        }
+    }
+
+    fn token(&self) {
+        self.state.metrics.tokens(&self.model, PROTOCOL, 1);
+    }
+
+    fn end(&mut self, status: u16) {
+        if !self.ended {
+            self.ended = true;
+            let elapsed = self.started.elapsed();
+            self.state
+                .metrics
+                .inference(&self.model, &self.version, PROTOCOL, status, elapsed);
+        }
+    }
+}
+
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        if !self.ended {
+            tracing::debug!(model = %self.model, "client went away; generation stopped");
+            self.end(499);
+        }
+    }
+}
+
+async fn complete(state: Arc<AppState>, meta: Meta, mut g: Generation) -> ApiResult<Response> {
+    let mut tracked = Tracked::new(&state, &g);
+    let mut text = String::new();
+    loop {
+        match g.next().await {
+            Ok(Some(Step { text: t, finish })) => {
+                if finish.is_none() || !t.is_empty() {
+                    tracked.token();
+                }
+                text.push_str(&t);
+                if let Some(reason) = finish {
+                    tracked.end(200);
+                    return Ok(Json(meta.full(&g, text, reason.as_str())).into_response());
+                }
+            }
+            Ok(None) => {
+                tracked.end(500);
+                return Err(ApiError::internal(
+                    "generation ended without a finish reason",
+                ));
+            }
+            Err(e) => {
+                tracked.end(e.status.as_u16());
+                return Err(e);
+            }
+        }
+    }
+}
+
+enum Phase {
+    Start,
+    Generating,
+    Usage,
+    Done,
+    Over,
+}
+
+struct Streaming {
+    meta: Meta,
+    g: Generation,
+    tracked: Tracked,
+    phase: Phase,
+    include_usage: bool,
+}
+
+fn data(v: Value) -> Event {
+    Event::default().data(v.to_string())
+}
+
+impl Streaming {
+    /// The next event, running the model as many times as it takes to have text to send.
+    async fn next_event(&mut self) -> Option<Event> {
+        loop {
+            match self.phase {
+                Phase::Start => {
+                    self.phase = Phase::Generating;
+                    if self.meta.kind == Kind::Chat {
+                        return Some(data(self.meta.chunk(Some(""), None, true)));
+                    }
+                }
+                Phase::Generating => {
+                    let tokens_before = self.g.completion_tokens;
+                    match self.g.next().await {
+                        Ok(Some(step)) => {
+                            if self.g.completion_tokens > tokens_before {
+                                self.tracked.token();
+                            }
+                            let finish = step.finish.map(|f| f.as_str());
+                            if finish.is_some() {
+                                self.tracked.end(200);
+                                self.phase = if self.include_usage {
+                                    Phase::Usage
+                                } else {
+                                    Phase::Done
+                                };
+                            }
+                            if !step.text.is_empty() || finish.is_some() {
+                                let text = (!step.text.is_empty()).then_some(step.text.as_str());
+                                return Some(data(self.meta.chunk(text, finish, false)));
+                            }
+                        }
+                        Ok(None) => self.phase = Phase::Done,
+                        Err(e) => {
+                            self.tracked.end(e.status.as_u16());
+                            self.phase = Phase::Done;
+                            return Some(data(json!({"error": {
+                                "message": e.message,
+                                "type": "server_error",
+                                "code": e.status.as_u16(),
+                            }})));
+                        }
+                    }
+                }
+                Phase::Usage => {
+                    self.phase = Phase::Done;
+                    return Some(data(self.meta.usage_chunk(&self.g)));
+                }
+                Phase::Done => {
+                    self.phase = Phase::Over;
+                    return Some(Event::default().data("[DONE]"));
+                }
+                Phase::Over => return None,
+            }
+        }
+    }
+}
+
+/// The SSE events of a streamed generation. Each event runs the model only as often as needed;
+/// dropping the stream (client gone) drops the model call in progress.
+fn sse_stream(
+    state: Arc<AppState>,
+    meta: Meta,
+    generation: Generation,
+    include_usage: bool,
+) -> impl Stream<Item = Result<Event, Infallible>> {
+    let tracked = Tracked::new(&state, &generation);
+    let streaming = Streaming {
+        meta,
+        g: generation,
+        tracked,
+        phase: Phase::Start,
+        include_usage,
+    };
+    stream::unfold(streaming, |mut s| async move {
+        let event = s.next_event().await?;
+        Some((Ok(event), s))
+    })
+    .boxed()
+}

@@ -1,0 +1,459 @@
+//! `GET /v2/stream`: inference over one WebSocket.
+//!
+//! Authentication, checked before any work: `Authorization: Bearer KEY` / `X-API-Key` on the
+//! upgrade request (refused with 401/403 before upgrading), or, for browsers that cannot set
+//! headers, the key offered as a subprotocol next to `infergate.v1`
+//! (`new WebSocket(url, ["infergate.v1", KEY])`; the server selects `infergate.v1` and never
+//! echoes the key), or a first message `{"api_key": KEY}` within the header timeout.
+//!
+//! Each text message is a KServe v2 inference body plus `"id"` (string or number, echoed in
+//! every frame of its answer) and `"model"` (and optionally `"model_version"`); answers may
+//! arrive out of order. With `"generate": {"prompt": ..., "max_tokens": ..., "temperature": ...,
+//! "top_p": ..., "seed": ..., "stop": ...}` on the text-generation model, one frame
+//! `{"id", "token"}` per generated piece of text follows, then `{"id", "done": true,
+//! "finish_reason", "text", "usage"}`. Errors are `{"id", "error", "status"}` frames and the
+//! connection stays open. The key is re-checked (revocation, scope) and the key's limits applied
+//! per message.
+//!
+//! Backpressure: at most `[websocket] max_in_flight` requests run per connection; beyond that
+//! the server stops reading, and answers wait in a small bounded queue for the writer, so a slow
+//! reader slows its own requests instead of growing memory. The server pings every
+//! `ping_interval_s`; a connection with nothing in flight and no message for `idle_timeout_s`
+//! is closed with 4408. Close codes: 1000 normal, 1001 server shutting down, 1003 binary message,
+//! 1008 authentication failed, 1009 message too large, 4408 idle timeout.
+
+use crate::admission;
+use crate::auth::{self, Scope};
+use crate::error::{ApiError, ApiResult};
+use crate::state::{model_key, AppState};
+use crate::store::keys::KeyRecord;
+use crate::textgen::{Generation, Sampling};
+use axum::extract::ws::{close_code, CloseFrame, Message, Utf8Bytes, WebSocket, WebSocketUpgrade};
+use axum::extract::State;
+use axum::response::Response;
+use futures_util::{SinkExt, StreamExt};
+use http::{HeaderMap, HeaderValue};
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio::task::JoinSet;
+
+pub const SUBPROTOCOL: &str = "infergate.v1";
+const PROTOCOL_LABEL: &str = "websocket";
+pub const CLOSE_IDLE: u16 = 4408;
+
+/// Checks a key for `scope` the way HTTP requests are checked.
+pub fn check_key(state: &AppState, secret: &str, scope: Scope) -> ApiResult<KeyRecord> {
+    let mut headers = HeaderMap::new();
+    let value = HeaderValue::from_str(&format!("Bearer {secret}"))
+        .map_err(|_| ApiError::unauthorized("invalid or revoked API key"))?;
+    headers.insert(http::header::AUTHORIZATION, value);
+    state.authorize(&headers, scope)
+}
+
+/// The key of an upgrade request: from the headers, or offered as a subprotocol. None when the
+/// client will send it as its first message.
+pub fn upgrade_key(
+    state: &AppState,
+    headers: &HeaderMap,
+    ws: &WebSocketUpgrade,
+    scope: Scope,
+) -> ApiResult<Option<String>> {
+    if let Some(key) = auth::presented_key(headers) {
+        state.authorize(headers, scope)?;
+        return Ok(Some(key.to_string()));
+    }
+    let offered: Vec<&str> = ws
+        .requested_protocols()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .collect();
+    match offered.iter().find(|p| p.starts_with("ig_")) {
+        Some(key) => {
+            if !offered.contains(&SUBPROTOCOL) {
+                return Err(ApiError::bad_request(format!(
+                    "offer the '{SUBPROTOCOL}' subprotocol together with the key"
+                )));
+            }
+            check_key(state, key, scope)?;
+            Ok(Some(key.to_string()))
+        }
+        None => Ok(None),
+    }
+}
+
+pub async fn upgrade(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    ws: WebSocketUpgrade,
+) -> ApiResult<Response> {
+    let key = upgrade_key(&state, &headers, &ws, Scope::Infer)?;
+    if state.drain.is_draining() {
+        return Err(ApiError::unavailable("the server is shutting down"));
+    }
+    let limit = state.config.websocket.max_message_bytes;
+    Ok(ws
+        .protocols([SUBPROTOCOL])
+        .max_message_size(limit)
+        .max_frame_size(limit)
+        .on_upgrade(move |socket| connection(state, socket, key)))
+}
+
+fn close(code: u16, reason: &str) -> Message {
+    Message::Close(Some(CloseFrame {
+        code,
+        reason: Utf8Bytes::from(reason.to_string()),
+    }))
+}
+
+fn frame(v: Value) -> Message {
+    Message::Text(Utf8Bytes::from(v.to_string()))
+}
+
+fn error_frame(id: &Value, e: &ApiError) -> Message {
+    let mut v = json!({"id": id, "error": e.message, "status": e.status.as_u16()});
+    if let Some(secs) = e.retry_after {
+        v["retry_after"] = json!(secs);
+    }
+    frame(v)
+}
+
+/// Waits for `{"api_key": KEY}` as the first message.
+async fn first_message_key(
+    state: &AppState,
+    socket: &mut futures_util::stream::SplitStream<WebSocket>,
+) -> Result<String, Message> {
+    let deadline = Duration::from_secs(state.config.limits.header_timeout_s.max(1));
+    let first = loop {
+        match tokio::time::timeout(deadline, socket.next()).await {
+            Err(_) => {
+                return Err(close(
+                    close_code::POLICY,
+                    "no API key: send {\"api_key\": KEY} first",
+                ))
+            }
+            Ok(None) | Ok(Some(Err(_))) => return Err(close(close_code::NORMAL, "")),
+            Ok(Some(Ok(Message::Text(t)))) => break t,
+            Ok(Some(Ok(Message::Ping(_) | Message::Pong(_)))) => continue,
+            Ok(Some(Ok(_))) => {
+                return Err(close(
+                    close_code::POLICY,
+                    "the first message must be {\"api_key\": KEY}",
+                ))
+            }
+        }
+    };
+    let key = serde_json::from_str::<Value>(first.as_str())
+        .ok()
+        .and_then(|v| v.get("api_key").and_then(Value::as_str).map(str::to_string))
+        .ok_or_else(|| {
+            close(
+                close_code::POLICY,
+                "the first message must be {\"api_key\": KEY}",
+            )
+        })?;
+    match check_key(state, &key, Scope::Infer) {
+        Ok(_) => Ok(key),
+        Err(e) => Err(close(close_code::POLICY, &e.message)),
+    }
+}
+
+async fn connection(state: Arc<AppState>, socket: WebSocket, key: Option<String>) {
+    let _open = state.metrics.websocket_opened();
+    let _stream = state.drain.stream_opened();
+    let config = state.config.websocket.clone();
+    let in_flight = config.max_in_flight.max(1);
+    let (mut sink, mut incoming) = socket.split();
+    // Answers queue here for the writer; bounded, so a slow reader blocks its own requests.
+    let (out, mut outgoing) = mpsc::channel::<Message>(in_flight * 2);
+    let writer = tokio::spawn(async move {
+        while let Some(message) = outgoing.recv().await {
+            let is_close = matches!(message, Message::Close(_));
+            if sink.send(message).await.is_err() || is_close {
+                break;
+            }
+        }
+    });
+    let key = match key {
+        Some(key) => key,
+        None => match first_message_key(&state, &mut incoming).await {
+            Ok(key) => {
+                let _ = out.send(frame(json!({"authenticated": true}))).await;
+                key
+            }
+            Err(close_message) => {
+                let _ = out.send(close_message).await;
+                drop(out);
+                let _ = writer.await;
+                return;
+            }
+        },
+    };
+    let key: Arc<str> = Arc::from(key);
+    let permits = Arc::new(Semaphore::new(in_flight));
+    let mut permit: Option<OwnedSemaphorePermit> = None;
+    let mut tasks = JoinSet::new();
+    let mut ping = tokio::time::interval(Duration::from_secs(config.ping_interval_s.max(1)));
+    ping.tick().await;
+    let idle = Duration::from_secs(config.idle_timeout_s.max(1));
+    let mut last_seen = tokio::time::Instant::now();
+    let draining = state.drain.signal();
+    tokio::pin!(draining);
+    // Some(close frame) to close politely once in-flight work is done; None when the client left.
+    let ending: Option<Message> = loop {
+        tokio::select! {
+            p = permits.clone().acquire_owned(), if permit.is_none() => permit = p.ok(),
+            message = incoming.next(), if permit.is_some() => match message {
+                None | Some(Err(_)) => break None,
+                Some(Ok(Message::Close(_))) => break None,
+                Some(Ok(Message::Ping(_) | Message::Pong(_))) => last_seen = tokio::time::Instant::now(),
+                Some(Ok(Message::Binary(_))) => {
+                    break Some(close(close_code::UNSUPPORTED, "binary messages are not supported: send JSON text"));
+                }
+                Some(Ok(Message::Text(text))) => {
+                    last_seen = tokio::time::Instant::now();
+                    if let Some(p) = permit.take() {
+                        tasks.spawn(handle(state.clone(), key.clone(), text, out.clone(), p));
+                    }
+                }
+            },
+            _ = ping.tick() => {
+                // Skipped when answers are queued: the client is behind anyway.
+                let _ = out.try_send(Message::Ping(Vec::new().into()));
+            }
+            _ = tokio::time::sleep_until(last_seen + idle), if tasks.is_empty() => {
+                break Some(close(CLOSE_IDLE, "idle timeout"));
+            }
+            _ = &mut draining => break Some(close(close_code::AWAY, "server shutting down")),
+            Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
+        }
+    };
+    match ending {
+        Some(close_message) => {
+            // Requests already accepted are answered before the close frame.
+            while tasks.join_next().await.is_some() {}
+            let _ = out.send(close_message).await;
+            drop(out);
+            let _ = writer.await;
+        }
+        None => {
+            tasks.abort_all();
+            drop(out);
+            writer.abort();
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Generate {
+    prompt: String,
+    #[serde(default)]
+    max_tokens: Option<u32>,
+    #[serde(default)]
+    temperature: Option<f64>,
+    #[serde(default)]
+    top_p: Option<f64>,
+    #[serde(default)]
+    seed: Option<u64>,
+    #[serde(default)]
+    stop: Vec<String>,
+}
+
+/// Model labels for the metrics, filled in as far as the request got.
+#[derive(Default)]
+struct Labels {
+    model: String,
+    version: String,
+}
+
+async fn handle(
+    state: Arc<AppState>,
+    key: Arc<str>,
+    text: Utf8Bytes,
+    out: mpsc::Sender<Message>,
+    _permit: OwnedSemaphorePermit,
+) {
+    let started = Instant::now();
+    let mut labels = Labels::default();
+    let (id, result) = match serde_json::from_str::<Value>(text.as_str()) {
+        Ok(Value::Object(body)) => {
+            let id = body.get("id").cloned().unwrap_or(Value::Null);
+            let result = if id.is_string() || id.is_number() {
+                run(&state, &key, body, &id, &out, &mut labels).await
+            } else {
+                Err(ApiError::bad_request(
+                    "each message needs an \"id\" (string or number)",
+                ))
+            };
+            (id, result)
+        }
+        Ok(_) => (
+            Value::Null,
+            Err(ApiError::bad_request("a message must be a JSON object")),
+        ),
+        Err(e) => (
+            Value::Null,
+            Err(ApiError::bad_request(format!("invalid JSON: {e}"))),
+        ),
+    };
+    let status = match &result {
+        Ok(()) => 200,
+        Err(e) => e.status.as_u16(),
+    };
+    if let Err(e) = result {
+        let _ = out.send(error_frame(&id, &e)).await;
+    }
+    if !labels.model.is_empty() || status != 200 {
+        state.metrics.inference(
+            &labels.model,
+            &labels.version,
+            PROTOCOL_LABEL,
+            status,
+            started.elapsed(),
+        );
+    }
+}
+
+async fn run(
+    state: &Arc<AppState>,
+    key: &str,
+    mut body: Map<String, Value>,
+    id: &Value,
+    out: &mpsc::Sender<Message>,
+    labels: &mut Labels,
+) -> ApiResult<()> {
+    // Per message: the key may have been revoked, and its limits apply.
+    let record = check_key(state, key, Scope::Infer)?;
+    let _admission =
+        admission::admit(state, &record).map_err(|r| admission::rejection_error(&r))?;
+    body.remove("id");
+    let model = match body.remove("model") {
+        Some(Value::String(m)) => m,
+        _ => return Err(ApiError::bad_request("\"model\" (a string) is required")),
+    };
+    let version = match body.remove("model_version") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(v)) => Some(crate::state::parse_version(&v)?),
+        Some(Value::Number(n)) => Some(
+            n.as_u64()
+                .ok_or_else(|| ApiError::bad_request("model_version must be a positive integer"))?,
+        ),
+        Some(_) => {
+            return Err(ApiError::bad_request(
+                "model_version must be a positive integer",
+            ))
+        }
+    };
+    let model_record = state.catalog.resolve(&model, version)?;
+    labels.model = model_record.name.clone();
+    labels.version = model_record.version.to_string();
+    if let Some(generate) = body.remove("generate") {
+        let generate: Generate = serde_json::from_value(generate)
+            .map_err(|e| ApiError::bad_request(format!("generate: {e}")))?;
+        return generate_stream(state, &model, generate, id, out).await;
+    }
+    let request: crate::api::codec::InferRequest = serde_json::from_value(Value::Object(body))
+        .map_err(|e| ApiError::bad_request(format!("invalid inference request: {e}")))?;
+    let wants_binary = request
+        .parameters
+        .get("binary_data_output")
+        .and_then(Value::as_bool)
+        == Some(true)
+        || request
+            .outputs
+            .iter()
+            .any(|o| o.parameters.get("binary_data").and_then(Value::as_bool) == Some(true));
+    if wants_binary {
+        return Err(ApiError::bad_request(
+            "binary tensor data is not supported over WebSocket: use JSON data",
+        ));
+    }
+    let inputs = crate::api::codec::decode_inputs(&request, &[])?;
+    let outputs: Vec<String> = request.outputs.iter().map(|o| o.name.clone()).collect();
+    let results = state
+        .engine
+        .infer(
+            &model_key(&model_record),
+            &state.model_path(&model_record),
+            inputs,
+            outputs,
+        )
+        .await?;
+    let (bytes, _) = crate::api::codec::encode_response(
+        &request,
+        &model_record.name,
+        model_record.version,
+        &results,
+    )?;
+    let mut answer: Value = serde_json::from_slice(&bytes)
+        .map_err(|e| ApiError::internal(format!("encoding the answer: {e}")))?;
+    answer["id"] = id.clone();
+    // A failed send means the connection is gone: nobody is left to tell.
+    let _ = out.send(frame(answer)).await;
+    Ok(())
+}
+
+async fn generate_stream(
+    state: &Arc<AppState>,
+    model: &str,
+    generate: Generate,
+    id: &Value,
+    out: &mpsc::Sender<Message>,
+) -> ApiResult<()> {
+    let (vocab, record) = crate::api::openai::generator(state, model)?;
+    let limit = state.config.openai.max_tokens_limit;
+    let max_tokens = generate.max_tokens.unwrap_or(16);
+    if max_tokens > limit {
+        return Err(ApiError::bad_request(format!(
+            "max_tokens is at most {limit} on this server"
+        )));
+    }
+    let sampling = Sampling {
+        temperature: generate.temperature.unwrap_or(1.0),
+        top_p: generate.top_p.unwrap_or(1.0),
+        seed: generate.seed,
+        max_tokens,
+        stop: generate.stop,
+    };
+    let mut g = Generation::new(state.clone(), vocab, record, &generate.prompt, sampling)?;
+    let _in_progress = state.metrics.generation_started();
+    let mut text = String::new();
+    loop {
+        let before = g.completion_tokens;
+        let Some(step) = g.next().await? else {
+            return Err(ApiError::internal(
+                "generation ended without a finish reason",
+            ));
+        };
+        if g.completion_tokens > before {
+            state.metrics.tokens(model, PROTOCOL_LABEL, 1);
+        }
+        if !step.text.is_empty() {
+            text.push_str(&step.text);
+            if out
+                .send(frame(json!({"id": id, "token": step.text})))
+                .await
+                .is_err()
+            {
+                return Ok(());
+            }
+        }
+        if let Some(finish) = step.finish {
+            let usage = json!({
+                "prompt_tokens": g.prompt_tokens,
+                "completion_tokens": g.completion_tokens,
+                "total_tokens": g.prompt_tokens + g.completion_tokens,
+            });
+            let _ = out
+                .send(frame(json!({
+                    "id": id, "done": true, "finish_reason": finish.as_str(), "text": text, "usage": usage,
+                })))
+                .await;
+            return Ok(());
+        }
+    }
+}

@@ -1,0 +1,401 @@
+//! Prometheus metrics (OpenMetrics text, encoded by the `prometheus-client` crate).
+//!
+//! Recorded by the gateway as requests pass:
+//! - `infergate_http_requests_total{method,route,status}`: every HTTP request, by route template.
+//! - `infergate_inference_requests_total` and `infergate_request_duration_seconds` (histogram)
+//!   `{model,version,protocol,status}`: inference requests of every protocol (`kserve_http`,
+//!   `openai`, `websocket`), end to end as the gateway sees them; `status` is the HTTP status
+//!   the outcome maps to.
+//! - `infergate_rate_limited_requests_total{key_id,reason}`: refusals by the per-key limiter.
+//! - `infergate_generated_tokens_total{model,protocol}`, `infergate_generations_in_progress`,
+//!   `infergate_websocket_connections`.
+//!
+//! Read from the engine at scrape time, named after Triton's `nv_inference_*` counters:
+//! `infergate_inference_request_success_total`, `..._failure_total`, `infergate_inference_count_total`,
+//! `infergate_inference_exec_count_total`, `infergate_queue_duration_seconds_total`,
+//! `infergate_compute_{input,infer,output}_duration_seconds_total` `{model,version}`, and the
+//! gauges `infergate_model_loaded{model,version}`, `infergate_model_in_flight{model,version}`.
+
+use crate::state::{model_key, AppState};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+use std::time::Duration;
+
+/// OpenMetrics' content type, which Prometheus negotiates.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Latency buckets from 0.5 ms to 60 s.
+const LATENCY_BUCKETS: [f64; 16] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+    60.0,
+];
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HttpLabels {
+    pub method: String,
+    pub route: String,
+    pub status: u16,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct InferenceLabels {
+    pub model: String,
+    pub version: String,
+    pub protocol: &'static str,
+    pub status: u16,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LimitLabels {
+    pub key_id: String,
+    pub reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TokenLabels {
+    pub model: String,
+    pub protocol: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ModelLabels {
+    model: String,
+    version: String,
+}
+
+/// The model version that served a request, set by handlers as a response extension so the
+/// HTTP middleware can label the request with the resolved version.
+#[derive(Debug, Clone)]
+pub struct Served {
+    pub model: String,
+    pub version: u64,
+}
+
+pub struct Metrics {
+    registry: Registry,
+    http_requests: Family<HttpLabels, Counter>,
+    inference_requests: Family<InferenceLabels, Counter>,
+    request_duration: Family<InferenceLabels, Histogram>,
+    rate_limited: Family<LimitLabels, Counter>,
+    tokens: Family<TokenLabels, Counter>,
+    websocket_connections: Gauge,
+    generations: Gauge,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("infergate");
+        let http_requests = Family::<HttpLabels, Counter>::default();
+        registry.register(
+            "http_requests",
+            "HTTP requests by method, route template and status",
+            http_requests.clone(),
+        );
+        let inference_requests = Family::<InferenceLabels, Counter>::default();
+        registry.register(
+            "inference_requests",
+            "Inference requests by model, version, protocol and status",
+            inference_requests.clone(),
+        );
+        let request_duration = Family::<InferenceLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new(LATENCY_BUCKETS)
+        });
+        registry.register(
+            "request_duration_seconds",
+            "End-to-end inference request duration as the gateway sees it",
+            request_duration.clone(),
+        );
+        let rate_limited = Family::<LimitLabels, Counter>::default();
+        registry.register(
+            "rate_limited_requests",
+            "Requests refused by the per-key limiter (reason: rate or concurrency)",
+            rate_limited.clone(),
+        );
+        let tokens = Family::<TokenLabels, Counter>::default();
+        registry.register(
+            "generated_tokens",
+            "Tokens generated for clients",
+            tokens.clone(),
+        );
+        let websocket_connections = Gauge::default();
+        registry.register(
+            "websocket_connections",
+            "Open WebSocket connections",
+            websocket_connections.clone(),
+        );
+        let generations = Gauge::default();
+        registry.register(
+            "generations_in_progress",
+            "Text generations running (streamed or not)",
+            generations.clone(),
+        );
+        Metrics {
+            registry,
+            generations,
+            http_requests,
+            inference_requests,
+            request_duration,
+            rate_limited,
+            tokens,
+            websocket_connections,
+        }
+    }
+
+    pub fn http_request(&self, method: &str, route: &str, status: u16) {
+        self.http_requests
+            .get_or_create(&HttpLabels {
+                method: method.to_string(),
+                route: route.to_string(),
+                status,
+            })
+            .inc();
+    }
+
+    pub fn inference(
+        &self,
+        model: &str,
+        version: &str,
+        protocol: &'static str,
+        status: u16,
+        elapsed: Duration,
+    ) {
+        let labels = InferenceLabels {
+            model: model.to_string(),
+            version: version.to_string(),
+            protocol,
+            status,
+        };
+        self.inference_requests.get_or_create(&labels).inc();
+        self.request_duration
+            .get_or_create(&labels)
+            .observe(elapsed.as_secs_f64());
+    }
+
+    pub fn rate_limited(&self, key_id: i64, reason: &'static str) {
+        self.rate_limited
+            .get_or_create(&LimitLabels {
+                key_id: key_id.to_string(),
+                reason,
+            })
+            .inc();
+    }
+
+    pub fn tokens(&self, model: &str, protocol: &'static str, n: u64) {
+        self.tokens
+            .get_or_create(&TokenLabels {
+                model: model.to_string(),
+                protocol,
+            })
+            .inc_by(n);
+    }
+
+    /// Counts an open WebSocket until the guard drops.
+    pub fn websocket_opened(&self) -> GaugeGuard {
+        self.websocket_connections.inc();
+        GaugeGuard(self.websocket_connections.clone())
+    }
+
+    /// Counts a text generation in progress until the guard drops.
+    pub fn generation_started(&self) -> GaugeGuard {
+        self.generations.inc();
+        GaugeGuard(self.generations.clone())
+    }
+
+    /// The whole exposition: the gateway's metrics, then the engine's read now.
+    pub fn render(&self, state: &AppState) -> Result<String, std::fmt::Error> {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode_registry(&mut out, &self.registry)?;
+        let mut engine = Registry::with_prefix("infergate");
+        engine.register_collector(Box::new(EngineSnapshot::read(state)));
+        prometheus_client::encoding::text::encode_registry(&mut out, &engine)?;
+        prometheus_client::encoding::text::encode_eof(&mut out)?;
+        Ok(out)
+    }
+}
+
+pub struct GaugeGuard(Gauge);
+
+impl Drop for GaugeGuard {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+/// The engine's per-version state and counters, read once per scrape.
+#[derive(Debug)]
+struct EngineSnapshot {
+    versions: Vec<VersionSnapshot>,
+}
+
+#[derive(Debug)]
+struct VersionSnapshot {
+    labels: ModelLabels,
+    loaded: bool,
+    in_flight: u64,
+    stats: Option<infergate_engine::ModelStats>,
+}
+
+impl EngineSnapshot {
+    fn read(state: &AppState) -> EngineSnapshot {
+        let versions = state
+            .catalog
+            .all()
+            .iter()
+            .map(|record| {
+                let key = model_key(record);
+                VersionSnapshot {
+                    labels: ModelLabels {
+                        model: record.name.clone(),
+                        version: record.version.to_string(),
+                    },
+                    loaded: state.engine.state(&key) == infergate_engine::ModelState::Ready,
+                    in_flight: state.engine.in_flight(&key) as u64,
+                    stats: state.engine.stats(&key),
+                }
+            })
+            .collect();
+        EngineSnapshot { versions }
+    }
+}
+
+fn ns_to_s(ns: u64) -> f64 {
+    ns as f64 / 1e9
+}
+
+impl Collector for EngineSnapshot {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        type Read = fn(&infergate_engine::ModelStats) -> f64;
+        type ReadGauge = fn(&VersionSnapshot) -> i64;
+        let gauges: [(&str, &str, ReadGauge); 2] = [
+            ("model_loaded", "1 when the model version is loaded", |v| {
+                v.loaded as i64
+            }),
+            (
+                "model_in_flight",
+                "Requests queued or running on the model version",
+                |v| v.in_flight as i64,
+            ),
+        ];
+        for (name, help, read) in gauges {
+            let mut family =
+                encoder.encode_descriptor(name, help, None, ConstGauge::new(0i64).metric_type())?;
+            for v in &self.versions {
+                ConstGauge::new(read(v)).encode(family.encode_family(&v.labels)?)?;
+            }
+        }
+        let counters: [(&str, &str, Read); 8] = [
+            (
+                "inference_request_success",
+                "Successful inference requests (Triton: nv_inference_request_success)",
+                |s| s.success.count as f64,
+            ),
+            (
+                "inference_request_failure",
+                "Failed inference requests (Triton: nv_inference_request_failure)",
+                |s| s.fail.count as f64,
+            ),
+            (
+                "inference_count",
+                "Inferences performed, counting each sample of a batch (Triton: nv_inference_count)",
+                |s| s.inference_count as f64,
+            ),
+            (
+                "inference_exec_count",
+                "Model executions, a batch counting once (Triton: nv_inference_exec_count)",
+                |s| s.execution_count as f64,
+            ),
+            (
+                "queue_duration_seconds",
+                "Cumulative time requests waited in the model's queue (Triton: nv_inference_queue_duration_us)",
+                |s| ns_to_s(s.queue.ns),
+            ),
+            (
+                "compute_input_duration_seconds",
+                "Cumulative input preparation time (Triton: nv_inference_compute_input_duration_us)",
+                |s| ns_to_s(s.compute_input.ns),
+            ),
+            (
+                "compute_infer_duration_seconds",
+                "Cumulative model execution time (Triton: nv_inference_compute_infer_duration_us)",
+                |s| ns_to_s(s.compute_infer.ns),
+            ),
+            (
+                "compute_output_duration_seconds",
+                "Cumulative output extraction time (Triton: nv_inference_compute_output_duration_us)",
+                |s| ns_to_s(s.compute_output.ns),
+            ),
+        ];
+        for (name, help, read) in counters {
+            let mut family = encoder.encode_descriptor(
+                name,
+                help,
+                None,
+                ConstCounter::new(0.0f64).metric_type(),
+            )?;
+            for v in &self.versions {
+                let value = v.stats.as_ref().map(read).unwrap_or(0.0);
+                ConstCounter::new(value).encode(family.encode_family(&v.labels)?)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Counts every HTTP request by route template, and KServe v2 inference requests by model.
+pub async fn middleware(
+    axum::extract::State(state): axum::extract::State<std::sync::Arc<AppState>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let route = request
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map(|p| p.as_str().to_string());
+    let method = request.method().clone();
+    let path = request.uri().path().to_string();
+    let started = std::time::Instant::now();
+    let response = next.run(request).await;
+    let status = response.status().as_u16();
+    let route = route.unwrap_or_else(|| "unmatched".into());
+    state.metrics.http_request(method.as_str(), &route, status);
+    if route.starts_with("/v2/models/{model}") && route.ends_with("/infer") {
+        let (model, version) = match response.extensions().get::<Served>() {
+            Some(served) => (served.model.clone(), served.version.to_string()),
+            None => kserve_labels(&state, &path),
+        };
+        state
+            .metrics
+            .inference(&model, &version, "kserve_http", status, started.elapsed());
+    }
+    response
+}
+
+/// Labels for a KServe inference request that failed before a version was resolved: only
+/// registered names become label values, so random paths cannot grow the metrics.
+fn kserve_labels(state: &AppState, path: &str) -> (String, String) {
+    let segments: Vec<&str> = path.split('/').collect();
+    // ["", "v2", "models", MODEL, ("versions", VERSION,)? "infer"]
+    let model = segments
+        .get(3)
+        .filter(|m| state.catalog.resolve(m, None).is_ok())
+        .map(|m| m.to_string())
+        .unwrap_or_default();
+    let version = match (segments.get(4), segments.get(5)) {
+        (Some(&"versions"), Some(v)) if !model.is_empty() && v.parse::<u64>().is_ok() => {
+            v.to_string()
+        }
+        _ => String::new(),
+    };
+    (model, version)
+}

@@ -1,0 +1,90 @@
+//! One id per request: the client's `X-Request-Id` when it is sane (1–128 characters of
+//! `A-Za-z0-9-_.:/+=@`), otherwise a fresh random one. It is returned in `X-Request-Id` on
+//! every response, carried by the request's tracing span (so every log line of the request
+//! names it), and available to handlers as the [`RequestId`] extension.
+
+use axum::extract::Request;
+use axum::middleware::Next;
+use axum::response::Response;
+use http::{HeaderName, HeaderValue};
+use rand::RngCore;
+use tracing::Instrument;
+
+pub const HEADER: HeaderName = HeaderName::from_static("x-request-id");
+const MAX_LEN: usize = 128;
+
+/// The request's id, as a request extension.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestId(pub String);
+
+impl RequestId {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// Whether a client-supplied id may be echoed into headers and logs as is.
+fn is_sane(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= MAX_LEN
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.:/+=@".contains(&b))
+}
+
+/// 128 random bits in hex.
+pub fn generate() -> String {
+    let mut bytes = [0u8; 16];
+    rand::rng().fill_bytes(&mut bytes);
+    hex::encode(bytes)
+}
+
+/// The middleware: outermost, so even refused requests carry their id.
+pub async fn middleware(mut request: Request, next: Next) -> Response {
+    let id = request
+        .headers()
+        .get(&HEADER)
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| is_sane(v))
+        .map(str::to_string)
+        .unwrap_or_else(generate);
+    let span = tracing::info_span!(
+        "request",
+        request_id = %id,
+        method = %request.method(),
+        path = %request.uri().path(),
+    );
+    request.extensions_mut().insert(RequestId(id.clone()));
+    let started = std::time::Instant::now();
+    let mut response = next.run(request).instrument(span.clone()).await;
+    span.in_scope(|| {
+        tracing::debug!(
+            status = response.status().as_u16(),
+            elapsed_ms = started.elapsed().as_secs_f64() * 1000.0,
+            "request finished"
+        )
+    });
+    if let Ok(value) = HeaderValue::from_str(&id) {
+        response.headers_mut().insert(HEADER, value);
+    }
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sane_ids_are_kept_and_others_replaced() {
+        for ok in ["abc", "req-1_2.3:4/5+6=7@8", &"a".repeat(128)] {
+            assert!(is_sane(ok), "{ok}");
+        }
+        for bad in ["", "a b", "a\nb", "ü", "<script>", &"a".repeat(129)] {
+            assert!(!is_sane(bad), "{bad:?}");
+        }
+        let g = generate();
+        assert_eq!(g.len(), 32);
+        assert!(is_sane(&g));
+        assert_ne!(g, generate());
+    }
+}

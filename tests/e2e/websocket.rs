@@ -1,0 +1,465 @@
+//! `/v2/stream` and `/v2/events` over TLS with tokio-tungstenite.
+
+use crate::harness::{model, Options, Server, BIN};
+use futures_util::{SinkExt, StreamExt};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
+use serde_json::{json, Value};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::{self, Message};
+
+type Ws =
+    tokio_tungstenite::WebSocketStream<tokio_rustls::client::TlsStream<tokio::net::TcpStream>>;
+type Handshake = http::Response<Option<Vec<u8>>>;
+
+pub async fn connect(
+    s: &Server,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> Result<(Ws, Handshake), tungstenite::Error> {
+    connect_with(s, path, headers, None).await
+}
+
+/// `connect` with a given socket receive buffer (a small one makes a slow reader).
+async fn connect_with(
+    s: &Server,
+    path: &str,
+    headers: &[(&str, &str)],
+    recv_buffer: Option<u32>,
+) -> Result<(Ws, Handshake), tungstenite::Error> {
+    let hostport = s.addr.trim_start_matches("https://").to_string();
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    if let Some(size) = recv_buffer {
+        socket.set_recv_buffer_size(size).unwrap();
+    }
+    let tcp = socket.connect(hostport.parse().unwrap()).await.unwrap();
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(s.data.join("tls/cert.pem")).unwrap() {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+        .unwrap();
+    let mut request = format!("wss://{hostport}{path}")
+        .into_client_request()
+        .unwrap();
+    for (name, value) in headers {
+        request.headers_mut().insert(
+            http::HeaderName::from_bytes(name.as_bytes()).unwrap(),
+            value.parse().unwrap(),
+        );
+    }
+    tokio_tungstenite::client_async(request, tls).await
+}
+
+fn status_of(result: Result<(Ws, Handshake), tungstenite::Error>) -> u16 {
+    match result {
+        Err(tungstenite::Error::Http(response)) => response.status().as_u16(),
+        Err(e) => panic!("unexpected error {e}"),
+        Ok(_) => 101,
+    }
+}
+
+/// The next JSON text frame (pings and pongs skipped).
+pub async fn next_json(ws: &mut Ws) -> Value {
+    loop {
+        let m = tokio::time::timeout(Duration::from_secs(60), ws.next())
+            .await
+            .expect("a frame within 60 s")
+            .expect("the connection is open")
+            .expect("a valid frame");
+        match m {
+            Message::Text(t) => return serde_json::from_str(t.as_str()).unwrap(),
+            Message::Ping(_) | Message::Pong(_) => continue,
+            other => panic!("unexpected frame {other:?}"),
+        }
+    }
+}
+
+/// The close frame's code, skipping other frames.
+async fn close_code(ws: &mut Ws) -> u16 {
+    loop {
+        match tokio::time::timeout(Duration::from_secs(30), ws.next())
+            .await
+            .expect("a close frame within 30 s")
+        {
+            Some(Ok(Message::Close(Some(frame)))) => return frame.code.into(),
+            Some(Ok(_)) => continue,
+            other => panic!("expected a close frame, got {other:?}"),
+        }
+    }
+}
+
+fn cls_request(id: Value) -> Message {
+    let data = vec![0.0f32; 3 * 48 * 192];
+    Message::text(
+        json!({"id": id, "model": "cls", "inputs": [
+            {"name": "x", "shape": [1, 3, 48, 192], "datatype": "FP32", "data": data}
+        ]})
+        .to_string(),
+    )
+}
+
+fn key_with(s: &Server, scopes: &str, flags: &[&str]) -> String {
+    let out = std::process::Command::new(BIN)
+        .args(["keys", "create", "--scope", scopes, "--data-dir"])
+        .arg(&s.data)
+        .args(flags)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+/// One value from /metrics (0 when absent).
+async fn metric(s: &Server, name: &str, labels: &[(&str, &str)]) -> f64 {
+    let text = s
+        .client
+        .get(s.url("/metrics"))
+        .bearer_auth(&s.admin_key)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
+        .find(|l| {
+            labels
+                .iter()
+                .all(|(k, v)| l.contains(&format!("{k}=\"{v}\"")))
+        })
+        .and_then(|l| l.rsplit(' ').next())
+        .map(|v| v.parse().unwrap())
+        .unwrap_or(0.0)
+}
+
+fn textgen_server() -> (tempfile::TempDir, Server) {
+    let tmp = tempfile::tempdir().unwrap();
+    crate::harness::register(tmp.path(), "cls", &model("ocr-cls.onnx"));
+    crate::harness::register(tmp.path(), "textgen", &model("textgen.onnx"));
+    let vocab = model("textgen-vocab.json");
+    let s = Server::start_in(
+        tmp.path(),
+        Options {
+            extra_args: vec!["--openai-vocab".into(), vocab.display().to_string()],
+            ..Options::default()
+        },
+    );
+    (tmp, s)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn websocket_keys_are_checked_before_any_work() {
+    let s = Server::with_models(&[]);
+    let infer = s.key("infer");
+    let bearer = format!("Bearer {infer}");
+    // Refused before upgrading: a bad key, a key without the scope, a key offered alone.
+    assert_eq!(
+        status_of(
+            connect(
+                &s,
+                "/v2/stream",
+                &[("authorization", "Bearer ig_0123456789ab_x")]
+            )
+            .await
+        ),
+        401
+    );
+    let upload = s.key("upload");
+    assert_eq!(
+        status_of(connect(&s, "/v2/stream", &[("x-api-key", &upload)]).await),
+        403
+    );
+    assert_eq!(
+        status_of(connect(&s, "/v2/stream", &[("sec-websocket-protocol", &infer)]).await),
+        400
+    );
+    let offered = format!("infergate.v1, {}", "ig_0123456789ab_nope");
+    assert_eq!(
+        status_of(connect(&s, "/v2/stream", &[("sec-websocket-protocol", &offered)]).await),
+        401
+    );
+    // Accepted: header, or subprotocol next to infergate.v1 (never echoed).
+    let (_ws, r) = connect(&s, "/v2/stream", &[("authorization", &bearer)])
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 101);
+    let offered = format!("infergate.v1, {infer}");
+    let (_ws, r) = connect(&s, "/v2/stream", &[("sec-websocket-protocol", &offered)])
+        .await
+        .unwrap();
+    assert_eq!(r.headers()["sec-websocket-protocol"], "infergate.v1");
+    // Or as the first message; anything else first closes with 1008.
+    let (mut ws, _) = connect(&s, "/v2/stream", &[]).await.unwrap();
+    ws.send(Message::text(json!({"api_key": infer}).to_string()))
+        .await
+        .unwrap();
+    assert_eq!(next_json(&mut ws).await, json!({"authenticated": true}));
+    let (mut ws, _) = connect(&s, "/v2/stream", &[]).await.unwrap();
+    ws.send(Message::text(json!({"id": 1, "model": "cls"}).to_string()))
+        .await
+        .unwrap();
+    assert_eq!(close_code(&mut ws).await, 1008);
+    let (mut ws, _) = connect(&s, "/v2/stream", &[]).await.unwrap();
+    ws.send(Message::text(json!({"api_key": upload}).to_string()))
+        .await
+        .unwrap();
+    assert_eq!(close_code(&mut ws).await, 1008);
+    // Binary frames are not part of the protocol.
+    let (mut ws, _) = connect(&s, "/v2/stream", &[("authorization", &bearer)])
+        .await
+        .unwrap();
+    ws.send(Message::binary(vec![1u8, 2, 3])).await.unwrap();
+    assert_eq!(close_code(&mut ws).await, 1003);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn websocket_answers_out_of_order_survives_bad_messages_and_streams_tokens() {
+    let (_tmp, s) = textgen_server();
+    let key = s.key("infer");
+    let (mut ws, _) = connect(&s, "/v2/stream", &[("x-api-key", &key)])
+        .await
+        .unwrap();
+    ws.send(Message::text(
+        json!({"id": "g", "model": "textgen",
+               "generate": {"prompt": "Hello there", "max_tokens": 150, "temperature": 0}})
+        .to_string(),
+    ))
+    .await
+    .unwrap();
+    ws.send(Message::text("{not json")).await.unwrap();
+    ws.send(cls_request(json!(1))).await.unwrap();
+    ws.send(Message::text(
+        json!({"id": 2, "model": "nope", "inputs": []}).to_string(),
+    ))
+    .await
+    .unwrap();
+    ws.send(cls_request(json!("three"))).await.unwrap();
+
+    let mut order = Vec::new();
+    let mut tokens = String::new();
+    let mut done = None;
+    while order.len() < 5 {
+        let f = next_json(&mut ws).await;
+        if f["id"] == "g" && f.get("token").is_some() {
+            tokens.push_str(f["token"].as_str().unwrap());
+            continue;
+        }
+        if f["id"] == "g" {
+            done = Some(f.clone());
+        }
+        order.push(f);
+    }
+    let find = |id: Value| order.iter().position(|f| f["id"] == id).unwrap();
+    let bad = &order[find(Value::Null)];
+    assert_eq!(bad["status"], 400);
+    assert!(bad["error"].as_str().unwrap().contains("invalid JSON"));
+    assert_eq!(order[find(json!(2))]["status"], 404);
+    for id in [json!(1), json!("three")] {
+        let answer = &order[find(id.clone())];
+        assert_eq!(answer["model_name"], "cls", "{answer}");
+        assert_eq!(answer["outputs"][0]["shape"], json!([1, 2]));
+    }
+    // The generation was sent first and finished last: answers come as they are ready.
+    assert!(find(json!("g")) > find(json!(1)));
+    assert!(find(json!("g")) > find(json!("three")));
+    let done = done.unwrap();
+    assert_eq!(done["done"], true);
+    assert_eq!(done["text"].as_str().unwrap(), tokens);
+    assert_eq!(
+        done["usage"]["completion_tokens"].as_u64().unwrap() as usize,
+        tokens.chars().count()
+    );
+    assert_eq!(done["usage"]["prompt_tokens"], 11);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn websocket_messages_spend_the_keys_rate_limit() {
+    let s = Server::with_models(&[("cls", "ocr-cls.onnx")]);
+    // The upgrade request spends one of the three.
+    let key = key_with(&s, "infer", &["--rps", "0.001", "--burst", "3"]);
+    let (mut ws, _) = connect(&s, "/v2/stream", &[("x-api-key", &key)])
+        .await
+        .unwrap();
+    for id in 0..3 {
+        ws.send(cls_request(json!(id))).await.unwrap();
+    }
+    let mut ok = 0;
+    let mut limited = 0;
+    for _ in 0..3 {
+        let f = next_json(&mut ws).await;
+        if f.get("outputs").is_some() {
+            ok += 1;
+        } else {
+            assert_eq!(f["status"], 429, "{f}");
+            assert!(f["retry_after"].as_u64().unwrap() >= 1);
+            limited += 1;
+        }
+    }
+    assert_eq!((ok, limited), (2, 1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn websocket_disconnect_stops_generation() {
+    let (_tmp, s) = textgen_server();
+    let key = s.key("infer");
+    let (mut ws, _) = connect(&s, "/v2/stream", &[("x-api-key", &key)])
+        .await
+        .unwrap();
+    ws.send(Message::text(
+        json!({"id": 1, "model": "textgen", "generate": {"prompt": "Once", "max_tokens": 3000}})
+            .to_string(),
+    ))
+    .await
+    .unwrap();
+    for _ in 0..3 {
+        assert!(next_json(&mut ws).await.get("token").is_some());
+    }
+    drop(ws);
+    // Wait (bounded only against a hang) until no generation runs, then count what was made.
+    let mut waited = 0;
+    while metric(&s, "infergate_generations_in_progress", &[]).await != 0.0 {
+        waited += 1;
+        assert!(
+            waited < 600,
+            "generation still running after the client left"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let tokens = metric(
+        &s,
+        "infergate_generated_tokens_total",
+        &[("model", "textgen"), ("protocol", "websocket")],
+    )
+    .await;
+    assert!((3.0..3000.0).contains(&tokens), "{tokens}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_report_model_state_and_throughput_to_admins() {
+    let s = Server::with_models(&[("cls", "ocr-cls.onnx")]);
+    let infer = s.key("infer");
+    assert_eq!(
+        status_of(connect(&s, "/v2/events", &[("x-api-key", &infer)]).await),
+        403
+    );
+    let (mut ws, _) = connect(&s, "/v2/events", &[("x-api-key", &s.admin_key)])
+        .await
+        .unwrap();
+    let first = next_json(&mut ws).await;
+    assert_eq!(first["type"], "model_state");
+    assert_eq!(first["state"], "unloaded");
+    // Traffic: the model loads and serves.
+    let body = json!({"inputs": [{"name": "x", "shape": [1, 3, 48, 192], "datatype": "FP32",
+                                   "data": vec![0.0f32; 3 * 48 * 192]}]});
+    for _ in 0..3 {
+        let r = s
+            .client
+            .post(s.url("/v2/models/cls/infer"))
+            .bearer_auth(&infer)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+    }
+    let mut loaded = false;
+    let mut served = 0.0;
+    for _ in 0..10 {
+        let f = next_json(&mut ws).await;
+        match f["type"].as_str().unwrap() {
+            "model_state" => loaded |= f["model"] == "cls" && f["state"] == "loaded",
+            "tick" => {
+                let m = &f["models"][0];
+                assert_eq!(m["model"], "cls");
+                served += m["requests_per_s"].as_f64().unwrap();
+                if loaded && served > 0.0 {
+                    break;
+                }
+            }
+            other => panic!("unexpected event {other}"),
+        }
+    }
+    assert!(loaded && served > 0.0, "loaded {loaded}, served {served}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn websocket_slow_reader_stops_the_server_reading() {
+    // Large answers (OCR recognition logits, ~MBs of JSON each) to a client that does not read:
+    // the server runs at most max_in_flight at once, queues a few answers, and then stops
+    // taking messages instead of buffering the rest.
+    let tmp = tempfile::tempdir().unwrap();
+    crate::harness::register(tmp.path(), "rec", &model("ocr-rec.onnx"));
+    let config = tmp.path().join("infergate.toml");
+    std::fs::write(&config, "[websocket]\nmax_in_flight = 2\n").unwrap();
+    let s = Server::start_in(
+        tmp.path(),
+        Options {
+            extra_args: vec!["--config".into(), config.display().to_string()],
+            ..Options::default()
+        },
+    );
+    let key = s.key("infer");
+    let (ws, _) = connect_with(&s, "/v2/stream", &[("x-api-key", &key)], Some(16 << 10))
+        .await
+        .unwrap();
+    let (mut sink, mut ws) = ws.split();
+    const SENT: u64 = 40;
+    // Sent from a task: once the server stops reading, sending blocks too.
+    let sender = tokio::spawn(async move {
+        let data = vec![0.0f32; 3 * 48 * 160];
+        for id in 0..SENT {
+            let m = json!({"id": id, "model": "rec", "inputs": [
+                {"name": "x", "shape": [1, 3, 48, 160], "datatype": "FP32", "data": data}]});
+            sink.send(Message::text(m.to_string())).await.unwrap();
+        }
+        sink
+    });
+    // Wait until the server stops making progress (its count stays put for 2 s).
+    let mut last = -1.0;
+    let mut stable = 0;
+    while stable < 20 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let now = metric(
+            &s,
+            "infergate_inference_requests_total",
+            &[("protocol", "websocket")],
+        )
+        .await;
+        if now == last {
+            stable += 1;
+        } else {
+            (last, stable) = (now, 0);
+        }
+    }
+    eprintln!("slow reader: the server answered {last} of {SENT} and stopped reading");
+    assert!(
+        last < SENT as f64 / 2.0,
+        "{last} of {SENT} answered to a client that reads nothing: the server must stop reading"
+    );
+    // Nothing is lost: reading now drains every answer.
+    let mut ids = std::collections::BTreeSet::new();
+    while ids.len() < SENT as usize {
+        let f = match ws.next().await.unwrap().unwrap() {
+            Message::Text(t) => serde_json::from_str::<Value>(t.as_str()).unwrap(),
+            _ => continue,
+        };
+        assert!(f.get("outputs").is_some(), "{}", f["error"]);
+        ids.insert(f["id"].as_u64().unwrap());
+    }
+    assert_eq!(ids.len() as u64, SENT);
+    drop(sender.await.unwrap());
+}
