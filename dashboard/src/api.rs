@@ -180,17 +180,13 @@ pub async fn get<T: DeserializeOwned>(path: &str) -> ApiResult<T> {
         .map_err(|e| ApiError::client(format!("unexpected answer from {path}: {e}")))
 }
 
-/// Whether an endpoint exists on this server: anything but "no route" counts as present.
-pub async fn probe(method: &str, path: &str) -> bool {
-    let key = session::stored_key();
-    match fetch(method, path, Body::None, key.as_deref()).await {
-        Ok(resp) => {
-            if resp.status() != 404 {
-                return true;
-            }
-            let text = text_of(&resp).await.unwrap_or_default();
-            !error_from(404, &text).is_missing()
-        }
+/// Whether the server lists `name` among the `extensions` of `GET /v2` (how features such as
+/// the WebSocket routes are discovered without requests that would log errors).
+pub async fn has_extension(name: &str) -> bool {
+    match call("GET", "/v2", Body::None).await {
+        Ok(v) => v["extensions"]
+            .as_array()
+            .is_some_and(|list| list.iter().any(|e| e.as_str() == Some(name))),
         Err(_) => false,
     }
 }

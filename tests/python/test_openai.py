@@ -35,7 +35,7 @@ def oc(textgen):
     return client(textgen, textgen.key("infer"))
 
 
-def test_models_lists_registered_models(oc):
+def test_models_lists_the_completions_model(oc):
     ids = [m.id for m in oc.models.list()]
     assert ids == ["textgen"]
 

@@ -2,9 +2,9 @@
 //!
 //! Source of numbers, best first:
 //! 1. `/v2/events` (WebSocket, key offered as a subprotocol next to `infergate.v1`): per-second
-//!    frames `{"type": "stats", "models": [{"model", "version", "requests_per_s", "p50_ms",
-//!    "p99_ms", "errors_per_s", "queue_depth"}]}` and `{"type": "model_loaded" |
-//!    "model_unloaded", "model", "version"}`.
+//!    frames `{"type": "tick", "models": [{"model", "version", "requests_per_s",
+//!    "failures_per_s", "avg_latency_ms", "in_flight", ...}]}` and `{"type": "model_state",
+//!    "model", "version", "state"}` (see gateway/src/api/events.rs).
 //! 2. Otherwise `/v2/models/stats` polled each second: Triton's cumulative counters, whose
 //!    differences give requests/s, error rate and mean latency (percentiles need the events).
 
@@ -97,7 +97,7 @@ pub fn Overview() -> impl IntoView {
     });
 
     leptos::task::spawn_local(async move {
-        let events = api::probe("GET", "/v2/events").await;
+        let events = api::has_extension("infergate_events").await;
         if !is_alive(alive) {
             return;
         }
@@ -307,7 +307,7 @@ fn connect_events(
             };
             seen.set(true);
             match v["type"].as_str().unwrap_or("stats") {
-                "stats" => series.update(|all| {
+                "stats" | "tick" => series.update(|all| {
                     for m in v["models"].as_array().into_iter().flatten() {
                         let Some(name) = m["model"].as_str().or(m["name"].as_str()) else {
                             continue;
@@ -317,13 +317,13 @@ fn connect_events(
                         push(&mut entry.rps, rps);
                         push(
                             &mut entry.latency,
-                            num(m, &["p50_ms", "latency_p50_ms"]).unwrap_or(0.0),
+                            num(m, &["p50_ms", "latency_p50_ms", "avg_latency_ms"]).unwrap_or(0.0),
                         );
                         push(
                             &mut entry.p99,
                             num(m, &["p99_ms", "latency_p99_ms"]).unwrap_or(0.0),
                         );
-                        let errs = num(m, &["errors_per_s"]).unwrap_or(0.0);
+                        let errs = num(m, &["errors_per_s", "failures_per_s"]).unwrap_or(0.0);
                         push(
                             &mut entry.error_rate,
                             num(m, &["error_rate"]).unwrap_or(if rps + errs > 0.0 {
@@ -332,7 +332,10 @@ fn connect_events(
                                 0.0
                             }),
                         );
-                        push(&mut entry.queue, num(m, &["queue_depth"]).unwrap_or(0.0));
+                        push(
+                            &mut entry.queue,
+                            num(m, &["queue_depth", "in_flight"]).unwrap_or(0.0),
+                        );
                     }
                 }),
                 kind => {

@@ -68,7 +68,7 @@ pub fn Playground() -> impl IntoView {
                 .unwrap_or_default();
             completions.set(ids);
         }
-        has_ws.set(api::probe("GET", "/v2/stream").await);
+        has_ws.set(api::has_extension("infergate_websocket_stream").await);
     });
     let current = move || {
         let name = selected.get();

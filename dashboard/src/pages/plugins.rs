@@ -135,7 +135,6 @@ pub fn Plugins() -> impl IntoView {
 
 #[component]
 fn PluginUpload(on_done: Callback<()>) -> impl IntoView {
-    let name = RwSignal::new(String::new());
     let file_input = NodeRef::<html::Input>::new();
     let progress = RwSignal::new(None::<f64>);
     let error = RwSignal::new(None::<ApiError>);
@@ -151,17 +150,11 @@ fn PluginUpload(on_done: Callback<()>) -> impl IntoView {
             error.set(Some(ApiError::client("Choose a .wasm file.")));
             return;
         };
-        let n = name.get_untracked().trim().to_string();
-        let n = if n.is_empty() {
-            file.name().trim_end_matches(".wasm").to_string()
-        } else {
-            n
-        };
         busy.set(true);
         progress.set(Some(0.0));
         leptos::task::spawn_local(async move {
-            let path = format!("/api/plugins/{}", api::seg(&n));
-            let result = api::upload("POST", &path, UploadBody::File(file), move |f| {
+            // The server names the plugin from its own `describe` export.
+            let result = api::upload("POST", "/api/plugins", UploadBody::File(file), move |f| {
                 progress.set(Some(f))
             })
             .await;
@@ -177,8 +170,6 @@ fn PluginUpload(on_done: Callback<()>) -> impl IntoView {
         <form class="card" on:submit=submit>
             <h3>"Upload a plugin"</h3>
             <div class="form-grid">
-                <div class="field"><label for="plugin-name">"Name"</label>
-                    <input id="plugin-name" placeholder="from the file name" prop:value=move || name.get() on:input=move |ev| name.set(event_target_value(&ev))/></div>
                 <div class="field"><label for="plugin-file">".wasm component"</label>
                     <input id="plugin-file" type="file" accept=".wasm,application/wasm" node_ref=file_input/></div>
             </div>

@@ -25,7 +25,12 @@ pub async fn server_metadata(State(state): S, headers: HeaderMap) -> ApiResult<J
     Ok(Json(json!({
         "name": SERVER_NAME,
         "version": env!("CARGO_PKG_VERSION"),
-        "extensions": ["binary_tensor_data", "model_configuration", "model_repository", "statistics"],
+        // Triton's extensions, then ours (clients such as the dashboard discover features here
+        // instead of probing routes).
+        "extensions": [
+            "binary_tensor_data", "model_configuration", "model_repository", "statistics",
+            "infergate_pipelines", "infergate_websocket_stream", "infergate_events", "openai",
+        ],
     })))
 }
 

@@ -307,3 +307,31 @@ pub async fn delete_all(
     }
     Ok(Json(json!({"name": model, "deleted_versions": deleted})))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The model configuration example in README.md is accepted as documented.
+    #[test]
+    fn readme_model_config_example_parses() {
+        let readme = include_str!("../../../README.md");
+        let section = readme
+            .find("### Model configuration")
+            .expect("the README documents model configuration");
+        let start = readme[section..].find("```json\n").expect("a JSON example") + section + 8;
+        let len = readme[start..].find("```").expect("its end");
+        let value = parse_config(&readme[start..start + len]).unwrap();
+        let config = ModelConfig::from_json(&value).unwrap();
+        assert_eq!(config.max_batch_size, 16);
+        assert!(config.version_policy.is_some());
+    }
+
+    #[test]
+    fn unknown_config_fields_are_client_errors() {
+        let err = parse_config(r#"{"max_batch_size": 4, "dynamic_batchin": {}}"#).unwrap_err();
+        assert_eq!(err.status, StatusCode::BAD_REQUEST);
+        assert!(err.message.contains("dynamic_batchin"), "{}", err.message);
+        assert!(parse_config("[1]").is_err());
+    }
+}

@@ -180,16 +180,17 @@ pub(crate) fn generator(
 
 pub async fn models(State(state): S, headers: HeaderMap) -> ApiResult<Json<Value>> {
     state.authorize(&headers, Scope::Infer)?;
-    let mut names: Vec<(String, i64)> = Vec::new();
-    for r in state.catalog.all() {
-        match names.last_mut() {
-            Some(last) if last.0 == r.name => last.1 = last.1.min(r.created_at),
-            _ => names.push((r.name.clone(), r.created_at)),
-        }
-    }
-    let data: Vec<Value> = names
+    // Only what the OpenAI endpoints can run: the configured text generator, once registered
+    // (other models are served through KServe v2, where clients find them in /v2/models).
+    let configured = &state.config.openai.completions_model;
+    let data: Vec<Value> = state
+        .catalog
+        .versions(configured)
+        .iter()
+        .map(|r| r.created_at)
+        .min()
+        .map(|created| json!({"id": configured, "object": "model", "created": created, "owned_by": "infergate"}))
         .into_iter()
-        .map(|(id, created)| json!({"id": id, "object": "model", "created": created, "owned_by": "infergate"}))
         .collect();
     Ok(Json(json!({"object": "list", "data": data})))
 }
