@@ -7,6 +7,8 @@
 //!   `openai`, `websocket`), end to end as the gateway sees them; `status` is the HTTP status
 //!   the outcome maps to.
 //! - `infergate_rate_limited_requests_total{key_id,reason}`: refusals by the per-key limiter.
+//! - `infergate_plugin_call_duration_seconds{plugin,version,stage,outcome}` (histogram): every
+//!   WebAssembly plugin call, `outcome` = `ok`, `bad_input`, `busy` or the fault kind.
 //! - `infergate_generated_tokens_total{model,protocol}`, `infergate_generations_in_progress`,
 //!   `infergate_websocket_connections`.
 //!
@@ -63,6 +65,15 @@ pub struct TokenLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PluginLabels {
+    pub plugin: String,
+    pub version: String,
+    pub stage: &'static str,
+    /// `ok`, `bad_input`, `busy`, or the fault kind (`timeout`, `trap`, `memory`, ...).
+    pub outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ModelLabels {
     model: String,
     version: String,
@@ -83,6 +94,7 @@ pub struct Metrics {
     request_duration: Family<InferenceLabels, Histogram>,
     rate_limited: Family<LimitLabels, Counter>,
     tokens: Family<TokenLabels, Counter>,
+    plugin_calls: Family<PluginLabels, Histogram>,
     websocket_connections: Gauge,
     generations: Gauge,
 }
@@ -128,6 +140,14 @@ impl Metrics {
             "Tokens generated for clients",
             tokens.clone(),
         );
+        let plugin_calls = Family::<PluginLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new(LATENCY_BUCKETS)
+        });
+        registry.register(
+            "plugin_call_duration_seconds",
+            "WebAssembly plugin calls by plugin, version, stage (pre/post) and outcome",
+            plugin_calls.clone(),
+        );
         let websocket_connections = Gauge::default();
         registry.register(
             "websocket_connections",
@@ -148,6 +168,7 @@ impl Metrics {
             request_duration,
             rate_limited,
             tokens,
+            plugin_calls,
             websocket_connections,
         }
     }
@@ -178,6 +199,13 @@ impl Metrics {
         };
         self.inference_requests.get_or_create(&labels).inc();
         self.request_duration
+            .get_or_create(&labels)
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// One plugin call; faults are told apart by `outcome`.
+    pub fn plugin_call(&self, labels: PluginLabels, elapsed: Duration) {
+        self.plugin_calls
             .get_or_create(&labels)
             .observe(elapsed.as_secs_f64());
     }

@@ -184,3 +184,22 @@ def test_plugins_in_use_cannot_be_deleted_and_swaps_apply_to_new_requests(api):
     assert missing.status_code == 404, missing.text
     clash = api.put("/api/pipelines/minilm", json={"model": "minilm"})
     assert clash.status_code == 409, clash.text
+
+
+def test_plugin_calls_and_faults_are_in_metrics(api):
+    run(api, "trap", b"anything", "text/plain")
+    assert embed(api, "hello world").shape == (384,)
+    r = api.get("/metrics")
+    assert r.status_code == 200, r.text
+    lines = r.text.splitlines()
+
+    def count(plugin, outcome):
+        for line in lines:
+            if line.startswith("infergate_plugin_call_duration_seconds_count{") \
+                    and f'plugin="{plugin}"' in line and f'outcome="{outcome}"' in line:
+                return float(line.rsplit(" ", 1)[1])
+        return 0.0
+
+    assert count("hostile-trap", "trap") >= 1
+    assert count("wordpiece-tokenizer", "ok") >= 1
+    assert count("mean-pool", "ok") >= 1

@@ -6,6 +6,7 @@ use super::convert::{from_host, to_host};
 use super::registry::LoadedPlugin;
 use super::spec::PipelineSpec;
 use crate::error::{ApiError, ApiResult};
+use crate::metrics::PluginLabels;
 use crate::state::{model_key, AppState};
 use infergate_engine::Tensor;
 use infergate_plugin_host::{self as host, PluginKind, PostOutput, PreInput};
@@ -86,6 +87,35 @@ pub fn check(state: &AppState, spec: &PipelineSpec) -> ApiResult<()> {
     Ok(())
 }
 
+/// Runs one plugin call on a blocking thread and records it in the metrics.
+async fn call<T: Send + 'static>(
+    state: &AppState,
+    plugin: &Arc<LoadedPlugin>,
+    stage: &'static str,
+    f: impl FnOnce(&LoadedPlugin) -> Result<T, host::PluginError> + Send + 'static,
+) -> ApiResult<T> {
+    let p = plugin.clone();
+    let started = Instant::now();
+    let result = blocking(move || f(&p)).await?;
+    let outcome = match &result {
+        Ok(_) => "ok",
+        Err(host::PluginError::BadInput { .. }) => "bad_input",
+        Err(host::PluginError::Busy { .. }) => "busy",
+        Err(host::PluginError::Fault { kind, .. }) => kind.as_str(),
+        Err(_) => "internal",
+    };
+    state.metrics.plugin_call(
+        PluginLabels {
+            plugin: plugin.record.name.clone(),
+            version: plugin.record.version.clone(),
+            stage,
+            outcome,
+        },
+        started.elapsed(),
+    );
+    Ok(result?)
+}
+
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> ApiResult<T> {
     tokio::task::spawn_blocking(f)
         .await
@@ -146,16 +176,20 @@ pub async fn run(
             let Some(first) = remaining_pre.next() else {
                 return Err(ApiError::internal("pipeline lost its first pre-plugin"));
             };
-            let p = first.clone();
-            let out = blocking(move || p.plugin.preprocess(PreInput::Bytes(data), &meta)).await??;
+            let out = call(state, first, "pre", move |p| {
+                p.plugin.preprocess(PreInput::Bytes(data), &meta)
+            })
+            .await?;
             to_engine(out, first)?
         }
     };
     for plugin in remaining_pre {
-        let p = plugin.clone();
         let meta = metadata.clone();
         let input: Vec<host::Tensor> = tensors.into_iter().map(to_host).collect();
-        let out = blocking(move || p.plugin.preprocess(PreInput::Tensors(input), &meta)).await??;
+        let out = call(state, plugin, "pre", move |p| {
+            p.plugin.preprocess(PreInput::Tensors(input), &meta)
+        })
+        .await?;
         tensors = to_engine(out, plugin)?;
     }
     if let Some(pre) = spec.preprocess.clone() {
@@ -185,10 +219,12 @@ pub async fn run(
                 plugin.record.name, plugin.record.version
             )));
         };
-        let p = plugin.clone();
         let meta = metadata.clone();
         let input: Vec<host::Tensor> = tensors.into_iter().map(to_host).collect();
-        let out = blocking(move || p.plugin.postprocess(input, &meta)).await??;
+        let out = call(state, plugin, "post", move |p| {
+            p.plugin.postprocess(input, &meta)
+        })
+        .await?;
         current = match out {
             PostOutput::Tensors(t) => PipelineOutput::Tensors(to_engine(t, plugin)?),
             PostOutput::Json(j) => PipelineOutput::Json(j),
