@@ -203,3 +203,29 @@ def test_plugin_calls_and_faults_are_in_metrics(api):
     assert count("hostile-trap", "trap") >= 1
     assert count("wordpiece-tokenizer", "ok") >= 1
     assert count("mean-pool", "ok") >= 1
+
+
+def test_openai_embeddings_through_the_embed_pipeline(api):
+    import openai
+
+    g = api.g
+    oc = openai.OpenAI(base_url=f"{g.url}/v1", api_key=g.admin_key, max_retries=0,
+                       http_client=openai.DefaultHttpxClient(
+                           verify=ssl.create_default_context(cafile=g.cert)))
+    sentences = ["A man is playing a guitar on stage.",
+                 "Someone performs music with a guitar at a concert.",
+                 "The stock market fell sharply on Tuesday."]
+    out = oc.embeddings.create(model="embed", input=sentences)
+    assert [d.index for d in out.data] == [0, 1, 2]
+    a, b, c = (np.array(d.embedding, dtype=np.float32) for d in out.data)
+    assert a.shape == (384,)
+    assert float(a @ b) > float(a @ c) + 0.1
+    # The same vector as the pipeline's own route.
+    np.testing.assert_allclose(a, embed(api, sentences[0]), rtol=1e-5, atol=1e-6)
+    assert out.usage.prompt_tokens > 0
+    with pytest.raises(openai.NotFoundError):
+        oc.embeddings.create(model="no-such-pipeline", input="x")
+    with pytest.raises(openai.UnprocessableEntityError):  # image-decode rejects text: 422
+        oc.embeddings.create(model="classify", input="not an image")
+    with pytest.raises(openai.BadRequestError):
+        oc.embeddings.create(model="embed", input=[], encoding_format="float")

@@ -3,6 +3,7 @@
 pub mod body;
 pub mod codec;
 pub mod dashboard;
+pub mod embeddings;
 pub mod events;
 pub mod keys;
 pub mod kserve;
@@ -124,6 +125,7 @@ fn routes(state: Arc<AppState>) -> Router {
         // OpenAI-compatible API
         .route("/v1/models", get(openai::models))
         .route("/v1/completions", post(openai::completions))
+        .route("/v1/embeddings", post(embeddings::embeddings))
         .route("/v1/chat/completions", post(openai::chat_completions))
         .route("/api/whoami", get(keys::whoami))
         // Everything else: the dashboard's files (API paths keep their JSON 404).

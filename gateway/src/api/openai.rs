@@ -7,7 +7,7 @@
 //! A chat's prompt is its messages' contents joined by newlines: the model is a character-level
 //! language model that continues text, not an instruction follower.
 //!
-//! `/v1/embeddings` is not served yet: it needs the MiniLM tokenizer pipeline (a WASM plugin).
+//! `/v1/embeddings` is served by pipelines (see `embeddings.rs`).
 
 use crate::auth::Scope;
 use crate::error::{ApiError, ApiResult};

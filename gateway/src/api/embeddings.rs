@@ -1,0 +1,148 @@
+//! `POST /v1/embeddings` (OpenAI-compatible, scope `infer`): `model` names a pipeline whose
+//! answer is one FP32 vector per text, such as the demo `embed` pipeline (WordPiece tokenizer
+//! plugin → MiniLM → mean-pool plugin). Each input text runs through the pipeline as a raw
+//! `text/plain` body.
+
+use crate::auth::Scope;
+use crate::error::{ApiError, ApiResult};
+use crate::pipeline::run::{self, PipelineInput, PipelineOutput};
+use crate::state::AppState;
+use axum::extract::State;
+use axum::Json;
+use base64::Engine as _;
+use http::HeaderMap;
+use infergate_engine::{DataType, TensorData};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::sync::Arc;
+
+/// Texts one request may embed.
+const MAX_INPUTS: usize = 256;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EmbeddingRequest {
+    model: String,
+    input: Value,
+    #[serde(default)]
+    encoding_format: Option<String>,
+    /// OpenAI's end-user tag for abuse monitoring; accepted so clients that send it work.
+    #[serde(default, rename = "user")]
+    _user: Option<String>,
+    #[serde(default)]
+    dimensions: Option<u32>,
+}
+
+fn texts(input: &Value) -> ApiResult<Vec<String>> {
+    let texts: Vec<String> = match input {
+        Value::String(s) => vec![s.clone()],
+        Value::Array(items) => items
+            .iter()
+            .map(|i| {
+                i.as_str().map(str::to_string).ok_or_else(|| {
+                    ApiError::bad_request("input must be a string or a list of strings (token arrays are not accepted)")
+                })
+            })
+            .collect::<ApiResult<_>>()?,
+        _ => return Err(ApiError::bad_request("input must be a string or a list of strings")),
+    };
+    if texts.is_empty() || texts.len() > MAX_INPUTS {
+        return Err(ApiError::bad_request(format!(
+            "input must hold 1 to {MAX_INPUTS} texts, got {}",
+            texts.len()
+        )));
+    }
+    if texts.iter().any(|t| t.is_empty()) {
+        return Err(ApiError::bad_request("input texts must not be empty"));
+    }
+    Ok(texts)
+}
+
+/// The one FP32 vector a pipeline answered for one text.
+fn vector(model: &str, output: PipelineOutput) -> ApiResult<Vec<f32>> {
+    let not_embedding = |what: String| {
+        ApiError::bad_request(format!(
+            "pipeline '{model}' does not produce embeddings ({what}); it must answer one FP32 tensor of shape [D] or [1, D]"
+        ))
+    };
+    let PipelineOutput::Tensors(tensors) = output else {
+        return Err(not_embedding("it answers JSON or bytes".into()));
+    };
+    let [tensor] = tensors.as_slice() else {
+        return Err(not_embedding(format!("{} output tensors", tensors.len())));
+    };
+    let flat = matches!(tensor.shape.as_slice(), [_] | [1, _]);
+    match (&tensor.data, tensor.datatype, flat) {
+        (TensorData::Raw(bytes), DataType::Fp32, true) => Ok(bytes
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect()),
+        _ => Err(not_embedding(format!(
+            "its output is {} {:?}",
+            tensor.datatype, tensor.shape
+        ))),
+    }
+}
+
+pub async fn embeddings(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> ApiResult<Json<Value>> {
+    state.authorize(&headers, Scope::Infer)?;
+    let req: EmbeddingRequest = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::bad_request(format!("invalid request: {e}")))?;
+    if req.dimensions.is_some() {
+        return Err(ApiError::bad_request(
+            "dimensions is not supported: the pipeline decides the vector size",
+        ));
+    }
+    // The official client asks for base64 (little-endian f32) unless told otherwise.
+    let base64 = match req.encoding_format.as_deref() {
+        None | Some("float") => false,
+        Some("base64") => true,
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "encoding_format '{other}' is not supported; use \"float\" or \"base64\""
+            )))
+        }
+    };
+    let pipeline = state.pipelines.get(&req.model).ok_or_else(|| {
+        ApiError::not_found(format!(
+            "no pipeline named '{}' (embeddings are served by pipelines, e.g. 'embed')",
+            req.model
+        ))
+    })?;
+    let mut data = Vec::new();
+    let mut chars = 0usize;
+    for (index, text) in texts(&req.input)?.into_iter().enumerate() {
+        chars += text.chars().count();
+        let (output, _) = run::run(
+            &state,
+            &req.model,
+            &pipeline.spec,
+            PipelineInput::Bytes {
+                data: text.into_bytes(),
+                content_type: Some("text/plain".into()),
+            },
+            Vec::new(),
+        )
+        .await?;
+        let embedding = vector(&req.model, output)?;
+        let embedding = if base64 {
+            let bytes: Vec<u8> = embedding.iter().flat_map(|v| v.to_le_bytes()).collect();
+            Value::from(base64::engine::general_purpose::STANDARD.encode(bytes))
+        } else {
+            json!(embedding)
+        };
+        data.push(json!({"object": "embedding", "index": index, "embedding": embedding}));
+    }
+    // The pipeline does not report its token count; characters are an upper bound of the
+    // WordPiece tokens (each token covers at least one character).
+    Ok(Json(json!({
+        "object": "list",
+        "data": data,
+        "model": req.model,
+        "usage": {"prompt_tokens": chars, "total_tokens": chars},
+    })))
+}
