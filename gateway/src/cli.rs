@@ -79,6 +79,9 @@ pub struct ServeArgs {
     /// ONNX Runtime intra-op threads per instance [default: 1].
     #[arg(long, env = "INFERGATE_INTRA_THREADS")]
     intra_threads: Option<usize>,
+    /// Where native ops (resize/normalize, softmax, NMS) run: auto, cpu or cuda:N [default: auto].
+    #[arg(long, env = "INFERGATE_DEVICE")]
+    device: Option<String>,
     /// Execution instances per model version [default: 1].
     #[arg(long, env = "INFERGATE_INSTANCES")]
     instances: Option<usize>,
@@ -146,6 +149,8 @@ impl ServeArgs {
         set!(c.limits.max_upload_bytes, self.max_upload_bytes);
         set!(c.limits.max_connections, self.max_connections);
         set!(c.engine.intra_threads, self.intra_threads);
+        set!(c.engine.device, self.device);
+        crate::config::parse_device(&c.engine.device).map_err(|e| anyhow!(e))?;
         set!(c.engine.instances, self.instances);
         set!(c.log_format, self.log_format);
         c.dashboard_dir = self.dashboard_dir.or(c.dashboard_dir);

@@ -141,6 +141,9 @@ pub struct EngineSettings {
     pub instances: usize,
     /// Queued requests per model version before 503 (unless its config sets one).
     pub max_queue_size: usize,
+    /// Where native ops run: `auto` (CUDA when a driver, a GPU and NVRTC are present, else the
+    /// CPU, with the reason logged), `cpu`, or `cuda:N`.
+    pub device: String,
     /// Host memory all loaded model instances together may use, in bytes (estimated as the
     /// model file's size × 2 per instance); loading beyond it is refused with 503. None: no cap.
     pub host_memory_budget_bytes: Option<u64>,
@@ -215,7 +218,22 @@ impl Default for EngineSettings {
             instances: 1,
             max_queue_size: 1024,
             host_memory_budget_bytes: None,
+            device: "auto".into(),
         }
+    }
+}
+
+/// Parses `auto`, `cpu` or `cuda:N`.
+pub fn parse_device(text: &str) -> Result<infergate_engine::kernels::DeviceChoice, String> {
+    use infergate_engine::kernels::DeviceChoice;
+    match text {
+        "auto" => Ok(DeviceChoice::Auto),
+        "cpu" => Ok(DeviceChoice::Cpu),
+        _ => text
+            .strip_prefix("cuda:")
+            .and_then(|n| n.parse::<usize>().ok())
+            .map(DeviceChoice::Cuda)
+            .ok_or_else(|| format!("device must be auto, cpu or cuda:N, not '{text}'")),
     }
 }
 
@@ -288,6 +306,16 @@ mod tests {
         c.validate().unwrap();
         assert_eq!(c.limits.default_rps, Some(100.0));
         assert_eq!(c.cors.allowed_origins, ["https://dashboard.example.com"]);
+    }
+
+    #[test]
+    fn devices_parse() {
+        use infergate_engine::kernels::DeviceChoice;
+        assert_eq!(parse_device("auto").unwrap(), DeviceChoice::Auto);
+        assert_eq!(parse_device("cpu").unwrap(), DeviceChoice::Cpu);
+        assert_eq!(parse_device("cuda:1").unwrap(), DeviceChoice::Cuda(1));
+        assert!(parse_device("gpu").unwrap_err().contains("cuda:N"));
+        assert!(parse_device("cuda:x").is_err());
     }
 
     #[test]

@@ -13,7 +13,8 @@ use crate::store::keys::KeyRecord;
 use crate::store::models::ModelRecord;
 use crate::store::Store;
 use crate::textgen::Vocab;
-use infergate_engine::kernels::{DeviceChoice, Ops};
+use infergate_engine::kernels::device::ptx::PtxCache;
+use infergate_engine::kernels::Ops;
 use infergate_engine::{Engine, ModelConfig, ModelKey};
 use infergate_plugin_host::PluginHost;
 use parking_lot::RwLock;
@@ -52,6 +53,11 @@ impl AppState {
         let catalog = Catalog::default();
         catalog.replace_all(store.list_model_versions()?);
         let plugins = PluginRegistry::load(plugin_host, &store)?;
+        let device =
+            crate::config::parse_device(&config.engine.device).map_err(ApiError::bad_request)?;
+        // Compiled kernels are cached per NVRTC version and GPU architecture in the data dir.
+        let ptx_cache = PtxCache::new(store.dir().root().join("ptx-cache"));
+        let ops = Arc::new(Ops::new(device, Some(&ptx_cache)));
         let pipelines = Pipelines::load(store.list_pipelines()?);
         let default_limits = config.default_key_limits().map_err(ApiError::bad_request)?;
         let textgen_vocab = match &config.openai.vocab {
@@ -65,7 +71,7 @@ impl AppState {
             catalog,
             plugins,
             pipelines,
-            ops: Arc::new(Ops::new(DeviceChoice::Auto, None)),
+            ops,
             ready: AtomicBool::new(true),
             limiter: Limiter::new(),
             default_limits,

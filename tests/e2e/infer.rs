@@ -246,6 +246,11 @@ async fn triton_metadata_config_stats_and_repository() {
 
     let server: Value = get("/v2").await.unwrap().json().await.unwrap();
     assert_eq!(server["name"], "infergate");
+    // Where native ops run is reported; without a GPU (CI) it is the CPU.
+    assert!(
+        matches!(server["device"]["kind"].as_str(), Some("cpu" | "cuda")),
+        "{server}"
+    );
     assert!(server["extensions"]
         .as_array()
         .unwrap()

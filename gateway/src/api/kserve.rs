@@ -22,8 +22,14 @@ pub const SERVER_NAME: &str = "infergate";
 
 pub async fn server_metadata(State(state): S, headers: HeaderMap) -> ApiResult<Json<Value>> {
     state.authorize(&headers, Scope::Infer)?;
+    // Where native ops run, and why not on a GPU when they don't.
+    let device = match state.ops.gpu() {
+        Some(gpu) => json!({"kind": "cuda", "name": gpu.name(), "arch": gpu.arch()}),
+        None => json!({"kind": "cpu", "requested": state.config.engine.device}),
+    };
     Ok(Json(json!({
         "name": SERVER_NAME,
+        "device": device,
         "version": env!("CARGO_PKG_VERSION"),
         // Triton's extensions, then ours (clients such as the dashboard discover features here
         // instead of probing routes).
