@@ -6,7 +6,7 @@
 //!    "failures_per_s", "avg_latency_ms", "in_flight", ...}]}` and `{"type": "model_state",
 //!    "model", "version", "state"}` (see gateway/src/api/events.rs).
 //! 2. Otherwise `/v2/models/stats` polled each second: Triton's cumulative counters, whose
-//!    differences give requests/s, error rate and mean latency (percentiles need the events).
+//!    differences give requests/s, error rate and mean latency.
 
 use crate::api::{self, Body};
 use crate::chart::LineChart;
@@ -26,7 +26,6 @@ const WINDOW: usize = 60;
 struct Series {
     rps: VecDeque<f64>,
     latency: VecDeque<f64>,
-    p99: VecDeque<f64>,
     error_rate: VecDeque<f64>,
     queue: VecDeque<f64>,
 }
@@ -148,7 +147,7 @@ pub fn Overview() -> impl IntoView {
             <div class="tile"><span class="muted">"Server"</span><strong class="small-strong">{move || server.get().unwrap_or_else(|| "–".into())}</strong></div>
         </div>
         {move || (source.get() == Source::Polling).then(|| view! {
-            <p class="notice">"Live events (" <code>"/v2/events"</code> ") are not available on this server: rates and mean latency are computed from " <code>"/v2/models/stats"</code> " each second; percentiles need the events stream."</p>
+            <p class="notice">"Live events (" <code>"/v2/events"</code> ") are not available on this server: rates and mean latency are computed from " <code>"/v2/models/stats"</code> " each second."</p>
         })}
         {move || {
             let names: Vec<String> = series.with(|s| s.keys().cloned().collect());
@@ -167,10 +166,11 @@ pub fn Overview() -> impl IntoView {
                         <h2>{name.clone()}</h2>
                         <div class="charts">
                             <LineChart points=pick(|s| &s.rps) capacity=WINDOW label="Requests/s" format=format::rate/>
-                            <LineChart points=pick(|s| &s.latency) capacity=WINDOW label=if events { "p50 latency" } else { "Mean latency" } format=format::ms/>
-                            {events.then(|| view! { <LineChart points=pick(|s| &s.p99) capacity=WINDOW label="p99 latency" format=format::ms/> })}
+                            // Both sources give the mean over the last second; the server
+                            // reports no percentiles yet.
+                            <LineChart points=pick(|s| &s.latency) capacity=WINDOW label="Mean latency" format=format::ms/>
                             <LineChart points=pick(|s| &s.error_rate) capacity=WINDOW label="Error rate" format=|v| format!("{:.1}%", v * 100.0)/>
-                            <LineChart points=pick(|s| &s.queue) capacity=WINDOW label=if events { "Queue depth" } else { "Mean queue time" } format=if events { |v: f64| format!("{v:.0}") } else { format::ms }/>
+                            <LineChart points=pick(|s| &s.queue) capacity=WINDOW label=if events { "In flight" } else { "Mean queue time" } format=if events { |v: f64| format!("{v:.0}") } else { format::ms }/>
                         </div>
                     </section>
                 }
@@ -317,11 +317,7 @@ fn connect_events(
                         push(&mut entry.rps, rps);
                         push(
                             &mut entry.latency,
-                            num(m, &["p50_ms", "latency_p50_ms", "avg_latency_ms"]).unwrap_or(0.0),
-                        );
-                        push(
-                            &mut entry.p99,
-                            num(m, &["p99_ms", "latency_p99_ms"]).unwrap_or(0.0),
+                            num(m, &["avg_latency_ms", "p50_ms"]).unwrap_or(0.0),
                         );
                         let errs = num(m, &["errors_per_s", "failures_per_s"]).unwrap_or(0.0);
                         push(
