@@ -8,6 +8,8 @@ CREATE TABLE plugins (
     sha256       TEXT    NOT NULL,
     size_bytes   INTEGER NOT NULL,
     description  TEXT    NOT NULL,
+    -- Per-call limits overriding the server's [plugins] defaults (JSON; {} = defaults).
+    limits       TEXT    NOT NULL DEFAULT '{}',
     created_at   INTEGER NOT NULL,
     PRIMARY KEY (name, version)
 );

@@ -229,3 +229,23 @@ def test_openai_embeddings_through_the_embed_pipeline(api):
         oc.embeddings.create(model="classify", input="not an image")
     with pytest.raises(openai.BadRequestError):
         oc.embeddings.create(model="embed", input=[], encoding_format="float")
+
+
+def test_per_plugin_limits_apply_to_new_calls(api):
+    plugin = "/api/plugins/wordpiece-tokenizer/versions/0.1.0/limits"
+    # 1 MiB of linear memory cannot even hold the tokenizer's vocabulary: its calls fault.
+    r = api.put(plugin, json={"memory_mib": 1})
+    assert r.status_code == 200, r.text
+    assert r.json()["limits"] == {"memory_mib": 1}
+    assert r.json()["effective_limits"]["memory_mib"] == 1
+    bad = run(api, "embed", b"hello world", "text/plain")
+    assert bad.status_code == 500 and "wordpiece-tokenizer" in bad.json()["error"], bad.text
+    # Back to the server's defaults: the same call succeeds again.
+    assert api.put(plugin, json={}).status_code == 200
+    assert embed(api, "hello world").shape == (384,)
+    listed = [p for p in api.get("/api/plugins").json()["plugins"] if p["name"] == "wordpiece-tokenizer"]
+    assert listed[0]["limits"] == {}
+    for body, status in [({"memory_mib": 0}, 400), ({"memroy_mib": 4}, 400), ("[1]", 400)]:
+        r = api.put(plugin, json=body)
+        assert r.status_code == status, r.text
+    assert api.put("/api/plugins/wordpiece-tokenizer/versions/9.9.9/limits", json={}).status_code == 404

@@ -107,6 +107,10 @@ fn routes(state: Arc<AppState>) -> Router {
             "/api/plugins/{plugin}/versions/{version}",
             delete(plugins::delete_version),
         )
+        .route(
+            "/api/plugins/{plugin}/versions/{version}/limits",
+            put(plugins::put_limits),
+        )
         .route("/api/pipelines", get(pipelines::list))
         .route(
             "/api/pipelines/{pipeline}",

@@ -25,6 +25,12 @@ fn view(p: &LoadedPlugin) -> Value {
         "sha256": r.sha256,
         "size_bytes": r.size_bytes,
         "description": r.description,
+        "limits": r.limits,
+        "effective_limits": {
+            "deadline_ms": p.plugin.limits().deadline.as_millis() as u64,
+            "memory_mib": p.plugin.limits().memory_bytes >> 20,
+            "max_output_mib": p.plugin.limits().output_bytes >> 20,
+        },
         "created_at": r.created_at,
     })
 }
@@ -132,4 +138,24 @@ pub async fn delete_version(
 ) -> ApiResult<Json<Value>> {
     state.authorize(&headers, Scope::Upload)?;
     delete(&state, &name, Some(&version)).await
+}
+
+/// `PUT /api/plugins/{name}/versions/{version}/limits`: `{"deadline_ms", "memory_mib",
+/// "max_output_mib"}` (each optional; absent = the server's default), capped by the host.
+pub async fn put_limits(
+    State(state): S,
+    Path((name, version)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult<Json<Value>> {
+    if let Err(e) = state.authorize(&headers, Scope::Upload) {
+        return Err(reject_unread(e, &headers, body).await);
+    }
+    let bytes = read_limited(&headers, body, 64 << 10).await?;
+    let value: Value = serde_json::from_slice(&bytes)
+        .map_err(|e| ApiError::bad_request(format!("invalid plugin limits JSON: {e}")))?;
+    let updated = state
+        .plugins
+        .set_limits(&state.store, &name, &version, &value)?;
+    Ok(Json(view(&updated)))
 }

@@ -7,11 +7,57 @@ use crate::error::{ApiError, ApiResult};
 use crate::store::files::write_atomic;
 use crate::store::plugins::{PluginInsert, PluginRecord};
 use crate::store::Store;
-use infergate_plugin_host::{Description, Plugin, PluginHost, PluginKind};
+use infergate_plugin_host::{Description, Limits, Plugin, PluginHost, PluginKind};
 use parking_lot::RwLock;
+use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
+
+/// Per-call limits of one plugin version, overriding the server's `[plugins]` defaults; the
+/// host caps them at its own maxima.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PluginLimits {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_mib: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_output_mib: Option<usize>,
+}
+
+impl PluginLimits {
+    pub fn from_json(value: &serde_json::Value) -> ApiResult<PluginLimits> {
+        let limits: PluginLimits = serde_json::from_value(value.clone())
+            .map_err(|e| ApiError::bad_request(format!("invalid plugin limits: {e}")))?;
+        if limits.deadline_ms == Some(0)
+            || limits.memory_mib == Some(0)
+            || limits.max_output_mib == Some(0)
+        {
+            return Err(ApiError::bad_request(
+                "invalid plugin limits: every limit must be at least 1",
+            ));
+        }
+        Ok(limits)
+    }
+
+    fn apply(&self, defaults: &Limits) -> Limits {
+        Limits {
+            deadline: self
+                .deadline_ms
+                .map_or(defaults.deadline, Duration::from_millis),
+            memory_bytes: self
+                .memory_mib
+                .map_or(defaults.memory_bytes, |m| m.saturating_mul(1 << 20)),
+            output_bytes: self
+                .max_output_mib
+                .map_or(defaults.output_bytes, |m| m.saturating_mul(1 << 20)),
+            ..defaults.clone()
+        }
+    }
+}
 
 /// A stored plugin version and its compiled form.
 pub struct LoadedPlugin {
@@ -76,7 +122,14 @@ impl PluginRegistry {
         &self.host
     }
 
+    /// Keeps a compiled plugin under its record, with the record's limits applied (a stored
+    /// value that no longer parses falls back to the defaults, with a warning).
     fn insert(&self, record: PluginRecord, plugin: Plugin) {
+        let limits = PluginLimits::from_json(&record.limits).unwrap_or_else(|e| {
+            tracing::warn!(plugin = %record.name, version = %record.version, error = %e.message, "stored plugin limits ignored");
+            PluginLimits::default()
+        });
+        let plugin = plugin.with_limits(limits.apply(&self.host.config().default_limits));
         let mut loaded = self.loaded.write();
         let versions = loaded.entry(record.name.clone()).or_default();
         versions.retain(|p| p.record.version != record.version);
@@ -187,6 +240,37 @@ impl PluginRegistry {
 
     pub fn versions(&self, name: &str) -> Vec<Arc<LoadedPlugin>> {
         self.loaded.read().get(name).cloned().unwrap_or_default()
+    }
+
+    /// Replaces a version's limits: stored, then applied to new calls (calls running finish
+    /// under the limits they started with).
+    pub fn set_limits(
+        &self,
+        store: &Store,
+        name: &str,
+        version: &str,
+        value: &serde_json::Value,
+    ) -> ApiResult<Arc<LoadedPlugin>> {
+        let limits = PluginLimits::from_json(value)?;
+        let normalized =
+            serde_json::to_value(&limits).map_err(|e| ApiError::internal(e.to_string()))?;
+        let current = self
+            .versions(name)
+            .into_iter()
+            .find(|p| p.record.version == version)
+            .ok_or_else(|| ApiError::not_found(format!("plugin {name}@{version} not found")))?;
+        if !store.set_plugin_limits(name, version, &normalized)? {
+            return Err(ApiError::not_found(format!(
+                "plugin {name}@{version} not found"
+            )));
+        }
+        let mut record = current.record.clone();
+        record.limits = normalized;
+        self.insert(record, current.plugin.clone());
+        self.versions(name)
+            .into_iter()
+            .find(|p| p.record.version == version)
+            .ok_or_else(|| ApiError::internal("the plugin vanished while its limits changed"))
     }
 
     /// Forgets deleted versions. Requests already running keep their `Arc` and finish.

@@ -15,6 +15,8 @@ pub struct PluginRecord {
     pub size_bytes: u64,
     /// What the plugin's `describe` export returned.
     pub description: serde_json::Value,
+    /// Per-call limits overriding the server's defaults (`{}` = defaults).
+    pub limits: serde_json::Value,
     pub created_at: i64,
 }
 
@@ -32,6 +34,7 @@ fn corrupt(e: serde_json::Error) -> rusqlite::Error {
 
 fn plugin_record(row: &Row<'_>) -> rusqlite::Result<PluginRecord> {
     let description: String = row.get("description")?;
+    let limits: String = row.get("limits")?;
     Ok(PluginRecord {
         name: row.get("name")?,
         version: row.get("version")?,
@@ -39,6 +42,7 @@ fn plugin_record(row: &Row<'_>) -> rusqlite::Result<PluginRecord> {
         sha256: row.get("sha256")?,
         size_bytes: row.get::<_, i64>("size_bytes")? as u64,
         description: serde_json::from_str(&description).map_err(corrupt)?,
+        limits: serde_json::from_str(&limits).map_err(corrupt)?,
         created_at: row.get("created_at")?,
     })
 }
@@ -104,6 +108,21 @@ impl Store {
             )?;
             tx.commit()?;
             Ok(PluginInsert::Created(rec))
+        })
+    }
+
+    /// Replaces a plugin version's limits; false when the version does not exist.
+    pub fn set_plugin_limits(
+        &self,
+        name: &str,
+        version: &str,
+        limits: &serde_json::Value,
+    ) -> Result<bool, StoreError> {
+        self.with(|conn| {
+            Ok(conn.execute(
+                "UPDATE plugins SET limits = ?3 WHERE name = ?1 AND version = ?2",
+                params![name, version, limits.to_string()],
+            )? > 0)
         })
     }
 
