@@ -85,10 +85,16 @@ async fn dashboard_in_a_real_browser() {
         "efficientnet-lite0",
         &model("efficientnet-lite0.onnx"),
     );
+    register(tmp.path(), "textgen", &model("textgen.onnx"));
     let s = Server::start_in(
         tmp.path(),
         Options {
-            extra_args: vec!["--dashboard-dir".into(), dist.display().to_string()],
+            extra_args: vec![
+                "--dashboard-dir".into(),
+                dist.display().to_string(),
+                "--openai-vocab".into(),
+                model("textgen-vocab.json").display().to_string(),
+            ],
             ..Options::default()
         },
     );
@@ -225,6 +231,16 @@ async fn dashboard_in_a_real_browser() {
         "{curl}"
     );
     b.screenshot(&shots.join("03-playground.png")).await;
+
+    // Text generation streams into the page over Server-Sent Events.
+    b.script("const s = document.querySelector('#pg-model'); s.value = 'textgen'; s.dispatchEvent(new Event('change'));", json!([])).await;
+    b.find("#pg-prompt").await;
+    b.click("#generate").await;
+    let timing = b.wait_text("#latency", |t| t.contains("tokens/s")).await;
+    assert!(!timing.contains(" 0 tokens"), "{timing}");
+    let streamed = b.wait_text("#stream-output", |t| t.len() > 5).await;
+    assert!(!streamed.trim().is_empty(), "nothing streamed: {timing}");
+    b.screenshot(&shots.join("03b-playground-stream.png")).await;
 
     // Keys: create one (secret shown once), check it works, revoke it, check it is refused.
     b.click("a[href='/keys']").await;
