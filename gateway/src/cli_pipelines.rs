@@ -71,9 +71,10 @@ pub fn plugins(cmd: PluginsCommand) -> anyhow::Result<()> {
             for file in files {
                 let bytes =
                     std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?;
-                let (record, created) = registry
+                let (loaded, created) = registry
                     .register(&store, &bytes)
                     .map_err(|e| anyhow!("{}: {}", file.display(), e.message))?;
+                let record = &loaded.record;
                 let what = if created { "registered" } else { "unchanged" };
                 println!(
                     "{}@{} {what} ({} bytes)",

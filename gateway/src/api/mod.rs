@@ -138,3 +138,13 @@ fn routes(state: Arc<AppState>) -> Router {
         .layer(DefaultBodyLimit::disable())
         .with_state(state)
 }
+
+/// The status of a create-or-replace: 201 when it created, 200 when it replaced or found the
+/// same thing already there.
+pub(crate) fn saved_status(created: bool) -> http::StatusCode {
+    if created {
+        http::StatusCode::CREATED
+    } else {
+        http::StatusCode::OK
+    }
+}

@@ -13,7 +13,7 @@ use axum::body::Body;
 use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use http::{HeaderMap, HeaderValue, StatusCode};
+use http::{HeaderMap, HeaderValue};
 use infergate_engine::{DataType, Tensor, TensorData};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -62,18 +62,9 @@ pub async fn put(
         .collect();
     let normalized = serde_json::to_value(&spec).map_err(|e| ApiError::internal(e.to_string()))?;
     let (record, created) = state.store.put_pipeline(&name, &normalized, &refs)?;
-    state.pipelines.insert(record, spec);
+    let pipeline = state.pipelines.insert(record, spec);
     tracing::info!(pipeline = %name, created, "pipeline saved");
-    let pipeline = state
-        .pipelines
-        .get(&name)
-        .ok_or_else(|| ApiError::internal("the pipeline vanished right after it was saved"))?;
-    let status = if created {
-        StatusCode::CREATED
-    } else {
-        StatusCode::OK
-    };
-    Ok((status, Json(view(&pipeline))))
+    Ok((super::saved_status(created), Json(view(&pipeline))))
 }
 
 pub async fn list(State(state): S, headers: HeaderMap) -> ApiResult<Json<Value>> {

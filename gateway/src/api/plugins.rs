@@ -10,7 +10,7 @@ use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::response::IntoResponse;
 use axum::Json;
-use http::{HeaderMap, StatusCode};
+use http::HeaderMap;
 use serde_json::{json, Value};
 use std::sync::Arc;
 
@@ -47,22 +47,11 @@ pub async fn upload(
     }
     let bytes = read_limited(&headers, body, state.config.plugins.max_upload_bytes).await?;
     let worker = state.clone();
-    let (record, created) =
+    let (loaded, created) =
         tokio::task::spawn_blocking(move || worker.plugins.register(&worker.store, &bytes))
             .await
             .map_err(|e| ApiError::internal(format!("plugin registration task failed: {e}")))??;
-    let loaded = state
-        .plugins
-        .versions(&record.name)
-        .into_iter()
-        .find(|p| p.record.version == record.version)
-        .ok_or_else(|| ApiError::internal("the plugin vanished right after its upload"))?;
-    let status = if created {
-        StatusCode::CREATED
-    } else {
-        StatusCode::OK
-    };
-    Ok((status, Json(view(&loaded))))
+    Ok((super::saved_status(created), Json(view(&loaded))))
 }
 
 pub async fn list(State(state): S, headers: HeaderMap) -> ApiResult<Json<Value>> {

@@ -36,7 +36,9 @@ impl Pipelines {
         let pipelines = Pipelines::default();
         for record in records {
             match PipelineSpec::from_json(&record.spec) {
-                Ok(spec) => pipelines.insert(record, spec),
+                Ok(spec) => {
+                    pipelines.insert(record, spec);
+                }
                 Err(e) => {
                     tracing::error!(pipeline = %record.name, error = %e.message, "saved pipeline is invalid")
                 }
@@ -45,10 +47,13 @@ impl Pipelines {
         pipelines
     }
 
-    pub fn insert(&self, record: PipelineRecord, spec: PipelineSpec) {
+    /// Saves a pipeline in memory and returns it; requests already running keep the old one.
+    pub fn insert(&self, record: PipelineRecord, spec: PipelineSpec) -> Arc<Pipeline> {
+        let pipeline = Arc::new(Pipeline { record, spec });
         self.by_name
             .write()
-            .insert(record.name.clone(), Arc::new(Pipeline { record, spec }));
+            .insert(pipeline.record.name.clone(), pipeline.clone());
+        pipeline
     }
 
     pub fn get(&self, name: &str) -> Option<Arc<Pipeline>> {

@@ -105,7 +105,9 @@ impl PluginRegistry {
                 .map_err(|e| format!("reading {}: {e}", path.display()))
                 .and_then(|bytes| registry.host.compile(&bytes).map_err(|e| e.to_string()));
             match compiled {
-                Ok(plugin) => registry.insert(record, plugin),
+                Ok(plugin) => {
+                    registry.insert(record, plugin);
+                }
                 Err(reason) => {
                     tracing::error!(plugin = %record.name, version = %record.version, %reason, "stored plugin does not load");
                     registry
@@ -123,23 +125,29 @@ impl PluginRegistry {
     }
 
     /// Keeps a compiled plugin under its record, with the record's limits applied (a stored
-    /// value that no longer parses falls back to the defaults, with a warning).
-    fn insert(&self, record: PluginRecord, plugin: Plugin) {
+    /// value that no longer parses falls back to the defaults, with a warning), and returns
+    /// what requests will now run.
+    fn insert(&self, record: PluginRecord, plugin: Plugin) -> Arc<LoadedPlugin> {
         let limits = PluginLimits::from_json(&record.limits).unwrap_or_else(|e| {
             tracing::warn!(plugin = %record.name, version = %record.version, error = %e.message, "stored plugin limits ignored");
             PluginLimits::default()
         });
         let plugin = plugin.with_limits(limits.apply(&self.host.config().default_limits));
+        self.broken
+            .write()
+            .remove(&(record.name.clone(), record.version.clone()));
+        let entry = Arc::new(LoadedPlugin { record, plugin });
         let mut loaded = self.loaded.write();
-        let versions = loaded.entry(record.name.clone()).or_default();
-        versions.retain(|p| p.record.version != record.version);
-        versions.push(Arc::new(LoadedPlugin { record, plugin }));
+        let versions = loaded.entry(entry.record.name.clone()).or_default();
+        versions.retain(|p| p.record.version != entry.record.version);
+        versions.push(entry.clone());
+        entry
     }
 
     /// Validates and stores an uploaded component. Blocking (compiles): run it on a blocking
-    /// thread. Returns the record and whether it is new (false: the same bytes were uploaded
-    /// before under this name and version).
-    pub fn register(&self, store: &Store, bytes: &[u8]) -> ApiResult<(PluginRecord, bool)> {
+    /// thread. Returns what requests will run and whether it is new (false: the same bytes were
+    /// uploaded before under this name and version).
+    pub fn register(&self, store: &Store, bytes: &[u8]) -> ApiResult<(Arc<LoadedPlugin>, bool)> {
         if bytes.is_empty() {
             return Err(ApiError::bad_request("the plugin file is empty"));
         }
@@ -189,14 +197,12 @@ impl PluginRegistry {
         };
         match outcome {
             PluginInsert::Created(record) => {
-                self.broken
-                    .write()
-                    .remove(&(record.name.clone(), record.version.clone()));
-                self.insert(record.clone(), plugin);
                 tracing::info!(plugin = %record.name, version = %record.version, sha256 = %record.sha256, "plugin registered");
-                Ok((record, true))
+                Ok((self.insert(record, plugin), true))
             }
-            PluginInsert::Unchanged(record) => Ok((record, false)),
+            // The same bytes again: (re)load them under the stored record, which also heals a
+            // version that failed to load at start.
+            PluginInsert::Unchanged(record) => Ok((self.insert(record, plugin), false)),
             PluginInsert::Conflict(existing) => {
                 if !existed {
                     let _ = std::fs::remove_file(&dest);
@@ -266,11 +272,7 @@ impl PluginRegistry {
         }
         let mut record = current.record.clone();
         record.limits = normalized;
-        self.insert(record, current.plugin.clone());
-        self.versions(name)
-            .into_iter()
-            .find(|p| p.record.version == version)
-            .ok_or_else(|| ApiError::internal("the plugin vanished while its limits changed"))
+        Ok(self.insert(record, current.plugin.clone()))
     }
 
     /// Forgets deleted versions. Requests already running keep their `Arc` and finish.
