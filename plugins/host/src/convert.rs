@@ -1,9 +1,10 @@
-//! Moves values between the public types and the generated bindings. Tensor
-//! data moves (no copy) on the way in; on the way out, tensors are checked
-//! against their datatype and shape.
+//! Moves values between the public types and the plugin-facing ones. Tensor
+//! data moves (no copy) into the lowering types; on the way out, tensors are
+//! checked against their datatype and shape.
 
 use crate::bindings::infergate::plugin::types as wit;
 use crate::lift::{RawDescription, RawPostOutput, RawTensor};
+use crate::lower::{Donated, InPreInput, InTensor};
 use crate::types::{Datatype, Description, PluginKind, PostOutput, PreInput, Tensor};
 
 macro_rules! datatypes {
@@ -19,23 +20,23 @@ macro_rules! datatypes {
 
 datatypes!(Bool, Uint8, Uint16, Uint32, Uint64, Int8, Int16, Int32, Int64, Fp16, Fp32, Fp64, Bytes);
 
-fn tensor_to_wit(tensor: Tensor) -> wit::Tensor {
-    wit::Tensor {
+fn tensor_in(tensor: Tensor) -> InTensor {
+    InTensor {
         name: tensor.name,
         datatype: datatype_to_wit(tensor.datatype),
         shape: tensor.shape,
-        data: tensor.data,
+        data: Donated::new(tensor.data),
     }
 }
 
-pub(crate) fn tensors_to_wit(tensors: Vec<Tensor>) -> Vec<wit::Tensor> {
-    tensors.into_iter().map(tensor_to_wit).collect()
+pub(crate) fn tensors_in(tensors: Vec<Tensor>) -> Vec<InTensor> {
+    tensors.into_iter().map(tensor_in).collect()
 }
 
-pub(crate) fn pre_input_to_wit(input: PreInput) -> wit::PreInput {
+pub(crate) fn pre_input_in(input: PreInput) -> InPreInput {
     match input {
-        PreInput::Bytes(bytes) => wit::PreInput::Bytes(bytes),
-        PreInput::Tensors(tensors) => wit::PreInput::Tensors(tensors_to_wit(tensors)),
+        PreInput::Bytes(bytes) => InPreInput::Bytes(Donated::new(bytes)),
+        PreInput::Tensors(tensors) => InPreInput::Tensors(tensors_in(tensors)),
     }
 }
 

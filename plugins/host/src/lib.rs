@@ -31,6 +31,8 @@ mod bindings; // generated from plugins/wit
 mod cache; //    compiled-artifact cache on disk
 mod convert; //  public types <-> bindings
 mod lift; //     output read under a byte budget
+mod lower; //    input written, its buffers donated to the output
+mod scope; //    per-call thread-local budget and spare buffers
 mod store; //    per-call store state, limiter, log import
 mod validate; // header and description checks
 

@@ -6,56 +6,10 @@
 //! length against a per-call budget *before* it is copied.
 
 use crate::bindings::infergate::plugin::types as wit;
-use std::cell::Cell;
+use crate::scope::{self, charge};
 use wasmtime::component::__internal::{CanonicalAbiInfo, InstanceType, InterfaceType, LiftContext};
 use wasmtime::component::{ComponentType, Lift};
 use wasmtime::ValRaw;
-
-thread_local! {
-    /// Bytes the current call may still return; `None` outside a call.
-    static BUDGET: Cell<Option<u64>> = const { Cell::new(None) };
-    /// Whether the current call ran out of budget.
-    static EXCEEDED: Cell<bool> = const { Cell::new(false) };
-}
-
-/// Arms the output budget for the calls made while it lives, on this thread.
-pub(crate) struct BudgetGuard(());
-
-impl BudgetGuard {
-    pub(crate) fn arm(bytes: usize) -> Self {
-        BUDGET.set(Some(bytes as u64));
-        EXCEEDED.set(false);
-        BudgetGuard(())
-    }
-
-    /// Whether reading the output stopped because it was over budget.
-    pub(crate) fn exceeded(&self) -> bool {
-        EXCEEDED.get()
-    }
-}
-
-impl Drop for BudgetGuard {
-    fn drop(&mut self) {
-        BUDGET.set(None);
-    }
-}
-
-fn charge(elements: u32, element_size: u64) -> wasmtime::Result<()> {
-    let cost = u64::from(elements) * element_size;
-    match BUDGET.get() {
-        Some(left) if cost <= left => {
-            BUDGET.set(Some(left - cost));
-            Ok(())
-        }
-        Some(_) => {
-            EXCEEDED.set(true);
-            Err(wasmtime::Error::msg(
-                "plugin output exceeds the output size limit",
-            ))
-        }
-        None => Err(wasmtime::Error::msg("plugin output read outside a call")),
-    }
-}
 
 /// A list or string that is charged to the budget before it is copied.
 pub(crate) struct Limited<T>(pub(crate) T);
@@ -103,13 +57,62 @@ macro_rules! limited {
 // Strings count one byte per code unit; UTF-16 strings (tagged lengths) count
 // as huge and are refused, which no Rust or C guest produces.
 limited! {
-    Vec<u8> => 1;
     Vec<u64> => 8;
     String => 1;
     // Host-side size of a tensor, so a list of millions of empty tensors is
     // refused before its backing vector is allocated.
     Vec<RawTensor> => 64;
     Vec<Limited<String>> => 32;
+}
+
+// SAFETY: the ABI and type check of `list<u8>`.
+unsafe impl ComponentType for Limited<Vec<u8>> {
+    type Lower = [ValRaw; 2];
+    const ABI: CanonicalAbiInfo = CanonicalAbiInfo::POINTER_PAIR;
+
+    fn typecheck(ty: &InterfaceType, types: &InstanceType<'_>) -> wasmtime::Result<()> {
+        <Vec<u8> as ComponentType>::typecheck(ty, types)
+    }
+}
+
+// Byte lists (tensor data) are most of what plugins return: lifted with one
+// bounds check and one memcpy into a reused buffer, where wasmtime's generic
+// list lifting copies element by element into a new allocation.
+// SAFETY: reads only the (pointer, length) pair and the bytes it names,
+// bounds-checked against the guest's memory.
+unsafe impl Lift for Limited<Vec<u8>> {
+    fn linear_lift_from_flat(
+        cx: &mut LiftContext<'_>,
+        _ty: InterfaceType,
+        src: &Self::Lower,
+    ) -> wasmtime::Result<Self> {
+        lift_bytes(cx, src[0].get_u32(), src[1].get_u32())
+    }
+
+    fn linear_lift_from_memory(
+        cx: &mut LiftContext<'_>,
+        _ty: InterfaceType,
+        bytes: &[u8],
+    ) -> wasmtime::Result<Self> {
+        let word = |at: usize| {
+            bytes
+                .get(at..at + 4)
+                .and_then(|b| b.try_into().ok())
+                .map(u32::from_le_bytes)
+                .ok_or_else(|| wasmtime::Error::msg("list header out of bounds"))
+        };
+        lift_bytes(cx, word(0)?, word(4)?)
+    }
+}
+
+fn lift_bytes(cx: &mut LiftContext<'_>, ptr: u32, len: u32) -> wasmtime::Result<Limited<Vec<u8>>> {
+    charge(len, 1)?;
+    let bytes = cx
+        .memory()
+        .get(ptr as usize..)
+        .and_then(|m| m.get(..len as usize))
+        .ok_or_else(|| wasmtime::Error::msg("list pointer/length out of bounds of memory"))?;
+    Ok(Limited(scope::copy_out(bytes)))
 }
 
 /// A tensor as read from a plugin, every variable-size part budgeted.

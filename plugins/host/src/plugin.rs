@@ -3,12 +3,13 @@
 //! limits, so nothing survives from one call to the next and a fault
 //! poisons nothing but its own store.
 
-use crate::bindings::infergate::plugin::types as wit;
 use crate::config::Limits;
 use crate::convert;
 use crate::error::{FaultKind, PluginError, PluginId};
 use crate::host::Shared;
-use crate::lift::{BudgetGuard, Limited, RawDescription, RawPluginError, RawPostOutput, RawTensor};
+use crate::lift::{Limited, RawDescription, RawPluginError, RawPostOutput, RawTensor};
+use crate::lower::{InPreInput, InTensor};
+use crate::scope::CallScope;
 use crate::store::CallState;
 use crate::types::{Description, Metadata, PostOutput, PreInput, Tensor};
 use std::sync::Arc;
@@ -91,9 +92,9 @@ impl Plugin {
         input: PreInput,
         metadata: &Metadata,
     ) -> Result<Vec<Tensor>, PluginError> {
-        let input = convert::pre_input_to_wit(input);
+        let input = convert::pre_input_in(input);
         let output = self
-            .call::<(&wit::PreInput, &[(String, String)]), CallResult<Limited<Vec<RawTensor>>>>(
+            .call::<(&InPreInput, &[(String, String)]), CallResult<Limited<Vec<RawTensor>>>>(
                 &self.compiled.preprocess,
                 (&input, metadata.as_slice()),
             )?;
@@ -108,12 +109,11 @@ impl Plugin {
         outputs: Vec<Tensor>,
         metadata: &Metadata,
     ) -> Result<PostOutput, PluginError> {
-        let outputs = convert::tensors_to_wit(outputs);
-        let output = self
-            .call::<(&[wit::Tensor], &[(String, String)]), CallResult<RawPostOutput>>(
-                &self.compiled.postprocess,
-                (outputs.as_slice(), metadata.as_slice()),
-            )?;
+        let outputs = convert::tensors_in(outputs);
+        let output = self.call::<(&[InTensor], &[(String, String)]), CallResult<RawPostOutput>>(
+            &self.compiled.postprocess,
+            (outputs.as_slice(), metadata.as_slice()),
+        )?;
         let output = self.plugin_result(output)?;
         convert::post_output_from_raw(output)
             .map_err(|detail| self.fault(FaultKind::InvalidOutput, detail))
@@ -161,11 +161,11 @@ impl Plugin {
             .compiled
             .instantiate(&mut store)
             .map_err(|e| self.classify(e, &store, false))?;
-        let budget = BudgetGuard::arm(self.limits.output_bytes);
+        let scope = CallScope::enter(self.limits.output_bytes);
         let result = instance
             .get_typed_func::<P, R>(&mut store, export)
             .and_then(|func| func.call(&mut store, params));
-        result.map_err(|e| self.classify(e, &store, budget.exceeded()))
+        result.map_err(|e| self.classify(e, &store, scope.exceeded()))
     }
 
     /// Says whose fault a failed instantiation or call was, and counts it.
@@ -237,12 +237,12 @@ impl Compiled {
         });
         let mut store = self.new_store(&unknown, &self.host.config.default_limits);
         let instance = self.instantiate(&mut store).map_err(|e| format!("{e:#}"))?;
-        let budget = BudgetGuard::arm(DESCRIBE_BYTES);
+        let scope = CallScope::enter(DESCRIBE_BYTES);
         let (raw,) = instance
             .get_typed_func::<(), (RawDescription,)>(&mut store, &self.describe)
             .and_then(|func| func.call(&mut store, ()))
             .map_err(|e| {
-                if budget.exceeded() {
+                if scope.exceeded() {
                     format!("returned more than {DESCRIBE_BYTES} bytes")
                 } else {
                     format!("{e:#}")
