@@ -24,6 +24,12 @@
 //! Build for `wasm32-unknown-unknown` and wrap the module into a component
 //! (see `plugins/README.md`).
 
+#[cfg(all(
+    feature = "arena",
+    target_arch = "wasm32",
+    not(target_feature = "atomics")
+))]
+mod arena;
 mod errors;
 pub mod log;
 mod metadata;
