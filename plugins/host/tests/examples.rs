@@ -222,6 +222,39 @@ fn passthrough_round_trips_a_600_kib_tensor() {
     }
 }
 
+/// Output tensor data reuses the input's buffers (see `scope.rs`): with
+/// several tensors of different sizes, each output must still get its own
+/// bytes, in order, larger than any single page and than the arena's slack.
+#[test]
+fn passthrough_keeps_many_tensors_of_different_sizes_apart() {
+    let host = host();
+    let passthrough = load(&host, "passthrough");
+    let tensors: Vec<Tensor> = [0usize, 3, 70_000, 1 << 20, 200_000, 16]
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| Tensor {
+            name: format!("t{i}"),
+            datatype: Datatype::Uint8,
+            shape: vec![n as u64],
+            data: (0..n).map(|j| (j * 7 + i * 13) as u8).collect(),
+        })
+        .collect();
+    let out = passthrough
+        .preprocess(PreInput::Tensors(tensors.clone()), &vec![])
+        .expect("pass through");
+    assert_eq!(out, tensors);
+    let body: Vec<u8> = (0..300_000).map(|j| (j % 251) as u8).collect();
+    let out = passthrough
+        .preprocess(PreInput::Bytes(body.clone()), &vec![])
+        .expect("bytes");
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].data, body);
+    match passthrough.postprocess(tensors.clone(), &vec![]).expect("post") {
+        PostOutput::Tensors(t) => assert_eq!(t, tensors),
+        other => panic!("{other:?}"),
+    }
+}
+
 #[test]
 fn plugins_describe_themselves() {
     let host = host();
