@@ -249,7 +249,10 @@ fn passthrough_keeps_many_tensors_of_different_sizes_apart() {
         .expect("bytes");
     assert_eq!(out.len(), 1);
     assert_eq!(out[0].data, body);
-    match passthrough.postprocess(tensors.clone(), &vec![]).expect("post") {
+    match passthrough
+        .postprocess(tensors.clone(), &vec![])
+        .expect("post")
+    {
         PostOutput::Tensors(t) => assert_eq!(t, tensors),
         other => panic!("{other:?}"),
     }

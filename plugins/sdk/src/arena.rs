@@ -14,8 +14,11 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::{Cell, UnsafeCell};
 
-/// Room for a 224×224×3 f32 tensor in and out, with space to spare.
-const ARENA_BYTES: usize = 4 << 20;
+/// Room for a 224×224×3 f32 tensor in and out. Not more: the host resets
+/// every page a pool slot has ever touched on each reuse (it cannot tell
+/// which are still zero), so a slot that once held a large payload here
+/// costs a memset of it on later calls too; this bounds that.
+const ARENA_BYTES: usize = 2 << 20;
 
 #[repr(C, align(16))]
 struct Arena {
