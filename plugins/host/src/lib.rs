@@ -29,7 +29,7 @@ mod types; //    Tensor, Datatype, PreInput, PostOutput, Description
 // Internals.
 mod bindings; // generated from plugins/wit
 mod cache; //    compiled-artifact cache on disk
-mod convert; //  public types <-> bindings
+mod convert; //  public types <-> plugin-facing types
 mod lift; //     output read under a byte budget
 mod lower; //    input written, its buffers donated to the output
 mod scope; //    per-call thread-local budget and spare buffers
