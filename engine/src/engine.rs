@@ -4,19 +4,19 @@
 
 use crate::batcher::BatchPolicy;
 use crate::config::{ModelConfig, TimeoutAction};
-use infergate_kernels::device::ptx::PtxCache;
-use infergate_kernels::{DeviceChoice, Ops};
 use crate::error::{EngineError, Result};
 use crate::instance::{self, InstancePool, Scheduler};
 use crate::lifecycle::{self, MemoryBudget, Reservation};
 use crate::postprocess;
+use crate::providers::{ExecutionReport, ProviderPlan};
 use crate::queue::{BatchKey, Request, Ticket};
 use crate::runtime;
-use crate::providers::{ExecutionReport, ProviderPlan};
 use crate::session::{OrtSession, SessionOptions};
 use crate::signature::ModelSignature;
 use crate::stats::ModelStats;
 use crate::tensor::Tensor;
+use infergate_kernels::device::ptx::PtxCache;
+use infergate_kernels::{DeviceChoice, Ops};
 use parking_lot::Mutex;
 use serde::Serialize;
 use std::collections::HashMap;
@@ -251,14 +251,13 @@ impl Engine {
     /// Loads a model file into ORT only to read its signature; used to validate uploads.
     /// Blocking: call it from a blocking thread.
     pub fn inspect(&self, path: &Path) -> Result<ModelSignature> {
-        let session =
-            OrtSession::load(
-                self.inner.env,
-                path,
-                "inspect",
-                &self.inner.session_options,
-                &ProviderPlan::default(),
-            )?;
+        let session = OrtSession::load(
+            self.inner.env,
+            path,
+            "inspect",
+            &self.inner.session_options,
+            &ProviderPlan::default(),
+        )?;
         Ok(session.signature().clone())
     }
 

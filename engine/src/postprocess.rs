@@ -117,9 +117,7 @@ pub(crate) fn one_or_many<'de, D: Deserializer<'de>>(
 }
 
 fn invalid(index: usize, field: &str, message: String) -> EngineError {
-    EngineError::InvalidConfig(format!(
-        "infergate.postprocess[{index}].{field}: {message}"
-    ))
+    EngineError::InvalidConfig(format!("infergate.postprocess[{index}].{field}: {message}"))
 }
 
 impl SoftmaxTopk {
@@ -220,11 +218,7 @@ impl PostOp {
     fn output_specs(&self, index: usize, signature: &ModelSignature) -> Result<Vec<TensorSpec>> {
         let source = |field: &str, name: &str, ranks: &[usize]| -> Result<&TensorSpec> {
             let spec = signature.output(name).ok_or_else(|| {
-                invalid(
-                    index,
-                    field,
-                    format!("the model has no output '{name}'"),
-                )
+                invalid(index, field, format!("the model has no output '{name}'"))
             })?;
             if !ranks.contains(&spec.shape.len()) {
                 return Err(invalid(
@@ -478,9 +472,12 @@ impl PostPlan {
         }
         let mut picked = Vec::with_capacity(self.select.len());
         for (n, name) in self.select.iter().enumerate() {
-            let i = outputs.iter().position(|t| &t.name == name).ok_or_else(|| {
-                EngineError::Internal(format!("post-processing lost output '{name}'"))
-            })?;
+            let i = outputs
+                .iter()
+                .position(|t| &t.name == name)
+                .ok_or_else(|| {
+                    EngineError::Internal(format!("post-processing lost output '{name}'"))
+                })?;
             // A name asked for again later gets a copy now.
             picked.push(if self.select[n + 1..].contains(name) {
                 outputs[i].clone()
@@ -532,7 +529,12 @@ fn floats(tensor: &Tensor, model: &str) -> Result<Vec<f32>> {
     })
 }
 
-fn softmax_topk(s: &SoftmaxTopk, ops: &Ops, outputs: &[Tensor], model: &str) -> Result<Vec<Tensor>> {
+fn softmax_topk(
+    s: &SoftmaxTopk,
+    ops: &Ops,
+    outputs: &[Tensor],
+    model: &str,
+) -> Result<Vec<Tensor>> {
     let logits = find(outputs, &s.output, model)?;
     let values = floats(logits, model)?;
     let shape = dims(logits);
@@ -550,8 +552,13 @@ fn softmax_topk(s: &SoftmaxTopk, ops: &Ops, outputs: &[Tensor], model: &str) -> 
     let rows = values.len() / cols;
     let mut probs = vec![0f32; rows * k];
     let mut indices = vec![0u32; rows * k];
-    ops.softmax_topk(&values, TopKShape { rows, cols, k }, &mut probs, &mut indices)
-        .map_err(|e| kernel_failed(model, "softmax_topk", e))?;
+    ops.softmax_topk(
+        &values,
+        TopKShape { rows, cols, k },
+        &mut probs,
+        &mut indices,
+    )
+    .map_err(|e| kernel_failed(model, "softmax_topk", e))?;
     let mut out_shape = logits.shape.clone();
     if let Some(last) = out_shape.last_mut() {
         *last = k as i64;
@@ -664,17 +671,17 @@ fn nms(n: &Nms, ops: &Ops, outputs: &[Tensor], model: &str) -> Result<Vec<Tensor
         };
         // Per-class scores: the box takes its best class (the lowest index on a tie).
         let row = &scores[i * classes_per_box..(i + 1) * classes_per_box];
-        let (best, score) = row
-            .iter()
-            .copied()
-            .enumerate()
-            .fold((0, f32::NEG_INFINITY), |(bi, bs), (ci, s)| {
-                if s > bs || bs.is_nan() {
-                    (ci, s)
-                } else {
-                    (bi, bs)
-                }
-            });
+        let (best, score) =
+            row.iter()
+                .copied()
+                .enumerate()
+                .fold((0, f32::NEG_INFINITY), |(bi, bs), (ci, s)| {
+                    if s > bs || bs.is_nan() {
+                        (ci, s)
+                    } else {
+                        (bi, bs)
+                    }
+                });
         let class = match &given_classes {
             Some(ids) => ids[i],
             None => best as u32,
@@ -756,17 +763,20 @@ mod tests {
             #[serde(deserialize_with = "one_or_many")]
             p: Vec<PostOp>,
         }
-        let w: W = serde_json::from_value(serde_json::json!({ "p": json }))
-            .map_err(|e| e.to_string())?;
+        let w: W =
+            serde_json::from_value(serde_json::json!({ "p": json })).map_err(|e| e.to_string())?;
         validate(&w.p).map_err(|e| e.to_string())?;
         Ok(w.p)
     }
 
     #[test]
     fn parses_one_op_or_a_list_and_names_bad_fields() {
-        let one = parse(serde_json::json!({"op": "softmax_topk", "output": "logits", "k": 5}))
-            .unwrap();
-        assert_eq!(one[0].output_names(), ["logits_topk_indices", "logits_topk_scores"]);
+        let one =
+            parse(serde_json::json!({"op": "softmax_topk", "output": "logits", "k": 5})).unwrap();
+        assert_eq!(
+            one[0].output_names(),
+            ["logits_topk_indices", "logits_topk_scores"]
+        );
         let two = parse(serde_json::json!([
             {"op": "softmax_topk", "output": "logits", "k": 5, "indices_name": "top", "scores_name": "p"},
             {"op": "nms", "boxes": "boxes", "scores": "scores", "iou_threshold": 0.45,
@@ -789,8 +799,10 @@ mod tests {
         let e = parse(serde_json::json!({"op": "nms", "boxes": "b", "scores": "s", "iou_threshold": 0.5, "score_threshold": 0.1}))
             .unwrap_err();
         assert!(e.contains("max_detections"), "{e}");
-        let e = parse(serde_json::json!([{"op": "softmax_topk", "output": "a", "k": 1, "indices_name": "x"},
-            {"op": "softmax_topk", "output": "b", "k": 1, "indices_name": "x"}]))
+        let e = parse(
+            serde_json::json!([{"op": "softmax_topk", "output": "a", "k": 1, "indices_name": "x"},
+            {"op": "softmax_topk", "output": "b", "k": 1, "indices_name": "x"}]),
+        )
         .unwrap_err();
         assert!(e.contains("'x' is produced twice"), "{e}");
     }
@@ -799,19 +811,30 @@ mod tests {
     fn checks_ops_against_the_model_outputs() {
         let sig = detector();
         let check = |json| output_specs(&parse(json).unwrap(), &sig).map_err(|e| e.to_string());
-        let specs = check(serde_json::json!({"op": "softmax_topk", "output": "logits", "k": 3})).unwrap();
+        let specs =
+            check(serde_json::json!({"op": "softmax_topk", "output": "logits", "k": 3})).unwrap();
         assert_eq!(specs[0].shape, vec![-1, 3]);
         assert_eq!(specs[0].datatype, DataType::Int64);
-        let e = check(serde_json::json!({"op": "softmax_topk", "output": "logits", "k": 11})).unwrap_err();
-        assert!(e.contains("postprocess[0].k") && e.contains("10 classes"), "{e}");
-        let e = check(serde_json::json!({"op": "softmax_topk", "output": "logitz", "k": 1})).unwrap_err();
-        assert!(e.contains("postprocess[0].output") && e.contains("logitz"), "{e}");
+        let e = check(serde_json::json!({"op": "softmax_topk", "output": "logits", "k": 11}))
+            .unwrap_err();
+        assert!(
+            e.contains("postprocess[0].k") && e.contains("10 classes"),
+            "{e}"
+        );
+        let e = check(serde_json::json!({"op": "softmax_topk", "output": "logitz", "k": 1}))
+            .unwrap_err();
+        assert!(
+            e.contains("postprocess[0].output") && e.contains("logitz"),
+            "{e}"
+        );
         let nms = serde_json::json!({"op": "nms", "boxes": "boxes", "scores": "scores",
             "iou_threshold": 0.5, "score_threshold": 0.1, "max_detections": 7});
         let specs = check(nms).unwrap();
         assert_eq!(specs[1].shape, vec![-1, 7, 4]);
-        let e = check(serde_json::json!({"op": "nms", "boxes": "logits", "scores": "scores",
-            "iou_threshold": 0.5, "score_threshold": 0.1, "max_detections": 7}))
+        let e = check(
+            serde_json::json!({"op": "nms", "boxes": "logits", "scores": "scores",
+            "iou_threshold": 0.5, "score_threshold": 0.1, "max_detections": 7}),
+        )
         .unwrap_err();
         assert!(e.contains("postprocess[0].boxes"), "{e}");
         let e = check(serde_json::json!({"op": "softmax_topk", "output": "logits", "k": 1, "indices_name": "boxes"}))
@@ -847,24 +870,41 @@ mod tests {
 
     #[test]
     fn nms_keeps_best_boxes_per_class_padded_to_max_detections() {
-        let ops = parse(serde_json::json!({"op": "nms", "boxes": "boxes", "scores": "scores",
-            "iou_threshold": 0.5, "score_threshold": 0.2, "max_detections": 4}))
+        let ops = parse(
+            serde_json::json!({"op": "nms", "boxes": "boxes", "scores": "scores",
+            "iou_threshold": 0.5, "score_threshold": 0.2, "max_detections": 4}),
+        )
         .unwrap();
         let sig = detector();
-        let (fetch, post) = plan("det", &ops, &sig, vec!["detection_classes".into(), "num_detections".into()]).unwrap();
+        let (fetch, post) = plan(
+            "det",
+            &ops,
+            &sig,
+            vec!["detection_classes".into(), "num_detections".into()],
+        )
+        .unwrap();
         assert_eq!(fetch, ["boxes", "scores"]);
-        let out = post.unwrap().apply(&Ops::cpu(), boxes_and_scores()).unwrap();
+        let out = post
+            .unwrap()
+            .apply(&Ops::cpu(), boxes_and_scores())
+            .unwrap();
         assert_eq!(out[0].name, "detection_classes");
         assert_eq!(out[1].name, "num_detections");
         let counts: Vec<i64> = match &out[1].data {
-            TensorData::Raw(b) => b.chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().unwrap())).collect(),
+            TensorData::Raw(b) => b
+                .chunks_exact(8)
+                .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
+                .collect(),
             _ => unreachable!(),
         };
         // Image 0: box 1 overlaps box 0 (same class 0) and goes; box 2 is class 1.
         // Image 1: boxes 0 and 1 coincide but differ in class, so both stay; box 2 scores too low.
         assert_eq!(counts, [2, 2]);
         let classes: Vec<i64> = match &out[0].data {
-            TensorData::Raw(b) => b.chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().unwrap())).collect(),
+            TensorData::Raw(b) => b
+                .chunks_exact(8)
+                .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
+                .collect(),
             _ => unreachable!(),
         };
         assert_eq!(classes, [0, 1, -1, -1, 1, 0, -1, -1]);
@@ -874,10 +914,21 @@ mod tests {
             "iou_threshold": 0.5, "score_threshold": 0.2, "max_detections": 4, "class_aware": false}))
         .unwrap();
         let (_, post) = plan("det", &agnostic, &sig, vec![]).unwrap();
-        let out = post.unwrap().apply(&Ops::cpu(), boxes_and_scores()).unwrap();
+        let out = post
+            .unwrap()
+            .apply(&Ops::cpu(), boxes_and_scores())
+            .unwrap();
         let count = out.iter().find(|t| t.name == "num_detections").unwrap();
-        assert_eq!(count.data, TensorData::Raw([2i64, 1].iter().flat_map(|v| v.to_le_bytes()).collect()));
-        let boxes = out.iter().find(|t| t.name == "detection_boxes").unwrap().to_f32().unwrap();
+        assert_eq!(
+            count.data,
+            TensorData::Raw([2i64, 1].iter().flat_map(|v| v.to_le_bytes()).collect())
+        );
+        let boxes = out
+            .iter()
+            .find(|t| t.name == "detection_boxes")
+            .unwrap()
+            .to_f32()
+            .unwrap();
         assert_eq!(&boxes[..8], &[0.0, 0.0, 10.0, 10.0, 20.0, 20.0, 30.0, 30.0]);
         // The model's own outputs come first when the request names none.
         assert_eq!(out[0].name, "boxes");
@@ -885,14 +936,19 @@ mod tests {
 
     #[test]
     fn a_model_output_that_breaks_the_op_is_the_models_fault() {
-        let ops = parse(serde_json::json!({"op": "softmax_topk", "output": "logits", "k": 2})).unwrap();
-        let (fetch, post) = plan("m", &ops, &detector(), vec!["logits_topk_scores".into()]).unwrap();
+        let ops =
+            parse(serde_json::json!({"op": "softmax_topk", "output": "logits", "k": 2})).unwrap();
+        let (fetch, post) =
+            plan("m", &ops, &detector(), vec!["logits_topk_scores".into()]).unwrap();
         assert_eq!(fetch, ["logits"]);
         let nan = Tensor::from_f32("logits", vec![1, 3], &[0.0, f32::NAN, 1.0]).unwrap();
         let e = post.unwrap().apply(&Ops::cpu(), vec![nan]).unwrap_err();
         assert_eq!(e.fault(), crate::Fault::Model, "{e}");
         let e = plan_err(&ops, "nope");
-        assert!(e.contains("'logits_topk_indices'") && e.contains("'nope'"), "{e}");
+        assert!(
+            e.contains("'logits_topk_indices'") && e.contains("'nope'"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -920,9 +976,11 @@ mod tests {
             Tensor::from_f32("boxes", vec![2, 8400, 4], &boxes).unwrap(),
             Tensor::from_f32("scores", vec![2, 8400, 80], &scores).unwrap(),
         ];
-        let ops = parse(serde_json::json!({"op": "nms", "boxes": "boxes", "scores": "scores",
+        let ops = parse(
+            serde_json::json!({"op": "nms", "boxes": "boxes", "scores": "scores",
             "iou_threshold": 0.45, "score_threshold": 0.25, "max_detections": 100,
-            "box_format": "cxcywh"}))
+            "box_format": "cxcywh"}),
+        )
         .unwrap();
         let mut sig = detector();
         sig.outputs[1].shape = vec![-1, -1, 80];
@@ -932,7 +990,10 @@ mod tests {
         assert_eq!(get("detection_boxes").shape, vec![2, 100, 4]);
         let ints = |t: &Tensor| -> Vec<i64> {
             match &t.data {
-                TensorData::Raw(b) => b.chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().unwrap())).collect(),
+                TensorData::Raw(b) => b
+                    .chunks_exact(8)
+                    .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
+                    .collect(),
                 _ => unreachable!(),
             }
         };
@@ -961,8 +1022,13 @@ mod tests {
                 }
             })
             .collect();
-        let spec = NmsSpec { iou_threshold: 0.45, score_threshold: 0.25, max_detections: 100 };
-        let reference = infergate_kernels::nms::nms_reference(&candidates, per_item, &spec).unwrap();
+        let spec = NmsSpec {
+            iou_threshold: 0.45,
+            score_threshold: 0.25,
+            max_detections: 100,
+        };
+        let reference =
+            infergate_kernels::nms::nms_reference(&candidates, per_item, &spec).unwrap();
         for (item, keep) in reference.iter().enumerate() {
             assert!(!keep.is_empty() && keep.len() <= 100);
             assert_eq!(counts[item], keep.len() as i64, "image {item}");

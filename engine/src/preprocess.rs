@@ -75,7 +75,11 @@ impl ResizeNormalize {
 
     /// Checks that `output` is an FP32 image input [N, 3, height, width] of the model.
     pub fn validate_for(&self, signature: &ModelSignature) -> Result<()> {
-        let bad = |m: String| Err(EngineError::InvalidConfig(format!("infergate.preprocess.output: {m}")));
+        let bad = |m: String| {
+            Err(EngineError::InvalidConfig(format!(
+                "infergate.preprocess.output: {m}"
+            )))
+        };
         let Some(spec) = signature.input(&self.output) else {
             return bad(format!("the model has no input '{}'", self.output));
         };

@@ -166,9 +166,9 @@ fn register<E: ExecutionProvider>(provider: E, builder: &mut SessionBuilder) -> 
         Ok(true) => {}
         Ok(false) => {
             return Err(format!(
-                "{} is not in this ONNX Runtime build (a CPU-only library; install onnxruntime-gpu)",
-                E::NAME
-            ))
+            "{} is not in this ONNX Runtime build (a CPU-only library; install onnxruntime-gpu)",
+            E::NAME
+        ))
         }
         Err(e) => return Err(format!("{}: {}", E::NAME, e.message())),
     }
@@ -200,16 +200,23 @@ impl ProviderPlan {
             .find(|g| g.kind == InstanceKind::Gpu)
             .and_then(|g| g.gpus.first())
             .map(|&g| g as i32);
-        let (device, cpu_reason) = if !kinds.is_empty() && kinds.iter().all(|&k| k == InstanceKind::Cpu) {
-            (None, named.then(|| "instance_group asks for KIND_CPU".to_string()))
-        } else if let Some(gpu) = pinned_gpu {
-            (Some(gpu), None)
-        } else if let Some(device) = options.device {
-            (Some(device), None)
-        } else {
-            let asked = named || kinds.contains(&InstanceKind::Gpu);
-            (None, asked.then(|| "the engine runs on the CPU (--device cpu)".to_string()))
-        };
+        let (device, cpu_reason) =
+            if !kinds.is_empty() && kinds.iter().all(|&k| k == InstanceKind::Cpu) {
+                (
+                    None,
+                    named.then(|| "instance_group asks for KIND_CPU".to_string()),
+                )
+            } else if let Some(gpu) = pinned_gpu {
+                (Some(gpu), None)
+            } else if let Some(device) = options.device {
+                (Some(device), None)
+            } else {
+                let asked = named || kinds.contains(&InstanceKind::Gpu);
+                (
+                    None,
+                    asked.then(|| "the engine runs on the CPU (--device cpu)".to_string()),
+                )
+            };
         Ok(ProviderPlan {
             device,
             accelerators,
@@ -273,18 +280,32 @@ mod tests {
         let trt = a.tensorrt.unwrap();
         assert!(trt.fp16);
         assert_eq!(trt.max_workspace_size_bytes, Some(1 << 30));
-        assert_eq!(parse(serde_json::json!({})).unwrap(), Accelerators::default());
+        assert_eq!(
+            parse(serde_json::json!({})).unwrap(),
+            Accelerators::default()
+        );
 
-        let e = parse(serde_json::json!({"execution_accelerators": {"gpu_execution_accelerator": [
-            {"name": "tensorrt", "parameters": {"precision_mode": "INT8"}}]}}))
+        let e = parse(
+            serde_json::json!({"execution_accelerators": {"gpu_execution_accelerator": [
+            {"name": "tensorrt", "parameters": {"precision_mode": "INT8"}}]}}),
+        )
         .unwrap_err();
-        assert!(e.contains("gpu_execution_accelerator[0].parameters.precision_mode"), "{e}");
-        let e = parse(serde_json::json!({"execution_accelerators": {"gpu_execution_accelerator": [
-            {"name": "cuda"}, {"name": "openvino"}]}}))
+        assert!(
+            e.contains("gpu_execution_accelerator[0].parameters.precision_mode"),
+            "{e}"
+        );
+        let e = parse(
+            serde_json::json!({"execution_accelerators": {"gpu_execution_accelerator": [
+            {"name": "cuda"}, {"name": "openvino"}]}}),
+        )
         .unwrap_err();
-        assert!(e.contains("gpu_execution_accelerator[1].name") && e.contains("openvino"), "{e}");
-        let e = parse(serde_json::json!({"execution_accelerators": {"cpu_execution_accelerator": []}}))
-            .unwrap_err();
+        assert!(
+            e.contains("gpu_execution_accelerator[1].name") && e.contains("openvino"),
+            "{e}"
+        );
+        let e =
+            parse(serde_json::json!({"execution_accelerators": {"cpu_execution_accelerator": []}}))
+                .unwrap_err();
         assert!(e.contains("cpu_execution_accelerator"), "{e}");
         let e = parse(serde_json::json!({"graph": {"level": 1}})).unwrap_err();
         assert!(e.contains("graph"), "{e}");

@@ -83,7 +83,10 @@ pub fn run_error(model: &str, message: &str) -> EngineError {
     }
 }
 
-fn builder(env: &ort::environment::Environment, options: &SessionOptions) -> Result<SessionBuilder> {
+fn builder(
+    env: &ort::environment::Environment,
+    options: &SessionOptions,
+) -> Result<SessionBuilder> {
     let mut builder = Session::builder(env).map_err(|e| EngineError::Runtime(e.to_string()))?;
     if options.intra_threads > 0 {
         builder = builder
@@ -114,8 +117,14 @@ impl OrtSession {
             // A GPU provider registered but could not take the session (no device, missing
             // CUDA libraries, out of device memory): the CPU can still serve it.
             Err(e) if execution.on_gpu() => {
-                let reason = format!("{} could not start the session: {}", execution.providers[0], e.message());
-                let session = builder(env, options)?.commit_from_file(path).map_err(invalid)?;
+                let reason = format!(
+                    "{} could not start the session: {}",
+                    execution.providers[0],
+                    e.message()
+                );
+                let session = builder(env, options)?
+                    .commit_from_file(path)
+                    .map_err(invalid)?;
                 execution = ExecutionReport::cpu(Some(reason));
                 session
             }

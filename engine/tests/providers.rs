@@ -127,7 +127,8 @@ async fn an_unusable_gpu_provider_leaves_the_model_on_the_cpu_with_the_reason() 
         // named in the reason.
         let reason = report.fallback.clone().expect("a reason");
         assert!(
-            reason.contains("TensorrtExecutionProvider") && reason.contains("CUDAExecutionProvider"),
+            reason.contains("TensorrtExecutionProvider")
+                && reason.contains("CUDAExecutionProvider"),
             "{reason}"
         );
     }

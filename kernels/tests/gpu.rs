@@ -177,8 +177,14 @@ fn gpu_ops_reuse_pooled_buffers_after_warm_up() {
     };
     let forked = gpu.fork().unwrap_or_else(|e| panic!("{e}"));
     let mut rng = rng(5);
-    let logits: Vec<f32> = (0..8 * 1000).map(|i| ((i * 37) % 101) as f32 / 7.0).collect();
-    let shape = TopKShape { rows: 8, cols: 1000, k: 5 };
+    let logits: Vec<f32> = (0..8 * 1000)
+        .map(|i| ((i * 37) % 101) as f32 / 7.0)
+        .collect();
+    let shape = TopKShape {
+        rows: 8,
+        cols: 1000,
+        k: 5,
+    };
     let pixels = image(&mut rng, 640, 480);
     let images = [ImageU8::new(&pixels, 640, 480).unwrap_or_else(|e| panic!("{e}"))];
     let spec = imagenet(224, 224, MODES[0]);

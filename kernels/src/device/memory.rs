@@ -88,7 +88,9 @@ impl Pools {
 fn bytes_of<T: Copy>(values: &[T]) -> &[u8] {
     // SAFETY: `T` is plain old data without padding (f32, u32, i32, u64, Candidate's six
     // 4-byte fields); any initialised value is valid as bytes.
-    unsafe { std::slice::from_raw_parts(values.as_ptr().cast::<u8>(), std::mem::size_of_val(values)) }
+    unsafe {
+        std::slice::from_raw_parts(values.as_ptr().cast::<u8>(), std::mem::size_of_val(values))
+    }
 }
 
 /// Copies `host` to a pooled device buffer through a pooled pinned buffer. Enqueued on
@@ -128,7 +130,11 @@ pub fn upload_parts<'p>(
 
 /// A pooled device buffer of at least `bytes`, zeroed on `stream` (for kernels that
 /// accumulate into their output).
-pub fn zeroed<'p>(pools: &'p Pools, stream: &Arc<CudaStream>, bytes: usize) -> Result<DeviceLease<'p>> {
+pub fn zeroed<'p>(
+    pools: &'p Pools,
+    stream: &Arc<CudaStream>,
+    bytes: usize,
+) -> Result<DeviceLease<'p>> {
     let mut device = pools.device.take(bytes)?;
     guarded("memset", || {
         drv("memset zeros", stream.memset_zeros(device.block_mut()))
