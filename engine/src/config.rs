@@ -801,6 +801,46 @@ mod tests {
     }
 
     #[test]
+    fn infergate_and_optimization_blocks_round_trip_and_add_outputs() {
+        let text = r#"{
+            "max_batch_size": 4,
+            "optimization": {"execution_accelerators": {"gpu_execution_accelerator": [
+                {"name": "tensorrt", "parameters": {"precision_mode": "FP16"}}]}},
+            "infergate": {
+                "preprocess": {"output": "x", "width": 8, "height": 8,
+                               "mean": [0.0, 0.0, 0.0], "std": [1.0, 1.0, 1.0]},
+                "postprocess": {"op": "softmax_topk", "output": "y", "k": 2}
+            }
+        }"#;
+        let c = ModelConfig::from_json_str(text).unwrap();
+        let again = ModelConfig::from_json(&c.to_json()).unwrap();
+        assert_eq!(again, c);
+        let image = sig(vec![-1, 3, 8, 8]);
+        c.validate_for(&image).unwrap();
+        let outputs: Vec<String> = c
+            .served_outputs(&image)
+            .into_iter()
+            .map(|s| s.name)
+            .collect();
+        assert_eq!(outputs, ["y", "y_topk_indices", "y_topk_scores"]);
+        let triton = c.to_triton_json("m", &image, 1);
+        assert_eq!(triton["output"].as_array().unwrap().len(), 3);
+        assert_eq!(triton["infergate"]["postprocess"][0]["op"], "softmax_topk");
+        // The pre-op must produce an image input of the model's size.
+        let e = c
+            .validate_for(&sig(vec![-1, 3, 9, 8]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("infergate.preprocess.output"), "{e}");
+        assert!(err(
+            r#"{"infergate": {"preprocess": {"output": "x", "width": 0, "height": 8,
+            "mean": [0.0, 0.0, 0.0], "std": [1.0, 1.0, 1.0]}}}"#
+        )
+        .contains("infergate.preprocess"));
+        assert!(err(r#"{"infergate": {"postprocessing": []}}"#).contains("postprocessing"));
+    }
+
+    #[test]
     fn version_policy_picks_servable_versions() {
         let available = [1, 5, 3, 4];
         let p = VersionPolicy::parse("latest").unwrap();
