@@ -344,6 +344,7 @@ mod tests {
             key: BatchKey::of(std::slice::from_ref(&t), &outputs),
             inputs: vec![t],
             outputs,
+            post: None,
             samples: rows,
             level,
             enqueued: at,

@@ -6,6 +6,9 @@
 //! it have a batch dimension? do the warm-up inputs exist?) live in [`ModelConfig::validate_for`].
 
 use crate::error::{EngineError, Result};
+use crate::postprocess::{self, PostOp};
+use crate::preprocess::ResizeNormalize;
+use crate::providers::Optimization;
 use crate::signature::{ModelSignature, TensorSpec};
 use crate::tensor::DataType;
 use serde::{Deserialize, Serialize};
@@ -45,6 +48,27 @@ pub struct ModelConfig {
     /// engine's estimate (file size × factor). Checked against the engine's budget at load.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub host_memory_bytes: Option<u64>,
+    /// Execution accelerators (TensorRT, CUDA) in Triton's names.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub optimization: Option<Optimization>,
+    /// infergate's additions that Triton has no name for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub infergate: Option<Extensions>,
+}
+
+/// The `"infergate"` block of a model config.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Extensions {
+    /// Converts raw RGB8 images sent under an input's name into that FP32 NCHW input.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub preprocess: Option<ResizeNormalize>,
+    /// Native ops run on the model's outputs (one op or a list), adding named outputs.
+    #[serde(
+        deserialize_with = "postprocess::one_or_many",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub postprocess: Vec<PostOp>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -322,6 +346,14 @@ impl ModelConfig {
 
     /// Checks what can be checked without the model.
     pub fn validate(&self) -> Result<()> {
+        postprocess::validate(self.post_ops())?;
+        if let Some(pre) = self.pre_op() {
+            pre.validate()
+                .map_err(|m| invalid(format!("infergate.{m}")))?;
+        }
+        if let Some(optimization) = &self.optimization {
+            optimization.accelerators()?;
+        }
         if let Some(db) = &self.dynamic_batching {
             for &p in &db.preferred_batch_size {
                 if self.max_batch_size == 0 {
@@ -436,6 +468,10 @@ impl ModelConfig {
     /// every input and output, and warm-up inputs must match the model's inputs.
     pub fn validate_for(&self, signature: &ModelSignature) -> Result<()> {
         self.validate()?;
+        postprocess::output_specs(self.post_ops(), signature)?;
+        if let Some(pre) = self.pre_op() {
+            pre.validate_for(signature)?;
+        }
         if self.max_batch_size > 0 {
             for spec in signature.inputs.iter().chain(&signature.outputs) {
                 if spec.shape.first().is_none_or(|&d| d >= 0) {
@@ -496,6 +532,26 @@ impl ModelConfig {
         } else {
             input.dims.clone()
         }
+    }
+
+    /// The pre-op that turns raw images into the model's input, if the config names one.
+    pub fn pre_op(&self) -> Option<&ResizeNormalize> {
+        self.infergate.as_ref().and_then(|e| e.preprocess.as_ref())
+    }
+
+    /// The post-ops run on the model's outputs, in order.
+    pub fn post_ops(&self) -> &[PostOp] {
+        self.infergate
+            .as_ref()
+            .map_or(&[], |e| e.postprocess.as_slice())
+    }
+
+    /// What a client can ask for: the model's outputs, then those the post-ops add (only the
+    /// model's when the post-ops do not fit it, which `validate_for` refuses).
+    pub fn served_outputs(&self, signature: &ModelSignature) -> Vec<TensorSpec> {
+        let mut outputs = signature.outputs.clone();
+        outputs.extend(postprocess::output_specs(self.post_ops(), signature).unwrap_or_default());
+        outputs
     }
 
     /// Total execution instances, or `default` when the config names none.
@@ -589,12 +645,18 @@ impl ModelConfig {
             "version_policy": self.version_policy.clone().unwrap_or_default().to_triton_json(),
             "max_batch_size": self.max_batch_size,
             "input": tensors(&signature.inputs, false),
-            "output": tensors(&signature.outputs, true),
+            "output": tensors(&self.served_outputs(signature), true),
             "instance_group": groups,
             "default_model_filename": "model.onnx",
             "parameters": parameters,
             "model_warmup": self.model_warmup,
         });
+        if let Some(optimization) = &self.optimization {
+            config["optimization"] = json!(optimization);
+        }
+        if let Some(extensions) = &self.infergate {
+            config["infergate"] = json!(extensions);
+        }
         if let Some(db) = &self.dynamic_batching {
             let p = &db.default_queue_policy;
             config["dynamic_batching"] = json!({
@@ -736,6 +798,46 @@ mod tests {
         )
         .unwrap();
         assert!(warm.validate_for(&sig(vec![-1, 3])).is_err());
+    }
+
+    #[test]
+    fn infergate_and_optimization_blocks_round_trip_and_add_outputs() {
+        let text = r#"{
+            "max_batch_size": 4,
+            "optimization": {"execution_accelerators": {"gpu_execution_accelerator": [
+                {"name": "tensorrt", "parameters": {"precision_mode": "FP16"}}]}},
+            "infergate": {
+                "preprocess": {"output": "x", "width": 8, "height": 8,
+                               "mean": [0.0, 0.0, 0.0], "std": [1.0, 1.0, 1.0]},
+                "postprocess": {"op": "softmax_topk", "output": "y", "k": 2}
+            }
+        }"#;
+        let c = ModelConfig::from_json_str(text).unwrap();
+        let again = ModelConfig::from_json(&c.to_json()).unwrap();
+        assert_eq!(again, c);
+        let image = sig(vec![-1, 3, 8, 8]);
+        c.validate_for(&image).unwrap();
+        let outputs: Vec<String> = c
+            .served_outputs(&image)
+            .into_iter()
+            .map(|s| s.name)
+            .collect();
+        assert_eq!(outputs, ["y", "y_topk_indices", "y_topk_scores"]);
+        let triton = c.to_triton_json("m", &image, 1);
+        assert_eq!(triton["output"].as_array().unwrap().len(), 3);
+        assert_eq!(triton["infergate"]["postprocess"][0]["op"], "softmax_topk");
+        // The pre-op must produce an image input of the model's size.
+        let e = c
+            .validate_for(&sig(vec![-1, 3, 9, 8]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("infergate.preprocess.output"), "{e}");
+        assert!(err(
+            r#"{"infergate": {"preprocess": {"output": "x", "width": 0, "height": 8,
+            "mean": [0.0, 0.0, 0.0], "std": [1.0, 1.0, 1.0]}}}"#
+        )
+        .contains("infergate.preprocess"));
+        assert!(err(r#"{"infergate": {"postprocessing": []}}"#).contains("postprocessing"));
     }
 
     #[test]

@@ -7,12 +7,16 @@ use crate::config::{ModelConfig, TimeoutAction};
 use crate::error::{EngineError, Result};
 use crate::instance::{self, InstancePool, Scheduler};
 use crate::lifecycle::{self, MemoryBudget, Reservation};
+use crate::postprocess;
+use crate::providers::{ExecutionReport, ProviderPlan};
 use crate::queue::{BatchKey, Request, Ticket};
 use crate::runtime;
 use crate::session::{OrtSession, SessionOptions};
 use crate::signature::ModelSignature;
 use crate::stats::ModelStats;
 use crate::tensor::Tensor;
+use infergate_kernels::device::ptx::PtxCache;
+use infergate_kernels::{DeviceChoice, Ops};
 use parking_lot::Mutex;
 use serde::Serialize;
 use std::collections::HashMap;
@@ -37,6 +41,10 @@ pub struct EngineConfig {
     /// An instance's estimated host memory is its model file's size times this (unless its
     /// config sets `host_memory_bytes`).
     pub memory_factor: f64,
+    /// Where native ops (post-ops; the gateway's pre-ops) run: `Auto` takes GPU 0 when usable.
+    pub device: DeviceChoice,
+    /// Directory of compiled kernels, per NVRTC version and GPU architecture.
+    pub ptx_cache_dir: Option<PathBuf>,
 }
 
 impl EngineConfig {
@@ -52,6 +60,8 @@ impl EngineConfig {
             max_queue_size: 64,
             host_memory_budget: None,
             memory_factor: EngineConfig::DEFAULT_MEMORY_FACTOR,
+            device: DeviceChoice::Cpu,
+            ptx_cache_dir: None,
         }
     }
 }
@@ -97,6 +107,8 @@ pub struct ModelInfo {
     pub measured_load_rss_bytes: Option<i64>,
     /// Warm-up executions run before it reported ready.
     pub warmup_runs: u64,
+    /// Execution providers it runs on, and why not the requested ones.
+    pub execution: ExecutionReport,
     pub queued: usize,
     pub in_flight: usize,
     pub idle_ms: u64,
@@ -117,6 +129,8 @@ struct Loaded {
     in_flight: AtomicUsize,
     last_used: Mutex<Instant>,
     warmup_runs: AtomicU64,
+    /// Execution providers of the newest instances, and why not the requested ones.
+    execution: Mutex<ExecutionReport>,
     measured_load_rss: Option<i64>,
     /// Serialises config changes that add or retire instances.
     resizing: tokio::sync::Mutex<()>,
@@ -154,6 +168,7 @@ struct Inner {
     model_configs: Mutex<HashMap<ModelKey, (u64, ModelConfig)>>,
     generation: AtomicU64,
     budget: Arc<MemoryBudget>,
+    ops: Arc<Ops>,
 }
 
 pub struct Engine {
@@ -185,11 +200,23 @@ impl Drop for AbandonOnDrop {
 impl Engine {
     pub fn new(config: EngineConfig) -> Result<Engine> {
         let env = runtime::init(&config.ort_library)?;
+        let ptx_cache = config.ptx_cache_dir.clone().map(PtxCache::new);
+        let ops = Arc::new(Ops::new(config.device, ptx_cache.as_ref()));
+        // Sessions follow the device: `cuda:N` is tried (and any failure reported per model);
+        // `auto` means CUDA only when the driver showed a usable GPU to the native ops.
+        let device = match config.device {
+            DeviceChoice::Cpu => None,
+            DeviceChoice::Cuda(n) => i32::try_from(n).ok(),
+            DeviceChoice::Auto => ops.gpu().is_some().then_some(0),
+        };
         let session_options = SessionOptions {
             intra_threads: config.intra_threads,
+            device,
+            device_explicit: matches!(config.device, DeviceChoice::Cuda(_)),
         };
         let inner = Arc::new(Inner {
             budget: MemoryBudget::new(config.host_memory_budget),
+            ops,
             config,
             env,
             session_options,
@@ -215,11 +242,22 @@ impl Engine {
         &self.inner.config
     }
 
+    /// The native ops (GPU when one was opened, else the CPU), shared with the gateway's
+    /// pre-ops so the device is opened once.
+    pub fn ops(&self) -> &Arc<Ops> {
+        &self.inner.ops
+    }
+
     /// Loads a model file into ORT only to read its signature; used to validate uploads.
     /// Blocking: call it from a blocking thread.
     pub fn inspect(&self, path: &Path) -> Result<ModelSignature> {
-        let session =
-            OrtSession::load(self.inner.env, path, "inspect", &self.inner.session_options)?;
+        let session = OrtSession::load(
+            self.inner.env,
+            path,
+            "inspect",
+            &self.inner.session_options,
+            &ProviderPlan::default(),
+        )?;
         Ok(session.signature().clone())
     }
 
@@ -313,12 +351,25 @@ impl Engine {
             memory_reserved_bytes: instances as u64 * l.per_instance_bytes.load(Ordering::Relaxed),
             measured_load_rss_bytes: l.measured_load_rss,
             warmup_runs: l.warmup_runs.load(Ordering::Relaxed),
+            execution: l.execution.lock().clone(),
             queued: l.scheduler.queue.len(),
             in_flight: l.in_flight.load(Ordering::Relaxed),
             idle_ms,
             config: l.config.lock().clone(),
         };
         Some(info)
+    }
+
+    /// The GPU memory pools of the native ops (sizes, hits, misses); `None` on the CPU.
+    pub fn gpu_memory(&self) -> Option<infergate_kernels::device::memory::MemoryStats> {
+        self.inner.ops.memory_stats()
+    }
+
+    /// The execution providers a loaded version runs on, and why not the requested ones.
+    pub fn execution(&self, key: &ModelKey) -> Option<ExecutionReport> {
+        self.inner
+            .loaded_now(key)
+            .map(|l| l.execution.lock().clone())
     }
 
     /// Host memory reserved by loaded instances, and the budget.
@@ -357,8 +408,24 @@ impl Engine {
         {
             self.inner.catch_up(&loaded).await?;
         }
+        let (pre_op, post_ops) = {
+            let config = loaded.config.lock();
+            (config.pre_op().cloned(), config.post_ops().to_vec())
+        };
+        // Raw images for an input the config preprocesses: resized and normalised here,
+        // before batching, so differently sized images batch together.
+        let inputs = match pre_op {
+            Some(pre) if pre.wanted_by(&inputs) => {
+                let ops = self.inner.ops.clone();
+                tokio::task::spawn_blocking(move || pre.apply_for_model(&ops, inputs))
+                    .await
+                    .map_err(|e| EngineError::Internal(format!("preprocess task failed: {e}")))??
+            }
+            _ => inputs,
+        };
         loaded.signature.check_inputs(&inputs)?;
-        loaded.signature.check_outputs(&outputs)?;
+        let (outputs, post) =
+            postprocess::plan(&key.to_string(), &post_ops, &loaded.signature, outputs)?;
         let policy = loaded.scheduler.policy();
         let samples = if policy.max_batch_size > 0 {
             batch_samples(&inputs, policy.max_batch_size)?
@@ -377,6 +444,7 @@ impl Engine {
             key: BatchKey::of(&inputs, &outputs),
             inputs,
             outputs,
+            post,
             samples,
             level,
             enqueued,
@@ -520,9 +588,9 @@ impl Inner {
         let owned_path = path.to_path_buf();
         let load_config = config.clone();
         let started = Instant::now();
-        let (signature, ready, warmup_runs, rss) = tokio::task::spawn_blocking(move || {
+        let (prepared, rss) = tokio::task::spawn_blocking(move || {
             let before = lifecycle::resident_bytes();
-            let (signature, ready, runs) = instance::prepare(
+            let prepared = instance::prepare(
                 env,
                 &label,
                 &owned_path,
@@ -533,19 +601,27 @@ impl Inner {
             let rss = before
                 .zip(lifecycle::resident_bytes())
                 .map(|(b, a)| a as i64 - b as i64);
-            Ok::<_, EngineError>((signature, ready, runs, rss))
+            Ok::<_, EngineError>((prepared, rss))
         })
         .await
         .map_err(|e| EngineError::Internal(format!("model load task failed: {e}")))??;
         let scheduler = Arc::new(Scheduler::new(
             &key.to_string(),
             BatchPolicy::new(&config, self.config.max_queue_size),
+            self.ops.clone(),
         ));
         let pool = InstancePool::new(scheduler.clone());
-        pool.start(ready)?;
+        let instance::Prepared {
+            signature,
+            instances,
+            warmup_runs,
+            execution,
+        } = prepared;
+        pool.start(instances)?;
         tracing::info!(
             model = %key,
             instances = count,
+            providers = ?execution.providers,
             warmup_runs,
             reserved_bytes = per_instance * count as u64,
             measured_rss_bytes = rss,
@@ -564,6 +640,7 @@ impl Inner {
             in_flight: AtomicUsize::new(0),
             last_used: Mutex::new(Instant::now()),
             warmup_runs: AtomicU64::new(warmup_runs),
+            execution: Mutex::new(execution),
             measured_load_rss: rss,
             resizing: tokio::sync::Mutex::new(()),
         }))
@@ -590,13 +667,16 @@ impl Inner {
             let label = loaded.key.to_string();
             let path = loaded.path.clone();
             let load_config = config.clone();
-            let (_, ready, runs) = tokio::task::spawn_blocking(move || {
+            let prepared = tokio::task::spawn_blocking(move || {
                 instance::prepare(env, &label, &path, &options, &load_config, reservations)
             })
             .await
             .map_err(|e| EngineError::Internal(format!("instance load task failed: {e}")))??;
-            loaded.pool.start(ready)?;
-            loaded.warmup_runs.fetch_add(runs, Ordering::Relaxed);
+            loaded.pool.start(prepared.instances)?;
+            loaded
+                .warmup_runs
+                .fetch_add(prepared.warmup_runs, Ordering::Relaxed);
+            *loaded.execution.lock() = prepared.execution;
             loaded
                 .per_instance_bytes
                 .store(per_instance, Ordering::Relaxed);

@@ -6,12 +6,14 @@ use crate::batcher::{self, BatchPolicy, Decision};
 use crate::config::ModelConfig;
 use crate::error::{EngineError, Result};
 use crate::lifecycle::Reservation;
+use crate::providers::{ExecutionReport, ProviderPlan};
 use crate::queue::{Request, RequestQueue};
 use crate::session::{OrtSession, SessionOptions, StageTimes};
 use crate::signature::ModelSignature;
 use crate::stats::{RequestTimings, StatsRecorder};
 use crate::tensor::Tensor;
 use crate::warmup;
+use infergate_kernels::Ops;
 use parking_lot::{Mutex, RwLock};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -22,15 +24,18 @@ use std::time::Instant;
 /// What the instances of one version share: the queue, the current policy, the counters.
 pub(crate) struct Scheduler {
     pub label: String,
+    /// Runs the post-ops of requests that asked for their outputs.
+    pub ops: Arc<Ops>,
     pub queue: RequestQueue,
     policy: RwLock<Arc<BatchPolicy>>,
     pub stats: Arc<StatsRecorder>,
 }
 
 impl Scheduler {
-    pub fn new(label: &str, policy: BatchPolicy) -> Scheduler {
+    pub fn new(label: &str, policy: BatchPolicy, ops: Arc<Ops>) -> Scheduler {
         Scheduler {
             label: label.to_string(),
+            ops,
             queue: RequestQueue::new(label),
             policy: RwLock::new(Arc::new(policy)),
             stats: Arc::new(StatsRecorder::default()),
@@ -54,6 +59,15 @@ pub(crate) struct ReadyInstance {
     reservation: Reservation,
 }
 
+/// Sessions loaded, checked and warmed up, ready to start.
+pub(crate) struct Prepared {
+    pub signature: ModelSignature,
+    pub instances: Vec<ReadyInstance>,
+    pub warmup_runs: u64,
+    /// The providers the sessions run on (the first session's: all share one plan).
+    pub execution: ExecutionReport,
+}
+
 /// Loads one session per reservation, checks `config` against the model and runs the warm-up
 /// on each. Nothing starts unless all succeed. Blocking: call from a blocking thread.
 pub(crate) fn prepare(
@@ -63,25 +77,31 @@ pub(crate) fn prepare(
     options: &SessionOptions,
     config: &ModelConfig,
     reservations: Vec<Reservation>,
-) -> Result<(ModelSignature, Vec<ReadyInstance>, u64)> {
-    let mut ready = Vec::with_capacity(reservations.len());
-    let mut signature = None;
+) -> Result<Prepared> {
+    let plan = ProviderPlan::new(options, config)?;
+    let mut instances = Vec::with_capacity(reservations.len());
+    let mut first = None;
     let mut warmup_runs = 0;
     for reservation in reservations {
-        let mut session = OrtSession::load(env, path, label, options)?;
-        if signature.is_none() {
+        let mut session = OrtSession::load(env, path, label, options, &plan)?;
+        if first.is_none() {
             config.validate_for(session.signature())?;
-            signature = Some(session.signature().clone());
+            first = Some((session.signature().clone(), session.execution().clone()));
         }
         warmup_runs += warmup::run(config, &mut session)?;
-        ready.push(ReadyInstance {
+        instances.push(ReadyInstance {
             session,
             reservation,
         });
     }
-    let signature =
-        signature.ok_or_else(|| EngineError::Internal(format!("{label}: no instance to load")))?;
-    Ok((signature, ready, warmup_runs))
+    let (signature, execution) =
+        first.ok_or_else(|| EngineError::Internal(format!("{label}: no instance to load")))?;
+    Ok(Prepared {
+        signature,
+        instances,
+        warmup_runs,
+        execution,
+    })
 }
 
 struct InstanceHandle {
@@ -119,7 +139,9 @@ impl InstancePool {
             let thread = std::thread::Builder::new()
                 .name(format!("instance-{}-{index}", self.scheduler.label))
                 .spawn(move || {
-                    run_instance(instance.session, &scheduler, &flag);
+                    // Each instance gets its own CUDA stream for its post-ops.
+                    let ops = scheduler.ops.for_instance();
+                    run_instance(instance.session, &scheduler, &ops, &flag);
                     // The session is gone; give its memory back.
                     drop(instance.reservation);
                 })
@@ -145,7 +167,7 @@ impl InstancePool {
     }
 }
 
-fn run_instance(mut session: OrtSession, scheduler: &Scheduler, retired: &AtomicBool) {
+fn run_instance(mut session: OrtSession, scheduler: &Scheduler, ops: &Ops, retired: &AtomicBool) {
     loop {
         let (batch, batching) = {
             let mut queue = scheduler.queue.lock();
@@ -163,12 +185,18 @@ fn run_instance(mut session: OrtSession, scheduler: &Scheduler, retired: &Atomic
                 }
             }
         };
-        execute(&mut session, scheduler, batch, batching);
+        execute(&mut session, scheduler, ops, batch, batching);
     }
 }
 
 /// Runs one batch and answers each request with its share of the outputs.
-fn execute(session: &mut OrtSession, scheduler: &Scheduler, batch: Vec<Request>, batching: bool) {
+fn execute(
+    session: &mut OrtSession,
+    scheduler: &Scheduler,
+    ops: &Ops,
+    batch: Vec<Request>,
+    batching: bool,
+) {
     let started = Instant::now();
     let samples: Vec<usize> = batch.iter().map(|r| r.samples).collect();
     let outcome = if let [only] = batch.as_slice() {
@@ -188,16 +216,25 @@ fn execute(session: &mut OrtSession, scheduler: &Scheduler, batch: Vec<Request>,
             };
             stats.execution(batch_size, times.input, times.infer, times.output);
             for (request, outputs) in batch.into_iter().zip(parts) {
-                stats.success(&RequestTimings {
-                    queue: started.saturating_duration_since(request.enqueued),
-                    compute_input: times.input,
-                    compute_infer: times.infer,
-                    compute_output: times.output,
-                    total: request.enqueued.elapsed(),
-                    samples: request.samples as u64,
-                });
+                let post_started = Instant::now();
+                let outputs = match &request.post {
+                    Some(plan) => plan.apply(ops, outputs),
+                    None => Ok(outputs),
+                };
+                if outputs.is_err() {
+                    stats.failure(request.enqueued.elapsed());
+                } else {
+                    stats.success(&RequestTimings {
+                        queue: started.saturating_duration_since(request.enqueued),
+                        compute_input: times.input,
+                        compute_infer: times.infer,
+                        compute_output: times.output + post_started.elapsed(),
+                        total: request.enqueued.elapsed(),
+                        samples: request.samples as u64,
+                    });
+                }
                 // A send error means the client left meanwhile; nothing else to do.
-                let _ = request.reply.send(Ok(outputs));
+                let _ = request.reply.send(outputs);
             }
         }
         Err(e) => {

@@ -5,6 +5,9 @@
 //! - [`signature`]: a model's inputs and outputs, read by loading it into ONNX Runtime.
 //! - [`config`]: per-model configuration in Triton's names (batching, instances, versions,
 //!   idle unload, warm-up), and Triton's config JSON.
+//! - [`preprocess`]: the native resize/normalize pre-op (pipelines and model configs).
+//! - [`postprocess`]: native post-ops a config names (softmax top-k, NMS), adding outputs.
+//! - [`providers`]: ORT execution providers per model (CUDA, TensorRT) with CPU fallback.
 //! - [`runtime`]: the one ONNX Runtime environment of the process.
 //! - [`session`]: running one ORT session on engine tensors.
 //! - `queue`: the bounded priority queue of a model version.
@@ -22,6 +25,9 @@ pub mod engine;
 pub mod error;
 mod instance;
 mod lifecycle;
+pub mod postprocess;
+pub mod preprocess;
+pub mod providers;
 mod queue;
 pub mod runtime;
 pub mod session;
@@ -33,9 +39,10 @@ mod warmup;
 /// Native ops (resize/normalize, softmax top-k, NMS) on the GPU or their CPU twins.
 pub use infergate_kernels as kernels;
 
-pub use config::{ModelConfig, ServableVersions, VersionPolicy};
+pub use config::{Extensions, ModelConfig, ServableVersions, VersionPolicy};
 pub use engine::{Engine, EngineConfig, InferOptions, ModelInfo, ModelKey, ModelState};
 pub use error::{EngineError, Fault};
+pub use providers::ExecutionReport;
 pub use signature::{ModelSignature, TensorSpec};
 pub use stats::{BatchStats, ModelStats};
 pub use tensor::{DataType, Tensor, TensorData};

@@ -4,6 +4,7 @@
 //! request can never both time out and run.
 
 use crate::error::{EngineError, Result};
+use crate::postprocess::PostPlan;
 use crate::tensor::{DataType, Tensor};
 use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::collections::{BTreeMap, VecDeque};
@@ -70,7 +71,10 @@ impl BatchKey {
 /// One request waiting for an instance.
 pub(crate) struct Request {
     pub inputs: Vec<Tensor>,
+    /// Model outputs to fetch.
     pub outputs: Vec<String>,
+    /// Post-ops to run on them before answering, when the request asked for their outputs.
+    pub post: Option<PostPlan>,
     /// Samples along dimension 0 (1 for a model that does not batch).
     pub samples: usize,
     pub key: BatchKey,

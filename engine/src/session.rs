@@ -1,9 +1,11 @@
 //! One ONNX Runtime session and the conversion between engine tensors and ORT values.
 
 use crate::error::{EngineError, Result};
+use crate::providers::{ExecutionReport, ProviderPlan};
 use crate::signature::{element_type_of, spec_of, ModelSignature};
 use crate::tensor::{element_count, DataType, Tensor, TensorData};
 use ort::memory::Allocator;
+use ort::session::builder::SessionBuilder;
 use ort::session::{Session, SessionInputValue};
 use ort::value::DynValue;
 use std::borrow::Cow;
@@ -24,11 +26,20 @@ pub struct StageTimes {
 pub struct SessionOptions {
     /// Threads ONNX Runtime uses inside one operator (0 = ORT's default).
     pub intra_threads: usize,
+    /// The engine's GPU for sessions (`--device cuda:N`, or 0 for `auto`); `None` = the CPU.
+    pub device: Option<i32>,
+    /// Whether the operator named the device (`cuda:N`), so falling back deserves a warning;
+    /// with `auto` it is expected on a machine without a GPU.
+    pub device_explicit: bool,
 }
 
 impl Default for SessionOptions {
     fn default() -> Self {
-        SessionOptions { intra_threads: 1 }
+        SessionOptions {
+            intra_threads: 1,
+            device: None,
+            device_explicit: false,
+        }
     }
 }
 
@@ -36,36 +47,112 @@ pub struct OrtSession {
     label: String,
     session: Session,
     signature: ModelSignature,
+    execution: ExecutionReport,
+}
+
+/// Whether an ORT run error means host or device memory ran out (the batch may succeed later,
+/// or smaller) rather than that the model is broken. Matches the allocators' own wording: the
+/// arena's "Failed to allocate memory for requested buffer", its "Available memory of N is
+/// smaller than requested bytes" under a memory limit, CUDA's "out of memory" and
+/// cuBLAS/cuDNN's ALLOC_FAILED, and `std::bad_alloc`.
+pub fn is_out_of_memory(message: &str) -> bool {
+    const SIGNS: [&str; 6] = [
+        "failed to allocate memory",
+        "out of memory",
+        "bad_alloc",
+        "is smaller than requested bytes",
+        "status_alloc_failed",
+        "cudaerrormemoryallocation",
+    ];
+    let lower = message.to_ascii_lowercase();
+    SIGNS.iter().any(|sign| lower.contains(sign))
+}
+
+/// The engine error for a failed run: out of memory is temporary (503: this batch fails, the
+/// model stays loaded and serves the next), anything else is the model's failure.
+pub fn run_error(model: &str, message: &str) -> EngineError {
+    if is_out_of_memory(message) {
+        EngineError::Unavailable(format!(
+            "model '{model}' ran out of memory running this batch; the model stays loaded, retry later or send smaller batches ({message})"
+        ))
+    } else {
+        EngineError::ModelFailed {
+            model: model.to_string(),
+            reason: message.to_string(),
+        }
+    }
+}
+
+fn builder(
+    env: &ort::environment::Environment,
+    options: &SessionOptions,
+) -> Result<SessionBuilder> {
+    let mut builder = Session::builder(env).map_err(|e| EngineError::Runtime(e.to_string()))?;
+    if options.intra_threads > 0 {
+        builder = builder
+            .with_intra_threads(options.intra_threads)
+            .map_err(|e| EngineError::Runtime(e.to_string()))?;
+    }
+    Ok(builder)
 }
 
 impl OrtSession {
     /// Loads a model file. A file ORT rejects is the uploader's fault: `InvalidModel` with
     /// ORT's own reason.
+    ///
+    /// The session gets `plan`'s execution providers; when they cannot be registered, or the
+    /// session cannot start on them, it runs on the CPU and [`OrtSession::execution`] says why.
     pub fn load(
         env: &ort::environment::Environment,
         path: &Path,
         label: &str,
         options: &SessionOptions,
+        plan: &ProviderPlan,
     ) -> Result<OrtSession> {
-        let mut builder = Session::builder(env).map_err(|e| EngineError::Runtime(e.to_string()))?;
-        if options.intra_threads > 0 {
-            builder = builder
-                .with_intra_threads(options.intra_threads)
-                .map_err(|e| EngineError::Runtime(e.to_string()))?;
+        let invalid = |e: ort::Error| EngineError::InvalidModel(e.message().to_string());
+        let mut gpu_builder = builder(env, options)?;
+        let mut execution = plan.register(&mut gpu_builder);
+        let session = match gpu_builder.commit_from_file(path) {
+            Ok(session) => session,
+            // A GPU provider registered but could not take the session (no device, missing
+            // CUDA libraries, out of device memory): the CPU can still serve it.
+            Err(e) if execution.on_gpu() => {
+                let reason = format!(
+                    "{} could not start the session: {}",
+                    execution.providers[0],
+                    e.message()
+                );
+                let session = builder(env, options)?
+                    .commit_from_file(path)
+                    .map_err(invalid)?;
+                execution = ExecutionReport::cpu(Some(reason));
+                session
+            }
+            Err(e) => return Err(invalid(e)),
+        };
+        if let Some(reason) = &execution.fallback {
+            if plan.explicit {
+                tracing::warn!(model = label, providers = ?execution.providers, %reason, "execution provider unavailable; running on what registered");
+            } else {
+                tracing::info!(model = label, providers = ?execution.providers, %reason, "no GPU execution provider; running on the CPU");
+            }
         }
-        let session = builder
-            .commit_from_file(path)
-            .map_err(|e| EngineError::InvalidModel(e.message().to_string()))?;
         let signature = read_signature(&session)?;
         Ok(OrtSession {
             label: label.to_string(),
             session,
             signature,
+            execution,
         })
     }
 
     pub fn signature(&self) -> &ModelSignature {
         &self.signature
+    }
+
+    /// The providers this session runs on, and why not the requested ones.
+    pub fn execution(&self) -> &ExecutionReport {
+        &self.execution
     }
 
     /// Runs the session. `outputs` empty means every output, in the model's order.
@@ -97,10 +184,7 @@ impl OrtSession {
         let results = self
             .session
             .run(values)
-            .map_err(|e| EngineError::ModelFailed {
-                model: label.clone(),
-                reason: e.message().to_string(),
-            })?;
+            .map_err(|e| run_error(&label, e.message()))?;
         let ran = Instant::now();
         let tensors = wanted
             .iter()

@@ -13,7 +13,6 @@ use crate::store::keys::KeyRecord;
 use crate::store::models::ModelRecord;
 use crate::store::Store;
 use crate::textgen::Vocab;
-use infergate_engine::kernels::device::ptx::PtxCache;
 use infergate_engine::kernels::Ops;
 use infergate_engine::{Engine, ModelConfig, ModelKey, VersionPolicy};
 use infergate_plugin_host::PluginHost;
@@ -30,7 +29,8 @@ pub struct AppState {
     pub catalog: Catalog,
     pub plugins: PluginRegistry,
     pub pipelines: Pipelines,
-    /// Native ops (resize/normalize, ...) on the GPU when one is usable, else the CPU.
+    /// Native ops (resize/normalize, ...) on the GPU when one is usable, else the CPU; the
+    /// engine's, shared.
     pub ops: Arc<Ops>,
     ready: AtomicBool,
     /// Per-key admission state and the limits of keys without their own.
@@ -53,11 +53,8 @@ impl AppState {
         let catalog = Catalog::default();
         catalog.replace_all(store.list_model_versions()?);
         let plugins = PluginRegistry::load(plugin_host, &store)?;
-        let device =
-            crate::config::parse_device(&config.engine.device).map_err(ApiError::bad_request)?;
-        // Compiled kernels are cached per NVRTC version and GPU architecture in the data dir.
-        let ptx_cache = PtxCache::new(store.dir().root().join("ptx-cache"));
-        let ops = Arc::new(Ops::new(device, Some(&ptx_cache)));
+        // The engine opened the device (or fell back to the CPU) for its post-ops.
+        let ops = engine.ops().clone();
         let pipelines = Pipelines::load(store.list_pipelines()?);
         let default_limits = config.default_key_limits().map_err(ApiError::bad_request)?;
         let textgen_vocab = match &config.openai.vocab {

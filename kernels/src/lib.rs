@@ -26,6 +26,10 @@
 //! # Ok::<(), infergate_kernels::Error>(())
 //! ```
 //!
+//! On the GPU, buffers come from size-classed pools of device and pinned host
+//! memory ([`device::pool`]), so warm calls do not allocate; each engine
+//! instance gets its own stream ([`Ops::for_instance`]).
+//!
 //! Each module's docs state its formula, ordering and tie-breaking; errors
 //! carry a [`Fault`] saying whether the caller or the device is to blame.
 //! CUDA needs `libcuda.so.1` (driver) and `libnvrtc.so.12` on the loader path;

@@ -2,7 +2,7 @@
 //! one was opened and falls back to the CPU fast path when the GPU fails for
 //! reasons of its own; input errors are returned as they are.
 
-use crate::device::{ptx::PtxCache, Gpu};
+use crate::device::{memory::MemoryStats, ptx::PtxCache, Gpu};
 use crate::error::{Fault, Result};
 use crate::nms::{Candidate, NmsSpec};
 use crate::preprocess::{ImageU8, PreprocessSpec};
@@ -48,6 +48,27 @@ impl Ops {
 
     pub fn gpu(&self) -> Option<&Gpu> {
         self.gpu.as_ref()
+    }
+
+    /// The ops for one engine instance: the same GPU and memory pools on a stream of its own,
+    /// so instances do not queue behind each other (the CPU when there is no GPU, or when no
+    /// stream can be created, with the reason logged).
+    pub fn for_instance(&self) -> Ops {
+        let Some(gpu) = &self.gpu else {
+            return Ops::cpu();
+        };
+        match gpu.fork() {
+            Ok(gpu) => Ops { gpu: Some(gpu) },
+            Err(e) => {
+                tracing::warn!(reason = %e, "no CUDA stream for an instance; its ops run on the CPU");
+                Ops::cpu()
+            }
+        }
+    }
+
+    /// The GPU memory pools' sizes, hits and misses; `None` on the CPU.
+    pub fn memory_stats(&self) -> Option<MemoryStats> {
+        self.gpu.as_ref().map(Gpu::memory_stats)
     }
 
     pub fn resize_normalize(

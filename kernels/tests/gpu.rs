@@ -167,3 +167,45 @@ fn ops_without_a_gpu_still_serves_on_cpu() {
         .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(i, [1, 2, 2, 0]);
 }
+
+/// After the first call of a shape, calls on every op (and on a forked stream) take their
+/// buffers from the pools: the allocator is not called again.
+#[test]
+fn gpu_ops_reuse_pooled_buffers_after_warm_up() {
+    let Some(gpu) = gpu_or_skip() else {
+        return;
+    };
+    let forked = gpu.fork().unwrap_or_else(|e| panic!("{e}"));
+    let mut rng = rng(5);
+    let logits: Vec<f32> = (0..8 * 1000)
+        .map(|i| ((i * 37) % 101) as f32 / 7.0)
+        .collect();
+    let shape = TopKShape {
+        rows: 8,
+        cols: 1000,
+        k: 5,
+    };
+    let pixels = image(&mut rng, 640, 480);
+    let images = [ImageU8::new(&pixels, 640, 480).unwrap_or_else(|e| panic!("{e}"))];
+    let spec = imagenet(224, 224, MODES[0]);
+    let run = |g: &Gpu| {
+        let (mut p, mut i) = (vec![0f32; 40], vec![0u32; 40]);
+        g.softmax_topk(&logits, shape, &mut p, &mut i)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let mut out = vec![0f32; spec.output_len_per_image()];
+        g.resize_normalize(&images, &spec, &mut out)
+            .unwrap_or_else(|e| panic!("{e}"));
+        (p, i, out)
+    };
+    let first = run(&gpu);
+    let warm = gpu.memory_stats();
+    assert!(warm.device.misses > 0 && warm.pinned.misses > 0);
+    for g in [&gpu, &forked, &gpu] {
+        assert_eq!(run(g), first, "pooled buffers give the same results");
+    }
+    let after = gpu.memory_stats();
+    assert_eq!(after.device.misses, warm.device.misses, "{after:?}");
+    assert_eq!(after.pinned.misses, warm.pinned.misses, "{after:?}");
+    assert!(after.device.hits >= warm.device.hits + 3 * warm.device.misses);
+    assert!(after.device.held_bytes <= after.device.limit_bytes);
+}

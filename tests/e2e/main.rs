@@ -11,6 +11,7 @@ mod headers;
 mod infer;
 mod limits;
 mod models;
+mod postops;
 mod restart;
 mod shutdown;
 mod transport;

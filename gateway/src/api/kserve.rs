@@ -61,6 +61,13 @@ fn tensor_metadata(specs: &[TensorSpec]) -> Vec<Value> {
         .collect()
 }
 
+fn served_outputs(state: &AppState, record: &ModelRecord) -> Vec<TensorSpec> {
+    state
+        .engine
+        .model_config(&model_key(record))
+        .served_outputs(&record.signature)
+}
+
 fn metadata(state: &AppState, record: &ModelRecord) -> Value {
     let versions: Vec<String> = state
         .catalog
@@ -73,7 +80,11 @@ fn metadata(state: &AppState, record: &ModelRecord) -> Value {
         "versions": versions,
         "platform": "onnxruntime_onnx",
         "inputs": tensor_metadata(&record.signature.inputs),
-        "outputs": tensor_metadata(&record.signature.outputs),
+        // The model's outputs and those its configured post-ops add.
+        "outputs": tensor_metadata(&served_outputs(state, record)),
+        // Where a loaded version runs (ORT execution providers) and, when it fell back to the
+        // CPU, why; null until it loads.
+        "execution": state.engine.execution(&model_key(record)),
     })
 }
 
@@ -87,7 +98,7 @@ fn pipeline_metadata(state: &AppState, pipeline: &Pipeline) -> Value {
         _ => Vec::new(),
     };
     let outputs = match &model {
-        Some(m) if spec.post.is_empty() => tensor_metadata(&m.signature.outputs),
+        Some(m) if spec.post.is_empty() => tensor_metadata(&served_outputs(state, m)),
         _ => Vec::new(),
     };
     json!({

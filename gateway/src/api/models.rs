@@ -39,6 +39,8 @@ pub fn view(state: &AppState, r: &ModelRecord) -> Value {
         "state": st,
         "reason": reason,
         "in_flight": state.engine.in_flight(&key),
+        // Execution providers of the loaded version and why not the requested ones.
+        "execution": state.engine.execution(&key),
     })
 }
 

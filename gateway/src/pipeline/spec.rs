@@ -78,7 +78,8 @@ impl PipelineSpec {
         validate_name("model", &spec.model)?;
         spec.pre_refs()?;
         if let Some(p) = &spec.preprocess {
-            p.validate()?;
+            p.validate()
+                .map_err(|m| ApiError::bad_request(format!("invalid pipeline {m}")))?;
         }
         spec.post_refs()?;
         if spec.pre.len() + spec.post.len() > 16 {

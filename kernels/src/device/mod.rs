@@ -1,25 +1,34 @@
-//! The CUDA side: driver detection, NVRTC/PTX ([`ptx`]) and [`Gpu`], which
-//! owns a context and stream and launches the three ops.
+//! The CUDA side: driver detection, NVRTC/PTX ([`ptx`]), the memory pools
+//! ([`pool`], [`memory`]) and [`Gpu`], which owns a context, a stream and the
+//! pools, and launches the three ops.
 //!
 //! Nothing here panics when CUDA is missing: cudarc panics on a missing
 //! `libcuda`/`libnvrtc`, so presence is probed first and every other cudarc
 //! call runs under [`ptx::guarded`]. Launchers validate inputs with the same
 //! checks as the CPU ops, so a bad input is [`Error::InvalidInput`] on both.
 
+pub mod memory;
+pub mod pool;
 pub mod ptx;
 
 use std::sync::Arc;
 
 use cudarc::driver::{
-    CudaContext, CudaFunction, CudaSlice, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg,
-    ValidAsZeroBits,
+    CudaContext, CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut, DeviceRepr,
+    LaunchConfig, PushKernelArg, ValidAsZeroBits,
 };
 
 use crate::error::{Error, Result};
 use crate::nms::{Candidate, NmsSpec};
 use crate::preprocess::{check_batch, Geometry, ImageU8, PreprocessSpec, CHANNELS};
 use crate::softmax::TopKShape;
+use memory::{MemoryStats, Pools};
 use ptx::{guarded, CudaSource, PtxCache};
+
+/// Device memory the pool may keep (free and lent); beyond it buffers are freed on return.
+const DEVICE_POOL_BYTES: usize = 512 << 20;
+/// Pinned host memory the staging pool may keep.
+const PINNED_POOL_BYTES: usize = 128 << 20;
 
 /// Whether the CUDA driver library can be loaded, or why not.
 pub fn driver_present() -> Result<()> {
@@ -82,9 +91,11 @@ impl DeviceImages {
     }
 }
 
-/// One GPU with the crate's kernels loaded.
+/// One GPU with the crate's kernels loaded. [`Gpu::fork`] gives each engine instance its own
+/// stream over the same context, kernels and memory pools.
 pub struct Gpu {
     stream: Arc<CudaStream>,
+    pools: Arc<Pools>,
     name: String,
     compute_capability: (i32, i32),
     arch: String,
@@ -158,9 +169,16 @@ impl Gpu {
             return Err(Error::device("module load", "kernel missing from module"));
         };
         let stream = drv("stream creation", ctx.new_stream())?;
+        let pools = Arc::new(Pools::new(
+            ctx.clone(),
+            stream.clone(),
+            DEVICE_POOL_BYTES,
+            PINNED_POOL_BYTES,
+        ));
         tracing::info!(%name, ordinal, ?compute_capability, %arch, "CUDA kernels loaded");
         Ok(Self {
             stream,
+            pools,
             name,
             compute_capability,
             arch,
@@ -174,6 +192,31 @@ impl Gpu {
 
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The same GPU, kernels and pools on a new stream, so work from different engine
+    /// instances overlaps instead of queueing on one stream.
+    pub fn fork(&self) -> Result<Self> {
+        let stream = guarded("stream creation", || {
+            drv("stream creation", self.stream.context().new_stream())
+        })?;
+        Ok(Self {
+            stream,
+            pools: self.pools.clone(),
+            name: self.name.clone(),
+            compute_capability: self.compute_capability,
+            arch: self.arch.clone(),
+            resize: self.resize.clone(),
+            softmax: self.softmax.clone(),
+            nms_rank: self.nms_rank.clone(),
+            nms_mask: self.nms_mask.clone(),
+            nms_select: self.nms_select.clone(),
+        })
+    }
+
+    /// Sizes, hits and misses of the device and pinned pools.
+    pub fn memory_stats(&self) -> MemoryStats {
+        self.pools.stats()
     }
 
     pub fn compute_capability(&self) -> (i32, i32) {
@@ -241,18 +284,34 @@ impl Gpu {
         spec: &PreprocessSpec,
         out: &mut CudaSlice<f32>,
     ) -> Result<()> {
-        let needed = images.len() * spec.output_len_per_image();
+        self.launch_resize(
+            &images.data.as_view(),
+            &images.sizes,
+            spec,
+            &mut out.as_view_mut(),
+        )
+    }
+
+    /// Enqueues the resize kernel: `sizes` are (width, height, byte offset in `src`) of each
+    /// image packed in `src`.
+    fn launch_resize(
+        &self,
+        src: &CudaView<'_, u8>,
+        sizes: &[(usize, usize, u64)],
+        spec: &PreprocessSpec,
+        out: &mut CudaViewMut<'_, f32>,
+    ) -> Result<()> {
+        let needed = sizes.len() * spec.output_len_per_image();
         if out.len() < needed {
             return Err(Error::input(format!(
                 "device output holds {}, {needed} needed",
                 out.len()
             )));
         }
-        if images.is_empty() {
+        if sizes.is_empty() {
             return Ok(());
         }
-        let descs: Vec<ImageDesc> = images
-            .sizes
+        let descs: Vec<ImageDesc> = sizes
             .iter()
             .map(|&(width, height, src_offset)| {
                 let stub = ImageU8 {
@@ -282,12 +341,13 @@ impl Gpu {
             pad: spec.pad_normalized(),
         };
         let (out_w, out_h) = (spec.width as i32, spec.height as i32);
-        let batch = u32::try_from(images.len())
+        let batch = u32::try_from(sizes.len())
             .ok()
             .filter(|&n| n <= 65_535)
             .ok_or_else(|| Error::input("GPU preprocessing takes at most 65535 images a call"))?;
         guarded("resize_normalize launch", || {
-            let descs = drv("memcpy htod", self.stream.clone_htod(&descs))?;
+            let descs = memory::upload(&self.pools, &self.stream, &descs)?;
+            let descs = memory::typed::<ImageDesc>(&descs, sizes.len())?;
             let cfg = LaunchConfig {
                 grid_dim: (
                     spec.width.div_ceil(16) as u32,
@@ -299,7 +359,7 @@ impl Gpu {
             };
             let mut launch = self.stream.launch_builder(&self.resize);
             launch
-                .arg(&images.data)
+                .arg(src)
                 .arg(&descs)
                 .arg(out)
                 .arg(&out_w)
@@ -314,7 +374,7 @@ impl Gpu {
         })
     }
 
-    /// Host-to-host preprocessing on the GPU (copy in, kernel, copy out).
+    /// Host-to-host preprocessing on the GPU (copy in, kernel, copy out), through the pools.
     pub fn resize_normalize(
         &self,
         images: &[ImageU8<'_>],
@@ -325,10 +385,24 @@ impl Gpu {
         if images.is_empty() {
             return Ok(());
         }
-        let on_device = self.upload(images)?;
-        let mut device_out = self.alloc::<f32>(out.len())?;
-        self.resize_normalize_on_device(&on_device, spec, &mut device_out)?;
-        self.download(&device_out, out)
+        let (pools, s) = (&*self.pools, &self.stream);
+        let parts: Vec<&[u8]> = images.iter().map(|i| i.data).collect();
+        let total: usize = parts.iter().map(|p| p.len()).sum();
+        let mut sizes = Vec::with_capacity(images.len());
+        let mut offset = 0u64;
+        for image in images {
+            sizes.push((image.width, image.height, offset));
+            offset += image.data.len() as u64;
+        }
+        let src = memory::upload_parts(pools, s, &parts)?;
+        let mut d_out = pools.device.take(std::mem::size_of_val(out))?;
+        self.launch_resize(
+            &memory::typed::<u8>(&src, total)?,
+            &sizes,
+            spec,
+            &mut memory::typed_mut::<f32>(&mut d_out, out.len())?,
+        )?;
+        memory::download(pools, s, &d_out, out)
     }
 
     /// [`crate::softmax::softmax_topk`] on the GPU.
@@ -350,18 +424,22 @@ impl Gpu {
             return Ok(());
         }
         let rows = u32::try_from(shape.rows).map_err(|_| Error::input("too many rows"))?;
+        let (pools, s) = (&*self.pools, &self.stream);
+        let d_logits = memory::upload(pools, s, logits)?;
+        let mut d_probs = pools.device.take(std::mem::size_of_val(probs))?;
+        let mut d_indices = pools.device.take(std::mem::size_of_val(indices))?;
         guarded("softmax_topk", || {
-            let d_logits = drv("memcpy htod", self.stream.clone_htod(logits))?;
-            let mut d_probs = drv("alloc", self.stream.alloc_zeros::<f32>(probs.len()))?;
-            let mut d_indices = drv("alloc", self.stream.alloc_zeros::<u32>(indices.len()))?;
+            let logits_v = memory::typed::<f32>(&d_logits, logits.len())?;
+            let mut probs_v = memory::typed_mut::<f32>(&mut d_probs, probs.len())?;
+            let mut indices_v = memory::typed_mut::<u32>(&mut d_indices, indices.len())?;
             // Power of two for the tree reductions; wide rows get more threads.
             let threads = shape.cols.next_power_of_two().clamp(32, 256) as u32;
             let (cols, k) = (shape.cols as i32, shape.k as i32);
-            let mut launch = self.stream.launch_builder(&self.softmax);
+            let mut launch = s.launch_builder(&self.softmax);
             launch
-                .arg(&d_logits)
-                .arg(&mut d_probs)
-                .arg(&mut d_indices)
+                .arg(&logits_v)
+                .arg(&mut probs_v)
+                .arg(&mut indices_v)
                 .arg(&cols)
                 .arg(&k);
             let cfg = LaunchConfig {
@@ -371,10 +449,10 @@ impl Gpu {
             };
             // SAFETY: arguments match the kernel; buffers hold rows·cols and rows·k.
             drv("launch softmax_topk", unsafe { launch.launch(cfg) })?;
-            drv("memcpy dtoh", self.stream.memcpy_dtoh(&d_probs, probs))?;
-            drv("memcpy dtoh", self.stream.memcpy_dtoh(&d_indices, indices))?;
-            self.synchronize()
-        })
+            Ok(())
+        })?;
+        memory::download(pools, s, &d_probs, probs)?;
+        memory::download(pools, s, &d_indices, indices)
     }
 
     /// [`crate::nms::nms`] on the GPU; keeps exactly the same indices.
@@ -403,61 +481,71 @@ impl Gpu {
             .ok()
             .filter(|&n| n <= 65_535)
             .ok_or_else(|| Error::device("nms", "more than 65535 items"))?;
+        let (pools, s) = (&*self.pools, &self.stream);
+        let n_sorted = items * boxes_per_item;
+        // Zeroed as the kernels expect (they count with atomics and fill only some slots).
+        let d_cands = memory::upload(pools, s, candidates)?;
+        let mut sorted = memory::zeroed(pools, s, n_sorted * 4)?;
+        let mut count = memory::zeroed(pools, s, items * 4)?;
+        let mut mask = memory::zeroed(pools, s, mask_bytes)?;
+        let mut keep = memory::zeroed(pools, s, items * max_det * 4)?;
+        let mut kept = memory::zeroed(pools, s, items * 4)?;
+        let (boxes, words_i, max_det_i) = (boxes_per_item as i32, words as i32, max_det as i32);
+        let box_blocks = boxes_per_item.div_ceil(64) as u32;
         guarded("nms", || {
-            let s = &self.stream;
-            let d_cands = drv("memcpy htod", s.clone_htod(candidates))?;
-            let mut sorted = drv("alloc", s.alloc_zeros::<i32>(items * boxes_per_item))?;
-            let mut count = drv("alloc", s.alloc_zeros::<i32>(items))?;
-            let mut mask = drv(
-                "alloc",
-                s.alloc_zeros::<u64>(items * boxes_per_item * words),
-            )?;
-            let mut keep = drv("alloc", s.alloc_zeros::<i32>(items * max_det))?;
-            let mut kept = drv("alloc", s.alloc_zeros::<i32>(items))?;
-            let (boxes, words_i, max_det_i) = (boxes_per_item as i32, words as i32, max_det as i32);
-            let box_blocks = boxes_per_item.div_ceil(64) as u32;
-
-            let mut rank = s.launch_builder(&self.nms_rank);
-            rank.arg(&d_cands)
-                .arg(&boxes)
-                .arg(&spec.score_threshold)
-                .arg(&mut sorted)
-                .arg(&mut count);
-            let cfg = LaunchConfig {
-                grid_dim: (boxes_per_item.div_ceil(256) as u32, grid_items, 1),
-                block_dim: (256, 1, 1),
-                shared_mem_bytes: 0,
-            };
-            // SAFETY: arguments match `nms_rank`; buffers sized items·boxes and items.
-            drv("launch nms_rank", unsafe { rank.launch(cfg) })?;
-
-            let mut build = s.launch_builder(&self.nms_mask);
-            build
-                .arg(&d_cands)
-                .arg(&boxes)
-                .arg(&words_i)
-                .arg(&sorted)
-                .arg(&count)
-                .arg(&spec.iou_threshold)
-                .arg(&mut mask);
-            let cfg = LaunchConfig {
-                grid_dim: (words as u32, box_blocks, grid_items),
-                block_dim: (64, 1, 1),
-                shared_mem_bytes: 0,
-            };
-            // SAFETY: arguments match `nms_mask`; mask is items·boxes·words.
-            drv("launch nms_mask", unsafe { build.launch(cfg) })?;
-
+            {
+                let cands_v = memory::typed::<Candidate>(&d_cands, candidates.len())?;
+                let mut sorted_v = memory::typed_mut::<i32>(&mut sorted, n_sorted)?;
+                let mut count_v = memory::typed_mut::<i32>(&mut count, items)?;
+                let mut rank = s.launch_builder(&self.nms_rank);
+                rank.arg(&cands_v)
+                    .arg(&boxes)
+                    .arg(&spec.score_threshold)
+                    .arg(&mut sorted_v)
+                    .arg(&mut count_v);
+                let cfg = LaunchConfig {
+                    grid_dim: (boxes_per_item.div_ceil(256) as u32, grid_items, 1),
+                    block_dim: (256, 1, 1),
+                    shared_mem_bytes: 0,
+                };
+                // SAFETY: arguments match `nms_rank`; buffers sized items·boxes and items.
+                drv("launch nms_rank", unsafe { rank.launch(cfg) })?;
+            }
+            let cands_v = memory::typed::<Candidate>(&d_cands, candidates.len())?;
+            let sorted_v = memory::typed::<i32>(&sorted, n_sorted)?;
+            let count_v = memory::typed::<i32>(&count, items)?;
+            {
+                let mut mask_v = memory::typed_mut::<u64>(&mut mask, n_sorted * words)?;
+                let mut build = s.launch_builder(&self.nms_mask);
+                build
+                    .arg(&cands_v)
+                    .arg(&boxes)
+                    .arg(&words_i)
+                    .arg(&sorted_v)
+                    .arg(&count_v)
+                    .arg(&spec.iou_threshold)
+                    .arg(&mut mask_v);
+                let cfg = LaunchConfig {
+                    grid_dim: (words as u32, box_blocks, grid_items),
+                    block_dim: (64, 1, 1),
+                    shared_mem_bytes: 0,
+                };
+                // SAFETY: arguments match `nms_mask`; mask is items·boxes·words.
+                drv("launch nms_mask", unsafe { build.launch(cfg) })?;
+            }
+            let mask_v = memory::typed::<u64>(&mask, n_sorted * words)?;
+            let mut keep_v = memory::typed_mut::<i32>(&mut keep, items * max_det)?;
+            let mut kept_v = memory::typed_mut::<i32>(&mut kept, items)?;
             let mut select = s.launch_builder(&self.nms_select);
             select
-                .arg(&sorted)
-                .arg(&count)
-                .arg(&mask)
+                .arg(&sorted_v)
+                .arg(&count_v)
+                .arg(&mask_v)
                 .arg(&boxes)
                 .arg(&words_i)
                 .arg(&max_det_i)
-                .arg(&mut keep)
-                .arg(&mut kept);
+                .arg(&mut keep_v)
+                .arg(&mut kept_v);
             let cfg = LaunchConfig {
                 grid_dim: (grid_items, 1, 1),
                 block_dim: (32, 1, 1),
@@ -465,20 +553,21 @@ impl Gpu {
             };
             // SAFETY: arguments match `nms_select`; shared memory holds `words` u64.
             drv("launch nms_select", unsafe { select.launch(cfg) })?;
-
-            let keep = drv("memcpy dtoh", s.clone_dtoh(&keep))?;
-            let kept = drv("memcpy dtoh", s.clone_dtoh(&kept))?;
-            self.synchronize()?;
-            Ok(kept
-                .iter()
-                .enumerate()
-                .map(|(n, &k)| {
-                    keep[n * max_det..n * max_det + k.clamp(0, max_det as i32) as usize]
-                        .iter()
-                        .map(|&i| i as u32)
-                        .collect()
-                })
-                .collect())
-        })
+            Ok(())
+        })?;
+        let mut keep_host = vec![0i32; items * max_det];
+        let mut kept_host = vec![0i32; items];
+        memory::download(pools, s, &keep, &mut keep_host)?;
+        memory::download(pools, s, &kept, &mut kept_host)?;
+        Ok(kept_host
+            .iter()
+            .enumerate()
+            .map(|(n, &k)| {
+                keep_host[n * max_det..n * max_det + k.clamp(0, max_det as i32) as usize]
+                    .iter()
+                    .map(|&i| i as u32)
+                    .collect()
+            })
+            .collect())
     }
 }
