@@ -19,7 +19,10 @@ fn line(points: &[f64], capacity: usize, top: f64) -> String {
             continue;
         }
         let (x, y) = (offset + i as f64 * step, H - (v / top) * (H - 4.0) - 2.0);
-        d.push_str(&format!("{}{x:.1},{y:.1}", if pen_down { " L" } else { " M" }));
+        d.push_str(&format!(
+            "{}{x:.1},{y:.1}",
+            if pen_down { " L" } else { " M" }
+        ));
         pen_down = true;
     }
     d
@@ -33,7 +36,10 @@ fn area(points: &[f64], capacity: usize, top: f64) -> String {
     let step = W / (capacity.max(2) - 1) as f64;
     let first = capacity.saturating_sub(points.len()) as f64 * step;
     let last = first + (points.len() - 1) as f64 * step;
-    format!("{} L{last:.1},{H} L{first:.1},{H} Z", line(points, capacity, top))
+    format!(
+        "{} L{last:.1},{H} L{first:.1},{H} Z",
+        line(points, capacity, top)
+    )
 }
 
 /// `points` are the last N samples, oldest first; `capacity` fixes the x scale so the line

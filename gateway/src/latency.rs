@@ -74,7 +74,9 @@ impl LatencyHistograms {
     pub fn counts(&self, model: &str, version: &str) -> Option<Counts> {
         let models = self.models.read();
         let histogram = models.get(model)?.get(version)?;
-        Some(Counts(histogram.0.iter().map(|c| c.load(Relaxed)).collect()))
+        Some(Counts(
+            histogram.0.iter().map(|c| c.load(Relaxed)).collect(),
+        ))
     }
 }
 

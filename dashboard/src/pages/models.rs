@@ -37,6 +37,7 @@ pub fn Models() -> impl IntoView {
         }
     });
     let can_upload = move || session.can("upload");
+    let listed = Memo::new(move |_| models.with(|m| m.as_ref().map(|m| !m.is_empty())));
     let names = Memo::new(move |_| {
         models.with(|m| {
             group_models(m.as_deref().unwrap_or_default())
@@ -56,12 +57,13 @@ pub fn Models() -> impl IntoView {
             <UploadForm on_done=Callback::new(move |_| reload())/>
         </Show>
         <ErrorBox error=error/>
-        {move || match models.get() {
+        // Only a change between loading, empty and listed rebuilds this; the list is keyed.
+        {move || match listed.get() {
             None => view! { <div class="loading">"Loading models…"</div> }.into_any(),
-            Some(list) if list.is_empty() => view! {
+            Some(false) => view! {
                 <Empty title="No models yet" detail="Upload an .onnx file above, or register one offline with `infergate models add`."/>
             }.into_any(),
-            Some(_) => view! {
+            Some(true) => view! {
                 // Keyed by name: a card (and a half-edited form in it) survives the refreshes.
                 <For each=move || names.get() key=|name| name.clone() let:name>
                     <ModelCard versions=versions_of(models, name.clone()) name on_change=Callback::new(move |_| reload())/>
@@ -72,7 +74,10 @@ pub fn Models() -> impl IntoView {
 }
 
 /// One model's versions, newest first, as a memo: a card re-renders only when they change.
-fn versions_of(models: RwSignal<Option<Vec<ModelVersion>>>, name: String) -> Memo<Vec<ModelVersion>> {
+fn versions_of(
+    models: RwSignal<Option<Vec<ModelVersion>>>,
+    name: String,
+) -> Memo<Vec<ModelVersion>> {
     Memo::new(move |_| {
         models.with(|m| {
             group_models(m.as_deref().unwrap_or_default())

@@ -62,7 +62,10 @@ pub fn Playground() -> impl IntoView {
             let plugins = api::call("GET", "/api/plugins", Body::None)
                 .await
                 .map(|v| v["plugins"].as_array().cloned().unwrap_or_default());
-            match (api::call("GET", "/api/pipelines", Body::None).await, plugins) {
+            match (
+                api::call("GET", "/api/pipelines", Body::None).await,
+                plugins,
+            ) {
                 (Ok(v), Ok(plugins)) => pipelines.set(
                     v["pipelines"]
                         .as_array()

@@ -108,13 +108,13 @@ fn merged(initial: &Value, f: &Fields) -> Result<Value, String> {
     put(
         &mut batching,
         "default_queue_policy",
-        (!policy.is_empty()).then(|| Value::Object(policy)),
+        (!policy.is_empty()).then_some(Value::Object(policy)),
     );
     // An empty object still turns the dynamic batcher on; add one only when a field asks.
     put(
         &mut config,
         "dynamic_batching",
-        (had_batching || !batching.is_empty()).then(|| Value::Object(batching)),
+        (had_batching || !batching.is_empty()).then_some(Value::Object(batching)),
     );
 
     let instances = number("Instances", &f.instances)?;

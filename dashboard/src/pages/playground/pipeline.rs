@@ -206,11 +206,7 @@ pub fn PipelineRun(pipeline: PipelineInfo) -> impl IntoView {
                     shell_quote(&f.name())
                 );
                 let blob: web_sys::Blob = f.into();
-                (
-                    Body::Raw { content_type, blob },
-                    request_text,
-                    curl,
-                )
+                (Body::Raw { content_type, blob }, request_text, curl)
             }
             Input::Text | Input::Tensors => {
                 let t = text.get_untracked();
@@ -221,10 +217,11 @@ pub fn PipelineRun(pipeline: PipelineInfo) -> impl IntoView {
                 let parts = js_sys::Array::of1(&wasm_bindgen::JsValue::from_str(&t));
                 let options = web_sys::BlobPropertyBag::new();
                 options.set_type("text/plain");
-                let Ok(blob) =
-                    web_sys::Blob::new_with_str_sequence_and_options(&parts, &options)
+                let Ok(blob) = web_sys::Blob::new_with_str_sequence_and_options(&parts, &options)
                 else {
-                    error.set(Some(ApiError::client("the browser could not hold the text")));
+                    error.set(Some(ApiError::client(
+                        "the browser could not hold the text",
+                    )));
                     return;
                 };
                 let request_text = format!("POST {path}\nContent-Type: text/plain\n\n{t}");
@@ -369,7 +366,11 @@ fn answer_view(answer: &api::RawAnswer) -> AnyView {
         .into_any();
     }
     if let Some(rows) = v["predictions"].as_array() {
-        let first = rows.first().and_then(Value::as_array).cloned().unwrap_or_default();
+        let first = rows
+            .first()
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
         return view! {
             <ol class="topk labels" id="pipeline-labels">
                 {first.into_iter().map(|p| {
