@@ -171,7 +171,7 @@ pub fn Overview() -> impl IntoView {
                         <div class="charts">
                             <LineChart points=pick(|s| &s.rps) capacity=WINDOW label="Requests/s" format=format::rate/>
                             {if events {
-                                view! { <LineChart points=pick(|s| &s.latency) second=pick(|s| &s.p99) capacity=WINDOW label="Latency p50 · p99" format=format::ms/> }.into_any()
+                                view! { <LineChart points=pick(|s| &s.latency) second=pick(|s| &s.p99) capacity=WINDOW label="p50 · p99" format=format::ms/> }.into_any()
                             } else {
                                 // Cumulative counters give only the mean over each second.
                                 view! { <LineChart points=pick(|s| &s.latency) capacity=WINDOW label="Mean latency" format=format::ms/> }.into_any()

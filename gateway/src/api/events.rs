@@ -100,14 +100,17 @@ fn frames(state: &AppState, before: &Versions, now: &Versions, seconds: f64) -> 
         .iter()
         .map(|((model, version), reading)| {
             let zero = ModelStats::default();
+            // A version first seen at this tick (the connection's first tick included) has no
+            // window yet: its counters since start are not one second's worth.
             let earlier = before.get(&(model.clone(), *version));
-            let old = earlier.and_then(|v| v.stats.clone()).unwrap_or_default();
+            let old = earlier.map(|v| v.stats.clone().unwrap_or_default());
             let new = reading.stats.as_ref().unwrap_or(&zero);
-            let window = reading
-                .latency
-                .as_ref()
-                .map(|c| c.since(earlier.and_then(|e| e.latency.as_ref())));
+            let window = earlier.and_then(|e| {
+                let now = reading.latency.as_ref()?;
+                Some(now.since(e.latency.as_ref()))
+            });
             let quantile = |q: f64| window.as_ref().and_then(|w| w.quantile_ms(q));
+            let old = old.as_ref().unwrap_or(new);
             let done = new.success.count.saturating_sub(old.success.count);
             let failed = new.fail.count.saturating_sub(old.fail.count);
             let avg_ms = |ns_new: u64, ns_old: u64| {
