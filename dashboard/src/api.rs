@@ -93,6 +93,11 @@ pub enum Body {
         header_len: usize,
         bytes: Vec<u8>,
     },
+    /// A raw body (an image file, text) with its media type, as pipelines take it.
+    Raw {
+        content_type: String,
+        blob: web_sys::Blob,
+    },
 }
 
 pub struct Answer {
@@ -128,6 +133,10 @@ async fn fetch(
             let _ = h.set("Inference-Header-Content-Length", &header_len.to_string());
             let array = Uint8Array::from(bytes.as_slice());
             init.set_body(&array);
+        }
+        Body::Raw { content_type, blob } => {
+            let _ = h.set("Content-Type", &content_type);
+            init.set_body(&blob);
         }
     }
     init.set_headers(&h);
@@ -172,6 +181,47 @@ pub async fn call(method: &str, path: &str, body: Body) -> ApiResult<Value> {
         status: answer.status,
         message: format!("the server's answer is not JSON: {e}"),
     })
+}
+
+/// A call whose answer is shown as it came: the body as text, its media type, and the
+/// `Server-Timing` header (stage latencies) when the server sent one.
+#[derive(Clone)]
+pub struct RawAnswer {
+    pub text: String,
+    pub content_type: String,
+    pub server_timing: Option<String>,
+}
+
+pub async fn call_raw(method: &str, path: &str, body: Body) -> ApiResult<RawAnswer> {
+    let key = session::stored_key();
+    let resp = fetch(method, path, body, key.as_deref()).await?;
+    let status = resp.status();
+    let header = |name: &str| resp.headers().get(name).ok().flatten();
+    let content_type = header("content-type").unwrap_or_default();
+    let server_timing = header("server-timing");
+    let text = text_of(&resp).await?;
+    if (200..300).contains(&status) {
+        Ok(RawAnswer {
+            text,
+            content_type,
+            server_timing,
+        })
+    } else {
+        Err(error_from(status, &text))
+    }
+}
+
+/// `Server-Timing` entries (`name;dur=1.5, ...`) as (name, milliseconds).
+pub fn server_timing(header: &str) -> Vec<(String, f64)> {
+    header
+        .split(',')
+        .filter_map(|entry| {
+            let mut parts = entry.split(';').map(str::trim);
+            let name = parts.next().filter(|n| !n.is_empty())?;
+            let dur = parts.find_map(|p| p.strip_prefix("dur="))?.parse().ok()?;
+            Some((name.to_string(), dur))
+        })
+        .collect()
 }
 
 pub async fn get<T: DeserializeOwned>(path: &str) -> ApiResult<T> {

@@ -60,7 +60,7 @@ pub fn group_models(list: &[ModelVersion]) -> Vec<(String, Vec<ModelVersion>)> {
         }
     }
     for (_, v) in &mut groups {
-        v.sort_by(|a, b| b.version.cmp(&a.version));
+        v.sort_by_key(|m| std::cmp::Reverse(m.version));
     }
     groups.sort_by(|a, b| a.0.cmp(&b.0));
     groups

@@ -15,7 +15,8 @@
 //! - [`error`]: the one error type and its status mapping.
 //! - [`ratelimit`]: per-key GCRA rate limits and concurrency caps; [`admission`] applies them
 //!   to HTTP requests.
-//! - [`metrics`]: Prometheus metrics.
+//! - [`metrics`]: Prometheus metrics; [`latency`]: per-model latency histograms for the live
+//!   dashboard.
 //! - [`request_id`]: `X-Request-Id` and the per-request tracing span.
 //! - [`cors`]: cross-origin rules for browser clients.
 //! - [`drain`]: shutdown of WebSocket streams.
@@ -31,6 +32,7 @@ pub mod config;
 pub mod cors;
 pub mod drain;
 pub mod error;
+pub mod latency;
 pub mod metrics;
 pub mod pipeline;
 pub mod ratelimit;

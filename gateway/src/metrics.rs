@@ -18,6 +18,7 @@
 //! `infergate_compute_{input,infer,output}_duration_seconds_total` `{model,version}`, and the
 //! gauges `infergate_model_loaded{model,version}`, `infergate_model_in_flight{model,version}`.
 
+use crate::latency::LatencyHistograms;
 use crate::state::{model_key, AppState};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
@@ -97,6 +98,8 @@ pub struct Metrics {
     plugin_calls: Family<PluginLabels, Histogram>,
     websocket_connections: Gauge,
     generations: Gauge,
+    /// Successful inference latencies per model version, for `/v2/events`' p50/p99.
+    pub latency: LatencyHistograms,
 }
 
 impl Default for Metrics {
@@ -170,6 +173,7 @@ impl Metrics {
             tokens,
             plugin_calls,
             websocket_connections,
+            latency: LatencyHistograms::default(),
         }
     }
 
@@ -201,6 +205,9 @@ impl Metrics {
         self.request_duration
             .get_or_create(&labels)
             .observe(elapsed.as_secs_f64());
+        if status == 200 {
+            self.latency.record(model, version, elapsed);
+        }
     }
 
     /// One plugin call; faults are told apart by `outcome`.

@@ -49,6 +49,71 @@ fn test_image(name: &str) -> PathBuf {
     path
 }
 
+/// Runs an offline `infergate` subcommand on the test's data directory.
+fn cli(args: &[&str]) {
+    let out = std::process::Command::new(crate::harness::BIN)
+        .args(args)
+        .output()
+        .expect("run infergate");
+    assert!(
+        out.status.success(),
+        "infergate {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The demo plugins and pipelines (as scripts/run.sh registers them): OCR, ImageNet
+/// classification and sentence embeddings.
+fn register_pipelines(data: &Path) {
+    let plugins = std::env::var("INFERGATE_PLUGINS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| repo().join("plugins/dist"));
+    let data = data.to_str().unwrap();
+    let mut add = vec!["plugins", "add", "--data-dir", data];
+    let files: Vec<String> = [
+        "image-decode",
+        "imagenet-topk",
+        "ctc-decode",
+        "wordpiece-tokenizer",
+        "mean-pool",
+    ]
+    .iter()
+    .map(|p| {
+        let f = plugins.join(format!("{p}.wasm"));
+        assert!(f.is_file(), "{} missing: run plugins/build.sh", f.display());
+        f.display().to_string()
+    })
+    .collect();
+    add.extend(files.iter().map(String::as_str));
+    cli(&add);
+    for name in ["ocr", "classify", "embed"] {
+        let spec = format!(
+            "@{}",
+            repo().join(format!("scripts/demo/{name}.json")).display()
+        );
+        cli(&["pipelines", "put", "--data-dir", data, name, &spec]);
+    }
+}
+
+/// A PNG of black `text` on white, rendered by Pillow from the setup step's Python.
+fn text_image(text: &str, out: &Path) {
+    let python = std::env::var("INFERGATE_PYTHON")
+        .expect("INFERGATE_PYTHON is unset: run scripts/setup.sh and `source .cache/env.sh`");
+    let script = "import sys; from PIL import Image, ImageDraw, ImageFont; \
+        img = Image.new('RGB', (360, 48), 'white'); \
+        ImageDraw.Draw(img).text((8, 6), sys.argv[1], fill='black', font=ImageFont.load_default(size=30)); \
+        img.save(sys.argv[2])";
+    let status = std::process::Command::new(python)
+        .args(["-c", script, text, out.to_str().unwrap()])
+        .status()
+        .expect("run python");
+    assert!(status.success(), "rendering the text image failed");
+}
+
+/// Picks `value` in the playground's model/pipeline picker.
+const PICK: &str = "const s = document.querySelector('#pg-model'); s.value = arguments[0]; \
+    s.dispatchEvent(new Event('change'));";
+
 fn screenshots() -> PathBuf {
     let dir = repo().join("target/dashboard-screenshots");
     std::fs::create_dir_all(&dir).unwrap();
@@ -86,6 +151,11 @@ async fn dashboard_in_a_real_browser() {
         &model("efficientnet-lite0.onnx"),
     );
     register(tmp.path(), "textgen", &model("textgen.onnx"));
+    register(tmp.path(), "ocr-rec", &model("ocr-rec.onnx"));
+    register(tmp.path(), "minilm", &model("minilm.onnx"));
+    register_pipelines(tmp.path());
+    let text_png = tmp.path().join("hello.png");
+    text_image("HELLO 2026", &text_png);
     let s = Server::start_in(
         tmp.path(),
         Options {
@@ -205,10 +275,60 @@ async fn dashboard_in_a_real_browser() {
     let err = b.wait_text("#upload-form .error", |t| !t.is_empty()).await;
     assert!(err.contains("400"), "{err}");
 
+    // Batching config: a value the server refuses shows its reason in the form; a good one
+    // is stored and used.
+    let card = "section.model[data-model='efficientnet-lite0']";
+    b.click(&format!("{card} details.batching > summary")).await;
+    b.type_into(&format!("{card} .cfg-max-batch"), "8").await;
+    b.type_into(&format!("{card} .cfg-preferred"), "16").await;
+    b.click(&format!("{card} .batching-form button[type='submit']"))
+        .await;
+    let err = b
+        .wait_text(&format!("{card} .batching-form .error"), |t| !t.is_empty())
+        .await;
+    assert!(
+        err.contains("400") && err.contains("preferred_batch_size 16"),
+        "{err}"
+    );
+    b.type_into(&format!("{card} .cfg-preferred"), "4, 8").await;
+    b.type_into(&format!("{card} .cfg-delay"), "2000").await;
+    b.click(&format!("{card} .batching-form button[type='submit']"))
+        .await;
+    b.wait_text(&format!("{card} .batching-form .success"), |t| {
+        t.contains("Saved")
+    })
+    .await;
+    assert!(b
+        .find_now(&format!("{card} .batching-form .error"))
+        .await
+        .is_none());
+    let stored: Value = s
+        .client
+        .get(s.url("/api/models/efficientnet-lite0"))
+        .bearer_auth(&s.admin_key)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let config = &stored["versions"][0]["config"];
+    assert_eq!(config["max_batch_size"], 8, "{stored}");
+    assert_eq!(
+        config["dynamic_batching"]["preferred_batch_size"],
+        json!([4, 8]),
+        "{stored}"
+    );
+    assert_eq!(
+        config["dynamic_batching"]["max_queue_delay_microseconds"], 2000,
+        "{stored}"
+    );
+    b.screenshot(&shots.join("02b-models-batching.png")).await;
+
     // Playground: drop the cat picture on EfficientNet-Lite0 and read back the top class.
     b.click("a[href='/playground']").await;
     b.find("#pg-model").await;
-    b.script("const s = document.querySelector('#pg-model'); s.value = 'efficientnet-lite0'; s.dispatchEvent(new Event('change'));", json!([])).await;
+    b.script(PICK, json!(["efficientnet-lite0"])).await;
     b.choose_file("#pg-image", &cat).await;
     b.wait_text(".drop-text", |t| t.contains("224×224")).await;
     b.click("#run").await;
@@ -233,7 +353,7 @@ async fn dashboard_in_a_real_browser() {
     b.screenshot(&shots.join("03-playground.png")).await;
 
     // Text generation streams into the page over Server-Sent Events.
-    b.script("const s = document.querySelector('#pg-model'); s.value = 'textgen'; s.dispatchEvent(new Event('change'));", json!([])).await;
+    b.script(PICK, json!(["textgen"])).await;
     b.find("#pg-prompt").await;
     b.click("#generate").await;
     let timing = b.wait_text("#latency", |t| t.contains("tokens/s")).await;
@@ -241,6 +361,88 @@ async fn dashboard_in_a_real_browser() {
     let streamed = b.wait_text("#stream-output", |t| t.len() > 5).await;
     assert!(!streamed.trim().is_empty(), "nothing streamed: {timing}");
     b.screenshot(&shots.join("03b-playground-stream.png")).await;
+    // ... and over the WebSocket stream.
+    b.script(
+        "const s = document.querySelector('#pg-transport'); s.value = 'ws'; s.dispatchEvent(new Event('change'));",
+        json!([]),
+    )
+    .await;
+    b.click("#generate").await;
+    // The request shown changes with the click, the timing with the end of the stream.
+    let curl = b.wait_text("#curl", |t| t.contains("/v2/stream")).await;
+    assert!(!curl.contains(&s.admin_key), "{curl}");
+    let timing = b.wait_text("#latency", |t| t.contains("tokens/s")).await;
+    assert!(!timing.contains(" 0 tokens"), "{timing}");
+    let metrics = s
+        .client
+        .get(s.url("/metrics"))
+        .bearer_auth(&s.admin_key)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("infergate_generated_tokens_total{")
+                && l.contains("protocol=\"websocket\"")
+                && !l.ends_with(" 0")),
+        "no tokens went out over the WebSocket:\n{metrics}"
+    );
+    b.screenshot(&shots.join("03c-playground-websocket.png"))
+        .await;
+
+    // The OCR pipeline reads the text rendered into an image.
+    b.script(PICK, json!(["pipeline:ocr"])).await;
+    b.choose_file("#pg-pipeline-file", &text_png).await;
+    b.wait_text(".drop-text", |t| t.contains("hello.png")).await;
+    b.click("#pipeline-run").await;
+    let text = b.wait_text("#pipeline-text", |t| !t.is_empty()).await;
+    assert!(
+        text.to_uppercase().contains("HELLO") && text.contains("2026"),
+        "recognised: {text}"
+    );
+    let stages = b.wait_text("#stages", |t| t.contains("ms")).await;
+    for stage in ["Pre-plugins", "Model", "Post-plugins", "Server total"] {
+        assert!(stages.contains(stage), "{stage} missing: {stages}");
+    }
+    let curl = b.wait_text("#curl", |t| t.contains("curl")).await;
+    assert!(
+        curl.contains("/api/pipelines/ocr/run")
+            && curl.contains("$KEY")
+            && !curl.contains(&s.admin_key),
+        "{curl}"
+    );
+    b.screenshot(&shots.join("03d-playground-ocr.png")).await;
+
+    // The classification pipeline names the cat, with scores.
+    b.script(PICK, json!(["pipeline:classify"])).await;
+    b.choose_file("#pg-pipeline-file", &cat).await;
+    b.wait_text(".drop-text", |t| t.contains("chelsea.png"))
+        .await;
+    b.click("#pipeline-run").await;
+    let top = b
+        .wait_text("#pipeline-labels li", |t| t.contains('%'))
+        .await;
+    assert!(top.to_lowercase().contains("cat"), "top label: {top}");
+    b.screenshot(&shots.join("03e-playground-classify.png"))
+        .await;
+
+    // Embeddings: a paraphrase is closer than an unrelated sentence.
+    b.script(PICK, json!(["pipeline:embed"])).await;
+    b.find("#embed-a").await;
+    b.click("#compare").await;
+    let close = b.wait_text("#similarity", |t| !t.is_empty()).await;
+    b.type_into("#embed-b", "The stock market fell sharply on Tuesday.")
+        .await;
+    b.click("#compare").await;
+    let far = b.wait_text("#similarity", |t| t != close).await;
+    let (close, far): (f64, f64) = (close.parse().unwrap(), far.parse().unwrap());
+    assert!(close > far + 0.1, "paraphrase {close} vs unrelated {far}");
+    b.screenshot(&shots.join("03f-playground-embeddings.png"))
+        .await;
 
     // Keys: create one (secret shown once), check it works, revoke it, check it is refused.
     b.click("a[href='/keys']").await;
@@ -306,7 +508,19 @@ async fn dashboard_in_a_real_browser() {
                 .is_ok_and(|v| v > 0.0)
         })
         .await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Per-second p50 and p99 from the events stream, p50 at most p99.
+    let percentiles = b
+        .wait_text(
+            "section.model-live[data-model='efficientnet-lite0'] .chart.two-lines .chart-value",
+            |t| t.matches(" ms").count() == 2,
+        )
+        .await;
+    let ms: Vec<f64> = percentiles
+        .split(" · ")
+        .map(|v| v.trim_end_matches(" ms").parse().unwrap())
+        .collect();
+    assert!(ms[0] > 0.0 && ms[0] <= ms[1], "p50 · p99: {percentiles}");
+    tokio::time::sleep(Duration::from_secs(2)).await;
     b.screenshot(&shots.join("05-overview.png")).await;
     traffic.await.unwrap();
     assert!(rps.ends_with("/s"), "{rps}");

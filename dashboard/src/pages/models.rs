@@ -1,13 +1,17 @@
 //! Models: every version with its state and signature; upload with progress; load, unload,
-//! delete. Changing anything needs the `upload` scope.
+//! delete; edit the newest version's batching and instances ([`batching`]). Changing anything
+//! needs the `upload` scope.
 
 use crate::api::{self, ApiError, Body, UploadBody};
 use crate::format;
 use crate::session::use_session;
 use crate::types::{group_models, ModelList, ModelVersion, TensorSpec};
 use crate::widgets::{Badge, Empty, ErrorBox, PageHeader, Progress};
+use batching::BatchingEditor;
 use leptos::html;
 use leptos::prelude::*;
+
+mod batching;
 
 #[component]
 pub fn Models() -> impl IntoView {
@@ -33,6 +37,15 @@ pub fn Models() -> impl IntoView {
         }
     });
     let can_upload = move || session.can("upload");
+    let listed = Memo::new(move |_| models.with(|m| m.as_ref().map(|m| !m.is_empty())));
+    let names = Memo::new(move |_| {
+        models.with(|m| {
+            group_models(m.as_deref().unwrap_or_default())
+                .into_iter()
+                .map(|(name, _)| name)
+                .collect::<Vec<_>>()
+        })
+    });
     view! {
         <PageHeader title="Models" subtitle="ONNX models served over KServe v2; versions load on first request or on demand.">
             <button class="btn" on:click=move |_| reload()>"Refresh"</button>
@@ -44,18 +57,36 @@ pub fn Models() -> impl IntoView {
             <UploadForm on_done=Callback::new(move |_| reload())/>
         </Show>
         <ErrorBox error=error/>
-        {move || match models.get() {
+        // Only a change between loading, empty and listed rebuilds this; the list is keyed.
+        {move || match listed.get() {
             None => view! { <div class="loading">"Loading models…"</div> }.into_any(),
-            Some(list) if list.is_empty() => view! {
+            Some(false) => view! {
                 <Empty title="No models yet" detail="Upload an .onnx file above, or register one offline with `infergate models add`."/>
             }.into_any(),
-            Some(list) => group_models(&list)
-                .into_iter()
-                .map(|(name, versions)| view! { <ModelCard name versions on_change=Callback::new(move |_| reload())/> })
-                .collect_view()
-                .into_any(),
+            Some(true) => view! {
+                // Keyed by name: a card (and a half-edited form in it) survives the refreshes.
+                <For each=move || names.get() key=|name| name.clone() let:name>
+                    <ModelCard versions=versions_of(models, name.clone()) name on_change=Callback::new(move |_| reload())/>
+                </For>
+            }.into_any(),
         }}
     }
+}
+
+/// One model's versions, newest first, as a memo: a card re-renders only when they change.
+fn versions_of(
+    models: RwSignal<Option<Vec<ModelVersion>>>,
+    name: String,
+) -> Memo<Vec<ModelVersion>> {
+    Memo::new(move |_| {
+        models.with(|m| {
+            group_models(m.as_deref().unwrap_or_default())
+                .into_iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, v)| v)
+                .unwrap_or_default()
+        })
+    })
 }
 
 #[component]
@@ -181,7 +212,11 @@ fn tensors(specs: &[TensorSpec]) -> impl IntoView {
 }
 
 #[component]
-fn ModelCard(name: String, versions: Vec<ModelVersion>, on_change: Callback<()>) -> impl IntoView {
+fn ModelCard(
+    name: String,
+    versions: Memo<Vec<ModelVersion>>,
+    on_change: Callback<()>,
+) -> impl IntoView {
     let session = use_session();
     let error = RwSignal::new(None::<ApiError>);
     let busy = RwSignal::new(false);
@@ -202,37 +237,60 @@ fn ModelCard(name: String, versions: Vec<ModelVersion>, on_change: Callback<()>)
         }
     };
     let (load, unload) = (action.clone(), action);
-    let latest = versions[0].clone();
-    let any_loaded = versions.iter().any(|v| v.state == "loaded");
-    let rows = versions
-        .into_iter()
-        .map(|v| view! { <VersionRow v=v on_change error/> })
-        .collect_view();
+    let latest = move || versions.with(|v| v.first().cloned());
+    let any_loaded = move || versions.with(|v| v.iter().any(|v| v.state == "loaded"));
+    // The editor starts over only when a new version arrives, not when states, in-flight
+    // counts or (its own) saved configs change.
+    let newest = Memo::new(move |_| versions.with(|v| v.first().map(|l| l.version)));
+    let editor_name = name.clone();
+    let summary = move || {
+        latest().map(|l| {
+            format!(
+                "latest v{} · {} · added {}",
+                l.version,
+                format::bytes(l.size_bytes),
+                format::ago(l.created_at)
+            )
+        })
+    };
     view! {
         <section class="card model" data-model=name.clone()>
             <div class="model-head">
                 <div>
                     <h2>{name.clone()}</h2>
-                    <div class="muted">{format!("latest v{} · {} · added {}", latest.version, format::bytes(latest.size_bytes), format::ago(latest.created_at))}</div>
+                    <div class="muted">{summary}</div>
                 </div>
                 <Show when=move || session.can("upload")>
                     <div class="row-actions">
                         <button class="btn small" disabled=move || busy.get() on:click={ let load = load.clone(); move |_| load("load") }>"Load"</button>
-                        <button class="btn small" disabled=move || busy.get() || !any_loaded on:click={ let unload = unload.clone(); move |_| unload("unload") }>"Unload"</button>
+                        <button class="btn small" disabled=move || busy.get() || !any_loaded() on:click={ let unload = unload.clone(); move |_| unload("unload") }>"Unload"</button>
                     </div>
                 </Show>
             </div>
-            <div class="signature">
-                <div><h3>"Inputs"</h3>{tensors(&latest.inputs)}</div>
-                <div><h3>"Outputs"</h3>{tensors(&latest.outputs)}</div>
-            </div>
+            {move || latest().map(|l| view! {
+                <div class="signature">
+                    <div><h3>"Inputs"</h3>{tensors(&l.inputs)}</div>
+                    <div><h3>"Outputs"</h3>{tensors(&l.outputs)}</div>
+                </div>
+            })}
             <ErrorBox error=error/>
             <div class="table-wrap">
                 <table class="versions">
                     <thead><tr><th>"Version"</th><th>"State"</th><th>"Size"</th><th>"SHA-256"</th><th>"Added"</th><th>"In flight"</th><th><span class="sr-only">"Actions"</span></th></tr></thead>
-                    <tbody>{rows}</tbody>
+                    <tbody>
+                        {move || versions.get().into_iter().map(|v| view! { <VersionRow v=v on_change error/> }).collect_view()}
+                    </tbody>
                 </table>
             </div>
+            <Show when=move || session.can("upload")>
+                {
+                    let name = editor_name.clone();
+                    move || newest.get().map(|version| {
+                        let config = versions.with_untracked(|v| v.first().map(|l| l.config.clone())).unwrap_or_default();
+                        view! { <BatchingEditor name=name.clone() version initial=config on_saved=on_change/> }
+                    })
+                }
+            </Show>
         </section>
     }
 }

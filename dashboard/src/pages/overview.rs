@@ -3,7 +3,8 @@
 //! Source of numbers, best first:
 //! 1. `/v2/events` (WebSocket, key offered as a subprotocol next to `infergate.v1`): per-second
 //!    frames `{"type": "tick", "models": [{"model", "version", "requests_per_s",
-//!    "failures_per_s", "avg_latency_ms", "in_flight", ...}]}` and `{"type": "model_state",
+//!    "failures_per_s", "avg_latency_ms", "p50_ms", "p99_ms", "in_flight", ...}]}` and
+//!    `{"type": "model_state",
 //!    "model", "version", "state"}` (see gateway/src/api/events.rs).
 //! 2. Otherwise `/v2/models/stats` polled each second: Triton's cumulative counters, whose
 //!    differences give requests/s, error rate and mean latency.
@@ -25,7 +26,10 @@ const WINDOW: usize = 60;
 #[derive(Clone, Default, PartialEq)]
 struct Series {
     rps: VecDeque<f64>,
+    /// The mean over each second (polling), or the p50 (events).
     latency: VecDeque<f64>,
+    /// The p99 of each second (events only; NaN in a second without requests).
+    p99: VecDeque<f64>,
     error_rate: VecDeque<f64>,
     queue: VecDeque<f64>,
 }
@@ -166,9 +170,12 @@ pub fn Overview() -> impl IntoView {
                         <h2>{name.clone()}</h2>
                         <div class="charts">
                             <LineChart points=pick(|s| &s.rps) capacity=WINDOW label="Requests/s" format=format::rate/>
-                            // Both sources give the mean over the last second; the server
-                            // reports no percentiles yet.
-                            <LineChart points=pick(|s| &s.latency) capacity=WINDOW label="Mean latency" format=format::ms/>
+                            {if events {
+                                view! { <LineChart points=pick(|s| &s.latency) second=pick(|s| &s.p99) capacity=WINDOW label="p50 · p99" format=format::ms/> }.into_any()
+                            } else {
+                                // Cumulative counters give only the mean over each second.
+                                view! { <LineChart points=pick(|s| &s.latency) capacity=WINDOW label="Mean latency" format=format::ms/> }.into_any()
+                            }}
                             <LineChart points=pick(|s| &s.error_rate) capacity=WINDOW label="Error rate" format=|v| format!("{:.1}%", v * 100.0)/>
                             <LineChart points=pick(|s| &s.queue) capacity=WINDOW label=if events { "In flight" } else { "Mean queue time" } format=if events { |v: f64| format!("{v:.0}") } else { format::ms }/>
                         </div>
@@ -315,10 +322,9 @@ fn connect_events(
                         let entry = all.entry(name.to_string()).or_default();
                         let rps = num(m, &["requests_per_s", "rps", "throughput"]).unwrap_or(0.0);
                         push(&mut entry.rps, rps);
-                        push(
-                            &mut entry.latency,
-                            num(m, &["avg_latency_ms", "p50_ms"]).unwrap_or(0.0),
-                        );
+                        // A second without requests has no percentiles: a gap in the line.
+                        push(&mut entry.latency, num(m, &["p50_ms"]).unwrap_or(f64::NAN));
+                        push(&mut entry.p99, num(m, &["p99_ms"]).unwrap_or(f64::NAN));
                         let errs = num(m, &["errors_per_s", "failures_per_s"]).unwrap_or(0.0);
                         push(
                             &mut entry.error_rate,

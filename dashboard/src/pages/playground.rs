@@ -1,8 +1,9 @@
-//! Playground: run a model from the browser. Tensor inputs get a form generated from the
-//! model's signature; image inputs take a dropped image (resized and normalised here, sent as
-//! binary FP32 NCHW); text-generation models stream tokens over SSE or WebSocket when the
-//! server offers them. Shows the raw request and response, a curl command with the key elided,
-//! and where the time went.
+//! Playground: run a model or a pipeline from the browser. Tensor inputs get a form generated
+//! from the model's signature; image inputs take a dropped image (resized and normalised here,
+//! sent as binary FP32 NCHW); text-generation models stream tokens over SSE or WebSocket when
+//! the server offers them; pipelines take an image or a text as their raw body
+//! ([`pipeline`]), and embedding pipelines compare two sentences ([`compare`]). Shows the raw
+//! request and response, a curl command with the key elided, and where the time went.
 
 use crate::api::{self, ApiError, Body};
 use crate::format;
@@ -15,6 +16,12 @@ use leptos::prelude::*;
 use serde_json::{json, Value};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
+
+mod compare;
+mod pipeline;
+
+use compare::EmbeddingCompare;
+use pipeline::{PipelineInfo, PipelineRun};
 
 fn origin() -> String {
     web_sys::window()
@@ -29,16 +36,47 @@ fn now() -> f64 {
         .unwrap_or(0.0)
 }
 
+/// What the playground runs: a model version, or a pipeline (value `pipeline:NAME` in the
+/// picker; names cannot contain ':').
+#[derive(Clone, PartialEq)]
+enum Target {
+    Model(ModelVersion),
+    Pipeline(PipelineInfo),
+}
+
+const PIPELINE_PREFIX: &str = "pipeline:";
+
 #[component]
 pub fn Playground() -> impl IntoView {
     let session = use_session();
     let models = RwSignal::new(None::<Vec<ModelVersion>>);
+    let pipelines = RwSignal::new(Vec::<PipelineInfo>::new());
     let error = RwSignal::new(None::<ApiError>);
     let selected = RwSignal::new(String::new());
     // Text-generation models the OpenAI endpoint serves, and whether /v2/stream exists.
     let completions = RwSignal::new(Vec::<String>::new());
     let has_ws = RwSignal::new(false);
     leptos::task::spawn_local(async move {
+        // Pipelines first, so the picker is complete when it appears.
+        if api::has_extension("infergate_pipelines").await {
+            let plugins = api::call("GET", "/api/plugins", Body::None)
+                .await
+                .map(|v| v["plugins"].as_array().cloned().unwrap_or_default());
+            match (
+                api::call("GET", "/api/pipelines", Body::None).await,
+                plugins,
+            ) {
+                (Ok(v), Ok(plugins)) => pipelines.set(
+                    v["pipelines"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|p| PipelineInfo::from_json(p, &plugins))
+                        .collect(),
+                ),
+                (Err(e), _) | (_, Err(e)) => error.set(Some(e)),
+            }
+        }
         match api::get::<ModelList>("/api/models").await {
             Ok(list) => {
                 let mut latest: Vec<ModelVersion> = Vec::new();
@@ -52,6 +90,8 @@ pub fn Playground() -> impl IntoView {
                 latest.sort_by(|a, b| a.name.cmp(&b.name));
                 if let Some(first) = latest.first() {
                     selected.set(first.name.clone());
+                } else if let Some(p) = pipelines.get_untracked().first() {
+                    selected.set(format!("{PIPELINE_PREFIX}{}", p.name));
                 }
                 models.set(Some(latest));
             }
@@ -70,43 +110,65 @@ pub fn Playground() -> impl IntoView {
         }
         has_ws.set(api::has_extension("infergate_websocket_stream").await);
     });
-    let current = move || {
-        let name = selected.get();
-        models.with(|m| {
-            m.as_ref()
-                .and_then(|m| m.iter().find(|v| v.name == name).cloned())
-        })
-    };
+    let current = Memo::new(move |_| {
+        let value = selected.get();
+        match value.strip_prefix(PIPELINE_PREFIX) {
+            Some(name) => pipelines.with(|p| {
+                p.iter()
+                    .find(|p| p.name == name)
+                    .cloned()
+                    .map(Target::Pipeline)
+            }),
+            None => models.with(|m| {
+                m.as_ref()
+                    .and_then(|m| m.iter().find(|v| v.name == value).cloned())
+                    .map(Target::Model)
+            }),
+        }
+    });
     view! {
-        <PageHeader title="Playground" subtitle="Run a model from the browser; every request here is a plain API call you can copy."/>
+        <PageHeader title="Playground" subtitle="Run a model or a pipeline from the browser; every request here is a plain API call you can copy."/>
         <ErrorBox error=error/>
         <Show when=move || !session.can("infer")>
             <p class="notice">"Your key lacks the " <code>"infer"</code> " scope: requests will be refused (403)."</p>
         </Show>
         {move || match models.get() {
-            None => view! { <div class="loading">"Loading models…"</div> }.into_any(),
-            Some(list) if list.is_empty() => view! {
-                <Empty title="No models to run" detail="Upload a model on the Models page first."/>
+            None => view! { <div class="loading">"Loading models and pipelines…"</div> }.into_any(),
+            Some(list) if list.is_empty() && pipelines.with(Vec::is_empty) => view! {
+                <Empty title="Nothing to run" detail="Upload a model on the Models page, or declare a pipeline on the Plugins & pipelines page."/>
             }.into_any(),
-            Some(list) => view! {
-                <div class="card picker">
-                    <label for="pg-model">"Model"</label>
-                    <select id="pg-model" on:change=move |ev| selected.set(event_target_value(&ev)) prop:value=move || selected.get()>
-                        {list.iter().map(|m| {
-                            let n = m.name.clone();
-                            view! { <option value=n.clone() selected=move || selected.get() == n>{format!("{} (v{})", m.name, m.version)}</option> }
-                        }).collect_view()}
-                    </select>
-                </div>
-            }.into_any(),
-        }}
-        {move || current().map(|m| {
-            let generates = completions.with(|c| c.contains(&m.name));
-            if generates {
-                view! { <TextGeneration model=m.name.clone() has_ws=has_ws.get()/> }.into_any()
-            } else {
-                view! { <TensorRun model=m/> }.into_any()
+            Some(list) => {
+                let option = move |value: String, label: String| {
+                    let v = value.clone();
+                    view! { <option value=value selected=move || selected.get() == v>{label}</option> }
+                };
+                view! {
+                    <div class="card picker">
+                        <label for="pg-model">"Model or pipeline"</label>
+                        <select id="pg-model" on:change=move |ev| selected.set(event_target_value(&ev)) prop:value=move || selected.get()>
+                            <optgroup label="Models">
+                                {list.iter().map(|m| option(m.name.clone(), format!("{} (v{})", m.name, m.version))).collect_view()}
+                            </optgroup>
+                            {move || (!pipelines.with(Vec::is_empty)).then(|| view! {
+                                <optgroup label="Pipelines">
+                                    {pipelines.get().into_iter().map(|p| option(format!("{PIPELINE_PREFIX}{}", p.name), format!("{} · {}", p.name, p.chain))).collect_view()}
+                                </optgroup>
+                            })}
+                        </select>
+                    </div>
+                }.into_any()
             }
+        }}
+        {move || current.get().map(|target| match target {
+            Target::Pipeline(p) if p.embeds => view! {
+                <EmbeddingCompare pipeline=p.name.clone()/>
+                <PipelineRun pipeline=p/>
+            }.into_any(),
+            Target::Pipeline(p) => view! { <PipelineRun pipeline=p/> }.into_any(),
+            Target::Model(m) if completions.with(|c| c.contains(&m.name)) => {
+                view! { <TextGeneration model=m.name.clone() has_ws=has_ws.get()/> }.into_any()
+            }
+            Target::Model(m) => view! { <TensorRun model=m/> }.into_any(),
         })}
     }
 }

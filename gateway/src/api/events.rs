@@ -1,16 +1,19 @@
 //! `GET /v2/events` (WebSocket, admin scope): live server events for the dashboard. The key
 //! comes as on `/v2/stream` (headers, or offered as a subprotocol next to `infergate.v1`).
 //!
-//! Every second one frame `{"type": "tick", "time_ms", "websocket_connections",
-//! "generations_in_progress", "models": [{"model", "version", "state", "in_flight",
-//! "requests_per_s", "failures_per_s", "avg_latency_ms", "avg_queue_ms"}]}`, computed from the
-//! engine's counters over the last second; and, when a model version changes state,
+//! Every second one frame `{"type": "tick", "time_ms", "websocket_connections", "models":
+//! [{"model", "version", "state", "in_flight", "requests_per_s", "failures_per_s",
+//! "avg_latency_ms", "avg_queue_ms", "p50_ms", "p99_ms"}]}` over the last second: rates and
+//! means from the engine's counters; `p50_ms`/`p99_ms` from the per-version histograms in
+//! [`crate::latency`] (successful inference requests end to end as the gateway saw them;
+//! `null` in a second without one). And, when a model version changes state,
 //! `{"type": "model_state", "model", "version", "state", "reason"}` (loaded, loading,
 //! unloaded, failed; registered and removed versions included).
 
 use super::stream::{upgrade_key, SUBPROTOCOL};
 use crate::auth::Scope;
 use crate::error::{ApiError, ApiResult};
+use crate::latency::Counts;
 use crate::state::{model_key, AppState};
 use axum::extract::ws::{close_code, CloseFrame, Message, Utf8Bytes, WebSocket, WebSocketUpgrade};
 use axum::extract::State;
@@ -38,7 +41,15 @@ pub async fn upgrade(
         .on_upgrade(move |socket| events(state, socket)))
 }
 
-type Versions = BTreeMap<(String, u64), (String, Option<String>, Option<ModelStats>)>;
+/// One version as read at a tick.
+struct Reading {
+    state: &'static str,
+    reason: Option<String>,
+    stats: Option<ModelStats>,
+    latency: Option<Counts>,
+}
+
+type Versions = BTreeMap<(String, u64), Reading>;
 
 fn state_name(s: &ModelState) -> (&'static str, Option<String>) {
     match s {
@@ -57,10 +68,16 @@ fn snapshot(state: &AppState) -> Versions {
         .map(|r| {
             let key = model_key(r);
             let (name, reason) = state_name(&state.engine.state(&key));
-            (
-                (r.name.clone(), r.version),
-                (name.to_string(), reason, state.engine.stats(&key)),
-            )
+            let reading = Reading {
+                state: name,
+                reason,
+                stats: state.engine.stats(&key),
+                latency: state
+                    .metrics
+                    .latency
+                    .counts(&r.name, &r.version.to_string()),
+            };
+            ((r.name.clone(), r.version), reading)
         })
         .collect()
 }
@@ -68,12 +85,12 @@ fn snapshot(state: &AppState) -> Versions {
 /// The frames for one second: state changes first, then the tick.
 fn frames(state: &AppState, before: &Versions, now: &Versions, seconds: f64) -> Vec<Value> {
     let mut out = Vec::new();
-    for ((model, version), (st, reason, _)) in now {
+    for ((model, version), reading) in now {
         let changed = before
             .get(&(model.clone(), *version))
-            .is_none_or(|(old, _, _)| old != st);
+            .is_none_or(|old| old.state != reading.state);
         if changed {
-            out.push(json!({"type": "model_state", "model": model, "version": version, "state": st, "reason": reason}));
+            out.push(json!({"type": "model_state", "model": model, "version": version, "state": reading.state, "reason": reading.reason}));
         }
     }
     for (model, version) in before.keys().filter(|k| !now.contains_key(*k)) {
@@ -81,13 +98,19 @@ fn frames(state: &AppState, before: &Versions, now: &Versions, seconds: f64) -> 
     }
     let models: Vec<Value> = now
         .iter()
-        .map(|((model, version), (st, _, stats))| {
+        .map(|((model, version), reading)| {
             let zero = ModelStats::default();
-            let old = before
-                .get(&(model.clone(), *version))
-                .and_then(|v| v.2.clone())
-                .unwrap_or_default();
-            let new = stats.as_ref().unwrap_or(&zero);
+            // A version first seen at this tick (the connection's first tick included) has no
+            // window yet: its counters since start are not one second's worth.
+            let earlier = before.get(&(model.clone(), *version));
+            let old = earlier.map(|v| v.stats.clone().unwrap_or_default());
+            let new = reading.stats.as_ref().unwrap_or(&zero);
+            let window = earlier.and_then(|e| {
+                let now = reading.latency.as_ref()?;
+                Some(now.since(e.latency.as_ref()))
+            });
+            let quantile = |q: f64| window.as_ref().and_then(|w| w.quantile_ms(q));
+            let old = old.as_ref().unwrap_or(new);
             let done = new.success.count.saturating_sub(old.success.count);
             let failed = new.fail.count.saturating_sub(old.fail.count);
             let avg_ms = |ns_new: u64, ns_old: u64| {
@@ -100,12 +123,14 @@ fn frames(state: &AppState, before: &Versions, now: &Versions, seconds: f64) -> 
             json!({
                 "model": model,
                 "version": version,
-                "state": st,
+                "state": reading.state,
                 "in_flight": state.engine.in_flight(&key),
                 "requests_per_s": done as f64 / seconds,
                 "failures_per_s": failed as f64 / seconds,
                 "avg_latency_ms": avg_ms(new.success.ns, old.success.ns),
                 "avg_queue_ms": avg_ms(new.queue.ns, old.queue.ns),
+                "p50_ms": quantile(0.5),
+                "p99_ms": quantile(0.99),
             })
         })
         .collect();

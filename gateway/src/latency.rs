@@ -1,0 +1,182 @@
+//! Latency distributions per model version for the live dashboard (`/v2/events`).
+//!
+//! Each version has a fixed histogram of log-spaced buckets (four per octave, 10 µs to ~170 s):
+//! recording a request is one bucket index and one atomic add, whatever the traffic. The
+//! histograms only grow; a reader takes [`Counts`] now and a second later and asks the
+//! difference for its quantiles, so every events connection gets per-second p50/p99 without
+//! the recording side knowing about seconds or readers. A quantile is exact to the bucket
+//! (within ±9%) and interpolated inside it.
+
+use parking_lot::RwLock;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::Duration;
+
+const BUCKETS_PER_OCTAVE: f64 = 4.0;
+/// The lower edge of the first bucket; faster requests count in it.
+const FLOOR_US: f64 = 10.0;
+/// 24 octaves above 10 µs: up to ~168 s; slower requests count in the last bucket.
+const BUCKETS: usize = 96;
+
+/// The lower edge of bucket `i`, in microseconds.
+fn lower_us(i: usize) -> f64 {
+    FLOOR_US * (i as f64 / BUCKETS_PER_OCTAVE).exp2()
+}
+
+fn bucket(elapsed: Duration) -> usize {
+    let us = elapsed.as_secs_f64() * 1e6;
+    if us <= FLOOR_US {
+        return 0;
+    }
+    ((us / FLOOR_US).log2() * BUCKETS_PER_OCTAVE).min((BUCKETS - 1) as f64) as usize
+}
+
+struct Histogram([AtomicU64; BUCKETS]);
+
+impl Default for Histogram {
+    fn default() -> Self {
+        Histogram(std::array::from_fn(|_| AtomicU64::new(0)))
+    }
+}
+
+/// Every model version's histogram, by model name then version (looked up with `&str`s, so
+/// recording allocates nothing once a version has been seen).
+#[derive(Default)]
+pub struct LatencyHistograms {
+    models: RwLock<HashMap<String, HashMap<String, Arc<Histogram>>>>,
+}
+
+impl LatencyHistograms {
+    pub fn record(&self, model: &str, version: &str, elapsed: Duration) {
+        let index = bucket(elapsed);
+        let found = self
+            .models
+            .read()
+            .get(model)
+            .and_then(|versions| versions.get(version))
+            .cloned();
+        let histogram = match found {
+            Some(h) => h,
+            None => self
+                .models
+                .write()
+                .entry(model.to_string())
+                .or_default()
+                .entry(version.to_string())
+                .or_default()
+                .clone(),
+        };
+        histogram.0[index].fetch_add(1, Relaxed);
+    }
+
+    /// The cumulative counts of one version; `None` before its first recorded request.
+    pub fn counts(&self, model: &str, version: &str) -> Option<Counts> {
+        let models = self.models.read();
+        let histogram = models.get(model)?.get(version)?;
+        Some(Counts(
+            histogram.0.iter().map(|c| c.load(Relaxed)).collect(),
+        ))
+    }
+}
+
+/// Bucket counts read at one moment.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Counts(Vec<u64>);
+
+impl Counts {
+    /// The requests recorded after `earlier` (everything when there is no earlier reading).
+    pub fn since(&self, earlier: Option<&Counts>) -> Counts {
+        match earlier {
+            Some(e) => Counts(
+                self.0
+                    .iter()
+                    .zip(&e.0)
+                    .map(|(now, then)| now.saturating_sub(*then))
+                    .collect(),
+            ),
+            None => self.clone(),
+        }
+    }
+
+    pub fn total(&self) -> u64 {
+        self.0.iter().sum()
+    }
+
+    /// The `q`-quantile (0 < q ≤ 1) in milliseconds, `None` when no request was counted.
+    pub fn quantile_ms(&self, q: f64) -> Option<f64> {
+        let total = self.total();
+        if total == 0 {
+            return None;
+        }
+        let rank = ((q * total as f64).ceil() as u64).clamp(1, total);
+        let mut below = 0u64;
+        for (i, &n) in self.0.iter().enumerate() {
+            if n > 0 && below + n >= rank {
+                // Geometric interpolation: buckets are log-spaced.
+                let within = (rank - below) as f64 / n as f64;
+                let us = lower_us(i) * (within / BUCKETS_PER_OCTAVE).exp2();
+                return Some(us / 1e3);
+            }
+            below += n;
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(v: f64) -> Duration {
+        Duration::from_secs_f64(v / 1e3)
+    }
+
+    #[test]
+    fn quantiles_are_within_a_bucket_of_the_exact_ones() {
+        let h = LatencyHistograms::default();
+        // 1..=1000 ms: exact p50 = 500 ms, p99 = 990 ms.
+        for i in 1..=1000 {
+            h.record("m", "1", ms(i as f64));
+        }
+        let c = h.counts("m", "1").unwrap();
+        assert_eq!(c.total(), 1000);
+        for (q, exact) in [(0.5, 500.0), (0.99, 990.0)] {
+            let got = c.quantile_ms(q).unwrap();
+            assert!((got / exact - 1.0).abs() < 0.1, "q{q}: {got} vs {exact}");
+        }
+    }
+
+    #[test]
+    fn a_window_counts_only_the_requests_after_the_earlier_reading() {
+        let h = LatencyHistograms::default();
+        for _ in 0..100 {
+            h.record("m", "1", ms(100.0));
+        }
+        let before = h.counts("m", "1");
+        for _ in 0..10 {
+            h.record("m", "1", ms(2.0));
+        }
+        let window = h.counts("m", "1").unwrap().since(before.as_ref());
+        assert_eq!(window.total(), 10);
+        let p99 = window.quantile_ms(0.99).unwrap();
+        assert!((p99 / 2.0 - 1.0).abs() < 0.1, "{p99}");
+        assert_eq!(
+            window.since(Some(&window)).quantile_ms(0.5),
+            None,
+            "an empty window has no quantiles"
+        );
+    }
+
+    #[test]
+    fn versions_and_extremes_are_kept_apart() {
+        let h = LatencyHistograms::default();
+        h.record("m", "1", Duration::ZERO);
+        h.record("m", "2", Duration::from_secs(3600));
+        assert!(h.counts("m", "3").is_none() && h.counts("other", "1").is_none());
+        let fast = h.counts("m", "1").unwrap().quantile_ms(0.5).unwrap();
+        let slow = h.counts("m", "2").unwrap().quantile_ms(0.5).unwrap();
+        assert!(fast <= 0.02, "{fast}");
+        assert!(slow > 100_000.0, "{slow}");
+    }
+}
