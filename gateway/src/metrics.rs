@@ -392,9 +392,9 @@ impl Collector for EngineSnapshot {
     }
 }
 
-/// Upper bounds of the batch size histogram's buckets; the last is `+Inf`.
+/// Upper bounds of the batch size histogram's buckets; the encoder writes infinity as `+Inf`.
 const BATCH_SIZE_BUCKETS: [f64; 10] =
-    [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, f64::MAX];
+    [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, f64::INFINITY];
 
 impl EngineSnapshot {
     /// `infergate_batch_size{model,version}`: executions by the number of samples they ran,
