@@ -16,17 +16,22 @@
 //! `infergate_inference_request_success_total`, `..._failure_total`, `infergate_inference_count_total`,
 //! `infergate_inference_exec_count_total`, `infergate_queue_duration_seconds_total`,
 //! `infergate_compute_{input,infer,output}_duration_seconds_total` `{model,version}`, and the
-//! gauges `infergate_model_loaded{model,version}`, `infergate_model_in_flight{model,version}`.
+//! gauges `infergate_model_loaded{model,version}`, `infergate_model_in_flight{model,version}`;
+//! the histogram `infergate_batch_size{model,version}` (samples per execution); and
+//! `infergate_host_memory_reserved_bytes` / `infergate_host_memory_budget_bytes`.
 
 use crate::latency::LatencyHistograms;
 use crate::state::{model_key, AppState};
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::encoding::{
+    DescriptorEncoder, EncodeLabelSet, EncodeMetric, MetricEncoder, NoLabelSet,
+};
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::Histogram;
-use prometheus_client::registry::Registry;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::{Registry, Unit};
 use std::time::Duration;
 
 /// OpenMetrics' content type, which Prometheus negotiates.
@@ -271,6 +276,8 @@ impl Drop for GaugeGuard {
 #[derive(Debug)]
 struct EngineSnapshot {
     versions: Vec<VersionSnapshot>,
+    /// Reserved bytes and the budget, from [`infergate_engine::Engine::memory`].
+    host_memory: (u64, Option<u64>),
 }
 
 #[derive(Debug)]
@@ -300,7 +307,10 @@ impl EngineSnapshot {
                 }
             })
             .collect();
-        EngineSnapshot { versions }
+        EngineSnapshot {
+            versions,
+            host_memory: state.engine.memory(),
+        }
     }
 }
 
@@ -371,6 +381,8 @@ impl Collector for EngineSnapshot {
                 |s| ns_to_s(s.compute_output.ns),
             ),
         ];
+        self.encode_batch_sizes(&mut encoder)?;
+        self.encode_host_memory(&mut encoder)?;
         for (name, help, read) in counters {
             let mut family = encoder.encode_descriptor(
                 name,
@@ -384,6 +396,90 @@ impl Collector for EngineSnapshot {
             }
         }
         Ok(())
+    }
+}
+
+/// Upper bounds of the batch size histogram's buckets; the encoder writes infinity as `+Inf`.
+const BATCH_SIZE_BUCKETS: [f64; 10] =
+    [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, f64::INFINITY];
+
+impl EngineSnapshot {
+    /// `infergate_batch_size{model,version}`: executions by the number of samples they ran,
+    /// from the engine's per-batch-size counters (Triton's `batch_stats`).
+    fn encode_batch_sizes(&self, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let mut family = encoder.encode_descriptor(
+            "batch_size",
+            "Samples per model execution (each execution observed once)",
+            None,
+            MetricType::Histogram,
+        )?;
+        for v in &self.versions {
+            let batches = v.stats.as_ref().map_or(&[][..], |s| &s.batch_stats[..]);
+            BatchSizes::from_stats(batches).encode(family.encode_family(&v.labels)?)?;
+        }
+        Ok(())
+    }
+
+    /// Host memory reserved by loaded model instances, and the configured budget if any.
+    fn encode_host_memory(&self, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let (used, budget) = self.host_memory;
+        let used_metric = ConstGauge::new(used as i64);
+        used_metric.encode(encoder.encode_descriptor(
+            "host_memory_reserved",
+            "Host memory reserved against the budget by loaded model instances",
+            Some(&Unit::Bytes),
+            used_metric.metric_type(),
+        )?)?;
+        if let Some(budget) = budget {
+            let budget_metric = ConstGauge::new(budget as i64);
+            budget_metric.encode(encoder.encode_descriptor(
+                "host_memory_budget",
+                "Host memory budget for loaded model instances (--host-memory-budget)",
+                Some(&Unit::Bytes),
+                budget_metric.metric_type(),
+            )?)?;
+        }
+        Ok(())
+    }
+}
+
+/// A histogram read from counters kept elsewhere (prometheus-client has no constant histogram).
+struct BatchSizes {
+    sum: f64,
+    count: u64,
+    /// (upper bound, executions in that bucket alone); the encoder makes them cumulative.
+    buckets: Vec<(f64, u64)>,
+}
+
+impl BatchSizes {
+    fn from_stats(stats: &[infergate_engine::BatchStats]) -> BatchSizes {
+        let mut buckets: Vec<(f64, u64)> = BATCH_SIZE_BUCKETS.iter().map(|&b| (b, 0)).collect();
+        let (mut sum, mut count) = (0.0, 0);
+        for s in stats {
+            // Every execution of this size counts once in each of its counters.
+            let executions = s.compute_infer.count;
+            let size = s.batch_size as f64;
+            sum += size * executions as f64;
+            count += executions;
+            if let Some(bucket) = buckets.iter_mut().find(|(bound, _)| size <= *bound) {
+                bucket.1 += executions;
+            }
+        }
+        BatchSizes {
+            sum,
+            count,
+            buckets,
+        }
+    }
+}
+
+impl EncodeMetric for BatchSizes {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        encoder.encode_histogram::<NoLabelSet>(self.sum, self.count, &self.buckets, None)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Histogram
     }
 }
 

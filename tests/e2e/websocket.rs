@@ -463,3 +463,77 @@ async fn websocket_slow_reader_stops_the_server_reading() {
     assert_eq!(ids.len() as u64, SENT);
     drop(sender.await.unwrap());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn websocket_cancel_by_id_stops_one_request_and_keeps_the_connection() {
+    let (_tmp, s) = textgen_server();
+    let key = s.key("infer");
+    let (mut ws, _) = connect(&s, "/v2/stream", &[("x-api-key", &key)])
+        .await
+        .unwrap();
+    let long = |id: Value| {
+        Message::text(
+            json!({"id": id, "model": "textgen", "generate": {"prompt": "Once", "max_tokens": 3000}})
+                .to_string(),
+        )
+    };
+    ws.send(long(json!("a"))).await.unwrap();
+    assert!(next_json(&mut ws).await.get("token").is_some());
+    // The same id twice while the first is in flight is refused; the first goes on.
+    ws.send(long(json!("a"))).await.unwrap();
+    ws.send(Message::text(json!({"cancel": "a"}).to_string()))
+        .await
+        .unwrap();
+    let mut duplicate = None;
+    let cancelled = loop {
+        let f = next_json(&mut ws).await;
+        assert_eq!(f["id"], "a", "{f}");
+        if f.get("token").is_some() {
+            continue;
+        }
+        if f["status"] == 409 {
+            duplicate = Some(f);
+            continue;
+        }
+        break f;
+    };
+    assert!(duplicate.unwrap()["error"]
+        .as_str()
+        .unwrap()
+        .contains("already in flight"));
+    assert_eq!(cancelled, json!({"id": "a", "cancelled": true}));
+
+    // Cancelling what is not in flight (any more) says so; a malformed cancel is a 400.
+    ws.send(Message::text(json!({"cancel": "a"}).to_string()))
+        .await
+        .unwrap();
+    let f = next_json(&mut ws).await;
+    assert_eq!(
+        (f["id"].clone(), f["status"].clone()),
+        (json!("a"), json!(404))
+    );
+    ws.send(Message::text(json!({"cancel": [1]}).to_string()))
+        .await
+        .unwrap();
+    assert_eq!(next_json(&mut ws).await["status"], 400);
+
+    // No frame of the cancelled generation follows, and the connection still serves: the id
+    // may be reused.
+    ws.send(cls_request(json!("a"))).await.unwrap();
+    let answer = next_json(&mut ws).await;
+    assert_eq!(answer["id"], "a");
+    assert_eq!(answer["model_name"], "cls", "{answer}");
+    let mut waited = 0;
+    while metric(&s, "infergate_generations_in_progress", &[]).await != 0.0 {
+        waited += 1;
+        assert!(waited < 600, "the cancelled generation is still running");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let tokens = metric(
+        &s,
+        "infergate_generated_tokens_total",
+        &[("model", "textgen"), ("protocol", "websocket")],
+    )
+    .await;
+    assert!((1.0..3000.0).contains(&tokens), "{tokens}");
+}

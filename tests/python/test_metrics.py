@@ -84,6 +84,14 @@ def test_metrics_parse_and_count_requests(metered):
     assert sample(fams, "infergate_queue_duration_seconds", "infergate_queue_duration_seconds_total",
                   model="cls", version="1") >= 0
     assert sample(fams, "infergate_model_loaded", "infergate_model_loaded", model="cls", version="1") == 1
+    # Three sequential single-sample requests: three executions of batch size 1.
+    assert fams["infergate_batch_size"].type == "histogram"
+    one = dict(model="cls", version="1")
+    assert sample(fams, "infergate_batch_size", "infergate_batch_size_count", **one) == 3
+    assert sample(fams, "infergate_batch_size", "infergate_batch_size_sum", **one) == 3
+    assert sample(fams, "infergate_batch_size", "infergate_batch_size_bucket", le="1.0", **one) == 3
+    assert sample(fams, "infergate_batch_size", "infergate_batch_size_bucket", le="+Inf", **one) == 3
+    assert sample(fams, "infergate_host_memory_reserved_bytes", "infergate_host_memory_reserved_bytes") > 0
     # The limiter's refusal, by the key's numeric id.
     status, _, usage = get(g, f"{g.url}/api/keys/{limited_id}/usage", g.admin_key)
     assert status == 200

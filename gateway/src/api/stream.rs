@@ -13,7 +13,11 @@
 //! `{"id", "token"}` per generated piece of text follows, then `{"id", "done": true,
 //! "finish_reason", "text", "usage"}`. Errors are `{"id", "error", "status"}` frames and the
 //! connection stays open. The key is re-checked (revocation, scope) and the key's limits applied
-//! per message.
+//! per message. An id must be unique among the connection's requests in flight (409 frame
+//! otherwise). `{"cancel": ID}` stops that request: it leaves the model's queue if it has not
+//! run, a generation stops before its next token, and `{"id", "cancelled": true}` is its last
+//! frame, unless its answer was already finished (a 404 frame answers a cancel when no such
+//! request is in flight). Cancelling takes no in-flight slot.
 //!
 //! Backpressure: at most `[websocket] max_in_flight` requests run per connection; beyond that
 //! the server stops reading, and answers wait in a small bounded queue for the writer, so a slow
@@ -35,9 +39,10 @@ use futures_util::{SinkExt, StreamExt};
 use http::{HeaderMap, HeaderValue};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 
 pub const SUBPROTOCOL: &str = "infergate.v1";
@@ -196,6 +201,7 @@ async fn connection(state: Arc<AppState>, socket: WebSocket, key: Option<String>
     let permits = Arc::new(Semaphore::new(in_flight));
     let mut permit: Option<OwnedSemaphorePermit> = None;
     let mut tasks = JoinSet::new();
+    let mut in_flight_ids = InFlightIds::default();
     let mut ping = tokio::time::interval(Duration::from_secs(config.ping_interval_s.max(1)));
     ping.tick().await;
     let idle = Duration::from_secs(config.idle_timeout_s.max(1));
@@ -215,8 +221,26 @@ async fn connection(state: Arc<AppState>, socket: WebSocket, key: Option<String>
                 }
                 Some(Ok(Message::Text(text))) => {
                     last_seen = tokio::time::Instant::now();
-                    if let Some(p) = permit.take() {
-                        tasks.spawn(handle(state.clone(), key.clone(), text, out.clone(), p));
+                    match Incoming::parse(&text) {
+                        Incoming::Cancel(id) => {
+                            // Handled here, without a permit: cancelling must work when every
+                            // slot is taken.
+                            if let Err(e) = in_flight_ids.cancel(&id) {
+                                let _ = out.send(error_frame(&id, &e)).await;
+                            }
+                        }
+                        Incoming::Request(id, body) => {
+                            if let Err(e) = in_flight_ids.check_unique(&id) {
+                                let _ = out.send(error_frame(&id, &e)).await;
+                            } else if let Some(p) = permit.take() {
+                                let (cancel, cancelled) = oneshot::channel();
+                                let task = tasks.spawn(handle(state.clone(), key.clone(), id.clone(), body, out.clone(), p, cancelled));
+                                in_flight_ids.insert(id, task.id(), cancel);
+                            }
+                        }
+                        Incoming::Invalid(id, e) => {
+                            let _ = out.send(error_frame(&id, &e)).await;
+                        }
                     }
                 }
             },
@@ -228,7 +252,13 @@ async fn connection(state: Arc<AppState>, socket: WebSocket, key: Option<String>
                 break Some(close(CLOSE_IDLE, "idle timeout"));
             }
             _ = &mut draining => break Some(close(close_code::AWAY, "server shutting down")),
-            Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
+            Some(done) = tasks.join_next_with_id(), if !tasks.is_empty() => {
+                let task = match done {
+                    Ok((task, ())) => task,
+                    Err(e) => e.id(),
+                };
+                in_flight_ids.finished(task);
+            }
         }
     };
     match ending {
@@ -244,6 +274,107 @@ async fn connection(state: Arc<AppState>, socket: WebSocket, key: Option<String>
             drop(out);
             writer.abort();
         }
+    }
+}
+
+/// One text message, classified before any work is spawned so that cancellations and
+/// duplicate ids are handled by the connection itself.
+enum Incoming {
+    /// `{"cancel": ID}`: stop the request in flight with that id.
+    Cancel(Value),
+    /// An inference or generation request, its `"id"` taken out of the body.
+    Request(Value, Map<String, Value>),
+    /// Answered with an error frame (the id when the message had a usable one).
+    Invalid(Value, ApiError),
+}
+
+impl Incoming {
+    fn parse(text: &str) -> Incoming {
+        let mut body = match serde_json::from_str::<Value>(text) {
+            Ok(Value::Object(body)) => body,
+            Ok(_) => {
+                return Incoming::Invalid(
+                    Value::Null,
+                    ApiError::bad_request("a message must be a JSON object"),
+                )
+            }
+            Err(e) => {
+                return Incoming::Invalid(
+                    Value::Null,
+                    ApiError::bad_request(format!("invalid JSON: {e}")),
+                )
+            }
+        };
+        if let Some(id) = body.remove("cancel") {
+            return match (is_id(&id), body.is_empty()) {
+                (true, true) => Incoming::Cancel(id),
+                (false, _) => Incoming::Invalid(
+                    Value::Null,
+                    ApiError::bad_request(
+                        "\"cancel\" takes the id (string or number) of a request",
+                    ),
+                ),
+                (true, false) => Incoming::Invalid(
+                    id,
+                    ApiError::bad_request("a cancel message has no other fields: {\"cancel\": ID}"),
+                ),
+            };
+        }
+        match body.remove("id") {
+            Some(id) if is_id(&id) => Incoming::Request(id, body),
+            _ => Incoming::Invalid(
+                Value::Null,
+                ApiError::bad_request("each message needs an \"id\" (string or number)"),
+            ),
+        }
+    }
+}
+
+fn is_id(id: &Value) -> bool {
+    id.is_string() || id.is_number()
+}
+
+/// The ids of this connection's requests in flight, so that a client can cancel one by id.
+#[derive(Default)]
+struct InFlightIds {
+    /// Keyed by the id's JSON text, so `1` and `"1"` are different ids, as they are on the wire.
+    by_id: HashMap<String, (tokio::task::Id, oneshot::Sender<()>)>,
+    by_task: HashMap<tokio::task::Id, String>,
+}
+
+impl InFlightIds {
+    fn check_unique(&self, id: &Value) -> ApiResult<()> {
+        if self.by_id.contains_key(&id.to_string()) {
+            return Err(ApiError::conflict(format!(
+                "a request with id {id} is already in flight on this connection"
+            )));
+        }
+        Ok(())
+    }
+
+    fn insert(&mut self, id: Value, task: tokio::task::Id, cancel: oneshot::Sender<()>) {
+        let id = id.to_string();
+        self.by_task.insert(task, id.clone());
+        self.by_id.insert(id, (task, cancel));
+    }
+
+    fn finished(&mut self, task: tokio::task::Id) {
+        if let Some(id) = self.by_task.remove(&task) {
+            self.by_id.remove(&id);
+        }
+    }
+
+    /// Signals the request's task, which drops the request and sends the `cancelled` frame
+    /// itself, so no frame of that request can follow it.
+    fn cancel(&mut self, id: &Value) -> ApiResult<()> {
+        let not_in_flight = || ApiError::not_found(format!("no request with id {id} is in flight"));
+        let (task, cancel) = self
+            .by_id
+            .remove(&id.to_string())
+            .ok_or_else(not_in_flight)?;
+        self.by_task.remove(&task);
+        // A closed channel: the task finished and its answer is already on its way.
+        cancel.send(()).map_err(|()| not_in_flight())
     }
 }
 
@@ -273,32 +404,22 @@ struct Labels {
 async fn handle(
     state: Arc<AppState>,
     key: Arc<str>,
-    text: Utf8Bytes,
+    id: Value,
+    body: Map<String, Value>,
     out: mpsc::Sender<Message>,
     _permit: OwnedSemaphorePermit,
+    cancelled: oneshot::Receiver<()>,
 ) {
     let started = Instant::now();
     let mut labels = Labels::default();
-    let (id, result) = match serde_json::from_str::<Value>(text.as_str()) {
-        Ok(Value::Object(body)) => {
-            let id = body.get("id").cloned().unwrap_or(Value::Null);
-            let result = if id.is_string() || id.is_number() {
-                run(&state, &key, body, &id, &out, &mut labels).await
-            } else {
-                Err(ApiError::bad_request(
-                    "each message needs an \"id\" (string or number)",
-                ))
-            };
-            (id, result)
+    let result = tokio::select! {
+        result = run(&state, &key, body, &id, &out, &mut labels) => result,
+        // Dropping `run` takes the request out of the model's queue if it has not run yet, and
+        // stops a generation before its next token.
+        Ok(()) = cancelled => {
+            let _ = out.send(frame(json!({"id": id, "cancelled": true}))).await;
+            return;
         }
-        Ok(_) => (
-            Value::Null,
-            Err(ApiError::bad_request("a message must be a JSON object")),
-        ),
-        Err(e) => (
-            Value::Null,
-            Err(ApiError::bad_request(format!("invalid JSON: {e}"))),
-        ),
     };
     let status = match &result {
         Ok(()) => 200,
@@ -330,7 +451,6 @@ async fn run(
     let record = check_key(state, key, Scope::Infer)?;
     let _admission =
         admission::admit(state, &record).map_err(|r| admission::rejection_error(&r))?;
-    body.remove("id");
     let model = match body.remove("model") {
         Some(Value::String(m)) => m,
         _ => return Err(ApiError::bad_request("\"model\" (a string) is required")),
