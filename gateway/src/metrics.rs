@@ -18,10 +18,14 @@
 //! `infergate_compute_{input,infer,output}_duration_seconds_total` `{model,version}`, and the
 //! gauges `infergate_model_loaded{model,version}`, `infergate_model_in_flight{model,version}`;
 //! the histogram `infergate_batch_size{model,version}` (samples per execution); and
-//! `infergate_host_memory_reserved_bytes` / `infergate_host_memory_budget_bytes`.
+//! `infergate_host_memory_reserved_bytes` / `infergate_host_memory_budget_bytes`; on a GPU, the
+//! native ops' memory pools: `infergate_gpu_pool_{held,free,limit}_bytes{pool}` and
+//! `infergate_gpu_pool_{hits,misses,evictions}_total{pool}` (`pool` = `device` or `pinned`).
 
 use crate::latency::LatencyHistograms;
 use crate::state::{model_key, AppState};
+use infergate_engine::kernels::device::memory::MemoryStats;
+use infergate_engine::kernels::device::pool::PoolStats;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{
     DescriptorEncoder, EncodeLabelSet, EncodeMetric, MetricEncoder, NoLabelSet,
@@ -278,6 +282,7 @@ struct EngineSnapshot {
     versions: Vec<VersionSnapshot>,
     /// Reserved bytes and the budget, from [`infergate_engine::Engine::memory`].
     host_memory: (u64, Option<u64>),
+    gpu_memory: Option<MemoryStats>,
 }
 
 #[derive(Debug)]
@@ -310,6 +315,7 @@ impl EngineSnapshot {
         EngineSnapshot {
             versions,
             host_memory: state.engine.memory(),
+            gpu_memory: state.engine.gpu_memory(),
         }
     }
 }
@@ -383,6 +389,7 @@ impl Collector for EngineSnapshot {
         ];
         self.encode_batch_sizes(&mut encoder)?;
         self.encode_host_memory(&mut encoder)?;
+        self.encode_gpu_pools(&mut encoder)?;
         for (name, help, read) in counters {
             let mut family = encoder.encode_descriptor(
                 name,
@@ -400,8 +407,18 @@ impl Collector for EngineSnapshot {
 }
 
 /// Upper bounds of the batch size histogram's buckets; the encoder writes infinity as `+Inf`.
-const BATCH_SIZE_BUCKETS: [f64; 10] =
-    [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, f64::INFINITY];
+const BATCH_SIZE_BUCKETS: [f64; 10] = [
+    1.0,
+    2.0,
+    4.0,
+    8.0,
+    16.0,
+    32.0,
+    64.0,
+    128.0,
+    256.0,
+    f64::INFINITY,
+];
 
 impl EngineSnapshot {
     /// `infergate_batch_size{model,version}`: executions by the number of samples they ran,
@@ -438,6 +455,84 @@ impl EngineSnapshot {
                 Some(&Unit::Bytes),
                 budget_metric.metric_type(),
             )?)?;
+        }
+        Ok(())
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PoolLabels {
+    /// `device` (GPU memory) or `pinned` (page-locked host staging).
+    pool: &'static str,
+}
+
+impl EngineSnapshot {
+    /// The GPU memory pools of the native ops, when they run on a GPU: bytes held and free,
+    /// the limit, and how often a request was served from a free list (hit) or had to allocate
+    /// (miss). Absent on CPU-only hosts.
+    fn encode_gpu_pools(&self, encoder: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let Some(memory) = &self.gpu_memory else {
+            return Ok(());
+        };
+        let pools = [("device", &memory.device), ("pinned", &memory.pinned)];
+        type Read = fn(&PoolStats) -> u64;
+        let gauges: [(&str, &str, Read); 3] = [
+            (
+                "gpu_pool_held",
+                "Bytes a GPU memory pool holds (lent out + free)",
+                |p| p.held_bytes as u64,
+            ),
+            (
+                "gpu_pool_free",
+                "Bytes on a GPU memory pool's free lists",
+                |p| p.free_bytes as u64,
+            ),
+            (
+                "gpu_pool_limit",
+                "Most bytes a GPU memory pool keeps",
+                |p| p.limit_bytes as u64,
+            ),
+        ];
+        for (name, help, read) in gauges {
+            let mut family = encoder.encode_descriptor(
+                name,
+                help,
+                Some(&Unit::Bytes),
+                ConstGauge::new(0i64).metric_type(),
+            )?;
+            for (pool, stats) in pools {
+                ConstGauge::new(read(stats) as i64)
+                    .encode(family.encode_family(&PoolLabels { pool })?)?;
+            }
+        }
+        let counters: [(&str, &str, Read); 3] = [
+            (
+                "gpu_pool_hits",
+                "Buffer requests served from a GPU pool's free list",
+                |p| p.hits,
+            ),
+            (
+                "gpu_pool_misses",
+                "Buffer requests that allocated (cudaMalloc / cudaHostAlloc)",
+                |p| p.misses,
+            ),
+            (
+                "gpu_pool_evictions",
+                "Free blocks released to stay under a GPU pool's limit",
+                |p| p.evictions,
+            ),
+        ];
+        for (name, help, read) in counters {
+            let mut family = encoder.encode_descriptor(
+                name,
+                help,
+                None,
+                ConstCounter::new(0u64).metric_type(),
+            )?;
+            for (pool, stats) in pools {
+                ConstCounter::new(read(stats))
+                    .encode(family.encode_family(&PoolLabels { pool })?)?;
+            }
         }
         Ok(())
     }
