@@ -71,7 +71,8 @@ impl Server {
     /// Starts on an existing data directory (kept by the caller).
     pub fn start_in(data: &Path, options: Options) -> Server {
         let mut cmd = Command::new(BIN);
-        cmd.args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        cmd.args(["serve", "--listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0"])
+            .arg("--data-dir")
             .arg(data)
             .args(&options.extra_args)
             .env("INFERGATE_LOG", "info")
