@@ -113,14 +113,16 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
             }
         });
     }
-    let grpc_listener = match config.grpc.enabled {
-        true => Some(Listener {
-            listener: tokio::net::TcpListener::bind(config.grpc.listen)
-                .await
-                .with_context(|| format!("binding the gRPC listener {}", config.grpc.listen))?,
+    let grpc_listener = if config.grpc.enabled {
+        let listener = tokio::net::TcpListener::bind(config.grpc.listen)
+            .await
+            .with_context(|| format!("binding the gRPC listener {}", config.grpc.listen))?;
+        Some(Listener {
+            listener,
             tls: tls.clone(),
-        }),
-        false => None,
+        })
+    } else {
+        None
     };
     // One signal stops both listeners; each drains its own connections.
     let (stop, stopped) = tokio::sync::watch::channel(false);

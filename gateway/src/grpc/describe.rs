@@ -64,8 +64,12 @@ fn list(v: &Value, key: &str) -> Vec<Value> {
 fn integers(v: &Value, key: &str) -> Vec<i64> {
     list(v, key).iter().filter_map(Value::as_i64).collect()
 }
+/// A protobuf enum field; 0 (every enum's first value) when the name is unknown.
+fn enum_value(known: Option<impl Into<i32>>) -> i32 {
+    known.map_or(0, Into::into)
+}
 fn data_type(v: &Value) -> i32 {
-    DataType::from_str_name(&text(v, "data_type")).unwrap_or(DataType::TypeInvalid) as i32
+    enum_value(DataType::from_str_name(&text(v, "data_type")))
 }
 
 fn version_policy(v: &Value) -> Option<ModelVersionPolicy> {
@@ -100,11 +104,10 @@ fn dynamic_batching(v: &Value) -> ModelDynamicBatching {
         priority_levels: unsigned(v, "priority_levels"),
         default_priority_level: unsigned(v, "default_priority_level"),
         default_queue_policy: Some(ModelQueuePolicy {
-            timeout_action: model_queue_policy::TimeoutAction::from_str_name(&text(
+            timeout_action: enum_value(model_queue_policy::TimeoutAction::from_str_name(&text(
                 &policy,
                 "timeout_action",
-            ))
-            .unwrap_or_default() as i32,
+            ))),
             default_timeout_microseconds: unsigned(&policy, "default_timeout_microseconds"),
             allow_timeout_override: flag(&policy, "allow_timeout_override"),
             max_queue_size: unsigned(&policy, "max_queue_size") as u32,
@@ -126,8 +129,7 @@ pub fn config(v: &Value) -> ModelConfig {
             .map(|t| ModelInput {
                 name: text(t, "name"),
                 data_type: data_type(t),
-                format: model_input::Format::from_str_name(&text(t, "format"))
-                    .unwrap_or_default() as i32,
+                format: enum_value(model_input::Format::from_str_name(&text(t, "format"))),
                 dims: integers(t, "dims"),
                 is_shape_tensor: flag(t, "is_shape_tensor"),
                 allow_ragged_batch: flag(t, "allow_ragged_batch"),
@@ -150,8 +152,7 @@ pub fn config(v: &Value) -> ModelConfig {
                 name: text(g, "name"),
                 count: signed(g, "count") as i32,
                 gpus: integers(g, "gpus").into_iter().map(|n| n as i32).collect(),
-                kind: model_instance_group::Kind::from_str_name(&text(g, "kind"))
-                    .unwrap_or_default() as i32,
+                kind: enum_value(model_instance_group::Kind::from_str_name(&text(g, "kind"))),
             })
             .collect(),
         default_model_filename: text(v, "default_model_filename"),
