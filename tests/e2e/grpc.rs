@@ -105,7 +105,11 @@ async fn a_stream_open_at_sigterm_is_answered_and_ended_by_the_server() {
         .map(|a| {
             assert_eq!(a.error_message, "");
             let r = a.infer_response.as_ref().expect("an inference response");
-            assert_eq!(r.raw_output_contents[0].len(), 2 * 4, "two FP32 class scores");
+            assert_eq!(
+                r.raw_output_contents[0].len(),
+                2 * 4,
+                "two FP32 class scores"
+            );
             r.id.as_str()
         })
         .collect();

@@ -384,8 +384,12 @@ async fn run_infer(
     let request = codec::parse_request(json_part)?;
     let inputs = codec::decode_inputs(&request, binary_part)?;
     let inferred = infer_target(&state, target, &request, inputs).await?;
-    let (bytes, json_len) =
-        codec::encode_response(&request, &inferred.model, inferred.version, &inferred.outputs)?;
+    let (bytes, json_len) = codec::encode_response(
+        &request,
+        &inferred.model,
+        inferred.version,
+        &inferred.outputs,
+    )?;
     let mut response = tensor_response(bytes, json_len);
     if let Some(times) = &inferred.times {
         super::pipelines::timing_header(&mut response, times);

@@ -117,7 +117,10 @@ pub async fn model_stats(
     headers: HeaderMap,
 ) -> ApiResult<Json<Value>> {
     state.authorize(&headers, Scope::Infer)?;
-    Ok(stats_json(&state, &stats_records(&state, Some(&model), None)?))
+    Ok(stats_json(
+        &state,
+        &stats_records(&state, Some(&model), None)?,
+    ))
 }
 
 pub async fn model_version_stats(

@@ -16,7 +16,10 @@ use tonic::metadata::MetadataMap;
 /// keeps them to check each of its requests).
 pub fn key_headers(metadata: &MetadataMap) -> HeaderMap {
     let mut headers = HeaderMap::new();
-    for name in [http::header::AUTHORIZATION, HeaderName::from_static("x-api-key")] {
+    for name in [
+        http::header::AUTHORIZATION,
+        HeaderName::from_static("x-api-key"),
+    ] {
         if let Some(value) = metadata
             .get(name.as_str())
             .and_then(|v| HeaderValue::from_bytes(v.as_bytes()).ok())

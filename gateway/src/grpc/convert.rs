@@ -79,7 +79,7 @@ pub fn decode_inputs(message: &ModelInferRequest) -> ApiResult<Vec<Tensor>> {
         let data = match (raw.get(i), &input.contents) {
             (Some(_), Some(_)) => {
                 return Err(bad(
-                    "contents must be empty when raw_input_contents is used".into()
+                    "contents must be empty when raw_input_contents is used".into(),
                 ))
             }
             (Some(bytes), None) => codec::decode_binary(datatype, count, bytes).map_err(bad)?,
@@ -119,8 +119,8 @@ fn decode_typed(
             let items = exactly(&c.$field, count, stringify!($field))?;
             let mut out = Vec::with_capacity(count * std::mem::size_of::<$t>());
             for &x in items {
-                let x = <$t>::try_from(x)
-                    .map_err(|_| format!("{x} is out of range for {datatype}"))?;
+                let x =
+                    <$t>::try_from(x).map_err(|_| format!("{x} is out of range for {datatype}"))?;
                 out.extend_from_slice(&x.to_le_bytes());
             }
             TensorData::Raw(out)
@@ -282,7 +282,13 @@ mod tests {
         let r = response(inferred, "req-1".into());
         assert_eq!((r.model_version.as_str(), r.id.as_str()), ("3", "req-1"));
         assert_eq!(r.outputs[1].datatype, "BYTES");
-        assert_eq!(r.raw_output_contents[0], [1.0f32.to_le_bytes(), 2.0f32.to_le_bytes()].concat());
-        assert_eq!(r.raw_output_contents[1], [&2u32.to_le_bytes()[..], b"hi"].concat());
+        assert_eq!(
+            r.raw_output_contents[0],
+            [1.0f32.to_le_bytes(), 2.0f32.to_le_bytes()].concat()
+        );
+        assert_eq!(
+            r.raw_output_contents[1],
+            [&2u32.to_le_bytes()[..], b"hi"].concat()
+        );
     }
 }

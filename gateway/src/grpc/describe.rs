@@ -5,9 +5,9 @@
 use super::proto::model_metadata_response::TensorMetadata;
 use super::proto::{
     model_config, model_input, model_instance_group, model_queue_policy, model_version_policy,
-    DataType, InferBatchStatistics, InferStatistics, ModelConfig, ModelDynamicBatching,
-    ModelInput, ModelInstanceGroup, ModelMetadataResponse, ModelOutput, ModelParameter,
-    ModelQueuePolicy, ModelStatistics, ModelVersionPolicy, StatisticDuration,
+    DataType, InferBatchStatistics, InferStatistics, ModelConfig, ModelDynamicBatching, ModelInput,
+    ModelInstanceGroup, ModelMetadataResponse, ModelOutput, ModelParameter, ModelQueuePolicy,
+    ModelStatistics, ModelVersionPolicy, StatisticDuration,
 };
 use crate::api::kserve::Description;
 use crate::state::{model_key, AppState};
@@ -265,7 +265,9 @@ mod tests {
         assert_eq!(
             c.version_policy.unwrap().policy_choice,
             Some(model_version_policy::PolicyChoice::Specific(
-                model_version_policy::Specific { versions: vec![1, 3] }
+                model_version_policy::Specific {
+                    versions: vec![1, 3]
+                }
             ))
         );
     }
