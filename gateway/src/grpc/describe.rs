@@ -249,7 +249,7 @@ mod tests {
         assert_eq!(c.instance_group[0].count, 2);
         assert_eq!(
             c.instance_group[0].kind,
-            model_instance_group::Kind::KindCpu as i32
+            model_instance_group::Kind::Cpu as i32
         );
         let Some(model_config::SchedulingChoice::DynamicBatching(db)) = c.scheduling_choice else {
             panic!("dynamic batching is lost");
