@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""Serving overhead: perf_analyzer through infergate (TLS, binary tensors) at concurrency 1, 4, 8
-versus the same model run in-process by ONNX Runtime's Python API with the same thread settings
-(intra-op threads 1, one session, batch 1), measured in the same run. Prints a markdown table
-with the throughput ratio infergate/in-process and the added p50 latency.
+"""Serving overhead: perf_analyzer through infergate (TLS; KServe v2 over HTTP with binary tensors,
+and over gRPC with raw tensors) at concurrency 1, 4, 8 versus the same model run in-process by
+ONNX Runtime's Python API with the same thread settings (intra-op threads 1, one session,
+batch 1), measured in the same run. Prints a markdown table with the throughput ratio
+infergate/in-process and the added p50 latency.
 
-Usage: bench/serving.py [--seconds 3] [--models minilm,ocr-rec]
+Usage: bench/serving.py [--seconds 3] [--models minilm,ocr-rec] [--protocols http,grpc]
 Needs: scripts/setup.sh, bench/setup-perf-analyzer.sh, `cargo build --release -p infergate`.
 """
 import argparse
@@ -43,15 +44,18 @@ NP = {"INT64": np.int64, "FP32": np.float32}
 
 
 def start_server(data):
-    proc = subprocess.Popen([BIN, "serve", "--listen", "127.0.0.1:0", "--data-dir", data,
-                             "--intra-threads", "1", "--instances", "1"],
+    """Starts infergate; returns the process and its HTTP and gRPC addresses (host:port)."""
+    proc = subprocess.Popen([BIN, "serve", "--listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0",
+                             "--data-dir", data, "--intra-threads", "1", "--instances", "1"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     lines = queue.Queue()
     threading.Thread(target=lambda: [lines.put(l) for l in proc.stderr], daemon=True).start()
-    while True:
-        m = re.search(r"listening on https://(\S+)", re.sub(r"\x1b\[[0-9;]*m", "", lines.get(timeout=60)))
+    addrs = {}
+    while len(addrs) < 2:
+        m = re.search(r"(grpc )?listening on https://(\S+)", re.sub(r"\x1b\[[0-9;]*m", "", lines.get(timeout=60)))
         if m:
-            return proc, m.group(1)
+            addrs["grpc" if m.group(1) else "http"] = m.group(2)
+    return proc, addrs
 
 
 def in_process(file, feeds, seconds):
@@ -71,11 +75,16 @@ def in_process(file, feeds, seconds):
     return len(lat) / lat.sum() * 1e6, np.percentile(lat, 50), np.percentile(lat, 99)
 
 
-def perf_analyzer(pa, addr, cert, key, model, data_file, shapes, concurrency, seconds):
+def perf_analyzer(pa, protocol, addr, cert, key, model, data_file, shapes, concurrency, seconds):
     out = tempfile.mktemp(suffix=".csv")
-    cmd = shlex.split(pa) + [
-        "-m", model, "-u", f"https://{addr}", "--ssl-https-ca-certificates-file", cert,
-        "-H", f"Authorization: Bearer {key}", "--input-data", data_file,
+    if protocol == "grpc":
+        # -H reaches gRPC calls as metadata, whose keys are lower-case.
+        target = ["-i", "grpc", "-u", addr, "--ssl-grpc-use-ssl",
+                  "--ssl-grpc-root-certifications-file", cert, "-H", f"authorization: Bearer {key}"]
+    else:
+        target = ["-u", f"https://{addr}", "--ssl-https-ca-certificates-file", cert,
+                  "-H", f"Authorization: Bearer {key}"]
+    cmd = shlex.split(pa) + ["-m", model, *target, "--input-data", data_file,
         "--concurrency-range", f"{concurrency}:{concurrency}",
         "--measurement-interval", str(int(seconds * 1000)), "--stability-percentage", "60",
         "--max-trials", "12", "-f", out]
@@ -94,6 +103,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--models", default="minilm,ocr-rec")
+    ap.add_argument("--protocols", default="http,grpc")
     args = ap.parse_args()
     pa = subprocess.run(["bash", os.path.join(ROOT, "bench", "setup-perf-analyzer.sh")],
                         check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
@@ -102,13 +112,13 @@ def main():
     for name in names:
         subprocess.run([BIN, "models", "add", "--data-dir", data, "--name", name,
                         os.path.join(MODELS, SPECS[name][0])], check=True, capture_output=True)
-    proc, addr = start_server(data)
+    proc, addrs = start_server(data)
     try:
         key = open(os.path.join(data, "admin.key")).read().strip()
         cert = os.path.join(data, "tls", "cert.pem")
         rng = np.random.default_rng(0)
-        print(f"| model | concurrency | infergate inf/s | in-process inf/s | ratio | infergate p50 µs | in-process p50 µs | added p50 µs | infergate p99 µs |")
-        print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+        print(f"| model | protocol | concurrency | infergate inf/s | in-process inf/s | ratio | infergate p50 µs | in-process p50 µs | added p50 µs | infergate p99 µs |")
+        print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
         for name in names:
             file, inputs = SPECS[name]
             feeds = {k: g(rng).astype(NP[dt]) for k, (shape, dt, g) in inputs.items()}
@@ -117,9 +127,11 @@ def main():
                 json.dump({"data": [{k: {"content": v.flatten().tolist(), "shape": list(v.shape)} for k, v in feeds.items()}]}, f)
             shapes = [f"{k}:{','.join(map(str, s))}" for k, (s, _, _) in inputs.items()]
             base_tput, base_p50, base_p99 = in_process(file, feeds, args.seconds)
-            for c in (1, 4, 8):
-                tput, p50, p99 = perf_analyzer(pa, addr, cert, key, name, data_file, shapes, c, args.seconds)
-                print(f"| {name} | {c} | {tput:.1f} | {base_tput:.1f} | {tput / base_tput:.3f} | {p50:.0f} | {base_p50:.0f} | {p50 - base_p50:+.0f} | {p99:.0f} |", flush=True)
+            for protocol in args.protocols.split(","):
+                for c in (1, 4, 8):
+                    tput, p50, p99 = perf_analyzer(pa, protocol, addrs[protocol], cert, key, name, data_file,
+                                                   shapes, c, args.seconds)
+                    print(f"| {name} | {protocol} | {c} | {tput:.1f} | {base_tput:.1f} | {tput / base_tput:.3f} | {p50:.0f} | {base_p50:.0f} | {p50 - base_p50:+.0f} | {p99:.0f} |", flush=True)
             os.unlink(data_file)
     finally:
         proc.terminate()

@@ -91,7 +91,10 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("binding {}", config.listen))?;
-    let listener = Listener { listener, tls };
+    let listener = Listener {
+        listener,
+        tls: tls.clone(),
+    };
     let addr = listener.local_addr()?;
     let scheme = if config.insecure_http {
         "http"
@@ -113,10 +116,50 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
             }
         });
     }
+    let grpc_listener = if config.grpc.enabled {
+        let listener = tokio::net::TcpListener::bind(config.grpc.listen)
+            .await
+            .with_context(|| format!("binding the gRPC listener {}", config.grpc.listen))?;
+        Some(Listener {
+            listener,
+            tls: tls.clone(),
+        })
+    } else {
+        None
+    };
+    // One signal stops both listeners; each drains its own connections.
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        server::shutdown_signal().await;
+        stop.send_replace(true);
+    });
+    let shutdown = move || {
+        let mut stopped = stopped.clone();
+        async move {
+            let _ = stopped.wait_for(|stop| *stop).await;
+        }
+    };
     tracing::info!(
         models = state.catalog.all().len(),
         "listening on {scheme}://{addr}"
     );
-    server::run(listener, router, state, server::shutdown_signal()).await;
+    // Logged after the HTTP line, which clients that wait for `listening on` read first.
+    let grpc = match grpc_listener {
+        Some(listener) => {
+            tracing::info!("grpc listening on {scheme}://{}", listener.local_addr()?);
+            let router = crate::grpc::server::router(state.clone());
+            Some(tokio::spawn(server::run(
+                listener,
+                router,
+                state.clone(),
+                shutdown(),
+            )))
+        }
+        None => None,
+    };
+    server::run(listener, router, state, shutdown()).await;
+    if let Some(grpc) = grpc {
+        let _ = grpc.await;
+    }
     Ok(())
 }

@@ -113,6 +113,12 @@ pub struct ServeArgs {
     /// Vocabulary of the text-generation model for the OpenAI API (textgen-vocab.json).
     #[arg(long, env = "INFERGATE_OPENAI_VOCAB")]
     openai_vocab: Option<PathBuf>,
+    /// Address of the KServe v2 gRPC listener (TLS like --listen) [default: 127.0.0.1:8444].
+    #[arg(long, env = "INFERGATE_GRPC_LISTEN")]
+    grpc_listen: Option<SocketAddr>,
+    /// Do not serve gRPC.
+    #[arg(long, env = "INFERGATE_NO_GRPC", conflicts_with = "grpc_listen")]
+    no_grpc: bool,
     /// Registered model that serves /v1/completions [default: textgen].
     #[arg(long, env = "INFERGATE_OPENAI_MODEL")]
     openai_model: Option<String>,
@@ -173,6 +179,8 @@ impl ServeArgs {
             c.openai.vocab = self.openai_vocab;
         }
         set!(c.openai.completions_model, self.openai_model);
+        set!(c.grpc.listen, self.grpc_listen);
+        c.grpc.enabled &= !self.no_grpc;
         c.validate().map_err(|e| anyhow!(e))?;
         if !matches!(c.log_format.as_str(), "text" | "json") {
             bail!(

@@ -29,6 +29,25 @@ pub struct Config {
     pub metrics: MetricsConfig,
     pub openai: OpenAiConfig,
     pub websocket: WebSocketConfig,
+    pub grpc: GrpcConfig,
+}
+
+/// KServe v2 over gRPC (Triton's `GRPCInferenceService`) on its own port, with the same TLS,
+/// keys and limits as HTTP.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GrpcConfig {
+    pub enabled: bool,
+    pub listen: SocketAddr,
+}
+
+impl Default for GrpcConfig {
+    fn default() -> Self {
+        GrpcConfig {
+            enabled: true,
+            listen: SocketAddr::from(([127, 0, 0, 1], 8444)),
+        }
+    }
 }
 
 /// Cross-origin access for browser clients on other origins.
@@ -191,6 +210,7 @@ impl Default for Config {
             metrics: MetricsConfig::default(),
             openai: OpenAiConfig::default(),
             websocket: WebSocketConfig::default(),
+            grpc: GrpcConfig::default(),
         }
     }
 }

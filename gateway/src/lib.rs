@@ -9,6 +9,7 @@
 //! - [`auth`]: API keys and scopes.
 //! - [`state`]: what handlers share, the model catalog, authorisation.
 //! - [`api`]: HTTP routes (KServe v2, Triton extensions, management API).
+//! - [`grpc`]: KServe v2 over gRPC (Triton's `GRPCInferenceService`), on its own listener.
 //! - [`registry`]: validating and storing model files.
 //! - [`pipeline`]: WebAssembly plugins and pipelines (pre-plugins → model → post-plugins).
 //! - [`store`]: SQLite and content-addressed files.
@@ -32,6 +33,7 @@ pub mod config;
 pub mod cors;
 pub mod drain;
 pub mod error;
+pub mod grpc;
 pub mod latency;
 pub mod metrics;
 pub mod pipeline;

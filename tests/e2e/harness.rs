@@ -71,12 +71,19 @@ impl Server {
     /// Starts on an existing data directory (kept by the caller).
     pub fn start_in(data: &Path, options: Options) -> Server {
         let mut cmd = Command::new(BIN);
-        cmd.args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
-            .arg(data)
-            .args(&options.extra_args)
-            .env("INFERGATE_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
+        cmd.args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--grpc-listen",
+            "127.0.0.1:0",
+        ])
+        .arg("--data-dir")
+        .arg(data)
+        .args(&options.extra_args)
+        .env("INFERGATE_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
         if options.insecure_http {
             cmd.arg("--insecure-http");
         }
@@ -192,7 +199,7 @@ impl Drop for Server {
     }
 }
 
-fn strip_ansi(s: &str) -> String {
+pub fn strip_ansi(s: &str) -> String {
     let mut out = String::new();
     let mut chars = s.chars();
     while let Some(c) = chars.next() {

@@ -7,6 +7,7 @@ mod webdriver;
 
 mod auth;
 mod dashboard;
+mod grpc;
 mod headers;
 mod infer;
 mod limits;

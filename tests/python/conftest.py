@@ -16,20 +16,27 @@ MODELS = os.environ.get("INFERGATE_MODELS", os.path.join(ROOT, ".cache", "models
 class Gateway:
     def __init__(self, data, insecure=False, extra_args=()):
         self.data = data
+        grpc = "--no-grpc" not in extra_args
         args = [BIN, "serve", "--listen", "127.0.0.1:0", "--data-dir", data, *extra_args]
+        if grpc:
+            args += ["--grpc-listen", "127.0.0.1:0"]
         if insecure:
             args.append("--insecure-http")
         self.startup_log = []
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         lines = queue.Queue()
         threading.Thread(target=lambda: [lines.put(l) for l in self.proc.stderr], daemon=True).start()
-        while True:
-            line = lines.get(timeout=60)
+        self.hostport = None
+        # gRPC's address (host:port) when it serves; its line follows the HTTP one.
+        self.grpc_hostport = None
+        while self.hostport is None or (grpc and self.grpc_hostport is None):
+            line = re.sub(r"\x1b\[[0-9;]*m", "", lines.get(timeout=60))
             self.startup_log.append(line)
-            m = re.search(r"listening on (https?)://(\S+)", re.sub(r"\x1b\[[0-9;]*m", "", line))
-            if m:
-                self.scheme, self.hostport = m.group(1), m.group(2)
-                break
+            m = re.search(r"(grpc )?listening on (https?)://(\S+)", line)
+            if m and m.group(1):
+                self.grpc_hostport = m.group(3)
+            elif m:
+                self.scheme, self.hostport = m.group(2), m.group(3)
         with open(os.path.join(data, "admin.key")) as f:
             self.admin_key = f.read().strip()
         self.cert = os.path.join(data, "tls", "cert.pem")

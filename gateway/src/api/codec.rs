@@ -125,7 +125,7 @@ pub fn decode_inputs(request: &InferRequest, mut binary: &[u8]) -> ApiResult<Vec
     Ok(tensors)
 }
 
-fn decode_binary(datatype: DataType, count: usize, bytes: &[u8]) -> Result<TensorData, String> {
+pub fn decode_binary(datatype: DataType, count: usize, bytes: &[u8]) -> Result<TensorData, String> {
     match datatype.size() {
         Some(size) => {
             if Some(bytes.len()) != count.checked_mul(size) {

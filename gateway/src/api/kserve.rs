@@ -4,6 +4,7 @@ use super::body::{read_limited, reject_unread};
 use super::codec::{self, HEADER_LENGTH};
 use crate::auth::Scope;
 use crate::error::{ApiError, ApiResult};
+use crate::pipeline::run::StageTimes;
 use crate::pipeline::Pipeline;
 use crate::state::{model_key, parse_version, AppState};
 use crate::store::models::ModelRecord;
@@ -12,7 +13,7 @@ use axum::extract::{Path, State};
 use axum::response::Response;
 use axum::Json;
 use http::{HeaderMap, HeaderValue, StatusCode};
-use infergate_engine::{InferOptions, ModelState, TensorSpec};
+use infergate_engine::{InferOptions, ModelState, Tensor, TensorSpec};
 use serde_json::{json, Value};
 use std::sync::Arc;
 
@@ -31,14 +32,23 @@ pub async fn server_metadata(State(state): S, headers: HeaderMap) -> ApiResult<J
         "name": SERVER_NAME,
         "device": device,
         "version": env!("CARGO_PKG_VERSION"),
-        // Triton's extensions, then ours (clients such as the dashboard discover features here
-        // instead of probing routes).
-        "extensions": [
-            "binary_tensor_data", "model_configuration", "model_repository", "statistics",
-            "infergate_pipelines", "infergate_websocket_stream", "infergate_events", "openai",
-        ],
+        "extensions": EXTENSIONS,
     })))
 }
+
+/// Triton's extensions, then ours (clients such as the dashboard discover features here
+/// instead of probing routes). Served by HTTP and gRPC server metadata alike.
+pub const EXTENSIONS: &[&str] = &[
+    "binary_tensor_data",
+    "model_configuration",
+    "model_repository",
+    "statistics",
+    "infergate_pipelines",
+    "infergate_websocket_stream",
+    "infergate_events",
+    "infergate_grpc",
+    "openai",
+];
 
 /// Liveness needs no key: orchestrators probe it.
 pub async fn live() -> StatusCode {
@@ -68,46 +78,80 @@ fn served_outputs(state: &AppState, record: &ModelRecord) -> Vec<TensorSpec> {
         .served_outputs(&record.signature)
 }
 
-fn metadata(state: &AppState, record: &ModelRecord) -> Value {
-    let versions: Vec<String> = state
-        .catalog
-        .versions(&record.name)
-        .iter()
-        .map(|r| r.version.to_string())
-        .collect();
-    json!({
-        "name": record.name,
-        "versions": versions,
-        "platform": "onnxruntime_onnx",
-        "inputs": tensor_metadata(&record.signature.inputs),
+/// What the metadata endpoints (HTTP and gRPC) say about a model or pipeline.
+pub struct Description {
+    pub name: String,
+    pub versions: Vec<String>,
+    pub platform: &'static str,
+    pub inputs: Vec<TensorSpec>,
+    pub outputs: Vec<TensorSpec>,
+    /// Models only: where a loaded version runs (ORT execution providers) and, when it fell
+    /// back to the CPU, why; null until it loads. gRPC's metadata message has no field for it.
+    pub execution: Option<Value>,
+}
+
+impl Description {
+    fn to_json(&self) -> Value {
+        let mut json = json!({
+            "name": self.name,
+            "versions": self.versions,
+            "platform": self.platform,
+            "inputs": tensor_metadata(&self.inputs),
+            "outputs": tensor_metadata(&self.outputs),
+        });
+        if let Some(execution) = &self.execution {
+            json["execution"] = execution.clone();
+        }
+        json
+    }
+}
+
+fn model_description(state: &AppState, record: &ModelRecord) -> Description {
+    Description {
+        name: record.name.clone(),
+        versions: state
+            .catalog
+            .versions(&record.name)
+            .iter()
+            .map(|r| r.version.to_string())
+            .collect(),
+        platform: "onnxruntime_onnx",
+        inputs: record.signature.inputs.clone(),
         // The model's outputs and those its configured post-ops add.
-        "outputs": tensor_metadata(&served_outputs(state, record)),
-        // Where a loaded version runs (ORT execution providers) and, when it fell back to the
-        // CPU, why; null until it loads.
-        "execution": state.engine.execution(&model_key(record)),
-    })
+        outputs: served_outputs(state, record),
+        execution: Some(json!(state.engine.execution(&model_key(record)))),
+    }
+}
 }
 
 /// A pipeline's metadata: the model's inputs when no pre-plugin reshapes them (and outputs
 /// when no post-plugin does); otherwise what the plugins describe is in `/api/pipelines`.
-fn pipeline_metadata(state: &AppState, pipeline: &Pipeline) -> Value {
+fn pipeline_description(state: &AppState, pipeline: &Pipeline) -> Description {
     let spec = &pipeline.spec;
     let model = state.catalog.resolve(&spec.model, spec.model_version).ok();
     let inputs = match &model {
-        Some(m) if spec.pre.is_empty() => tensor_metadata(&m.signature.inputs),
+        Some(m) if spec.pre.is_empty() => m.signature.inputs.clone(),
         _ => Vec::new(),
     };
     let outputs = match &model {
-        Some(m) if spec.post.is_empty() => tensor_metadata(&served_outputs(state, m)),
+        Some(m) if spec.post.is_empty() => served_outputs(state, m),
         _ => Vec::new(),
     };
-    json!({
-        "name": pipeline.record.name,
-        "versions": ["1"],
-        "platform": "infergate_pipeline",
-        "inputs": inputs,
-        "outputs": outputs,
-    })
+    Description {
+        name: pipeline.record.name.clone(),
+        versions: vec!["1".into()],
+        platform: "infergate_pipeline",
+        inputs,
+        outputs,
+        execution: None,
+    }
+}
+
+pub fn describe_target(state: &AppState, target: &Target) -> Description {
+    match target {
+        Target::Model(record) => model_description(state, record),
+        Target::Pipeline(pipeline) => pipeline_description(state, pipeline),
+    }
 }
 
 async fn describe(
@@ -118,10 +162,8 @@ async fn describe(
 ) -> ApiResult<Json<Value>> {
     state.authorize(headers, Scope::Infer)?;
     let version = version.map(parse_version).transpose()?;
-    Ok(Json(match target(state, name, version)? {
-        Target::Model(record) => metadata(state, &record),
-        Target::Pipeline(pipeline) => pipeline_metadata(state, &pipeline),
-    }))
+    let target = target(state, name, version)?;
+    Ok(Json(describe_target(state, &target).to_json()))
 }
 
 pub async fn model_metadata(
@@ -140,9 +182,9 @@ pub async fn model_version_metadata(
     describe(&state, &headers, &model, Some(&version)).await
 }
 
-/// A registered version is ready unless its last load failed: it loads on first request. A
-/// pipeline is ready when its plugins resolve and its model is ready.
-fn readiness(state: &AppState, target: Target) -> ApiResult<StatusCode> {
+/// A registered version is ready unless its last load failed (503): it loads on first
+/// request. A pipeline is ready when its plugins resolve and its model is ready.
+pub fn readiness(state: &AppState, target: Target) -> ApiResult<()> {
     let record = match target {
         Target::Model(record) => record,
         Target::Pipeline(pipeline) => {
@@ -162,7 +204,7 @@ fn readiness(state: &AppState, target: Target) -> ApiResult<StatusCode> {
             "model '{}' version {} failed to load: {reason}",
             record.name, record.version
         ))),
-        _ => Ok(StatusCode::OK),
+        _ => Ok(()),
     }
 }
 
@@ -172,7 +214,7 @@ pub async fn model_ready(
     headers: HeaderMap,
 ) -> ApiResult<StatusCode> {
     state.authorize(&headers, Scope::Infer)?;
-    readiness(&state, target(&state, &model, None)?)
+    readiness(&state, target(&state, &model, None)?).map(|()| StatusCode::OK)
 }
 
 pub async fn model_version_ready(
@@ -185,6 +227,7 @@ pub async fn model_version_ready(
         &state,
         target(&state, &model, Some(parse_version(&version)?))?,
     )
+    .map(|()| StatusCode::OK)
 }
 
 pub async fn infer(
@@ -283,6 +326,63 @@ fn infer_options(request: &codec::InferRequest) -> ApiResult<InferOptions> {
     })
 }
 
+/// The outcome of an inference on a model or pipeline, before any protocol encodes it.
+pub struct Inferred {
+    pub model: String,
+    pub version: u64,
+    pub outputs: Vec<Tensor>,
+    /// Set for a model (not a pipeline): the version that served, for metrics labels.
+    pub served: Option<crate::metrics::Served>,
+    /// A pipeline's stage times.
+    pub times: Option<StageTimes>,
+}
+
+/// Runs decoded inputs through a model version (engine, with the request's priority and
+/// timeout) or a pipeline: what every KServe v2 transport (HTTP, gRPC) shares.
+pub async fn infer_target(
+    state: &AppState,
+    target: Target,
+    request: &codec::InferRequest,
+    inputs: Vec<Tensor>,
+) -> ApiResult<Inferred> {
+    let record = match target {
+        Target::Model(record) => record,
+        Target::Pipeline(pipeline) => {
+            let (outputs, times) =
+                super::pipelines::infer_tensors(state, &pipeline, request, inputs).await?;
+            return Ok(Inferred {
+                model: pipeline.record.name.clone(),
+                version: 1,
+                outputs,
+                served: None,
+                times: Some(times),
+            });
+        }
+    };
+    let outputs: Vec<String> = request.outputs.iter().map(|o| o.name.clone()).collect();
+    let options = infer_options(request)?;
+    let outputs = state
+        .engine
+        .infer_with(
+            &model_key(&record),
+            &state.model_path(&record),
+            inputs,
+            outputs,
+            options,
+        )
+        .await?;
+    Ok(Inferred {
+        served: Some(crate::metrics::Served {
+            model: record.name.clone(),
+            version: record.version,
+        }),
+        model: record.name.clone(),
+        version: record.version,
+        outputs,
+        times: None,
+    })
+}
+
 async fn run_infer(
     state: Arc<AppState>,
     model: &str,
@@ -301,30 +401,19 @@ async fn run_infer(
     let (json_part, binary_part) = codec::split_body(&body, header_length(&headers)?)?;
     let request = codec::parse_request(json_part)?;
     let inputs = codec::decode_inputs(&request, binary_part)?;
-    let record = match target {
-        Target::Model(record) => record,
-        Target::Pipeline(pipeline) => {
-            return super::pipelines::kserve_infer(&state, &pipeline, request, inputs).await
-        }
-    };
-    let outputs: Vec<String> = request.outputs.iter().map(|o| o.name.clone()).collect();
-    let options = infer_options(&request)?;
-    let results = state
-        .engine
-        .infer_with(
-            &model_key(&record),
-            &state.model_path(&record),
-            inputs,
-            outputs,
-            options,
-        )
-        .await?;
-    let (bytes, json_len) =
-        codec::encode_response(&request, &record.name, record.version, &results)?;
+    let inferred = infer_target(&state, target, &request, inputs).await?;
+    let (bytes, json_len) = codec::encode_response(
+        &request,
+        &inferred.model,
+        inferred.version,
+        &inferred.outputs,
+    )?;
     let mut response = tensor_response(bytes, json_len);
-    response.extensions_mut().insert(crate::metrics::Served {
-        model: record.name.clone(),
-        version: record.version,
-    });
+    if let Some(times) = &inferred.times {
+        super::pipelines::timing_header(&mut response, times);
+    }
+    if let Some(served) = inferred.served {
+        response.extensions_mut().insert(served);
+    }
     Ok(response)
 }

@@ -102,7 +102,7 @@ pub async fn delete(
     Ok(Json(json!({ "deleted": name })))
 }
 
-fn timing_header(response: &mut Response, times: &StageTimes) {
+pub(crate) fn timing_header(response: &mut Response, times: &StageTimes) {
     if let Ok(v) = HeaderValue::from_str(&times.header()) {
         response.headers_mut().insert("server-timing", v);
     }
@@ -182,13 +182,14 @@ fn as_tensors(output: PipelineOutput) -> Vec<Tensor> {
     }
 }
 
-/// KServe v2 inference on a pipeline: tensors in, tensors out (JSON or binary like a model).
-pub async fn kserve_infer(
+/// KServe v2 inference on a pipeline: tensors in, tensors out (each transport encodes them
+/// like a model's). Request parameters reach every plugin as metadata.
+pub async fn infer_tensors(
     state: &AppState,
     pipeline: &Pipeline,
-    request: InferRequest,
+    request: &InferRequest,
     inputs: Vec<Tensor>,
-) -> ApiResult<Response> {
+) -> ApiResult<(Vec<Tensor>, StageTimes)> {
     let parameters: Vec<(String, String)> = request
         .parameters
         .iter()
@@ -219,8 +220,5 @@ pub async fn kserve_infer(
         }
         outputs.retain(|t| request.outputs.iter().any(|w| w.name == t.name));
     }
-    let (bytes, json_len) = codec::encode_response(&request, name, 1, &outputs)?;
-    let mut response = super::kserve::tensor_response(bytes, json_len);
-    timing_header(&mut response, &times);
-    Ok(response)
+    Ok((outputs, times))
 }

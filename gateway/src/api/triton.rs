@@ -84,15 +84,31 @@ fn stats_entry(state: &AppState, record: &ModelRecord) -> Value {
     })
 }
 
+/// The versions a statistics request covers: every model's, one model's (404 if unknown), or
+/// one version. Shared by the HTTP and gRPC statistics endpoints.
+pub fn stats_records(
+    state: &AppState,
+    model: Option<&str>,
+    version: Option<u64>,
+) -> ApiResult<Vec<Arc<ModelRecord>>> {
+    match (model, version) {
+        (None, _) => Ok(state.catalog.all()),
+        (Some(model), None) => {
+            state.catalog.resolve(model, None)?;
+            Ok(state.catalog.versions(model))
+        }
+        (Some(model), Some(version)) => Ok(vec![state.catalog.resolve(model, Some(version))?]),
+    }
+}
+
+fn stats_json(state: &AppState, records: &[Arc<ModelRecord>]) -> Json<Value> {
+    let entries: Vec<Value> = records.iter().map(|r| stats_entry(state, r)).collect();
+    Json(json!({ "model_stats": entries }))
+}
+
 pub async fn all_stats(State(state): S, headers: HeaderMap) -> ApiResult<Json<Value>> {
     state.authorize(&headers, Scope::Infer)?;
-    let entries: Vec<Value> = state
-        .catalog
-        .all()
-        .iter()
-        .map(|r| stats_entry(&state, r))
-        .collect();
-    Ok(Json(json!({ "model_stats": entries })))
+    Ok(stats_json(&state, &stats_records(&state, None, None)?))
 }
 
 pub async fn model_stats(
@@ -101,14 +117,10 @@ pub async fn model_stats(
     headers: HeaderMap,
 ) -> ApiResult<Json<Value>> {
     state.authorize(&headers, Scope::Infer)?;
-    state.catalog.resolve(&model, None)?;
-    let entries: Vec<Value> = state
-        .catalog
-        .versions(&model)
-        .iter()
-        .map(|r| stats_entry(&state, r))
-        .collect();
-    Ok(Json(json!({ "model_stats": entries })))
+    Ok(stats_json(
+        &state,
+        &stats_records(&state, Some(&model), None)?,
+    ))
 }
 
 pub async fn model_version_stats(
@@ -117,11 +129,10 @@ pub async fn model_version_stats(
     headers: HeaderMap,
 ) -> ApiResult<Json<Value>> {
     state.authorize(&headers, Scope::Infer)?;
-    let record = state
-        .catalog
-        .resolve(&model, Some(parse_version(&version)?))?;
-    Ok(Json(
-        json!({ "model_stats": [stats_entry(&state, &record)] }),
+    let version = parse_version(&version)?;
+    Ok(stats_json(
+        &state,
+        &stats_records(&state, Some(&model), Some(version))?,
     ))
 }
 

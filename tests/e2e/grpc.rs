@@ -1,0 +1,121 @@
+//! gRPC on the real binary, spoken as raw HTTP/2 frames over the server's TLS: a
+//! `ModelStreamInfer` stream still open at SIGTERM is answered, then ended by the server
+//! (the client never half-closes), the process exits 0 and the gRPC port is closed. Client
+//! compatibility, status codes and numerics are tested with tritonclient in
+//! tests/python/test_grpc.py.
+
+use crate::harness::{model, strip_ansi, Options, Server};
+use infergate::grpc::proto::model_infer_request::InferInputTensor;
+use infergate::grpc::proto::{ModelInferRequest, ModelStreamInferResponse};
+use prost::Message;
+use std::time::Duration;
+
+/// One gRPC message on the wire: uncompressed flag, big-endian length, protobuf bytes.
+fn frame(message: &impl Message) -> Vec<u8> {
+    let body = message.encode_to_vec();
+    let mut out = vec![0];
+    out.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    out.extend_from_slice(&body);
+    out
+}
+
+/// Takes every complete message off the front of `buf`.
+fn unframe(buf: &mut Vec<u8>) -> Vec<ModelStreamInferResponse> {
+    let mut out = Vec::new();
+    while buf.len() >= 5 {
+        let len = u32::from_be_bytes([buf[1], buf[2], buf[3], buf[4]]) as usize;
+        if buf.len() < 5 + len {
+            break;
+        }
+        out.push(ModelStreamInferResponse::decode(&buf[5..5 + len]).expect("a stream answer"));
+        buf.drain(..5 + len);
+    }
+    out
+}
+
+fn classify(id: &str) -> ModelInferRequest {
+    ModelInferRequest {
+        model_name: "cls".into(),
+        id: id.into(),
+        inputs: vec![InferInputTensor {
+            name: "x".into(),
+            datatype: "FP32".into(),
+            shape: vec![1, 3, 48, 100],
+            ..Default::default()
+        }],
+        raw_input_contents: vec![vec![0; 3 * 48 * 100 * 4]],
+        ..Default::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_open_at_sigterm_is_answered_and_ended_by_the_server() {
+    let tmp = tempfile::tempdir().unwrap();
+    crate::harness::register(tmp.path(), "cls", &model("ocr-cls.onnx"));
+    let s = Server::start_in(tmp.path(), Options::default());
+    let line = s
+        .wait_for_log("grpc listening on ", Duration::from_secs(30))
+        .expect("the gRPC listening line");
+    let url = strip_ansi(&line)
+        .split("grpc listening on ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .expect("an address")
+        .to_string();
+    assert!(url.starts_with("https://"), "{url}");
+    let key = s.key("infer");
+
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Vec<u8>, std::io::Error>>(4);
+    let requests = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|item| (item, rx))
+    });
+    for id in ["a", "b"] {
+        tx.send(Ok(frame(&classify(id)))).await.unwrap();
+    }
+    let mut response = crate::harness::client_for(&s.data, false)
+        .post(format!(
+            "{url}/inference.GRPCInferenceService/ModelStreamInfer"
+        ))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .bearer_auth(&key)
+        .body(reqwest::Body::wrap_stream(requests))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.version(), reqwest::Version::HTTP_2);
+
+    let mut buf = Vec::new();
+    let mut answers = Vec::new();
+    while answers.len() < 2 {
+        let chunk = response.chunk().await.unwrap().expect("two answers");
+        buf.extend_from_slice(&chunk);
+        answers.extend(unframe(&mut buf));
+    }
+    s.send_sigterm();
+    // The server ends the stream although the client still holds its sending side open.
+    while let Some(chunk) = response.chunk().await.unwrap() {
+        buf.extend_from_slice(&chunk);
+        answers.extend(unframe(&mut buf));
+    }
+    drop(tx);
+    let mut ids: Vec<&str> = answers
+        .iter()
+        .map(|a| {
+            assert_eq!(a.error_message, "");
+            let r = a.infer_response.as_ref().expect("an inference response");
+            assert_eq!(
+                r.raw_output_contents[0].len(),
+                2 * 4,
+                "two FP32 class scores"
+            );
+            r.id.as_str()
+        })
+        .collect();
+    ids.sort();
+    assert_eq!(ids, ["a", "b"]);
+    assert!(s.wait().success());
+    let hostport = url.trim_start_matches("https://");
+    assert!(tokio::net::TcpStream::connect(hostport).await.is_err());
+}
