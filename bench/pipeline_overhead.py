@@ -43,7 +43,7 @@ def main():
     subprocess.run([BIN, "pipelines", "put", "--data-dir", data, "two-passthrough",
                     f'{{"pre": ["passthrough", "passthrough"], "model": "{args.model}"}}'],
                    check=True, capture_output=True)
-    proc = subprocess.Popen([BIN, "serve", "--listen", "127.0.0.1:0", "--data-dir", data],
+    proc = subprocess.Popen([BIN, "serve", "--listen", "127.0.0.1:0", "--no-grpc", "--data-dir", data],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         for line in proc.stderr:
