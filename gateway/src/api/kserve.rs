@@ -122,7 +122,6 @@ fn model_description(state: &AppState, record: &ModelRecord) -> Description {
         execution: Some(json!(state.engine.execution(&model_key(record)))),
     }
 }
-}
 
 /// A pipeline's metadata: the model's inputs when no pre-plugin reshapes them (and outputs
 /// when no post-plugin does); otherwise what the plugins describe is in `/api/pipelines`.
