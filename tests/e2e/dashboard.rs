@@ -373,24 +373,13 @@ async fn dashboard_in_a_real_browser() {
     assert!(!curl.contains(&s.admin_key), "{curl}");
     let timing = b.wait_text("#latency", |t| t.contains("tokens/s")).await;
     assert!(!timing.contains(" 0 tokens"), "{timing}");
-    let metrics = s
-        .client
-        .get(s.url("/metrics"))
-        .bearer_auth(&s.admin_key)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    assert!(
-        metrics
-            .lines()
-            .any(|l| l.starts_with("infergate_generated_tokens_total{")
-                && l.contains("protocol=\"websocket\"")
-                && !l.ends_with(" 0")),
-        "no tokens went out over the WebSocket:\n{metrics}"
-    );
+    let streamed = crate::websocket::metric(
+        &s,
+        "infergate_generated_tokens_total",
+        &[("protocol", "websocket")],
+    )
+    .await;
+    assert!(streamed > 0.0, "no tokens went out over the WebSocket");
     b.screenshot(&shots.join("03c-playground-websocket.png"))
         .await;
 

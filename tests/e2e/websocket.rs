@@ -123,7 +123,7 @@ fn key_with(s: &Server, scopes: &str, flags: &[&str]) -> String {
 }
 
 /// One value from /metrics (0 when absent).
-async fn metric(s: &Server, name: &str, labels: &[(&str, &str)]) -> f64 {
+pub async fn metric(s: &Server, name: &str, labels: &[(&str, &str)]) -> f64 {
     let text = s
         .client
         .get(s.url("/metrics"))

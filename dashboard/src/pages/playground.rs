@@ -502,48 +502,67 @@ fn RunResult(r: RunRecord) -> impl IntoView {
         .response
         .as_ref()
         .map(|v| serde_json::to_string_pretty(&tensor::abbreviate(v)).unwrap_or_default());
-    let curl = r.curl.clone();
     view! {
         <section class="card result" id="result">
             <div class="card-head">
                 <h2>"Result"</h2>
                 <span class="latency" id="latency">{format!("{} round trip", format::ms(r.client_ms))}</span>
             </div>
-            {r.stages.map(|stages| view! {
-                <div class="stages">
-                    {stages.into_iter().map(|(label, ms)| view! {
-                        <div class="stage"><span class="muted">{label}</span><strong>{format::ms(ms)}</strong></div>
-                    }).collect_view()}
-                </div>
-            })}
-            <div class="outputs" id="outputs">
-                {outputs.iter().map(|o| {
-                    let name = o["name"].as_str().unwrap_or("output").to_string();
-                    let shape = o["shape"].to_string();
-                    view! {
-                        <div class="output" data-output=name.clone()>
-                            <div class="input-head"><code>{name.clone()}</code><span class="tensor-type">{o["datatype"].as_str().unwrap_or("").to_string()}</span><span class="tensor-shape">{shape}</span></div>
-                            {summary_view(tensor::summarize(o))}
-                        </div>
-                    }
-                }).collect_view()}
-            </div>
-            <details class="raw">
-                <summary>"Request"</summary>
-                <pre id="raw-request">{r.request_text.clone()}</pre>
-            </details>
-            {response_text.map(|t| view! {
-                <details class="raw" open>
-                    <summary>"Response"</summary>
-                    <pre id="raw-response">{t}</pre>
-                </details>
-            })}
-            <div class="curl">
-                <div class="card-head"><h3>"curl"</h3><CopyButton text=Signal::derive(move || curl.clone()) id="copy-curl"/></div>
-                <pre id="curl">{r.curl.clone()}</pre>
-                <p class="hint">"$KEY stands for your API key; it is never put into commands or URLs."</p>
-            </div>
+            {r.stages.map(|stages| stages_view(&stages))}
+            {outputs_view(&outputs)}
+            <Exchange request_text=r.request_text response_text curl=r.curl/>
         </section>
+    }
+}
+
+/// The output tensors of a KServe v2 answer, each with its name, type, shape and a summary.
+fn outputs_view(outputs: &[Value]) -> impl IntoView {
+    view! {
+        <div class="outputs" id="outputs">
+            {outputs.iter().map(|o| {
+                let name = o["name"].as_str().unwrap_or("output").to_string();
+                view! {
+                    <div class="output" data-output=name.clone()>
+                        <div class="input-head"><code>{name.clone()}</code><span class="tensor-type">{o["datatype"].as_str().unwrap_or("").to_string()}</span><span class="tensor-shape">{o["shape"].to_string()}</span></div>
+                        {summary_view(tensor::summarize(o))}
+                    </div>
+                }
+            }).collect_view()}
+        </div>
+    }
+}
+
+/// Per-stage latencies of a run (pre-plugins, queue, model, post-plugins).
+fn stages_view(stages: &[(&'static str, f64)]) -> impl IntoView {
+    view! {
+        <div class="stages" id="stages">
+            {stages.iter().map(|(label, ms)| view! {
+                <div class="stage"><span class="muted">{*label}</span><strong>{format::ms(*ms)}</strong></div>
+            }).collect_view()}
+        </div>
+    }
+}
+
+/// The raw request and response of a run and the curl command that repeats it (key elided).
+#[component]
+fn Exchange(request_text: String, response_text: Option<String>, curl: String) -> impl IntoView {
+    let copied = curl.clone();
+    view! {
+        <details class="raw">
+            <summary>"Request"</summary>
+            <pre id="raw-request">{request_text}</pre>
+        </details>
+        {response_text.map(|t| view! {
+            <details class="raw" open>
+                <summary>"Response"</summary>
+                <pre id="raw-response">{t}</pre>
+            </details>
+        })}
+        <div class="curl">
+            <div class="card-head"><h3>"curl"</h3><CopyButton text=Signal::derive(move || copied.clone()) id="copy-curl"/></div>
+            <pre id="curl">{curl}</pre>
+            <p class="hint">"$KEY stands for your API key; it is never put into commands or URLs."</p>
+        </div>
     }
 }
 

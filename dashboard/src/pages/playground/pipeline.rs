@@ -2,12 +2,12 @@
 //! as the raw body of `POST /api/pipelines/{name}/run`; the answer is shown as recognised text,
 //! labels with scores, or tensors, with the stage latencies from the `Server-Timing` header.
 
-use super::{now, origin, summary_view};
+use super::{now, origin, outputs_view, stages_view, Exchange};
 use crate::api::{self, ApiError, Body};
 use crate::format;
 use crate::tensor;
 use crate::types::StatsList;
-use crate::widgets::{CopyButton, ErrorBox};
+use crate::widgets::ErrorBox;
 use leptos::html;
 use leptos::prelude::*;
 use serde_json::Value;
@@ -389,14 +389,7 @@ fn answer_view(answer: &api::RawAnswer) -> AnyView {
     }
     if let Some(outputs) = v["outputs"].as_array() {
         return view! {
-            <div class="outputs" id="outputs">
-                {outputs.iter().map(|o| view! {
-                    <div class="output" data-output=o["name"].as_str().unwrap_or("output").to_string()>
-                        <div class="input-head"><code>{o["name"].as_str().unwrap_or("output").to_string()}</code><span class="tensor-type">{o["datatype"].as_str().unwrap_or("").to_string()}</span><span class="tensor-shape">{o["shape"].to_string()}</span></div>
-                        {summary_view(tensor::summarize(o))}
-                    </div>
-                }).collect_view()}
-            </div>
+            {outputs_view(outputs)}
         }
         .into_any();
     }
@@ -410,36 +403,15 @@ fn PipelineResult(r: PipelineRecord) -> impl IntoView {
             .map(|v| serde_json::to_string_pretty(&tensor::abbreviate(&v)).unwrap_or_default())
             .unwrap_or_else(|_| a.text.chars().take(2000).collect())
     });
-    let curl = r.curl.clone();
     view! {
         <section class="card result" id="result">
             <div class="card-head">
                 <h2>"Result"</h2>
                 <span class="latency" id="latency">{format!("{} round trip", format::ms(r.client_ms))}</span>
             </div>
-            {(!r.stages.is_empty()).then(|| view! {
-                <div class="stages" id="stages">
-                    {r.stages.iter().map(|(label, ms)| view! {
-                        <div class="stage"><span class="muted">{*label}</span><strong>{format::ms(*ms)}</strong></div>
-                    }).collect_view()}
-                </div>
-            })}
+            {(!r.stages.is_empty()).then(|| stages_view(&r.stages))}
             {r.answer.as_ref().map(answer_view)}
-            <details class="raw">
-                <summary>"Request"</summary>
-                <pre id="raw-request">{r.request_text.clone()}</pre>
-            </details>
-            {response_text.map(|t| view! {
-                <details class="raw" open>
-                    <summary>"Response"</summary>
-                    <pre id="raw-response">{t}</pre>
-                </details>
-            })}
-            <div class="curl">
-                <div class="card-head"><h3>"curl"</h3><CopyButton text=Signal::derive(move || curl.clone()) id="copy-curl"/></div>
-                <pre id="curl">{r.curl.clone()}</pre>
-                <p class="hint">"$KEY stands for your API key; it is never put into commands or URLs."</p>
-            </div>
+            <Exchange request_text=r.request_text response_text curl=r.curl/>
         </section>
     }
 }
