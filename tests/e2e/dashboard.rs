@@ -509,6 +509,10 @@ async fn dashboard_in_a_real_browser() {
         .map(|v| v.trim_end_matches(" ms").parse().unwrap())
         .collect();
     assert!(ms[0] > 0.0 && ms[0] <= ms[1], "p50 · p99: {percentiles}");
+    // The device of the native ops and the memory the loaded models reserve.
+    b.wait_text("#device", |t| t == "CPU").await;
+    let memory = b.wait_text("#memory", |t| t.ends_with("reserved")).await;
+    assert!(!memory.starts_with("0 B"), "{memory}");
     tokio::time::sleep(Duration::from_secs(2)).await;
     b.screenshot(&shots.join("05-overview.png")).await;
     traffic.await.unwrap();

@@ -385,6 +385,16 @@ async fn events_report_model_state_and_throughput_to_admins() {
             "tick" => {
                 let m = &f["models"][0];
                 assert_eq!(m["model"], "cls");
+                // No budget was set and the native ops run on the CPU here.
+                let memory = &f["memory"];
+                assert!(memory["host_budget_bytes"].is_null(), "{memory}");
+                assert!(memory["gpu_pools"].is_null(), "{memory}");
+                if loaded {
+                    assert!(
+                        memory["host_reserved_bytes"].as_u64().unwrap() > 0,
+                        "{memory}"
+                    );
+                }
                 served += m["requests_per_s"].as_f64().unwrap();
                 if loaded && served > 0.0 {
                     break;

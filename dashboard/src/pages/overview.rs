@@ -1,4 +1,5 @@
-//! Overview: live throughput, latency and errors per model.
+//! Overview: live throughput, latency and errors per model; the device the native ops run on
+//! (`GET /v2`) and the memory loaded models hold (events ticks).
 //!
 //! Source of numbers, best first:
 //! 1. `/v2/events` (WebSocket, key offered as a subprotocol next to `infergate.v1`): per-second
@@ -59,6 +60,8 @@ pub fn Overview() -> impl IntoView {
     let error = RwSignal::new(None::<api::ApiError>);
     let models = RwSignal::new((0usize, 0usize, 0u64));
     let server = RwSignal::new(None::<String>);
+    let device = RwSignal::new(None::<String>);
+    let memory = RwSignal::new(None::<Value>);
     let activity = RwSignal::new(VecDeque::<String>::new());
     let alive = StoredValue::new(true);
     let socket: StoredValue<Option<web_sys::WebSocket>, LocalStorage> =
@@ -77,6 +80,10 @@ pub fn Overview() -> impl IntoView {
                 v["name"].as_str().unwrap_or("infergate"),
                 v["version"].as_str().unwrap_or("")
             )));
+            device.set(Some(match v["device"]["kind"].as_str() {
+                Some("cuda") => format!("GPU · {}", v["device"]["name"].as_str().unwrap_or("CUDA")),
+                _ => "CPU".to_string(),
+            }));
         }
     });
     let refresh_models = move || {
@@ -105,7 +112,7 @@ pub fn Overview() -> impl IntoView {
             return;
         }
         match events
-            .then(|| connect_events(series, activity, source, alive))
+            .then(|| connect_events(series, activity, memory, source, alive))
             .flatten()
         {
             Some(ws) => {
@@ -149,6 +156,8 @@ pub fn Overview() -> impl IntoView {
             <div class="tile"><span class="muted">"Models (loaded)"</span><strong>{move || { let (n, l, _) = models.get(); format!("{n} ({l})") }}</strong></div>
             <div class="tile"><span class="muted">"In flight"</span><strong>{move || models.get().2}</strong></div>
             <div class="tile"><span class="muted">"Server"</span><strong class="small-strong">{move || server.get().unwrap_or_else(|| "–".into())}</strong></div>
+            <div class="tile"><span class="muted">"Device"</span><strong class="small-strong" id="device">{move || device.get().unwrap_or_else(|| "–".into())}</strong></div>
+            <div class="tile"><span class="muted">"Model memory"</span><strong class="small-strong" id="memory">{move || memory_text(memory.get())}</strong></div>
         </div>
         {move || (source.get() == Source::Polling).then(|| view! {
             <p class="notice">"Live events (" <code>"/v2/events"</code> ") are not available on this server: rates and mean latency are computed from " <code>"/v2/models/stats"</code> " each second."</p>
@@ -283,10 +292,28 @@ async fn sleep_ms(ms: i32) {
     let _ = wasm_bindgen_futures::JsFuture::from(p).await;
 }
 
+/// Host memory reserved by loaded models (of the budget, when one is set), and the GPU pool's
+/// holding when the native ops run on a GPU; from the latest events tick.
+fn memory_text(memory: Option<Value>) -> String {
+    let Some(m) = memory else {
+        return "–".into();
+    };
+    let reserved = format::bytes(m["host_reserved_bytes"].as_u64().unwrap_or(0));
+    let host = match m["host_budget_bytes"].as_u64() {
+        Some(budget) => format!("{reserved} of {}", format::bytes(budget)),
+        None => format!("{reserved} reserved"),
+    };
+    match m["gpu_pools"]["device"]["held_bytes"].as_u64() {
+        Some(held) => format!("{host} · GPU pool {}", format::bytes(held)),
+        None => host,
+    }
+}
+
 /// Opens `/v2/events`; falls back to polling if the socket closes before any frame.
 fn connect_events(
     series: RwSignal<BTreeMap<String, Series>>,
     activity: RwSignal<VecDeque<String>>,
+    memory: RwSignal<Option<Value>>,
     source: RwSignal<Source>,
     alive: StoredValue<bool>,
 ) -> Option<web_sys::WebSocket> {
@@ -313,6 +340,9 @@ fn connect_events(
                 return;
             };
             seen.set(true);
+            if v["type"] == "tick" {
+                memory.set(Some(v["memory"].clone()));
+            }
             match v["type"].as_str().unwrap_or("stats") {
                 "stats" | "tick" => series.update(|all| {
                     for m in v["models"].as_array().into_iter().flatten() {

@@ -1,7 +1,8 @@
 //! `GET /v2/events` (WebSocket, admin scope): live server events for the dashboard. The key
 //! comes as on `/v2/stream` (headers, or offered as a subprotocol next to `infergate.v1`).
 //!
-//! Every second one frame `{"type": "tick", "time_ms", "websocket_connections", "models":
+//! Every second one frame `{"type": "tick", "time_ms", "websocket_connections", "memory":
+//! {"host_reserved_bytes", "host_budget_bytes", "gpu_pools"}, "models":
 //! [{"model", "version", "state", "in_flight", "requests_per_s", "failures_per_s",
 //! "avg_latency_ms", "avg_queue_ms", "p50_ms", "p99_ms"}]}` over the last second: rates and
 //! means from the engine's counters; `p50_ms`/`p99_ms` from the per-version histograms in
@@ -20,6 +21,7 @@ use axum::extract::State;
 use axum::response::Response;
 use futures_util::{SinkExt, StreamExt};
 use http::HeaderMap;
+use infergate_engine::kernels::device::pool::PoolStats;
 use infergate_engine::{ModelState, ModelStats};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -142,9 +144,34 @@ fn frames(state: &AppState, before: &Versions, now: &Versions, seconds: f64) -> 
         "type": "tick",
         "time_ms": time_ms,
         "websocket_connections": state.drain.open_streams(),
+        "memory": memory(state),
         "models": models,
     }));
     out
+}
+
+/// Host memory reserved by loaded model instances (and the budget, null when unlimited), and
+/// the native ops' GPU memory pools (null when they run on the CPU).
+fn memory(state: &AppState) -> Value {
+    let (reserved, budget) = state.engine.memory();
+    let pool = |p: &PoolStats| {
+        json!({
+            "held_bytes": p.held_bytes,
+            "free_bytes": p.free_bytes,
+            "limit_bytes": p.limit_bytes,
+            "hits": p.hits,
+            "misses": p.misses,
+        })
+    };
+    let gpu = state
+        .engine
+        .gpu_memory()
+        .map(|m| json!({"device": pool(&m.device), "pinned": pool(&m.pinned)}));
+    json!({
+        "host_reserved_bytes": reserved,
+        "host_budget_bytes": budget,
+        "gpu_pools": gpu,
+    })
 }
 
 async fn events(state: Arc<AppState>, socket: WebSocket) {
