@@ -109,16 +109,7 @@ async fn revocation_takes_effect_on_the_next_request() {
             .status(),
         200
     );
-    let listed: Value = s
-        .client
-        .get(s.url("/api/keys"))
-        .bearer_auth(&s.admin_key)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let listed: Value = s.get_json("/api/keys", &s.admin_key).await;
     assert!(
         !listed.to_string().contains(&secret),
         "secrets are never listed"
@@ -202,16 +193,7 @@ async fn admin_key_file_is_private_and_cli_prints_only_the_secret() {
         secret.starts_with("ig_") && !secret.contains(char::is_whitespace),
         "{secret}"
     );
-    let who: Value = s
-        .client
-        .get(s.url("/api/whoami"))
-        .bearer_auth(&secret)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let who: Value = s.get_json("/api/whoami", &secret).await;
     assert_eq!(who["scopes"], json!(["infer", "upload"]));
 
     // Online key creation through the admin API from the CLI.

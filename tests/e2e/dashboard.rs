@@ -303,15 +303,8 @@ async fn dashboard_in_a_real_browser() {
         .await
         .is_none());
     let stored: Value = s
-        .client
-        .get(s.url("/api/models/efficientnet-lite0"))
-        .bearer_auth(&s.admin_key)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+        .get_json("/api/models/efficientnet-lite0", &s.admin_key)
+        .await;
     let config = &stored["versions"][0]["config"];
     assert_eq!(config["max_batch_size"], 8, "{stored}");
     assert_eq!(

@@ -147,6 +147,19 @@ impl Server {
     }
 
     /// Creates a key with the given scopes through the offline CLI and returns its secret.
+    /// `GET path` with `key` as a bearer token, expecting a JSON body (any status).
+    pub async fn get_json(&self, path: &str, key: &str) -> serde_json::Value {
+        self.client
+            .get(self.url(path))
+            .bearer_auth(key)
+            .send()
+            .await
+            .expect("GET reaches the server")
+            .json()
+            .await
+            .expect("a JSON body")
+    }
+
     pub fn key(&self, scopes: &str) -> String {
         let out = Command::new(BIN)
             .args(["keys", "create", "--scope", scopes, "--data-dir"])

@@ -11,16 +11,7 @@ fn stored_files(data: &std::path::Path) -> (usize, usize) {
 }
 
 async fn list(s: &Server, key: &str) -> Vec<Value> {
-    let v: Value = s
-        .client
-        .get(s.url("/api/models"))
-        .bearer_auth(key)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let v: Value = s.get_json("/api/models", key).await;
     v["models"].as_array().unwrap().clone()
 }
 
@@ -70,16 +61,7 @@ async fn upload_valid_model_then_infer_and_delete() {
     assert_eq!(v2["config"]["max_batch_size"], 8);
     assert_eq!(stored_files(&s.data), (1, 0));
 
-    let meta: Value = s
-        .client
-        .get(s.url("/v2/models/cls"))
-        .bearer_auth(&key)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let meta: Value = s.get_json("/v2/models/cls", &key).await;
     assert_eq!(meta["versions"], serde_json::json!(["1", "2"]));
 
     let body = serde_json::json!({"inputs": [{"name": "x", "shape": [1, 3, 48, 192], "datatype": "FP32", "data": vec![0.5f32; 3 * 48 * 192]}]});

@@ -97,16 +97,7 @@ async fn softmax_topk_post_op_matches_topk_of_the_raw_logits() {
     assert_eq!(resp.status(), 201);
 
     // The metadata lists the post-op's outputs after the model's own.
-    let meta: Value = s
-        .client
-        .get(s.url("/v2/models/effnet"))
-        .bearer_auth(&key)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let meta: Value = s.get_json("/v2/models/effnet", &key).await;
     let names: Vec<&str> = meta["outputs"]
         .as_array()
         .unwrap()
@@ -227,16 +218,7 @@ async fn softmax_topk_post_op_matches_topk_of_the_raw_logits() {
     );
 
     // Loaded now: the metadata says where it runs (the CPU on this machine).
-    let meta: Value = s
-        .client
-        .get(s.url("/v2/models/effnet"))
-        .bearer_auth(&key)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let meta: Value = s.get_json("/v2/models/effnet", &key).await;
     let providers = meta["execution"]["providers"].as_array().unwrap();
     assert_eq!(providers.last().unwrap(), "CPUExecutionProvider", "{meta}");
 }
