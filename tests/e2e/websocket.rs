@@ -146,6 +146,23 @@ pub async fn metric(s: &Server, name: &str, labels: &[(&str, &str)]) -> f64 {
         .unwrap_or(0.0)
 }
 
+/// Waits (bounded only against a hang) until no generation runs, then counts the tokens the
+/// text generator streamed over WebSocket.
+async fn tokens_once_no_generation_runs(s: &Server, when: &str) -> f64 {
+    let mut waited = 0;
+    while metric(s, "infergate_generations_in_progress", &[]).await != 0.0 {
+        waited += 1;
+        assert!(waited < 600, "a generation is still running {when}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    metric(
+        s,
+        "infergate_generated_tokens_total",
+        &[("model", "textgen"), ("protocol", "websocket")],
+    )
+    .await
+}
+
 fn textgen_server() -> (tempfile::TempDir, Server) {
     let tmp = tempfile::tempdir().unwrap();
     crate::harness::register(tmp.path(), "cls", &model("ocr-cls.onnx"));
@@ -329,22 +346,7 @@ async fn websocket_disconnect_stops_generation() {
         assert!(next_json(&mut ws).await.get("token").is_some());
     }
     drop(ws);
-    // Wait (bounded only against a hang) until no generation runs, then count what was made.
-    let mut waited = 0;
-    while metric(&s, "infergate_generations_in_progress", &[]).await != 0.0 {
-        waited += 1;
-        assert!(
-            waited < 600,
-            "generation still running after the client left"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let tokens = metric(
-        &s,
-        "infergate_generated_tokens_total",
-        &[("model", "textgen"), ("protocol", "websocket")],
-    )
-    .await;
+    let tokens = tokens_once_no_generation_runs(&s, "after the client left").await;
     assert!((3.0..3000.0).contains(&tokens), "{tokens}");
 }
 
@@ -533,17 +535,6 @@ async fn websocket_cancel_by_id_stops_one_request_and_keeps_the_connection() {
     let answer = next_json(&mut ws).await;
     assert_eq!(answer["id"], "a");
     assert_eq!(answer["model_name"], "cls", "{answer}");
-    let mut waited = 0;
-    while metric(&s, "infergate_generations_in_progress", &[]).await != 0.0 {
-        waited += 1;
-        assert!(waited < 600, "the cancelled generation is still running");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let tokens = metric(
-        &s,
-        "infergate_generated_tokens_total",
-        &[("model", "textgen"), ("protocol", "websocket")],
-    )
-    .await;
+    let tokens = tokens_once_no_generation_runs(&s, "after it was cancelled").await;
     assert!((1.0..3000.0).contains(&tokens), "{tokens}");
 }
