@@ -4,10 +4,12 @@
 //!    `onnx` package, so the protocol and not the model dominates) on ONE connection: WebSocket
 //!    vs HTTP/1.1 keep-alive vs HTTP/2, requests/s at concurrency 1 and 8 (HTTP/1.1 cannot
 //!    multiplex: at 8 it is shown with 8 connections for reference), ratios printed.
-//! 2. Tokens/s of the character generator streamed over SSE and WebSocket vs the same
-//!    generation loop run in-process (same code, same seeds, no transport), ratio printed.
+//! 2. Tokens/s of the character generator streamed over SSE and WebSocket (and answered whole,
+//!    for reference) vs the same generation loop run in-process (same code, same seeds, no
+//!    transport): ratio of the totals and median of the per-generation ratios (robust to the
+//!    host's bursts of load).
 //!
-//! Bounded: ~3 s per protocol case, ~2000 tokens per streaming case.
+//! Bounded: ~3 s per protocol case, ~4000 tokens per generation path.
 //! `cargo bench -p infergate --bench streaming` (needs scripts/setup.sh's models).
 
 #[allow(dead_code)]
@@ -34,7 +36,7 @@ type Ws =
 const CASE: Duration = Duration::from_secs(3);
 /// Seeded generations are run until this many tokens are made; the same seeds are then
 /// streamed over SSE and WebSocket.
-const TOKENS: u64 = 2000;
+const TOKENS: u64 = 4000;
 const MAX_TOKENS: u64 = 500;
 
 /// Writes the tiny model with the setup step's Python (`onnx` is in scripts/requirements.txt).
@@ -265,6 +267,26 @@ async fn sse_one(c: &reqwest::Client, s: &Server, key: &str, seed: u64) -> (Dura
     (elapsed, tokens)
 }
 
+/// One seeded generation answered whole (not streamed): (time, tokens).
+async fn plain_one(c: &reqwest::Client, s: &Server, key: &str, seed: u64) -> (Duration, u64) {
+    let start = Instant::now();
+    let r: Value = c
+        .post(s.url("/v1/completions"))
+        .bearer_auth(key)
+        .json(
+            &json!({"model": "textgen", "prompt": PROMPT, "max_tokens": MAX_TOKENS,
+                      "temperature": 1.0, "seed": seed}),
+        )
+        .send()
+        .await
+        .expect("send")
+        .json()
+        .await
+        .expect("json");
+    let tokens = r["usage"]["completion_tokens"].as_u64().expect("usage");
+    (start.elapsed(), tokens)
+}
+
 /// One seeded generation streamed over a WebSocket: (time, tokens).
 async fn ws_one(ws: &mut Ws, seed: u64) -> (Duration, u64) {
     let start = Instant::now();
@@ -345,41 +367,63 @@ async fn main() {
     let state = in_process_state(data.path()).await;
     let c = client(&s, false);
     let mut ws = ws_connect(&s, &key).await;
-    // Warm-up of all three (model loads), then the three paths take turns per seed, so load
-    // from elsewhere on the machine falls on all of them alike.
+    // Warm-up of every path (model loads). Then, per seed, the paths run back to back in an
+    // order that rotates from seed to seed, so that load from elsewhere on the machine (these
+    // VMs are noisy: the same loop varies by ±20% from minute to minute) falls on all of them
+    // alike and no path always follows the same one.
     in_process_one(&state, 1000).await;
     sse_one(&c, &s, &key, 1000).await;
     ws_one(&mut ws, 1000).await;
-    let mut times = [Duration::ZERO; 3];
+    plain_one(&c, &s, &key, 1000).await;
+    const PATHS: usize = 4;
+    let mut times = [Duration::ZERO; PATHS];
+    // Per seed and path: in-process time / path time (same seed, same tokens).
+    let mut ratios: [Vec<f64>; PATHS] = Default::default();
     let mut local_tokens = 0;
     let mut seeds = 0;
     while local_tokens < TOKENS {
-        let runs = [
-            in_process_one(&state, seeds).await,
-            sse_one(&c, &s, &key, seeds).await,
-            ws_one(&mut ws, seeds).await,
-        ];
+        let mut runs = [(Duration::ZERO, 0u64); PATHS];
+        for k in 0..PATHS {
+            let path = (k + seeds as usize) % PATHS;
+            runs[path] = match path {
+                0 => in_process_one(&state, seeds).await,
+                1 => sse_one(&c, &s, &key, seeds).await,
+                2 => ws_one(&mut ws, seeds).await,
+                _ => plain_one(&c, &s, &key, seeds).await,
+            };
+        }
         assert!(
             runs.iter().all(|r| r.1 == runs[0].1),
             "same seed, same generation: {runs:?}"
         );
-        for (t, r) in times.iter_mut().zip(&runs) {
-            *t += r.0;
+        for p in 0..PATHS {
+            times[p] += runs[p].0;
+            ratios[p].push(runs[0].0.as_secs_f64() / runs[p].0.as_secs_f64());
         }
         local_tokens += runs[0].1;
         seeds += 1;
     }
-    let [local, sse, ws] = times.map(|t| local_tokens as f64 / t.as_secs_f64());
+    let rates = times.map(|t| local_tokens as f64 / t.as_secs_f64());
+    let medians = ratios.map(|mut r| {
+        r.sort_by(f64::total_cmp);
+        r[r.len() / 2]
+    });
     println!("\nText generation (textgen, {seeds} seeded generations, {local_tokens} tokens):\n");
-    println!("| path | tokens/s | ratio to in-process |");
-    println!("| --- | --- | --- |");
-    println!("| in-process (same loop, no transport) | {local:.0} | 1.00 |");
-    println!(
-        "| SSE (`/v1/completions`, stream) | {sse:.0} | {:.3} |",
-        sse / local
-    );
-    println!(
-        "| WebSocket (`/v2/stream`, generate) | {ws:.0} | {:.3} |",
-        ws / local
-    );
+    println!("| path | tokens/s | ratio of totals | median ratio per generation |");
+    println!("| --- | --- | --- | --- |");
+    let names = [
+        "in-process (same loop, no transport)",
+        "SSE (`/v1/completions`, stream)",
+        "WebSocket (`/v2/stream`, generate)",
+        "`/v1/completions` not streamed (reference)",
+    ];
+    for p in 0..PATHS {
+        println!(
+            "| {} | {:.0} | {:.3} | {:.3} |",
+            names[p],
+            rates[p],
+            rates[p] / rates[0],
+            medians[p]
+        );
+    }
 }

@@ -81,6 +81,9 @@ pub struct OpenAiConfig {
     pub vocab: Option<PathBuf>,
     /// Upper bound for `max_tokens`.
     pub max_tokens_limit: u32,
+    /// Streamed tokens produced within this many microseconds of the last write are sent
+    /// together; 0 writes every token on its own.
+    pub stream_coalesce_us: u64,
 }
 
 /// WebSocket streaming (`/v2/stream`).
@@ -95,6 +98,9 @@ pub struct WebSocketConfig {
     pub ping_interval_s: u64,
     /// Largest message in bytes.
     pub max_message_bytes: usize,
+    /// Frames produced within this many microseconds of the last write are sent together
+    /// (tokens of a generation); 0 writes every frame on its own.
+    pub coalesce_us: u64,
 }
 
 impl Default for OpenAiConfig {
@@ -103,6 +109,7 @@ impl Default for OpenAiConfig {
             completions_model: "textgen".into(),
             vocab: None,
             max_tokens_limit: 4096,
+            stream_coalesce_us: 2000,
         }
     }
 }
@@ -114,6 +121,7 @@ impl Default for WebSocketConfig {
             idle_timeout_s: 300,
             ping_interval_s: 30,
             max_message_bytes: 16 << 20,
+            coalesce_us: 2000,
         }
     }
 }

@@ -370,30 +370,39 @@ impl AxisTaps {
     }
 }
 
-/// The horizontal taps of [`AxisTaps`] repeated per channel
-/// (`w0 w0 w0 w1 w1 w1 ...`) and zero-padded to a multiple of
-/// [`HORIZONTAL_LANES`], so each output pixel is one contiguous
-/// multiply-accumulate over the interleaved RGB row that vectorises.
-struct InterleavedTaps {
+/// The horizontal taps of [`AxisTaps`] laid out for RGBx lanes: tap `k`'s weight in lanes
+/// `4k..4k+3` (once per channel) and 0 in lane `4k+3`, zero-padded to a multiple of
+/// [`RGBX_LANES`]. The horizontal pass loads 12 interleaved floats (4 source pixels), spreads
+/// them to 16 RGBx lanes with one permute, and multiply-accumulates against this; the four
+/// pixel groups of the accumulator then fold to (R, G, B) with two adds. The lane `t % 3`
+/// layout this replaced needed a scalar fold of 24 lanes per output pixel, which cost more
+/// than all its multiply-adds.
+struct RgbxTaps {
     weights: Vec<f32>,
     stride: usize,
 }
 
-/// 24 = lcm(3 channels, 8 f32 lanes): lane `t` always holds channel `t % 3`.
-const HORIZONTAL_LANES: usize = 24;
+/// One AVX-512 register: 4 taps of RGBx.
+const RGBX_LANES: usize = 16;
 
-impl InterleavedTaps {
+impl RgbxTaps {
     fn new(taps: &AxisTaps) -> Self {
-        let stride = (taps.taps * CHANNELS).div_ceil(HORIZONTAL_LANES) * HORIZONTAL_LANES;
+        let stride = (taps.taps * 4).div_ceil(RGBX_LANES) * RGBX_LANES;
         let mut weights = vec![0.0f32; taps.starts.len() * stride];
         for d in 0..taps.starts.len() {
             for (k, w) in taps.get(d).1.iter().enumerate() {
                 for c in 0..CHANNELS {
-                    weights[d * stride + k * CHANNELS + c] = *w;
+                    weights[d * stride + k * 4 + c] = *w;
                 }
             }
         }
         Self { weights, stride }
+    }
+
+    /// Interleaved floats the pass may read past a pixel's first tap (zero-weighted ones
+    /// included): 3 per padded tap, plus the 4 a 16-float load of the last group overreads.
+    fn reach(&self) -> usize {
+        self.stride / 4 * CHANNELS + 4
     }
 }
 
@@ -402,7 +411,7 @@ struct ImagePlan<'a> {
     image: ImageU8<'a>,
     geo: Geometry,
     x: AxisTaps,
-    x_interleaved: InterleavedTaps,
+    x_rgbx: RgbxTaps,
     y: AxisTaps,
 }
 
@@ -430,7 +439,7 @@ pub fn resize_normalize(
             ImagePlan {
                 image: *image,
                 geo,
-                x_interleaved: InterleavedTaps::new(&x),
+                x_rgbx: RgbxTaps::new(&x),
                 x,
                 y: AxisTaps::new(&geo.y),
             }
@@ -495,10 +504,10 @@ fn fill_rows(
             return;
         }
     }
-    fill_rows_body::<false>(plan, width, y0, planes, norm, scratch);
+    fill_rows_body::<false, false>(plan, width, y0, planes, norm, scratch);
 }
 
-/// The vertical pass at 16 lanes: fewer instructions for the same work.
+/// Both passes at 16 lanes: fewer instructions for the same work.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2,fma")]
 unsafe fn fill_rows_avx512(
@@ -509,7 +518,7 @@ unsafe fn fill_rows_avx512(
     norm: &Norm,
     scratch: &mut Vec<f32>,
 ) {
-    fill_rows_body::<true>(plan, width, y0, planes, norm, scratch);
+    fill_rows_body::<true, true>(plan, width, y0, planes, norm, scratch);
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -522,7 +531,7 @@ unsafe fn fill_rows_avx2_fma(
     norm: &Norm,
     scratch: &mut Vec<f32>,
 ) {
-    fill_rows_body::<true>(plan, width, y0, planes, norm, scratch);
+    fill_rows_body::<true, false>(plan, width, y0, planes, norm, scratch);
 }
 
 /// `a * b + c`, fused only when `FMA` (compiled with the fma feature):
@@ -536,8 +545,9 @@ fn madd<const FMA: bool>(a: f32, b: f32, c: f32) -> f32 {
     }
 }
 
+/// `FMA`: compiled with avx2+fma; `WIDE`: with avx512f too.
 #[inline(always)]
-fn fill_rows_body<const FMA: bool>(
+fn fill_rows_body<const FMA: bool, const WIDE: bool>(
     plan: &ImagePlan<'_>,
     width: usize,
     y0: usize,
@@ -550,10 +560,10 @@ fn fill_rows_body<const FMA: bool>(
     let (gx, gy) = (&plan.geo.x, &plan.geo.y);
     let (src_lo, src_hi) = plan.x.source_span();
     let row_len = (src_hi - src_lo) * CHANNELS;
-    let stride = plan.x_interleaved.stride;
-    // Room for the zero-weight lanes past the last tap of the last pixel.
+    let stride = plan.x_rgbx.stride;
+    // Room for the zero-weight taps past the last tap of the last pixel; stays zero.
     scratch.clear();
-    scratch.resize(row_len + stride, 0.0);
+    scratch.resize(row_len + plan.x_rgbx.reach(), 0.0);
     let mut taps: Vec<(&[u8], f32)> = Vec::with_capacity(plan.y.taps);
     for dy in 0..rows {
         let y = y0 + dy;
@@ -589,9 +599,9 @@ fn fill_rows_body<const FMA: bool>(
             }
             let d = x - gx.dst_start;
             let base = (plan.x.starts[d] - src_lo) * CHANNELS;
-            let src = &scratch[base..base + stride];
-            let weights = &plan.x_interleaved.weights[d * stride..(d + 1) * stride];
-            let v = horizontal_dot::<FMA>(src, weights);
+            let src = &scratch[base..base + plan.x_rgbx.reach()];
+            let weights = &plan.x_rgbx.weights[d * stride..(d + 1) * stride];
+            let v = horizontal_dot::<FMA, WIDE>(src, weights);
             out_r[x] = (v[0] - norm.mean[0]) * norm.inv_std[0];
             out_g[x] = (v[1] - norm.mean[1]) * norm.inv_std[1];
             out_b[x] = (v[2] - norm.mean[2]) * norm.inv_std[2];
@@ -599,77 +609,97 @@ fn fill_rows_body<const FMA: bool>(
     }
 }
 
-/// Per-channel sums of `src[k] * weights[k]` over interleaved RGB; both
-/// slices are a multiple of [`HORIZONTAL_LANES`] long.
+/// Per-channel sums of `src[3k + c] * w_k` over interleaved RGB `src`, with the taps in
+/// [`RgbxTaps`] layout (`weights.len()` a multiple of 16, `src` at least
+/// [`RgbxTaps::reach`] long).
 #[inline(always)]
-fn horizontal_dot<const FMA: bool>(src: &[f32], weights: &[f32]) -> [f32; CHANNELS] {
+fn horizontal_dot<const FMA: bool, const WIDE: bool>(
+    src: &[f32],
+    weights: &[f32],
+) -> [f32; CHANNELS] {
     #[cfg(target_arch = "x86_64")]
-    if FMA {
-        // SAFETY: `FMA` is only true inside `fill_rows_avx2_fma` and
-        // `fill_rows_avx512`, which run after avx2+fma / avx512f (which
-        // implies both) were detected.
-        return unsafe { horizontal_dot_avx2_fma(src, weights) };
-    }
-    let mut acc = [0.0f32; HORIZONTAL_LANES];
-    for (s, w) in src
-        .chunks_exact(HORIZONTAL_LANES)
-        .zip(weights.chunks_exact(HORIZONTAL_LANES))
     {
-        for t in 0..HORIZONTAL_LANES {
-            acc[t] += s[t] * w[t];
+        // SAFETY: `WIDE` is only true inside `fill_rows_avx512` (avx512f detected) and `FMA`
+        // inside it or `fill_rows_avx2_fma` (avx2+fma detected).
+        if WIDE {
+            return unsafe { horizontal_dot_avx512(src, weights) };
+        }
+        if FMA {
+            return unsafe { horizontal_dot_avx2_fma(src, weights) };
         }
     }
-    fold_lanes(&acc)
-}
-
-/// Lane `t` of the 24 accumulators holds channel `t % 3`.
-#[inline(always)]
-fn fold_lanes(acc: &[f32; HORIZONTAL_LANES]) -> [f32; CHANNELS] {
     let mut v = [0.0f32; CHANNELS];
-    for (t, a) in acc.iter().enumerate() {
-        v[t % CHANNELS] += a;
+    for (k, w) in weights.chunks_exact(4).enumerate() {
+        for c in 0..CHANNELS {
+            v[c] += src[k * CHANNELS + c] * w[c];
+        }
     }
     v
 }
 
-/// LLVM turns the generic 24-lane loop into scalar code, so the hot
-/// horizontal product is spelled with three 8-lane FMA accumulators.
+/// 16 lanes = 4 taps of RGBx per multiply-add.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+#[inline]
+unsafe fn horizontal_dot_avx512(src: &[f32], weights: &[f32]) -> [f32; CHANNELS] {
+    use std::arch::x86_64::*;
+    let groups = weights.len() / RGBX_LANES;
+    assert!(
+        src.len() >= groups * 12 + 4,
+        "source shorter than the taps' reach"
+    );
+    // 12 interleaved floats -> 4 RGBx pixels; lane 3 of each takes a real (finite) value that
+    // meets a zero weight.
+    let spread = _mm512_setr_epi32(0, 1, 2, 0, 3, 4, 5, 0, 6, 7, 8, 0, 9, 10, 11, 0);
+    let mut acc = _mm512_setzero_ps();
+    let (s, w) = (src.as_ptr(), weights.as_ptr());
+    for g in 0..groups {
+        // SAFETY: g * 12 + 16 <= src.len() (asserted), g * 16 + 16 <= weights.len().
+        unsafe {
+            let pixels = _mm512_permutexvar_ps(spread, _mm512_loadu_ps(s.add(g * 12)));
+            acc = _mm512_fmadd_ps(pixels, _mm512_loadu_ps(w.add(g * RGBX_LANES)), acc);
+        }
+    }
+    let high = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc), 1));
+    let half = _mm256_add_ps(_mm512_castps512_ps256(acc), high);
+    let rgbx = _mm_add_ps(_mm256_castps256_ps128(half), _mm256_extractf128_ps(half, 1));
+    let mut out = [0.0f32; 4];
+    // SAFETY: `out` holds 4 floats.
+    unsafe { _mm_storeu_ps(out.as_mut_ptr(), rgbx) };
+    [out[0], out[1], out[2]]
+}
+
+/// 8 lanes = 2 taps of RGBx per multiply-add.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 #[inline]
 unsafe fn horizontal_dot_avx2_fma(src: &[f32], weights: &[f32]) -> [f32; CHANNELS] {
     use std::arch::x86_64::*;
-    let n = src.len().min(weights.len()) / HORIZONTAL_LANES * HORIZONTAL_LANES;
-    let (mut a0, mut a1, mut a2) = (
-        _mm256_setzero_ps(),
-        _mm256_setzero_ps(),
-        _mm256_setzero_ps(),
+    let pairs = weights.len() / 8;
+    assert!(
+        src.len() >= pairs * 6 + 2,
+        "source shorter than the taps' reach"
     );
+    let spread = _mm256_setr_epi32(0, 1, 2, 0, 3, 4, 5, 0);
+    let (mut a0, mut a1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
     let (s, w) = (src.as_ptr(), weights.as_ptr());
-    for k in (0..n).step_by(HORIZONTAL_LANES) {
-        // SAFETY: k + 24 <= n <= both lengths.
+    // Two accumulators: the chain of dependent multiply-adds is the limit otherwise.
+    for p in (0..pairs).step_by(2) {
+        // SAFETY: p * 6 + 8 <= src.len() and p * 8 + 8 <= weights.len() (pairs is even: the
+        // stride is a multiple of 16).
         unsafe {
-            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(s.add(k)), _mm256_loadu_ps(w.add(k)), a0);
-            a1 = _mm256_fmadd_ps(
-                _mm256_loadu_ps(s.add(k + 8)),
-                _mm256_loadu_ps(w.add(k + 8)),
-                a1,
-            );
-            a2 = _mm256_fmadd_ps(
-                _mm256_loadu_ps(s.add(k + 16)),
-                _mm256_loadu_ps(w.add(k + 16)),
-                a2,
-            );
+            let x0 = _mm256_permutevar8x32_ps(_mm256_loadu_ps(s.add(p * 6)), spread);
+            a0 = _mm256_fmadd_ps(x0, _mm256_loadu_ps(w.add(p * 8)), a0);
+            let x1 = _mm256_permutevar8x32_ps(_mm256_loadu_ps(s.add(p * 6 + 6)), spread);
+            a1 = _mm256_fmadd_ps(x1, _mm256_loadu_ps(w.add(p * 8 + 8)), a1);
         }
     }
-    let mut acc = [0.0f32; HORIZONTAL_LANES];
-    // SAFETY: `acc` holds 24 floats.
-    unsafe {
-        _mm256_storeu_ps(acc.as_mut_ptr(), a0);
-        _mm256_storeu_ps(acc.as_mut_ptr().add(8), a1);
-        _mm256_storeu_ps(acc.as_mut_ptr().add(16), a2);
-    }
-    fold_lanes(&acc)
+    let sum = _mm256_add_ps(a0, a1);
+    let rgbx = _mm_add_ps(_mm256_castps256_ps128(sum), _mm256_extractf128_ps(sum, 1));
+    let mut out = [0.0f32; 4];
+    // SAFETY: `out` holds 4 floats.
+    unsafe { _mm_storeu_ps(out.as_mut_ptr(), rgbx) };
+    [out[0], out[1], out[2]]
 }
 
 /// `out[k] = Σ_j w_j * row_j[k]`. Column blocks of `BLOCK` accumulators stay

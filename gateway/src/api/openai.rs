@@ -10,6 +10,7 @@
 //! `/v1/embeddings` is served by pipelines (see `embeddings.rs`).
 
 use crate::auth::Scope;
+use crate::coalesce::Coalescer;
 use crate::error::{ApiError, ApiResult};
 use crate::request_id::RequestId;
 use crate::state::AppState;
@@ -18,13 +19,13 @@ use axum::extract::State;
 use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
-use futures_util::stream::{self, Stream, StreamExt};
+use futures_util::stream::{self, Stream};
 use http::HeaderMap;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 type S = State<Arc<AppState>>;
 
@@ -366,7 +367,8 @@ async fn run(
     if common.stream {
         Ok(Sse::new(sse_stream(state, meta, generation, include_usage)).into_response())
     } else {
-        complete(state, meta, generation).await
+        // On its own thread; dropping this future (client gone) stops the generation.
+        crate::own_thread::run(complete(state, meta, generation)).await
     }
 }
 
@@ -467,14 +469,15 @@ fn data(v: Value) -> Event {
 }
 
 impl Streaming {
-    /// The next event, running the model as many times as it takes to have text to send.
-    async fn next_event(&mut self) -> Option<Event> {
+    /// The next event, running the model as many times as it takes to have text to send, and
+    /// whether it is a token (which may wait to be written with the next ones).
+    async fn next_event(&mut self) -> Option<(Event, bool)> {
         loop {
             match self.phase {
                 Phase::Start => {
                     self.phase = Phase::Generating;
                     if self.meta.kind == Kind::Chat {
-                        return Some(data(self.meta.chunk(Some(""), None, true)));
+                        return Some((data(self.meta.chunk(Some(""), None, true)), false));
                     }
                 }
                 Phase::Generating => {
@@ -495,28 +498,30 @@ impl Streaming {
                             }
                             if !step.text.is_empty() || finish.is_some() {
                                 let text = (!step.text.is_empty()).then_some(step.text.as_str());
-                                return Some(data(self.meta.chunk(text, finish, false)));
+                                let token = finish.is_none();
+                                return Some((data(self.meta.chunk(text, finish, false)), token));
                             }
                         }
                         Ok(None) => self.phase = Phase::Done,
                         Err(e) => {
                             self.tracked.end(e.status.as_u16());
                             self.phase = Phase::Done;
-                            return Some(data(json!({"error": {
+                            let error = json!({"error": {
                                 "message": e.message,
                                 "type": "server_error",
                                 "code": e.status.as_u16(),
-                            }})));
+                            }});
+                            return Some((data(error), false));
                         }
                     }
                 }
                 Phase::Usage => {
                     self.phase = Phase::Done;
-                    return Some(data(self.meta.usage_chunk(&self.g)));
+                    return Some((data(self.meta.usage_chunk(&self.g)), false));
                 }
                 Phase::Done => {
                     self.phase = Phase::Over;
-                    return Some(Event::default().data("[DONE]"));
+                    return Some((Event::default().data("[DONE]"), false));
                 }
                 Phase::Over => return None,
             }
@@ -524,25 +529,56 @@ impl Streaming {
     }
 }
 
-/// The SSE events of a streamed generation. Each event runs the model only as often as needed;
-/// dropping the stream (client gone) drops the model call in progress.
+/// Events a generation may run ahead of the client: enough to overlap the model's next step
+/// with sending the previous tokens, small enough that a stalled reader costs nothing.
+const SSE_AHEAD: usize = 32;
+
+/// The SSE events of a streamed generation. The model runs on its own thread
+/// ([`crate::own_thread`]), so the next token is computed while the previous ones are
+/// encrypted and written; tokens are handed over in bursts (`openai.stream_coalesce_us`, see
+/// [`crate::coalesce`]) so that hyper writes them as one TLS record. The generation stops,
+/// dropping the model call in progress, as soon as the response is dropped (client gone).
 fn sse_stream(
     state: Arc<AppState>,
     meta: Meta,
     generation: Generation,
     include_usage: bool,
 ) -> impl Stream<Item = Result<Event, Infallible>> {
+    let mut coalescer = Coalescer::new(Duration::from_micros(
+        state.config.openai.stream_coalesce_us,
+    ));
     let tracked = Tracked::new(&state, &generation);
-    let streaming = Streaming {
+    let mut streaming = Streaming {
         meta,
         g: generation,
         tracked,
         phase: Phase::Start,
         include_usage,
     };
-    stream::unfold(streaming, |mut s| async move {
-        let event = s.next_event().await?;
-        Some((Ok(event), s))
-    })
-    .boxed()
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Event>(SSE_AHEAD);
+    let task = async move {
+        loop {
+            let next = tokio::select! {
+                biased;
+                _ = tx.closed() => return Ok(()),
+                next = streaming.next_event() => next,
+            };
+            let Some((event, token)) = next else {
+                return Ok(());
+            };
+            let ready = if token {
+                coalescer.token(event)
+            } else {
+                coalescer.urgent(event)
+            };
+            for event in ready {
+                if tx.send(event).await.is_err() {
+                    return Ok(());
+                }
+            }
+        }
+    };
+    // Ends by itself when the response is dropped (`tx.closed()`).
+    tokio::spawn(crate::own_thread::run(task));
+    stream::poll_fn(move |cx| rx.poll_recv(cx).map(|e| e.map(Ok)))
 }

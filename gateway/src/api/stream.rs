@@ -28,6 +28,7 @@
 
 use crate::admission;
 use crate::auth::{self, Scope};
+use crate::coalesce::Coalescer;
 use crate::error::{ApiError, ApiResult};
 use crate::state::{model_key, AppState};
 use crate::store::keys::KeyRecord;
@@ -174,11 +175,26 @@ async fn connection(state: Arc<AppState>, socket: WebSocket, key: Option<String>
     let (mut sink, mut incoming) = socket.split();
     // Answers queue here for the writer; bounded, so a slow reader blocks its own requests.
     let (out, mut outgoing) = mpsc::channel::<Message>(in_flight * 2);
+    // Frames already queued are written together and flushed once: one TLS record and one
+    // syscall for a burst of tokens (see `websocket.coalesce_us`) instead of one per frame.
     let writer = tokio::spawn(async move {
-        while let Some(message) = outgoing.recv().await {
-            let is_close = matches!(message, Message::Close(_));
-            if sink.send(message).await.is_err() || is_close {
-                break;
+        while let Some(mut message) = outgoing.recv().await {
+            loop {
+                let is_close = matches!(message, Message::Close(_));
+                if sink.feed(message).await.is_err() {
+                    return;
+                }
+                if is_close {
+                    let _ = sink.flush().await;
+                    return;
+                }
+                match outgoing.try_recv() {
+                    Ok(next) => message = next,
+                    Err(_) => break,
+                }
+            }
+            if sink.flush().await.is_err() {
+                return;
             }
         }
     });
@@ -474,7 +490,12 @@ async fn run(
     if let Some(generate) = body.remove("generate") {
         let generate: Generate = serde_json::from_value(generate)
             .map_err(|e| ApiError::bad_request(format!("generate: {e}")))?;
-        return generate_stream(state, &model, generate, id, out).await;
+        // On its own thread; dropping this future (cancel, client gone) stops the generation.
+        let (state, id, out) = (state.clone(), id.clone(), out.clone());
+        return crate::own_thread::run(async move {
+            generate_stream(&state, &model, generate, &id, &out).await
+        })
+        .await;
     }
     let request: crate::api::codec::InferRequest = serde_json::from_value(Value::Object(body))
         .map_err(|e| ApiError::bad_request(format!("invalid inference request: {e}")))?;
@@ -541,10 +562,21 @@ async fn generate_stream(
     };
     let mut g = Generation::new(state.clone(), vocab, record, &generate.prompt, sampling)?;
     let _in_progress = state.metrics.generation_started();
+    let mut coalescer = Coalescer::new(Duration::from_micros(state.config.websocket.coalesce_us));
     let mut text = String::new();
     loop {
         let before = g.completion_tokens;
-        let Some(step) = g.next().await? else {
+        let next = match g.next().await {
+            Ok(next) => next,
+            Err(e) => {
+                // The tokens held back go out before the error frame.
+                for message in coalescer.take_held() {
+                    let _ = out.send(message).await;
+                }
+                return Err(e);
+            }
+        };
+        let Some(step) = next else {
             return Err(ApiError::internal(
                 "generation ended without a finish reason",
             ));
@@ -554,12 +586,10 @@ async fn generate_stream(
         }
         if !step.text.is_empty() {
             text.push_str(&step.text);
-            if out
-                .send(frame(json!({"id": id, "token": step.text})))
-                .await
-                .is_err()
-            {
-                return Ok(());
+            for message in coalescer.token(frame(json!({"id": id, "token": step.text}))) {
+                if out.send(message).await.is_err() {
+                    return Ok(());
+                }
             }
         }
         if let Some(finish) = step.finish {
@@ -568,11 +598,14 @@ async fn generate_stream(
                 "completion_tokens": g.completion_tokens,
                 "total_tokens": g.prompt_tokens + g.completion_tokens,
             });
-            let _ = out
-                .send(frame(json!({
-                    "id": id, "done": true, "finish_reason": finish.as_str(), "text": text, "usage": usage,
-                })))
-                .await;
+            let done = frame(json!({
+                "id": id, "done": true, "finish_reason": finish.as_str(), "text": text, "usage": usage,
+            }));
+            for message in coalescer.urgent(done) {
+                if out.send(message).await.is_err() {
+                    break;
+                }
+            }
             return Ok(());
         }
     }
