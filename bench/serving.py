@@ -43,10 +43,11 @@ SPECS = {
 NP = {"INT64": np.int64, "FP32": np.float32}
 
 
-def start_server(data):
+def start_server(data, intra_threads=1, instances=1):
     """Starts infergate; returns the process and its HTTP and gRPC addresses (host:port)."""
     proc = subprocess.Popen([BIN, "serve", "--listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0",
-                             "--data-dir", data, "--intra-threads", "1", "--instances", "1"],
+                             "--data-dir", data, "--intra-threads", str(intra_threads),
+                             "--instances", str(instances)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     lines = queue.Queue()
     threading.Thread(target=lambda: [lines.put(l) for l in proc.stderr], daemon=True).start()

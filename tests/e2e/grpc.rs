@@ -1,6 +1,7 @@
 //! gRPC on the real binary, spoken as raw HTTP/2 frames over the server's TLS: a
 //! `ModelStreamInfer` stream still open at SIGTERM is answered, then ended by the server
-//! (the client never half-closes), the process exits 0 and the gRPC port is closed. Client
+//! (the client never half-closes), the process exits 0 and the gRPC port is closed; a client
+//! that resets its stream takes its queued requests with it. Client
 //! compatibility, status codes and numerics are tested with tritonclient in
 //! tests/python/test_grpc.py.
 
@@ -48,11 +49,8 @@ fn classify(id: &str) -> ModelInferRequest {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stream_open_at_sigterm_is_answered_and_ended_by_the_server() {
-    let tmp = tempfile::tempdir().unwrap();
-    crate::harness::register(tmp.path(), "cls", &model("ocr-cls.onnx"));
-    let s = Server::start_in(tmp.path(), Options::default());
+/// The server's gRPC base URL, from its `grpc listening on` line.
+fn grpc_url(s: &Server) -> String {
     let line = s
         .wait_for_log("grpc listening on ", Duration::from_secs(30))
         .expect("the gRPC listening line");
@@ -63,6 +61,15 @@ async fn a_stream_open_at_sigterm_is_answered_and_ended_by_the_server() {
         .expect("an address")
         .to_string();
     assert!(url.starts_with("https://"), "{url}");
+    url
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_open_at_sigterm_is_answered_and_ended_by_the_server() {
+    let tmp = tempfile::tempdir().unwrap();
+    crate::harness::register(tmp.path(), "cls", &model("ocr-cls.onnx"));
+    let s = Server::start_in(tmp.path(), Options::default());
+    let url = grpc_url(&s);
     let key = s.key("infer");
 
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Vec<u8>, std::io::Error>>(4);
@@ -118,4 +125,81 @@ async fn a_stream_open_at_sigterm_is_answered_and_ended_by_the_server() {
     assert!(s.wait().success());
     let hostport = url.trim_start_matches("https://");
     assert!(tokio::net::TcpStream::connect(hostport).await.is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_resets_its_stream_takes_its_queued_requests_with_it() {
+    const SENT: usize = 16;
+    let tmp = tempfile::tempdir().unwrap();
+    crate::harness::register(tmp.path(), "slow", &model("efficientnet-lite0.onnx"));
+    // One instance, one thread: the requests queue behind each other (tens of ms each).
+    let s = Server::start_in(
+        tmp.path(),
+        Options {
+            extra_args: vec![
+                "--instances".into(),
+                "1".into(),
+                "--intra-threads".into(),
+                "1".into(),
+            ],
+            ..Options::default()
+        },
+    );
+    let url = grpc_url(&s);
+    let key = s.key("infer");
+    let batch = 4;
+    let request = |id: usize| ModelInferRequest {
+        model_name: "slow".into(),
+        id: id.to_string(),
+        inputs: vec![InferInputTensor {
+            name: "input".into(),
+            datatype: "FP32".into(),
+            shape: vec![batch, 3, 224, 224],
+            ..Default::default()
+        }],
+        raw_input_contents: vec![vec![0; batch as usize * 3 * 224 * 224 * 4]],
+        ..Default::default()
+    };
+    let frames: Vec<Result<Vec<u8>, std::io::Error>> =
+        (0..SENT).map(|i| Ok(frame(&request(i)))).collect();
+    let mut response = crate::harness::client_for(&s.data, false)
+        .post(format!(
+            "{url}/inference.GRPCInferenceService/ModelStreamInfer"
+        ))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .bearer_auth(&key)
+        .body(reqwest::Body::wrap_stream(futures_util::stream::iter(
+            frames,
+        )))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    // The first answer: the requests are being served. Then the client resets the stream.
+    let mut buf = Vec::new();
+    while unframe(&mut buf).is_empty() {
+        let chunk = response.chunk().await.unwrap().expect("an answer");
+        buf.extend_from_slice(&chunk);
+    }
+    drop(response);
+    // Whatever was queued when the client left never runs: the count settles well short of
+    // what was sent (each request runs for tens of milliseconds, the reset takes far less).
+    let admin = s.admin_key.clone();
+    let mut executed = 0;
+    for _ in 0..40 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let stats = s.get_json("/v2/models/slow/stats", &admin).await;
+        let now = stats["model_stats"][0]["execution_count"]
+            .as_u64()
+            .expect("an execution count");
+        if now == executed && now > 0 {
+            break;
+        }
+        executed = now;
+    }
+    assert!(
+        (1..SENT as u64 / 2).contains(&executed),
+        "{executed} of {SENT} requests ran after the client reset its stream"
+    );
 }

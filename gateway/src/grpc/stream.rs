@@ -3,8 +3,9 @@
 //! limit and concurrency cap count every request), runs concurrently with the others up to
 //! `[websocket] max_in_flight` (further requests wait unread: backpressure), and its answer
 //! goes out when ready; a failed request answers `error_message` and the stream goes on, as
-//! Triton does. On shutdown a stream reads no further requests, finishes those in flight, and
-//! ends; the server waits for it like for a WebSocket stream.
+//! Triton does. A client that goes away takes its requests still waiting for the model with it.
+//! On shutdown a stream reads no further requests, finishes those in flight, and ends; the
+//! server waits for it like for a WebSocket stream.
 
 use super::proto::{ModelInferRequest, ModelInferResponse, ModelStreamInferResponse};
 use super::service::infer;
@@ -66,7 +67,14 @@ async fn read(
                 message.model_name.clone(),
                 message.model_version.clone(),
             );
-            let answer = match infer(&state, &headers, message).await {
+            let result = tokio::select! {
+                biased;
+                // The client is gone (the response stream was dropped): dropping `infer` takes
+                // the request out of the model's queue if it has not run yet.
+                _ = tx.closed() => return,
+                result = infer(&state, &headers, message) => result,
+            };
+            let answer = match result {
                 Ok(response) => ModelStreamInferResponse {
                     error_message: String::new(),
                     infer_response: Some(response),
