@@ -41,10 +41,15 @@ def main():
     try:
         key = open(os.path.join(data, "admin.key")).read().strip()
         cert = os.path.join(data, "tls", "cert.pem")
-        image = np.random.default_rng(0).random((1, 3, 224, 224), dtype=np.float32)
-        data_file = os.path.join(data, "input.json")
-        with open(data_file, "w") as f:
-            json.dump({"data": [{"input": {"content": image.flatten().tolist(), "shape": [1, 3, 224, 224]}}]}, f)
+        image = np.random.default_rng(0).random((3, 224, 224), dtype=np.float32).flatten().tolist()
+        # Triton's convention: with max_batch_size > 0 the configured shape leaves out the batch
+        # dimension (perf_analyzer's batch size 1 adds it); without batching it is the full shape.
+        inputs = {}
+        for name, shape in (("effnet", [1, 3, 224, 224]), ("effnet-batched", [3, 224, 224])):
+            path = os.path.join(data, f"{name}.json")
+            with open(path, "w") as f:
+                json.dump({"data": [{"input": {"content": image, "shape": shape}}]}, f)
+            inputs[name] = (path, [f"input:{','.join(map(str, shape))}"])
         print(f"efficientnet-lite0, CPU, {args.instances} instance(s), intra-op threads {args.intra_threads}; "
               f"on = max_batch_size 16, max_queue_delay 2 ms; perf_analyzer, HTTP, {args.seconds:g} s windows\n")
         print("| concurrency | off infer/s | on infer/s | on/off | off p50 / p99 ms | on p50 / p99 ms |")
@@ -53,8 +58,9 @@ def main():
         for c in (1, 8, 32):
             row = {}
             for label, name in (("off", "effnet"), ("on", "effnet-batched")):
+                data_file, shapes = inputs[name]
                 row[label] = serving.perf_analyzer(pa, "http", addrs["http"], cert, key, name, data_file,
-                                                   ["input:1,3,224,224"], c, args.seconds)
+                                                   shapes, c, args.seconds)
             results[c] = row
             (t0, p50_0, p99_0), (t1, p50_1, p99_1) = row["off"], row["on"]
             print(f"| {c} | {t0:.1f} | {t1:.1f} | {t1 / t0:.2f} | {p50_0 / 1e3:.1f} / {p99_0 / 1e3:.1f} | "

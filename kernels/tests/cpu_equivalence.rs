@@ -9,10 +9,12 @@ use infergate_kernels::preprocess::{
 };
 use infergate_kernels::softmax::{softmax_topk, softmax_topk_reference, TopKShape};
 
-/// Fast path (f32, f32 weights) vs reference (f64): at most 5e-4 of one
-/// 0‥255 pixel level before normalisation, i.e. 2e-3 / std after it. The
-/// f32 sums of up to ~200 taps of 0‥255 values measure ≤ 7e-5 here.
-const PREPROCESS_TOLERANCE_LEVELS: f32 = 5e-4;
+/// Fast path vs reference (f64): at most 0.02 of one 0‥255 pixel level
+/// before normalisation, i.e. 0.02 / std after it. The bound is that of the
+/// i16 fixed-point vertical weights (AVX-512BW CPUs), `127.5 · (taps - 1) /
+/// scale` ≤ 0.017 levels for these sizes (≤ 7.3e-3 measured); the f32 path
+/// (f32 weights) measures ≤ 7e-5.
+const PREPROCESS_TOLERANCE_LEVELS: f32 = 2e-2;
 
 fn check_preprocess(images: &[ImageU8<'_>], spec: &PreprocessSpec) {
     let len = images.len() * spec.output_len_per_image();
