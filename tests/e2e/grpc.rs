@@ -64,6 +64,21 @@ fn grpc_url(s: &Server) -> String {
     url
 }
 
+/// Opens `ModelStreamInfer` with `body` as the stream of request frames.
+async fn stream_infer(s: &Server, url: &str, key: &str, body: reqwest::Body) -> reqwest::Response {
+    crate::harness::client_for(&s.data, false)
+        .post(format!(
+            "{url}/inference.GRPCInferenceService/ModelStreamInfer"
+        ))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .bearer_auth(key)
+        .body(body)
+        .send()
+        .await
+        .expect("the stream opens")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_open_at_sigterm_is_answered_and_ended_by_the_server() {
     let tmp = tempfile::tempdir().unwrap();
@@ -79,17 +94,7 @@ async fn a_stream_open_at_sigterm_is_answered_and_ended_by_the_server() {
     for id in ["a", "b"] {
         tx.send(Ok(frame(&classify(id)))).await.unwrap();
     }
-    let mut response = crate::harness::client_for(&s.data, false)
-        .post(format!(
-            "{url}/inference.GRPCInferenceService/ModelStreamInfer"
-        ))
-        .header("content-type", "application/grpc")
-        .header("te", "trailers")
-        .bearer_auth(&key)
-        .body(reqwest::Body::wrap_stream(requests))
-        .send()
-        .await
-        .unwrap();
+    let mut response = stream_infer(&s, &url, &key, reqwest::Body::wrap_stream(requests)).await;
     assert_eq!(response.status(), 200);
     assert_eq!(response.version(), reqwest::Version::HTTP_2);
 
@@ -162,19 +167,8 @@ async fn a_client_that_resets_its_stream_takes_its_queued_requests_with_it() {
     };
     let frames: Vec<Result<Vec<u8>, std::io::Error>> =
         (0..SENT).map(|i| Ok(frame(&request(i)))).collect();
-    let mut response = crate::harness::client_for(&s.data, false)
-        .post(format!(
-            "{url}/inference.GRPCInferenceService/ModelStreamInfer"
-        ))
-        .header("content-type", "application/grpc")
-        .header("te", "trailers")
-        .bearer_auth(&key)
-        .body(reqwest::Body::wrap_stream(futures_util::stream::iter(
-            frames,
-        )))
-        .send()
-        .await
-        .unwrap();
+    let body = reqwest::Body::wrap_stream(futures_util::stream::iter(frames));
+    let mut response = stream_infer(&s, &url, &key, body).await;
     assert_eq!(response.status(), 200);
     // The first answer: the requests are being served. Then the client resets the stream.
     let mut buf = Vec::new();
