@@ -34,19 +34,25 @@ fn unframe(buf: &mut Vec<u8>) -> Vec<ModelStreamInferResponse> {
     out
 }
 
-fn classify(id: &str) -> ModelInferRequest {
+/// A request for `model` with one all-zero FP32 input of `shape`.
+fn zeros(model: &str, input: &str, shape: &[i64], id: &str) -> ModelInferRequest {
+    let len = shape.iter().product::<i64>() as usize;
     ModelInferRequest {
-        model_name: "cls".into(),
+        model_name: model.into(),
         id: id.into(),
         inputs: vec![InferInputTensor {
-            name: "x".into(),
+            name: input.into(),
             datatype: "FP32".into(),
-            shape: vec![1, 3, 48, 100],
+            shape: shape.to_vec(),
             ..Default::default()
         }],
-        raw_input_contents: vec![vec![0; 3 * 48 * 100 * 4]],
+        raw_input_contents: vec![vec![0; len * 4]],
         ..Default::default()
     }
+}
+
+fn classify(id: &str) -> ModelInferRequest {
+    zeros("cls", "x", &[1, 3, 48, 100], id)
 }
 
 /// The server's gRPC base URL, from its `grpc listening on` line.
@@ -153,18 +159,7 @@ async fn a_client_that_resets_its_stream_takes_its_queued_requests_with_it() {
     let url = grpc_url(&s);
     let key = s.key("infer");
     let batch = 4;
-    let request = |id: usize| ModelInferRequest {
-        model_name: "slow".into(),
-        id: id.to_string(),
-        inputs: vec![InferInputTensor {
-            name: "input".into(),
-            datatype: "FP32".into(),
-            shape: vec![batch, 3, 224, 224],
-            ..Default::default()
-        }],
-        raw_input_contents: vec![vec![0; batch as usize * 3 * 224 * 224 * 4]],
-        ..Default::default()
-    };
+    let request = |id: usize| zeros("slow", "input", &[batch, 3, 224, 224], &id.to_string());
     let frames: Vec<Result<Vec<u8>, std::io::Error>> =
         (0..SENT).map(|i| Ok(frame(&request(i)))).collect();
     let body = reqwest::Body::wrap_stream(futures_util::stream::iter(frames));
