@@ -45,10 +45,15 @@ pub struct EngineConfig {
     pub device: DeviceChoice,
     /// Directory of compiled kernels, per NVRTC version and GPU architecture.
     pub ptx_cache_dir: Option<PathBuf>,
+    /// How long an instance that ran out of work spins for the next request before sleeping,
+    /// while requests keep arriving within that time (dependent chains such as token-by-token
+    /// generation); zero never spins. See `idle_spin`.
+    pub idle_spin: Duration,
 }
 
 impl EngineConfig {
     pub const DEFAULT_MEMORY_FACTOR: f64 = 2.0;
+    pub const DEFAULT_IDLE_SPIN: Duration = Duration::from_micros(100);
 
     /// Defaults for everything but the library: one instance, one intra-op thread, 64 queued
     /// requests, no memory budget.
@@ -62,6 +67,7 @@ impl EngineConfig {
             memory_factor: EngineConfig::DEFAULT_MEMORY_FACTOR,
             device: DeviceChoice::Cpu,
             ptx_cache_dir: None,
+            idle_spin: EngineConfig::DEFAULT_IDLE_SPIN,
         }
     }
 }
@@ -609,6 +615,7 @@ impl Inner {
             &key.to_string(),
             BatchPolicy::new(&config, self.config.max_queue_size),
             self.ops.clone(),
+            self.config.idle_spin,
         ));
         let pool = InstancePool::new(scheduler.clone());
         let instance::Prepared {

@@ -5,6 +5,7 @@
 use crate::batcher::{self, BatchPolicy, Decision};
 use crate::config::ModelConfig;
 use crate::error::{EngineError, Result};
+use crate::idle_spin::{self, IdleSpin};
 use crate::lifecycle::Reservation;
 use crate::providers::{ExecutionReport, ProviderPlan};
 use crate::queue::{Request, RequestQueue};
@@ -14,12 +15,12 @@ use crate::stats::{RequestTimings, StatsRecorder};
 use crate::tensor::Tensor;
 use crate::warmup;
 use infergate_kernels::Ops;
-use parking_lot::{Mutex, RwLock};
+use parking_lot::{Mutex, MutexGuard, RwLock};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// What the instances of one version share: the queue, the current policy, the counters.
 pub(crate) struct Scheduler {
@@ -27,16 +28,20 @@ pub(crate) struct Scheduler {
     /// Runs the post-ops of requests that asked for their outputs.
     pub ops: Arc<Ops>,
     pub queue: RequestQueue,
+    /// How long an instance may spin for the next request after running out of work
+    /// ([`crate::idle_spin`]).
+    pub idle_spin: Duration,
     policy: RwLock<Arc<BatchPolicy>>,
     pub stats: Arc<StatsRecorder>,
 }
 
 impl Scheduler {
-    pub fn new(label: &str, policy: BatchPolicy, ops: Arc<Ops>) -> Scheduler {
+    pub fn new(label: &str, policy: BatchPolicy, ops: Arc<Ops>, idle_spin: Duration) -> Scheduler {
         Scheduler {
             label: label.to_string(),
             ops,
             queue: RequestQueue::new(label),
+            idle_spin,
             policy: RwLock::new(Arc::new(policy)),
             stats: Arc::new(StatsRecorder::default()),
         }
@@ -168,20 +173,41 @@ impl InstancePool {
 }
 
 fn run_instance(mut session: OrtSession, scheduler: &Scheduler, ops: &Ops, retired: &AtomicBool) {
+    let mut spin = IdleSpin::new(scheduler.idle_spin);
     loop {
         let (batch, batching) = {
             let mut queue = scheduler.queue.lock();
+            // When this instance ran out of work, and whether it has spun since.
+            let mut idle: Option<(Instant, bool)> = None;
             loop {
                 if retired.load(Ordering::Acquire) {
                     return;
                 }
                 let policy = scheduler.policy();
                 match batcher::next_batch(&mut queue, &policy, &scheduler.label, Instant::now()) {
-                    Decision::Run(batch) => break (batch, policy.max_batch_size > 0),
+                    Decision::Run(batch) => {
+                        if let Some((since, _)) = idle {
+                            spin.observe(since.elapsed());
+                        }
+                        break (batch, policy.max_batch_size > 0);
+                    }
                     Decision::WaitUntil(t) => scheduler.queue.wait(&mut queue, Some(t)),
                     // The version was unloaded and nothing is left: the thread ends.
                     Decision::Idle if queue.closed => return,
-                    Decision::Idle => scheduler.queue.wait(&mut queue, None),
+                    Decision::Idle => {
+                        let (_, spun) = idle.get_or_insert((Instant::now(), false));
+                        let budget = spin.budget();
+                        if !*spun && !budget.is_zero() {
+                            *spun = true;
+                            // Read under the lock: any later push changes it.
+                            let seen = scheduler.queue.pushes();
+                            MutexGuard::unlocked(&mut queue, || {
+                                idle_spin::spin_until(budget, || scheduler.queue.pushes() != seen)
+                            });
+                        } else {
+                            scheduler.queue.wait(&mut queue, None);
+                        }
+                    }
                 }
             }
         };

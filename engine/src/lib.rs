@@ -23,6 +23,7 @@ mod batcher;
 pub mod config;
 pub mod engine;
 pub mod error;
+mod idle_spin;
 mod instance;
 mod lifecycle;
 pub mod postprocess;

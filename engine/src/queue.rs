@@ -8,7 +8,7 @@ use crate::postprocess::PostPlan;
 use crate::tensor::{DataType, Tensor};
 use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::oneshot;
@@ -115,6 +115,8 @@ pub(crate) struct RequestQueue {
     model: String,
     state: Mutex<Levels>,
     changed: Condvar,
+    /// Requests ever pushed: an instance spinning for work watches it without the lock.
+    pushes: AtomicU64,
 }
 
 impl RequestQueue {
@@ -123,6 +125,7 @@ impl RequestQueue {
             model: model.to_string(),
             state: Mutex::new(Levels::default()),
             changed: Condvar::new(),
+            pushes: AtomicU64::new(0),
         }
     }
 
@@ -156,6 +159,7 @@ impl RequestQueue {
             .entry(request.level)
             .or_default()
             .push_back(request);
+        self.pushes.fetch_add(1, Ordering::Release);
         drop(state);
         self.changed.notify_all();
         Ok(())
@@ -172,6 +176,11 @@ impl RequestQueue {
             }
             None => self.changed.wait(guard),
         }
+    }
+
+    /// Requests pushed so far; read under the lock to know what a spin is waiting for.
+    pub fn pushes(&self) -> u64 {
+        self.pushes.load(Ordering::Acquire)
     }
 
     /// Wakes every waiting instance (a config change, a retirement, shutdown).

@@ -174,6 +174,9 @@ pub struct EngineSettings {
     /// Host memory all loaded model instances together may use, in bytes (estimated as the
     /// model file's size × 2 per instance); loading beyond it is refused with 503. None: no cap.
     pub host_memory_budget_bytes: Option<u64>,
+    /// Microseconds an instance that ran out of work spins for the next request before it
+    /// sleeps, while requests keep coming that fast (token-by-token generation); 0: never.
+    pub idle_spin_us: u64,
 }
 
 /// Limits every plugin call runs under (see plugins/README.md).
@@ -246,6 +249,8 @@ impl Default for EngineSettings {
             instances: 1,
             max_queue_size: 1024,
             host_memory_budget_bytes: None,
+            idle_spin_us: infergate_engine::engine::EngineConfig::DEFAULT_IDLE_SPIN.as_micros()
+                as u64,
             device: "auto".into(),
         }
     }
