@@ -53,7 +53,7 @@ pub struct EngineConfig {
 
 impl EngineConfig {
     pub const DEFAULT_MEMORY_FACTOR: f64 = 2.0;
-    pub const DEFAULT_IDLE_SPIN: Duration = Duration::from_micros(100);
+    pub const DEFAULT_IDLE_SPIN: Duration = Duration::from_micros(200);
 
     /// Defaults for everything but the library: one instance, one intra-op thread, 64 queued
     /// requests, no memory budget.

@@ -235,13 +235,15 @@ impl Metrics {
             .inc();
     }
 
-    pub fn tokens(&self, model: &str, protocol: &'static str, n: u64) {
+    /// The generated-tokens counter of one model and protocol, looked up once per generation:
+    /// counting a token is then one atomic add (no label allocation, no family lock).
+    pub fn token_counter(&self, model: &str, protocol: &'static str) -> Counter {
         self.tokens
             .get_or_create(&TokenLabels {
                 model: model.to_string(),
                 protocol,
             })
-            .inc_by(n);
+            .clone()
     }
 
     /// Counts an open WebSocket until the guard drops.

@@ -2,6 +2,7 @@
 
 pub mod body;
 pub mod codec;
+mod completion_stream;
 pub mod dashboard;
 pub mod embeddings;
 pub mod events;

@@ -10,22 +10,18 @@
 //! `/v1/embeddings` is served by pipelines (see `embeddings.rs`).
 
 use crate::auth::Scope;
-use crate::coalesce::Coalescer;
 use crate::error::{ApiError, ApiResult};
 use crate::request_id::RequestId;
 use crate::state::AppState;
 use crate::textgen::{Generation, Sampling, Step, Vocab};
 use axum::extract::State;
-use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
-use futures_util::stream::{self, Stream};
 use http::HeaderMap;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
-use std::convert::Infallible;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 type S = State<Arc<AppState>>;
 
@@ -203,7 +199,7 @@ enum Kind {
     Chat,
 }
 
-struct Meta {
+pub(super) struct Meta {
     kind: Kind,
     id: String,
     created: u64,
@@ -241,37 +237,96 @@ impl Meta {
         })
     }
 
-    fn chunk(&self, text: Option<&str>, finish: Option<&str>, first: bool) -> Value {
+    pub(super) fn is_chat(&self) -> bool {
+        self.kind == Kind::Chat
+    }
+
+    /// One streamed chunk as JSON; `first` adds the chat's `role`. Called once per token, so it
+    /// serializes borrowed fields directly instead of building a `Value`.
+    pub(super) fn chunk(&self, text: Option<&str>, finish: Option<&str>, first: bool) -> String {
         let choice = match self.kind {
-            Kind::Completion => json!({
-                "index": 0, "text": text.unwrap_or(""), "logprobs": null, "finish_reason": finish,
-            }),
-            Kind::Chat => {
-                let mut delta = serde_json::Map::new();
-                if first {
-                    delta.insert("role".into(), json!("assistant"));
-                }
-                if let Some(t) = text {
-                    delta.insert("content".into(), json!(t));
-                }
-                json!({"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish})
-            }
+            Kind::Completion => ChunkChoice::Text {
+                index: 0,
+                text: text.unwrap_or(""),
+                logprobs: None,
+                finish_reason: finish,
+            },
+            Kind::Chat => ChunkChoice::Delta {
+                index: 0,
+                delta: Delta {
+                    role: first.then_some("assistant"),
+                    content: text,
+                },
+                logprobs: None,
+                finish_reason: finish,
+            },
         };
-        json!({
-            "id": self.id,
-            "object": match self.kind { Kind::Completion => "text_completion", Kind::Chat => "chat.completion.chunk" },
-            "created": self.created,
-            "model": self.model,
-            "choices": [choice],
+        let chunk = Chunk {
+            id: &self.id,
+            object: self.chunk_object(),
+            created: self.created,
+            model: &self.model,
+            choices: [choice],
+        };
+        serde_json::to_string(&chunk).unwrap_or_else(|e| {
+            json!({"error": {"message": format!("encoding a chunk: {e}"), "type": "server_error"}})
+                .to_string()
         })
     }
 
-    fn usage_chunk(&self, g: &Generation) -> Value {
-        let mut c = self.chunk(None, None, false);
-        c["choices"] = json!([]);
-        c["usage"] = Meta::usage(g);
-        c
+    fn chunk_object(&self) -> &'static str {
+        match self.kind {
+            Kind::Completion => "text_completion",
+            Kind::Chat => "chat.completion.chunk",
+        }
     }
+
+    /// The last chunk when `stream_options.include_usage` is set: no choices, the counts.
+    pub(super) fn usage_chunk(&self, g: &Generation) -> String {
+        json!({
+            "id": self.id,
+            "object": self.chunk_object(),
+            "created": self.created,
+            "model": self.model,
+            "choices": [],
+            "usage": Meta::usage(g),
+        })
+        .to_string()
+    }
+}
+
+#[derive(Serialize)]
+struct Chunk<'a> {
+    id: &'a str,
+    object: &'static str,
+    created: u64,
+    model: &'a str,
+    choices: [ChunkChoice<'a>; 1],
+}
+
+#[derive(Serialize)]
+#[serde(untagged)]
+enum ChunkChoice<'a> {
+    Text {
+        index: u32,
+        text: &'a str,
+        logprobs: Option<()>,
+        finish_reason: Option<&'a str>,
+    },
+    Delta {
+        index: u32,
+        delta: Delta<'a>,
+        logprobs: Option<()>,
+        finish_reason: Option<&'a str>,
+    },
+}
+
+#[derive(Serialize)]
+struct Delta<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    role: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    content: Option<&'a str>,
 }
 
 pub async fn completions(
@@ -365,7 +420,12 @@ async fn run(
         .as_ref()
         .is_some_and(|o| o.include_usage);
     if common.stream {
-        Ok(Sse::new(sse_stream(state, meta, generation, include_usage)).into_response())
+        Ok(super::completion_stream::response(
+            state,
+            meta,
+            generation,
+            include_usage,
+        ))
     } else {
         // On its own thread; dropping this future (client gone) stops the generation.
         crate::own_thread::run(complete(state, meta, generation)).await
@@ -374,32 +434,34 @@ async fn run(
 
 /// Records one generation in the metrics: tokens as they come, the request when it ends. A
 /// generation dropped before its end (client gone) is recorded with status 499.
-struct Tracked {
+pub(super) struct Tracked {
     state: Arc<AppState>,
     model: String,
     version: String,
     started: Instant,
     ended: bool,
+    tokens: prometheus_client::metrics::counter::Counter,
     _in_progress: crate::metrics::GaugeGuard,
 }
 
 impl Tracked {
-    fn new(state: &Arc<AppState>, g: &Generation) -> Tracked {
+    pub(super) fn new(state: &Arc<AppState>, g: &Generation) -> Tracked {
         Tracked {
             state: state.clone(),
             model: g.model_name().to_string(),
             version: g.model_version().to_string(),
             started: Instant::now(),
             ended: false,
+            tokens: state.metrics.token_counter(g.model_name(), PROTOCOL),
             _in_progress: state.metrics.generation_started(),
         }
     }
 
-    fn token(&self) {
-        self.state.metrics.tokens(&self.model, PROTOCOL, 1);
+    pub(super) fn token(&self) {
+        self.tokens.inc();
     }
 
-    fn end(&mut self, status: u16) {
+    pub(super) fn end(&mut self, status: u16) {
         if !self.ended {
             self.ended = true;
             let elapsed = self.started.elapsed();
@@ -446,139 +508,4 @@ async fn complete(state: Arc<AppState>, meta: Meta, mut g: Generation) -> ApiRes
             }
         }
     }
-}
-
-enum Phase {
-    Start,
-    Generating,
-    Usage,
-    Done,
-    Over,
-}
-
-struct Streaming {
-    meta: Meta,
-    g: Generation,
-    tracked: Tracked,
-    phase: Phase,
-    include_usage: bool,
-}
-
-fn data(v: Value) -> Event {
-    Event::default().data(v.to_string())
-}
-
-impl Streaming {
-    /// The next event, running the model as many times as it takes to have text to send, and
-    /// whether it is a token (which may wait to be written with the next ones).
-    async fn next_event(&mut self) -> Option<(Event, bool)> {
-        loop {
-            match self.phase {
-                Phase::Start => {
-                    self.phase = Phase::Generating;
-                    if self.meta.kind == Kind::Chat {
-                        return Some((data(self.meta.chunk(Some(""), None, true)), false));
-                    }
-                }
-                Phase::Generating => {
-                    let tokens_before = self.g.completion_tokens;
-                    match self.g.next().await {
-                        Ok(Some(step)) => {
-                            if self.g.completion_tokens > tokens_before {
-                                self.tracked.token();
-                            }
-                            let finish = step.finish.map(|f| f.as_str());
-                            if finish.is_some() {
-                                self.tracked.end(200);
-                                self.phase = if self.include_usage {
-                                    Phase::Usage
-                                } else {
-                                    Phase::Done
-                                };
-                            }
-                            if !step.text.is_empty() || finish.is_some() {
-                                let text = (!step.text.is_empty()).then_some(step.text.as_str());
-                                let token = finish.is_none();
-                                return Some((data(self.meta.chunk(text, finish, false)), token));
-                            }
-                        }
-                        Ok(None) => self.phase = Phase::Done,
-                        Err(e) => {
-                            self.tracked.end(e.status.as_u16());
-                            self.phase = Phase::Done;
-                            let error = json!({"error": {
-                                "message": e.message,
-                                "type": "server_error",
-                                "code": e.status.as_u16(),
-                            }});
-                            return Some((data(error), false));
-                        }
-                    }
-                }
-                Phase::Usage => {
-                    self.phase = Phase::Done;
-                    return Some((data(self.meta.usage_chunk(&self.g)), false));
-                }
-                Phase::Done => {
-                    self.phase = Phase::Over;
-                    return Some((Event::default().data("[DONE]"), false));
-                }
-                Phase::Over => return None,
-            }
-        }
-    }
-}
-
-/// Events a generation may run ahead of the client: enough to overlap the model's next step
-/// with sending the previous tokens, small enough that a stalled reader costs nothing.
-const SSE_AHEAD: usize = 32;
-
-/// The SSE events of a streamed generation. The model runs on its own thread
-/// ([`crate::own_thread`]), so the next token is computed while the previous ones are
-/// encrypted and written; tokens are handed over in bursts (`openai.stream_coalesce_us`, see
-/// [`crate::coalesce`]) so that hyper writes them as one TLS record. The generation stops,
-/// dropping the model call in progress, as soon as the response is dropped (client gone).
-fn sse_stream(
-    state: Arc<AppState>,
-    meta: Meta,
-    generation: Generation,
-    include_usage: bool,
-) -> impl Stream<Item = Result<Event, Infallible>> {
-    let mut coalescer = Coalescer::new(Duration::from_micros(
-        state.config.openai.stream_coalesce_us,
-    ));
-    let tracked = Tracked::new(&state, &generation);
-    let mut streaming = Streaming {
-        meta,
-        g: generation,
-        tracked,
-        phase: Phase::Start,
-        include_usage,
-    };
-    let (tx, mut rx) = tokio::sync::mpsc::channel::<Event>(SSE_AHEAD);
-    let task = async move {
-        loop {
-            let next = tokio::select! {
-                biased;
-                _ = tx.closed() => return Ok(()),
-                next = streaming.next_event() => next,
-            };
-            let Some((event, token)) = next else {
-                return Ok(());
-            };
-            let ready = if token {
-                coalescer.token(event)
-            } else {
-                coalescer.urgent(event)
-            };
-            for event in ready {
-                if tx.send(event).await.is_err() {
-                    return Ok(());
-                }
-            }
-        }
-    };
-    // Ends by itself when the response is dropped (`tx.closed()`).
-    tokio::spawn(crate::own_thread::run(task));
-    stream::poll_fn(move |cx| rx.poll_recv(cx).map(|e| e.map(Ok)))
 }

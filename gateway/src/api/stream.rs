@@ -562,6 +562,7 @@ async fn generate_stream(
     };
     let mut g = Generation::new(state.clone(), vocab, record, &generate.prompt, sampling)?;
     let _in_progress = state.metrics.generation_started();
+    let tokens = state.metrics.token_counter(model, PROTOCOL_LABEL);
     let mut coalescer = Coalescer::new(Duration::from_micros(state.config.websocket.coalesce_us));
     let mut text = String::new();
     loop {
@@ -582,7 +583,7 @@ async fn generate_stream(
             ));
         };
         if g.completion_tokens > before {
-            state.metrics.tokens(model, PROTOCOL_LABEL, 1);
+            tokens.inc();
         }
         if !step.text.is_empty() {
             text.push_str(&step.text);
