@@ -1120,8 +1120,11 @@ unsafe fn vertical_fixed_avx512bw(
 }
 
 /// [`vertical_fixed`] on whole blocks of [`FIXED_BLOCK`] columns; returns the columns done.
-/// Per 16 columns of a pair of rows: one zero-masked `vpermt2b` that builds the i16 pairs
-/// straight from both rows' 64-byte loads, one `vpdpwssd`.
+/// Per 32 columns of a pair of rows: a 32-byte load of row `a` with row `b`'s 32 bytes
+/// inserted above it (`vinserti64x4` from memory, no shuffle port), two zero-masked
+/// single-source `vpermb` that build the i16 pairs of 16 columns each, two `vpdpwssd`.
+/// (`vpermt2b`, the two-source byte permute, is three uops at half the rate of `vpermb`; it
+/// made this pass shuffle-bound.)
 ///
 /// # Safety
 /// The CPU supports AVX-512F/BW/VBMI/VNNI; every row in `pairs` is at least `out.len()` long.
@@ -1133,16 +1136,17 @@ unsafe fn vertical_fixed_avx512vbmi(
     out: &mut [f32],
 ) -> usize {
     use std::arch::x86_64::*;
-    // Byte 4i of quarter q's pairs is column 16q + i of row a (table index 16q + i), byte
-    // 4i + 2 the same column of row b (64 + 16q + i); the odd bytes are zeroed by the mask.
-    const INDEX: [[u8; 64]; 4] = {
-        let mut index = [[0u8; 64]; 4];
+    // Bytes 0-31 of the register are 32 columns of row a, bytes 32-63 the same columns of
+    // row b. Byte 4i of half q's pairs is column 16q + i of row a, byte 4i + 2 that of row b;
+    // the odd bytes are zeroed by the mask.
+    const INDEX: [[u8; 64]; 2] = {
+        let mut index = [[0u8; 64]; 2];
         let mut q = 0;
-        while q < 4 {
+        while q < 2 {
             let mut i = 0;
             while i < 16 {
                 index[q][4 * i] = (16 * q + i) as u8;
-                index[q][4 * i + 2] = (64 + 16 * q + i) as u8;
+                index[q][4 * i + 2] = (32 + 16 * q + i) as u8;
                 i += 1;
             }
             q += 1;
@@ -1151,7 +1155,7 @@ unsafe fn vertical_fixed_avx512vbmi(
     };
     const LOW_BYTES: __mmask64 = 0x5555_5555_5555_5555;
     // SAFETY: each INDEX row is 64 bytes.
-    let index: [__m512i; 4] =
+    let index: [__m512i; 2] =
         std::array::from_fn(|q| unsafe { _mm512_loadu_si512(INDEX[q].as_ptr().cast()) });
     let full = out.len() - out.len() % FIXED_BLOCK;
     let scale = _mm512_set1_ps(inv_scale);
@@ -1162,16 +1166,20 @@ unsafe fn vertical_fixed_avx512vbmi(
             let w = _mm512_set1_epi32(w);
             _mm_prefetch::<_MM_HINT_T0>(a.as_ptr().wrapping_add(k + PREFETCH).cast());
             _mm_prefetch::<_MM_HINT_T0>(b.as_ptr().wrapping_add(k + PREFETCH).cast());
-            // SAFETY: k + 64 <= out.len() <= a.len(), b.len() (the caller's contract).
-            let (va, vb) = unsafe {
-                (
-                    _mm512_loadu_si512(a.as_ptr().add(k).cast()),
-                    _mm512_loadu_si512(b.as_ptr().add(k).cast()),
-                )
-            };
-            for q in 0..4 {
-                let pair = _mm512_maskz_permutex2var_epi8(LOW_BYTES, va, index[q], vb);
-                acc[q] = _mm512_dpwssd_epi32(acc[q], pair, w);
+            for h in 0..2 {
+                // SAFETY: k + 64 <= out.len() <= a.len(), b.len() (the caller's contract).
+                let both = unsafe {
+                    _mm512_inserti64x4::<1>(
+                        _mm512_castsi256_si512(_mm256_loadu_si256(
+                            a.as_ptr().add(k + 32 * h).cast(),
+                        )),
+                        _mm256_loadu_si256(b.as_ptr().add(k + 32 * h).cast()),
+                    )
+                };
+                for q in 0..2 {
+                    let pair = _mm512_maskz_permutexvar_epi8(LOW_BYTES, index[q], both);
+                    acc[2 * h + q] = _mm512_dpwssd_epi32(acc[2 * h + q], pair, w);
+                }
             }
         }
         for (q, acc) in acc.iter().enumerate() {
