@@ -1387,6 +1387,86 @@ mod tests {
         }
     }
 
+    /// The 16-pixel horizontal block (quarter-size broadcast tap table) against the per-pixel
+    /// dot it replaces, bit for bit, normalised the same way: downscales with tap counts from
+    /// 2 to 20 (4k + 1 to 4k + 3 included), upscales, odd source and output sizes.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn horizontal_block_matches_per_pixel_dot() {
+        if !std::arch::is_x86_feature_detected!("avx512f") {
+            return;
+        }
+        let mut seed = 0x2545_f491u32;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 17;
+            seed ^= seed << 5;
+            seed
+        };
+        let norm = Norm {
+            mean: [123.675, 116.28, 103.53],
+            inv_std: [1.0 / 58.395, 1.0 / 57.12, 1.0 / 57.375],
+            pad: [0.0; CHANNELS],
+        };
+        for (src_len, dst_len) in [
+            (1920, 224),
+            (640, 48),
+            (97, 16),
+            (333, 32),
+            (50, 32),
+            (17, 48),
+            (1000, 112),
+            (161, 16),
+        ] {
+            let axis = AxisMap {
+                dst_start: 0,
+                dst_len,
+                src_len,
+                ratio: (src_len as f64 / dst_len as f64) as f32,
+                offset: 0.0,
+            };
+            let taps = AxisTaps::new(&axis);
+            let (rgbx, quads) = (RgbxTaps::new(&taps), QuadTaps::new(&taps));
+            let src: Vec<f32> = (0..src_len * CHANNELS + rgbx.reach())
+                .map(|_| (next() % 25500) as f32 / 100.0)
+                .collect();
+            for x0 in (0..dst_len - dst_len % HORIZONTAL_BLOCK).step_by(HORIZONTAL_BLOCK) {
+                let bases: [usize; HORIZONTAL_BLOCK] =
+                    std::array::from_fn(|i| taps.starts[x0 + i] * CHANNELS);
+                let mut got = [[f32::NAN; HORIZONTAL_BLOCK]; CHANNELS];
+                let [r, g, b] = &mut got;
+                // SAFETY: avx512f detected above.
+                unsafe {
+                    horizontal_block_avx512(
+                        &src,
+                        &bases,
+                        quads.weights(x0..x0 + HORIZONTAL_BLOCK),
+                        &norm,
+                        [r, g, b],
+                    )
+                };
+                for (i, base) in bases.iter().enumerate() {
+                    // SAFETY: avx512f detected above.
+                    let v = unsafe {
+                        horizontal_dot_avx512(
+                            &src[*base..*base + rgbx.reach()],
+                            rgbx.weights(x0 + i..x0 + i + 1),
+                        )
+                    };
+                    for c in 0..CHANNELS {
+                        let want = (v[c] - norm.mean[c]) * norm.inv_std[c];
+                        assert_eq!(
+                            got[c][i].to_bits(),
+                            want.to_bits(),
+                            "{src_len}->{dst_len} pixel {} channel {c}",
+                            x0 + i
+                        );
+                    }
+                }
+            }
+        }
+    }
+
     /// The fast path (fixed-point vertical and 16-pixel horizontal blocks where the CPU has
     /// them) against the reference: odd and even tap counts, upscaling, letterbox and
     /// centre crop, output widths around the 16-pixel block.
