@@ -562,7 +562,8 @@ const ROWS_PER_TASK: usize = 8;
 /// pairs of rows with AVX-512BW, [`FixedTaps`]; u8 → f32 multiply-adds
 /// otherwise), then a horizontal pass of multiply-adds against per-channel
 /// repeated weights ([`RgbxTaps`]; 16 output pixels at a time with
-/// AVX-512F), writing the three normalised planes. Compiled three times
+/// AVX-512F against broadcast 4-tap groups, [`QuadTaps`]), writing the three
+/// normalised planes. Compiled three times
 /// (AVX-512F, AVX2+FMA, baseline), picked by runtime detection. Rows of all
 /// images are spread over rayon's pool.
 pub fn resize_normalize(
