@@ -33,6 +33,33 @@ fn time(max_iters: usize, budget: Duration, mut f: impl FnMut()) -> Duration {
     samples[samples.len() / 2]
 }
 
+/// Median wall times of `f` and `g`, run alternately (one call each per round, up to
+/// `max_iters` rounds, at least 3, at most about `budget`) after one warm-up call each: on a
+/// noisy machine both see the same interference, so their ratio is steadier than that of two
+/// separate measurements.
+fn time_pair(
+    max_iters: usize,
+    budget: Duration,
+    mut f: impl FnMut(),
+    mut g: impl FnMut(),
+) -> (Duration, Duration) {
+    f();
+    g();
+    let start = Instant::now();
+    let (mut fs, mut gs) = (Vec::new(), Vec::new());
+    while fs.len() < 3 || (fs.len() < max_iters && start.elapsed() < budget) {
+        let t = Instant::now();
+        f();
+        fs.push(t.elapsed());
+        let t = Instant::now();
+        g();
+        gs.push(t.elapsed());
+    }
+    fs.sort();
+    gs.sort();
+    (fs[fs.len() / 2], gs[gs.len() / 2])
+}
+
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
@@ -131,12 +158,6 @@ fn bench_preprocess(gpu: Option<&Gpu>) {
         Ok(pool) => pool,
         Err(e) => panic!("rayon pool: {e}"),
     };
-    let fast_1t = single.install(|| {
-        time(2000, budget, || {
-            let i = rotate();
-            resize_normalize(&images[i..i + 1], &spec, &mut out1).unwrap_or_else(|e| panic!("{e}"))
-        })
-    });
     let mut reference = vec![0.0f32; per];
     let reference_t = time(3, budget, || {
         resize_normalize_reference(&images[..1], &spec, &mut reference)
@@ -151,9 +172,24 @@ fn bench_preprocess(gpu: Option<&Gpu>) {
     let mut dst = Image::new(224, 224, PixelType::U8x3);
     let mut resizer = Resizer::new();
     let mut fir_out = vec![0.0f32; per];
-    let fir = time(2000, budget, || {
-        let i = rotate();
-        fir_then_normalize(&mut resizer, &sources[i], &mut dst, &spec, &mut fir_out)
+    // The 1-thread fast path and fir (single-threaded) alternate call by call, each on
+    // the next frame of the rotation.
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let rotate = || (next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1) % images.len();
+    let (fast_1t, fir) = single.install(|| {
+        time_pair(
+            4000,
+            2 * budget,
+            || {
+                let i = rotate();
+                resize_normalize(&images[i..i + 1], &spec, &mut out1)
+                    .unwrap_or_else(|e| panic!("{e}"))
+            },
+            || {
+                let i = rotate();
+                fir_then_normalize(&mut resizer, &sources[i], &mut dst, &spec, &mut fir_out)
+            },
+        )
     });
     // Accuracy of both on frame 0, the reference's input.
     resize_normalize(&images[..1], &spec, &mut out1).unwrap_or_else(|e| panic!("{e}"));
@@ -169,7 +205,7 @@ fn bench_preprocess(gpu: Option<&Gpu>) {
     );
     println!("fast path, batch 1, 1 thread   : {:8.3} ms", ms(fast_1t));
     println!(
-        "fast_image_resize + normalize  : {:8.3} ms (1 thread; its rayon feature is off)",
+        "fast_image_resize + normalize  : {:8.3} ms (1 thread, its rayon feature off; alternated with the 1-thread fast path)",
         ms(fir)
     );
     println!(

@@ -434,6 +434,40 @@ impl RgbxTaps {
     }
 }
 
+/// The horizontal taps of [`AxisTaps`] four to a 16-byte group, zero-padded to the groups of
+/// [`RgbxTaps`]: `groups` groups per destination index. [`horizontal_block_avx512`]
+/// broadcasts a group to all four 128-bit lanes with a load (`vbroadcastf32x4`, no shuffle
+/// port) and spreads the source pixels channel-major to match (`R0 R1 R2 R3 | G0 … | B0 … |
+/// unused`), so the table is a quarter of [`RgbxTaps`]' and stays in L1 beside the row
+/// (the 72 KiB RGBx table at 1920→224 came from L2 for every output row).
+struct QuadTaps {
+    weights: Vec<TapQuad>,
+    groups: usize,
+}
+
+/// Four taps' weights, 16-byte aligned so no broadcast load straddles a cache line.
+#[derive(Clone, Copy)]
+#[repr(C, align(16))]
+struct TapQuad([f32; 4]);
+
+impl QuadTaps {
+    fn new(taps: &AxisTaps) -> Self {
+        let groups = (taps.taps * 4).div_ceil(RGBX_LANES) * RGBX_LANES / RGBX_LANES;
+        let mut weights = vec![TapQuad([0.0; 4]); taps.starts.len() * groups];
+        for d in 0..taps.starts.len() {
+            for (k, w) in taps.get(d).1.iter().enumerate() {
+                weights[d * groups + k / 4].0[k % 4] = *w;
+            }
+        }
+        Self { weights, groups }
+    }
+
+    /// The groups of destination indices `range`, `groups` each.
+    fn weights(&self, range: std::ops::Range<usize>) -> &[TapQuad] {
+        &self.weights[range.start * self.groups..range.end * self.groups]
+    }
+}
+
 /// The vertical taps of [`AxisTaps`] in i16 fixed point, for the integer vertical pass.
 ///
 /// Weights are `q_j = round(w_j * scale)` with `scale` the largest power of two that keeps
@@ -514,6 +548,7 @@ struct ImagePlan<'a> {
     geo: Geometry,
     x: AxisTaps,
     x_rgbx: RgbxTaps,
+    x_quads: QuadTaps,
     y: AxisTaps,
     y_fixed: FixedTaps,
 }
@@ -527,7 +562,8 @@ const ROWS_PER_TASK: usize = 8;
 /// pairs of rows with AVX-512BW, [`FixedTaps`]; u8 → f32 multiply-adds
 /// otherwise), then a horizontal pass of multiply-adds against per-channel
 /// repeated weights ([`RgbxTaps`]; 16 output pixels at a time with
-/// AVX-512F), writing the three normalised planes. Compiled three times
+/// AVX-512F against broadcast 4-tap groups, [`QuadTaps`]), writing the three
+/// normalised planes. Compiled three times
 /// (AVX-512F, AVX2+FMA, baseline), picked by runtime detection. Rows of all
 /// images are spread over rayon's pool.
 pub fn resize_normalize(
@@ -546,6 +582,7 @@ pub fn resize_normalize(
                 image: *image,
                 geo,
                 x_rgbx: RgbxTaps::new(&x),
+                x_quads: QuadTaps::new(&x),
                 x,
                 y_fixed: FixedTaps::new(&y),
                 y,
@@ -761,7 +798,7 @@ fn fill_rows_body<const FMA: bool, const WIDE: bool>(
                 let d = x - x_lo;
                 let bases: [usize; HORIZONTAL_BLOCK] =
                     std::array::from_fn(|i| (plan.x.starts[d + i] - src_lo) * CHANNELS);
-                let weights = plan.x_rgbx.weights(d..d + HORIZONTAL_BLOCK);
+                let weights = plan.x_quads.weights(d..d + HORIZONTAL_BLOCK);
                 let end = x + HORIZONTAL_BLOCK;
                 // SAFETY: `WIDE` is only true inside `fill_rows_avx512` (avx512f detected).
                 unsafe {
@@ -794,39 +831,37 @@ fn fill_rows_body<const FMA: bool, const WIDE: bool>(
 const HORIZONTAL_BLOCK: usize = 16;
 
 /// [`horizontal_dot_avx512`] for 16 consecutive output pixels (source offsets `bases`, taps
-/// `weights` = 16 rows of [`RgbxTaps`]), normalised and written as 16 values per plane.
-/// Four pixels are in flight at once (independent multiply-add chains), their RGBx
-/// accumulators fold together with four lane shuffles, and seven two-source permutes turn
-/// the 16 RGBx results into three planes; the sums are those of [`horizontal_dot_avx512`].
+/// `weights` = 16 rows of [`QuadTaps`]), normalised and written as 16 values per plane.
+/// Per group of 4 taps: one permute spreads the 12 loaded floats channel-major
+/// (`R0 R1 R2 R3 | G0 G1 G2 G3 | B0 B1 B2 B3 | unused`), the group's 4 weights are broadcast
+/// to the four 128-bit lanes by a load, one multiply-add. Four pixels are in flight at once;
+/// a 4×4 in-lane transpose-add folds their accumulators to `R(p0‥p3) | G | B | unused`, and
+/// six 128-bit lane shuffles turn four such quads into three planes. The sums are those of
+/// [`horizontal_dot_avx512`]: per lane over the groups, then `(t0 + t2) + (t1 + t3)`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2,fma")]
 #[inline]
 unsafe fn horizontal_block_avx512(
     src: &[f32],
     bases: &[usize; HORIZONTAL_BLOCK],
-    weights: &[f32],
+    weights: &[TapQuad],
     norm: &Norm,
     out: [&mut [f32]; CHANNELS],
 ) {
     use std::arch::x86_64::*;
-    let stride = weights.len() / HORIZONTAL_BLOCK;
-    let groups = stride / RGBX_LANES;
+    let groups = weights.len() / HORIZONTAL_BLOCK;
     assert!(
-        stride.is_multiple_of(RGBX_LANES) && bases.iter().all(|b| b + groups * 12 + 4 <= src.len()),
+        weights.len() == groups * HORIZONTAL_BLOCK
+            && bases.iter().all(|b| b + groups * 12 + 4 <= src.len()),
         "source shorter than the taps' reach"
     );
     assert!(
         out.iter().all(|o| o.len() == HORIZONTAL_BLOCK),
         "output blocks must hold 16 pixels"
     );
-    let spread = _mm512_setr_epi32(0, 1, 2, 0, 3, 4, 5, 0, 6, 7, 8, 0, 9, 10, 11, 0);
-    let rgbx = |v: [f32; CHANNELS]| {
-        _mm512_setr_ps(
-            v[0], v[1], v[2], 0.0, v[0], v[1], v[2], 0.0, v[0], v[1], v[2], 0.0, v[0], v[1], v[2],
-            0.0,
-        )
-    };
-    let (mean, inv_std) = (rgbx(norm.mean), rgbx(norm.inv_std));
+    // Lane 4c + k takes channel c of tap k (float 3k + c); lanes 12-15 meet real (finite)
+    // values and are never read.
+    let spread = _mm512_setr_epi32(0, 3, 6, 9, 1, 4, 7, 10, 2, 5, 8, 11, 0, 0, 0, 0);
     let (s, w) = (src.as_ptr(), weights.as_ptr());
     let mut quads = [_mm512_setzero_ps(); 4];
     for (q, quad) in quads.iter_mut().enumerate() {
@@ -835,54 +870,48 @@ unsafe fn horizontal_block_avx512(
             for (i, acc) in acc.iter_mut().enumerate() {
                 let p = 4 * q + i;
                 // SAFETY: bases[p] + g * 12 + 16 <= src.len() (asserted), and
-                // p * stride + g * 16 + 16 <= 16 * stride = weights.len().
+                // p * groups + g < 16 * groups = weights.len(); `TapQuad` is 4 f32.
                 unsafe {
                     let pixels =
                         _mm512_permutexvar_ps(spread, _mm512_loadu_ps(s.add(bases[p] + g * 12)));
-                    *acc = _mm512_fmadd_ps(
-                        pixels,
-                        _mm512_loadu_ps(w.add(p * stride + g * RGBX_LANES)),
-                        *acc,
-                    );
+                    let taps =
+                        _mm512_broadcast_f32x4(_mm_load_ps(w.add(p * groups + g).cast::<f32>()));
+                    *acc = _mm512_fmadd_ps(pixels, taps, *acc);
                 }
             }
         }
-        // Lane sums in the order of `horizontal_dot_avx512`: (L0 + L2) + (L1 + L3).
-        let s01 = _mm512_add_ps(
-            _mm512_shuffle_f32x4::<0x44>(acc[0], acc[1]),
-            _mm512_shuffle_f32x4::<0xEE>(acc[0], acc[1]),
+        // In-lane transpose-add: lane c of the result holds (t0 + t2) + (t1 + t3) of channel
+        // c for pixels 4q..4q+3 in lanes 4c..4c+3.
+        let ab = _mm512_add_ps(
+            _mm512_unpacklo_ps(acc[0], acc[1]),
+            _mm512_unpackhi_ps(acc[0], acc[1]),
         );
-        let s23 = _mm512_add_ps(
-            _mm512_shuffle_f32x4::<0x44>(acc[2], acc[3]),
-            _mm512_shuffle_f32x4::<0xEE>(acc[2], acc[3]),
+        let cd = _mm512_add_ps(
+            _mm512_unpacklo_ps(acc[2], acc[3]),
+            _mm512_unpackhi_ps(acc[2], acc[3]),
         );
-        let sums = _mm512_add_ps(
-            _mm512_shuffle_f32x4::<0x88>(s01, s23),
-            _mm512_shuffle_f32x4::<0xDD>(s01, s23),
+        *quad = _mm512_add_ps(
+            _mm512_shuffle_ps::<0x44>(ab, cd),
+            _mm512_shuffle_ps::<0xEE>(ab, cd),
         );
-        *quad = _mm512_mul_ps(_mm512_sub_ps(sums, mean), inv_std);
     }
-    // quads[q] lane 4i + c = channel c of pixel 4q + i.
-    let rg = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 1, 5, 9, 13, 17, 21, 25, 29);
-    let b = _mm512_setr_epi32(2, 6, 10, 14, 18, 22, 26, 30, 2, 6, 10, 14, 18, 22, 26, 30);
-    let (rg01, rg23) = (
-        _mm512_permutex2var_ps(quads[0], rg, quads[1]),
-        _mm512_permutex2var_ps(quads[2], rg, quads[3]),
-    );
-    let (b01, b23) = (
-        _mm512_permutex2var_ps(quads[0], b, quads[1]),
-        _mm512_permutex2var_ps(quads[2], b, quads[3]),
-    );
-    let low = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23);
-    let high = _mm512_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+    // quads[q] 128-bit lane c = channel c of pixels 4q..4q+3.
+    let rg01 = _mm512_shuffle_f32x4::<0x44>(quads[0], quads[1]);
+    let rg23 = _mm512_shuffle_f32x4::<0x44>(quads[2], quads[3]);
+    let b01 = _mm512_shuffle_f32x4::<0xAA>(quads[0], quads[1]);
+    let b23 = _mm512_shuffle_f32x4::<0xAA>(quads[2], quads[3]);
     let planes = [
-        _mm512_permutex2var_ps(rg01, low, rg23),
-        _mm512_permutex2var_ps(rg01, high, rg23),
-        _mm512_permutex2var_ps(b01, low, b23),
+        _mm512_shuffle_f32x4::<0x88>(rg01, rg23),
+        _mm512_shuffle_f32x4::<0xDD>(rg01, rg23),
+        _mm512_shuffle_f32x4::<0x88>(b01, b23),
     ];
-    for (out, plane) in out.into_iter().zip(planes) {
+    for (c, (out, plane)) in out.into_iter().zip(planes).enumerate() {
+        let value = _mm512_mul_ps(
+            _mm512_sub_ps(plane, _mm512_set1_ps(norm.mean[c])),
+            _mm512_set1_ps(norm.inv_std[c]),
+        );
         // SAFETY: each output block holds 16 floats (asserted).
-        unsafe { _mm512_storeu_ps(out.as_mut_ptr(), plane) };
+        unsafe { _mm512_storeu_ps(out.as_mut_ptr(), value) };
     }
 }
 
@@ -1120,8 +1149,11 @@ unsafe fn vertical_fixed_avx512bw(
 }
 
 /// [`vertical_fixed`] on whole blocks of [`FIXED_BLOCK`] columns; returns the columns done.
-/// Per 16 columns of a pair of rows: one zero-masked `vpermt2b` that builds the i16 pairs
-/// straight from both rows' 64-byte loads, one `vpdpwssd`.
+/// Per 32 columns of a pair of rows: a 32-byte load of row `a` with row `b`'s 32 bytes
+/// inserted above it (`vinserti64x4` from memory, no shuffle port), two zero-masked
+/// single-source `vpermb` that build the i16 pairs of 16 columns each, two `vpdpwssd`.
+/// (`vpermt2b`, the two-source byte permute, is three uops at half the rate of `vpermb`; it
+/// made this pass shuffle-bound.)
 ///
 /// # Safety
 /// The CPU supports AVX-512F/BW/VBMI/VNNI; every row in `pairs` is at least `out.len()` long.
@@ -1133,16 +1165,17 @@ unsafe fn vertical_fixed_avx512vbmi(
     out: &mut [f32],
 ) -> usize {
     use std::arch::x86_64::*;
-    // Byte 4i of quarter q's pairs is column 16q + i of row a (table index 16q + i), byte
-    // 4i + 2 the same column of row b (64 + 16q + i); the odd bytes are zeroed by the mask.
-    const INDEX: [[u8; 64]; 4] = {
-        let mut index = [[0u8; 64]; 4];
+    // Bytes 0-31 of the register are 32 columns of row a, bytes 32-63 the same columns of
+    // row b. Byte 4i of half q's pairs is column 16q + i of row a, byte 4i + 2 that of row b;
+    // the odd bytes are zeroed by the mask.
+    const INDEX: [[u8; 64]; 2] = {
+        let mut index = [[0u8; 64]; 2];
         let mut q = 0;
-        while q < 4 {
+        while q < 2 {
             let mut i = 0;
             while i < 16 {
                 index[q][4 * i] = (16 * q + i) as u8;
-                index[q][4 * i + 2] = (64 + 16 * q + i) as u8;
+                index[q][4 * i + 2] = (32 + 16 * q + i) as u8;
                 i += 1;
             }
             q += 1;
@@ -1151,7 +1184,7 @@ unsafe fn vertical_fixed_avx512vbmi(
     };
     const LOW_BYTES: __mmask64 = 0x5555_5555_5555_5555;
     // SAFETY: each INDEX row is 64 bytes.
-    let index: [__m512i; 4] =
+    let index: [__m512i; 2] =
         std::array::from_fn(|q| unsafe { _mm512_loadu_si512(INDEX[q].as_ptr().cast()) });
     let full = out.len() - out.len() % FIXED_BLOCK;
     let scale = _mm512_set1_ps(inv_scale);
@@ -1162,16 +1195,20 @@ unsafe fn vertical_fixed_avx512vbmi(
             let w = _mm512_set1_epi32(w);
             _mm_prefetch::<_MM_HINT_T0>(a.as_ptr().wrapping_add(k + PREFETCH).cast());
             _mm_prefetch::<_MM_HINT_T0>(b.as_ptr().wrapping_add(k + PREFETCH).cast());
-            // SAFETY: k + 64 <= out.len() <= a.len(), b.len() (the caller's contract).
-            let (va, vb) = unsafe {
-                (
-                    _mm512_loadu_si512(a.as_ptr().add(k).cast()),
-                    _mm512_loadu_si512(b.as_ptr().add(k).cast()),
-                )
-            };
-            for q in 0..4 {
-                let pair = _mm512_maskz_permutex2var_epi8(LOW_BYTES, va, index[q], vb);
-                acc[q] = _mm512_dpwssd_epi32(acc[q], pair, w);
+            for h in 0..2 {
+                // SAFETY: k + 64 <= out.len() <= a.len(), b.len() (the caller's contract).
+                let both = unsafe {
+                    _mm512_inserti64x4::<1>(
+                        _mm512_castsi256_si512(_mm256_loadu_si256(
+                            a.as_ptr().add(k + 32 * h).cast(),
+                        )),
+                        _mm256_loadu_si256(b.as_ptr().add(k + 32 * h).cast()),
+                    )
+                };
+                for q in 0..2 {
+                    let pair = _mm512_maskz_permutexvar_epi8(LOW_BYTES, index[q], both);
+                    acc[2 * h + q] = _mm512_dpwssd_epi32(acc[2 * h + q], pair, w);
+                }
             }
         }
         for (q, acc) in acc.iter().enumerate() {
@@ -1346,6 +1383,86 @@ mod tests {
                     // SAFETY: only kernels whose features were detected are listed.
                     unsafe { vertical_fixed(kernel, &pairs, 1.0 / 4096.0, &mut got) };
                     assert_eq!(got, want, "{kernel:?} len {len} pairs {count}");
+                }
+            }
+        }
+    }
+
+    /// The 16-pixel horizontal block (quarter-size broadcast tap table) against the per-pixel
+    /// dot it replaces, bit for bit, normalised the same way: downscales with tap counts from
+    /// 2 to 20 (4k + 1 to 4k + 3 included), upscales, odd source and output sizes.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn horizontal_block_matches_per_pixel_dot() {
+        if !std::arch::is_x86_feature_detected!("avx512f") {
+            return;
+        }
+        let mut seed = 0x2545_f491u32;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 17;
+            seed ^= seed << 5;
+            seed
+        };
+        let norm = Norm {
+            mean: [123.675, 116.28, 103.53],
+            inv_std: [1.0 / 58.395, 1.0 / 57.12, 1.0 / 57.375],
+            pad: [0.0; CHANNELS],
+        };
+        for (src_len, dst_len) in [
+            (1920, 224),
+            (640, 48),
+            (97, 16),
+            (333, 32),
+            (50, 32),
+            (17, 48),
+            (1000, 112),
+            (161, 16),
+        ] {
+            let axis = AxisMap {
+                dst_start: 0,
+                dst_len,
+                src_len,
+                ratio: (src_len as f64 / dst_len as f64) as f32,
+                offset: 0.0,
+            };
+            let taps = AxisTaps::new(&axis);
+            let (rgbx, quads) = (RgbxTaps::new(&taps), QuadTaps::new(&taps));
+            let src: Vec<f32> = (0..src_len * CHANNELS + rgbx.reach())
+                .map(|_| (next() % 25500) as f32 / 100.0)
+                .collect();
+            for x0 in (0..dst_len - dst_len % HORIZONTAL_BLOCK).step_by(HORIZONTAL_BLOCK) {
+                let bases: [usize; HORIZONTAL_BLOCK] =
+                    std::array::from_fn(|i| taps.starts[x0 + i] * CHANNELS);
+                let mut got = [[f32::NAN; HORIZONTAL_BLOCK]; CHANNELS];
+                let [r, g, b] = &mut got;
+                // SAFETY: avx512f detected above.
+                unsafe {
+                    horizontal_block_avx512(
+                        &src,
+                        &bases,
+                        quads.weights(x0..x0 + HORIZONTAL_BLOCK),
+                        &norm,
+                        [r, g, b],
+                    )
+                };
+                for (i, base) in bases.iter().enumerate() {
+                    // SAFETY: avx512f detected above.
+                    let v = unsafe {
+                        horizontal_dot_avx512(
+                            &src[*base..*base + rgbx.reach()],
+                            rgbx.weights(x0 + i..x0 + i + 1),
+                        )
+                    };
+                    for c in 0..CHANNELS {
+                        let want = (v[c] - norm.mean[c]) * norm.inv_std[c];
+                        assert_eq!(
+                            got[c][i].to_bits(),
+                            want.to_bits(),
+                            "{src_len}->{dst_len} pixel {} channel {c}",
+                            x0 + i
+                        );
+                    }
                 }
             }
         }
