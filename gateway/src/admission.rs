@@ -82,6 +82,7 @@ pub async fn middleware(
         // Unknown keys and store failures are the handler's to report.
         _ => return next.run(request).await,
     };
+    let presented = presented.to_owned();
     match admit(&state, &key) {
         Err(rejection) => {
             // Let a client still sending its body read the 429 (bounded drain).
@@ -94,7 +95,7 @@ pub async fn middleware(
             response
         }
         Ok(admission) => {
-            let response = next.run(request).await;
+            let response = crate::authenticated::with(&presented, key, next.run(request)).await;
             let (mut parts, body) = response.into_parts();
             if let Some(quota) = &admission.quota {
                 set_quota_headers(&mut parts.headers, quota);

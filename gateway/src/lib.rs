@@ -27,6 +27,7 @@ pub mod admission;
 pub mod api;
 pub mod app;
 pub mod auth;
+pub mod authenticated;
 pub mod cli;
 pub mod cli_pipelines;
 pub mod coalesce;

@@ -94,10 +94,13 @@ impl AppState {
                 "missing API key: send 'Authorization: Bearer <key>' or 'X-API-Key: <key>'",
             )
         })?;
-        let key = self
-            .store
-            .authenticate(presented)?
-            .ok_or_else(|| ApiError::unauthorized("invalid or revoked API key"))?;
+        let key = match crate::authenticated::lookup(presented) {
+            Some(key) => key,
+            None => self
+                .store
+                .authenticate(presented)?
+                .ok_or_else(|| ApiError::unauthorized("invalid or revoked API key"))?,
+        };
         if !key.scopes().allows(scope) {
             return Err(ApiError::forbidden(format!(
                 "this key (scopes: {}) lacks the '{}' scope",
