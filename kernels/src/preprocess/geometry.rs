@@ -20,6 +20,20 @@ pub(crate) struct AxisMap {
     pub offset: f32,
 }
 
+#[cfg(test)]
+impl AxisMap {
+    /// The whole source axis onto the whole destination axis (tests).
+    pub fn whole(src_len: usize, dst_len: usize) -> AxisMap {
+        AxisMap {
+            dst_start: 0,
+            dst_len,
+            src_len,
+            ratio: (src_len as f64 / dst_len as f64) as f32,
+            offset: 0.0,
+        }
+    }
+}
+
 /// Both axes of one image's mapping.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct Geometry {

@@ -226,13 +226,7 @@ mod tests {
             (1000, 112),
             (161, 16),
         ] {
-            let axis = AxisMap {
-                dst_start: 0,
-                dst_len,
-                src_len,
-                ratio: (src_len as f64 / dst_len as f64) as f32,
-                offset: 0.0,
-            };
+            let axis = AxisMap::whole(src_len, dst_len);
             let taps = AxisTaps::new(&axis);
             let (rgbx, quads) = (RgbxTaps::new(&taps), QuadTaps::new(&taps));
             let src: Vec<f32> = (0..src_len * CHANNELS + rgbx.reach())

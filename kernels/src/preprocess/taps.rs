@@ -226,13 +226,7 @@ mod tests {
     use super::*;
 
     fn fixed_taps(src_len: usize, dst_len: usize) -> (AxisTaps, FixedTaps) {
-        let axis = AxisMap {
-            dst_start: 0,
-            dst_len,
-            src_len,
-            ratio: (src_len as f64 / dst_len as f64) as f32,
-            offset: 0.0,
-        };
+        let axis = AxisMap::whole(src_len, dst_len);
         let taps = AxisTaps::new(&axis);
         let fixed = FixedTaps::new(&taps);
         (taps, fixed)
