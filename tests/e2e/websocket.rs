@@ -331,13 +331,15 @@ async fn websocket_messages_spend_the_keys_rate_limit() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn websocket_disconnect_stops_generation() {
+    // Greedy generations from "Once" run all 3000 tokens; sampled ones end on their own after a
+    // few dozen, which could beat the disconnect (or the cancel below).
     let (_tmp, s) = textgen_server();
     let key = s.key("infer");
     let (mut ws, _) = connect(&s, "/v2/stream", &[("x-api-key", &key)])
         .await
         .unwrap();
     ws.send(Message::text(
-        json!({"id": 1, "model": "textgen", "generate": {"prompt": "Once", "max_tokens": 3000}})
+        json!({"id": 1, "model": "textgen", "generate": {"prompt": "Once", "max_tokens": 3000, "temperature": 0}})
             .to_string(),
     ))
     .await
@@ -485,7 +487,7 @@ async fn websocket_cancel_by_id_stops_one_request_and_keeps_the_connection() {
         .unwrap();
     let long = |id: Value| {
         Message::text(
-            json!({"id": id, "model": "textgen", "generate": {"prompt": "Once", "max_tokens": 3000}})
+            json!({"id": id, "model": "textgen", "generate": {"prompt": "Once", "max_tokens": 3000, "temperature": 0}})
                 .to_string(),
         )
     };
