@@ -1,10 +1,12 @@
 //! The horizontal pass: per output pixel, multiply-adds of one interleaved
 //! f32 row (the vertical pass's output) against the tap tables of
 //! [`RgbxTaps`](super::taps::RgbxTaps) and, 16 pixels at a time on AVX-512F,
-//! [`QuadTaps`], then normalisation.
+//! [`QuadTaps`](super::taps::QuadTaps), then normalisation.
 
 use super::spec::CHANNELS;
+#[cfg(target_arch = "x86_64")]
 use super::taps::{TapQuad, RGBX_LANES};
+#[cfg(target_arch = "x86_64")]
 use super::Norm;
 
 /// Output pixels [`horizontal_block_avx512`] computes at once.
@@ -12,7 +14,7 @@ use super::Norm;
 pub(super) const HORIZONTAL_BLOCK: usize = 16;
 
 /// [`horizontal_dot_avx512`] for 16 consecutive output pixels (source offsets `bases`, taps
-/// `weights` = 16 rows of [`QuadTaps`]), normalised and written as 16 values per plane.
+/// `weights` = 16 rows of [`QuadTaps`](super::taps::QuadTaps)), normalised and written as 16 values per plane.
 /// Per group of 4 taps: one permute spreads the 12 loaded floats channel-major
 /// (`R0 R1 R2 R3 | G0 G1 G2 G3 | B0 B1 B2 B3 | unused`), the group's 4 weights are broadcast
 /// to the four 128-bit lanes by a load, one multiply-add. Four pixels are in flight at once;
@@ -97,8 +99,8 @@ pub(super) unsafe fn horizontal_block_avx512(
 }
 
 /// Per-channel sums of `src[3k + c] * w_k` over interleaved RGB `src`, with the taps in
-/// [`RgbxTaps`] layout (`weights.len()` a multiple of 16, `src` at least
-/// [`RgbxTaps::reach`] long).
+/// [`RgbxTaps`](super::taps::RgbxTaps) layout (`weights.len()` a multiple of 16, `src` at least
+/// [`RgbxTaps::reach`](super::taps::RgbxTaps::reach) long).
 #[inline(always)]
 pub(super) fn horizontal_dot<const FMA: bool, const WIDE: bool>(
     src: &[f32],
@@ -189,7 +191,7 @@ unsafe fn horizontal_dot_avx2_fma(src: &[f32], weights: &[f32]) -> [f32; CHANNEL
     [out[0], out[1], out[2]]
 }
 
-#[cfg(test)]
+#[cfg(all(test, target_arch = "x86_64"))]
 mod tests {
     use super::*;
     use crate::preprocess::geometry::AxisMap;

@@ -147,6 +147,7 @@ pub fn resize_normalize(
             tasks.push((plan, index * ROWS_PER_TASK, [r, g, b]));
         }
     }
+    let isa = Isa::detect();
     let norm = Norm {
         mean: spec.mean,
         inv_std: spec.inv_std(),
@@ -155,7 +156,7 @@ pub fn resize_normalize(
     tasks
         .into_par_iter()
         .for_each_init(Vec::new, |scratch, (plan, y0, planes)| {
-            fill_rows(plan, spec.width, y0, planes, &norm, scratch)
+            fill_rows(isa, plan, spec.width, y0, planes, &norm, scratch)
         });
     Ok(())
 }
@@ -166,7 +167,42 @@ struct Norm {
     pad: [f32; CHANNELS],
 }
 
+/// The instruction sets [`fill_rows`] runs with, detected once per
+/// [`resize_normalize`] call rather than once per task. Only [`Isa::detect`]
+/// makes the SIMD variants: holding one means the CPU has its features.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Isa {
+    /// AVX-512F for both passes; the vertical pass is the one
+    /// [`Vertical::detect`] picked.
+    #[cfg(target_arch = "x86_64")]
+    Avx512(Vertical),
+    /// AVX2 + FMA, f32 vertical pass.
+    #[cfg(target_arch = "x86_64")]
+    Avx2Fma,
+    /// No SIMD beyond the target's baseline, f32 vertical pass.
+    Baseline,
+}
+
+impl Isa {
+    /// The fastest paths this CPU runs.
+    fn detect() -> Self {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                return Isa::Avx512(Vertical::detect());
+            }
+            if std::arch::is_x86_feature_detected!("avx2")
+                && std::arch::is_x86_feature_detected!("fma")
+            {
+                return Isa::Avx2Fma;
+            }
+        }
+        Isa::Baseline
+    }
+}
+
 fn fill_rows(
+    isa: Isa,
     plan: &ImagePlan<'_>,
     width: usize,
     y0: usize,
@@ -174,22 +210,21 @@ fn fill_rows(
     norm: &Norm,
     scratch: &mut Vec<f32>,
 ) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if std::arch::is_x86_feature_detected!("avx512f") {
-            // SAFETY: the CPU supports the features the function is compiled for, and
-            // `Vertical::detect` only picks passes whose features it detected.
-            unsafe { fill_rows_avx512(plan, width, y0, planes, norm, scratch, Vertical::detect()) };
-            return;
-        }
-        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
-        {
-            // SAFETY: the CPU supports the features the function is compiled for.
-            unsafe { fill_rows_avx2_fma(plan, width, y0, planes, norm, scratch) };
-            return;
+    match isa {
+        // SAFETY: `isa` came from `Isa::detect`, which found the features the function is
+        // compiled for, and `Vertical::detect` only picks passes whose features it detected.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512(vertical) => unsafe {
+            fill_rows_avx512(plan, width, y0, planes, norm, scratch, vertical)
+        },
+        // SAFETY: `isa` came from `Isa::detect`, which found the features the function is
+        // compiled for.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2Fma => unsafe { fill_rows_avx2_fma(plan, width, y0, planes, norm, scratch) },
+        Isa::Baseline => {
+            fill_rows_body::<false, false>(plan, width, y0, planes, norm, scratch, Vertical::F32)
         }
     }
-    fill_rows_body::<false, false>(plan, width, y0, planes, norm, scratch, Vertical::F32);
 }
 
 /// Both passes at 16 lanes: fewer instructions for the same work.

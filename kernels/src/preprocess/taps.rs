@@ -112,7 +112,7 @@ impl RgbxTaps {
 }
 
 /// The horizontal taps of [`AxisTaps`] four to a 16-byte group, zero-padded to the groups of
-/// [`RgbxTaps`]: `groups` groups per destination index. [`horizontal_block_avx512`]
+/// [`RgbxTaps`]: `groups` groups per destination index. [`horizontal_block_avx512`](super::horizontal::horizontal_block_avx512)
 /// broadcasts a group to all four 128-bit lanes with a load (`vbroadcastf32x4`, no shuffle
 /// port) and spreads the source pixels channel-major to match (`R0 R1 R2 R3 | G0 … | B0 … |
 /// unused`), so the table is a quarter of [`RgbxTaps`]' and stays in L1 beside the row

@@ -10,7 +10,7 @@ const FIXED_BLOCK: usize = 64;
 /// on that many short (5760-byte) streams; the 1080p bench ran faster with it.
 const PREFETCH: usize = 512;
 
-/// [`vertical_fixed`] on whole blocks of [`FIXED_BLOCK`] columns; returns the columns done.
+/// [`vertical_fixed`](super::vertical_fixed) on whole blocks of [`FIXED_BLOCK`] columns; returns the columns done.
 /// Per 32 columns of a pair of rows: two 32-byte loads, `vpunpck{l,h}bw` to interleave the
 /// rows' bytes, `vpmovzxbw` to widen the pairs to i16, `vpmaddwd` + `vpaddd`.
 ///
@@ -68,7 +68,7 @@ pub(super) unsafe fn vertical_fixed_avx512bw(
     full
 }
 
-/// [`vertical_fixed`] on whole blocks of [`FIXED_BLOCK`] columns; returns the columns done.
+/// [`vertical_fixed`](super::vertical_fixed) on whole blocks of [`FIXED_BLOCK`] columns; returns the columns done.
 /// Per 32 columns of a pair of rows: a 32-byte load of row `a` with row `b`'s 32 bytes
 /// inserted above it (`vinserti64x4` from memory, no shuffle port), two zero-masked
 /// single-source `vpermb` that build the i16 pairs of 16 columns each, two `vpdpwssd`.

@@ -81,7 +81,7 @@ pub(super) fn vertical_pass<const FMA: bool>(taps: &[(&[u8], f32)], out: &mut [f
 }
 
 /// `out[k] = inv_scale * Σ (q_a * a[k] + q_b * b[k])` over `pairs` of source rows with
-/// packed i16 weights ([`FixedTaps`]); the sums are exact in i32.
+/// packed i16 weights ([`FixedTaps`](super::taps::FixedTaps)); the sums are exact in i32.
 ///
 /// # Safety
 /// `vertical` must not be [`Vertical::F32`] and the CPU must support its features.
