@@ -156,7 +156,14 @@ pub fn resize_normalize(
     tasks
         .into_par_iter()
         .for_each_init(Vec::new, |scratch, (plan, y0, planes)| {
-            fill_rows(isa, plan, spec.width, y0, planes, &norm, scratch)
+            let task = RowTask {
+                plan,
+                width: spec.width,
+                y0,
+                planes,
+                norm: &norm,
+            };
+            fill_rows(isa, task, scratch)
         });
     Ok(())
 }
@@ -165,6 +172,16 @@ struct Norm {
     mean: [f32; CHANNELS],
     inv_std: [f32; CHANNELS],
     pad: [f32; CHANNELS],
+}
+
+/// One rayon task: output rows `y0..` of one image, as many as `planes` hold.
+struct RowTask<'a, 'p> {
+    plan: &'a ImagePlan<'p>,
+    /// Output width: each plane holds whole rows of it.
+    width: usize,
+    y0: usize,
+    planes: [&'a mut [f32]; CHANNELS],
+    norm: &'a Norm,
 }
 
 /// The instruction sets [`fill_rows`] runs with, detected once per
@@ -201,29 +218,17 @@ impl Isa {
     }
 }
 
-fn fill_rows(
-    isa: Isa,
-    plan: &ImagePlan<'_>,
-    width: usize,
-    y0: usize,
-    planes: [&mut [f32]; CHANNELS],
-    norm: &Norm,
-    scratch: &mut Vec<f32>,
-) {
+fn fill_rows(isa: Isa, task: RowTask<'_, '_>, scratch: &mut Vec<f32>) {
     match isa {
         // SAFETY: `isa` came from `Isa::detect`, which found the features the function is
         // compiled for, and `Vertical::detect` only picks passes whose features it detected.
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512(vertical) => unsafe {
-            fill_rows_avx512(plan, width, y0, planes, norm, scratch, vertical)
-        },
+        Isa::Avx512(vertical) => unsafe { fill_rows_avx512(task, scratch, vertical) },
         // SAFETY: `isa` came from `Isa::detect`, which found the features the function is
         // compiled for.
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2Fma => unsafe { fill_rows_avx2_fma(plan, width, y0, planes, norm, scratch) },
-        Isa::Baseline => {
-            fill_rows_body::<false, false>(plan, width, y0, planes, norm, scratch, Vertical::F32)
-        }
+        Isa::Avx2Fma => unsafe { fill_rows_avx2_fma(task, scratch) },
+        Isa::Baseline => fill_rows_body::<false, false>(task, scratch, Vertical::F32),
     }
 }
 
@@ -233,29 +238,14 @@ fn fill_rows(
 /// `vertical` must be [`Vertical::F32`] or a pass [`Vertical::detect`] returned.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx2,fma")]
-unsafe fn fill_rows_avx512(
-    plan: &ImagePlan<'_>,
-    width: usize,
-    y0: usize,
-    planes: [&mut [f32]; CHANNELS],
-    norm: &Norm,
-    scratch: &mut Vec<f32>,
-    vertical: Vertical,
-) {
-    fill_rows_body::<true, true>(plan, width, y0, planes, norm, scratch, vertical);
+unsafe fn fill_rows_avx512(task: RowTask<'_, '_>, scratch: &mut Vec<f32>, vertical: Vertical) {
+    fill_rows_body::<true, true>(task, scratch, vertical);
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn fill_rows_avx2_fma(
-    plan: &ImagePlan<'_>,
-    width: usize,
-    y0: usize,
-    planes: [&mut [f32]; CHANNELS],
-    norm: &Norm,
-    scratch: &mut Vec<f32>,
-) {
-    fill_rows_body::<true, false>(plan, width, y0, planes, norm, scratch, Vertical::F32);
+unsafe fn fill_rows_avx2_fma(task: RowTask<'_, '_>, scratch: &mut Vec<f32>) {
+    fill_rows_body::<true, false>(task, scratch, Vertical::F32);
 }
 
 /// Mean 0, std 1 (outputs in 0‥255 levels): the specs of the unit tests.

@@ -7,20 +7,23 @@ use super::horizontal::horizontal_dot;
 use super::horizontal::{horizontal_block_avx512, HORIZONTAL_BLOCK};
 use super::spec::CHANNELS;
 use super::vertical::{vertical_fixed, vertical_pass, Vertical};
-use super::{ImagePlan, Norm};
+use super::RowTask;
 
 /// `FMA`: compiled with avx2+fma; `WIDE`: with avx512f too. `vertical` is
 /// [`Vertical::F32`] or a pass the CPU supports.
 #[inline(always)]
 pub(super) fn fill_rows_body<const FMA: bool, const WIDE: bool>(
-    plan: &ImagePlan<'_>,
-    width: usize,
-    y0: usize,
-    planes: [&mut [f32]; CHANNELS],
-    norm: &Norm,
+    task: RowTask<'_, '_>,
     scratch: &mut Vec<f32>,
     vertical: Vertical,
 ) {
+    let RowTask {
+        plan,
+        width,
+        y0,
+        planes,
+        norm,
+    } = task;
     let [r, g, b] = planes;
     let rows = r.len() / width;
     let (gx, gy) = (&plan.geo.x, &plan.geo.y);
