@@ -206,13 +206,7 @@ mod tests {
         if !std::arch::is_x86_feature_detected!("avx512f") {
             return;
         }
-        let mut seed = 0x2545_f491u32;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 17;
-            seed ^= seed << 5;
-            seed
-        };
+        let mut next = crate::preprocess::xorshift(0x2545_f491u32);
         let norm = Norm {
             mean: [123.675, 116.28, 103.53],
             inv_std: [1.0 / 58.395, 1.0 / 57.12, 1.0 / 57.375],

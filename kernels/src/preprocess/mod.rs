@@ -260,6 +260,17 @@ fn test_spec(width: usize, height: usize, mode: ResizeMode) -> PreprocessSpec {
     }
 }
 
+/// A xorshift32 generator: reproducible pseudo-random test data without a dependency.
+#[cfg(test)]
+fn xorshift(mut seed: u32) -> impl FnMut() -> u32 {
+    move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 17;
+        seed ^= seed << 5;
+        seed
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -147,13 +147,7 @@ mod tests {
                 }
             }
         }
-        let mut seed = 0x9e37_79b9u32;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 17;
-            seed ^= seed << 5;
-            seed
-        };
+        let mut next = crate::preprocess::xorshift(0x9e37_79b9u32);
         for len in [1, 63, 64, 65, 200, 5760] {
             let rows: Vec<Vec<u8>> = (0..7)
                 .map(|_| (0..len).map(|_| next() as u8).collect())
