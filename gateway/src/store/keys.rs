@@ -32,7 +32,7 @@ impl KeyRecord {
     }
 }
 
-fn record(row: &Row<'_>) -> rusqlite::Result<KeyRecord> {
+pub(super) fn record(row: &Row<'_>) -> rusqlite::Result<KeyRecord> {
     let scopes: String = row.get("scopes")?;
     Ok(KeyRecord {
         id: row.get("id")?,
@@ -158,20 +158,11 @@ impl Store {
         self.get_key(id_or_public)
     }
 
-    /// Finds the active key matching a presented secret.
+    /// Finds the active key matching a presented secret, from the in-memory snapshot
+    /// (`key_cache`), which is reloaded after any commit to the database.
     pub fn authenticate(&self, presented: &str) -> Result<Option<KeyRecord>, StoreError> {
-        let Some(public_id) = auth::public_id(presented) else {
-            return Ok(None);
-        };
-        self.with(|conn| {
-            let found = conn
-                .query_row(
-                    "SELECT *, secret_hash FROM api_keys WHERE public_id = ?1 AND revoked_at IS NULL",
-                    [public_id],
-                    |row| Ok((record(row)?, row.get::<_, Vec<u8>>("secret_hash")?)),
-                )
-                .optional()?;
-            Ok(found.and_then(|(rec, hash)| auth::verify(presented, &hash).then_some(rec)))
+        self.keys.authenticate(presented, |sink| {
+            self.with(|conn| super::key_cache::load_active(conn, sink))
         })
     }
 

@@ -2,6 +2,7 @@
 //! and content-addressed files under the data directory.
 
 pub mod files;
+mod key_cache;
 pub mod keys;
 pub mod migrate;
 pub mod models;
@@ -29,6 +30,7 @@ pub enum StoreError {
 /// transactions simple and is far from the bottleneck (an indexed read is a few µs).
 pub struct Store {
     conn: Mutex<Connection>,
+    keys: key_cache::KeyCache,
     dir: DataDir,
 }
 
@@ -42,8 +44,10 @@ impl Store {
         conn.pragma_update(None, "synchronous", "NORMAL")?;
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
         migrate::apply(&mut conn).map_err(StoreError::Migration)?;
+        let keys = key_cache::KeyCache::open(&dir.database())?;
         Ok(Store {
             conn: Mutex::new(conn),
+            keys,
             dir,
         })
     }
