@@ -60,7 +60,12 @@ impl Axis {
                 while ticks.len() > 4 {
                     ticks = ticks.into_iter().step_by(2).collect();
                 }
-                Axis { scale, lo, hi, ticks }
+                Axis {
+                    scale,
+                    lo,
+                    hi,
+                    ticks,
+                }
             }
             Scale::Linear => {
                 let hi = nice(if max <= 0.0 { 1.0 } else { max * 1.05 });
@@ -117,7 +122,10 @@ fn path(times: &[f64], values: &[f64], t0: f64, t1: f64, axis: &Axis) -> String 
         previous_t = *t;
         let x = (t - t0) / span * W;
         let y = H - axis.place(*v) * (H - 2.0) - 1.0;
-        d.push_str(&format!("{}{x:.1},{y:.1}", if pen_down { " L" } else { " M" }));
+        d.push_str(&format!(
+            "{}{x:.1},{y:.1}",
+            if pen_down { " L" } else { " M" }
+        ));
         pen_down = true;
     }
     d
@@ -182,7 +190,9 @@ pub fn Chart(
             .get()
             .into_iter()
             .map(|l| {
-                let value = last_value(&l.values).map(format).unwrap_or_else(|| "–".into());
+                let value = last_value(&l.values)
+                    .map(format)
+                    .unwrap_or_else(|| "–".into());
                 view! {
                     <span class=format!("legend-item {}", l.class)>
                         <span class="swatch" aria-hidden="true"></span>
@@ -202,8 +212,14 @@ pub fn Chart(
                 format!(
                     "{} now {}, highest {}",
                     l.label,
-                    last_value(&l.values).map(format).unwrap_or_else(|| "no value".into()),
-                    if max.is_nan() { "no value".into() } else { format(max) }
+                    last_value(&l.values)
+                        .map(format)
+                        .unwrap_or_else(|| "no value".into()),
+                    if max.is_nan() {
+                        "no value".into()
+                    } else {
+                        format(max)
+                    }
                 )
             })
             .collect::<Vec<_>>()
@@ -245,12 +261,17 @@ pub fn Chart(
         })
     };
     let on_move = move |ev: web_sys::PointerEvent| {
-        let Some(target) = ev.current_target().and_then(|t| t.dyn_into::<web_sys::Element>().ok()) else {
+        let Some(target) = ev
+            .current_target()
+            .and_then(|t| t.dyn_into::<web_sys::Element>().ok())
+        else {
             return;
         };
         let rect = target.get_bounding_client_rect();
         if rect.width() > 0.0 {
-            hover.set(Some(((ev.client_x() as f64 - rect.left()) / rect.width()).clamp(0.0, 1.0)));
+            hover.set(Some(
+                ((ev.client_x() as f64 - rect.left()) / rect.width()).clamp(0.0, 1.0),
+            ));
         }
     };
     let x_labels = move || {

@@ -331,7 +331,10 @@ pub fn summarize(output: &Value) -> Summary {
         let classifier = is_probabilities(&nums)
             || named(name, &["prob", "logit", "score", "class", "softmax"])
             || matches!(last, 1000 | 1001);
-        let embedding = named(name, &["embed", "pool", "hidden", "feature", "vector", "sentence"]);
+        let embedding = named(
+            name,
+            &["embed", "pool", "hidden", "feature", "vector", "sentence"],
+        );
         if classifier && !embedding && last >= 3 {
             let scoring = if is_probabilities(&nums) {
                 Scoring::Probabilities

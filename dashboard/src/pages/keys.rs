@@ -41,7 +41,9 @@ fn limits_body(rps: &str, burst: &str, concurrent: &str) -> Result<Map<String, V
             .parse::<f64>()
             .ok()
             .filter(|r| r.is_finite() && *r > 0.0)
-            .ok_or_else(|| format!("Rate limit: '{rps}' is not a positive number of requests per second"))?;
+            .ok_or_else(|| {
+                format!("Rate limit: '{rps}' is not a positive number of requests per second")
+            })?;
         let mut limit = json!({"rps": r});
         if !burst.is_empty() {
             let b = burst
@@ -60,7 +62,9 @@ fn limits_body(rps: &str, burst: &str, concurrent: &str) -> Result<Map<String, V
             .parse::<u32>()
             .ok()
             .filter(|c| *c > 0)
-            .ok_or_else(|| format!("Concurrent requests: '{concurrent}' is not a positive whole number"))?;
+            .ok_or_else(|| {
+                format!("Concurrent requests: '{concurrent}' is not a positive whole number")
+            })?;
         body.insert("max_concurrent".into(), json!(c));
     }
     Ok(body)
@@ -189,7 +193,11 @@ fn KeyRow(
     let start_edit = move |_| {
         if let Some(k) = k.get_untracked() {
             rps.set(k.rate_limit.map(|l| trim_number(l.rps)).unwrap_or_default());
-            burst.set(k.rate_limit.map(|l| l.burst.to_string()).unwrap_or_default());
+            burst.set(
+                k.rate_limit
+                    .map(|l| l.burst.to_string())
+                    .unwrap_or_default(),
+            );
             concurrent.set(k.max_concurrent.map(|c| c.to_string()).unwrap_or_default());
         }
         row_error.set(None);
@@ -198,7 +206,11 @@ fn KeyRow(
     let save = move |ev: leptos::ev::SubmitEvent| {
         ev.prevent_default();
         row_error.set(None);
-        let body = match limits_body(&rps.get_untracked(), &burst.get_untracked(), &concurrent.get_untracked()) {
+        let body = match limits_body(
+            &rps.get_untracked(),
+            &burst.get_untracked(),
+            &concurrent.get_untracked(),
+        ) {
             Ok(b) => b,
             Err(e) => {
                 row_error.set(Some(ApiError::client(e)));
@@ -206,7 +218,13 @@ fn KeyRow(
             }
         };
         leptos::task::spawn_local(async move {
-            match api::call("PATCH", &format!("/api/keys/{id}"), Body::Json(Value::Object(body))).await {
+            match api::call(
+                "PATCH",
+                &format!("/api/keys/{id}"),
+                Body::Json(Value::Object(body)),
+            )
+            .await
+            {
                 Ok(_) => {
                     editing.set(false);
                     on_change.run(());
@@ -215,7 +233,8 @@ fn KeyRow(
             }
         });
     };
-    let field = move |f: fn(&ApiKey) -> String| move || k.with(|k| k.as_ref().map(f).unwrap_or_default());
+    let field =
+        move |f: fn(&ApiKey) -> String| move || k.with(|k| k.as_ref().map(f).unwrap_or_default());
     let revoked = first.revoked_at.is_some();
     view! {
         <tr data-key-name=first.name.clone() class:revoked=revoked>
@@ -305,7 +324,11 @@ fn CreateKey(on_created: Callback<()>) -> impl IntoView {
             error.set(Some(ApiError::client("Pick at least one scope.")));
             return;
         }
-        let limits = match limits_body(&rps.get_untracked(), &burst.get_untracked(), &concurrent.get_untracked()) {
+        let limits = match limits_body(
+            &rps.get_untracked(),
+            &burst.get_untracked(),
+            &concurrent.get_untracked(),
+        ) {
             Ok(l) => l,
             Err(e) => {
                 error.set(Some(ApiError::client(e)));

@@ -244,11 +244,17 @@ fn ModelCard(
     let latest = move || versions.with(|v| v.first().cloned());
     let any_loaded = move || versions.with(|v| v.iter().any(|v| v.state == "loaded"));
     // Load acts on the newest version: nothing to do when it is loaded or loading already.
-    let newest_state = move || versions.with(|v| v.first().map(|l| l.state.clone()).unwrap_or_default());
-    let loading = move || newest_state() == "loading" || (busy.get() && pending.get() == Some("load"));
+    let newest_state =
+        move || versions.with(|v| v.first().map(|l| l.state.clone()).unwrap_or_default());
+    let loading =
+        move || newest_state() == "loading" || (busy.get() && pending.get() == Some("load"));
     let started = RwSignal::new(None::<f64>);
     let now = RwSignal::new(format::now_ms());
-    let clock = set_interval_with_handle(move || now.set(format::now_ms()), std::time::Duration::from_millis(500)).ok();
+    let clock = set_interval_with_handle(
+        move || now.set(format::now_ms()),
+        std::time::Duration::from_millis(500),
+    )
+    .ok();
     on_cleanup(move || {
         if let Some(c) = clock {
             c.clear();

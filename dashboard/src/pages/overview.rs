@@ -162,7 +162,9 @@ pub fn Overview() -> impl IntoView {
         }
     });
 
-    let admin = session::use_session().identity.with_untracked(|i| i.as_ref().is_some_and(|i| i.can("admin")));
+    let admin = session::use_session()
+        .identity
+        .with_untracked(|i| i.as_ref().is_some_and(|i| i.can("admin")));
     leptos::task::spawn_local(async move {
         if let Ok(v) = api::call("GET", "/v2", Body::None).await {
             server.set(Some(format!(
@@ -433,7 +435,13 @@ fn ModelLive(
     let n2 = name.clone();
     let summary = Memo::new(move |_| summaries.with(|s| s.get(&n2).cloned().unwrap_or_default()));
     let n3 = name.clone();
-    let batch_sizes = Memo::new(move |_| totals.with(|t| t.get(&n3).map(|t| t.batch_sizes.clone()).unwrap_or_default()));
+    let batch_sizes = Memo::new(move |_| {
+        totals.with(|t| {
+            t.get(&n3)
+                .map(|t| t.batch_sizes.clone())
+                .unwrap_or_default()
+        })
+    });
     view! {
         <section class="card model-live" data-model=name.clone()>
             <div class="card-head">

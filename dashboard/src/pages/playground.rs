@@ -696,13 +696,23 @@ fn generation_settings(max_tokens: &str, temperature: &str) -> Result<(u32, f64)
         .parse::<u32>()
         .ok()
         .filter(|m| (1..=4096).contains(m))
-        .ok_or_else(|| format!("Max tokens: '{}' is not a whole number between 1 and 4096", max_tokens.trim()))?;
+        .ok_or_else(|| {
+            format!(
+                "Max tokens: '{}' is not a whole number between 1 and 4096",
+                max_tokens.trim()
+            )
+        })?;
     let temp = temperature
         .trim()
         .parse::<f64>()
         .ok()
         .filter(|t| t.is_finite() && (0.0..=2.0).contains(t))
-        .ok_or_else(|| format!("Temperature: '{}' is not a number between 0 and 2", temperature.trim()))?;
+        .ok_or_else(|| {
+            format!(
+                "Temperature: '{}' is not a number between 0 and 2",
+                temperature.trim()
+            )
+        })?;
     Ok((max, temp))
 }
 
@@ -750,13 +760,14 @@ fn TextGeneration(model: String, has_ws: bool) -> impl IntoView {
         ev.prevent_default();
         error.set(None);
         failed.set(false);
-        let (max, temp) = match generation_settings(&max_tokens.get_untracked(), &temperature.get_untracked()) {
-            Ok(v) => v,
-            Err(e) => {
-                error.set(Some(ApiError::client(e)));
-                return;
-            }
-        };
+        let (max, temp) =
+            match generation_settings(&max_tokens.get_untracked(), &temperature.get_untracked()) {
+                Ok(v) => v,
+                Err(e) => {
+                    error.set(Some(ApiError::client(e)));
+                    return;
+                }
+            };
         output.set(String::new());
         done.set(None);
         let text = prompt.get_untracked();
@@ -774,40 +785,50 @@ fn TextGeneration(model: String, has_ws: bool) -> impl IntoView {
                     let mut count = 0usize;
                     let mut finish = None;
                     let signal = controller.as_ref().map(|c| c.signal());
-                    let result = api::stream_sse("/v1/completions", body, signal.as_ref(), |data| {
-                        if data == "[DONE]" {
-                            return;
-                        }
-                        let Ok(v) = serde_json::from_str::<Value>(data) else {
-                            return;
-                        };
-                        let choice = &v["choices"][0];
-                        if let Some(t) = choice["text"].as_str() {
-                            if !t.is_empty() {
-                                first.get_or_insert(now() - start);
-                                count += 1;
-                                output.update(|o| o.push_str(t));
+                    let result =
+                        api::stream_sse("/v1/completions", body, signal.as_ref(), |data| {
+                            if data == "[DONE]" {
+                                return;
                             }
-                            if let Some(f) = choice["finish_reason"].as_str() {
-                                finish = Some(f.to_string());
+                            let Ok(v) = serde_json::from_str::<Value>(data) else {
+                                return;
+                            };
+                            let choice = &v["choices"][0];
+                            if let Some(t) = choice["text"].as_str() {
+                                if !t.is_empty() {
+                                    first.get_or_insert(now() - start);
+                                    count += 1;
+                                    output.update(|o| o.push_str(t));
+                                }
+                                if let Some(f) = choice["finish_reason"].as_str() {
+                                    finish = Some(f.to_string());
+                                }
+                            } else if let Some(e) =
+                                v["error"]["message"].as_str().or(v["error"].as_str())
+                            {
+                                error.set(Some(ApiError::client(e.to_string())));
+                                failed.set(true);
                             }
-                        } else if let Some(e) = v["error"]["message"].as_str().or(v["error"].as_str()) {
-                            error.set(Some(ApiError::client(e.to_string())));
-                            failed.set(true);
-                        }
-                    })
-                    .await;
+                        })
+                        .await;
                     abort.set_value(None);
                     match result {
                         Ok(()) => {}
-                        Err(e) if e.status == 0 && e.message == "stopped" => finish = Some("stopped".into()),
+                        Err(e) if e.status == 0 && e.message == "stopped" => {
+                            finish = Some("stopped".into())
+                        }
                         Err(e) => {
                             failed.set(true);
                             error.set(Some(e));
                         }
                     }
                     if !failed.get_untracked() {
-                        done.set(Some(Generated { first_ms: first, total_ms: now() - start, tokens: count, finish }));
+                        done.set(Some(Generated {
+                            first_ms: first,
+                            total_ms: now() - start,
+                            tokens: count,
+                            finish,
+                        }));
                     }
                     busy.set(false);
                 });
@@ -821,7 +842,10 @@ fn TextGeneration(model: String, has_ws: bool) -> impl IntoView {
     };
     let badge = move || {
         if failed.get() {
-            return Some(view! { <span class="latency failed" id="latency">"failed: no answer"</span> }.into_any());
+            return Some(
+                view! { <span class="latency failed" id="latency">"failed: no answer"</span> }
+                    .into_any(),
+            );
         }
         done.get().map(|d| {
             let rate = d.tokens as f64 / (d.total_ms / 1000.0).max(1e-3);
@@ -832,7 +856,8 @@ fn TextGeneration(model: String, has_ws: bool) -> impl IntoView {
                     d.tokens,
                     format::ms(d.total_ms)
                 )}</span>
-            }.into_any()
+            }
+            .into_any()
         })
     };
     view! {
@@ -932,7 +957,12 @@ fn open_stream(
                 counted.set(counted.get() + 1);
                 output.update(|o| o.push_str(t));
                 // Kept current so that Stop can report what came.
-                done.set(Some(Generated { first_ms: first_seen.get(), total_ms: now() - start, tokens: counted.get(), finish: None }));
+                done.set(Some(Generated {
+                    first_ms: first_seen.get(),
+                    total_ms: now() - start,
+                    tokens: counted.get(),
+                    finish: None,
+                }));
             } else if v["done"].as_bool() == Some(true) {
                 done.set(Some(Generated {
                     first_ms: first_seen.get(),

@@ -31,10 +31,7 @@ fn items(v: &Value, key: &str) -> Vec<Value> {
 }
 
 fn text(v: &Value, key: &str) -> String {
-    v.get(key)
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .to_string()
+    v.get(key).and_then(Value::as_str).unwrap_or("").to_string()
 }
 
 pub fn strings(v: &Value) -> Vec<String> {
@@ -96,7 +93,12 @@ pub fn Plugins() -> impl IntoView {
         leptos::task::spawn_local(async move {
             match api::call("GET", "/api/plugins", Body::None).await {
                 Ok(v) => {
-                    plugins.set(items(&v, "plugins").iter().map(PluginInfo::from_json).collect());
+                    plugins.set(
+                        items(&v, "plugins")
+                            .iter()
+                            .map(PluginInfo::from_json)
+                            .collect(),
+                    );
                     plugins_state.set(Availability::Present);
                 }
                 Err(e) if e.is_missing() => plugins_state.set(Availability::Missing),
@@ -209,17 +211,26 @@ fn PipelineCard(
             o.get("output").and_then(Value::as_str).unwrap_or("")
         )
     });
-    let parameters = spec["parameters"].as_object().filter(|o| !o.is_empty()).map(|o| {
-        o.iter()
-            .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
-            .collect::<Vec<_>>()
-            .join(", ")
-    });
+    let parameters = spec["parameters"]
+        .as_object()
+        .filter(|o| !o.is_empty())
+        .map(|o| {
+            o.iter()
+                .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
+                .collect::<Vec<_>>()
+                .join(", ")
+        });
     let name = p.name.clone();
     let delete = move |_| {
         let name = name.clone();
         leptos::task::spawn_local(async move {
-            match api::call("DELETE", &format!("/api/pipelines/{}", api::seg(&name)), Body::None).await {
+            match api::call(
+                "DELETE",
+                &format!("/api/pipelines/{}", api::seg(&name)),
+                Body::None,
+            )
+            .await
+            {
                 Ok(_) => on_change.run(()),
                 Err(e) => error.set(Some(e)),
             }
@@ -272,7 +283,10 @@ fn PipelineCard(
 
 /// A limit as shown: the effective value, marked when it is the server's default.
 fn limit_text(own: &Value, effective: &Value, key: &str, unit: &str) -> String {
-    let value = effective[key].as_u64().map(|v| format!("{v} {unit}")).unwrap_or_else(|| "–".into());
+    let value = effective[key]
+        .as_u64()
+        .map(|v| format!("{v} {unit}"))
+        .unwrap_or_else(|| "–".into());
     if own[key].is_null() {
         format!("{value} (default)")
     } else {

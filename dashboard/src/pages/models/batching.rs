@@ -185,7 +185,11 @@ fn merged(initial: &Value, f: &Fields, inputs: &[TensorSpec]) -> Result<Value, S
         .unwrap_or_default();
     put(&mut policy, "max_queue_size", queue.map(Value::from));
     let timeout = number("Queue timeout", &f.timeout_us)?;
-    put(&mut policy, "default_timeout_microseconds", timeout.map(Value::from));
+    put(
+        &mut policy,
+        "default_timeout_microseconds",
+        timeout.map(Value::from),
+    );
     put(
         &mut policy,
         "timeout_action",
@@ -194,7 +198,11 @@ fn merged(initial: &Value, f: &Fields, inputs: &[TensorSpec]) -> Result<Value, S
     let levels = number("Priority levels", &f.priority_levels)?;
     put(&mut batching, "priority_levels", levels.map(Value::from));
     let default_level = number("Default priority", &f.default_priority)?;
-    put(&mut batching, "default_priority_level", default_level.map(Value::from));
+    put(
+        &mut batching,
+        "default_priority_level",
+        default_level.map(Value::from),
+    );
     put(
         &mut batching,
         "default_queue_policy",
@@ -220,10 +228,17 @@ fn merged(initial: &Value, f: &Fields, inputs: &[TensorSpec]) -> Result<Value, S
         json!([g])
     });
     put(&mut config, "instance_group", group);
-    put(&mut config, "version_policy", version_policy(&f.version_policy)?);
+    put(
+        &mut config,
+        "version_policy",
+        version_policy(&f.version_policy)?,
+    );
     let idle = number("Unload when idle", &f.unload_after_s)?;
     put(&mut config, "unload_after_s", idle.map(Value::from));
-    let warmup = match (f.warmup, config.get("model_warmup").or(config.get("warmup"))) {
+    let warmup = match (
+        f.warmup,
+        config.get("model_warmup").or(config.get("warmup")),
+    ) {
         (false, _) => None,
         // A warm-up written by hand (other shapes, random data) is kept as it is.
         (true, Some(existing)) if existing.as_array().is_some_and(|w| !w.is_empty()) => {
@@ -261,7 +276,11 @@ pub fn BatchingEditor(
             ev.prevent_default();
             error.set(None);
             saved.set(None);
-            let config = match merged(&initial.get_value(), &f.get_untracked(), &inputs.get_value()) {
+            let config = match merged(
+                &initial.get_value(),
+                &f.get_untracked(),
+                &inputs.get_value(),
+            ) {
                 Ok(c) => c,
                 Err(e) => {
                     error.set(Some(ApiError::client(e)));

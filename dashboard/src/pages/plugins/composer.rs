@@ -121,7 +121,10 @@ pub fn PipelineComposer(
         pending.set(None);
         editing.set(None);
     };
-    let chooser = move |label: &'static str, id: &'static str, list: RwSignal<Vec<String>>, is_pre: bool| {
+    let chooser = move |label: &'static str,
+                        id: &'static str,
+                        list: RwSignal<Vec<String>>,
+                        is_pre: bool| {
         let offered = Memo::new(move |_| plugins.with(|p| fitting(p, &list.get(), is_pre)));
         view! {
             <div class="field">
@@ -157,7 +160,9 @@ pub fn PipelineComposer(
         saved.set(None);
         let n = name.get_untracked().trim().to_string();
         if n.is_empty() || model.get_untracked().is_empty() {
-            error.set(Some(ApiError::client("A pipeline needs a name and a model.")));
+            error.set(Some(ApiError::client(
+                "A pipeline needs a name and a model.",
+            )));
             return;
         }
         let mut spec = base.get_value();
@@ -170,7 +175,12 @@ pub fn PipelineComposer(
         spec.insert("pre".into(), strings(&pre.get_untracked()));
         spec.insert("post".into(), strings(&post.get_untracked()));
         let mut params = Map::new();
-        for pair in parameters.get_untracked().split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        for pair in parameters
+            .get_untracked()
+            .split(',')
+            .map(str::trim)
+            .filter(|p| !p.is_empty())
+        {
             match pair.split_once('=') {
                 Some((k, v)) if !k.trim().is_empty() => {
                     params.insert(k.trim().into(), json!(v.trim()));
@@ -195,7 +205,13 @@ pub fn PipelineComposer(
             return;
         };
         leptos::task::spawn_local(async move {
-            match api::call("PUT", &format!("/api/pipelines/{}", api::seg(&n)), Body::Json(spec)).await {
+            match api::call(
+                "PUT",
+                &format!("/api/pipelines/{}", api::seg(&n)),
+                Body::Json(spec),
+            )
+            .await
+            {
                 Ok(_) => {
                     saved.set(Some(format!("Saved pipeline {n}.")));
                     clear();
@@ -212,7 +228,9 @@ pub fn PipelineComposer(
         let list = |k: &str| super::strings(&spec[k]);
         list("pre")
             .into_iter()
-            .chain(std::iter::once(spec["model"].as_str().unwrap_or_default().to_string()))
+            .chain(std::iter::once(
+                spec["model"].as_str().unwrap_or_default().to_string(),
+            ))
             .chain(list("post"))
             .collect::<Vec<_>>()
             .join(" → ")
