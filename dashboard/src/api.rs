@@ -321,7 +321,10 @@ pub async fn stream_sse(
     mut on_event: impl FnMut(&str),
 ) -> ApiResult<()> {
     let key = session::stored_key();
-    let resp = fetch_with("POST", path, Body::Json(body), key.as_deref(), abort).await?;
+    let resp = match fetch_with("POST", path, Body::Json(body), key.as_deref(), abort).await {
+        Err(_) if abort.is_some_and(|a| a.aborted()) => return Err(ApiError::client("stopped")),
+        other => other?,
+    };
     let status = resp.status();
     if !(200..300).contains(&status) {
         let text = text_of(&resp).await?;

@@ -108,7 +108,8 @@ fn nice(v: f64) -> f64 {
 /// samples are more than `gap_ms` apart (the server was down, the page was closed).
 fn path(times: &[f64], values: &[f64], t0: f64, t1: f64, axis: &Axis) -> String {
     let span = (t1 - t0).max(1.0);
-    let mut d = String::new();
+    // Runs of joined points; a run of one is drawn as a dot (a zero-length segment, round caps).
+    let mut runs: Vec<Vec<(f64, f64)>> = Vec::new();
     let mut pen_down = false;
     let mut previous_t = f64::NEG_INFINITY;
     for (t, v) in times.iter().zip(values) {
@@ -122,11 +123,25 @@ fn path(times: &[f64], values: &[f64], t0: f64, t1: f64, axis: &Axis) -> String 
         previous_t = *t;
         let x = (t - t0) / span * W;
         let y = H - axis.place(*v) * (H - 2.0) - 1.0;
-        d.push_str(&format!(
-            "{}{x:.1},{y:.1}",
-            if pen_down { " L" } else { " M" }
-        ));
+        if !pen_down {
+            runs.push(Vec::new());
+        }
+        if let Some(run) = runs.last_mut() {
+            run.push((x, y));
+        }
         pen_down = true;
+    }
+    let mut d = String::new();
+    for run in runs {
+        for (i, (x, y)) in run.iter().enumerate() {
+            d.push_str(&format!(
+                "{}{x:.1},{y:.1}",
+                if i == 0 { " M" } else { " L" }
+            ));
+        }
+        if let [(x, y)] = run[..] {
+            d.push_str(&format!(" L{x:.1},{y:.1}"));
+        }
     }
     d
 }

@@ -249,6 +249,11 @@ fn KeyRow(
             })}</td>
             <td data-label="Traffic" class="key-usage">{field(|k| {
                 let u = k.usage;
+                let limits = k.effective_limits;
+                // The limiter keeps counters only for keys it limits.
+                if limits.rate_limit.is_none() && limits.max_concurrent.is_none() {
+                    return "not counted (no limits)".to_string();
+                }
                 let refused = u.rejected_rate_total + u.rejected_concurrency_total;
                 let mut t = format!("{} allowed", u.allowed_total);
                 if refused > 0 {

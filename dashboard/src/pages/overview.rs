@@ -373,6 +373,7 @@ fn status_text(status: u16) -> &'static str {
         413 => "too large",
         422 => "unprocessable",
         429 => "rate limited",
+        499 => "client went away",
         500 => "server error",
         502 => "bad gateway",
         503 => "unavailable",
@@ -449,8 +450,9 @@ fn ModelLive(
                 <span class="muted small model-errors">{move || {
                     let s = summary.get();
                     format!(
-                        "{} answers · {} client errors (4xx) · {} server errors (5xx){}",
+                        "{} answer{} · {} client errors (4xx) · {} server errors (5xx){}",
                         s.answered,
+                        if s.answered == 1 { "" } else { "s" },
                         s.client_errors,
                         s.server_errors,
                         s.error_rate().map(|r| format!(" · {} failed", format::percent(r))).unwrap_or_default()

@@ -17,8 +17,11 @@ use serde_json::{json, Value};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 
+mod chat;
 mod compare;
 mod pipeline;
+
+use chat::ChatRun;
 
 use compare::EmbeddingCompare;
 use pipeline::{PipelineInfo, PipelineRun};
@@ -56,6 +59,7 @@ pub fn Playground() -> impl IntoView {
     // Text-generation models the OpenAI endpoint serves, and whether /v2/stream exists.
     let completions = RwSignal::new(Vec::<String>::new());
     let has_ws = RwSignal::new(false);
+    let chat_mode = RwSignal::new(false);
     leptos::task::spawn_local(async move {
         // Pipelines first, so the picker is complete when it appears.
         if api::has_extension("infergate_pipelines").await {
@@ -165,9 +169,17 @@ pub fn Playground() -> impl IntoView {
                 <PipelineRun pipeline=p/>
             }.into_any(),
             Target::Pipeline(p) => view! { <PipelineRun pipeline=p/> }.into_any(),
-            Target::Model(m) if completions.with(|c| c.contains(&m.name)) => {
-                view! { <TextGeneration model=m.name.clone() has_ws=has_ws.get()/> }.into_any()
-            }
+            Target::Model(m) if completions.with(|c| c.contains(&m.name)) => view! {
+                <div class="segmented mode-switch" role="group" aria-label="Text generation mode">
+                    <button type="button" id="mode-completion" class:active=move || !chat_mode.get() on:click=move |_| chat_mode.set(false)>"Completion"</button>
+                    <button type="button" id="mode-chat" class:active=move || chat_mode.get() on:click=move |_| chat_mode.set(true)>"Chat"</button>
+                </div>
+                {move || if chat_mode.get() {
+                    view! { <ChatRun model=m.name.clone()/> }.into_any()
+                } else {
+                    view! { <TextGeneration model=m.name.clone() has_ws=has_ws.get()/> }.into_any()
+                }}
+            }.into_any(),
             Target::Model(m) => {
                 // Pipelines that run this model name what it computes (e.g. class labels).
                 let users: Vec<String> = pipelines.with(|p| p.iter().filter(|p| p.model == m.name).map(|p| p.name.clone()).collect());

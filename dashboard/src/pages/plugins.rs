@@ -99,7 +99,10 @@ pub fn Plugins() -> impl IntoView {
                             .map(PluginInfo::from_json)
                             .collect(),
                     );
-                    plugins_state.set(Availability::Present);
+                    // Set only on a change: setting it re-renders the section (and the composer).
+                    if plugins_state.get_untracked() != Availability::Present {
+                        plugins_state.set(Availability::Present);
+                    }
                 }
                 Err(e) if e.is_missing() => plugins_state.set(Availability::Missing),
                 Err(e) => error.set(Some(e)),
@@ -116,7 +119,9 @@ pub fn Plugins() -> impl IntoView {
                             })
                             .collect(),
                     );
-                    pipelines_state.set(Availability::Present);
+                    if pipelines_state.get_untracked() != Availability::Present {
+                        pipelines_state.set(Availability::Present);
+                    }
                 }
                 Err(e) if e.is_missing() => pipelines_state.set(Availability::Missing),
                 Err(e) => error.set(Some(e)),
