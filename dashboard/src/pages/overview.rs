@@ -382,28 +382,52 @@ fn status_text(status: u16) -> &'static str {
     }
 }
 
-/// Answers by status with their share, 4xx and 5xx marked apart.
-fn status_table(statuses: &BTreeMap<u16, u64>) -> AnyView {
-    let total: u64 = statuses.values().sum();
+/// One bar of a share chart: its code, what it means, its class, and its count.
+struct Bar {
+    code: String,
+    name: &'static str,
+    class: &'static str,
+    status: Option<u16>,
+    count: u64,
+}
+
+/// Bars with their share of the total, or `empty` when there is nothing to share.
+fn share_bars(bars: Vec<Bar>, empty: &'static str, class: &'static str) -> AnyView {
+    let total: u64 = bars.iter().map(|b| b.count).sum();
     if total == 0 {
-        return view! { <p class="muted">"No answers in this range."</p> }.into_any();
+        return view! { <p class="muted">{empty}</p> }.into_any();
     }
     view! {
-        <div class="status-bars">
-            {statuses.iter().map(|(status, n)| {
-                let share = *n as f64 / total as f64;
+        <div class=format!("status-bars {class}")>
+            {bars.into_iter().map(|b| {
+                let share = b.count as f64 / total as f64;
                 view! {
-                    <div class=format!("status-row {}", status_class(*status)) data-status=status.to_string()>
-                        <span class="status-code">{status.to_string()}</span>
-                        <span class="status-name muted">{status_text(*status)}</span>
+                    <div class=format!("status-row {}", b.class) data-status=b.status.map(|s| s.to_string())>
+                        <span class="status-code">{b.code}</span>
+                        {(!b.name.is_empty() || b.status.is_some()).then(|| view! { <span class="status-name muted">{b.name}</span> })}
                         <span class="status-bar"><span style:width=format!("{:.1}%", share * 100.0)></span></span>
-                        <span class="status-count">{format!("{n} · {}", format::percent(share))}</span>
+                        <span class="status-count">{format!("{} · {}", b.count, format::percent(share))}</span>
                     </div>
                 }
             }).collect_view()}
         </div>
     }
     .into_any()
+}
+
+/// Answers by status with their share, 4xx and 5xx marked apart.
+fn status_table(statuses: &BTreeMap<u16, u64>) -> AnyView {
+    let bars = statuses
+        .iter()
+        .map(|(status, n)| Bar {
+            code: status.to_string(),
+            name: status_text(*status),
+            class: status_class(*status),
+            status: Some(*status),
+            count: *n,
+        })
+        .collect();
+    share_bars(bars, "No answers in this range.", "")
 }
 
 /// One model's or pipeline's charts.
@@ -488,25 +512,17 @@ fn ModelLive(
 }
 
 fn batch_table(sizes: &[(u64, u64)]) -> AnyView {
-    let total: u64 = sizes.iter().map(|(_, n)| n).sum();
-    if total == 0 {
-        return view! { <p class="muted">"No executions yet."</p> }.into_any();
-    }
-    view! {
-        <div class="status-bars batch-sizes">
-            {sizes.iter().map(|(size, n)| {
-                let share = *n as f64 / total as f64;
-                view! {
-                    <div class="status-row">
-                        <span class="status-code">{format!("×{size}")}</span>
-                        <span class="status-bar"><span style:width=format!("{:.1}%", share * 100.0)></span></span>
-                        <span class="status-count">{format!("{n} · {}", format::percent(share))}</span>
-                    </div>
-                }
-            }).collect_view()}
-        </div>
-    }
-    .into_any()
+    let bars = sizes
+        .iter()
+        .map(|(size, n)| Bar {
+            code: format!("×{size}"),
+            name: "",
+            class: "",
+            status: None,
+            count: *n,
+        })
+        .collect();
+    share_bars(bars, "No executions yet.", "batch-sizes")
 }
 
 fn is_alive(alive: StoredValue<bool>) -> bool {

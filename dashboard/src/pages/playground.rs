@@ -702,7 +702,7 @@ struct Generated {
 }
 
 /// The form's numbers, checked before anything is sent.
-fn generation_settings(max_tokens: &str, temperature: &str) -> Result<(u32, f64), String> {
+fn parse_settings(max_tokens: &str, temperature: &str) -> Result<(u32, f64), String> {
     let max = max_tokens
         .trim()
         .parse::<u32>()
@@ -726,6 +726,17 @@ fn generation_settings(max_tokens: &str, temperature: &str) -> Result<(u32, f64)
             )
         })?;
     Ok((max, temp))
+}
+
+/// The form's numbers, or `None` with the reason shown in `error`.
+fn generation_settings(
+    max_tokens: RwSignal<String>,
+    temperature: RwSignal<String>,
+    error: RwSignal<Option<ApiError>>,
+) -> Option<(u32, f64)> {
+    parse_settings(&max_tokens.get_untracked(), &temperature.get_untracked())
+        .map_err(|e| error.set(Some(ApiError::client(e))))
+        .ok()
 }
 
 #[component]
@@ -772,14 +783,9 @@ fn TextGeneration(model: String, has_ws: bool) -> impl IntoView {
         ev.prevent_default();
         error.set(None);
         failed.set(false);
-        let (max, temp) =
-            match generation_settings(&max_tokens.get_untracked(), &temperature.get_untracked()) {
-                Ok(v) => v,
-                Err(e) => {
-                    error.set(Some(ApiError::client(e)));
-                    return;
-                }
-            };
+        let Some((max, temp)) = generation_settings(max_tokens, temperature, error) else {
+            return;
+        };
         output.set(String::new());
         done.set(None);
         let text = prompt.get_untracked();

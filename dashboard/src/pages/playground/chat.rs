@@ -54,14 +54,9 @@ pub fn ChatRun(model: String) -> impl IntoView {
     let send = move |ev: leptos::ev::SubmitEvent| {
         ev.prevent_default();
         error.set(None);
-        let (max, temp) =
-            match generation_settings(&max_tokens.get_untracked(), &temperature.get_untracked()) {
-                Ok(v) => v,
-                Err(e) => {
-                    error.set(Some(ApiError::client(e)));
-                    return;
-                }
-            };
+        let Some((max, temp)) = generation_settings(max_tokens, temperature, error) else {
+            return;
+        };
         let text = draft.get_untracked();
         if text.trim().is_empty() {
             error.set(Some(ApiError::client("Type a message to send.")));

@@ -5,6 +5,7 @@
 use super::{now, origin, outcome_badge, outputs_view, stages_view, Exchange};
 use crate::api::{self, ApiError, Body};
 use crate::format;
+use crate::pages::plugins::strings;
 use crate::tensor;
 use crate::types::StatsList;
 use crate::widgets::ErrorBox;
@@ -30,16 +31,6 @@ pub struct PipelineInfo {
     pub input: Input,
     /// The last post-plugin produces an embedding vector (served by /v1/embeddings too).
     pub embeds: bool,
-}
-
-fn strings(v: &Value) -> Vec<String> {
-    v.as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|s| s.as_str().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 impl PipelineInfo {
