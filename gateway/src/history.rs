@@ -74,6 +74,25 @@ struct Reading {
     in_flight: u64,
 }
 
+impl Reading {
+    /// The gateway's counters of `name` (all versions); the engine's are added per version.
+    fn answers(state: &AppState, name: &str) -> Reading {
+        let (latency, statuses) = state
+            .metrics
+            .latency
+            .model_totals(name)
+            .map_or((None, None), |(l, s)| (Some(l), Some(s)));
+        Reading {
+            latency,
+            statuses,
+            queue: (0, 0),
+            executions: 0,
+            inferences: 0,
+            in_flight: 0,
+        }
+    }
+}
+
 struct Series {
     kind: Kind,
     samples: VecDeque<Sample>,
@@ -108,7 +127,8 @@ pub fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
-fn state_name(s: &ModelState) -> (&'static str, Option<String>) {
+/// A model state as the API names it, and the reason of a failure.
+pub fn state_name(s: &ModelState) -> (&'static str, Option<String>) {
     match s {
         ModelState::Unloaded => ("unloaded", None),
         ModelState::Loading => ("loading", None),
@@ -142,24 +162,9 @@ impl History {
             let key = model_key(r);
             let (st, reason) = state_name(&state.engine.state(&key));
             states.insert((r.name.clone(), r.version), (st, reason));
-            let entry = readings.entry(r.name.clone()).or_insert_with(|| {
-                let (latency, statuses) = state
-                    .metrics
-                    .latency
-                    .model_totals(&r.name)
-                    .map_or((None, None), |(l, s)| (Some(l), Some(s)));
-                (
-                    Kind::Model,
-                    Reading {
-                        latency,
-                        statuses,
-                        queue: (0, 0),
-                        executions: 0,
-                        inferences: 0,
-                        in_flight: 0,
-                    },
-                )
-            });
+            let entry = readings
+                .entry(r.name.clone())
+                .or_insert_with(|| (Kind::Model, Reading::answers(state, &r.name)));
             let reading = &mut entry.1;
             reading.in_flight += state.engine.in_flight(&key) as u64;
             if let Some(stats) = state.engine.stats(&key) {
@@ -171,22 +176,8 @@ impl History {
         }
         for p in state.pipelines.all() {
             let name = p.record.name.clone();
-            let (latency, statuses) = state
-                .metrics
-                .latency
-                .model_totals(&name)
-                .map_or((None, None), |(l, s)| (Some(l), Some(s)));
-            readings.entry(name).or_insert((
-                Kind::Pipeline,
-                Reading {
-                    latency,
-                    statuses,
-                    queue: (0, 0),
-                    executions: 0,
-                    inferences: 0,
-                    in_flight: 0,
-                },
-            ));
+            let reading = Reading::answers(state, &name);
+            readings.entry(name).or_insert((Kind::Pipeline, reading));
         }
 
         let mut inner = self.inner.lock();

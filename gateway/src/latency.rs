@@ -124,6 +124,18 @@ impl LatencyHistograms {
     }
 }
 
+/// Counters now minus the same counters read earlier.
+fn difference(now: &[u64], earlier: Option<&[u64]>) -> Vec<u64> {
+    match earlier {
+        Some(then) => now
+            .iter()
+            .zip(then)
+            .map(|(n, t)| n.saturating_sub(*t))
+            .collect(),
+        None => now.to_vec(),
+    }
+}
+
 /// Answers by HTTP status, read at one moment.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StatusCounts(Vec<u64>);
@@ -135,16 +147,7 @@ impl StatusCounts {
 
     /// The answers counted after `earlier` (everything when there is no earlier reading).
     pub fn since(&self, earlier: Option<&StatusCounts>) -> StatusCounts {
-        match earlier {
-            Some(e) => StatusCounts(
-                self.0
-                    .iter()
-                    .zip(&e.0)
-                    .map(|(now, then)| now.saturating_sub(*then))
-                    .collect(),
-            ),
-            None => self.clone(),
-        }
+        StatusCounts(difference(&self.0, earlier.map(|e| &e.0[..])))
     }
 
     /// (status, answers) for every status answered at least once, ascending.
@@ -174,16 +177,7 @@ pub struct Counts(Vec<u64>);
 impl Counts {
     /// The requests recorded after `earlier` (everything when there is no earlier reading).
     pub fn since(&self, earlier: Option<&Counts>) -> Counts {
-        match earlier {
-            Some(e) => Counts(
-                self.0
-                    .iter()
-                    .zip(&e.0)
-                    .map(|(now, then)| now.saturating_sub(*then))
-                    .collect(),
-            ),
-            None => self.clone(),
-        }
+        Counts(difference(&self.0, earlier.map(|e| &e.0[..])))
     }
 
     pub fn total(&self) -> u64 {

@@ -17,7 +17,7 @@
 use super::stream::{upgrade_key, SUBPROTOCOL};
 use crate::auth::Scope;
 use crate::error::{ApiError, ApiResult};
-use crate::history::now_ms;
+use crate::history::{now_ms, state_name};
 use crate::latency::{Counts, StatusCounts};
 use crate::state::{model_key, AppState};
 use axum::extract::ws::{close_code, CloseFrame, Message, Utf8Bytes, WebSocket, WebSocketUpgrade};
@@ -26,7 +26,7 @@ use axum::response::Response;
 use futures_util::{SinkExt, StreamExt};
 use http::HeaderMap;
 use infergate_engine::kernels::device::pool::PoolStats;
-use infergate_engine::{ModelState, ModelStats};
+use infergate_engine::ModelStats;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -57,15 +57,6 @@ struct Reading {
 }
 
 type Versions = BTreeMap<(String, u64), Reading>;
-
-fn state_name(s: &ModelState) -> (&'static str, Option<String>) {
-    match s {
-        ModelState::Unloaded => ("unloaded", None),
-        ModelState::Loading => ("loading", None),
-        ModelState::Ready => ("loaded", None),
-        ModelState::Failed(reason) => ("failed", Some(reason.clone())),
-    }
-}
 
 fn snapshot(state: &AppState) -> Versions {
     state
