@@ -119,7 +119,20 @@ async fn fetch(
     body: Body,
     key: Option<&str>,
 ) -> ApiResult<web_sys::Response> {
+    fetch_with(method, path, body, key, None).await
+}
+
+async fn fetch_with(
+    method: &str,
+    path: &str,
+    body: Body,
+    key: Option<&str>,
+    abort: Option<&web_sys::AbortSignal>,
+) -> ApiResult<web_sys::Response> {
     let init = RequestInit::new();
+    if let Some(signal) = abort {
+        init.set_signal(Some(signal));
+    }
     init.set_method(method);
     let h = headers(key);
     match body {
@@ -299,10 +312,19 @@ pub enum UploadBody {
 }
 
 /// Reads a streamed answer (Server-Sent Events) chunk by chunk; `on_event` gets each `data:`
-/// payload. Returns when the stream ends.
-pub async fn stream_sse(path: &str, body: Value, mut on_event: impl FnMut(&str)) -> ApiResult<()> {
+/// payload. Returns when the stream ends, or when `abort` fires (a Stop button): then with
+/// the error "stopped".
+pub async fn stream_sse(
+    path: &str,
+    body: Value,
+    abort: Option<&web_sys::AbortSignal>,
+    mut on_event: impl FnMut(&str),
+) -> ApiResult<()> {
     let key = session::stored_key();
-    let resp = fetch("POST", path, Body::Json(body), key.as_deref()).await?;
+    let resp = match fetch_with("POST", path, Body::Json(body), key.as_deref(), abort).await {
+        Err(_) if abort.is_some_and(|a| a.aborted()) => return Err(ApiError::client("stopped")),
+        other => other?,
+    };
     let status = resp.status();
     if !(200..300).contains(&status) {
         let text = text_of(&resp).await?;
@@ -316,9 +338,13 @@ pub async fn stream_sse(path: &str, body: Value, mut on_event: impl FnMut(&str))
     let mut pending = String::new();
     let mut decoder = decoder;
     loop {
-        let chunk = JsFuture::from(reader.read())
-            .await
-            .map_err(ApiError::network)?;
+        let chunk = match JsFuture::from(reader.read()).await {
+            Ok(c) => c,
+            Err(_) if abort.is_some_and(|a| a.aborted()) => {
+                return Err(ApiError::client("stopped"));
+            }
+            Err(e) => return Err(ApiError::network(e)),
+        };
         let done = js_sys::Reflect::get(&chunk, &"done".into())
             .ok()
             .and_then(|v| v.as_bool())

@@ -37,6 +37,17 @@ pub fn date(unix_s: i64) -> String {
     String::from(d.to_locale_string("en-GB", &wasm_bindgen::JsValue::UNDEFINED))
 }
 
+/// The local time of day, "17:35:02", for a Unix time in milliseconds.
+pub fn clock(unix_ms: f64) -> String {
+    let d = js_sys::Date::new(&wasm_bindgen::JsValue::from_f64(unix_ms));
+    format!(
+        "{:02}:{:02}:{:02}",
+        d.get_hours(),
+        d.get_minutes(),
+        d.get_seconds()
+    )
+}
+
 pub fn ms(v: f64) -> String {
     if v >= 100.0 {
         format!("{v:.0} ms")
@@ -48,9 +59,15 @@ pub fn ms(v: f64) -> String {
 }
 
 pub fn rate(v: f64) -> String {
-    if v >= 100.0 {
+    if v > 0.0 && v < 0.1 {
+        format!("{v:.2}/s")
+    } else if v >= 100.0 {
         format!("{v:.0}/s")
     } else {
         format!("{v:.1}/s")
     }
+}
+
+pub fn percent(fraction: f64) -> String {
+    format!("{:.1}%", fraction * 100.0)
 }

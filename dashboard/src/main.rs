@@ -98,7 +98,8 @@ fn Shell() -> impl IntoView {
                     }
                 >
                     <span class="nav-icon" aria-hidden="true">{p.icon()}</span>
-                    <span>{p.title()}</span>
+                    <span class="nav-full">{p.title()}</span>
+                    <span class="nav-short">{p.short_title()}</span>
                 </a>
             }
         })

@@ -199,10 +199,23 @@ pub async fn image_tensor(
     Ok((out, th, tw))
 }
 
+/// How top classes were scored.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Scoring {
+    /// The model's values already were probabilities (between 0 and 1, summing to 1).
+    Probabilities,
+    /// The model gave raw scores (logits); softmax was applied here.
+    Softmax,
+}
+
 /// A readable reading of one output tensor.
 pub enum Summary {
-    /// Top classes with probabilities.
-    TopK(Vec<(usize, f64)>),
+    /// Top classes of a classifier, with how their probabilities were obtained.
+    TopK {
+        top: Vec<(usize, f64)>,
+        classes: usize,
+        scoring: Scoring,
+    },
     /// Greedy CTC decoding: class indices per position with blanks and repeats removed.
     Ctc {
         steps: usize,
@@ -211,6 +224,11 @@ pub enum Summary {
         confidence: f64,
     },
     Text(Vec<String>),
+    /// A vector (an embedding, features): its length, norm and values.
+    Vector {
+        values: Vec<f64>,
+        norm: f64,
+    },
     Values {
         count: usize,
         first: Vec<f64>,
@@ -220,16 +238,25 @@ pub enum Summary {
     },
 }
 
-fn softmax(v: &[f64]) -> Vec<f64> {
+fn is_probabilities(v: &[f64]) -> bool {
     let sum: f64 = v.iter().sum();
-    let is_prob = v.iter().all(|x| (0.0..=1.0).contains(x)) && (sum - 1.0).abs() < 1e-3;
-    if is_prob {
+    v.iter().all(|x| (0.0..=1.0).contains(x)) && (sum - 1.0).abs() < 1e-3
+}
+
+fn softmax(v: &[f64]) -> Vec<f64> {
+    if is_probabilities(v) {
         return v.to_vec();
     }
     let max = v.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
     let exps: Vec<f64> = v.iter().map(|x| (x - max).exp()).collect();
     let total: f64 = exps.iter().sum();
     exps.iter().map(|e| e / total).collect()
+}
+
+/// What an output's name says it is.
+fn named(name: &str, words: &[&str]) -> bool {
+    let name = name.to_lowercase();
+    words.iter().any(|w| name.contains(w))
 }
 
 pub fn summarize(output: &Value) -> Summary {
@@ -242,6 +269,7 @@ pub fn summarize(output: &Value) -> Summary {
                 .collect()
         })
         .unwrap_or_default();
+    let name = output["name"].as_str().unwrap_or_default();
     let mut flat = Vec::new();
     flatten(&output["data"], &mut flat);
     if output["datatype"] == "BYTES" {
@@ -260,12 +288,15 @@ pub fn summarize(output: &Value) -> Summary {
         .as_str()
         .is_some_and(|d| d.starts_with("FP"));
     let last = shape.last().copied().unwrap_or(0);
+    // A sequence of per-step class probabilities (what CTC recognisers give): every step is a
+    // distribution. Hidden states of the same shape are not, and stay plain values.
     if float
         && shape.len() == 3
         && shape[0] == 1
         && last >= 10
         && shape[1] >= 1
         && nums.len() == shape[1] * last
+        && nums.chunks(last).all(is_probabilities)
     {
         let mut indices = Vec::new();
         let mut prev = usize::MAX;
@@ -278,10 +309,9 @@ pub fn summarize(output: &Value) -> Summary {
                 );
             if best != 0 && best != prev {
                 indices.push(best);
-                conf.push(softmax(step)[best]);
+                conf.push(score);
             }
             prev = best;
-            let _ = score;
         }
         let confidence = if conf.is_empty() {
             0.0
@@ -295,12 +325,34 @@ pub fn summarize(output: &Value) -> Summary {
             confidence,
         };
     }
-    if float && last >= 3 && nums.len() == last && shape.iter().rev().skip(1).all(|d| *d == 1) {
-        let probs = softmax(&nums);
-        let mut ranked: Vec<(usize, f64)> = probs.into_iter().enumerate().collect();
-        ranked.sort_by(|a, b| b.1.total_cmp(&a.1));
-        ranked.truncate(5);
-        return Summary::TopK(ranked);
+    let one_vector =
+        float && last >= 2 && nums.len() == last && shape.iter().rev().skip(1).all(|d| *d == 1);
+    if one_vector {
+        let classifier = is_probabilities(&nums)
+            || named(name, &["prob", "logit", "score", "class", "softmax"])
+            || matches!(last, 1000 | 1001);
+        let embedding = named(
+            name,
+            &["embed", "pool", "hidden", "feature", "vector", "sentence"],
+        );
+        if classifier && !embedding && last >= 3 {
+            let scoring = if is_probabilities(&nums) {
+                Scoring::Probabilities
+            } else {
+                Scoring::Softmax
+            };
+            let probs = softmax(&nums);
+            let mut ranked: Vec<(usize, f64)> = probs.into_iter().enumerate().collect();
+            ranked.sort_by(|a, b| b.1.total_cmp(&a.1));
+            ranked.truncate(5);
+            return Summary::TopK {
+                top: ranked,
+                classes: last,
+                scoring,
+            };
+        }
+        let norm = nums.iter().map(|v| v * v).sum::<f64>().sqrt();
+        return Summary::Vector { values: nums, norm };
     }
     let count = nums.len();
     let min = nums.iter().cloned().fold(f64::INFINITY, f64::min);

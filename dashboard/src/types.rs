@@ -66,6 +66,31 @@ pub fn group_models(list: &[ModelVersion]) -> Vec<(String, Vec<ModelVersion>)> {
     groups
 }
 
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq)]
+pub struct RateLimit {
+    pub rps: f64,
+    pub burst: u32,
+}
+
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq)]
+pub struct EffectiveLimits {
+    #[serde(default)]
+    pub rate_limit: Option<RateLimit>,
+    #[serde(default)]
+    pub max_concurrent: Option<u32>,
+}
+
+/// A key's counters since the server started (`GET /api/keys` and `/api/keys/{id}/usage`).
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq)]
+pub struct KeyUsage {
+    pub in_flight: u32,
+    #[serde(default)]
+    pub remaining: Option<u64>,
+    pub allowed_total: u64,
+    pub rejected_rate_total: u64,
+    pub rejected_concurrency_total: u64,
+}
+
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 pub struct ApiKey {
     pub id: i64,
@@ -75,6 +100,15 @@ pub struct ApiKey {
     pub created_at: i64,
     #[serde(default)]
     pub revoked_at: Option<i64>,
+    /// The key's own limits; `None` means the server's default.
+    #[serde(default)]
+    pub rate_limit: Option<RateLimit>,
+    #[serde(default)]
+    pub max_concurrent: Option<u32>,
+    #[serde(default)]
+    pub effective_limits: EffectiveLimits,
+    #[serde(default)]
+    pub usage: KeyUsage,
 }
 
 #[derive(Clone, Debug, Deserialize, PartialEq)]

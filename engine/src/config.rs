@@ -327,8 +327,13 @@ impl ModelConfig {
             return Ok(ModelConfig::default());
         }
         // The path names the offending field even for a wrong value (`-1` for a count).
-        let config: ModelConfig = serde_path_to_error::deserialize(value.clone())
-            .map_err(|e| invalid(format!("model config: {}: {}", e.path(), e.inner())))?;
+        let config: ModelConfig = serde_path_to_error::deserialize(value.clone()).map_err(|e| {
+            // The variant's own prefix says "invalid model config"; the path says where.
+            match e.path().to_string().as_str() {
+                "." => invalid(e.inner().to_string()),
+                path => invalid(format!("{path}: {}", e.inner())),
+            }
+        })?;
         config.validate()?;
         Ok(config)
     }
@@ -336,7 +341,7 @@ impl ModelConfig {
     /// Parses and validates JSON text.
     pub fn from_json_str(text: &str) -> Result<ModelConfig> {
         let value: Value =
-            serde_json::from_str(text).map_err(|e| invalid(format!("model config: {e}")))?;
+            serde_json::from_str(text).map_err(|e| invalid(format!("not JSON: {e}")))?;
         ModelConfig::from_json(&value)
     }
 

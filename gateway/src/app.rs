@@ -117,6 +117,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
             }
         });
     }
+    crate::history::spawn_sampler(state.clone());
     let grpc_listener = if config.grpc.enabled {
         let listener = tokio::net::TcpListener::bind(config.grpc.listen)
             .await

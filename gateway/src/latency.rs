@@ -1,11 +1,12 @@
-//! Latency distributions per model version for the live dashboard (`/v2/events`).
+//! Latency distributions and answer statuses per model version for the live dashboard
+//! (`/v2/events`, `/api/metrics/history`).
 //!
-//! Each version has a fixed histogram of log-spaced buckets (four per octave, 10 µs to ~170 s):
-//! recording a request is one bucket index and one atomic add, whatever the traffic. The
-//! histograms only grow; a reader takes [`Counts`] now and a second later and asks the
-//! difference for its quantiles, so every events connection gets per-second p50/p99 without
-//! the recording side knowing about seconds or readers. A quantile is exact to the bucket
-//! (within ±9%) and interpolated inside it.
+//! Each version has a fixed histogram of log-spaced buckets (four per octave, 10 µs to ~170 s)
+//! and one counter per HTTP status: recording a request is one bucket index and two atomic
+//! adds, whatever the traffic. Everything only grows; a reader takes [`Counts`] /
+//! [`StatusCounts`] now and a second later and asks the difference, so every reader gets
+//! per-second figures without the recording side knowing about seconds or readers. A quantile
+//! is exact to the bucket (within ±9%) and interpolated inside it.
 
 use parking_lot::RwLock;
 use std::collections::HashMap;
@@ -18,6 +19,9 @@ const BUCKETS_PER_OCTAVE: f64 = 4.0;
 const FLOOR_US: f64 = 10.0;
 /// 24 octaves above 10 µs: up to ~168 s; slower requests count in the last bucket.
 const BUCKETS: usize = 96;
+/// HTTP statuses 100..=599, one counter each.
+const FIRST_STATUS: u16 = 100;
+const STATUSES: usize = 500;
 
 /// The lower edge of bucket `i`, in microseconds.
 fn lower_us(i: usize) -> f64 {
@@ -32,32 +36,39 @@ fn bucket(elapsed: Duration) -> usize {
     ((us / FLOOR_US).log2() * BUCKETS_PER_OCTAVE).min((BUCKETS - 1) as f64) as usize
 }
 
-struct Histogram([AtomicU64; BUCKETS]);
+/// One version's recordings: successful latencies and every answer's status.
+struct Recorder {
+    latency: [AtomicU64; BUCKETS],
+    statuses: [AtomicU64; STATUSES],
+}
 
-impl Default for Histogram {
+impl Default for Recorder {
     fn default() -> Self {
-        Histogram(std::array::from_fn(|_| AtomicU64::new(0)))
+        Recorder {
+            latency: std::array::from_fn(|_| AtomicU64::new(0)),
+            statuses: std::array::from_fn(|_| AtomicU64::new(0)),
+        }
     }
 }
 
-/// Every model version's histogram, by model name then version (looked up with `&str`s, so
-/// recording allocates nothing once a version has been seen).
+/// Every model version's recordings, by model name then version (looked up with `&str`s, so
+/// recording allocates nothing once a version has been seen). Requests that failed before a
+/// version was chosen count under the version `""`.
 #[derive(Default)]
 pub struct LatencyHistograms {
-    models: RwLock<HashMap<String, HashMap<String, Arc<Histogram>>>>,
+    models: RwLock<HashMap<String, HashMap<String, Arc<Recorder>>>>,
 }
 
 impl LatencyHistograms {
-    pub fn record(&self, model: &str, version: &str, elapsed: Duration) {
-        let index = bucket(elapsed);
+    fn recorder(&self, model: &str, version: &str) -> Arc<Recorder> {
         let found = self
             .models
             .read()
             .get(model)
             .and_then(|versions| versions.get(version))
             .cloned();
-        let histogram = match found {
-            Some(h) => h,
+        match found {
+            Some(r) => r,
             None => self
                 .models
                 .write()
@@ -66,17 +77,96 @@ impl LatencyHistograms {
                 .entry(version.to_string())
                 .or_default()
                 .clone(),
-        };
-        histogram.0[index].fetch_add(1, Relaxed);
+        }
     }
 
-    /// The cumulative counts of one version; `None` before its first recorded request.
+    /// One answered request: its status, and its latency when it succeeded (2xx).
+    pub fn record(&self, model: &str, version: &str, status: u16, elapsed: Duration) {
+        let recorder = self.recorder(model, version);
+        if (200..300).contains(&status) {
+            recorder.latency[bucket(elapsed)].fetch_add(1, Relaxed);
+        }
+        let index = usize::from(status.clamp(FIRST_STATUS, FIRST_STATUS + STATUSES as u16 - 1))
+            - usize::from(FIRST_STATUS);
+        recorder.statuses[index].fetch_add(1, Relaxed);
+    }
+
+    /// The cumulative latency counts of one version; `None` before its first recorded request.
     pub fn counts(&self, model: &str, version: &str) -> Option<Counts> {
         let models = self.models.read();
-        let histogram = models.get(model)?.get(version)?;
-        Some(Counts(
-            histogram.0.iter().map(|c| c.load(Relaxed)).collect(),
-        ))
+        let r = models.get(model)?.get(version)?;
+        Some(Counts(r.latency.iter().map(|c| c.load(Relaxed)).collect()))
+    }
+
+    /// The cumulative status counts of one version; `None` before its first request.
+    pub fn statuses(&self, model: &str, version: &str) -> Option<StatusCounts> {
+        let models = self.models.read();
+        let r = models.get(model)?.get(version)?;
+        Some(StatusCounts::read(r))
+    }
+
+    /// Latency and status counts of every version of `model` added up (failures before a
+    /// version was chosen included); `None` before its first recorded request.
+    pub fn model_totals(&self, model: &str) -> Option<(Counts, StatusCounts)> {
+        let models = self.models.read();
+        let versions = models.get(model)?;
+        let mut latency = Counts(vec![0; BUCKETS]);
+        let mut statuses = StatusCounts(vec![0; STATUSES]);
+        for r in versions.values() {
+            for (sum, c) in latency.0.iter_mut().zip(&r.latency) {
+                *sum += c.load(Relaxed);
+            }
+            for (sum, c) in statuses.0.iter_mut().zip(&r.statuses) {
+                *sum += c.load(Relaxed);
+            }
+        }
+        Some((latency, statuses))
+    }
+}
+
+/// Counters now minus the same counters read earlier.
+fn difference(now: &[u64], earlier: Option<&[u64]>) -> Vec<u64> {
+    match earlier {
+        Some(then) => now
+            .iter()
+            .zip(then)
+            .map(|(n, t)| n.saturating_sub(*t))
+            .collect(),
+        None => now.to_vec(),
+    }
+}
+
+/// Answers by HTTP status, read at one moment.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StatusCounts(Vec<u64>);
+
+impl StatusCounts {
+    fn read(r: &Recorder) -> StatusCounts {
+        StatusCounts(r.statuses.iter().map(|c| c.load(Relaxed)).collect())
+    }
+
+    /// The answers counted after `earlier` (everything when there is no earlier reading).
+    pub fn since(&self, earlier: Option<&StatusCounts>) -> StatusCounts {
+        StatusCounts(difference(&self.0, earlier.map(|e| &e.0[..])))
+    }
+
+    /// (status, answers) for every status answered at least once, ascending.
+    pub fn nonzero(&self) -> Vec<(u16, u64)> {
+        self.0
+            .iter()
+            .enumerate()
+            .filter(|(_, &n)| n > 0)
+            .map(|(i, &n)| (FIRST_STATUS + i as u16, n))
+            .collect()
+    }
+
+    /// Answers whose status is in `range` (e.g. `400..500` for client errors).
+    pub fn in_range(&self, range: std::ops::Range<u16>) -> u64 {
+        self.nonzero()
+            .into_iter()
+            .filter(|(s, _)| range.contains(s))
+            .map(|(_, n)| n)
+            .sum()
     }
 }
 
@@ -87,16 +177,7 @@ pub struct Counts(Vec<u64>);
 impl Counts {
     /// The requests recorded after `earlier` (everything when there is no earlier reading).
     pub fn since(&self, earlier: Option<&Counts>) -> Counts {
-        match earlier {
-            Some(e) => Counts(
-                self.0
-                    .iter()
-                    .zip(&e.0)
-                    .map(|(now, then)| now.saturating_sub(*then))
-                    .collect(),
-            ),
-            None => self.clone(),
-        }
+        Counts(difference(&self.0, earlier.map(|e| &e.0[..])))
     }
 
     pub fn total(&self) -> u64 {
@@ -137,7 +218,7 @@ mod tests {
         let h = LatencyHistograms::default();
         // 1..=1000 ms: exact p50 = 500 ms, p99 = 990 ms.
         for i in 1..=1000 {
-            h.record("m", "1", ms(i as f64));
+            h.record("m", "1", 200, ms(i as f64));
         }
         let c = h.counts("m", "1").unwrap();
         assert_eq!(c.total(), 1000);
@@ -151,11 +232,11 @@ mod tests {
     fn a_window_counts_only_the_requests_after_the_earlier_reading() {
         let h = LatencyHistograms::default();
         for _ in 0..100 {
-            h.record("m", "1", ms(100.0));
+            h.record("m", "1", 200, ms(100.0));
         }
         let before = h.counts("m", "1");
         for _ in 0..10 {
-            h.record("m", "1", ms(2.0));
+            h.record("m", "1", 200, ms(2.0));
         }
         let window = h.counts("m", "1").unwrap().since(before.as_ref());
         assert_eq!(window.total(), 10);
@@ -171,12 +252,33 @@ mod tests {
     #[test]
     fn versions_and_extremes_are_kept_apart() {
         let h = LatencyHistograms::default();
-        h.record("m", "1", Duration::ZERO);
-        h.record("m", "2", Duration::from_secs(3600));
+        h.record("m", "1", 200, Duration::ZERO);
+        h.record("m", "2", 200, Duration::from_secs(3600));
         assert!(h.counts("m", "3").is_none() && h.counts("other", "1").is_none());
         let fast = h.counts("m", "1").unwrap().quantile_ms(0.5).unwrap();
         let slow = h.counts("m", "2").unwrap().quantile_ms(0.5).unwrap();
         assert!(fast <= 0.02, "{fast}");
         assert!(slow > 100_000.0, "{slow}");
+    }
+
+    #[test]
+    fn statuses_count_every_answer_and_only_successes_have_latencies() {
+        let h = LatencyHistograms::default();
+        for _ in 0..9 {
+            h.record("m", "1", 200, ms(1.0));
+        }
+        h.record("m", "1", 400, ms(1.0));
+        h.record("m", "", 404, ms(1.0));
+        h.record("m", "2", 503, ms(1.0));
+        assert_eq!(h.counts("m", "1").unwrap().total(), 9);
+        let one = h.statuses("m", "1").unwrap();
+        assert_eq!(one.nonzero(), vec![(200, 9), (400, 1)]);
+        let (latency, all) = h.model_totals("m").unwrap();
+        assert_eq!(latency.total(), 9);
+        assert_eq!(all.in_range(400..500), 2);
+        assert_eq!(all.in_range(500..600), 1);
+        h.record("m", "1", 400, ms(1.0));
+        let window = h.model_totals("m").unwrap().1.since(Some(&all));
+        assert_eq!(window.nonzero(), vec![(400, 1)]);
     }
 }

@@ -21,6 +21,7 @@
 //! - [`request_id`]: `X-Request-Id` and the per-request tracing span.
 //! - [`cors`]: cross-origin rules for browser clients.
 //! - [`drain`]: shutdown of WebSocket streams.
+//! - [`history`]: the last hour per model and pipeline, sampled each second, for the dashboard.
 //! - [`textgen`]: character-level text generation (sampling, stop sequences) for the OpenAI API.
 
 pub mod admission;
@@ -36,6 +37,7 @@ pub mod cors;
 pub mod drain;
 pub mod error;
 pub mod grpc;
+pub mod history;
 pub mod latency;
 pub mod metrics;
 pub mod own_thread;

@@ -4,8 +4,9 @@
 //! - `infergate_http_requests_total{method,route,status}`: every HTTP request, by route template.
 //! - `infergate_inference_requests_total` and `infergate_request_duration_seconds` (histogram)
 //!   `{model,version,protocol,status}`: inference requests of every protocol (`kserve_http`,
-//!   `openai`, `websocket`), end to end as the gateway sees them; `status` is the HTTP status
-//!   the outcome maps to.
+//!   `openai`, `websocket`, `grpc`, and `pipeline` for raw-body pipeline runs), end to end as
+//!   the gateway sees them; `status` is the HTTP status the outcome maps to (4xx and 5xx
+//!   alike: a client error is an answer the client did not want either).
 //! - `infergate_rate_limited_requests_total{key_id,reason}`: refusals by the per-key limiter.
 //! - `infergate_plugin_call_duration_seconds{plugin,version,stage,outcome}` (histogram): every
 //!   WebAssembly plugin call, `outcome` = `ok`, `bad_input`, `busy` or the fault kind.
@@ -107,8 +108,11 @@ pub struct Metrics {
     plugin_calls: Family<PluginLabels, Histogram>,
     websocket_connections: Gauge,
     generations: Gauge,
-    /// Successful inference latencies per model version, for `/v2/events`' p50/p99.
+    /// Successful inference latencies and answer statuses per model version, for
+    /// `/v2/events` and the history.
     pub latency: LatencyHistograms,
+    /// The last hour per model and pipeline (`/api/metrics/history`).
+    pub history: crate::history::History,
 }
 
 impl Default for Metrics {
@@ -183,6 +187,7 @@ impl Metrics {
             plugin_calls,
             websocket_connections,
             latency: LatencyHistograms::default(),
+            history: Default::default(),
         }
     }
 
@@ -214,9 +219,7 @@ impl Metrics {
         self.request_duration
             .get_or_create(&labels)
             .observe(elapsed.as_secs_f64());
-        if status == 200 {
-            self.latency.record(model, version, elapsed);
-        }
+        self.latency.record(model, version, status, elapsed);
     }
 
     /// One plugin call; faults are told apart by `outcome`.
@@ -597,7 +600,15 @@ pub async fn middleware(
     let status = response.status().as_u16();
     let route = route.unwrap_or_else(|| "unmatched".into());
     state.metrics.http_request(method.as_str(), &route, status);
-    if route.starts_with("/v2/models/{model}") && route.ends_with("/infer") {
+    if route == "/api/pipelines/{pipeline}/run" {
+        // Raw-body pipeline runs count under the pipeline's name (registered names only).
+        let name = path.split('/').nth(3).unwrap_or_default();
+        if state.pipelines.get(name).is_some() {
+            state
+                .metrics
+                .inference(name, "", "pipeline", status, started.elapsed());
+        }
+    } else if route.starts_with("/v2/models/{model}") && route.ends_with("/infer") {
         let (model, version) = match response.extensions().get::<Served>() {
             Some(served) => (served.model.clone(), served.version.to_string()),
             None => kserve_labels(&state, &path),
@@ -610,20 +621,27 @@ pub async fn middleware(
 }
 
 /// Labels for a KServe inference request that failed before a version was resolved: only
-/// registered names become label values, so random paths cannot grow the metrics.
+/// registered names become label values, so random paths cannot grow the metrics. A request
+/// without a version counts against the version it would have gone to, and one to a pipeline
+/// under the pipeline's name, so that its errors show where people look for them.
 fn kserve_labels(state: &AppState, path: &str) -> (String, String) {
     let segments: Vec<&str> = path.split('/').collect();
     // ["", "v2", "models", MODEL, ("versions", VERSION,)? "infer"]
-    let model = segments
-        .get(3)
-        .filter(|m| state.catalog.resolve(m, None).is_ok())
-        .map(|m| m.to_string())
-        .unwrap_or_default();
-    let version = match (segments.get(4), segments.get(5)) {
-        (Some(&"versions"), Some(v)) if !model.is_empty() && v.parse::<u64>().is_ok() => {
-            v.to_string()
-        }
-        _ => String::new(),
+    let Some(&name) = segments.get(3) else {
+        return (String::new(), String::new());
     };
-    (model, version)
+    if state.pipelines.get(name).is_some() {
+        return (name.to_string(), String::new());
+    }
+    let Ok(default) = state.catalog.resolve(name, None) else {
+        return (String::new(), String::new());
+    };
+    let version = match (segments.get(4), segments.get(5)) {
+        (Some(&"versions"), Some(v)) => match v.parse::<u64>() {
+            Ok(v) => v.to_string(),
+            Err(_) => String::new(),
+        },
+        _ => default.version.to_string(),
+    };
+    (name.to_string(), version)
 }

@@ -35,7 +35,7 @@ pub fn register(
     // uploader's mistake: refuse it before anything is stored.
     infergate_engine::ModelConfig::from_json(config)
         .and_then(|c| c.validate_for(&signature))
-        .map_err(|e| ApiError::bad_request(format!("invalid model config: {e}")))?;
+        .map_err(ApiError::from)?;
     let dest = store.dir().model_file(&sha256);
     let existed = dest.exists();
     persist(tmp, &dest).map_err(|e| ApiError::internal(format!("storing the model file: {e}")))?;

@@ -121,17 +121,36 @@ fn screenshots() -> PathBuf {
 }
 
 /// Console errors that are not the expected answers to the test's own bad requests (the
-/// wrong key, the garbage upload) or to probes for endpoints this server lacks.
+/// wrong key, the garbage upload, the refused delete) or to probes for endpoints this server
+/// lacks.
 fn unexpected(logs: Vec<String>) -> Vec<String> {
     logs.into_iter()
         .filter(|l| {
             !(l.contains("Failed to load resource")
                 && (l.contains("status of 400")
                     || l.contains("status of 401")
-                    || l.contains("status of 404")))
+                    || l.contains("status of 404")
+                    || l.contains("status of 409")))
         })
         .collect()
 }
+
+/// Navigation links not fully inside the viewport (a strip that hides sections).
+const NAV_OFF_SCREEN: &str = "const w = document.documentElement.clientWidth, h = window.innerHeight; \
+    return [...document.querySelectorAll('.sidebar a')].filter(a => { const r = a.getBoundingClientRect(); \
+    return r.left < 0 || r.right > w + 1 || r.top < 0 || r.bottom > h || r.width === 0; }).map(a => a.textContent);";
+
+/// Buttons in table rows whose right edge passes the viewport.
+const ACTIONS_OFF_SCREEN: &str = "const w = document.documentElement.clientWidth; \
+    return [...document.querySelectorAll('td.actions button')].filter(b => b.getBoundingClientRect().right > w + 1) \
+    .map(b => b.textContent + ' ' + Math.round(b.getBoundingClientRect().right));";
+
+/// The lowest contrast ratio (WCAG) between text and background among the matching elements.
+const CONTRAST: &str = "const lum = c => { const v = c.match(/[\\d.]+/g).slice(0, 3).map(x => { x = x / 255; \
+    return x <= 0.03928 ? x / 12.92 : Math.pow((x + 0.055) / 1.055, 2.4); }); return 0.2126 * v[0] + 0.7152 * v[1] + 0.0722 * v[2]; }; \
+    const els = [...document.querySelectorAll(arguments[0])]; if (!els.length) return null; \
+    return Math.min(...els.map(e => { const s = getComputedStyle(e); const a = lum(s.color), b = lum(s.backgroundColor); \
+    return (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05); }));";
 
 /// When the page scrolls sideways: the elements whose right edge passes the viewport.
 const WIDER_THAN_VIEWPORT: &str = "const d = document.documentElement, w = d.clientWidth; \
@@ -223,7 +242,7 @@ async fn dashboard_in_a_real_browser() {
     let b = driver.session(&chromium, &spki_sha256(&cert)).await;
     let shots = screenshots();
     let base = s.addr.clone();
-    b.set_viewport(1280, 800).await;
+    b.set_viewport(1400, 900).await;
 
     // A wrong key is refused with the server's reason, shown where it happened.
     b.goto(&format!("{base}/")).await;
@@ -254,11 +273,42 @@ async fn dashboard_in_a_real_browser() {
         .await;
     b.type_into("#model-name", "uploaded-cls").await;
     b.choose_file("#model-file", &model("ocr-cls.onnx")).await;
+    b.type_into("#model-config", r#"{"unload_after_s": 600}"#)
+        .await;
     b.click("#upload-submit").await;
     let done = b
         .wait_text("#upload-form .success", |t| t.contains("uploaded-cls"))
         .await;
     assert!(done.contains("version 1"), "{done}");
+    // The form starts over; the stored config is summarised in its own cell, not the SHA's.
+    let left = b
+        .script(
+            "return document.querySelector('#model-config').value",
+            json!([]),
+        )
+        .await;
+    assert_eq!(
+        left,
+        json!(""),
+        "the previous config stays in the upload box"
+    );
+    let sha = b
+        .wait_text(
+            "section.model[data-model='uploaded-cls'] tr[data-version='1'] code.sha",
+            |t| !t.is_empty(),
+        )
+        .await;
+    assert!(
+        sha.len() == 12 && sha.chars().all(|c| c.is_ascii_hexdigit()),
+        "SHA cell: {sha}"
+    );
+    let config_cell = b
+        .wait_text(
+            "section.model[data-model='uploaded-cls'] tr[data-version='1'] .config-cell summary",
+            |t| !t.is_empty(),
+        )
+        .await;
+    assert!(config_cell.contains("idle unload 600 s"), "{config_cell}");
     let card = b
         .wait_text("section.model[data-model='uploaded-cls']", |t| {
             t.contains("x") && t.contains("FP32")
@@ -336,6 +386,25 @@ async fn dashboard_in_a_real_browser() {
         (281..=285).contains(&class),
         "top class {class} is not a cat: {top}"
     );
+    // Raw logits are said to be turned into probabilities here, and the labelling pipeline named.
+    let scoring = b
+        .wait_text(
+            "#outputs .output[data-output='probabilities'] .scoring",
+            |t| !t.is_empty(),
+        )
+        .await;
+    // EfficientNet-Lite0's export ends in a softmax: the page says so rather than applying
+    // another (what raw logits would get, said as plainly).
+    assert!(
+        scoring.contains("the model's own probabilities"),
+        "{scoring}"
+    );
+    let named = b
+        .wait_text("#outputs .output[data-output='probabilities']", |t| {
+            t.contains("classify")
+        })
+        .await;
+    assert!(named.contains("no class names"), "{named}");
     let latency = b.wait_text("#latency", |t| t.contains("ms")).await;
     assert!(latency.contains("round trip"), "{latency}");
     let curl = b.wait_text("#curl", |t| t.contains("curl")).await;
@@ -345,12 +414,40 @@ async fn dashboard_in_a_real_browser() {
     );
     b.screenshot(&shots.join("03-playground.png")).await;
 
-    // Text generation streams into the page over Server-Sent Events.
+    // A request the server refuses (wrong shape) is a failure, with the server's reason.
+    b.script(PICK, json!(["uploaded-cls"])).await;
+    b.click("#playground-form .segmented button:nth-child(2)")
+        .await;
+    b.type_into("#playground-form .shape-input", "1").await;
+    b.type_into("#playground-form .data-input", "[1]").await;
+    b.click("#run").await;
+    let refused = b
+        .wait_text("#result .latency.failed", |t| t.contains("refused"))
+        .await;
+    assert!(refused.contains("400"), "{refused}");
+    let reason = b.wait_text("#result .error", |t| !t.is_empty()).await;
+    assert!(reason.contains("400"), "{reason}");
+    b.screenshot(&shots.join("03a-playground-refused.png"))
+        .await;
+
+    // Text generation streams into the page over Server-Sent Events; a temperature that is
+    // not a number is refused in the form, before any request.
     b.script(PICK, json!(["textgen"])).await;
     b.find("#pg-prompt").await;
+    b.type_into("#pg-temp", "abc").await;
+    b.click("#generate").await;
+    let refused = b.wait_text("#textgen-form .error", |t| !t.is_empty()).await;
+    assert!(
+        refused.contains("Temperature") && refused.contains("abc"),
+        "{refused}"
+    );
+    assert!(b.find_now("#stream-output .prompt-echo").await.is_some());
+    b.type_into("#pg-temp", "0.7").await;
     b.click("#generate").await;
     let timing = b.wait_text("#latency", |t| t.contains("tokens/s")).await;
     assert!(!timing.contains(" 0 tokens"), "{timing}");
+    let finish = b.wait_text("#finish-reason", |t| !t.is_empty()).await;
+    assert!(finish.starts_with("finished:"), "{finish}");
     let streamed = b.wait_text("#stream-output", |t| t.len() > 5).await;
     assert!(!streamed.trim().is_empty(), "nothing streamed: {timing}");
     b.screenshot(&shots.join("03b-playground-stream.png")).await;
@@ -375,6 +472,67 @@ async fn dashboard_in_a_real_browser() {
     assert!(streamed > 0.0, "no tokens went out over the WebSocket");
     b.screenshot(&shots.join("03c-playground-websocket.png"))
         .await;
+    // A long generation stops when asked, and says so.
+    b.script(
+        "const s = document.querySelector('#pg-transport'); s.value = 'sse'; s.dispatchEvent(new Event('change'));",
+        json!([]),
+    )
+    .await;
+    b.type_into("#pg-max", "4000").await;
+    // Stop is pressed as soon as it shows; the character model can end its text by itself
+    // within milliseconds, so a run that beat the click is tried again with another prompt.
+    let mut finish = String::new();
+    for attempt in 0..5 {
+        b.type_into(
+            "#pg-prompt",
+            &format!("Chapter {attempt}. It was a dark and stormy night"),
+        )
+        .await;
+        b.click("#generate").await;
+        b.script(
+            "const s = document.querySelector('#stop'); if (s) s.click();",
+            json!([]),
+        )
+        .await;
+        finish = b.wait_text("#finish-reason", |t| !t.is_empty()).await;
+        if finish == "stopped by you" {
+            break;
+        }
+    }
+    assert_eq!(finish, "stopped by you");
+    b.type_into("#pg-max", "120").await;
+    // Chat over /v1/chat/completions: the answer streams into the conversation, with its
+    // timings and the same call as curl and as the openai client.
+    b.click("#mode-chat").await;
+    // Today's chat model is the character LSTM: the completion's prompt, which it continues.
+    b.script(
+        "const e = document.querySelector('#chat-system'); e.value = ''; e.dispatchEvent(new Event('input', {bubbles: true}));",
+        json!([]),
+    )
+    .await;
+    b.type_into("#chat-input", "The meaning of life is").await;
+    b.click("#chat-send").await;
+    let chat = b
+        .wait_text("#chat-latency", |t| t.contains("tokens/s"))
+        .await;
+    assert!(!chat.contains(" 0 tokens"), "{chat}");
+    let log = b
+        .wait_text("#chat-log", |t| {
+            t.contains("ASSISTANT") || t.contains("assistant")
+        })
+        .await;
+    assert!(log.contains("The meaning of life is"), "{log}");
+    b.wait_text("#chat-finish", |t| t.starts_with("finished:"))
+        .await;
+    let python = b
+        .wait_text("#chat-form", |t| t.contains("from openai import OpenAI"))
+        .await;
+    assert!(
+        !python.contains(&s.admin_key),
+        "the key leaked into the snippets"
+    );
+    b.screenshot(&shots.join("03g-playground-chat.png")).await;
+    b.click("#mode-completion").await;
 
     // The OCR pipeline reads the text rendered into an image.
     b.script(PICK, json!(["pipeline:ocr"])).await;
@@ -423,6 +581,16 @@ async fn dashboard_in_a_real_browser() {
     let far = b.wait_text("#similarity", |t| t != close).await;
     let (close, far): (f64, f64) = (close.parse().unwrap(), far.parse().unwrap());
     assert!(close > far + 0.1, "paraphrase {close} vs unrelated {far}");
+    // The pipeline's own answer is an embedding: shown as a vector, not as classes.
+    b.click("#pipeline-run").await;
+    let vector = b
+        .wait_text("#outputs .vector-dims", |t| !t.is_empty())
+        .await;
+    assert_eq!(vector, "vector of 384 values");
+    assert!(
+        b.find_now("#outputs .topk").await.is_none(),
+        "an embedding drawn as classes"
+    );
     b.screenshot(&shots.join("03f-playground-embeddings.png"))
         .await;
 
@@ -430,6 +598,9 @@ async fn dashboard_in_a_real_browser() {
     b.click("a[href='/keys']").await;
     b.type_into("#key-name", "browser-made").await;
     b.click("#scope-upload").await;
+    b.type_into("#key-rps", "5").await;
+    b.type_into("#key-burst", "10").await;
+    b.type_into("#key-concurrent", "3").await;
     b.click("#create-key").await;
     let secret = b
         .wait_text("#new-key-secret", |t| t.starts_with("ig_"))
@@ -444,6 +615,51 @@ async fn dashboard_in_a_real_browser() {
     assert_eq!(me["scopes"], json!(["infer", "upload"]));
     b.wait_text("tr[data-key-name='browser-made']", |t| t.contains("active"))
         .await;
+    // The table shows the key's limits; the form starts over for the next key.
+    let row = "tr[data-key-name='browser-made']";
+    assert_eq!(
+        b.text_of(&format!("{row} .key-rate")).await.unwrap(),
+        "5 /s"
+    );
+    assert_eq!(b.text_of(&format!("{row} .key-burst")).await.unwrap(), "10");
+    assert_eq!(
+        b.text_of(&format!("{row} .key-concurrent")).await.unwrap(),
+        "3"
+    );
+    let form = b
+        .script(
+            "return ['#key-name', '#key-rps', '#key-burst', '#key-concurrent'].map(s => document.querySelector(s).value)\
+             .concat([document.querySelector('#scope-upload').checked])",
+            json!([]),
+        )
+        .await;
+    assert_eq!(
+        form,
+        json!(["", "", "", "", false]),
+        "the create form kept its values"
+    );
+    // Limits change from the table; the server stores them.
+    b.click(&format!("{row} .edit-limits")).await;
+    b.type_into(&format!("{row} .edit-rps"), "2.5").await;
+    // Emptied as a person would (WebDriver's clear sends no input event): the server default.
+    b.script(
+        "const e = document.querySelector(arguments[0]); e.value = ''; e.dispatchEvent(new Event('input', {bubbles: true}));",
+        json!([format!("{row} .edit-concurrent")]),
+    )
+    .await;
+    b.click(&format!("{row} .save-limits")).await;
+    b.wait_text(&format!("{row} .key-rate"), |t| t == "2.5 /s")
+        .await;
+    let stored: Value = s.get_json("/api/keys", &s.admin_key).await;
+    let key = stored["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["name"] == "browser-made")
+        .unwrap()
+        .clone();
+    assert_eq!(key["rate_limit"], json!({"rps": 2.5, "burst": 10}), "{key}");
+    assert!(key["max_concurrent"].is_null(), "{key}");
     b.screenshot(&shots.join("04-keys-created.png")).await;
     b.click("tr[data-key-name='browser-made'] .revoke").await;
     b.click("tr[data-key-name='browser-made'] .confirm-revoke")
@@ -458,10 +674,9 @@ async fn dashboard_in_a_real_browser() {
     }
     assert!(refused, "the revoked key still works");
 
-    // Overview: live numbers while traffic flows (computed from the server's statistics).
+    // Overview: live numbers while traffic flows, one request in ten refused (400), from the
+    // server's history.
     b.click("a[href='/']").await;
-    b.find("section.model-live[data-model='efficientnet-lite0']")
-        .await;
     let traffic = {
         let (client, url, key) = (
             s.client.clone(),
@@ -469,20 +684,24 @@ async fn dashboard_in_a_real_browser() {
             s.admin_key.clone(),
         );
         tokio::spawn(async move {
-            let body = json!({"inputs": [{"name": "input", "shape": [1, 3, 224, 224], "datatype": "FP32", "data": vec![0.0f32; 3 * 224 * 224]}]});
-            for _ in 0..40 {
+            let good = json!({"inputs": [{"name": "input", "shape": [1, 3, 224, 224], "datatype": "FP32", "data": vec![0.0f32; 3 * 224 * 224]}]});
+            let bad = json!({"inputs": [{"name": "input", "shape": [1], "datatype": "FP32", "data": [0.0]}]});
+            for i in 0..40 {
+                let body = if i % 10 == 3 { &bad } else { &good };
                 let r = client
                     .post(&url)
                     .bearer_auth(&key)
-                    .json(&body)
+                    .json(body)
                     .send()
                     .await
                     .unwrap();
-                assert_eq!(r.status(), 200);
+                assert_eq!(r.status(), if i % 10 == 3 { 400 } else { 200 });
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         })
     };
+    let card = "section.model-live[data-model='efficientnet-lite0']";
+    b.find(card).await;
     let rps = b
         .wait_text("#total-rps", |t| {
             t.trim_end_matches("/s")
@@ -490,47 +709,205 @@ async fn dashboard_in_a_real_browser() {
                 .is_ok_and(|v| v > 0.0)
         })
         .await;
-    // Per-second p50 and p99 from the events stream, p50 at most p99.
-    let percentiles = b
-        .wait_text(
-            "section.model-live[data-model='efficientnet-lite0'] .chart.two-lines .chart-value",
-            |t| t.matches(" ms").count() == 2,
+    assert!(rps.ends_with("/s"), "{rps}");
+    // Client errors count as errors, apart from server errors.
+    b.wait_text("#error-rate", |t| {
+        t.trim_end_matches('%')
+            .parse::<f64>()
+            .is_ok_and(|v| v > 0.0)
+    })
+    .await;
+    b.wait_text("#status-breakdown [data-status='400']", |t| {
+        t.contains("bad request")
+    })
+    .await;
+    let errors = b
+        .wait_text(&format!("{card} .model-errors"), |t| {
+            !t.contains(" 0 client errors")
+        })
+        .await;
+    assert!(
+        errors.contains("client errors (4xx)") && errors.contains("0 server errors (5xx)"),
+        "{errors}"
+    );
+    // p50 and p99 from the server's histograms, p50 at most p99, on a log scale; every chart
+    // describes its values to screen readers.
+    let latency = format!("{card} figure.chart[aria-label^='Latency']");
+    b.wait_text(&format!("{latency} .legend"), |t| {
+        t.matches(" ms").count() == 2
+    })
+    .await;
+    let ms = b
+        .script(
+            "return [...document.querySelectorAll(arguments[0] + ' .legend-value')].map(e => parseFloat(e.textContent))",
+            json!([latency]),
         )
         .await;
-    let ms: Vec<f64> = percentiles
-        .split(" · ")
-        .map(|v| v.trim_end_matches(" ms").parse().unwrap())
-        .collect();
-    assert!(ms[0] > 0.0 && ms[0] <= ms[1], "p50 · p99: {percentiles}");
+    let (p50, p99) = (ms[0].as_f64().unwrap(), ms[1].as_f64().unwrap());
+    assert!(p50 > 0.0 && p50 <= p99, "p50 {p50} · p99 {p99}");
+    let label = b
+        .script(
+            "return document.querySelector(arguments[0]).getAttribute('aria-label')",
+            json!([latency]),
+        )
+        .await;
+    assert!(label.as_str().unwrap().contains("p99 now"), "{label}");
+    assert!(b
+        .text_of(&format!("{latency} .chart-unit"))
+        .await
+        .unwrap()
+        .contains("log scale"));
+    // The activity feed says which state a model went to, at the server's time.
+    let activity = b
+        .wait_text("#activity", |t| {
+            t.contains("efficientnet-lite0 v1 → loaded")
+        })
+        .await;
+    assert!(activity.contains(':'), "{activity}");
     // The device of the native ops and the memory the loaded models reserve.
     b.wait_text("#device", |t| t == "CPU").await;
     let memory = b.wait_text("#memory", |t| t.ends_with("reserved")).await;
     assert!(!memory.starts_with("0 B"), "{memory}");
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    b.screenshot(&shots.join("05-overview.png")).await;
     traffic.await.unwrap();
-    assert!(rps.ends_with("/s"), "{rps}");
-    b.click("a[href='/workers']").await;
-    b.wait_text(".worker-grid", |t| t.contains("efficientnet-lite0 v1"))
-        .await;
-    b.screenshot(&shots.join("06-workers.png")).await;
-    b.click("a[href='/plugins']").await;
-    b.wait_text(".content", |t| {
-        t.contains("Pipelines") && !t.contains("Checking")
+    b.screenshot(&shots.join("05-overview.png")).await;
+    // History lives on the server: another page and back, and the seconds are still there.
+    b.click("a[href='/keys']").await;
+    b.find("#create-key-form").await;
+    b.click("a[href='/']").await;
+    b.wait_text(&format!("{card} .model-errors"), |t| {
+        !t.contains(" 0 client errors")
     })
     .await;
+
+    b.click("a[href='/workers']").await;
+    let workers = b
+        .wait_text(".worker-grid", |t| t.contains("efficientnet-lite0 v1"))
+        .await;
+    assert!(workers.contains("Client errors (4xx)"), "{workers}");
+    b.wait_text(".worker-grid .card", |_| true).await;
+    let client_errors = b
+        .script(
+            "const c = [...document.querySelectorAll('.worker-grid .card')].find(c => c.textContent.includes('efficientnet-lite0 v1')); \
+             return parseInt(c.querySelector('.client-errors').textContent)",
+            json!([]),
+        )
+        .await;
+    assert!(
+        client_errors.as_u64().unwrap() >= 4,
+        "4xx on the worker card: {client_errors}"
+    );
+    b.screenshot(&shots.join("06-workers.png")).await;
+
+    // Models: a loaded model offers no Load; a model a pipeline runs cannot be deleted.
+    b.click("a[href='/models']").await;
+    let load = "section.model[data-model='efficientnet-lite0'] button.load";
+    b.find(load).await;
+    let disabled = b
+        .script(
+            "return document.querySelector(arguments[0]).disabled",
+            json!([load]),
+        )
+        .await;
+    assert_eq!(disabled, json!(true), "Load is offered on a loaded model");
+    // Green badges read at 4.5:1 or better.
+    b.find("section.model[data-model='efficientnet-lite0'] .badge-loaded")
+        .await;
+    let contrast = b
+        .script(
+            CONTRAST,
+            json!([".badge-loaded, .badge-active, .badge-healthy"]),
+        )
+        .await;
+    let worst = contrast.as_f64().unwrap_or(0.0);
+    assert!(worst >= 4.5, "badge contrast {worst}:1");
+    let rec = "section.model[data-model='ocr-rec']";
+    b.click(&format!("{rec} tr[data-version='1'] .actions .btn.danger"))
+        .await;
+    b.click(&format!("{rec} tr[data-version='1'] .confirm .btn.danger"))
+        .await;
+    let refused = b
+        .wait_text(&format!("{rec} .error"), |t| !t.is_empty())
+        .await;
+    assert!(
+        refused.contains("409") && refused.contains("ocr"),
+        "{refused}"
+    );
+
+    // Plugins and pipelines: the cards show each pipeline's stages and what each plugin takes.
+    b.click("a[href='/plugins']").await;
+    let ocr = b
+        .wait_text("section.pipeline[data-pipeline='ocr']", |t| {
+            t.contains("ocr-rec")
+        })
+        .await;
+    for stage in ["image-decode", "ocr-rec", "ctc-decode"] {
+        assert!(
+            ocr.contains(stage),
+            "{stage} missing from the ocr card: {ocr}"
+        );
+    }
+    let consumes = b
+        .wait_text(
+            "section.plugin[data-plugin='image-decode'] .plugin-consumes",
+            |t| !t.is_empty(),
+        )
+        .await;
+    assert!(consumes.contains("image/png"), "{consumes}");
+    // Pre-plugin lists offer only plugins that fit: no post-plugin, nothing after a raw decoder
+    // that the decoder's output does not feed.
+    let offered = b
+        .script("return [...document.querySelectorAll('#pipe-pre option')].map(o => o.value).filter(v => v)", json!([]))
+        .await;
+    let offered: Vec<&str> = offered
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        offered.contains(&"image-decode") && !offered.contains(&"ctc-decode"),
+        "{offered:?}"
+    );
+    // Editing a pipeline goes through a confirmation and keeps what the form does not show.
+    b.click("section.pipeline[data-pipeline='classify'] .edit-pipeline")
+        .await;
+    b.wait_text("#pipeline-composer h3", |t| {
+        t.to_lowercase() == "edit pipeline classify"
+    })
+    .await;
+    b.type_into("#pipe-params", "top_k=3").await;
+    b.click("#save-pipeline").await;
+    b.wait_text("#pipeline-composer .confirm-box", |t| {
+        t.contains("Replace pipeline")
+    })
+    .await;
+    b.click("#confirm-pipeline").await;
+    b.wait_text("#pipeline-composer .success", |t| t.contains("classify"))
+        .await;
+    let classify: Value = s.get_json("/api/pipelines/classify", &s.admin_key).await;
+    assert_eq!(classify["spec"]["parameters"]["top_k"], "3", "{classify}");
+    assert_eq!(classify["spec"]["preprocess"]["width"], 224, "{classify}");
     b.screenshot(&shots.join("07-plugins.png")).await;
 
-    // Phone-sized layout: every page still fits.
+    // Phone-sized layout: every page reachable from the navigation, nothing wider than the
+    // screen, actions in tables on screen.
     b.set_viewport(390, 844).await;
     for (path, name) in [
         ("/", "overview"),
         ("/models", "models"),
         ("/playground", "playground"),
+        ("/plugins", "plugins"),
+        ("/workers", "workers"),
         ("/keys", "keys"),
     ] {
         b.goto(&format!("{base}{path}")).await;
         b.find(".topbar").await;
+        let hidden = b.script(NAV_OFF_SCREEN, json!([])).await;
+        assert_eq!(
+            hidden,
+            json!([]),
+            "{path}: navigation links off screen at 390 px"
+        );
         tokio::time::sleep(Duration::from_millis(1500)).await;
         let wide = b.script(WIDER_THAN_VIEWPORT, json!([])).await;
         assert_eq!(
@@ -538,9 +915,18 @@ async fn dashboard_in_a_real_browser() {
             json!([]),
             "{path} scrolls sideways at 390 px because of these elements"
         );
+        let actions = b.script(ACTIONS_OFF_SCREEN, json!([])).await;
+        assert_eq!(
+            actions,
+            json!([]),
+            "{path}: table actions off screen at 390 px"
+        );
         b.screenshot(&shots.join(format!("08-mobile-{name}.png")))
             .await;
     }
+    // Every page is one tap away.
+    b.click(".sidebar a[href='/workers']").await;
+    b.wait_text(".page-header h1", |t| t == "Workers").await;
 
     let errors = unexpected(b.severe_logs().await);
     assert!(errors.is_empty(), "console errors: {errors:#?}");
@@ -574,4 +960,285 @@ async fn dashboard_in_a_real_browser() {
     assert!(b.find_now("#create-key-form").await.is_none());
     b.screenshot(&shots.join("09-infer-only-keys.png")).await;
     b.close().await;
+}
+
+/// Whether a server message says the same thing twice at its start ("invalid model config:
+/// invalid model config: ...", "invalid model config: model config: ...").
+fn repeats_prefix(message: &str) -> bool {
+    let parts: Vec<String> = message
+        .split(": ")
+        .map(|p| p.trim().to_lowercase())
+        .collect();
+    parts
+        .windows(2)
+        .any(|w| !w[1].is_empty() && (w[0] == w[1] || w[0].ends_with(&w[1])))
+}
+
+#[test]
+fn the_prefix_check_catches_repeats() {
+    assert!(repeats_prefix(
+        "invalid model config: invalid model config: x"
+    ));
+    assert!(repeats_prefix("invalid model config: model config: x"));
+    assert!(!repeats_prefix(
+        "invalid model config: dynamic_batching.max_queue_delay_microseconds: invalid type"
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn error_messages_name_the_field_once() {
+    let s = crate::harness::Server::with_models(&[("cls", "ocr-cls.onnx")]);
+    let key = s.admin_key.clone();
+    let send = |method: reqwest::Method, path: &str, body: Option<String>| {
+        let mut r = s.client.request(method, s.url(path)).bearer_auth(&key);
+        if let Some(b) = body {
+            r = r.header("content-type", "application/json").body(b);
+        }
+        r.send()
+    };
+    use reqwest::Method;
+    let cases: Vec<(Method, &str, Option<&str>, u16, &str)> = vec![
+        (
+            Method::PUT,
+            "/api/models/cls/config",
+            Some(r#"{"dynamic_batchin": {}}"#),
+            400,
+            "dynamic_batchin",
+        ),
+        (
+            Method::PUT,
+            "/api/models/cls/config",
+            Some(r#"{"dynamic_batching": {"max_queue_delay_microseconds": "soon"}}"#),
+            400,
+            "dynamic_batching.max_queue_delay_microseconds",
+        ),
+        (
+            Method::PUT,
+            "/api/models/cls/config",
+            Some(r#"{"max_batch_size": 4, "dynamic_batching": {"preferred_batch_size": [8]}}"#),
+            400,
+            "preferred_batch_size",
+        ),
+        (
+            Method::PUT,
+            "/api/models/cls/config",
+            Some(r#"{"instance_group": [{"count": 0}]}"#),
+            400,
+            "count",
+        ),
+        (
+            Method::PUT,
+            "/api/models/cls/config",
+            Some(r#"{"unload_after_s": 0}"#),
+            400,
+            "unload_after_s",
+        ),
+        (
+            Method::PUT,
+            "/api/models/cls/config",
+            Some(r#"{"version_policy": "newest"}"#),
+            400,
+            "version_policy",
+        ),
+        (
+            Method::PUT,
+            "/api/models/cls/config",
+            Some("{nope"),
+            400,
+            "JSON",
+        ),
+        (
+            Method::PUT,
+            "/api/pipelines/p",
+            Some(r#"{"model": "cls", "pre": ["no-such-plugin"]}"#),
+            404,
+            "no-such-plugin",
+        ),
+        (
+            Method::PUT,
+            "/api/pipelines/p",
+            Some(r#"{"modle": "cls"}"#),
+            400,
+            "modle",
+        ),
+        (
+            Method::POST,
+            "/v2/models/cls/infer",
+            Some(
+                r#"{"inputs": [{"name": "nope", "shape": [1], "datatype": "FP32", "data": [1]}]}"#,
+            ),
+            400,
+            "nope",
+        ),
+        (
+            Method::POST,
+            "/api/keys",
+            Some(r#"{"name": "k", "scopes": ["root"]}"#),
+            400,
+            "root",
+        ),
+        (
+            Method::GET,
+            "/api/metrics/history?seconds=0",
+            None,
+            400,
+            "seconds",
+        ),
+    ];
+    for (method, path, body, status, names) in cases {
+        let r = send(method.clone(), path, body.map(str::to_string))
+            .await
+            .unwrap();
+        let got = r.status().as_u16();
+        let v: Value = r.json().await.unwrap();
+        let message = v["error"].as_str().unwrap_or_default().to_string();
+        assert!(
+            got == status || (status == 404 && got == 400),
+            "{method} {path}: {got} {message}"
+        );
+        assert!(
+            message.contains(names),
+            "{method} {path}: '{message}' does not name {names}"
+        );
+        assert!(
+            !repeats_prefix(&message),
+            "{method} {path}: '{message}' repeats itself"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_a_model_a_pipeline_runs_is_refused() {
+    let s =
+        crate::harness::Server::with_models(&[("cls", "ocr-cls.onnx"), ("spare", "ocr-cls.onnx")]);
+    let key = s.admin_key.clone();
+    let put = s
+        .client
+        .put(s.url("/api/pipelines/orient"))
+        .bearer_auth(&key)
+        .json(&json!({"model": "cls"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.status(), 201, "{}", put.text().await.unwrap());
+    let delete = |path: &'static str| {
+        let r = s.client.delete(s.url(path)).bearer_auth(&key);
+        async move {
+            let r = r.send().await.unwrap();
+            let status = r.status().as_u16();
+            (status, r.json::<Value>().await.unwrap())
+        }
+    };
+    for path in ["/api/models/cls", "/api/models/cls/versions/1"] {
+        let (status, v) = delete(path).await;
+        assert_eq!(status, 409, "{path}: {v}");
+        let message = v["error"].as_str().unwrap();
+        assert!(
+            message.contains("orient") && message.contains("cls"),
+            "{message}"
+        );
+    }
+    // A newer version takes over the unpinned pipeline: the old one may go, the last may not.
+    let upload = s
+        .client
+        .post(s.url("/api/models/cls/versions"))
+        .bearer_auth(&key)
+        .body(std::fs::read(crate::harness::model("ocr-cls.onnx")).unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(upload.status(), 201);
+    assert_eq!(delete("/api/models/cls/versions/1").await.0, 200);
+    assert_eq!(delete("/api/models/cls/versions/2").await.0, 409);
+    // The pipeline still answers; a model no pipeline uses deletes as before.
+    let r = s
+        .client
+        .get(s.url("/v2/models/orient"))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(delete("/api/models/spare").await.0, 200);
+    // Once the pipeline is gone, so may the model be.
+    let r = s
+        .client
+        .delete(s.url("/api/pipelines/orient"))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(delete("/api/models/cls").await.0, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn history_counts_client_errors_and_keeps_the_seconds() {
+    let s = crate::harness::Server::with_models(&[("cls", "ocr-cls.onnx")]);
+    let key = s.key("infer");
+    let good = json!({"inputs": [{"name": "x", "shape": [1, 3, 48, 192], "datatype": "FP32",
+                                  "data": vec![0.0f32; 3 * 48 * 192]}]});
+    let bad =
+        json!({"inputs": [{"name": "nope", "shape": [1], "datatype": "FP32", "data": [0.0]}]});
+    for body in [&good, &bad, &good, &bad, &bad] {
+        s.client
+            .post(s.url("/v2/models/cls/infer"))
+            .bearer_auth(&key)
+            .json(body)
+            .send()
+            .await
+            .unwrap();
+    }
+    // The sampler runs each second: wait (bounded) until both kinds of answer are in the ring.
+    let mut last = Value::Null;
+    for _ in 0..50 {
+        last = s.get_json("/api/metrics/history?seconds=60", &key).await;
+        let m = last["models"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["name"] == "cls")
+            .cloned()
+            .unwrap_or_default();
+        let total = |column: &str| -> f64 {
+            m[column]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_f64)
+                .sum()
+        };
+        if total("client_errors_per_s") > 0.0 && total("requests_per_s") >= 5.0 * 0.5 {
+            let totals = &last["totals"]["cls"]["statuses"];
+            assert_eq!(totals["400"], 3, "{last}");
+            assert_eq!(totals["200"], 2, "{last}");
+            let ticks: Vec<u64> = m["t_ms"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| t.as_u64().unwrap())
+                .collect();
+            assert!(ticks.windows(2).all(|w| w[0] < w[1]), "{ticks:?}");
+            let by_status: u64 = m["statuses"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|s| s["400"].as_u64().unwrap_or(0))
+                .sum();
+            assert_eq!(by_status, 3, "{m}");
+            // A poller asking for newer seconds only gets those.
+            let newest = *ticks.last().unwrap();
+            let after = s
+                .get_json(&format!("/api/metrics/history?after_ms={newest}"), &key)
+                .await;
+            for m in after["models"].as_array().unwrap() {
+                for t in m["t_ms"].as_array().unwrap() {
+                    assert!(t.as_u64().unwrap() > newest);
+                }
+            }
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    panic!("the history never showed the 400s: {last}");
 }

@@ -1,13 +1,14 @@
-//! API keys (admin scope): create with scopes (and rate limits where the server supports them),
-//! the secret shown once with a copy button, list, revoke.
+//! API keys (admin scope): create with scopes, rate limit, burst and concurrency cap (the
+//! secret shown once with a copy button; the form starts over), list with each key's limits
+//! and traffic since the server started, edit limits, revoke.
 
 use crate::api::{self, ApiError, Body};
 use crate::format;
 use crate::session::use_session;
-use crate::types::{ApiKey, KeyList};
+use crate::types::{ApiKey, KeyList, RateLimit};
 use crate::widgets::{Badge, CopyButton, Empty, ErrorBox, PageHeader};
 use leptos::prelude::*;
-use serde_json::json;
+use serde_json::{json, Map, Value};
 
 #[component]
 pub fn Keys() -> impl IntoView {
@@ -24,6 +25,70 @@ pub fn Keys() -> impl IntoView {
             <KeysAdmin/>
         </Show>
     }
+}
+
+/// The limit fields as typed; empty means "the server's default".
+fn limits_body(rps: &str, burst: &str, concurrent: &str) -> Result<Map<String, Value>, String> {
+    let mut body = Map::new();
+    let (rps, burst, concurrent) = (rps.trim(), burst.trim(), concurrent.trim());
+    if rps.is_empty() {
+        if !burst.is_empty() {
+            return Err("A burst needs a rate limit (requests per second).".into());
+        }
+        body.insert("rate_limit".into(), Value::Null);
+    } else {
+        let r = rps
+            .parse::<f64>()
+            .ok()
+            .filter(|r| r.is_finite() && *r > 0.0)
+            .ok_or_else(|| {
+                format!("Rate limit: '{rps}' is not a positive number of requests per second")
+            })?;
+        let mut limit = json!({"rps": r});
+        if !burst.is_empty() {
+            let b = burst
+                .parse::<u32>()
+                .ok()
+                .filter(|b| *b > 0)
+                .ok_or_else(|| format!("Burst: '{burst}' is not a positive whole number"))?;
+            limit["burst"] = json!(b);
+        }
+        body.insert("rate_limit".into(), limit);
+    }
+    if concurrent.is_empty() {
+        body.insert("max_concurrent".into(), Value::Null);
+    } else {
+        let c = concurrent
+            .parse::<u32>()
+            .ok()
+            .filter(|c| *c > 0)
+            .ok_or_else(|| {
+                format!("Concurrent requests: '{concurrent}' is not a positive whole number")
+            })?;
+        body.insert("max_concurrent".into(), json!(c));
+    }
+    Ok(body)
+}
+
+fn rate_text(limit: Option<RateLimit>) -> String {
+    match limit {
+        Some(l) => format!("{} /s", trim_number(l.rps)),
+        None => "unlimited".into(),
+    }
+}
+
+/// Marks a limit that comes from the server's defaults rather than the key itself.
+fn source(own: bool, effective: bool) -> &'static str {
+    if !own && effective {
+        " (default)"
+    } else {
+        ""
+    }
+}
+
+fn trim_number(v: f64) -> String {
+    let s = format!("{v:.2}");
+    s.trim_end_matches('0').trim_end_matches('.').to_string()
 }
 
 #[component]
@@ -44,9 +109,26 @@ fn KeysAdmin() -> impl IntoView {
         })
     };
     reload();
+    // Usage counters move with traffic.
+    let timer = set_interval_with_handle(reload, std::time::Duration::from_secs(5)).ok();
+    on_cleanup(move || {
+        if let Some(t) = timer {
+            t.clear();
+        }
+    });
     let own_id = move || session.identity.with(|i| i.as_ref().map(|i| i.id));
+    let ids = Memo::new(move |_| {
+        keys.with(|k| {
+            k.as_ref().map(|list| {
+                list.iter()
+                    .filter(|k| show_revoked.get() || k.revoked_at.is_none())
+                    .map(|k| (k.id, k.revoked_at.is_some()))
+                    .collect::<Vec<_>>()
+            })
+        })
+    });
     view! {
-        <PageHeader title="API keys" subtitle="Keys are shown once when created; only a hash is stored."/>
+        <PageHeader title="API keys" subtitle="Keys are shown once when created; only a hash is stored. Limits apply per key; empty fields mean the server's default."/>
         <CreateKey on_created=Callback::new(move |_| reload())/>
         <ErrorBox error=error/>
         <section class="card">
@@ -57,28 +139,26 @@ fn KeysAdmin() -> impl IntoView {
                     "Show revoked"
                 </label>
             </div>
-            {move || match keys.get() {
+            {move || match ids.get() {
                 None => view! { <div class="loading">"Loading keys…"</div> }.into_any(),
-                Some(list) => {
-                    let list: Vec<ApiKey> = list.into_iter().filter(|k| show_revoked.get() || k.revoked_at.is_none()).collect();
-                    if list.is_empty() {
-                        view! { <Empty title="No keys to show" detail="Create one above."/> }.into_any()
-                    } else {
-                        view! {
-                            <div class="table-wrap">
-                                <table class="keys" id="keys-table">
-                                    <thead><tr><th>"Name"</th><th>"Public id"</th><th>"Scopes"</th><th>"Created"</th><th>"Status"</th><th><span class="sr-only">"Actions"</span></th></tr></thead>
-                                    <tbody>
-                                        {list.into_iter().map(|k| {
-                                            let own = own_id() == Some(k.id);
-                                            view! { <KeyRow k own on_change=Callback::new(move |_| reload()) error/> }
-                                        }).collect_view()}
-                                    </tbody>
-                                </table>
-                            </div>
-                        }.into_any()
-                    }
-                }
+                Some(list) if list.is_empty() => view! { <Empty title="No keys to show" detail="Create one above."/> }.into_any(),
+                Some(_) => view! {
+                    <div class="table-wrap">
+                        <table class="keys stack" id="keys-table">
+                            <thead><tr><th>"Name"</th><th>"Public id"</th><th>"Scopes"</th><th>"Rate limit"</th><th>"Burst"</th><th>"Concurrent"</th><th>"Traffic since start"</th><th>"Created"</th><th>"Status"</th><th><span class="sr-only">"Actions"</span></th></tr></thead>
+                            <tbody>
+                                // Keyed by id (and revocation): a row being edited survives the refreshes.
+                                <For each=move || ids.get().unwrap_or_default() key=|entry| *entry let:entry>
+                                    <KeyRow
+                                        k=Signal::derive(move || keys.with(|k| k.as_ref().and_then(|k| k.iter().find(|k| k.id == entry.0).cloned())))
+                                        own=own_id() == Some(entry.0)
+                                        on_change=Callback::new(move |_| reload())
+                                        error/>
+                                </For>
+                            </tbody>
+                        </table>
+                    </div>
+                }.into_any(),
             }}
         </section>
     }
@@ -86,13 +166,21 @@ fn KeysAdmin() -> impl IntoView {
 
 #[component]
 fn KeyRow(
-    k: ApiKey,
+    k: Signal<Option<ApiKey>>,
     own: bool,
     on_change: Callback<()>,
     error: RwSignal<Option<ApiError>>,
 ) -> impl IntoView {
     let confirm = RwSignal::new(false);
-    let id = k.id;
+    let editing = RwSignal::new(false);
+    let row_error = RwSignal::new(None::<ApiError>);
+    let rps = RwSignal::new(String::new());
+    let burst = RwSignal::new(String::new());
+    let concurrent = RwSignal::new(String::new());
+    let Some(first) = k.get_untracked() else {
+        return ().into_any();
+    };
+    let id = first.id;
     let revoke = move |_| {
         leptos::task::spawn_local(async move {
             match api::call("DELETE", &format!("/api/keys/{id}"), Body::None).await {
@@ -102,20 +190,89 @@ fn KeyRow(
             confirm.set(false);
         });
     };
-    let revoked = k.revoked_at.is_some();
+    let start_edit = move |_| {
+        if let Some(k) = k.get_untracked() {
+            rps.set(k.rate_limit.map(|l| trim_number(l.rps)).unwrap_or_default());
+            burst.set(
+                k.rate_limit
+                    .map(|l| l.burst.to_string())
+                    .unwrap_or_default(),
+            );
+            concurrent.set(k.max_concurrent.map(|c| c.to_string()).unwrap_or_default());
+        }
+        row_error.set(None);
+        editing.set(true);
+    };
+    let save = move |ev: leptos::ev::SubmitEvent| {
+        ev.prevent_default();
+        row_error.set(None);
+        let body = match limits_body(
+            &rps.get_untracked(),
+            &burst.get_untracked(),
+            &concurrent.get_untracked(),
+        ) {
+            Ok(b) => b,
+            Err(e) => {
+                row_error.set(Some(ApiError::client(e)));
+                return;
+            }
+        };
+        leptos::task::spawn_local(async move {
+            match api::call(
+                "PATCH",
+                &format!("/api/keys/{id}"),
+                Body::Json(Value::Object(body)),
+            )
+            .await
+            {
+                Ok(_) => {
+                    editing.set(false);
+                    on_change.run(());
+                }
+                Err(e) => row_error.set(Some(e)),
+            }
+        });
+    };
+    let field =
+        move |f: fn(&ApiKey) -> String| move || k.with(|k| k.as_ref().map(f).unwrap_or_default());
+    let revoked = first.revoked_at.is_some();
     view! {
-        <tr data-key-name=k.name.clone() class:revoked=revoked>
-            <td>{k.name.clone()}{own.then(|| view! { <span class="chip you">"this session"</span> })}</td>
-            <td><code>{k.public_id.clone()}</code></td>
-            <td>{k.scopes.iter().map(|s| view! { <span class="chip">{s.clone()}</span> }).collect_view()}</td>
-            <td title=format::date(k.created_at)>{format::ago(k.created_at)}</td>
-            <td>{match k.revoked_at {
+        <tr data-key-name=first.name.clone() class:revoked=revoked>
+            <td data-label="Name">{first.name.clone()}{own.then(|| view! { <span class="chip you">"this session"</span> })}</td>
+            <td data-label="Public id"><code>{first.public_id.clone()}</code></td>
+            <td data-label="Scopes">{first.scopes.iter().map(|s| view! { <span class="chip">{s.clone()}</span> }).collect_view()}</td>
+            <td data-label="Rate limit" class="key-rate">{field(|k| format!("{}{}", rate_text(k.effective_limits.rate_limit), source(k.rate_limit.is_some(), k.effective_limits.rate_limit.is_some())))}</td>
+            <td data-label="Burst" class="key-burst">{field(|k| k.effective_limits.rate_limit.map(|l| l.burst.to_string()).unwrap_or_else(|| "–".into()))}</td>
+            <td data-label="Concurrent" class="key-concurrent">{field(|k| match k.effective_limits.max_concurrent {
+                Some(c) => format!("{c}{}", source(k.max_concurrent.is_some(), true)),
+                None => "unlimited".into(),
+            })}</td>
+            <td data-label="Traffic" class="key-usage">{field(|k| {
+                let u = k.usage;
+                let limits = k.effective_limits;
+                // The limiter keeps counters only for keys it limits.
+                if limits.rate_limit.is_none() && limits.max_concurrent.is_none() {
+                    return "not counted (no limits)".to_string();
+                }
+                let refused = u.rejected_rate_total + u.rejected_concurrency_total;
+                let mut t = format!("{} allowed", u.allowed_total);
+                if refused > 0 {
+                    t.push_str(&format!(" · {refused} refused ({} rate, {} concurrency)", u.rejected_rate_total, u.rejected_concurrency_total));
+                }
+                if u.in_flight > 0 {
+                    t.push_str(&format!(" · {} in flight", u.in_flight));
+                }
+                t
+            })}</td>
+            <td data-label="Created" title=format::date(first.created_at)>{format::ago(first.created_at)}</td>
+            <td data-label="Status">{match first.revoked_at {
                 Some(t) => view! { <span title=format::date(t)><Badge state="revoked"/></span> }.into_any(),
                 None => view! { <Badge state="active"/> }.into_any(),
             }}</td>
             <td class="actions">
                 {(!revoked).then(|| view! {
                     <Show when=move || confirm.get() fallback=move || view! {
+                        <button class="btn small edit-limits" on:click=start_edit>"Edit limits"</button>
                         <button class="btn small ghost danger revoke" on:click=move |_| confirm.set(true)>"Revoke"</button>
                     }>
                         <span class="confirm">{if own { "Revoke the key you are using?" } else { "Revoke?" }}
@@ -123,10 +280,28 @@ fn KeyRow(
                             <button class="btn small ghost" on:click=move |_| confirm.set(false)>"Cancel"</button>
                         </span>
                     </Show>
+                    <Show when=move || editing.get()>
+                        <form class="limits-form key-limits-form" on:submit=save>
+                            <div class="form-grid compact">
+                                <div class="field"><label for=format!("rps-{id}")>"Requests/s"</label>
+                                    <input id=format!("rps-{id}") class="edit-rps" inputmode="decimal" placeholder="default" prop:value=move || rps.get() on:input=move |ev| rps.set(event_target_value(&ev))/></div>
+                                <div class="field"><label for=format!("burst-{id}")>"Burst"</label>
+                                    <input id=format!("burst-{id}") class="edit-burst" inputmode="numeric" placeholder="= rate" prop:value=move || burst.get() on:input=move |ev| burst.set(event_target_value(&ev))/></div>
+                                <div class="field"><label for=format!("conc-{id}")>"Concurrent"</label>
+                                    <input id=format!("conc-{id}") class="edit-concurrent" inputmode="numeric" placeholder="default" prop:value=move || concurrent.get() on:input=move |ev| concurrent.set(event_target_value(&ev))/></div>
+                            </div>
+                            <ErrorBox error=row_error/>
+                            <div class="form-actions">
+                                <button class="btn small ghost" type="button" on:click=move |_| editing.set(false)>"Cancel"</button>
+                                <button class="btn small primary save-limits" type="submit">"Save limits"</button>
+                            </div>
+                        </form>
+                    </Show>
                 })}
             </td>
         </tr>
     }
+    .into_any()
 }
 
 #[component]
@@ -137,6 +312,7 @@ fn CreateKey(on_created: Callback<()>) -> impl IntoView {
     let admin = RwSignal::new(false);
     let rps = RwSignal::new(String::new());
     let burst = RwSignal::new(String::new());
+    let concurrent = RwSignal::new(String::new());
     let error = RwSignal::new(None::<ApiError>);
     let secret = RwSignal::new(None::<(String, String)>);
     let busy = RwSignal::new(false);
@@ -153,21 +329,23 @@ fn CreateKey(on_created: Callback<()>) -> impl IntoView {
             error.set(Some(ApiError::client("Pick at least one scope.")));
             return;
         }
+        let limits = match limits_body(
+            &rps.get_untracked(),
+            &burst.get_untracked(),
+            &concurrent.get_untracked(),
+        ) {
+            Ok(l) => l,
+            Err(e) => {
+                error.set(Some(ApiError::client(e)));
+                return;
+            }
+        };
         let key_name = name.get_untracked().trim().to_string();
-        let mut body = json!({"name": if key_name.is_empty() { "unnamed".to_string() } else { key_name.clone() }, "scopes": scopes});
-        let (r, b) = (rps.get_untracked(), burst.get_untracked());
-        if !r.trim().is_empty() {
-            match (r.trim().parse::<f64>(), b.trim().parse::<u64>().ok()) {
-                (Ok(r), burst) if r > 0.0 => {
-                    body["rate_limit"] =
-                        json!({"rps": r, "burst": burst.unwrap_or(r.ceil() as u64)})
-                }
-                _ => {
-                    error.set(Some(ApiError::client(
-                        "Requests per second must be a positive number.",
-                    )));
-                    return;
-                }
+        let mut body = json!({"name": if key_name.is_empty() { "unnamed".to_string() } else { key_name }, "scopes": scopes});
+        // Nulls (the server's defaults) are left out of a new key.
+        for (k, v) in limits {
+            if !v.is_null() {
+                body[k] = v;
             }
         }
         busy.set(true);
@@ -185,7 +363,14 @@ fn CreateKey(on_created: Callback<()>) -> impl IntoView {
                         .unwrap_or_default()
                         .to_string();
                     secret.set(Some((n, s)));
+                    // The next key starts from a clean form.
                     name.set(String::new());
+                    infer.set(true);
+                    upload.set(false);
+                    admin.set(false);
+                    rps.set(String::new());
+                    burst.set(String::new());
+                    concurrent.set(String::new());
                     on_created.run(());
                 }
                 Err(e) => error.set(Some(e)),
@@ -217,6 +402,11 @@ fn CreateKey(on_created: Callback<()>) -> impl IntoView {
                     <label for="key-burst">"Burst (optional)"</label>
                     <input id="key-burst" inputmode="numeric" placeholder="= rate"
                         prop:value=move || burst.get() on:input=move |ev| burst.set(event_target_value(&ev))/>
+                </div>
+                <div class="field">
+                    <label for="key-concurrent">"Concurrent requests (optional)"</label>
+                    <input id="key-concurrent" inputmode="numeric" placeholder="server default"
+                        prop:value=move || concurrent.get() on:input=move |ev| concurrent.set(event_target_value(&ev))/>
                 </div>
             </div>
             <ErrorBox error=error/>

@@ -58,6 +58,15 @@ impl Page {
         }
     }
 
+    /// The label on a phone's navigation grid (a third of 390 px).
+    pub fn short_title(self) -> &'static str {
+        match self {
+            Page::Plugins => "Plugins",
+            Page::Keys => "Keys",
+            p => p.title(),
+        }
+    }
+
     pub fn icon(self) -> &'static str {
         match self {
             Page::Overview => "▦",

@@ -145,6 +145,7 @@ fn UploadForm(on_done: Callback<()>) -> impl IntoView {
                     let version = v.get("version").and_then(|v| v.as_u64()).unwrap_or(0);
                     done.set(Some(format!("Registered {model} version {version}.")));
                     name.set(String::new());
+                    config.set(String::new());
                     file_name.set(None);
                     if let Some(i) = file_input.get() {
                         i.set_value("");
@@ -220,11 +221,13 @@ fn ModelCard(
     let session = use_session();
     let error = RwSignal::new(None::<ApiError>);
     let busy = RwSignal::new(false);
+    let pending = RwSignal::new(None::<&'static str>);
     let action = {
         let name = name.clone();
         move |what: &'static str| {
             let name = name.clone();
             busy.set(true);
+            pending.set(Some(what));
             error.set(None);
             leptos::task::spawn_local(async move {
                 let path = format!("/v2/repository/models/{}/{what}", api::seg(&name));
@@ -232,6 +235,7 @@ fn ModelCard(
                     error.set(Some(e));
                 }
                 busy.set(false);
+                pending.set(None);
                 on_change.run(());
             });
         }
@@ -239,6 +243,32 @@ fn ModelCard(
     let (load, unload) = (action.clone(), action);
     let latest = move || versions.with(|v| v.first().cloned());
     let any_loaded = move || versions.with(|v| v.iter().any(|v| v.state == "loaded"));
+    // Load acts on the newest version: nothing to do when it is loaded or loading already.
+    let newest_state =
+        move || versions.with(|v| v.first().map(|l| l.state.clone()).unwrap_or_default());
+    let loading =
+        move || newest_state() == "loading" || (busy.get() && pending.get() == Some("load"));
+    let started = RwSignal::new(None::<f64>);
+    let now = RwSignal::new(format::now_ms());
+    let clock = set_interval_with_handle(
+        move || now.set(format::now_ms()),
+        std::time::Duration::from_millis(500),
+    )
+    .ok();
+    on_cleanup(move || {
+        if let Some(c) = clock {
+            c.clear();
+        }
+    });
+    Effect::new(move |_| {
+        if loading() {
+            if started.get_untracked().is_none() {
+                started.set(Some(format::now_ms()));
+            }
+        } else {
+            started.set(None);
+        }
+    });
     // The editor starts over only when a new version arrives, not when states, in-flight
     // counts or (its own) saved configs change.
     let newest = Memo::new(move |_| versions.with(|v| v.first().map(|l| l.version)));
@@ -262,11 +292,21 @@ fn ModelCard(
                 </div>
                 <Show when=move || session.can("upload")>
                     <div class="row-actions">
-                        <button class="btn small" disabled=move || busy.get() on:click={ let load = load.clone(); move |_| load("load") }>"Load"</button>
+                        <button class="btn small load" disabled=move || busy.get() || matches!(newest_state().as_str(), "loaded" | "loading")
+                            title=move || if newest_state() == "loaded" { "The newest version is loaded" } else { "" }
+                            on:click={ let load = load.clone(); move |_| load("load") }>
+                            {move || if loading() { "Loading…" } else { "Load" }}
+                        </button>
                         <button class="btn small" disabled=move || busy.get() || !any_loaded() on:click={ let unload = unload.clone(); move |_| unload("unload") }>"Unload"</button>
                     </div>
                 </Show>
             </div>
+            {move || loading().then(|| view! {
+                <p class="progress-inline load-progress" role="status">{move || {
+                    let secs = started.get().map_or(0.0, |s| (now.get() - s) / 1000.0).max(0.0);
+                    format!("Loading the newest version: creating ONNX Runtime sessions and warming up… {secs:.0} s")
+                }}</p>
+            })}
             {move || latest().map(|l| view! {
                 <div class="signature">
                     <div><h3>"Inputs"</h3>{tensors(&l.inputs)}</div>
@@ -275,8 +315,8 @@ fn ModelCard(
             })}
             <ErrorBox error=error/>
             <div class="table-wrap">
-                <table class="versions">
-                    <thead><tr><th>"Version"</th><th>"State"</th><th>"Size"</th><th>"SHA-256"</th><th>"Added"</th><th>"In flight"</th><th><span class="sr-only">"Actions"</span></th></tr></thead>
+                <table class="versions stack">
+                    <thead><tr><th>"Version"</th><th>"State"</th><th>"Size"</th><th>"SHA-256"</th><th>"Configuration"</th><th>"Added"</th><th>"In flight"</th><th><span class="sr-only">"Actions"</span></th></tr></thead>
                     <tbody>
                         {move || versions.get().into_iter().map(|v| view! { <VersionRow v=v on_change error/> }).collect_view()}
                     </tbody>
@@ -286,8 +326,8 @@ fn ModelCard(
                 {
                     let name = editor_name.clone();
                     move || newest.get().map(|version| {
-                        let config = versions.with_untracked(|v| v.first().map(|l| l.config.clone())).unwrap_or_default();
-                        view! { <BatchingEditor name=name.clone() version initial=config on_saved=on_change/> }
+                        let (config, inputs) = versions.with_untracked(|v| v.first().map(|l| (l.config.clone(), l.inputs.clone()))).unwrap_or_default();
+                        view! { <BatchingEditor name=name.clone() version initial=config inputs on_saved=on_change/> }
                     })
                 }
             </Show>
@@ -314,16 +354,21 @@ fn VersionRow(
             confirm.set(false);
         });
     });
-    let config = (!v.config.as_object().is_none_or(|o| o.is_empty())).then(|| v.config.to_string());
+    let config = (!v.config.as_object().is_none_or(|o| o.is_empty()))
+        .then(|| serde_json::to_string_pretty(&v.config).unwrap_or_default());
+    let summary = config_summary(&v.config);
     view! {
-        <tr>
-            <td>{format!("v{}", v.version)}</td>
-            <td><Badge state=v.state.clone()/>{v.reason.clone().map(|r| view! { <div class="error-inline">{r}</div> })}</td>
-            <td>{format::bytes(v.size_bytes)}</td>
-            <td><code title=v.sha256.clone()>{v.sha256.chars().take(12).collect::<String>()}</code>
-                {config.map(|c| view! { <div class="muted small" title="configuration">{c}</div> })}</td>
-            <td title=format::date(v.created_at)>{format::ago(v.created_at)}</td>
-            <td>{v.in_flight}</td>
+        <tr data-version=v.version.to_string()>
+            <td data-label="Version">{format!("v{}", v.version)}</td>
+            <td data-label="State"><Badge state=v.state.clone()/>{v.reason.clone().map(|r| view! { <div class="error-inline">{r}</div> })}</td>
+            <td data-label="Size">{format::bytes(v.size_bytes)}</td>
+            <td data-label="SHA-256"><code class="sha" title=v.sha256.clone()>{v.sha256.chars().take(12).collect::<String>()}</code></td>
+            <td data-label="Configuration">{match config {
+                Some(c) => view! { <details class="config-cell"><summary>{summary}</summary><pre>{c}</pre></details> }.into_any(),
+                None => view! { <span class="muted">"defaults"</span> }.into_any(),
+            }}</td>
+            <td data-label="Added" title=format::date(v.created_at)>{format::ago(v.created_at)}</td>
+            <td data-label="In flight">{v.in_flight}</td>
             <td class="actions">
                 <Show when=move || session.can("upload")>
                     <Show when=move || confirm.get() fallback=move || view! {
@@ -337,5 +382,30 @@ fn VersionRow(
                 </Show>
             </td>
         </tr>
+    }
+}
+
+/// A configuration in a few words: what differs from the defaults.
+fn config_summary(c: &serde_json::Value) -> String {
+    let mut parts = Vec::new();
+    if let Some(n) = c["max_batch_size"].as_u64().filter(|n| *n > 0) {
+        parts.push(format!("batch ≤ {n}"));
+    }
+    if let Some(d) = c["dynamic_batching"]["max_queue_delay_microseconds"].as_u64() {
+        parts.push(format!("wait {d} µs"));
+    }
+    if let Some(n) = c["instance_group"][0]["count"].as_u64() {
+        parts.push(format!("{n} instance(s)"));
+    }
+    if let Some(s) = c["unload_after_s"].as_u64() {
+        parts.push(format!("idle unload {s} s"));
+    }
+    if c["model_warmup"].as_array().is_some_and(|w| !w.is_empty()) {
+        parts.push("warm-up".into());
+    }
+    if parts.is_empty() {
+        "custom".into()
+    } else {
+        parts.join(" · ")
     }
 }

@@ -1,68 +1,157 @@
-//! Overview: live throughput, latency and errors per model; the device the native ops run on
-//! (`GET /v2`) and the memory loaded models hold (events ticks).
+//! Overview: traffic, errors (4xx and 5xx apart), latency, queue time and batch sizes per
+//! model and pipeline over a chosen time range, with the answers by status code, the device the
+//! native ops run on and the memory loaded models hold, and the model activity feed.
 //!
-//! Source of numbers, best first:
-//! 1. `/v2/events` (WebSocket, key offered as a subprotocol next to `infergate.v1`): per-second
-//!    frames `{"type": "tick", "models": [{"model", "version", "requests_per_s",
-//!    "failures_per_s", "avg_latency_ms", "p50_ms", "p99_ms", "in_flight", ...}]}` and
-//!    `{"type": "model_state",
-//!    "model", "version", "state"}` (see gateway/src/api/events.rs).
-//! 2. Otherwise `/v2/models/stats` polled each second: Triton's cumulative counters, whose
-//!    differences give requests/s, error rate and mean latency.
+//! The numbers come from the server's own history (`GET /api/metrics/history`): the last hour
+//! is there as soon as the page opens, and each second the page asks for the newer samples
+//! only (`after_ms`). Memory comes from the `/v2/events` ticks (admin keys).
 
 use crate::api::{self, Body};
-use crate::chart::LineChart;
+use crate::chart::{Chart, Line, Scale};
 use crate::format;
 use crate::session;
-use crate::types::{InferenceStats, ModelList, StatsList};
-use crate::widgets::{Empty, ErrorBox, PageHeader};
+use crate::types::ModelList;
+use crate::widgets::{ErrorBox, PageHeader};
 use leptos::prelude::*;
 use serde_json::Value;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 
-const WINDOW: usize = 60;
+/// The most the server keeps, and so the most the page holds.
+const KEEP: usize = 3600;
+const RANGES: [(u64, &str); 3] = [(300, "5 min"), (900, "15 min"), (3600, "1 h")];
 
-#[derive(Clone, Default, PartialEq)]
+/// One model's or pipeline's samples, oldest first, one per second.
+#[derive(Clone, Debug, Default, PartialEq)]
 struct Series {
-    rps: VecDeque<f64>,
-    /// The mean over each second (polling), or the p50 (events).
-    latency: VecDeque<f64>,
-    /// The p99 of each second (events only; NaN in a second without requests).
-    p99: VecDeque<f64>,
-    error_rate: VecDeque<f64>,
-    queue: VecDeque<f64>,
+    kind: String,
+    t: Vec<f64>,
+    rps: Vec<f64>,
+    client_errors: Vec<f64>,
+    server_errors: Vec<f64>,
+    p50: Vec<f64>,
+    p99: Vec<f64>,
+    queue: Vec<f64>,
+    batch: Vec<f64>,
+    in_flight: Vec<f64>,
+    statuses: Vec<BTreeMap<u16, u64>>,
 }
 
-fn push(q: &mut VecDeque<f64>, v: f64) {
-    if q.len() == WINDOW {
-        q.pop_front();
+fn column(v: &Value, key: &str) -> Vec<f64> {
+    v[key]
+        .as_array()
+        .map(|a| a.iter().map(|x| x.as_f64().unwrap_or(f64::NAN)).collect())
+        .unwrap_or_default()
+}
+
+impl Series {
+    fn append(&mut self, v: &Value) {
+        self.kind = v["kind"].as_str().unwrap_or("model").to_string();
+        for (dest, key) in [
+            (&mut self.t, "t_ms"),
+            (&mut self.rps, "requests_per_s"),
+            (&mut self.client_errors, "client_errors_per_s"),
+            (&mut self.server_errors, "server_errors_per_s"),
+            (&mut self.p50, "p50_ms"),
+            (&mut self.p99, "p99_ms"),
+            (&mut self.queue, "avg_queue_ms"),
+            (&mut self.batch, "avg_batch"),
+            (&mut self.in_flight, "in_flight"),
+        ] {
+            dest.extend(column(v, key));
+            let extra = dest.len().saturating_sub(KEEP);
+            dest.drain(..extra);
+        }
+        self.statuses.extend(
+            v["statuses"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(statuses_of),
+        );
+        let extra = self.statuses.len().saturating_sub(KEEP);
+        self.statuses.drain(..extra);
     }
-    q.push_back(v);
+
+    /// The index of the first sample inside the range.
+    fn start(&self, since_ms: f64) -> usize {
+        self.t.partition_point(|t| *t < since_ms)
+    }
+
+    fn sum(values: &[f64]) -> f64 {
+        values.iter().filter(|v| !v.is_nan()).sum()
+    }
 }
 
-#[derive(Clone, Copy, PartialEq)]
-enum Source {
-    Probing,
-    Events,
-    Polling,
+fn statuses_of(v: &Value) -> BTreeMap<u16, u64> {
+    v.as_object()
+        .into_iter()
+        .flatten()
+        .filter_map(|(k, n)| Some((k.parse().ok()?, n.as_u64()?)))
+        .collect()
 }
 
-fn num(v: &Value, keys: &[&str]) -> Option<f64> {
-    keys.iter().find_map(|k| v.get(*k).and_then(Value::as_f64))
+/// What the range holds for one name: requests by status, the share that failed.
+#[derive(Clone, Debug, Default, PartialEq)]
+struct RangeSummary {
+    statuses: BTreeMap<u16, u64>,
+    answered: u64,
+    client_errors: u64,
+    server_errors: u64,
+}
+
+impl RangeSummary {
+    fn of(s: &Series, since_ms: f64) -> RangeSummary {
+        let mut out = RangeSummary::default();
+        for m in &s.statuses[s.start(since_ms).min(s.statuses.len())..] {
+            for (status, n) in m {
+                *out.statuses.entry(*status).or_default() += n;
+                out.answered += n;
+                match status {
+                    400..=499 => out.client_errors += n,
+                    500..=599 => out.server_errors += n,
+                    _ => {}
+                }
+            }
+        }
+        out
+    }
+
+    fn error_rate(&self) -> Option<f64> {
+        (self.answered > 0)
+            .then(|| (self.client_errors + self.server_errors) as f64 / self.answered as f64)
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+struct Activity {
+    time_ms: f64,
+    model: String,
+    version: u64,
+    state: String,
+    reason: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+struct Totals {
+    statuses: BTreeMap<u16, u64>,
+    batch_sizes: Vec<(u64, u64)>,
 }
 
 #[component]
 pub fn Overview() -> impl IntoView {
     let series = RwSignal::new(BTreeMap::<String, Series>::new());
-    let source = RwSignal::new(Source::Probing);
+    let totals = RwSignal::new(BTreeMap::<String, Totals>::new());
+    let activity = RwSignal::new(Vec::<Activity>::new());
+    let end_ms = RwSignal::new(format::now_ms());
+    let range = RwSignal::new(300u64);
+    let live = RwSignal::new(false);
     let error = RwSignal::new(None::<api::ApiError>);
-    let models = RwSignal::new((0usize, 0usize, 0u64));
+    let models = RwSignal::new((0usize, 0usize, 0u64, BTreeMap::<String, String>::new()));
     let server = RwSignal::new(None::<String>);
     let device = RwSignal::new(None::<String>);
     let memory = RwSignal::new(None::<Value>);
-    let activity = RwSignal::new(VecDeque::<String>::new());
     let alive = StoredValue::new(true);
     let socket: StoredValue<Option<web_sys::WebSocket>, LocalStorage> =
         StoredValue::new_local(None);
@@ -73,6 +162,9 @@ pub fn Overview() -> impl IntoView {
         }
     });
 
+    let admin = session::use_session()
+        .identity
+        .with_untracked(|i| i.as_ref().is_some_and(|i| i.can("admin")));
     leptos::task::spawn_local(async move {
         if let Ok(v) = api::call("GET", "/v2", Body::None).await {
             server.set(Some(format!(
@@ -85,6 +177,11 @@ pub fn Overview() -> impl IntoView {
                 _ => "CPU".to_string(),
             }));
         }
+        if admin {
+            if let Some(ws) = connect_memory(memory, alive) {
+                socket.set_value(Some(ws));
+            }
+        }
     });
     let refresh_models = move || {
         leptos::task::spawn_local(async move {
@@ -93,7 +190,14 @@ pub fn Overview() -> impl IntoView {
                 names.dedup();
                 let loaded = list.models.iter().filter(|m| m.state == "loaded").count();
                 let in_flight = list.models.iter().map(|m| m.in_flight).sum();
-                models.set((names.len(), loaded, in_flight));
+                let mut states = BTreeMap::new();
+                for m in &list.models {
+                    let e: &mut String = states.entry(m.name.clone()).or_default();
+                    if e.is_empty() || m.state == "loaded" {
+                        *e = m.state.clone();
+                    }
+                }
+                models.set((names.len(), loaded, in_flight, states));
             }
         })
     };
@@ -105,179 +209,415 @@ pub fn Overview() -> impl IntoView {
             h.clear();
         }
     });
+    poll_history(series, totals, activity, end_ms, live, error, alive);
 
-    leptos::task::spawn_local(async move {
-        let events = api::has_extension("infergate_events").await;
-        if !is_alive(alive) {
-            return;
-        }
-        match events
-            .then(|| connect_events(series, activity, memory, source, alive))
-            .flatten()
-        {
-            Some(ws) => {
-                socket.set_value(Some(ws));
-                source.set(Source::Events);
-            }
-            None => source.set(Source::Polling),
-        }
+    let since = move || end_ms.get() - range.get() as f64 * 1000.0;
+    let summaries = Memo::new(move |_| {
+        let since = since();
+        series.with(|all| {
+            all.iter()
+                .map(|(n, s)| (n.clone(), RangeSummary::of(s, since)))
+                .collect::<BTreeMap<_, _>>()
+        })
     });
-    // Polling starts when the events stream is absent or fails before its first frame.
-    Effect::new(move |_| {
-        if source.get() == Source::Polling {
-            poll_stats(series, error, alive);
-        }
-    });
-
-    let totals = move || {
-        series.with(|s| {
-            let rps: f64 = s.values().filter_map(|x| x.rps.back()).sum();
-            let errs: f64 = s
-                .values()
-                .filter_map(|x| Some(x.error_rate.back()? * x.rps.back()?))
-                .sum();
-            (rps, errs)
+    // Rates over the last five seconds, all names together.
+    let recent = move |pick: fn(&Series) -> &Vec<f64>| {
+        series.with(|all| {
+            all.values()
+                .map(|s| {
+                    let v = pick(s);
+                    Series::sum(&v[v.len().saturating_sub(5)..]) / 5.0
+                })
+                .sum::<f64>()
         })
     };
+    let overall = Memo::new(move |_| {
+        summaries.with(|all| {
+            let mut sum = RangeSummary::default();
+            for s in all.values() {
+                for (k, n) in &s.statuses {
+                    *sum.statuses.entry(*k).or_default() += n;
+                }
+                sum.answered += s.answered;
+                sum.client_errors += s.client_errors;
+                sum.server_errors += s.server_errors;
+            }
+            sum
+        })
+    });
+    // Names with traffic in the range get charts; the others are listed, collapsed.
+    let active = Memo::new(move |_| {
+        summaries.with(|all| {
+            all.iter()
+                .filter(|(_, s)| s.answered > 0)
+                .map(|(n, _)| n.clone())
+                .collect::<Vec<_>>()
+        })
+    });
+    let idle = Memo::new(move |_| {
+        summaries.with(|all| {
+            all.iter()
+                .filter(|(_, s)| s.answered == 0)
+                .map(|(n, _)| n.clone())
+                .collect::<Vec<_>>()
+        })
+    });
     view! {
-        <PageHeader title="Overview" subtitle="Traffic per model, updated every second.">
-            <span class="live" class:on=move || source.get() != Source::Probing>
-                {move || match source.get() {
-                    Source::Probing => "connecting…",
-                    Source::Events => "live · /v2/events",
-                    Source::Polling => "live · polling /v2/models/stats",
-                }}
+        <PageHeader title="Overview" subtitle="Traffic per model and pipeline, from the server's per-second history.">
+            <div class="segmented" role="group" aria-label="Time range">
+                {RANGES.into_iter().map(|(s, label)| view! {
+                    <button type="button" class:active=move || range.get() == s aria-pressed=move || (range.get() == s).to_string() on:click=move |_| range.set(s)>{label}</button>
+                }).collect_view()}
+            </div>
+            <span class="live" class:on=move || live.get()>
+                {move || if live.get() { "live · every second" } else { "connecting…" }}
             </span>
         </PageHeader>
         <ErrorBox error=error/>
         <div class="tiles">
-            <div class="tile"><span class="muted">"Requests/s"</span><strong id="total-rps">{move || format::rate(totals().0)}</strong></div>
-            <div class="tile"><span class="muted">"Errors/s"</span><strong>{move || format::rate(totals().1)}</strong></div>
-            <div class="tile"><span class="muted">"Models (loaded)"</span><strong>{move || { let (n, l, _) = models.get(); format!("{n} ({l})") }}</strong></div>
+            <div class="tile"><span class="muted">"Requests/s"</span><strong id="total-rps">{move || format::rate(recent(|s| &s.rps))}</strong></div>
+            <div class="tile"><span class="muted" title="4xx answers: the request was refused (bad input, no key, rate limit…)">"Client errors/s (4xx)"</span><strong id="total-4xx" class={move || if recent(|s| &s.client_errors) > 0.0 { "warn-text" } else { "" }}>{move || format::rate(recent(|s| &s.client_errors))}</strong></div>
+            <div class="tile"><span class="muted" title="5xx answers: the server or the model failed">"Server errors/s (5xx)"</span><strong id="total-5xx" class={move || if recent(|s| &s.server_errors) > 0.0 { "bad-text" } else { "" }}>{move || format::rate(recent(|s| &s.server_errors))}</strong></div>
+            <div class="tile"><span class="muted">{move || format!("Error rate ({})", range_label(range.get()))}</span><strong id="error-rate">{move || overall.with(|o| o.error_rate().map(format::percent).unwrap_or_else(|| "–".into()))}</strong></div>
+            <div class="tile"><span class="muted">"Models (loaded)"</span><strong>{move || { let (n, l, _, _) = models.get(); format!("{n} ({l})") }}</strong></div>
             <div class="tile"><span class="muted">"In flight"</span><strong>{move || models.get().2}</strong></div>
-            <div class="tile"><span class="muted">"Server"</span><strong class="small-strong">{move || server.get().unwrap_or_else(|| "–".into())}</strong></div>
             <div class="tile"><span class="muted">"Device"</span><strong class="small-strong" id="device">{move || device.get().unwrap_or_else(|| "–".into())}</strong></div>
             <div class="tile"><span class="muted">"Model memory"</span><strong class="small-strong" id="memory">{move || memory_text(memory.get())}</strong></div>
+            <div class="tile"><span class="muted">"Server"</span><strong class="small-strong">{move || server.get().unwrap_or_else(|| "–".into())}</strong></div>
         </div>
-        {move || (source.get() == Source::Polling).then(|| view! {
-            <p class="notice">"Live events (" <code>"/v2/events"</code> ") are not available on this server: rates and mean latency are computed from " <code>"/v2/models/stats"</code> " each second."</p>
-        })}
+        <section class="card" id="status-breakdown">
+            <div class="card-head">
+                <h2>"Answers by status"</h2>
+                <span class="muted small">{move || format!("all models and pipelines, last {}", range_label(range.get()))}</span>
+            </div>
+            {move || status_table(&overall.get().statuses)}
+        </section>
         {move || {
-            let names: Vec<String> = series.with(|s| s.keys().cloned().collect());
+            let names = active.get();
             if names.is_empty() {
-                return view! { <Empty title="No models yet" detail="Charts appear here for every registered model."/> }.into_any();
+                return view! { <div class="empty"><div class="empty-title">"No traffic in this range"</div><p class="muted">"Charts appear here for every model and pipeline that answers requests."</p></div> }.into_any();
             }
-            let events = source.get() == Source::Events;
-            names.into_iter().map(|name| {
-                let n1 = name.clone();
-                let pick = move |f: fn(&Series) -> &VecDeque<f64>| {
-                    let n = n1.clone();
-                    Signal::derive(move || series.with(|s| s.get(&n).map(|x| f(x).iter().copied().collect()).unwrap_or_default()))
-                };
-                view! {
-                    <section class="card model-live" data-model=name.clone()>
-                        <h2>{name.clone()}</h2>
-                        <div class="charts">
-                            <LineChart points=pick(|s| &s.rps) capacity=WINDOW label="Requests/s" format=format::rate/>
-                            {if events {
-                                view! { <LineChart points=pick(|s| &s.latency) second=pick(|s| &s.p99) capacity=WINDOW label="p50 · p99" format=format::ms/> }.into_any()
-                            } else {
-                                // Cumulative counters give only the mean over each second.
-                                view! { <LineChart points=pick(|s| &s.latency) capacity=WINDOW label="Mean latency" format=format::ms/> }.into_any()
-                            }}
-                            <LineChart points=pick(|s| &s.error_rate) capacity=WINDOW label="Error rate" format=|v| format!("{:.1}%", v * 100.0)/>
-                            <LineChart points=pick(|s| &s.queue) capacity=WINDOW label=if events { "In flight" } else { "Mean queue time" } format=if events { |v: f64| format!("{v:.0}") } else { format::ms }/>
-                        </div>
-                    </section>
-                }
+            names.into_iter().map(|name| view! {
+                <ModelLive name series totals summaries end_ms range/>
             }).collect_view().into_any()
         }}
-        {move || (!activity.with(VecDeque::is_empty)).then(|| view! {
-            <section class="card"><h2>"Activity"</h2><ul class="activity">{activity.get().into_iter().map(|a| view! { <li>{a}</li> }).collect_view()}</ul></section>
-        })}
+        {move || {
+            let names = idle.get();
+            (!names.is_empty()).then(|| {
+                let states = models.get().3;
+                view! {
+                    <details class="card idle-models" id="idle-models">
+                        <summary>{format!("Idle in this range: {} ", names.len())}<span class="muted small">{names.join(", ")}</span></summary>
+                        <ul class="idle-list">
+                            {names.into_iter().map(|n| {
+                                let kind = series.with(|s| s.get(&n).map(|s| s.kind.clone()).unwrap_or_default());
+                                let state = states.get(&n).cloned().unwrap_or_else(|| kind.clone());
+                                view! { <li><strong>{n}</strong>" "<span class="muted small">{state}</span></li> }
+                            }).collect_view()}
+                        </ul>
+                    </details>
+                }
+            })
+        }}
+        <section class="card" id="activity">
+            <h2>"Activity"</h2>
+            {move || {
+                let list = activity.get();
+                if list.is_empty() {
+                    view! { <p class="muted">"No model has changed state in the last hour."</p> }.into_any()
+                } else {
+                    view! {
+                        <ul class="activity">
+                            {list.into_iter().rev().take(30).map(|a| view! {
+                                <li>
+                                    <time class="muted" title=format::date((a.time_ms / 1000.0) as i64)>{format::clock(a.time_ms)}</time>" "
+                                    <strong>{format!("{} v{}", a.model, a.version)}</strong>" → "
+                                    <span class=format!("badge badge-{}", a.state)>{a.state.clone()}</span>
+                                    {a.reason.map(|r| view! { <span class="error-inline">" "{r}</span> })}
+                                </li>
+                            }).collect_view()}
+                        </ul>
+                    }.into_any()
+                }
+            }}
+        </section>
     }
 }
 
-/// Every second: fetch the cumulative counters and turn differences into rates.
+fn range_label(seconds: u64) -> &'static str {
+    RANGES
+        .iter()
+        .find(|(s, _)| *s == seconds)
+        .map(|(_, l)| *l)
+        .unwrap_or("range")
+}
+
+fn status_class(status: u16) -> &'static str {
+    match status {
+        200..=299 => "status-ok",
+        400..=499 => "status-client",
+        _ => "status-server",
+    }
+}
+
+fn status_text(status: u16) -> &'static str {
+    match status {
+        200 => "OK",
+        201 => "Created",
+        400 => "bad request",
+        401 => "no or bad key",
+        403 => "scope missing",
+        404 => "not found",
+        408 => "timeout",
+        409 => "conflict",
+        413 => "too large",
+        422 => "unprocessable",
+        429 => "rate limited",
+        499 => "client went away",
+        500 => "server error",
+        502 => "bad gateway",
+        503 => "unavailable",
+        504 => "timed out",
+        _ => "",
+    }
+}
+
+/// One bar of a share chart: its code, what it means, its class, and its count.
+struct Bar {
+    code: String,
+    name: &'static str,
+    class: &'static str,
+    status: Option<u16>,
+    count: u64,
+}
+
+/// Bars with their share of the total, or `empty` when there is nothing to share.
+fn share_bars(bars: Vec<Bar>, empty: &'static str, class: &'static str) -> AnyView {
+    let total: u64 = bars.iter().map(|b| b.count).sum();
+    if total == 0 {
+        return view! { <p class="muted">{empty}</p> }.into_any();
+    }
+    view! {
+        <div class=format!("status-bars {class}")>
+            {bars.into_iter().map(|b| {
+                let share = b.count as f64 / total as f64;
+                view! {
+                    <div class=format!("status-row {}", b.class) data-status=b.status.map(|s| s.to_string())>
+                        <span class="status-code">{b.code}</span>
+                        {(!b.name.is_empty() || b.status.is_some()).then(|| view! { <span class="status-name muted">{b.name}</span> })}
+                        <span class="status-bar"><span style:width=format!("{:.1}%", share * 100.0)></span></span>
+                        <span class="status-count">{format!("{} · {}", b.count, format::percent(share))}</span>
+                    </div>
+                }
+            }).collect_view()}
+        </div>
+    }
+    .into_any()
+}
+
+/// Answers by status with their share, 4xx and 5xx marked apart.
+fn status_table(statuses: &BTreeMap<u16, u64>) -> AnyView {
+    let bars = statuses
+        .iter()
+        .map(|(status, n)| Bar {
+            code: status.to_string(),
+            name: status_text(*status),
+            class: status_class(*status),
+            status: Some(*status),
+            count: *n,
+        })
+        .collect();
+    share_bars(bars, "No answers in this range.", "")
+}
+
+/// One model's or pipeline's charts.
+#[component]
+fn ModelLive(
+    name: String,
+    series: RwSignal<BTreeMap<String, Series>>,
+    totals: RwSignal<BTreeMap<String, Totals>>,
+    summaries: Memo<BTreeMap<String, RangeSummary>>,
+    end_ms: RwSignal<f64>,
+    range: RwSignal<u64>,
+) -> impl IntoView {
+    let n = name.clone();
+    let data = Memo::new(move |_| series.with(|s| s.get(&n).cloned().unwrap_or_default()));
+    let times = Signal::derive(move || data.with(|d| d.t.clone()));
+    let lines = move |spec: Vec<(&'static str, &'static str, fn(&Series) -> &Vec<f64>)>| {
+        Signal::derive(move || {
+            data.with(|d| {
+                spec.iter()
+                    .map(|(label, class, pick)| Line {
+                        label,
+                        class,
+                        values: pick(d).clone(),
+                    })
+                    .collect::<Vec<_>>()
+            })
+        })
+    };
+    let is_model = move || data.with(|d| d.kind != "pipeline");
+    let n2 = name.clone();
+    let summary = Memo::new(move |_| summaries.with(|s| s.get(&n2).cloned().unwrap_or_default()));
+    let n3 = name.clone();
+    let batch_sizes = Memo::new(move |_| {
+        totals.with(|t| {
+            t.get(&n3)
+                .map(|t| t.batch_sizes.clone())
+                .unwrap_or_default()
+        })
+    });
+    view! {
+        <section class="card model-live" data-model=name.clone()>
+            <div class="card-head">
+                <h2>{name.clone()}<span class="muted small">{move || if is_model() { "" } else { " · pipeline" }}</span></h2>
+                <span class="muted small model-errors">{move || {
+                    let s = summary.get();
+                    format!(
+                        "{} answer{} · {} client errors (4xx) · {} server errors (5xx){}",
+                        s.answered,
+                        if s.answered == 1 { "" } else { "s" },
+                        s.client_errors,
+                        s.server_errors,
+                        s.error_rate().map(|r| format!(" · {} failed", format::percent(r))).unwrap_or_default()
+                    )
+                }}</span>
+            </div>
+            <div class="charts">
+                <Chart title="Throughput" unit="requests/s" times end_ms range_s=range format=format::rate
+                    lines=lines(vec![("all", "series-1", |s| &s.rps), ("4xx", "series-warn", |s| &s.client_errors), ("5xx", "series-bad", |s| &s.server_errors)])/>
+                <Chart title="Latency" unit="ms" times end_ms range_s=range format=format::ms scale=Scale::Log
+                    lines=lines(vec![("p50", "series-1", |s| &s.p50), ("p99", "series-2", |s| &s.p99)])/>
+                {move || is_model().then(|| view! {
+                    <Chart title="Queue time" unit="ms, mean" times end_ms range_s=range format=format::ms scale=Scale::Log
+                        lines=lines(vec![("queue", "series-3", |s| &s.queue)])/>
+                    <Chart title="Batch size" unit="samples per execution, mean" times end_ms range_s=range format=|v| format!("{v:.1}")
+                        lines=lines(vec![("batch", "series-4", |s| &s.batch), ("in flight", "series-2", |s| &s.in_flight)])/>
+                })}
+            </div>
+            <div class="model-breakdown">
+                <div>
+                    <h3>"Answers by status"</h3>
+                    {move || status_table(&summary.get().statuses)}
+                </div>
+                {move || is_model().then(|| view! {
+                    <div>
+                        <h3>"Executions by batch size (since start)"</h3>
+                        {move || batch_table(&batch_sizes.get())}
+                    </div>
+                })}
+            </div>
+        </section>
+    }
+}
+
+fn batch_table(sizes: &[(u64, u64)]) -> AnyView {
+    let bars = sizes
+        .iter()
+        .map(|(size, n)| Bar {
+            code: format!("×{size}"),
+            name: "",
+            class: "",
+            status: None,
+            count: *n,
+        })
+        .collect();
+    share_bars(bars, "No executions yet.", "batch-sizes")
+}
+
 fn is_alive(alive: StoredValue<bool>) -> bool {
     alive.try_get_value().unwrap_or(false)
 }
 
-fn poll_stats(
+/// The whole hour once, then each second only what is newer.
+fn poll_history(
     series: RwSignal<BTreeMap<String, Series>>,
+    totals: RwSignal<BTreeMap<String, Totals>>,
+    activity: RwSignal<Vec<Activity>>,
+    end_ms: RwSignal<f64>,
+    live: RwSignal<bool>,
     error: RwSignal<Option<api::ApiError>>,
     alive: StoredValue<bool>,
 ) {
     leptos::task::spawn_local(async move {
-        let mut previous: Option<(f64, BTreeMap<String, InferenceStats>)> = None;
+        let mut after: Option<u64> = None;
         while is_alive(alive) {
             let started = format::now_ms();
-            match api::get::<StatsList>("/v2/models/stats").await {
-                Ok(list) => {
+            let path = match after {
+                None => format!("/api/metrics/history?seconds={KEEP}"),
+                Some(t) => format!("/api/metrics/history?after_ms={t}"),
+            };
+            match api::call("GET", &path, Body::None).await {
+                Ok(v) if is_alive(alive) => {
                     error.set(None);
-                    let now = format::now_ms();
-                    // Versions of one model add up.
-                    let mut current: BTreeMap<String, InferenceStats> = BTreeMap::new();
-                    for m in list.model_stats {
-                        let e = current.entry(m.name).or_default();
-                        let s = m.inference_stats;
-                        for (a, b) in [
-                            (&mut e.success, s.success),
-                            (&mut e.fail, s.fail),
-                            (&mut e.queue, s.queue),
-                            (&mut e.compute_infer, s.compute_infer),
-                        ] {
-                            a.count += b.count;
-                            a.ns += b.ns;
+                    live.set(true);
+                    let list = v["models"].as_array().cloned().unwrap_or_default();
+                    series.update(|all| {
+                        all.retain(|name, _| list.iter().any(|m| m["name"] == name.as_str()));
+                        for m in &list {
+                            let name = m["name"].as_str().unwrap_or_default().to_string();
+                            all.entry(name).or_default().append(m);
                         }
+                    });
+                    let newest = list
+                        .iter()
+                        .filter_map(|m| m["t_ms"].as_array()?.last()?.as_u64())
+                        .max();
+                    if let Some(t) = newest {
+                        after = Some(after.map_or(t, |a| a.max(t)));
+                    } else if after.is_none() {
+                        after = v["now_ms"].as_u64().map(|n| n.saturating_sub(1000));
                     }
-                    if let Some((then, before)) = &previous {
-                        let dt = ((now - then) / 1000.0).max(0.001);
-                        series.update(|all| {
-                            all.retain(|name, _| current.contains_key(name));
-                            for (name, s) in &current {
-                                let b = before.get(name).cloned().unwrap_or_default();
-                                let ok = s.success.count.saturating_sub(b.success.count) as f64;
-                                let failed = s.fail.count.saturating_sub(b.fail.count) as f64;
-                                let entry = all.entry(name.clone()).or_default();
-                                push(&mut entry.rps, ok / dt);
-                                push(
-                                    &mut entry.error_rate,
-                                    if ok + failed > 0.0 {
-                                        failed / (ok + failed)
-                                    } else {
-                                        0.0
+                    end_ms.set(v["now_ms"].as_f64().unwrap_or_else(format::now_ms));
+                    totals.set(
+                        v["totals"]
+                            .as_object()
+                            .into_iter()
+                            .flatten()
+                            .map(|(name, t)| {
+                                (
+                                    name.clone(),
+                                    Totals {
+                                        statuses: statuses_of(&t["statuses"]),
+                                        batch_sizes: t["batch_sizes"]
+                                            .as_array()
+                                            .into_iter()
+                                            .flatten()
+                                            .filter_map(|p| Some((p[0].as_u64()?, p[1].as_u64()?)))
+                                            .collect(),
                                     },
-                                );
-                                let lat = if ok > 0.0 {
-                                    s.success.ns.saturating_sub(b.success.ns) as f64 / ok / 1e6
-                                } else {
-                                    0.0
-                                };
-                                push(&mut entry.latency, lat);
-                                let queued = s.queue.count.saturating_sub(b.queue.count) as f64;
-                                push(
-                                    &mut entry.queue,
-                                    if queued > 0.0 {
-                                        s.queue.ns.saturating_sub(b.queue.ns) as f64 / queued / 1e6
-                                    } else {
-                                        0.0
-                                    },
-                                );
-                            }
-                        });
-                    } else {
-                        series.update(|all| {
-                            for name in current.keys() {
-                                all.entry(name.clone()).or_default();
-                            }
+                                )
+                            })
+                            .collect(),
+                    );
+                    let new: Vec<Activity> = v["activity"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .map(|a| Activity {
+                            time_ms: a["time_ms"].as_f64().unwrap_or(0.0),
+                            model: a["model"].as_str().unwrap_or("?").to_string(),
+                            version: a["version"].as_u64().unwrap_or(0),
+                            state: a["state"].as_str().unwrap_or("?").to_string(),
+                            reason: a["reason"].as_str().map(str::to_string),
+                        })
+                        .collect();
+                    if !new.is_empty() {
+                        activity.update(|all| {
+                            let newest = all.last().map_or(0.0, |a| a.time_ms);
+                            all.extend(new.into_iter().filter(|a| a.time_ms > newest));
+                            let extra = all.len().saturating_sub(100);
+                            all.drain(..extra);
                         });
                     }
-                    previous = Some((now, current));
                 }
-                Err(e) => error.set(Some(e)),
+                Ok(_) => return,
+                Err(e) => {
+                    live.set(false);
+                    error.set(Some(e));
+                }
             }
-            let wait = (1000.0 - (format::now_ms() - started)).max(100.0);
+            let wait = (1000.0 - (format::now_ms() - started)).max(200.0);
             sleep_ms(wait as i32).await;
         }
     });
@@ -309,12 +649,10 @@ fn memory_text(memory: Option<Value>) -> String {
     }
 }
 
-/// Opens `/v2/events`; falls back to polling if the socket closes before any frame.
-fn connect_events(
-    series: RwSignal<BTreeMap<String, Series>>,
-    activity: RwSignal<VecDeque<String>>,
+/// Opens `/v2/events` (admin scope; the key offered as a subprotocol next to `infergate.v1`)
+/// for the memory figures of its ticks.
+fn connect_memory(
     memory: RwSignal<Option<Value>>,
-    source: RwSignal<Source>,
     alive: StoredValue<bool>,
 ) -> Option<web_sys::WebSocket> {
     let origin = web_sys::window()
@@ -324,8 +662,6 @@ fn connect_events(
     let key = session::stored_key().unwrap_or_default();
     let protocols = js_sys::Array::of2(&"infergate.v1".into(), &key.into());
     let ws = web_sys::WebSocket::new_with_str_sequence(&url, &protocols).ok()?;
-    let got_frame = std::rc::Rc::new(std::cell::Cell::new(false));
-    let seen = got_frame.clone();
     let ws_msg = ws.clone();
     let on_message =
         Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |e: web_sys::MessageEvent| {
@@ -336,67 +672,13 @@ fn connect_events(
             let Some(text) = e.data().as_string() else {
                 return;
             };
-            let Ok(v) = serde_json::from_str::<Value>(&text) else {
-                return;
-            };
-            seen.set(true);
-            if v["type"] == "tick" {
-                memory.set(Some(v["memory"].clone()));
-            }
-            match v["type"].as_str().unwrap_or("stats") {
-                "stats" | "tick" => series.update(|all| {
-                    for m in v["models"].as_array().into_iter().flatten() {
-                        let Some(name) = m["model"].as_str().or(m["name"].as_str()) else {
-                            continue;
-                        };
-                        let entry = all.entry(name.to_string()).or_default();
-                        let rps = num(m, &["requests_per_s", "rps", "throughput"]).unwrap_or(0.0);
-                        push(&mut entry.rps, rps);
-                        // A second without requests has no percentiles: a gap in the line.
-                        push(&mut entry.latency, num(m, &["p50_ms"]).unwrap_or(f64::NAN));
-                        push(&mut entry.p99, num(m, &["p99_ms"]).unwrap_or(f64::NAN));
-                        let errs = num(m, &["errors_per_s", "failures_per_s"]).unwrap_or(0.0);
-                        push(
-                            &mut entry.error_rate,
-                            num(m, &["error_rate"]).unwrap_or(if rps + errs > 0.0 {
-                                errs / (rps + errs)
-                            } else {
-                                0.0
-                            }),
-                        );
-                        push(
-                            &mut entry.queue,
-                            num(m, &["queue_depth", "in_flight"]).unwrap_or(0.0),
-                        );
-                    }
-                }),
-                kind => {
-                    let line = format!(
-                        "{} · {} {} v{}",
-                        format::date((format::now_ms() / 1000.0) as i64),
-                        kind.replace('_', " "),
-                        v["model"].as_str().unwrap_or("?"),
-                        v["version"]
-                            .as_u64()
-                            .map(|x| x.to_string())
-                            .or(v["version"].as_str().map(str::to_string))
-                            .unwrap_or_default()
-                    );
-                    activity.update(|a| {
-                        a.push_front(line);
-                        a.truncate(20);
-                    });
+            if let Ok(v) = serde_json::from_str::<Value>(&text) {
+                if v["type"] == "tick" {
+                    memory.set(Some(v["memory"].clone()));
                 }
             }
         });
-    let on_close = Closure::<dyn FnMut()>::new(move || {
-        if is_alive(alive) && !got_frame.get() {
-            source.set(Source::Polling);
-        }
-    });
     ws.set_onmessage(Some(on_message.as_ref().unchecked_ref()));
-    ws.set_onclose(Some(on_close.as_ref().unchecked_ref()));
     on_message.forget();
-    on_close.forget();
     Some(ws)
 }

@@ -8,7 +8,7 @@
 use crate::api::{self, ApiError, Body};
 use crate::format;
 use crate::session::{self, use_session};
-use crate::tensor::{self, Preprocess, Summary};
+use crate::tensor::{self, Preprocess, Scoring, Summary};
 use crate::types::{ModelList, ModelVersion, StatsList, TensorSpec};
 use crate::widgets::{CopyButton, Empty, ErrorBox, PageHeader};
 use leptos::html;
@@ -17,8 +17,11 @@ use serde_json::{json, Value};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 
+mod chat;
 mod compare;
 mod pipeline;
+
+use chat::ChatRun;
 
 use compare::EmbeddingCompare;
 use pipeline::{PipelineInfo, PipelineRun};
@@ -56,6 +59,7 @@ pub fn Playground() -> impl IntoView {
     // Text-generation models the OpenAI endpoint serves, and whether /v2/stream exists.
     let completions = RwSignal::new(Vec::<String>::new());
     let has_ws = RwSignal::new(false);
+    let chat_mode = RwSignal::new(false);
     leptos::task::spawn_local(async move {
         // Pipelines first, so the picker is complete when it appears.
         if api::has_extension("infergate_pipelines").await {
@@ -165,10 +169,22 @@ pub fn Playground() -> impl IntoView {
                 <PipelineRun pipeline=p/>
             }.into_any(),
             Target::Pipeline(p) => view! { <PipelineRun pipeline=p/> }.into_any(),
-            Target::Model(m) if completions.with(|c| c.contains(&m.name)) => {
-                view! { <TextGeneration model=m.name.clone() has_ws=has_ws.get()/> }.into_any()
+            Target::Model(m) if completions.with(|c| c.contains(&m.name)) => view! {
+                <div class="segmented mode-switch" role="group" aria-label="Text generation mode">
+                    <button type="button" id="mode-completion" class:active=move || !chat_mode.get() on:click=move |_| chat_mode.set(false)>"Completion"</button>
+                    <button type="button" id="mode-chat" class:active=move || chat_mode.get() on:click=move |_| chat_mode.set(true)>"Chat"</button>
+                </div>
+                {move || if chat_mode.get() {
+                    view! { <ChatRun model=m.name.clone()/> }.into_any()
+                } else {
+                    view! { <TextGeneration model=m.name.clone() has_ws=has_ws.get()/> }.into_any()
+                }}
+            }.into_any(),
+            Target::Model(m) => {
+                // Pipelines that run this model name what it computes (e.g. class labels).
+                let users: Vec<String> = pipelines.with(|p| p.iter().filter(|p| p.model == m.name).map(|p| p.name.clone()).collect());
+                view! { <TensorRun model=m pipelines=users/> }.into_any()
             }
-            Target::Model(m) => view! { <TensorRun model=m/> }.into_any(),
         })}
     }
 }
@@ -189,6 +205,10 @@ struct RunRecord {
     response: Option<Value>,
     client_ms: f64,
     stages: Option<Vec<(&'static str, f64)>>,
+    /// Why the server refused or failed the request (shown instead of a success badge).
+    failure: Option<ApiError>,
+    /// Pipelines that run this model, named where raw outputs lack labels.
+    pipelines: Vec<String>,
 }
 
 async fn stats_of(name: &str, version: u64) -> Option<crate::types::InferenceStats> {
@@ -203,7 +223,7 @@ async fn stats_of(name: &str, version: u64) -> Option<crate::types::InferenceSta
 }
 
 #[component]
-fn TensorRun(model: ModelVersion) -> impl IntoView {
+fn TensorRun(model: ModelVersion, pipelines: Vec<String>) -> impl IntoView {
     let fields: Vec<InputField> = model
         .inputs
         .iter()
@@ -347,6 +367,7 @@ fn TensorRun(model: ModelVersion) -> impl IntoView {
             };
             busy.set(true);
             let name = name.clone();
+            let pipelines = pipelines.clone();
             leptos::task::spawn_local(async move {
                 let before = stats_of(&name, version).await;
                 let start = now();
@@ -375,6 +396,8 @@ fn TensorRun(model: ModelVersion) -> impl IntoView {
                             response: Some(response),
                             client_ms,
                             stages,
+                            failure: None,
+                            pipelines,
                         }));
                     }
                     Err(e) => {
@@ -384,6 +407,8 @@ fn TensorRun(model: ModelVersion) -> impl IntoView {
                             response: None,
                             client_ms,
                             stages: None,
+                            failure: Some(e.clone()),
+                            pipelines,
                         }));
                         error.set(Some(e));
                     }
@@ -506,17 +531,34 @@ fn RunResult(r: RunRecord) -> impl IntoView {
         <section class="card result" id="result">
             <div class="card-head">
                 <h2>"Result"</h2>
-                <span class="latency" id="latency">{format!("{} round trip", format::ms(r.client_ms))}</span>
+                {outcome_badge(r.failure.as_ref(), r.client_ms)}
             </div>
+            {r.failure.as_ref().map(|e| view! { <p class="error" role="alert">{e.describe()}</p> })}
             {r.stages.map(|stages| stages_view(&stages))}
-            {outputs_view(&outputs)}
+            {outputs_view(&outputs, &r.pipelines)}
             <Exchange request_text=r.request_text response_text curl=r.curl/>
         </section>
     }
 }
 
+/// The green round-trip badge of a success, or a red one that says the request failed.
+pub(crate) fn outcome_badge(failure: Option<&ApiError>, client_ms: f64) -> AnyView {
+    match failure {
+        None => view! { <span class="latency" id="latency">{format!("{} round trip", format::ms(client_ms))}</span> }.into_any(),
+        Some(e) => {
+            let what = match e.status {
+                0 => "failed".to_string(),
+                s if s < 500 => format!("refused ({s})"),
+                s => format!("failed ({s})"),
+            };
+            view! { <span class="latency failed" id="latency">{format!("{what} · {}", format::ms(client_ms))}</span> }.into_any()
+        }
+    }
+}
+
 /// The output tensors of a KServe v2 answer, each with its name, type, shape and a summary.
-fn outputs_view(outputs: &[Value]) -> impl IntoView {
+/// `pipelines` (those running this model) are named where outputs lack class names.
+fn outputs_view(outputs: &[Value], pipelines: &[String]) -> impl IntoView {
     view! {
         <div class="outputs" id="outputs">
             {outputs.iter().map(|o| {
@@ -524,7 +566,7 @@ fn outputs_view(outputs: &[Value]) -> impl IntoView {
                 view! {
                     <div class="output" data-output=name.clone()>
                         <div class="input-head"><code>{name.clone()}</code><span class="tensor-type">{o["datatype"].as_str().unwrap_or("").to_string()}</span><span class="tensor-shape">{o["shape"].to_string()}</span></div>
-                        {summary_view(tensor::summarize(o))}
+                        {summary_view(tensor::summarize(o), pipelines)}
                     </div>
                 }
             }).collect_view()}
@@ -566,19 +608,55 @@ fn Exchange(request_text: String, response_text: Option<String>, curl: String) -
     }
 }
 
-fn summary_view(s: Summary) -> AnyView {
+fn summary_view(s: Summary, pipelines: &[String]) -> AnyView {
     match s {
-        Summary::TopK(top) => view! {
-            <ol class="topk">
-                {top.into_iter().map(|(class, p)| view! {
-                    <li>
-                        <span class="topk-label">{format!("class {class}")}</span>
-                        <span class="topk-bar"><span style:width=format!("{:.1}%", p * 100.0)></span></span>
-                        <span class="topk-score">{format!("{:.1}%", p * 100.0)}</span>
-                    </li>
-                }).collect_view()}
-            </ol>
-        }.into_any(),
+        Summary::TopK { top, classes, scoring } => {
+            let how = match scoring {
+                Scoring::Probabilities => format!("Top classes of {classes}: the model's own probabilities."),
+                Scoring::Softmax => format!("Top classes of {classes}: the model gave raw scores (logits); these probabilities are their softmax, computed here."),
+            };
+            let names = if pipelines.is_empty() {
+                "The model carries no class names, so classes are numbered (0-based). A pipeline with a labelling post-plugin (e.g. imagenet-topk) names them.".to_string()
+            } else {
+                format!("The model carries no class names, so classes are numbered (0-based); the pipeline {} names them.", pipelines.join(", "))
+            };
+            view! {
+                <p class="hint scoring">{how}</p>
+                <ol class="topk">
+                    {top.into_iter().map(|(class, p)| view! {
+                        <li>
+                            <span class="topk-label">{format!("class {class}")}</span>
+                            <span class="topk-bar"><span style:width=format!("{:.1}%", p * 100.0)></span></span>
+                            <span class="topk-score">{format!("{:.1}%", p * 100.0)}</span>
+                        </li>
+                    }).collect_view()}
+                </ol>
+                <p class="hint">{names}</p>
+            }.into_any()
+        }
+        Summary::Vector { values, norm } => {
+            let n = values.len();
+            let peak = values.iter().fold(0.0_f64, |m, v| m.max(v.abs())).max(1e-12);
+            let shown = n.min(128);
+            let bars = values.iter().take(shown).enumerate().map(|(i, v)| {
+                let h = v.abs() / peak * 30.0;
+                let y = if *v >= 0.0 { 32.0 - h } else { 32.0 };
+                view! { <rect x=i.to_string() y=format!("{y:.2}") width="0.8" height=format!("{h:.2}") class:neg={*v < 0.0}></rect> }
+            }).collect_view();
+            let (min, max) = values.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| (a.min(*v), b.max(*v)));
+            view! {
+                <div class="vector">
+                    <p><strong class="vector-dims">{format!("vector of {n} values")}</strong>{format!(" · L2 norm {norm:.4} · min {min:.4} · max {max:.4}")}</p>
+                    <svg class="vector-bars" viewBox=format!("0 0 {shown} 64") preserveAspectRatio="none" role="img"
+                        aria-label=format!("The first {shown} of {n} values as bars around zero, largest magnitude {peak:.4}")>
+                        <line x1="0" y1="32" x2=shown.to_string() y2="32" class="axis"></line>
+                        {bars}
+                    </svg>
+                    <code>{values.iter().take(8).map(|v| format!("{v:.4}")).collect::<Vec<_>>().join(", ")}{if n > 8 { ", …" } else { "" }}</code>
+                    <p class="hint">"An embedding or feature vector: compare vectors by cosine similarity, not by their largest entries."</p>
+                </div>
+            }.into_any()
+        }
         Summary::Ctc { steps, classes, indices, confidence } => view! {
             <div class="ctc">
                 <p>{format!("CTC greedy decoding over {steps} steps × {classes} classes: {} symbols, mean confidence {:.1}%", indices.len(), confidence * 100.0)}</p>
@@ -603,6 +681,64 @@ enum Transport {
     WebSocket,
 }
 
+/// How a generation ended, as people read it.
+fn finish_text(reason: &str) -> String {
+    match reason {
+        "length" => "finished: length (max tokens reached)".into(),
+        "stop" => "finished: stop (end of text or a stop sequence)".into(),
+        "stopped" => "stopped by you".into(),
+        other => format!("finished: {other}"),
+    }
+}
+
+/// What a finished generation measured: time to first token, total time, tokens, and why it
+/// ended.
+#[derive(Clone, Debug, PartialEq)]
+struct Generated {
+    first_ms: Option<f64>,
+    total_ms: f64,
+    tokens: usize,
+    finish: Option<String>,
+}
+
+/// The form's numbers, checked before anything is sent.
+fn parse_settings(max_tokens: &str, temperature: &str) -> Result<(u32, f64), String> {
+    let max = max_tokens
+        .trim()
+        .parse::<u32>()
+        .ok()
+        .filter(|m| (1..=4096).contains(m))
+        .ok_or_else(|| {
+            format!(
+                "Max tokens: '{}' is not a whole number between 1 and 4096",
+                max_tokens.trim()
+            )
+        })?;
+    let temp = temperature
+        .trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|t| t.is_finite() && (0.0..=2.0).contains(t))
+        .ok_or_else(|| {
+            format!(
+                "Temperature: '{}' is not a number between 0 and 2",
+                temperature.trim()
+            )
+        })?;
+    Ok((max, temp))
+}
+
+/// The form's numbers, or `None` with the reason shown in `error`.
+fn generation_settings(
+    max_tokens: RwSignal<String>,
+    temperature: RwSignal<String>,
+    error: RwSignal<Option<ApiError>>,
+) -> Option<(u32, f64)> {
+    parse_settings(&max_tokens.get_untracked(), &temperature.get_untracked())
+        .map_err(|e| error.set(Some(ApiError::client(e))))
+        .ok()
+}
+
 #[component]
 fn TextGeneration(model: String, has_ws: bool) -> impl IntoView {
     let prompt = RwSignal::new(String::from("The meaning of life is"));
@@ -612,22 +748,46 @@ fn TextGeneration(model: String, has_ws: bool) -> impl IntoView {
     let output = RwSignal::new(String::new());
     let error = RwSignal::new(None::<ApiError>);
     let busy = RwSignal::new(false);
-    let timing = RwSignal::new(None::<(f64, f64, usize)>);
+    let done = RwSignal::new(None::<Generated>);
+    let failed = RwSignal::new(false);
     let curl = RwSignal::new(String::new());
     let socket: StoredValue<Option<web_sys::WebSocket>, LocalStorage> =
+        StoredValue::new_local(None);
+    let abort: StoredValue<Option<web_sys::AbortController>, LocalStorage> =
         StoredValue::new_local(None);
     on_cleanup(move || {
         if let Some(ws) = socket.try_get_value().flatten() {
             let _ = ws.close();
         }
+        if let Some(a) = abort.try_get_value().flatten() {
+            a.abort();
+        }
     });
+    let stop = move |_| {
+        if let Some(a) = abort.get_value() {
+            a.abort();
+        }
+        if let Some(ws) = socket.get_value() {
+            // The server stops generating when the socket goes.
+            let _ = ws.close();
+            socket.set_value(None);
+            busy.set(false);
+            done.update(|d| {
+                if let Some(d) = d {
+                    d.finish = Some("stopped".into());
+                }
+            });
+        }
+    };
     let submit = move |ev: leptos::ev::SubmitEvent| {
         ev.prevent_default();
         error.set(None);
+        failed.set(false);
+        let Some((max, temp)) = generation_settings(max_tokens, temperature, error) else {
+            return;
+        };
         output.set(String::new());
-        timing.set(None);
-        let max: u32 = max_tokens.get_untracked().trim().parse().unwrap_or(64);
-        let temp: f64 = temperature.get_untracked().trim().parse().unwrap_or(0.7);
+        done.set(None);
         let text = prompt.get_untracked();
         let model = model.clone();
         let start = now();
@@ -635,42 +795,88 @@ fn TextGeneration(model: String, has_ws: bool) -> impl IntoView {
         match transport.get_untracked() {
             Transport::Sse => {
                 let body = json!({"model": model, "prompt": text, "max_tokens": max, "temperature": temp, "stream": true});
-                curl.set(format!("curl -N --cacert data/tls/cert.pem {}/v1/completions \\\n  -H \"Authorization: Bearer $KEY\" \\\n  -H 'Content-Type: application/json' \\\n  -d '{}'", origin(), body));
+                curl.set(format!("curl -N --cacert data/tls/cert.pem {}/v1/completions \\\n  -H \"Authorization: Bearer $KEY\" \\\n  -H 'Content-Type: application/json' \\\n  -d '{}'", origin(), body.to_string().replace('\'', r"'\''")));
+                let controller = web_sys::AbortController::new().ok();
+                abort.set_value(controller.clone());
                 leptos::task::spawn_local(async move {
                     let mut first = None;
                     let mut count = 0usize;
-                    let result = api::stream_sse("/v1/completions", body, |data| {
-                        if data == "[DONE]" {
-                            return;
-                        }
-                        if let Ok(v) = serde_json::from_str::<Value>(data) {
-                            if let Some(t) = v["choices"][0]["text"].as_str() {
+                    let mut finish = None;
+                    let signal = controller.as_ref().map(|c| c.signal());
+                    let result =
+                        api::stream_sse("/v1/completions", body, signal.as_ref(), |data| {
+                            if data == "[DONE]" {
+                                return;
+                            }
+                            let Ok(v) = serde_json::from_str::<Value>(data) else {
+                                return;
+                            };
+                            let choice = &v["choices"][0];
+                            if let Some(t) = choice["text"].as_str() {
                                 if !t.is_empty() {
                                     first.get_or_insert(now() - start);
                                     count += 1;
                                     output.update(|o| o.push_str(t));
                                 }
+                                if let Some(f) = choice["finish_reason"].as_str() {
+                                    finish = Some(f.to_string());
+                                }
                             } else if let Some(e) =
                                 v["error"]["message"].as_str().or(v["error"].as_str())
                             {
                                 error.set(Some(ApiError::client(e.to_string())));
+                                failed.set(true);
                             }
+                        })
+                        .await;
+                    abort.set_value(None);
+                    match result {
+                        Ok(()) => {}
+                        Err(e) if e.status == 0 && e.message == "stopped" => {
+                            finish = Some("stopped".into())
                         }
-                    })
-                    .await;
-                    if let Err(e) = result {
-                        error.set(Some(e));
+                        Err(e) => {
+                            failed.set(true);
+                            error.set(Some(e));
+                        }
                     }
-                    timing.set(Some((first.unwrap_or(0.0), now() - start, count)));
+                    if !failed.get_untracked() {
+                        done.set(Some(Generated {
+                            first_ms: first,
+                            total_ms: now() - start,
+                            tokens: count,
+                            finish,
+                        }));
+                    }
                     busy.set(false);
                 });
             }
             Transport::WebSocket => {
                 let msg = json!({"id": 1, "model": model, "generate": {"prompt": text, "max_tokens": max, "temperature": temp}});
                 curl.set(format!("# WebSocket: connect to {}/v2/stream offering the subprotocols \"infergate.v1\" and $KEY, then send:\n{}", origin().replacen("http", "ws", 1), msg));
-                open_stream(msg, socket, output, error, busy, timing, start);
+                open_stream(msg, socket, output, error, busy, done, failed, start);
             }
         }
+    };
+    let badge = move || {
+        if failed.get() {
+            return Some(
+                view! { <span class="latency failed" id="latency">"failed: no answer"</span> }
+                    .into_any(),
+            );
+        }
+        done.get().map(|d| {
+            let rate = d.tokens as f64 / (d.total_ms / 1000.0).max(1e-3);
+            view! {
+                <span class="latency" id="latency">{format!(
+                    "first token {} · {} tokens in {} · {rate:.0} tokens/s",
+                    d.first_ms.map(format::ms).unwrap_or_else(|| "–".into()),
+                    d.tokens,
+                    format::ms(d.total_ms)
+                )}</span>
+            }
+            .into_any()
+        })
     };
     view! {
         <form class="playground" on:submit=submit id="textgen-form">
@@ -679,9 +885,11 @@ fn TextGeneration(model: String, has_ws: bool) -> impl IntoView {
                 <textarea id="pg-prompt" rows="3" prop:value=move || prompt.get() on:input=move |ev| prompt.set(event_target_value(&ev))></textarea>
                 <div class="form-grid">
                     <div class="field"><label for="pg-max">"Max tokens"</label>
-                        <input id="pg-max" inputmode="numeric" prop:value=move || max_tokens.get() on:input=move |ev| max_tokens.set(event_target_value(&ev))/></div>
+                        <input id="pg-max" inputmode="numeric" aria-describedby="pg-max-hint" prop:value=move || max_tokens.get() on:input=move |ev| max_tokens.set(event_target_value(&ev))/>
+                        <span class="hint" id="pg-max-hint">"1 to 4096"</span></div>
                     <div class="field"><label for="pg-temp">"Temperature"</label>
-                        <input id="pg-temp" inputmode="decimal" prop:value=move || temperature.get() on:input=move |ev| temperature.set(event_target_value(&ev))/></div>
+                        <input id="pg-temp" inputmode="decimal" aria-describedby="pg-temp-hint" prop:value=move || temperature.get() on:input=move |ev| temperature.set(event_target_value(&ev))/>
+                        <span class="hint" id="pg-temp-hint">"0 (always the likeliest) to 2"</span></div>
                     <div class="field"><label for="pg-transport">"Transport"</label>
                         <select id="pg-transport" on:change=move |ev| transport.set(if event_target_value(&ev) == "ws" { Transport::WebSocket } else { Transport::Sse })>
                             <option value="sse">"Server-Sent Events (/v1/completions)"</option>
@@ -690,17 +898,21 @@ fn TextGeneration(model: String, has_ws: bool) -> impl IntoView {
                 </div>
                 <ErrorBox error=error/>
                 <div class="form-actions">
+                    <Show when=move || busy.get()>
+                        <button class="btn danger" type="button" id="stop" on:click=stop>"Stop"</button>
+                    </Show>
                     <button class="btn primary" type="submit" id="generate" disabled=move || busy.get()>{move || if busy.get() { "Streaming…" } else { "Generate" }}</button>
                 </div>
             </section>
             <section class="card result">
                 <div class="card-head">
                     <h2>"Output"</h2>
-                    <span class="latency" id="latency">{move || timing.get().map(|(first, total, n)| format!("first token {} · {n} tokens in {} · {:.0} tokens/s", format::ms(first), format::ms(total), n as f64 / (total / 1000.0).max(1e-3)))}</span>
+                    {badge}
                 </div>
                 <pre class="stream-output" id="stream-output" aria-live="polite">
                     <span class="prompt-echo">{move || prompt.get()}</span>{move || output.get()}{move || busy.get().then(|| view! { <span class="cursor">"▍"</span> })}
                 </pre>
+                {move || done.get().and_then(|d| d.finish).map(|f| view! { <p class="finish-reason" id="finish-reason">{finish_text(&f)}</p> })}
                 <Show when=move || !curl.get().is_empty()>
                     <div class="curl">
                         <div class="card-head"><h3>"Request"</h3><CopyButton text=Signal::derive(move || curl.get()) id="copy-curl"/></div>
@@ -714,13 +926,15 @@ fn TextGeneration(model: String, has_ws: bool) -> impl IntoView {
 
 /// Streams one generation over `/v2/stream`, authenticating with the key offered as a
 /// subprotocol next to `infergate.v1` (browsers cannot set headers on WebSockets).
+#[allow(clippy::too_many_arguments)]
 fn open_stream(
     msg: Value,
     socket: StoredValue<Option<web_sys::WebSocket>, LocalStorage>,
     output: RwSignal<String>,
     error: RwSignal<Option<ApiError>>,
     busy: RwSignal<bool>,
-    timing: RwSignal<Option<(f64, f64, usize)>>,
+    done: RwSignal<Option<Generated>>,
+    failed: RwSignal<bool>,
     start: f64,
 ) {
     let url = format!("{}/v2/stream", origin().replacen("http", "ws", 1));
@@ -732,6 +946,7 @@ fn open_stream(
             error.set(Some(ApiError::client(
                 "cannot open a WebSocket to /v2/stream",
             )));
+            failed.set(true);
             busy.set(false);
             return;
         }
@@ -744,6 +959,7 @@ fn open_stream(
         let _ = ws_open.send_with_str(&text);
     });
     let ws_msg = ws.clone();
+    let (first_seen, counted) = (first.clone(), count.clone());
     let on_message =
         Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |e: web_sys::MessageEvent| {
             let Some(data) = e.data().as_string() else {
@@ -753,17 +969,25 @@ fn open_stream(
                 return;
             };
             if let Some(t) = v["token"].as_str() {
-                if first.get().is_none() {
-                    first.set(Some(now() - start));
+                if first_seen.get().is_none() {
+                    first_seen.set(Some(now() - start));
                 }
-                count.set(count.get() + 1);
+                counted.set(counted.get() + 1);
                 output.update(|o| o.push_str(t));
+                // Kept current so that Stop can report what came.
+                done.set(Some(Generated {
+                    first_ms: first_seen.get(),
+                    total_ms: now() - start,
+                    tokens: counted.get(),
+                    finish: None,
+                }));
             } else if v["done"].as_bool() == Some(true) {
-                timing.set(Some((
-                    first.get().unwrap_or(0.0),
-                    now() - start,
-                    count.get(),
-                )));
+                done.set(Some(Generated {
+                    first_ms: first_seen.get(),
+                    total_ms: now() - start,
+                    tokens: counted.get(),
+                    finish: v["finish_reason"].as_str().map(str::to_string),
+                }));
                 busy.set(false);
                 let _ = ws_msg.close();
             } else if let Some(err) = v["error"].as_str() {
@@ -772,6 +996,8 @@ fn open_stream(
                     status,
                     message: err.to_string(),
                 }));
+                failed.set(true);
+                done.set(None);
                 busy.set(false);
                 let _ = ws_msg.close();
             }
@@ -784,6 +1010,7 @@ fn open_stream(
                 e.reason()
             };
             error.set(Some(ApiError::client(format!("WebSocket: {reason}"))));
+            failed.set(true);
             busy.set(false);
         }
     });

@@ -1,15 +1,19 @@
-//! Plugins and pipelines: WebAssembly plugins (upload with progress, what each declares) and
-//! pipelines (pre-plugins → model → post-plugins). Both APIs are optional on a server: the
-//! page says so plainly when they answer 404.
+//! Plugins and pipelines: WebAssembly plugins (upload with progress, what each consumes and
+//! produces, per-call limits to edit, delete) and pipelines (pre-plugins → model →
+//! post-plugins: compose, edit, delete). Both APIs are optional on a server: the page says so
+//! plainly when they answer 404.
 
 use crate::api::{self, ApiError, Body, UploadBody};
 use crate::format;
 use crate::session::use_session;
 use crate::types::ModelList;
 use crate::widgets::{Empty, ErrorBox, PageHeader, Progress, Unavailable};
+use composer::PipelineComposer;
 use leptos::html;
 use leptos::prelude::*;
 use serde_json::{json, Value};
+
+mod composer;
 
 #[derive(Clone, Copy, PartialEq)]
 enum Availability {
@@ -26,11 +30,52 @@ fn items(v: &Value, key: &str) -> Vec<Value> {
         .unwrap_or_default()
 }
 
-fn text(v: &Value, keys: &[&str]) -> String {
-    keys.iter()
-        .find_map(|k| v.get(*k).and_then(Value::as_str))
-        .unwrap_or("")
-        .to_string()
+fn text(v: &Value, key: &str) -> String {
+    v.get(key).and_then(Value::as_str).unwrap_or("").to_string()
+}
+
+pub fn strings(v: &Value) -> Vec<String> {
+    v.as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|s| s.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A plugin version as `GET /api/plugins` lists it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PluginInfo {
+    pub name: String,
+    pub version: String,
+    /// "pre" or "post".
+    pub kind: String,
+    pub consumes: Vec<String>,
+    pub produces: Vec<String>,
+    raw: Value,
+}
+
+impl PluginInfo {
+    fn from_json(v: &Value) -> PluginInfo {
+        let d = &v["description"];
+        PluginInfo {
+            name: text(v, "name"),
+            version: text(v, "version"),
+            kind: text(v, "kind").to_lowercase(),
+            consumes: strings(&d["consumes"]),
+            produces: strings(&d["produces"]),
+            raw: v.clone(),
+        }
+    }
+}
+
+/// A pipeline as `GET /api/pipelines` lists it (`spec` holds what was PUT).
+#[derive(Clone, Debug, PartialEq)]
+pub struct PipelineView {
+    pub name: String,
+    pub spec: Value,
+    pub updated_at: Option<i64>,
 }
 
 #[component]
@@ -38,98 +83,348 @@ pub fn Plugins() -> impl IntoView {
     let session = use_session();
     let plugins_state = RwSignal::new(Availability::Checking);
     let pipelines_state = RwSignal::new(Availability::Checking);
-    let plugins = RwSignal::new(Vec::<Value>::new());
-    let pipelines = RwSignal::new(Vec::<Value>::new());
+    let plugins = RwSignal::new(Vec::<PluginInfo>::new());
+    let pipelines = RwSignal::new(Vec::<PipelineView>::new());
     let models = RwSignal::new(Vec::<String>::new());
     let error = RwSignal::new(None::<ApiError>);
+    // The pipeline being edited in the composer (its name and spec), or a new one.
+    let editing = RwSignal::new(None::<PipelineView>);
     let reload = move || {
         leptos::task::spawn_local(async move {
             match api::call("GET", "/api/plugins", Body::None).await {
                 Ok(v) => {
-                    plugins.set(items(&v, "plugins"));
-                    plugins_state.set(Availability::Present);
+                    plugins.set(
+                        items(&v, "plugins")
+                            .iter()
+                            .map(PluginInfo::from_json)
+                            .collect(),
+                    );
+                    // Set only on a change: setting it re-renders the section (and the composer).
+                    if plugins_state.get_untracked() != Availability::Present {
+                        plugins_state.set(Availability::Present);
+                    }
                 }
                 Err(e) if e.is_missing() => plugins_state.set(Availability::Missing),
                 Err(e) => error.set(Some(e)),
             }
             match api::call("GET", "/api/pipelines", Body::None).await {
                 Ok(v) => {
-                    pipelines.set(items(&v, "pipelines"));
-                    pipelines_state.set(Availability::Present);
+                    pipelines.set(
+                        items(&v, "pipelines")
+                            .into_iter()
+                            .map(|p| PipelineView {
+                                name: text(&p, "name"),
+                                spec: p["spec"].clone(),
+                                updated_at: p["updated_at"].as_i64(),
+                            })
+                            .collect(),
+                    );
+                    if pipelines_state.get_untracked() != Availability::Present {
+                        pipelines_state.set(Availability::Present);
+                    }
                 }
                 Err(e) if e.is_missing() => pipelines_state.set(Availability::Missing),
                 Err(e) => error.set(Some(e)),
             }
             if let Ok(list) = api::get::<ModelList>("/api/models").await {
                 let mut names: Vec<String> = list.models.into_iter().map(|m| m.name).collect();
+                names.sort();
                 names.dedup();
                 models.set(names);
             }
         })
     };
     reload();
+    let can_change = move || session.can("upload");
     view! {
         <PageHeader title="Plugins & pipelines" subtitle="Sandboxed WebAssembly plugins run before and after a model; a pipeline chains them.">
             <button class="btn" on:click=move |_| reload()>"Refresh"</button>
         </PageHeader>
         <ErrorBox error=error/>
-        <h2 class="section-title">"Plugins"</h2>
-        {move || match plugins_state.get() {
-            Availability::Checking => view! { <div class="loading">"Checking…"</div> }.into_any(),
-            Availability::Missing => view! { <Unavailable what="Plugin management" endpoint="GET /api/plugins"/> }.into_any(),
-            Availability::Present => view! {
-                {move || session.can("upload").then(|| view! { <PluginUpload on_done=Callback::new(move |_| reload())/> })}
-                {move || {
-                    let list = plugins.get();
-                    if list.is_empty() {
-                        view! { <Empty title="No plugins yet" detail="Upload a .wasm component built with the plugin SDK."/> }.into_any()
-                    } else {
-                        view! { <div class="worker-grid">{list.into_iter().map(|p| view! {
-                            <section class="card plugin">
-                                <h3>{text(&p, &["name", "id"])}</h3>
-                                <p class="muted">{text(&p, &["description", "describes"])}</p>
-                                <dl class="facts">
-                                    <dt>"Kind"</dt><dd>{text(&p, &["kind", "stage"])}</dd>
-                                    <dt>"Size"</dt><dd>{p.get("size_bytes").and_then(Value::as_u64).map(format::bytes).unwrap_or_default()}</dd>
-                                    <dt>"SHA-256"</dt><dd><code>{text(&p, &["sha256"]).chars().take(12).collect::<String>()}</code></dd>
-                                </dl>
-                            </section>
-                        }).collect_view()}</div> }.into_any()
-                    }
-                }}
-            }.into_any(),
-        }}
         <h2 class="section-title">"Pipelines"</h2>
         {move || match pipelines_state.get() {
             Availability::Checking => view! { <div class="loading">"Checking…"</div> }.into_any(),
             Availability::Missing => view! { <Unavailable what="Pipeline management" endpoint="GET /api/pipelines"/> }.into_any(),
             Availability::Present => view! {
-                {move || session.can("upload").then(|| view! {
-                    <PipelineComposer
-                        plugins=Signal::derive(move || plugins.get().iter().map(|p| text(p, &["name", "id"])).collect())
-                        models=models.into()
-                        on_done=Callback::new(move |_| reload())/>
-                })}
                 {move || {
                     let list = pipelines.get();
                     if list.is_empty() {
-                        view! { <Empty title="No pipelines yet" detail="Compose one from plugins and a model."/> }.into_any()
+                        view! { <Empty title="No pipelines yet" detail="Compose one from plugins and a model below."/> }.into_any()
                     } else {
-                        view! { <div class="worker-grid">{list.into_iter().map(|p| {
-                            let chain = |k: &str| p.get(k).and_then(Value::as_array).map(|a| a.iter().map(|x| x.as_str().map(str::to_string).unwrap_or_else(|| text(x, &["name", "plugin"]))).collect::<Vec<_>>().join(" → ")).unwrap_or_default();
-                            view! {
-                                <section class="card plugin">
-                                    <h3>{text(&p, &["name"])}</h3>
-                                    <p class="pipeline-chain">
-                                        <span>{chain("pre")}</span><strong>{format!(" {} ", text(&p, &["model"]))}</strong><span>{chain("post")}</span>
-                                    </p>
-                                </section>
-                            }
+                        view! { <div class="worker-grid" id="pipeline-cards">{list.into_iter().map(|p| view! {
+                            <PipelineCard p editing can_change=can_change() on_change=Callback::new(move |_| reload())/>
+                        }).collect_view()}</div> }.into_any()
+                    }
+                }}
+                {move || can_change().then(|| view! {
+                    <PipelineComposer
+                        plugins=plugins.into()
+                        models=models.into()
+                        existing=Signal::derive(move || pipelines.get().into_iter().map(|p| p.name).collect())
+                        editing
+                        on_done=Callback::new(move |_| reload())/>
+                })}
+            }.into_any(),
+        }}
+        <h2 class="section-title">"Plugins"</h2>
+        {move || match plugins_state.get() {
+            Availability::Checking => view! { <div class="loading">"Checking…"</div> }.into_any(),
+            Availability::Missing => view! { <Unavailable what="Plugin management" endpoint="GET /api/plugins"/> }.into_any(),
+            Availability::Present => view! {
+                {move || can_change().then(|| view! { <PluginUpload on_done=Callback::new(move |_| reload())/> })}
+                {move || {
+                    let list = plugins.get();
+                    if list.is_empty() {
+                        view! { <Empty title="No plugins yet" detail="Upload a .wasm component built with the plugin SDK."/> }.into_any()
+                    } else {
+                        view! { <div class="worker-grid" id="plugin-cards">{list.into_iter().map(|p| view! {
+                            <PluginCard p can_change=can_change() on_change=Callback::new(move |_| reload())/>
                         }).collect_view()}</div> }.into_any()
                     }
                 }}
             }.into_any(),
         }}
+    }
+}
+
+/// One pipeline: its stages in order, what it was given, and edit/delete.
+#[component]
+fn PipelineCard(
+    p: PipelineView,
+    editing: RwSignal<Option<PipelineView>>,
+    can_change: bool,
+    on_change: Callback<()>,
+) -> impl IntoView {
+    let confirm = RwSignal::new(false);
+    let error = RwSignal::new(None::<ApiError>);
+    let spec = &p.spec;
+    let model = match spec["model_version"].as_u64() {
+        Some(v) => format!("{} v{v}", text(spec, "model")),
+        None => text(spec, "model"),
+    };
+    let pre_chips = strings(&spec["pre"])
+        .into_iter()
+        .map(|x| view! { <span class="stage-chip pre">{x}</span><span class="arrow" aria-hidden="true">"→"</span> })
+        .collect_view();
+    let post = strings(&spec["post"]);
+    let preprocess = spec["preprocess"].as_object().map(|o| {
+        format!(
+            "native resize {}×{} ({}) → '{}'",
+            o.get("width").map(Value::to_string).unwrap_or_default(),
+            o.get("height").map(Value::to_string).unwrap_or_default(),
+            o.get("mode").and_then(Value::as_str).unwrap_or("stretch"),
+            o.get("output").and_then(Value::as_str).unwrap_or("")
+        )
+    });
+    let parameters = spec["parameters"]
+        .as_object()
+        .filter(|o| !o.is_empty())
+        .map(|o| {
+            o.iter()
+                .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
+                .collect::<Vec<_>>()
+                .join(", ")
+        });
+    let name = p.name.clone();
+    let delete = move |_| {
+        let name = name.clone();
+        leptos::task::spawn_local(async move {
+            match api::call(
+                "DELETE",
+                &format!("/api/pipelines/{}", api::seg(&name)),
+                Body::None,
+            )
+            .await
+            {
+                Ok(_) => on_change.run(()),
+                Err(e) => error.set(Some(e)),
+            }
+            confirm.set(false);
+        });
+    };
+    let edit_target = p.clone();
+    let post_chips = post
+        .into_iter()
+        .map(|x| view! { <span class="arrow" aria-hidden="true">"→"</span><span class="stage-chip post">{x}</span> })
+        .collect_view();
+    view! {
+        <section class="card pipeline" data-pipeline=p.name.clone()>
+            <div class="card-head">
+                <h3 class="card-title">{p.name.clone()}</h3>
+                <span class="muted small">{p.updated_at.map(|t| format!("changed {}", format::ago(t)))}</span>
+            </div>
+            <p class="pipeline-chain" aria-label="Stages in order">
+                {pre_chips}
+                <span class="stage-chip model">{model}</span>
+                {post_chips}
+            </p>
+            {preprocess.map(|t| view! { <p class="muted small">{t}</p> })}
+            {parameters.map(|t| view! { <p class="muted small">"parameters: "{t}</p> })}
+            <ErrorBox error=error/>
+            {can_change.then(|| view! {
+                <div class="form-actions">
+                    <Show when=move || confirm.get() fallback=move || {
+                        let target = edit_target.clone();
+                        view! {
+                            <button class="btn small edit-pipeline" on:click=move |_| {
+                                editing.set(Some(target.clone()));
+                                if let Some(e) = document().get_element_by_id("pipe-name") {
+                                    e.scroll_into_view();
+                                }
+                            }>"Edit"</button>
+                            <button class="btn small ghost danger delete-pipeline" on:click=move |_| confirm.set(true)>"Delete"</button>
+                        }
+                    }>
+                        <span class="confirm">"Delete this pipeline?"
+                            <button class="btn small danger confirm-delete" on:click=delete.clone()>"Yes, delete"</button>
+                            <button class="btn small ghost" on:click=move |_| confirm.set(false)>"Cancel"</button>
+                        </span>
+                    </Show>
+                </div>
+            })}
+        </section>
+    }
+}
+
+/// A limit as shown: the effective value, marked when it is the server's default.
+fn limit_text(own: &Value, effective: &Value, key: &str, unit: &str) -> String {
+    let value = effective[key]
+        .as_u64()
+        .map(|v| format!("{v} {unit}"))
+        .unwrap_or_else(|| "–".into());
+    if own[key].is_null() {
+        format!("{value} (default)")
+    } else {
+        value
+    }
+}
+
+/// One plugin version: what it takes and gives, its limits (editable), delete.
+#[component]
+fn PluginCard(p: PluginInfo, can_change: bool, on_change: Callback<()>) -> impl IntoView {
+    let raw = p.raw.clone();
+    let own = raw["limits"].clone();
+    let effective = raw["effective_limits"].clone();
+    let editing = RwSignal::new(false);
+    let confirm = RwSignal::new(false);
+    let error = RwSignal::new(None::<ApiError>);
+    let saved = RwSignal::new(None::<String>);
+    let field = |key: &str| own[key].as_u64().map(|v| v.to_string()).unwrap_or_default();
+    let deadline = RwSignal::new(field("deadline_ms"));
+    let memory = RwSignal::new(field("memory_mib"));
+    let output = RwSignal::new(field("max_output_mib"));
+    let path = format!(
+        "/api/plugins/{}/versions/{}",
+        api::seg(&p.name),
+        api::seg(&p.version)
+    );
+    let limits_path = format!("{path}/limits");
+    let save = move |ev: leptos::ev::SubmitEvent| {
+        ev.prevent_default();
+        error.set(None);
+        saved.set(None);
+        let mut body = serde_json::Map::new();
+        for (key, label, signal) in [
+            ("deadline_ms", "Deadline", deadline),
+            ("memory_mib", "Memory", memory),
+            ("max_output_mib", "Output", output),
+        ] {
+            let t = signal.get_untracked();
+            let t = t.trim();
+            if t.is_empty() {
+                continue;
+            }
+            match t.parse::<u64>() {
+                Ok(n) if n > 0 => {
+                    body.insert(key.into(), json!(n));
+                }
+                _ => {
+                    error.set(Some(ApiError::client(format!(
+                        "{label}: '{t}' is not a positive whole number (leave it empty for the server's default)"
+                    ))));
+                    return;
+                }
+            }
+        }
+        let path = limits_path.clone();
+        leptos::task::spawn_local(async move {
+            match api::call("PUT", &path, Body::Json(Value::Object(body))).await {
+                Ok(_) => {
+                    saved.set(Some("Limits saved; new calls use them.".into()));
+                    editing.set(false);
+                    on_change.run(());
+                }
+                Err(e) => error.set(Some(e)),
+            }
+        });
+    };
+    let delete = move |_| {
+        let path = path.clone();
+        leptos::task::spawn_local(async move {
+            match api::call("DELETE", &path, Body::None).await {
+                Ok(_) => on_change.run(()),
+                Err(e) => error.set(Some(e)),
+            }
+            confirm.set(false);
+        });
+    };
+    let input = |id: String, label: &'static str, signal: RwSignal<String>| {
+        view! {
+            <div class="field">
+                <label for=id.clone()>{label}</label>
+                <input id=id inputmode="numeric" placeholder="default" prop:value=move || signal.get() on:input=move |ev| signal.set(event_target_value(&ev))/>
+            </div>
+        }
+    };
+    let id = {
+        let slug = format!("{}-{}", p.name, p.version).replace('.', "_");
+        move |what: &str| format!("plugin-{what}-{slug}")
+    };
+    view! {
+        <section class="card plugin" data-plugin=p.name.clone()>
+            <div class="card-head">
+                <h3 class="card-title">{format!("{}@{}", p.name, p.version)}</h3>
+                <span class=format!("badge badge-{}", p.kind)>{format!("{}-plugin", p.kind)}</span>
+            </div>
+            <dl class="facts wide-facts">
+                <dt>"Consumes"</dt><dd class="plugin-consumes">{p.consumes.join("; ")}</dd>
+                <dt>"Produces"</dt><dd class="plugin-produces">{p.produces.join("; ")}</dd>
+                <dt>"Size"</dt><dd>{raw["size_bytes"].as_u64().map(format::bytes).unwrap_or_default()}</dd>
+                <dt>"SHA-256"</dt><dd><code title=text(&raw, "sha256")>{text(&raw, "sha256").chars().take(12).collect::<String>()}</code></dd>
+                <dt>"Deadline"</dt><dd class="plugin-deadline">{limit_text(&own, &effective, "deadline_ms", "ms")}</dd>
+                <dt>"Memory"</dt><dd>{limit_text(&own, &effective, "memory_mib", "MiB")}</dd>
+                <dt>"Max output"</dt><dd>{limit_text(&own, &effective, "max_output_mib", "MiB")}</dd>
+            </dl>
+            <ErrorBox error=error/>
+            {move || saved.get().map(|s| view! { <p class="success" role="status">{s}</p> })}
+            {can_change.then(|| view! {
+                <Show when=move || editing.get()>
+                    <form class="limits-form" on:submit=save.clone()>
+                        <div class="form-grid compact">
+                            {input(id("deadline"), "Deadline (ms)", deadline)}
+                            {input(id("memory"), "Memory (MiB)", memory)}
+                            {input(id("output"), "Max output (MiB)", output)}
+                        </div>
+                        <p class="hint">"Empty: the server's default. The host caps every value."</p>
+                        <div class="form-actions">
+                            <button class="btn small ghost" type="button" on:click=move |_| editing.set(false)>"Cancel"</button>
+                            <button class="btn small primary save-limits" type="submit">"Save limits"</button>
+                        </div>
+                    </form>
+                </Show>
+                <div class="form-actions">
+                    <Show when=move || confirm.get() fallback=move || view! {
+                        <button class="btn small edit-limits" on:click=move |_| editing.update(|e| *e = !*e)>"Edit limits"</button>
+                        <button class="btn small ghost danger delete-plugin" on:click=move |_| confirm.set(true)>"Delete"</button>
+                    }>
+                        <span class="confirm">"Delete this plugin version?"
+                            <button class="btn small danger confirm-delete" on:click=delete.clone()>"Yes, delete"</button>
+                            <button class="btn small ghost" on:click=move |_| confirm.set(false)>"Cancel"</button>
+                        </span>
+                    </Show>
+                </div>
+            })}
+        </section>
     }
 }
 
@@ -161,7 +456,12 @@ fn PluginUpload(on_done: Callback<()>) -> impl IntoView {
             progress.set(None);
             busy.set(false);
             match result {
-                Ok(_) => on_done.run(()),
+                Ok(_) => {
+                    if let Some(i) = file_input.get() {
+                        i.set_value("");
+                    }
+                    on_done.run(())
+                }
                 Err(e) => error.set(Some(e)),
             }
         });
@@ -176,92 +476,6 @@ fn PluginUpload(on_done: Callback<()>) -> impl IntoView {
             <Progress fraction=progress label="Plugin upload progress"/>
             <ErrorBox error=error/>
             <div class="form-actions"><button class="btn primary" type="submit" disabled=move || busy.get()>"Upload"</button></div>
-        </form>
-    }
-}
-
-#[component]
-fn PipelineComposer(
-    plugins: Signal<Vec<String>>,
-    models: Signal<Vec<String>>,
-    on_done: Callback<()>,
-) -> impl IntoView {
-    let name = RwSignal::new(String::new());
-    let model = RwSignal::new(String::new());
-    let pre = RwSignal::new(Vec::<String>::new());
-    let post = RwSignal::new(Vec::<String>::new());
-    let error = RwSignal::new(None::<ApiError>);
-    let saved = RwSignal::new(None::<String>);
-    let chooser = move |label: &'static str, id: &'static str, list: RwSignal<Vec<String>>| {
-        view! {
-            <div class="field">
-                <label for=id>{label}</label>
-                <div class="chain">
-                    {move || list.get().into_iter().enumerate().map(|(i, p)| view! {
-                        <span class="chip removable">{p}<button type="button" aria-label="Remove" on:click=move |_| list.update(|l| { l.remove(i); })>"×"</button></span>
-                    }).collect_view()}
-                    <select id=id on:change=move |ev| {
-                        let v = event_target_value(&ev);
-                        if !v.is_empty() {
-                            list.update(|l| l.push(v));
-                        }
-                        if let Some(t) = ev.target() {
-                            use wasm_bindgen::JsCast;
-                            if let Ok(s) = t.dyn_into::<web_sys::HtmlSelectElement>() { s.set_value(""); }
-                        }
-                    }>
-                        <option value="">"+ add plugin"</option>
-                        {move || plugins.get().into_iter().map(|p| { let label = p.clone(); view! { <option value=p>{label}</option> } }).collect_view()}
-                    </select>
-                </div>
-            </div>
-        }
-    };
-    let submit = move |ev: leptos::ev::SubmitEvent| {
-        ev.prevent_default();
-        error.set(None);
-        saved.set(None);
-        let n = name.get_untracked().trim().to_string();
-        if n.is_empty() || model.get_untracked().is_empty() {
-            error.set(Some(ApiError::client(
-                "A pipeline needs a name and a model.",
-            )));
-            return;
-        }
-        let body = json!({"pre": pre.get_untracked(), "model": model.get_untracked(), "post": post.get_untracked()});
-        leptos::task::spawn_local(async move {
-            match api::call(
-                "PUT",
-                &format!("/api/pipelines/{}", api::seg(&n)),
-                Body::Json(body),
-            )
-            .await
-            {
-                Ok(_) => {
-                    saved.set(Some(format!("Saved pipeline {n}.")));
-                    on_done.run(());
-                }
-                Err(e) => error.set(Some(e)),
-            }
-        });
-    };
-    view! {
-        <form class="card" on:submit=submit>
-            <h3>"Compose a pipeline"</h3>
-            <div class="form-grid">
-                <div class="field"><label for="pipe-name">"Name"</label>
-                    <input id="pipe-name" placeholder="e.g. ocr" prop:value=move || name.get() on:input=move |ev| name.set(event_target_value(&ev))/></div>
-                <div class="field"><label for="pipe-model">"Model"</label>
-                    <select id="pipe-model" on:change=move |ev| model.set(event_target_value(&ev))>
-                        <option value="">"choose…"</option>
-                        {move || models.get().into_iter().map(|m| { let label = m.clone(); view! { <option value=m>{label}</option> } }).collect_view()}
-                    </select></div>
-                {chooser("Pre-plugins (in order)", "pipe-pre", pre)}
-                {chooser("Post-plugins (in order)", "pipe-post", post)}
-            </div>
-            <ErrorBox error=error/>
-            {move || saved.get().map(|s| view! { <p class="success" role="status">{s}</p> })}
-            <div class="form-actions"><button class="btn primary" type="submit">"Save pipeline"</button></div>
         </form>
     }
 }

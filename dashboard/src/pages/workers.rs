@@ -1,6 +1,7 @@
 //! Workers: the execution instances behind each model version, from what the API exposes —
-//! state and in-flight requests (`/api/models`), instance groups (`/v2/models/{m}/config`) and
-//! counters (`/v2/models/stats`). Refreshed every two seconds.
+//! state and in-flight requests (`/api/models`), instance groups (`/v2/models/{m}/config`),
+//! counters (`/v2/models/stats`) and the answers by status since start, 4xx and 5xx apart
+//! (`/api/metrics/history`). Refreshed every two seconds.
 
 use crate::api::{self, ApiError, Body};
 use crate::format;
@@ -8,6 +9,27 @@ use crate::types::{ModelList, ModelStats, StatsList};
 use crate::widgets::{Badge, Empty, ErrorBox, PageHeader};
 use leptos::prelude::*;
 use std::collections::BTreeMap;
+
+/// Answers of one model (all versions) since the server started: (4xx, 5xx).
+fn errors_by_model(history: &serde_json::Value) -> BTreeMap<String, (u64, u64)> {
+    history["totals"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(name, t)| {
+            let mut sums = (0, 0);
+            for (status, n) in t["statuses"].as_object().into_iter().flatten() {
+                let n = n.as_u64().unwrap_or(0);
+                match status.parse::<u16>().unwrap_or(0) {
+                    400..=499 => sums.0 += n,
+                    500..=599 => sums.1 += n,
+                    _ => {}
+                }
+            }
+            (name.clone(), sums)
+        })
+        .collect()
+}
 
 #[derive(Clone, PartialEq)]
 struct Worker {
@@ -19,6 +41,8 @@ struct Worker {
     kind: String,
     instances: u64,
     stats: Option<ModelStats>,
+    /// The model's 4xx and 5xx answers since start (all its versions).
+    errors: (u64, u64),
 }
 
 #[component]
@@ -40,6 +64,10 @@ pub fn Workers() -> impl IntoView {
                 }
             };
             error.set(None);
+            let errors = api::call("GET", "/api/metrics/history?seconds=1", Body::None)
+                .await
+                .map(|v| errors_by_model(&v))
+                .unwrap_or_default();
             let mut list = Vec::new();
             for m in models {
                 let known = groups.try_with_value(|g| g.get(&m.name).cloned()).flatten();
@@ -70,6 +98,7 @@ pub fn Workers() -> impl IntoView {
                     .find(|s| s.name == m.name && s.version == m.version.to_string())
                     .cloned();
                 list.push(Worker {
+                    errors: errors.get(&m.name).copied().unwrap_or_default(),
                     model: m.name,
                     version: m.version,
                     state: m.state,
@@ -122,7 +151,9 @@ pub fn Workers() -> impl IntoView {
                                     <dt>"In flight"</dt><dd>{w.in_flight}</dd>
                                     <dt>"Inferences"</dt><dd>{st.inference_count}</dd>
                                     <dt>"Batches run"</dt><dd>{st.execution_count}</dd>
-                                    <dt>"Failures"</dt><dd>{st.inference_stats.fail.count}</dd>
+                                    <dt>"Engine failures"</dt><dd>{st.inference_stats.fail.count}</dd>
+                                    <dt title="Requests refused as the client's mistake (bad input, missing scope, rate limit…), all versions">"Client errors (4xx)"</dt><dd class="client-errors">{w.errors.0}</dd>
+                                    <dt title="Requests the server or the model failed, all versions">"Server errors (5xx)"</dt><dd class="server-errors">{w.errors.1}</dd>
                                     <dt>"Mean queue"</dt><dd>{mean_queue}</dd>
                                     <dt>"Last inference"</dt><dd>{last}</dd>
                                 </dl>

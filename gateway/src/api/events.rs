@@ -4,17 +4,21 @@
 //! Every second one frame `{"type": "tick", "time_ms", "websocket_connections", "memory":
 //! {"host_reserved_bytes", "host_budget_bytes", "gpu_pools"}, "models":
 //! [{"model", "version", "state", "in_flight", "requests_per_s", "failures_per_s",
-//! "avg_latency_ms", "avg_queue_ms", "p50_ms", "p99_ms"}]}` over the last second: rates and
-//! means from the engine's counters; `p50_ms`/`p99_ms` from the per-version histograms in
-//! [`crate::latency`] (successful inference requests end to end as the gateway saw them;
-//! `null` in a second without one). And, when a model version changes state,
-//! `{"type": "model_state", "model", "version", "state", "reason"}` (loaded, loading,
-//! unloaded, failed; registered and removed versions included).
+//! "client_errors_per_s", "server_errors_per_s", "avg_latency_ms", "avg_queue_ms", "p50_ms",
+//! "p99_ms"}]}` over the last second: rates and means from the engine's counters
+//! (`failures_per_s`: requests the engine failed); `client_errors_per_s` (4xx) and
+//! `server_errors_per_s` (5xx) from the answers the gateway gave, refusals before the engine
+//! included; `p50_ms`/`p99_ms` from the per-version histograms in [`crate::latency`]
+//! (successful inference requests end to end as the gateway saw them; `null` in a second
+//! without one). And, when a model version changes state, `{"type": "model_state", "time_ms",
+//! "model", "version", "state", "reason"}` (loaded, loading, unloaded, failed; registered and
+//! removed versions included; `time_ms` is the server's clock).
 
 use super::stream::{upgrade_key, SUBPROTOCOL};
 use crate::auth::Scope;
 use crate::error::{ApiError, ApiResult};
-use crate::latency::Counts;
+use crate::history::{now_ms, state_name};
+use crate::latency::{Counts, StatusCounts};
 use crate::state::{model_key, AppState};
 use axum::extract::ws::{close_code, CloseFrame, Message, Utf8Bytes, WebSocket, WebSocketUpgrade};
 use axum::extract::State;
@@ -22,7 +26,7 @@ use axum::response::Response;
 use futures_util::{SinkExt, StreamExt};
 use http::HeaderMap;
 use infergate_engine::kernels::device::pool::PoolStats;
-use infergate_engine::{ModelState, ModelStats};
+use infergate_engine::ModelStats;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -49,18 +53,10 @@ struct Reading {
     reason: Option<String>,
     stats: Option<ModelStats>,
     latency: Option<Counts>,
+    statuses: Option<StatusCounts>,
 }
 
 type Versions = BTreeMap<(String, u64), Reading>;
-
-fn state_name(s: &ModelState) -> (&'static str, Option<String>) {
-    match s {
-        ModelState::Unloaded => ("unloaded", None),
-        ModelState::Loading => ("loading", None),
-        ModelState::Ready => ("loaded", None),
-        ModelState::Failed(reason) => ("failed", Some(reason.clone())),
-    }
-}
 
 fn snapshot(state: &AppState) -> Versions {
     state
@@ -78,6 +74,10 @@ fn snapshot(state: &AppState) -> Versions {
                     .metrics
                     .latency
                     .counts(&r.name, &r.version.to_string()),
+                statuses: state
+                    .metrics
+                    .latency
+                    .statuses(&r.name, &r.version.to_string()),
             };
             ((r.name.clone(), r.version), reading)
         })
@@ -87,16 +87,17 @@ fn snapshot(state: &AppState) -> Versions {
 /// The frames for one second: state changes first, then the tick.
 fn frames(state: &AppState, before: &Versions, now: &Versions, seconds: f64) -> Vec<Value> {
     let mut out = Vec::new();
+    let time_ms = now_ms();
     for ((model, version), reading) in now {
         let changed = before
             .get(&(model.clone(), *version))
             .is_none_or(|old| old.state != reading.state);
         if changed {
-            out.push(json!({"type": "model_state", "model": model, "version": version, "state": reading.state, "reason": reading.reason}));
+            out.push(json!({"type": "model_state", "time_ms": time_ms, "model": model, "version": version, "state": reading.state, "reason": reading.reason}));
         }
     }
     for (model, version) in before.keys().filter(|k| !now.contains_key(*k)) {
-        out.push(json!({"type": "model_state", "model": model, "version": version, "state": "removed", "reason": null}));
+        out.push(json!({"type": "model_state", "time_ms": time_ms, "model": model, "version": version, "state": "removed", "reason": null}));
     }
     let models: Vec<Value> = now
         .iter()
@@ -112,6 +113,13 @@ fn frames(state: &AppState, before: &Versions, now: &Versions, seconds: f64) -> 
                 Some(now.since(e.latency.as_ref()))
             });
             let quantile = |q: f64| window.as_ref().and_then(|w| w.quantile_ms(q));
+            let answers = earlier.and_then(|e| {
+                let now = reading.statuses.as_ref()?;
+                Some(now.since(e.statuses.as_ref()))
+            });
+            let errors = |range: std::ops::Range<u16>| {
+                answers.as_ref().map_or(0, |a| a.in_range(range)) as f64 / seconds
+            };
             let old = old.as_ref().unwrap_or(new);
             let done = new.success.count.saturating_sub(old.success.count);
             let failed = new.fail.count.saturating_sub(old.fail.count);
@@ -129,6 +137,8 @@ fn frames(state: &AppState, before: &Versions, now: &Versions, seconds: f64) -> 
                 "in_flight": state.engine.in_flight(&key),
                 "requests_per_s": done as f64 / seconds,
                 "failures_per_s": failed as f64 / seconds,
+                "client_errors_per_s": errors(400..500),
+                "server_errors_per_s": errors(500..600),
                 "avg_latency_ms": avg_ms(new.success.ns, old.success.ns),
                 "avg_queue_ms": avg_ms(new.queue.ns, old.queue.ns),
                 "p50_ms": quantile(0.5),
@@ -136,10 +146,6 @@ fn frames(state: &AppState, before: &Versions, now: &Versions, seconds: f64) -> 
             })
         })
         .collect();
-    let time_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0);
     out.push(json!({
         "type": "tick",
         "time_ms": time_ms,

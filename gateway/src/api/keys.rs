@@ -60,9 +60,20 @@ pub async fn create(
     Ok((StatusCode::CREATED, Json(body)))
 }
 
+/// Every key with its effective limits (its own, else the server's defaults) and its usage
+/// since the server started, as `GET /api/keys/{id}/usage` gives them one at a time.
 pub async fn list(State(state): S, headers: HeaderMap) -> ApiResult<Json<Value>> {
     state.authorize(&headers, Scope::Admin)?;
-    Ok(Json(json!({ "keys": state.store.list_keys()? })))
+    let mut keys = Vec::new();
+    for key in state.store.list_keys()? {
+        let limits = crate::admission::limits_for(&key, &state.default_limits);
+        let mut v = serde_json::to_value(&key).map_err(|e| ApiError::internal(e.to_string()))?;
+        v["effective_limits"] =
+            json!({"rate_limit": limits.rate, "max_concurrent": limits.max_concurrent});
+        v["usage"] = json!(state.limiter.usage(key.id, &limits));
+        keys.push(v);
+    }
+    Ok(Json(json!({ "keys": keys })))
 }
 
 pub async fn revoke(

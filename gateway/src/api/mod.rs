@@ -6,6 +6,7 @@ mod completion_stream;
 pub mod dashboard;
 pub mod embeddings;
 pub mod events;
+pub mod history;
 pub mod keys;
 pub mod kserve;
 pub mod limits;
@@ -124,6 +125,7 @@ fn routes(state: Arc<AppState>) -> Router {
         .route("/api/keys/{id}", delete(keys::revoke).patch(limits::update))
         .route("/api/keys/{id}/usage", get(limits::usage))
         .route("/metrics", get(metrics::scrape))
+        .route("/api/metrics/history", get(history::history))
         // WebSocket streaming
         .route("/v2/stream", get(stream::upgrade))
         .route("/v2/events", get(events::upgrade))

@@ -182,15 +182,13 @@ pub fn parse_config(text: &str) -> ApiResult<Value> {
     if !v.is_object() {
         return Err(ApiError::bad_request("config must be a JSON object"));
     }
-    ModelConfig::from_json(&v)
-        .map_err(|e| ApiError::bad_request(format!("invalid model config: {e}")))?;
+    ModelConfig::from_json(&v).map_err(ApiError::from)?;
     Ok(v)
 }
 
 /// Hands a version's stored configuration to the engine.
 async fn apply_config(state: &AppState, record: &ModelRecord) -> ApiResult<()> {
-    let config = ModelConfig::from_json(&record.config)
-        .map_err(|e| ApiError::bad_request(format!("invalid model config: {e}")))?;
+    let config = ModelConfig::from_json(&record.config).map_err(ApiError::from)?;
     state.engine.set_config(&model_key(record), config).await?;
     Ok(())
 }
@@ -213,11 +211,10 @@ async fn put_config(
     let text = std::str::from_utf8(&bytes)
         .map_err(|_| ApiError::bad_request("config must be UTF-8 JSON"))?;
     let value = parse_config(text)?;
-    let config = ModelConfig::from_json(&value)
-        .map_err(|e| ApiError::bad_request(format!("invalid model config: {e}")))?;
+    let config = ModelConfig::from_json(&value).map_err(ApiError::from)?;
     config
         .validate_for(&record.signature)
-        .map_err(|e| ApiError::bad_request(format!("invalid model config: {e}")))?;
+        .map_err(ApiError::from)?;
     state.engine.set_config(&model_key(&record), config).await?;
     if !state
         .store
@@ -253,8 +250,44 @@ pub async fn put_version_config(
     put_config(&state, &model, Some(version), &headers, body).await
 }
 
+/// Refuses to delete what a pipeline runs: `version` when a pipeline pins it or when it is the
+/// model's last version (an unpinned pipeline runs the newest one left); every version when
+/// `version` is `None`. Plugins in use are refused the same way.
+fn refuse_if_used_by_pipelines(
+    state: &AppState,
+    name: &str,
+    version: Option<u64>,
+) -> ApiResult<()> {
+    let last_left = state.catalog.versions(name).len() <= 1;
+    let mut users: Vec<String> = state
+        .pipelines
+        .all()
+        .iter()
+        .filter(|p| p.spec.model == name)
+        .filter(|p| match (version, p.spec.model_version) {
+            (None, _) => true,
+            (Some(v), Some(pinned)) => v == pinned,
+            (Some(_), None) => last_left,
+        })
+        .map(|p| p.record.name.clone())
+        .collect();
+    if users.is_empty() {
+        return Ok(());
+    }
+    users.sort();
+    let what = match version {
+        Some(v) => format!("model '{name}' version {v}"),
+        None => format!("model '{name}'"),
+    };
+    Err(ApiError::conflict(format!(
+        "{what} is used by pipeline(s) {}: change or delete them first",
+        users.join(", ")
+    )))
+}
+
 async fn delete_one(state: &AppState, name: &str, version: u64) -> ApiResult<Value> {
     let record = state.catalog.resolve(name, Some(version))?;
+    refuse_if_used_by_pipelines(state, name, Some(version))?;
     let key = model_key(&record);
     let busy = state.engine.in_flight(&key);
     if busy > 0 {
@@ -292,6 +325,7 @@ pub async fn delete_all(
 ) -> ApiResult<Json<Value>> {
     state.authorize(&headers, Scope::Upload)?;
     state.catalog.resolve(&model, None)?;
+    refuse_if_used_by_pipelines(&state, &model, None)?;
     let versions = state.catalog.versions(&model);
     for r in &versions {
         let busy = state.engine.in_flight(&model_key(r));

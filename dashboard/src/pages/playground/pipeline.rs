@@ -2,9 +2,10 @@
 //! as the raw body of `POST /api/pipelines/{name}/run`; the answer is shown as recognised text,
 //! labels with scores, or tensors, with the stage latencies from the `Server-Timing` header.
 
-use super::{now, origin, outputs_view, stages_view, Exchange};
+use super::{now, origin, outcome_badge, outputs_view, stages_view, Exchange};
 use crate::api::{self, ApiError, Body};
 use crate::format;
+use crate::pages::plugins::strings;
 use crate::tensor;
 use crate::types::StatsList;
 use crate::widgets::ErrorBox;
@@ -30,16 +31,6 @@ pub struct PipelineInfo {
     pub input: Input,
     /// The last post-plugin produces an embedding vector (served by /v1/embeddings too).
     pub embeds: bool,
-}
-
-fn strings(v: &Value) -> Vec<String> {
-    v.as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|s| s.as_str().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 impl PipelineInfo {
@@ -99,6 +90,7 @@ struct PipelineRecord {
     answer: Option<api::RawAnswer>,
     client_ms: f64,
     stages: Vec<(&'static str, f64)>,
+    failure: Option<ApiError>,
 }
 
 /// The model's queue time over one request: the difference of its cumulative counters, when
@@ -271,6 +263,7 @@ pub fn PipelineRun(pipeline: PipelineInfo) -> impl IntoView {
                         stages: stages(&timing, queue),
                         answer: Some(answer),
                         client_ms,
+                        failure: None,
                     }));
                 }
                 Err(e) => {
@@ -280,6 +273,7 @@ pub fn PipelineRun(pipeline: PipelineInfo) -> impl IntoView {
                         answer: None,
                         client_ms,
                         stages: Vec::new(),
+                        failure: Some(e.clone()),
                     }));
                     error.set(Some(e));
                 }
@@ -389,7 +383,7 @@ fn answer_view(answer: &api::RawAnswer) -> AnyView {
     }
     if let Some(outputs) = v["outputs"].as_array() {
         return view! {
-            {outputs_view(outputs)}
+            {outputs_view(outputs, &[])}
         }
         .into_any();
     }
@@ -407,8 +401,9 @@ fn PipelineResult(r: PipelineRecord) -> impl IntoView {
         <section class="card result" id="result">
             <div class="card-head">
                 <h2>"Result"</h2>
-                <span class="latency" id="latency">{format!("{} round trip", format::ms(r.client_ms))}</span>
+                {outcome_badge(r.failure.as_ref(), r.client_ms)}
             </div>
+            {r.failure.as_ref().map(|e| view! { <p class="error" role="alert">{e.describe()}</p> })}
             {(!r.stages.is_empty()).then(|| stages_view(&r.stages))}
             {r.answer.as_ref().map(answer_view)}
             <Exchange request_text=r.request_text response_text curl=r.curl/>

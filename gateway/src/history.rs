@@ -1,0 +1,327 @@
+//! Per-second history of every model and pipeline, kept on the server so that a dashboard (or a
+//! script) sees the last hour whenever it connects, not only what it watched itself.
+//!
+//! A sampler task reads the cumulative counters once a second — the answers by status and the
+//! successful latencies of [`crate::latency`], the engine's queue and batch counters — and
+//! appends the differences to a bounded ring per name ([`CAPACITY`] samples; the oldest go
+//! first). Model state changes go to a bounded activity log with the server's time. Memory is
+//! bounded by the number of registered names; a deleted name's ring goes with it.
+
+use crate::latency::{Counts, StatusCounts};
+use crate::state::{model_key, AppState};
+use infergate_engine::ModelState;
+use parking_lot::Mutex;
+use serde::Serialize;
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// One hour of one-second samples per name.
+pub const CAPACITY: usize = 3600;
+/// State changes kept for the activity feed.
+const ACTIVITY: usize = 200;
+
+/// What a name in the history is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    Model,
+    Pipeline,
+}
+
+/// One second of one model or pipeline.
+#[derive(Debug, Clone, Serialize)]
+pub struct Sample {
+    /// The end of the second, Unix milliseconds (server clock).
+    pub t_ms: u64,
+    /// Answers of every status per second.
+    pub requests_per_s: f64,
+    pub client_errors_per_s: f64,
+    pub server_errors_per_s: f64,
+    /// Successful requests' latency, end to end as the gateway saw them; `None` in a second
+    /// without one.
+    pub p50_ms: Option<f64>,
+    pub p99_ms: Option<f64>,
+    /// Mean time requests waited in the model's queue (models only).
+    pub avg_queue_ms: Option<f64>,
+    /// Mean samples per model execution (models only).
+    pub avg_batch: Option<f64>,
+    /// Requests queued or running at the end of the second (models only).
+    pub in_flight: u64,
+    /// Answers in the second by status (non-empty seconds only).
+    pub statuses: BTreeMap<u16, u64>,
+}
+
+/// A model version that changed state, with the server's time.
+#[derive(Debug, Clone, Serialize)]
+pub struct Activity {
+    pub time_ms: u64,
+    pub model: String,
+    pub version: u64,
+    /// loaded, loading, unloaded, failed, registered or removed.
+    pub state: &'static str,
+    pub reason: Option<String>,
+}
+
+/// Cumulative counters of one name, read at one moment.
+#[derive(Clone)]
+struct Reading {
+    latency: Option<Counts>,
+    statuses: Option<StatusCounts>,
+    queue: (u64, u64),
+    executions: u64,
+    inferences: u64,
+    in_flight: u64,
+}
+
+impl Reading {
+    /// The gateway's counters of `name` (all versions); the engine's are added per version.
+    fn answers(state: &AppState, name: &str) -> Reading {
+        let (latency, statuses) = state
+            .metrics
+            .latency
+            .model_totals(name)
+            .map_or((None, None), |(l, s)| (Some(l), Some(s)));
+        Reading {
+            latency,
+            statuses,
+            queue: (0, 0),
+            executions: 0,
+            inferences: 0,
+            in_flight: 0,
+        }
+    }
+}
+
+struct Series {
+    kind: Kind,
+    samples: VecDeque<Sample>,
+    previous: Option<Reading>,
+}
+
+#[derive(Default)]
+struct Inner {
+    series: BTreeMap<String, Series>,
+    states: BTreeMap<(String, u64), &'static str>,
+    activity: VecDeque<Activity>,
+    started: bool,
+}
+
+#[derive(Default)]
+pub struct History {
+    inner: Mutex<Inner>,
+}
+
+/// What `GET /api/metrics/history` returns for one name.
+#[derive(Serialize)]
+pub struct SeriesView {
+    pub name: String,
+    pub kind: Kind,
+    pub samples: Vec<Sample>,
+}
+
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// A model state as the API names it, and the reason of a failure.
+pub fn state_name(s: &ModelState) -> (&'static str, Option<String>) {
+    match s {
+        ModelState::Unloaded => ("unloaded", None),
+        ModelState::Loading => ("loading", None),
+        ModelState::Ready => ("loaded", None),
+        ModelState::Failed(reason) => ("failed", Some(reason.clone())),
+    }
+}
+
+/// Samples once a second for as long as the process runs.
+pub fn spawn_sampler(state: Arc<AppState>) {
+    tokio::spawn(async move {
+        let mut ticker = tokio::time::interval(Duration::from_secs(1));
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut last = tokio::time::Instant::now();
+        loop {
+            ticker.tick().await;
+            let seconds = last.elapsed().as_secs_f64().max(1e-3);
+            last = tokio::time::Instant::now();
+            state.metrics.history.sample(&state, seconds, now_ms());
+        }
+    });
+}
+
+impl History {
+    /// Reads every counter now and appends one sample per name, covering `seconds`.
+    pub fn sample(&self, state: &AppState, seconds: f64, t_ms: u64) {
+        let records = state.catalog.all();
+        let mut readings: BTreeMap<String, (Kind, Reading)> = BTreeMap::new();
+        let mut states = BTreeMap::new();
+        for r in &records {
+            let key = model_key(r);
+            let (st, reason) = state_name(&state.engine.state(&key));
+            states.insert((r.name.clone(), r.version), (st, reason));
+            let entry = readings
+                .entry(r.name.clone())
+                .or_insert_with(|| (Kind::Model, Reading::answers(state, &r.name)));
+            let reading = &mut entry.1;
+            reading.in_flight += state.engine.in_flight(&key) as u64;
+            if let Some(stats) = state.engine.stats(&key) {
+                reading.queue.0 += stats.queue.count;
+                reading.queue.1 += stats.queue.ns;
+                reading.executions += stats.execution_count;
+                reading.inferences += stats.inference_count;
+            }
+        }
+        for p in state.pipelines.all() {
+            let name = p.record.name.clone();
+            let reading = Reading::answers(state, &name);
+            readings.entry(name).or_insert((Kind::Pipeline, reading));
+        }
+
+        let mut inner = self.inner.lock();
+        inner.record_states(states, t_ms);
+        inner.series.retain(|name, _| readings.contains_key(name));
+        for (name, (kind, reading)) in readings {
+            let series = inner.series.entry(name).or_insert_with(|| Series {
+                kind,
+                samples: VecDeque::new(),
+                previous: None,
+            });
+            series.kind = kind;
+            if let Some(previous) = &series.previous {
+                if series.samples.len() == CAPACITY {
+                    series.samples.pop_front();
+                }
+                series
+                    .samples
+                    .push_back(difference(previous, &reading, seconds, t_ms));
+            }
+            series.previous = Some(reading);
+        }
+    }
+
+    /// Samples after `after_ms` (and within the last `seconds`), per name; `name` picks one.
+    pub fn read(&self, after_ms: u64, name: Option<&str>) -> Vec<SeriesView> {
+        let inner = self.inner.lock();
+        inner
+            .series
+            .iter()
+            .filter(|(n, _)| name.is_none_or(|wanted| wanted == n.as_str()))
+            .map(|(n, s)| SeriesView {
+                name: n.clone(),
+                kind: s.kind,
+                samples: s
+                    .samples
+                    .iter()
+                    .filter(|x| x.t_ms > after_ms)
+                    .cloned()
+                    .collect(),
+            })
+            .collect()
+    }
+
+    /// State changes after `after_ms`, oldest first.
+    pub fn activity(&self, after_ms: u64) -> Vec<Activity> {
+        let inner = self.inner.lock();
+        inner
+            .activity
+            .iter()
+            .filter(|a| a.time_ms > after_ms)
+            .cloned()
+            .collect()
+    }
+}
+
+impl Inner {
+    /// Logs what changed since the last sample. At the first sample only versions that are
+    /// already past "unloaded" are worth a line (a fresh start has every version unloaded).
+    fn record_states(
+        &mut self,
+        now: BTreeMap<(String, u64), (&'static str, Option<String>)>,
+        t_ms: u64,
+    ) {
+        let first = !self.started;
+        self.started = true;
+        let mut log = Vec::new();
+        for ((model, version), (st, reason)) in &now {
+            let before = self.states.get(&(model.clone(), *version)).copied();
+            let changed = match before {
+                Some(old) => old != *st,
+                None if first => *st != "unloaded",
+                None => true,
+            };
+            if changed {
+                let state = if before.is_none() && !first && *st == "unloaded" {
+                    "registered"
+                } else {
+                    st
+                };
+                log.push((model.clone(), *version, state, reason.clone()));
+            }
+        }
+        for (model, version) in self.states.keys() {
+            if !now.contains_key(&(model.clone(), *version)) {
+                log.push((model.clone(), *version, "removed", None));
+            }
+        }
+        for (model, version, state, reason) in log {
+            if self.activity.len() == ACTIVITY {
+                self.activity.pop_front();
+            }
+            self.activity.push_back(Activity {
+                time_ms: t_ms,
+                model,
+                version,
+                state,
+                reason,
+            });
+        }
+        self.states = now.into_iter().map(|(k, (st, _))| (k, st)).collect();
+    }
+}
+
+fn difference(before: &Reading, now: &Reading, seconds: f64, t_ms: u64) -> Sample {
+    let statuses = match &now.statuses {
+        Some(s) => s.since(before.statuses.as_ref()),
+        None => return empty(t_ms, now.in_flight),
+    };
+    let latency = now
+        .latency
+        .as_ref()
+        .map(|l| l.since(before.latency.as_ref()));
+    let quantile = |q: f64| latency.as_ref().and_then(|l| l.quantile_ms(q));
+    let queued = now.queue.0.saturating_sub(before.queue.0);
+    let executions = now.executions.saturating_sub(before.executions);
+    let answered: u64 = statuses.nonzero().iter().map(|(_, n)| n).sum();
+    Sample {
+        t_ms,
+        requests_per_s: answered as f64 / seconds,
+        client_errors_per_s: statuses.in_range(400..500) as f64 / seconds,
+        server_errors_per_s: statuses.in_range(500..600) as f64 / seconds,
+        p50_ms: quantile(0.5),
+        p99_ms: quantile(0.99),
+        avg_queue_ms: (queued > 0)
+            .then(|| now.queue.1.saturating_sub(before.queue.1) as f64 / queued as f64 / 1e6),
+        avg_batch: (executions > 0)
+            .then(|| now.inferences.saturating_sub(before.inferences) as f64 / executions as f64),
+        in_flight: now.in_flight,
+        statuses: statuses.nonzero().into_iter().collect(),
+    }
+}
+
+fn empty(t_ms: u64, in_flight: u64) -> Sample {
+    Sample {
+        t_ms,
+        requests_per_s: 0.0,
+        client_errors_per_s: 0.0,
+        server_errors_per_s: 0.0,
+        p50_ms: None,
+        p99_ms: None,
+        avg_queue_ms: None,
+        avg_batch: None,
+        in_flight,
+        statuses: BTreeMap::new(),
+    }
+}
