@@ -7,7 +7,8 @@ use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-fn plugin_file(name: &str) -> PathBuf {
+/// A plugin built by plugins/build.sh (`INFERGATE_PLUGINS`, else `plugins/dist`).
+pub fn plugin_file(name: &str) -> PathBuf {
     let dir = std::env::var("INFERGATE_PLUGINS")
         .map(PathBuf::from)
         .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugins/dist"));

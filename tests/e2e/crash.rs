@@ -5,12 +5,13 @@
 //! restart no file is left that nothing references. The seed is printed; set
 //! `INFERGATE_CRASH_SEED` to replay one.
 
+use crate::blobs::plugin_file;
 use crate::harness::{model, Options, Server};
 use parking_lot::Mutex;
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -38,13 +39,6 @@ impl Ledger {
     fn snapshot(&self) -> BTreeMap<String, Expect> {
         self.0.lock().clone()
     }
-}
-
-fn plugin_path(name: &str) -> PathBuf {
-    let dir = std::env::var("INFERGATE_PLUGINS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugins/dist"));
-    dir.join(format!("{name}.wasm"))
 }
 
 /// One client of the server under test; every loop ends at the first transport error (the kill).
@@ -305,9 +299,8 @@ async fn kill_9_at_random_points_leaves_a_consistent_store() {
     let plugins: Vec<(String, Vec<u8>)> = PLUGINS
         .iter()
         .map(|p| {
-            let path = plugin_path(p);
-            let bytes = std::fs::read(&path)
-                .unwrap_or_else(|e| panic!("{}: {e}; run plugins/build.sh", path.display()));
+            let path = plugin_file(p);
+            let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
             (p.to_string(), bytes)
         })
         .collect();
