@@ -41,6 +41,8 @@ pub fn plugin_host(config: &Config, store: &Store) -> anyhow::Result<PluginHost>
         output_bytes: settings.max_output_mib.max(1) << 20,
         ..Limits::default()
     };
+    host_config.max_concurrent_compiles = settings.max_concurrent_compiles.max(1);
+    host_config.compile_wait = Duration::from_secs(settings.compile_wait_s);
     PluginHost::new(host_config).map_err(|e| anyhow!("starting the plugin host: {e}"))
 }
 
@@ -72,6 +74,10 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         Store::open(&config.data_dir)
             .with_context(|| format!("opening data directory {}", config.data_dir.display()))?,
     );
+    // Before anything writes: what a crash left half-done is collected now.
+    store
+        .collect_orphans()
+        .context("collecting files a crash left behind")?;
     ensure_admin_key(&store)?;
     let engine = Arc::new(Engine::new(engine_config(&config)?)?);
     let tls = if config.insecure_http {
@@ -87,6 +93,10 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         AppState::new(config.clone(), store, engine, plugin_host)
             .map_err(|e| anyhow!(e.message))?,
     );
+    state
+        .plugins
+        .prune_cache(&state.store)
+        .map_err(|e| anyhow!(e.message))?;
     state.apply_model_configs().await;
     let router = api::router(state.clone());
     let listener = tokio::net::TcpListener::bind(config.listen)

@@ -198,6 +198,11 @@ pub struct PluginSettings {
     pub memory_mib: usize,
     /// Largest output one call may return, in MiB.
     pub max_output_mib: usize,
+    /// Uploads compiled (Cranelift) at once; each compile uses every core and, for a large
+    /// component, hundreds of MB. More wait for a slot.
+    pub max_concurrent_compiles: usize,
+    /// Seconds an upload waits for a compile slot before it is answered 503 with Retry-After.
+    pub compile_wait_s: u64,
 }
 
 impl Default for PluginSettings {
@@ -207,6 +212,8 @@ impl Default for PluginSettings {
             deadline_ms: 2000,
             memory_mib: 256,
             max_output_mib: 64,
+            max_concurrent_compiles: 2,
+            compile_wait_s: 30,
         }
     }
 }

@@ -1,9 +1,9 @@
 //! Registering model files: validate with ONNX Runtime first, then store the file under its
-//! content address, then record the version in one transaction. Any failure leaves neither a
-//! file nor a row behind.
+//! content address and record the version (one step with respect to deletes, see
+//! `Store::add_model_version`). Any failure leaves neither a file nor a row behind.
 
 use crate::error::{ApiError, ApiResult};
-use crate::store::files::{persist, BlobWriter};
+use crate::store::files::BlobWriter;
 use crate::store::models::ModelRecord;
 use crate::store::Store;
 use infergate_engine::{Engine, EngineError};
@@ -36,18 +36,7 @@ pub fn register(
     infergate_engine::ModelConfig::from_json(config)
         .and_then(|c| c.validate_for(&signature))
         .map_err(ApiError::from)?;
-    let dest = store.dir().model_file(&sha256);
-    let existed = dest.exists();
-    persist(tmp, &dest).map_err(|e| ApiError::internal(format!("storing the model file: {e}")))?;
-    match store.insert_model_version(name, &sha256, size, &signature, config) {
-        Ok(record) => Ok(record),
-        Err(e) => {
-            if !existed {
-                let _ = std::fs::remove_file(&dest);
-            }
-            Err(e.into())
-        }
-    }
+    Ok(store.add_model_version(tmp, name, &sha256, size, &signature, config)?)
 }
 
 /// Registers a file from disk (the offline `models add` command and the demo setup).

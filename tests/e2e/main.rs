@@ -6,6 +6,8 @@ mod harness;
 mod webdriver;
 
 mod auth;
+mod blobs;
+mod crash;
 mod dashboard;
 mod grpc;
 mod headers;

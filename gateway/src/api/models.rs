@@ -302,8 +302,10 @@ async fn delete_one(state: &AppState, name: &str, version: u64) -> ApiResult<Val
         .map_err(|e| ApiError::internal(e.to_string()))??;
     state.catalog.remove(name, version);
     state.engine.unload(&key);
-    if let Some((rec, false)) = &deleted {
-        let _ = std::fs::remove_file(state.store.dir().model_file(&rec.sha256));
+    if deleted.is_none() {
+        return Err(ApiError::not_found(format!(
+            "model '{name}' version {version} was deleted meanwhile"
+        )));
     }
     Ok(json!({"name": name, "version": version, "deleted": true}))
 }

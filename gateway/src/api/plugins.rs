@@ -78,10 +78,23 @@ pub async fn get(
     Ok(Json(json!({ "name": name, "versions": versions })))
 }
 
-async fn delete(state: &AppState, name: &str, version: Option<&str>) -> ApiResult<Json<Value>> {
+async fn delete(
+    state: &Arc<AppState>,
+    name: &str,
+    version: Option<&str>,
+) -> ApiResult<Json<Value>> {
     validate_name("plugin", name)?;
-    let deleted = match state.store.delete_plugin(name, version)? {
-        Ok(deleted) => deleted,
+    let worker = state.clone();
+    let (owned_name, owned_version) = (name.to_string(), version.map(str::to_string));
+    let deleted = tokio::task::spawn_blocking(move || {
+        worker
+            .plugins
+            .delete(&worker.store, &owned_name, owned_version.as_deref())
+    })
+    .await
+    .map_err(|e| ApiError::internal(format!("plugin deletion task failed: {e}")))??;
+    let versions = match deleted {
+        Ok(versions) => versions,
         Err(pipelines) => {
             return Err(ApiError::conflict(format!(
                 "plugin '{name}' is used by pipeline(s) {}: change or delete them first",
@@ -89,22 +102,11 @@ async fn delete(state: &AppState, name: &str, version: Option<&str>) -> ApiResul
             )))
         }
     };
-    if deleted.is_empty() {
+    if versions.is_empty() {
         return Err(ApiError::not_found(match version {
             Some(v) => format!("plugin {name}@{v} not found"),
             None => format!("plugin '{name}' not found"),
         }));
-    }
-    let mut versions = Vec::new();
-    for (record, file_shared) in deleted {
-        state.plugins.remove(&record.name, &record.version);
-        if !file_shared {
-            let path = state.store.dir().plugin_file(&record.sha256);
-            if let Err(e) = std::fs::remove_file(&path) {
-                tracing::warn!(path = %path.display(), error = %e, "could not remove a deleted plugin's file");
-            }
-        }
-        versions.push(record.version);
     }
     Ok(Json(
         json!({ "deleted": { "name": name, "versions": versions } }),

@@ -4,14 +4,13 @@
 
 use super::spec::PluginRef;
 use crate::error::{ApiError, ApiResult};
-use crate::store::files::write_atomic;
-use crate::store::plugins::{PluginInsert, PluginRecord};
+use crate::store::plugins::{PluginDescriptionRow, PluginInsert, PluginRecord};
 use crate::store::Store;
 use infergate_plugin_host::{Description, Limits, Plugin, PluginHost, PluginKind};
 use parking_lot::RwLock;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -146,11 +145,26 @@ impl PluginRegistry {
 
     /// Validates and stores an uploaded component. Blocking (compiles): run it on a blocking
     /// thread. Returns what requests will run and whether it is new (false: the same bytes were
-    /// uploaded before under this name and version).
+    /// uploaded before under this name and version). A rejected upload leaves nothing behind:
+    /// neither its file nor its compiled artifact.
     pub fn register(&self, store: &Store, bytes: &[u8]) -> ApiResult<(Arc<LoadedPlugin>, bool)> {
         if bytes.is_empty() {
             return Err(ApiError::bad_request("the plugin file is empty"));
         }
+        let sha256 = hex::encode(Sha256::digest(bytes));
+        let registered = self.compile_and_store(store, bytes, &sha256);
+        if registered.is_err() {
+            self.evict_unless_stored(store, &sha256);
+        }
+        registered
+    }
+
+    fn compile_and_store(
+        &self,
+        store: &Store,
+        bytes: &[u8],
+        sha256: &str,
+    ) -> ApiResult<(Arc<LoadedPlugin>, bool)> {
         let plugin = self.host.compile(bytes)?;
         let description = plugin.description().clone();
         crate::state::validate_name("plugin", &description.name).map_err(|e| {
@@ -171,31 +185,13 @@ impl PluginRegistry {
                 description.version
             )));
         }
-        let sha256 = hex::encode(Sha256::digest(bytes));
-        let dest = store.dir().plugin_file(&sha256);
-        let existed = dest.exists();
-        if !existed {
-            write_atomic(&dest, bytes, 0o644)
-                .map_err(|e| ApiError::internal(format!("storing the plugin file: {e}")))?;
-        }
-        let inserted = store.insert_plugin(
-            &description.name,
-            &description.version,
-            kind_name(description.kind),
-            &sha256,
-            bytes.len() as u64,
-            &description_json(&description),
-        );
-        let outcome = match inserted {
-            Ok(outcome) => outcome,
-            Err(e) => {
-                if !existed {
-                    let _ = std::fs::remove_file(&dest);
-                }
-                return Err(e.into());
-            }
+        let row = PluginDescriptionRow {
+            name: &description.name,
+            version: &description.version,
+            kind: kind_name(description.kind),
+            json: &description_json(&description),
         };
-        match outcome {
+        match store.add_plugin(bytes, sha256, &row)? {
             PluginInsert::Created(record) => {
                 tracing::info!(plugin = %record.name, version = %record.version, sha256 = %record.sha256, "plugin registered");
                 Ok((self.insert(record, plugin), true))
@@ -203,16 +199,70 @@ impl PluginRegistry {
             // The same bytes again: (re)load them under the stored record, which also heals a
             // version that failed to load at start.
             PluginInsert::Unchanged(record) => Ok((self.insert(record, plugin), false)),
-            PluginInsert::Conflict(existing) => {
-                if !existed {
-                    let _ = std::fs::remove_file(&dest);
-                }
-                Err(ApiError::conflict(format!(
-                    "plugin {}@{} already exists with other content (sha256 {}); versions are immutable: bump the version the plugin describes",
-                    existing.name, existing.version, existing.sha256
-                )))
+            PluginInsert::Conflict(existing) => Err(ApiError::conflict(format!(
+                "plugin {}@{} already exists with other content (sha256 {}); versions are immutable: bump the version the plugin describes",
+                existing.name, existing.version, existing.sha256
+            ))),
+        }
+    }
+
+    /// Drops the compiled artifact of content no stored version uses (a rejected upload's, a
+    /// deleted version's). Should another upload of the same bytes be in flight, it only costs
+    /// that version a compile at the next start.
+    fn evict_unless_stored(&self, store: &Store, sha256: &str) {
+        match store.plugin_content_stored(sha256) {
+            Ok(false) => self.host.evict_cached(sha256),
+            Ok(true) => {}
+            Err(e) => {
+                tracing::warn!(sha256, error = %e, "cannot tell whether a compiled plugin is still used; the next start prunes it")
             }
         }
+    }
+
+    /// Deletes one version (or every version) unless a pipeline runs it, with the files and
+    /// compiled artifacts no other version uses. Blocking (file system): run it on a blocking
+    /// thread. Returns the deleted versions, or the pipelines in the way.
+    pub fn delete(
+        &self,
+        store: &Store,
+        name: &str,
+        version: Option<&str>,
+    ) -> ApiResult<Result<Vec<String>, Vec<String>>> {
+        let deleted = match store.delete_plugin(name, version)? {
+            Ok(deleted) => deleted,
+            Err(pipelines) => return Ok(Err(pipelines)),
+        };
+        let mut versions = Vec::with_capacity(deleted.len());
+        for (record, file_shared) in deleted {
+            self.remove(&record.name, &record.version);
+            if !file_shared {
+                self.evict_unless_stored(store, &record.sha256);
+            }
+            versions.push(record.version);
+        }
+        Ok(Ok(versions))
+    }
+
+    /// Prunes the compiled-artifact cache down to the stored plugins' artifacts: what rejected
+    /// uploads, deletes and a crash in between left behind. Run at start, before serving.
+    pub fn prune_cache(&self, store: &Store) -> ApiResult<()> {
+        let stored: HashSet<String> = store
+            .list_plugins()?
+            .into_iter()
+            .map(|r| r.sha256)
+            .collect();
+        let (files, bytes) = self
+            .host
+            .retain_cached(&|sha256| stored.contains(sha256))
+            .map_err(|e| ApiError::internal(format!("pruning the plugin cache: {e}")))?;
+        if files > 0 {
+            tracing::info!(
+                files,
+                bytes,
+                "removed unused compiled plugins from the cache"
+            );
+        }
+        Ok(())
     }
 
     /// The plugin a reference runs now.
@@ -276,7 +326,7 @@ impl PluginRegistry {
     }
 
     /// Forgets deleted versions. Requests already running keep their `Arc` and finish.
-    pub fn remove(&self, name: &str, version: &str) {
+    fn remove(&self, name: &str, version: &str) {
         let mut loaded = self.loaded.write();
         if let Some(versions) = loaded.get_mut(name) {
             versions.retain(|p| p.record.version != version);

@@ -27,11 +27,24 @@ impl DataDir {
         ] {
             fs::create_dir_all(&sub)?;
         }
-        // Leftovers of uploads interrupted by a crash are never referenced: drop them.
-        for entry in fs::read_dir(dir.tmp())?.flatten() {
-            let _ = fs::remove_file(entry.path());
-        }
         Ok(dir)
+    }
+
+    /// Takes the lock that makes "store a content-addressed file and insert the row that
+    /// references it" and "delete a row and remove its file when nothing else references it"
+    /// exclusive of each other. Without it a delete can remove the file that an upload of the
+    /// same bytes has just persisted and is about to reference. It is an advisory `flock` on
+    /// `DATA/blobs.lock`, so it also orders the offline CLI against a running server. Always
+    /// taken before a database transaction, never inside one.
+    pub fn lock_blobs(&self) -> io::Result<BlobLock> {
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .open(self.root.join("blobs.lock"))?;
+        file.lock()?;
+        Ok(BlobLock { _file: file })
     }
 
     pub fn root(&self) -> &Path {
@@ -69,6 +82,12 @@ impl DataDir {
     }
 }
 
+/// Held while content-addressed files and their rows change together; closing the file (on
+/// drop) releases the lock.
+pub struct BlobLock {
+    _file: File,
+}
+
 /// Writes `bytes` to `path` atomically with the given Unix mode.
 pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
@@ -94,7 +113,7 @@ pub fn write_new(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
     sync_dir(path.parent().unwrap_or(Path::new(".")))
 }
 
-fn sync_dir(dir: &Path) -> io::Result<()> {
+pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
 

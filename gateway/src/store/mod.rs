@@ -1,6 +1,7 @@
 //! The persistent store: one SQLite database (WAL, foreign keys on, schema from `migrations/`)
 //! and content-addressed files under the data directory.
 
+pub mod collect;
 pub mod files;
 mod key_cache;
 pub mod keys;
@@ -65,6 +66,25 @@ impl Store {
         f: impl FnOnce(&mut Connection) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
         f(&mut self.conn.lock())
+    }
+}
+
+impl StoreError {
+    /// Wraps an I/O error with what was being done, for `map_err`.
+    pub(crate) fn io(doing: &'static str) -> impl Fn(std::io::Error) -> StoreError {
+        move |e| StoreError::Io(format!("{doing}: {e}"))
+    }
+}
+
+/// Removes a content-addressed file nothing references any more. A failure leaves an
+/// unreferenced file behind, which the next start collects, so it is logged, not returned.
+pub(crate) fn remove_blob(path: &Path) {
+    match std::fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => {
+            tracing::warn!(path = %path.display(), error = %e, "could not remove an unreferenced file; the next start collects it")
+        }
     }
 }
 

@@ -1,6 +1,8 @@
 //! Model version rows. Files are content-addressed; a row is written only after ONNX Runtime
-//! accepted the file.
+//! accepted the file. A file and the rows that reference it change under the data directory's
+//! blob lock, so a delete never removes a file that an upload has just stored for a new row.
 
+use super::files::persist;
 use super::{now_secs, Store, StoreError};
 use infergate_engine::ModelSignature;
 use rusqlite::{params, OptionalExtension, Row};
@@ -35,8 +37,34 @@ fn record(row: &Row<'_>) -> rusqlite::Result<ModelRecord> {
 }
 
 impl Store {
+    /// Moves a finished upload to its content address and records it as the next version of
+    /// `name`, as one step with respect to deletes (both under the blob lock). On failure a
+    /// file this call stored is removed again; one that existed before is left to its rows.
+    pub fn add_model_version(
+        &self,
+        upload: tempfile::NamedTempFile,
+        name: &str,
+        sha256: &str,
+        size_bytes: u64,
+        signature: &ModelSignature,
+        config: &serde_json::Value,
+    ) -> Result<ModelRecord, StoreError> {
+        let _blobs = self
+            .dir
+            .lock_blobs()
+            .map_err(StoreError::io("locking blobs"))?;
+        let dest = self.dir.model_file(sha256);
+        let existed = dest.exists();
+        persist(upload, &dest).map_err(StoreError::io("storing the model file"))?;
+        let inserted = self.insert_model_version(name, sha256, size_bytes, signature, config);
+        if inserted.is_err() && !existed {
+            super::remove_blob(&dest);
+        }
+        inserted
+    }
+
     /// Records a new version (the next number for this name) in one transaction.
-    pub fn insert_model_version(
+    fn insert_model_version(
         &self,
         name: &str,
         sha256: &str,
@@ -92,13 +120,19 @@ impl Store {
         })
     }
 
-    /// Deletes a version's row; returns it and whether its file is still used by another row.
+    /// Deletes a version's row and, when no other row references its file, the file (after
+    /// the commit, still under the blob lock: a crash in between leaves an unreferenced file,
+    /// which the next start collects). Returns the deleted row.
     pub fn delete_model_version(
         &self,
         name: &str,
         version: u64,
-    ) -> Result<Option<(ModelRecord, bool)>, StoreError> {
-        self.with(|conn| {
+    ) -> Result<Option<ModelRecord>, StoreError> {
+        let _blobs = self
+            .dir
+            .lock_blobs()
+            .map_err(StoreError::io("locking blobs"))?;
+        let deleted = self.with(|conn| {
             let tx = conn.transaction()?;
             let Some(rec) = tx
                 .query_row(
@@ -121,7 +155,13 @@ impl Store {
             )?;
             tx.commit()?;
             Ok(Some((rec, shared)))
-        })
+        })?;
+        Ok(deleted.map(|(rec, shared)| {
+            if !shared {
+                super::remove_blob(&self.dir.model_file(&rec.sha256));
+            }
+            rec
+        }))
     }
 
     pub fn set_model_config(

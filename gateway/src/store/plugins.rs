@@ -1,6 +1,8 @@
 //! Plugin and pipeline rows. Plugin files are content-addressed like models; a row is written
-//! only after the plugin host compiled the component and checked it implements the world.
+//! only after the plugin host compiled the component and checked it implements the world. As
+//! for models, a file and the rows that reference it change under the blob lock.
 
+use super::files::write_atomic;
 use super::{now_secs, Store, StoreError};
 use rusqlite::{params, OptionalExtension, Row};
 use serde::Serialize;
@@ -58,8 +60,18 @@ fn pipeline_record(row: &Row<'_>) -> rusqlite::Result<PipelineRecord> {
 }
 
 /// What deleting plugin versions did: the rows deleted, each with whether its file is still
-/// referenced by another row; or the pipelines that run a version it would delete.
+/// referenced by another row (an unreferenced one has been removed); or the pipelines that run
+/// a version it would delete.
 pub type PluginDeletion = Result<Vec<(PluginRecord, bool)>, Vec<String>>;
+
+/// The columns of a new plugin row that come from its `describe` export.
+pub struct PluginDescriptionRow<'a> {
+    pub name: &'a str,
+    pub version: &'a str,
+    /// `pre` or `post`.
+    pub kind: &'a str,
+    pub json: &'a serde_json::Value,
+}
 
 /// What inserting a plugin did.
 pub enum PluginInsert {
@@ -71,7 +83,55 @@ pub enum PluginInsert {
 }
 
 impl Store {
-    pub fn insert_plugin(
+    /// Stores a validated component under its content address (unless there already) and
+    /// records it, as one step with respect to deletes (both under the blob lock). A file this
+    /// call stored is removed again when the row is not created (error or conflict).
+    pub fn add_plugin(
+        &self,
+        bytes: &[u8],
+        sha256: &str,
+        description: &PluginDescriptionRow<'_>,
+    ) -> Result<PluginInsert, StoreError> {
+        let _blobs = self
+            .dir
+            .lock_blobs()
+            .map_err(StoreError::io("locking blobs"))?;
+        let dest = self.dir.plugin_file(sha256);
+        let existed = dest.exists();
+        if !existed {
+            write_atomic(&dest, bytes, 0o644).map_err(StoreError::io("storing the plugin file"))?;
+        }
+        let inserted = self.insert_plugin(
+            description.name,
+            description.version,
+            description.kind,
+            sha256,
+            bytes.len() as u64,
+            description.json,
+        );
+        if !existed
+            && !matches!(
+                inserted,
+                Ok(PluginInsert::Created(_) | PluginInsert::Unchanged(_))
+            )
+        {
+            super::remove_blob(&dest);
+        }
+        inserted
+    }
+
+    /// Whether any stored plugin version is this content.
+    pub fn plugin_content_stored(&self, sha256: &str) -> Result<bool, StoreError> {
+        self.with(|conn| {
+            Ok(conn.query_row(
+                "SELECT EXISTS(SELECT 1 FROM plugins WHERE sha256 = ?1)",
+                [sha256],
+                |r| r.get(0),
+            )?)
+        })
+    }
+
+    fn insert_plugin(
         &self,
         name: &str,
         version: &str,
@@ -141,12 +201,17 @@ impl Store {
     /// Deletes one version (or every version when `version` is None) unless a pipeline runs
     /// it: a pipeline runs the version it pins, or the newest upload of the name. Returns the
     /// deleted rows with whether each file is still referenced, or the pipelines in the way.
+    /// Files no row references any more are removed after the commit, under the blob lock.
     pub fn delete_plugin(
         &self,
         name: &str,
         version: Option<&str>,
     ) -> Result<PluginDeletion, StoreError> {
-        self.with(|conn| {
+        let _blobs = self
+            .dir
+            .lock_blobs()
+            .map_err(StoreError::io("locking blobs"))?;
+        let deletion = self.with(|conn| {
             let tx = conn.transaction()?;
             let all: Vec<PluginRecord> = {
                 let mut stmt =
@@ -200,7 +265,15 @@ impl Store {
             }
             tx.commit()?;
             Ok(Ok(deleted))
-        })
+        })?;
+        if let Ok(deleted) = &deletion {
+            for (rec, shared) in deleted {
+                if !shared {
+                    super::remove_blob(&self.dir.plugin_file(&rec.sha256));
+                }
+            }
+        }
+        Ok(deletion)
     }
 
     /// Creates or replaces a pipeline and records which plugins it uses, in one transaction.

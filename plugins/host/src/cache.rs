@@ -104,6 +104,38 @@ impl ArtifactCache {
         }
         written
     }
+
+    /// Removes the artifact of one component, if it is cached.
+    pub(crate) fn remove(&self, component_sha256: &str) -> io::Result<()> {
+        match fs::remove_file(self.path(component_sha256)) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        }
+    }
+
+    /// Removes every file but the artifacts, for this engine, of the components `keep`
+    /// accepts: artifacts of components no longer stored or built by another wasmtime, and
+    /// temporary files of writes a crash interrupted. Returns the files and bytes removed.
+    pub(crate) fn retain(&self, keep: &dyn Fn(&str) -> bool) -> io::Result<(u64, u64)> {
+        let suffix = format!("-{}.cwasm", self.engine_key);
+        let (mut files, mut bytes) = (0, 0);
+        for entry in fs::read_dir(&self.dir)? {
+            let entry = entry?;
+            let name = entry.file_name();
+            let kept = name
+                .to_str()
+                .and_then(|n| n.strip_suffix(&suffix))
+                .is_some_and(|sha| sha.len() == 64 && keep(sha));
+            if kept || !entry.file_type()?.is_file() {
+                continue;
+            }
+            let size = entry.metadata().map_or(0, |m| m.len());
+            fs::remove_file(entry.path())?;
+            files += 1;
+            bytes += size;
+        }
+        Ok((files, bytes))
+    }
 }
 
 /// Feeds `Hash` output into SHA-256, for a key that is stable across processes.

@@ -64,6 +64,12 @@ pub struct HostConfig {
     pub keep_resident_bytes: usize,
     /// Limits for plugins that get none of their own.
     pub default_limits: Limits,
+    /// Cranelift compiles (cache misses) that may run at once; each takes
+    /// every core and, for a large component, hundreds of MB.
+    pub max_concurrent_compiles: usize,
+    /// How long a compile waits for a slot before it fails with
+    /// [`crate::PluginError::CompilerBusy`].
+    pub compile_wait: Duration,
 }
 
 impl Default for HostConfig {
@@ -77,6 +83,8 @@ impl Default for HostConfig {
             max_wasm_stack: 512 << 10,
             keep_resident_bytes: 4 << 20,
             default_limits: Limits::default(),
+            max_concurrent_compiles: 2,
+            compile_wait: Duration::from_secs(30),
         }
     }
 }

@@ -88,6 +88,13 @@ pub enum PluginError {
     #[error("plugin {plugin} is at its concurrency limit; retry later")]
     Busy { plugin: PluginId },
 
+    /// Every compile slot stayed taken for the whole wait (nobody's fault, retry: HTTP 503).
+    #[error("the plugin compiler is busy ({limit} compile(s) running; waited {waited:?} for a slot); retry later")]
+    CompilerBusy {
+        limit: usize,
+        waited: std::time::Duration,
+    },
+
     /// The host itself failed: engine setup, cache I/O (HTTP 500).
     #[error("plugin host error: {0}")]
     Internal(String),
@@ -100,7 +107,7 @@ impl PluginError {
             PluginError::Invalid { .. } => 400,
             PluginError::BadInput { .. } => 422,
             PluginError::Fault { .. } | PluginError::Internal(_) => 500,
-            PluginError::Busy { .. } => 503,
+            PluginError::Busy { .. } | PluginError::CompilerBusy { .. } => 503,
         }
     }
 
@@ -110,7 +117,9 @@ impl PluginError {
             PluginError::BadInput { plugin, .. }
             | PluginError::Fault { plugin, .. }
             | PluginError::Busy { plugin } => Some(plugin),
-            PluginError::Invalid { .. } | PluginError::Internal(_) => None,
+            PluginError::Invalid { .. }
+            | PluginError::CompilerBusy { .. }
+            | PluginError::Internal(_) => None,
         }
     }
 

@@ -5,6 +5,7 @@
 
 use crate::bindings::{self, infergate::plugin::log};
 use crate::cache::{ArtifactCache, Lookup};
+use crate::compile_slots::CompileSlots;
 use crate::config::HostConfig;
 use crate::error::{PluginError, PluginId};
 use crate::metrics::{Metrics, MetricsSnapshot};
@@ -31,6 +32,7 @@ pub(crate) struct Shared {
     pub(crate) metrics: Metrics,
     linker: Linker<CallState>,
     cache: Option<ArtifactCache>,
+    compile_slots: CompileSlots,
     // Held for its `Drop`, which stops the thread.
     _ticker: Ticker,
 }
@@ -50,6 +52,7 @@ impl PluginHost {
             None => None,
         };
         let ticker = Ticker::start(&engine, config.epoch_tick)?;
+        let compile_slots = CompileSlots::new(config.max_concurrent_compiles, config.compile_wait);
         Ok(PluginHost {
             shared: Arc::new(Shared {
                 engine,
@@ -57,6 +60,7 @@ impl PluginHost {
                 metrics: Metrics::default(),
                 linker,
                 cache,
+                compile_slots,
                 _ticker: ticker,
             }),
         })
@@ -142,19 +146,14 @@ impl PluginHost {
     }
 
     fn load_or_compile(&self, bytes: &[u8], sha256: &str) -> Result<Component, PluginError> {
+        if let Some(component) = self.cached(sha256) {
+            return Ok(component);
+        }
         let shared = &self.shared;
-        if let Some(cache) = &shared.cache {
-            match cache.load(&shared.engine, sha256) {
-                Lookup::Hit(component) => {
-                    shared.metrics.cache_hit();
-                    return Ok(component);
-                }
-                Lookup::Miss => {}
-                Lookup::Rejected(why) => {
-                    shared.metrics.cache_rejected();
-                    tracing::warn!(sha256, why, "recompiling plugin: cached artifact rejected");
-                }
-            }
+        let slot = shared.compile_slots.acquire()?;
+        // Another upload of the same bytes may have compiled them while this one waited.
+        if let Some(component) = self.cached(sha256) {
+            return Ok(component);
         }
         let component = Component::new(&shared.engine, bytes).map_err(|e| {
             PluginError::invalid(format!("not a valid WebAssembly component: {e:#}"))
@@ -169,7 +168,47 @@ impl PluginHost {
                 tracing::warn!(sha256, error, "cannot cache compiled plugin");
             }
         }
+        drop(slot);
         Ok(component)
+    }
+
+    fn cached(&self, sha256: &str) -> Option<Component> {
+        let shared = &self.shared;
+        match shared.cache.as_ref()?.load(&shared.engine, sha256) {
+            Lookup::Hit(component) => {
+                shared.metrics.cache_hit();
+                Some(component)
+            }
+            Lookup::Miss => None,
+            Lookup::Rejected(why) => {
+                shared.metrics.cache_rejected();
+                tracing::warn!(sha256, why, "recompiling plugin: cached artifact rejected");
+                None
+            }
+        }
+    }
+
+    /// Forgets the compiled artifact of a component that is not stored (its upload was
+    /// rejected, or it was deleted), so the cache holds only what can be loaded again.
+    pub fn evict_cached(&self, component_sha256: &str) {
+        if let Some(cache) = &self.shared.cache {
+            if let Err(e) = cache.remove(component_sha256) {
+                tracing::warn!(
+                    sha256 = component_sha256,
+                    error = %e,
+                    "cannot remove a compiled plugin from the cache"
+                );
+            }
+        }
+    }
+
+    /// Removes from the cache everything but the artifacts of the components `keep` accepts
+    /// (run at start, when nothing compiles). Returns the files and bytes removed.
+    pub fn retain_cached(&self, keep: &dyn Fn(&str) -> bool) -> std::io::Result<(u64, u64)> {
+        match &self.shared.cache {
+            Some(cache) => cache.retain(keep),
+            None => Ok((0, 0)),
+        }
     }
 
     /// Where the compiled artifact of a component with this SHA-256 is cached.

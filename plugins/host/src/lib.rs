@@ -10,6 +10,7 @@
 //! PluginHost::new(HostConfig)        engine, pool, epoch ticker, cache
 //!   .compile(&bytes) -> Plugin       validate + compile (or load from cache)
 //! Plugin::preprocess / postprocess   one call = fresh Store + instance
+//! PluginHost::evict_cached / retain_cached   prune the artifact cache
 //! PluginError::http_status()         400 invalid, 422 bad input, 500 fault, 503 busy
 //! PluginHost::metrics()              counters for /metrics
 //! ```
@@ -29,6 +30,7 @@ mod types; //    Tensor, Datatype, PreInput, PostOutput, Description
 // Internals.
 mod bindings; // generated from plugins/wit
 mod cache; //    compiled-artifact cache on disk
+mod compile_slots; // bound on compiles running at once
 mod convert; //  public types <-> plugin-facing types
 mod lift; //     output read under a byte budget
 mod lower; //    input written, its buffers donated to the output
