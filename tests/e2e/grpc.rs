@@ -12,7 +12,7 @@ use prost::Message;
 use std::time::Duration;
 
 /// One gRPC message on the wire: uncompressed flag, big-endian length, protobuf bytes.
-fn frame(message: &impl Message) -> Vec<u8> {
+pub fn frame(message: &impl Message) -> Vec<u8> {
     let body = message.encode_to_vec();
     let mut out = vec![0];
     out.extend_from_slice(&(body.len() as u32).to_be_bytes());
@@ -56,7 +56,7 @@ fn classify(id: &str) -> ModelInferRequest {
 }
 
 /// The server's gRPC base URL, from its `grpc listening on` line.
-fn grpc_url(s: &Server) -> String {
+pub fn grpc_url(s: &Server) -> String {
     let line = s
         .wait_for_log("grpc listening on ", Duration::from_secs(30))
         .expect("the gRPC listening line");

@@ -9,6 +9,7 @@ mod auth;
 mod dashboard;
 mod grpc;
 mod headers;
+mod hostile_input;
 mod infer;
 mod limits;
 mod models;
