@@ -123,8 +123,8 @@ pub fn redact_paths(text: &str) -> String {
 }
 
 /// A tensor whose data does not match its shape: the request's fault.
-impl From<infergate_protocol::tensor::TensorError> for EngineError {
-    fn from(e: infergate_protocol::tensor::TensorError) -> EngineError {
+impl From<infergate_protocol::DecodeError> for EngineError {
+    fn from(e: infergate_protocol::DecodeError) -> EngineError {
         EngineError::InvalidInput(e.0)
     }
 }

@@ -19,8 +19,8 @@ pub mod limits;
 pub mod message;
 pub mod tensor;
 
-/// A request the client got wrong (HTTP 400, gRPC INVALID_ARGUMENT); the message names the
-/// tensor when one is at fault.
+/// A request the client got wrong (HTTP 400, gRPC INVALID_ARGUMENT), or a tensor whose data
+/// does not match its shape; the message names the tensor when one is at fault.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DecodeError(pub String);
 

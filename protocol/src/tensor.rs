@@ -2,6 +2,7 @@
 //! bytes (or a list of byte strings for BYTES). The engine re-exports them; their encodings are
 //! in [`crate::binary`], [`crate::json`] and [`crate::kserve`].
 
+use crate::DecodeError;
 use serde::{Deserialize, Serialize};
 
 /// The datatypes of the Open Inference Protocol, with their ONNX Runtime equivalents.
@@ -116,20 +117,9 @@ pub struct Tensor {
     pub data: TensorData,
 }
 
-/// A tensor whose data does not match its shape and datatype (the engine reports it as the
-/// client's invalid input).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TensorError(pub String);
-
-impl std::fmt::Display for TensorError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for TensorError {}
-
-type Result<T> = std::result::Result<T, TensorError>;
+/// A tensor whose data does not match its shape and datatype is a [`DecodeError`] (the engine
+/// reports it as the client's invalid input).
+type Result<T> = std::result::Result<T, DecodeError>;
 
 /// Number of elements of a shape; `None` for a negative dimension or overflow.
 pub fn element_count(shape: &[i64]) -> Option<usize> {
@@ -163,7 +153,7 @@ impl Tensor {
     /// Checks that the stored data matches shape and datatype.
     pub fn check(&self) -> Result<()> {
         let count = self.element_count().ok_or_else(|| {
-            TensorError(format!(
+            DecodeError(format!(
                 "tensor '{}': invalid shape {:?}",
                 self.name, self.shape
             ))
@@ -176,7 +166,7 @@ impl Tensor {
         if ok {
             Ok(())
         } else {
-            Err(TensorError(format!(
+            Err(DecodeError(format!(
                 "tensor '{}': data does not match shape {:?} and datatype {}",
                 self.name, self.shape, self.datatype
             )))

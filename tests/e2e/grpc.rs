@@ -70,19 +70,28 @@ pub fn grpc_url(s: &Server) -> String {
     url
 }
 
-/// Opens `ModelStreamInfer` with `body` as the stream of request frames.
-async fn stream_infer(s: &Server, url: &str, key: &str, body: reqwest::Body) -> reqwest::Response {
+/// Calls `method` of the inference service with `body` as its request frames.
+pub async fn call(
+    s: &Server,
+    url: &str,
+    method: &str,
+    key: &str,
+    body: reqwest::Body,
+) -> reqwest::Response {
     crate::harness::client_for(&s.data, false)
-        .post(format!(
-            "{url}/inference.GRPCInferenceService/ModelStreamInfer"
-        ))
+        .post(format!("{url}/inference.GRPCInferenceService/{method}"))
         .header("content-type", "application/grpc")
         .header("te", "trailers")
         .bearer_auth(key)
         .body(body)
         .send()
         .await
-        .expect("the stream opens")
+        .expect("the call is answered")
+}
+
+/// Opens `ModelStreamInfer` with `body` as the stream of request frames.
+async fn stream_infer(s: &Server, url: &str, key: &str, body: reqwest::Body) -> reqwest::Response {
+    call(s, url, "ModelStreamInfer", key, body).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

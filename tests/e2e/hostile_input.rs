@@ -109,15 +109,7 @@ async fn absurd_shapes_over_http_json_and_binary_are_400s() {
 /// A unary `ModelInfer` call; answers the grpc-status of a trailers-only (error) response, or
 /// None when the call succeeded with a message.
 async fn grpc_infer(s: &Server, url: &str, key: &str, body: Vec<u8>) -> Option<String> {
-    let response = crate::harness::client_for(&s.data, false)
-        .post(format!("{url}/inference.GRPCInferenceService/ModelInfer"))
-        .header("content-type", "application/grpc")
-        .header("te", "trailers")
-        .bearer_auth(key)
-        .body(body)
-        .send()
-        .await
-        .expect("the call is answered");
+    let response = crate::grpc::call(s, url, "ModelInfer", key, body.into()).await;
     assert_eq!(response.status(), 200);
     let status = response
         .headers()
