@@ -10,8 +10,11 @@ use infergate_protocol::message::{inference_request, Incoming};
 use infergate_protocol::tensor::{DataType, Tensor};
 use infergate_protocol::{binary, limits};
 
+/// What a target checks: one input, panicking on a defect.
+pub type Check = fn(&[u8]);
+
 /// The fuzz targets by name, as `fuzz_targets/NAME.rs` and `corpus/NAME/` call them.
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+pub const TARGETS: &[(&str, Check)] = &[
     ("kserve_json", kserve_json),
     ("kserve_binary", kserve_binary),
     ("grpc_contents", grpc_contents),
@@ -20,10 +23,14 @@ pub const TARGETS: &[(&str, fn(&[u8]))] = &[
 ];
 
 /// Decoded tensors must match their shapes, and survive being encoded as an answer (JSON or
-/// binary) and decoded again.
+/// binary) and decoded again. Not those with a NaN or infinite element (binary input may carry
+/// one): JSON has no such numbers, answers write them as null, which is no request element.
 fn check_decoded(request: &InferRequest, tensors: &[Tensor]) {
     for t in tensors {
         assert!(t.check().is_ok(), "decoded {t:?} does not match its shape");
+    }
+    if tensors.iter().any(has_nan) {
+        return;
     }
     let (body, json_len) =
         encode_response(request, "m", 1, tensors).expect("decoded tensors encode");
@@ -32,17 +39,7 @@ fn check_decoded(request: &InferRequest, tensors: &[Tensor]) {
     let again = serde_json::json!({"inputs": answer["outputs"]});
     let mut again = parse_request(&serde_json::to_vec(&again).expect("JSON")).expect("parses");
     let decoded = decode_inputs(&mut again, tail).expect("an answer decodes as a request");
-    let same = decoded.iter().zip(tensors).all(|(a, b)| same_tensor(a, b));
-    assert!(
-        same && decoded.len() == tensors.len(),
-        "{tensors:?} came back as {decoded:?}"
-    );
-}
-
-/// Equal, except that a NaN element (binary input may carry one; JSON answers it as null)
-/// cannot come back through JSON: such tensors are only compared when the answer was binary.
-fn same_tensor(a: &Tensor, b: &Tensor) -> bool {
-    a == b || has_nan(b)
+    assert_eq!(decoded, tensors, "tensors changed on the way back");
 }
 
 fn has_nan(t: &Tensor) -> bool {
