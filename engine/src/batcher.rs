@@ -247,7 +247,12 @@ pub(crate) fn concat(batch: &[Request]) -> Result<Vec<Tensor>> {
                     TensorData::Bytes(items)
                 }
             };
-            Tensor::new(proto.name.clone(), proto.datatype, shape, data)
+            Ok(Tensor::new(
+                proto.name.clone(),
+                proto.datatype,
+                shape,
+                data,
+            )?)
         })
         .collect()
 }

@@ -82,4 +82,74 @@ impl EngineError {
     }
 }
 
+impl EngineError {
+    /// The message for a client: the full message with absolute file paths cut down to their
+    /// file name, so ONNX Runtime's errors ("Load model from /srv/infergate/models/... failed")
+    /// do not reveal the server's layout. The full text is for the server's log.
+    pub fn client_message(&self) -> String {
+        redact_paths(&self.to_string())
+    }
+}
+
+/// Replaces each absolute path (a `/` at the start of a word, or after a quote, bracket, `=`
+/// or `:`, followed by at least one more `/`) with `…/` and its last component.
+pub fn redact_paths(text: &str) -> String {
+    const OPENERS: &str = "\"'`([{=:,";
+    const CLOSERS: &str = "\"'`)]},;";
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(slash) = rest.find('/') {
+        let (before, from) = rest.split_at(slash);
+        out.push_str(before);
+        let at_word_start = before
+            .chars()
+            .next_back()
+            .is_none_or(|c| c.is_whitespace() || OPENERS.contains(c));
+        let end = from
+            .find(|c: char| c.is_whitespace() || CLOSERS.contains(c))
+            .unwrap_or(from.len());
+        let word = &from[..end];
+        match word.rsplit_once('/') {
+            Some((dir, name)) if at_word_start && !dir.is_empty() => {
+                out.push_str("…/");
+                out.push_str(name);
+            }
+            _ => out.push_str(word),
+        }
+        rest = &from[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// A tensor whose data does not match its shape: the request's fault.
+impl From<infergate_protocol::DecodeError> for EngineError {
+    fn from(e: infergate_protocol::DecodeError) -> EngineError {
+        EngineError::InvalidInput(e.0)
+    }
+}
+
 pub type Result<T, E = EngineError> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn absolute_paths_are_cut_to_their_file_name() {
+        let e = EngineError::InvalidModel(
+            "Load model from /srv/data/models/ab12.onnx failed:/onnxruntime_src/core/graph/model.cc:180 bad".into(),
+        );
+        assert_eq!(
+            e.client_message(),
+            "invalid model: Load model from …/ab12.onnx failed:…/model.cc:180 bad"
+        );
+        for kept in ["input/output 3/4", "a / b", "shape [1, 3]", "'/'"] {
+            assert_eq!(redact_paths(kept), kept);
+        }
+        assert_eq!(
+            redact_paths("path '/x/y' (\"/z/w\")"),
+            "path '…/y' (\"…/w\")"
+        );
+    }
+}

@@ -280,7 +280,7 @@ fn from_value(name: &str, value: &DynValue) -> Result<Tensor> {
             .try_extract_strings()
             .map_err(|e| internal(e.message().to_string()))?;
         let data = TensorData::Bytes(strings.into_iter().map(String::into_bytes).collect());
-        return Tensor::new(name, spec.datatype, spec.shape, data);
+        return Ok(Tensor::new(name, spec.datatype, spec.shape, data)?);
     }
     let count =
         element_count(&spec.shape).ok_or_else(|| internal(format!("shape {:?}", spec.shape)))?;
@@ -296,5 +296,10 @@ fn from_value(name: &str, value: &DynValue) -> Result<Tensor> {
             std::ptr::copy_nonoverlapping(view.data_ptr().cast::<u8>(), bytes.as_mut_ptr(), len);
         }
     }
-    Tensor::new(name, spec.datatype, spec.shape, TensorData::Raw(bytes))
+    Ok(Tensor::new(
+        name,
+        spec.datatype,
+        spec.shape,
+        TensorData::Raw(bytes),
+    )?)
 }

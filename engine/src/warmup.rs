@@ -39,7 +39,7 @@ pub(crate) fn tensors(config: &ModelConfig, sample: &WarmupSample) -> Result<Vec
                     TensorData::Raw(bytes)
                 }
             };
-            Tensor::new(name.clone(), datatype, shape, data)
+            Ok(Tensor::new(name.clone(), datatype, shape, data)?)
         })
         .collect()
 }

@@ -61,7 +61,11 @@ impl std::fmt::Display for ApiError {
 
 impl From<EngineError> for ApiError {
     fn from(e: EngineError) -> ApiError {
-        let message = e.to_string();
+        // Clients get the message without file paths; the log keeps them.
+        let message = e.client_message();
+        if message != e.to_string() {
+            tracing::info!(error = %e, "engine error (paths redacted in the answer)");
+        }
         match e.fault() {
             Fault::Client => ApiError::bad_request(message),
             Fault::Model => ApiError::internal(message),
@@ -71,7 +75,7 @@ impl From<EngineError> for ApiError {
             },
             Fault::Timeout => ApiError::new(StatusCode::GATEWAY_TIMEOUT, message),
             Fault::Internal => {
-                tracing::error!(error = %message, "engine failure");
+                tracing::error!(error = %e, "engine failure");
                 ApiError::internal(message)
             }
         }

@@ -12,7 +12,7 @@ use prost::Message;
 use std::time::Duration;
 
 /// One gRPC message on the wire: uncompressed flag, big-endian length, protobuf bytes.
-fn frame(message: &impl Message) -> Vec<u8> {
+pub fn frame(message: &impl Message) -> Vec<u8> {
     let body = message.encode_to_vec();
     let mut out = vec![0];
     out.extend_from_slice(&(body.len() as u32).to_be_bytes());
@@ -56,7 +56,7 @@ fn classify(id: &str) -> ModelInferRequest {
 }
 
 /// The server's gRPC base URL, from its `grpc listening on` line.
-fn grpc_url(s: &Server) -> String {
+pub fn grpc_url(s: &Server) -> String {
     let line = s
         .wait_for_log("grpc listening on ", Duration::from_secs(30))
         .expect("the gRPC listening line");
@@ -70,19 +70,28 @@ fn grpc_url(s: &Server) -> String {
     url
 }
 
-/// Opens `ModelStreamInfer` with `body` as the stream of request frames.
-async fn stream_infer(s: &Server, url: &str, key: &str, body: reqwest::Body) -> reqwest::Response {
+/// Calls `method` of the inference service with `body` as its request frames.
+pub async fn call(
+    s: &Server,
+    url: &str,
+    method: &str,
+    key: &str,
+    body: reqwest::Body,
+) -> reqwest::Response {
     crate::harness::client_for(&s.data, false)
-        .post(format!(
-            "{url}/inference.GRPCInferenceService/ModelStreamInfer"
-        ))
+        .post(format!("{url}/inference.GRPCInferenceService/{method}"))
         .header("content-type", "application/grpc")
         .header("te", "trailers")
         .bearer_auth(key)
         .body(body)
         .send()
         .await
-        .expect("the stream opens")
+        .expect("the call is answered")
+}
+
+/// Opens `ModelStreamInfer` with `body` as the stream of request frames.
+async fn stream_infer(s: &Server, url: &str, key: &str, body: reqwest::Body) -> reqwest::Response {
+    call(s, url, "ModelStreamInfer", key, body).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

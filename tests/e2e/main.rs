@@ -11,6 +11,7 @@ mod crash;
 mod dashboard;
 mod grpc;
 mod headers;
+mod hostile_input;
 mod infer;
 mod limits;
 mod models;

@@ -396,10 +396,14 @@ async fn run_infer(
         Ok(target) => target,
         Err(e) => return Err(reject_unread(e, &headers, body).await),
     };
-    let body = read_limited(&headers, body, state.config.limits.max_request_bytes).await?;
-    let (json_part, binary_part) = codec::split_body(&body, header_length(&headers)?)?;
-    let request = codec::parse_request(json_part)?;
-    let inputs = codec::decode_inputs(&request, binary_part)?;
+    // The body is freed once decoded: only the tensors stay while the model runs.
+    let (request, inputs) = {
+        let body = read_limited(&headers, body, state.config.limits.max_request_bytes).await?;
+        let (json_part, binary_part) = codec::split_body(&body, header_length(&headers)?)?;
+        let mut request = codec::parse_request(json_part)?;
+        let inputs = codec::decode_inputs(&mut request, binary_part)?;
+        (request, inputs)
+    };
     let inferred = infer_target(&state, target, &request, inputs).await?;
     let (bytes, json_len) = codec::encode_response(
         &request,

@@ -38,6 +38,7 @@ use axum::extract::State;
 use axum::response::Response;
 use futures_util::{SinkExt, StreamExt};
 use http::{HeaderMap, HeaderValue};
+use infergate_protocol::message::Incoming;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use std::collections::HashMap;
@@ -255,7 +256,7 @@ async fn connection(state: Arc<AppState>, socket: WebSocket, key: Option<String>
                             }
                         }
                         Incoming::Invalid(id, e) => {
-                            let _ = out.send(error_frame(&id, &e)).await;
+                            let _ = out.send(error_frame(&id, &e.into())).await;
                         }
                     }
                 }
@@ -291,63 +292,6 @@ async fn connection(state: Arc<AppState>, socket: WebSocket, key: Option<String>
             writer.abort();
         }
     }
-}
-
-/// One text message, classified before any work is spawned so that cancellations and
-/// duplicate ids are handled by the connection itself.
-enum Incoming {
-    /// `{"cancel": ID}`: stop the request in flight with that id.
-    Cancel(Value),
-    /// An inference or generation request, its `"id"` taken out of the body.
-    Request(Value, Map<String, Value>),
-    /// Answered with an error frame (the id when the message had a usable one).
-    Invalid(Value, ApiError),
-}
-
-impl Incoming {
-    fn parse(text: &str) -> Incoming {
-        let mut body = match serde_json::from_str::<Value>(text) {
-            Ok(Value::Object(body)) => body,
-            Ok(_) => {
-                return Incoming::Invalid(
-                    Value::Null,
-                    ApiError::bad_request("a message must be a JSON object"),
-                )
-            }
-            Err(e) => {
-                return Incoming::Invalid(
-                    Value::Null,
-                    ApiError::bad_request(format!("invalid JSON: {e}")),
-                )
-            }
-        };
-        if let Some(id) = body.remove("cancel") {
-            return match (is_id(&id), body.is_empty()) {
-                (true, true) => Incoming::Cancel(id),
-                (false, _) => Incoming::Invalid(
-                    Value::Null,
-                    ApiError::bad_request(
-                        "\"cancel\" takes the id (string or number) of a request",
-                    ),
-                ),
-                (true, false) => Incoming::Invalid(
-                    id,
-                    ApiError::bad_request("a cancel message has no other fields: {\"cancel\": ID}"),
-                ),
-            };
-        }
-        match body.remove("id") {
-            Some(id) if is_id(&id) => Incoming::Request(id, body),
-            _ => Incoming::Invalid(
-                Value::Null,
-                ApiError::bad_request("each message needs an \"id\" (string or number)"),
-            ),
-        }
-    }
-}
-
-fn is_id(id: &Value) -> bool {
-    id.is_string() || id.is_number()
 }
 
 /// The ids of this connection's requests in flight, so that a client can cancel one by id.
@@ -497,23 +441,8 @@ async fn run(
         })
         .await;
     }
-    let request: crate::api::codec::InferRequest = serde_json::from_value(Value::Object(body))
-        .map_err(|e| ApiError::bad_request(format!("invalid inference request: {e}")))?;
-    let wants_binary = request
-        .parameters
-        .get("binary_data_output")
-        .and_then(Value::as_bool)
-        == Some(true)
-        || request
-            .outputs
-            .iter()
-            .any(|o| o.parameters.get("binary_data").and_then(Value::as_bool) == Some(true));
-    if wants_binary {
-        return Err(ApiError::bad_request(
-            "binary tensor data is not supported over WebSocket: use JSON data",
-        ));
-    }
-    let inputs = crate::api::codec::decode_inputs(&request, &[])?;
+    let mut request = infergate_protocol::message::inference_request(body)?;
+    let inputs = crate::api::codec::decode_inputs(&mut request, &[])?;
     let outputs: Vec<String> = request.outputs.iter().map(|o| o.name.clone()).collect();
     let results = state
         .engine

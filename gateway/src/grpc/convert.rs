@@ -5,11 +5,12 @@
 use super::proto::infer_parameter::ParameterChoice;
 use super::proto::model_infer_response::InferOutputTensor;
 use super::proto::{InferParameter, InferTensorContents, ModelInferRequest, ModelInferResponse};
-use crate::api::codec::{self, InferRequest, RequestedOutput};
+use crate::api::codec::{InferRequest, RequestedOutput};
 use crate::api::kserve::Inferred;
 use crate::error::{ApiError, ApiResult};
-use infergate_engine::tensor::element_count;
 use infergate_engine::{DataType, Tensor, TensorData};
+use infergate_protocol::contents::{self, TypedContents};
+use infergate_protocol::{binary, limits};
 use serde_json::{Map, Value};
 use std::collections::HashMap;
 
@@ -74,16 +75,15 @@ pub fn decode_inputs(message: &ModelInferRequest) -> ApiResult<Vec<Tensor>> {
         let bad = |m: String| ApiError::bad_request(format!("input '{}': {m}", input.name));
         let datatype = DataType::from_name(&input.datatype)
             .ok_or_else(|| bad(format!("unknown datatype '{}'", input.datatype)))?;
-        let count = element_count(&input.shape)
-            .ok_or_else(|| bad(format!("invalid shape {:?}", input.shape)))?;
+        let count = limits::declared_elements(&input.shape).map_err(bad)?;
         let data = match (raw.get(i), &input.contents) {
             (Some(_), Some(_)) => {
                 return Err(bad(
                     "contents must be empty when raw_input_contents is used".into(),
                 ))
             }
-            (Some(bytes), None) => codec::decode_binary(datatype, count, bytes).map_err(bad)?,
-            (None, Some(contents)) => decode_typed(datatype, count, contents).map_err(bad)?,
+            (Some(bytes), None) => binary::decode(datatype, count, bytes).map_err(bad)?,
+            (None, Some(c)) => contents::decode(datatype, count, &typed(c)).map_err(bad)?,
             (None, None) => return Err(bad("no contents and no raw_input_contents".into())),
         };
         tensors.push(Tensor {
@@ -96,66 +96,18 @@ pub fn decode_inputs(message: &ModelInferRequest) -> ApiResult<Vec<Tensor>> {
     Ok(tensors)
 }
 
-fn exactly<'a, T>(items: &'a [T], count: usize, field: &str) -> Result<&'a [T], String> {
-    if items.len() == count {
-        Ok(items)
-    } else {
-        Err(format!(
-            "{} elements in contents.{field}, shape needs {count}",
-            items.len()
-        ))
+/// Typed contents as the protocol crate reads them.
+fn typed(c: &InferTensorContents) -> TypedContents<'_> {
+    TypedContents {
+        bool_contents: &c.bool_contents,
+        int_contents: &c.int_contents,
+        int64_contents: &c.int64_contents,
+        uint_contents: &c.uint_contents,
+        uint64_contents: &c.uint64_contents,
+        fp32_contents: &c.fp32_contents,
+        fp64_contents: &c.fp64_contents,
+        bytes_contents: &c.bytes_contents,
     }
-}
-
-/// Typed contents as little-endian bytes: narrower integer types travel in the 32-bit fields
-/// and must fit their datatype.
-fn decode_typed(
-    datatype: DataType,
-    count: usize,
-    c: &InferTensorContents,
-) -> Result<TensorData, String> {
-    macro_rules! le {
-        ($field:ident, $t:ty) => {{
-            let items = exactly(&c.$field, count, stringify!($field))?;
-            let mut out = Vec::with_capacity(count * std::mem::size_of::<$t>());
-            for &x in items {
-                let x =
-                    <$t>::try_from(x).map_err(|_| format!("{x} is out of range for {datatype}"))?;
-                out.extend_from_slice(&x.to_le_bytes());
-            }
-            TensorData::Raw(out)
-        }};
-    }
-    macro_rules! floats {
-        ($field:ident) => {{
-            let items = exactly(&c.$field, count, stringify!($field))?;
-            TensorData::Raw(items.iter().flat_map(|x| x.to_le_bytes()).collect())
-        }};
-    }
-    Ok(match datatype {
-        DataType::Bool => TensorData::Raw(
-            exactly(&c.bool_contents, count, "bool_contents")?
-                .iter()
-                .map(|&b| b as u8)
-                .collect(),
-        ),
-        DataType::Int8 => le!(int_contents, i8),
-        DataType::Int16 => le!(int_contents, i16),
-        DataType::Int32 => le!(int_contents, i32),
-        DataType::Int64 => le!(int64_contents, i64),
-        DataType::Uint8 => le!(uint_contents, u8),
-        DataType::Uint16 => le!(uint_contents, u16),
-        DataType::Uint32 => le!(uint_contents, u32),
-        DataType::Uint64 => le!(uint64_contents, u64),
-        DataType::Fp32 => floats!(fp32_contents),
-        DataType::Fp64 => floats!(fp64_contents),
-        DataType::Fp16 => {
-            return Err("FP16 has no typed contents field: send it in raw_input_contents".into())
-        }
-        DataType::Bytes => {
-            TensorData::Bytes(exactly(&c.bytes_contents, count, "bytes_contents")?.to_vec())
-        }
-    })
 }
 
 /// The answer: output metadata plus one raw entry per output, in the same order.
@@ -174,7 +126,7 @@ pub fn response(inferred: Inferred, id: String) -> ModelInferResponse {
             TensorData::Raw(bytes) => bytes,
             TensorData::Bytes(_) => {
                 let mut bytes = Vec::new();
-                codec::to_binary(&tensor, &mut bytes);
+                binary::encode(&tensor, &mut bytes);
                 bytes
             }
         });

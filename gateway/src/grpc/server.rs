@@ -15,5 +15,9 @@ pub fn router(state: Arc<AppState>) -> axum::Router {
     let service = GrpcInferenceServiceServer::new(InferenceService::new(state))
         .max_decoding_message_size(max_request)
         .max_encoding_message_size(usize::MAX);
-    tonic::service::Routes::new(service).into_axum_router()
+    tonic::service::Routes::new(service)
+        .into_axum_router()
+        .layer(axum::middleware::map_response(
+            super::status::oversized_as_resource_exhausted,
+        ))
 }

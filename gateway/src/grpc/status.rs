@@ -32,6 +32,30 @@ pub fn status(error: ApiError) -> Status {
     status
 }
 
+/// tonic refuses a request message over `max_decoding_message_size` (checked on its length
+/// prefix, before reading it) with OUT_OF_RANGE; gRPC's own implementations and clients expect
+/// RESOURCE_EXHAUSTED for an oversized message (as this gateway answers 413 over HTTP).
+/// Applied to every gRPC response: only that refusal (the status tonic leaves in the
+/// response's extensions, with its decoder's message) is rewritten.
+pub async fn oversized_as_resource_exhausted(
+    mut response: axum::response::Response,
+) -> axum::response::Response {
+    let oversized = response
+        .extensions()
+        .get::<Status>()
+        .is_some_and(|s| s.code() == Code::OutOfRange && s.message().starts_with(TONIC_TOO_LARGE));
+    if oversized {
+        response.headers_mut().insert(
+            "grpc-status",
+            http::HeaderValue::from(Code::ResourceExhausted as i32),
+        );
+    }
+    response
+}
+
+/// How tonic's decoder starts the message of that refusal.
+const TONIC_TOO_LARGE: &str = "Error, decoded message length too large";
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,6 +4,7 @@
 
 use infergate_engine::{DataType, Tensor, TensorData};
 use infergate_plugin_host as host;
+use infergate_protocol::{binary, limits};
 
 fn datatype_to_host(d: DataType) -> host::Datatype {
     match d {
@@ -44,12 +45,9 @@ fn datatype_from_host(d: host::Datatype) -> DataType {
 pub fn to_host(t: Tensor) -> host::Tensor {
     let data = match t.data {
         TensorData::Raw(bytes) => bytes,
-        TensorData::Bytes(items) => {
-            let mut out = Vec::with_capacity(items.iter().map(|i| i.len() + 4).sum());
-            for item in items {
-                out.extend_from_slice(&(item.len() as u32).to_le_bytes());
-                out.extend_from_slice(&item);
-            }
+        TensorData::Bytes(_) => {
+            let mut out = Vec::with_capacity(t.byte_len() + 4 * t.element_count().unwrap_or(0));
+            binary::encode(&t, &mut out);
             out
         }
     };
@@ -62,8 +60,9 @@ pub fn to_host(t: Tensor) -> host::Tensor {
     }
 }
 
-/// A plugin's output tensor in engine form. The host already checked the data length against
-/// the datatype and shape, so only dimension overflow and BYTES framing can still fail.
+/// A plugin's output tensor in engine form. The host checked the data length against the
+/// datatype and shape already; the plugin is not trusted twice over, so the shape goes
+/// through the same limits as a client's and the tensor is checked again.
 pub fn from_host(t: host::Tensor) -> Result<Tensor, String> {
     let shape = t
         .shape
@@ -74,32 +73,13 @@ pub fn from_host(t: host::Tensor) -> Result<Tensor, String> {
         .collect::<Result<Vec<_>, _>>()?;
     let datatype = datatype_from_host(t.datatype);
     let data = if datatype == DataType::Bytes {
-        let mut items = Vec::new();
-        let mut rest = t.data.as_slice();
-        while let Some((len, tail)) = rest.split_first_chunk::<4>() {
-            let len = u32::from_le_bytes(*len) as usize;
-            let item = tail
-                .get(..len)
-                .ok_or_else(|| format!("tensor '{}': truncated BYTES element", t.name))?;
-            items.push(item.to_vec());
-            rest = &tail[len..];
-        }
-        if !rest.is_empty() {
-            return Err(format!(
-                "tensor '{}': trailing bytes after the last element",
-                t.name
-            ));
-        }
-        TensorData::Bytes(items)
+        let count =
+            limits::declared_elements(&shape).map_err(|e| format!("tensor '{}': {e}", t.name))?;
+        binary::decode(datatype, count, &t.data).map_err(|e| format!("tensor '{}': {e}", t.name))?
     } else {
         TensorData::Raw(t.data)
     };
-    Ok(Tensor {
-        name: t.name,
-        datatype,
-        shape,
-        data,
-    })
+    Tensor::new(t.name, datatype, shape, data).map_err(|e| e.to_string())
 }
 
 #[cfg(test)]
@@ -134,6 +114,26 @@ mod tests {
             shape: vec![1],
             data: vec![9, 0, 0, 0, b'a'],
         };
-        assert!(from_host(t).unwrap_err().contains("truncated"));
+        assert!(from_host(t).unwrap_err().contains("longer than the data"));
+    }
+
+    #[test]
+    fn absurd_shapes_from_a_plugin_are_errors() {
+        for (datatype, shape) in [
+            (host::Datatype::Fp32, vec![1 << 36, 16]),
+            (host::Datatype::Bytes, vec![1 << 36, 16]),
+            (host::Datatype::Fp32, vec![i64::MAX as u64, 4]),
+            (host::Datatype::Bytes, vec![i64::MAX as u64, 4]),
+            (host::Datatype::Uint8, vec![u64::MAX]),
+        ] {
+            let t = host::Tensor {
+                name: "t".into(),
+                datatype,
+                shape: shape.clone(),
+                data: vec![1, 0, 0, 0, 7],
+            };
+            let e = from_host(t).unwrap_err();
+            assert!(e.contains("tensor 't'"), "{shape:?}: {e}");
+        }
     }
 }

@@ -1,0 +1,298 @@
+//! The KServe v2 (Open Inference Protocol) request and response documents, and the decoding
+//! of their input tensors from JSON `data` or the binary section.
+
+use crate::tensor::{DataType, Tensor};
+use crate::{binary, json, limits, DecodeError};
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+
+pub const HEADER_LENGTH: &str = "inference-header-content-length";
+
+#[derive(Debug, Deserialize)]
+pub struct InferRequest {
+    #[serde(default)]
+    pub id: Option<String>,
+    #[serde(default)]
+    pub parameters: Map<String, Value>,
+    pub inputs: Vec<InputTensor>,
+    #[serde(default)]
+    pub outputs: Vec<RequestedOutput>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct InputTensor {
+    pub name: String,
+    pub shape: Vec<i64>,
+    pub datatype: String,
+    #[serde(default)]
+    pub parameters: Map<String, Value>,
+    /// The elements' JSON text, kept unparsed until the datatype and shape are known (they may
+    /// come after it): decoded by [`decode_inputs`] straight into bytes, then dropped.
+    #[serde(default)]
+    pub data: Option<Box<RawValue>>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct RequestedOutput {
+    pub name: String,
+    #[serde(default)]
+    pub parameters: Map<String, Value>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct InferResponse {
+    pub model_name: String,
+    pub model_version: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    pub outputs: Vec<OutputTensor>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct OutputTensor {
+    pub name: String,
+    pub datatype: &'static str,
+    pub shape: Vec<i64>,
+    #[serde(skip_serializing_if = "Map::is_empty")]
+    pub parameters: Map<String, Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub data: Option<Value>,
+}
+
+pub fn parse_request(json: &[u8]) -> Result<InferRequest, DecodeError> {
+    serde_json::from_slice(json)
+        .map_err(|e| DecodeError(format!("invalid inference request JSON: {e}")))
+}
+
+/// Decodes every input tensor, consuming binary sections in order. Each input's JSON text is
+/// taken out of the request as it is decoded, so the text and its tensor are not both held.
+pub fn decode_inputs(
+    request: &mut InferRequest,
+    mut binary: &[u8],
+) -> Result<Vec<Tensor>, DecodeError> {
+    let mut tensors = Vec::with_capacity(request.inputs.len());
+    for input in &mut request.inputs {
+        let text = input.data.take();
+        let bad = |m: String| DecodeError(format!("input '{}': {m}", input.name));
+        let datatype = DataType::from_name(&input.datatype)
+            .ok_or_else(|| bad(format!("unknown datatype '{}'", input.datatype)))?;
+        let count = limits::declared_elements(&input.shape).map_err(bad)?;
+        let data = match input.parameters.get("binary_data_size") {
+            Some(size) => {
+                let size = size
+                    .as_u64()
+                    .and_then(|s| usize::try_from(s).ok())
+                    .ok_or_else(|| bad("binary_data_size must be a non-negative integer".into()))?;
+                if size > binary.len() {
+                    return Err(bad(format!(
+                        "binary_data_size {size} exceeds the {} binary bytes left in the body",
+                        binary.len()
+                    )));
+                }
+                let (mine, rest) = binary.split_at(size);
+                binary = rest;
+                binary::decode(datatype, count, mine).map_err(bad)?
+            }
+            None => {
+                let text = text.ok_or_else(|| bad("no 'data' and no binary_data_size".into()))?;
+                json::decode(datatype, count, text.get()).map_err(bad)?
+            }
+        };
+        tensors.push(Tensor {
+            name: input.name.clone(),
+            datatype,
+            shape: input.shape.clone(),
+            data,
+        });
+    }
+    if !binary.is_empty() {
+        return Err(DecodeError(format!(
+            "{} binary bytes in the body belong to no input",
+            binary.len()
+        )));
+    }
+    Ok(tensors)
+}
+
+/// Whether an output goes into the binary section: its own `binary_data` parameter wins, else
+/// the request-wide `binary_data_output`.
+pub fn wants_binary(request: &InferRequest, output: &str) -> bool {
+    let own = request
+        .outputs
+        .iter()
+        .find(|o| o.name == output)
+        .and_then(|o| o.parameters.get("binary_data"))
+        .and_then(Value::as_bool);
+    own.unwrap_or_else(|| {
+        request
+            .parameters
+            .get("binary_data_output")
+            .and_then(Value::as_bool)
+            .unwrap_or(false)
+    })
+}
+
+/// Builds the response body: `(bytes, Some(json_len))` when any output is binary.
+pub fn encode_response(
+    request: &InferRequest,
+    model_name: &str,
+    model_version: u64,
+    outputs: &[Tensor],
+) -> serde_json::Result<(Vec<u8>, Option<usize>)> {
+    let mut binary = Vec::new();
+    let mut any_binary = false;
+    let mut encoded = Vec::with_capacity(outputs.len());
+    for tensor in outputs {
+        let mut parameters = Map::new();
+        let data = if wants_binary(request, &tensor.name) {
+            any_binary = true;
+            let before = binary.len();
+            binary::encode(tensor, &mut binary);
+            parameters.insert(
+                "binary_data_size".into(),
+                Value::from(binary.len() - before),
+            );
+            None
+        } else {
+            Some(json::encode(tensor))
+        };
+        encoded.push(OutputTensor {
+            name: tensor.name.clone(),
+            datatype: tensor.datatype.name(),
+            shape: tensor.shape.clone(),
+            parameters,
+            data,
+        });
+    }
+    let response = InferResponse {
+        model_name: model_name.to_string(),
+        model_version: model_version.to_string(),
+        id: request.id.clone(),
+        outputs: encoded,
+    };
+    let mut body = serde_json::to_vec(&response)?;
+    if !any_binary {
+        return Ok((body, None));
+    }
+    let json_len = body.len();
+    body.extend_from_slice(&binary);
+    Ok((body, Some(json_len)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn request(v: Value) -> InferRequest {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn nested_and_flat_json_decode_the_same() {
+        let mut flat = request(
+            json!({"inputs":[{"name":"x","shape":[2,2],"datatype":"FP32","data":[1,2,3,4]}]}),
+        );
+        let mut nested = request(
+            json!({"inputs":[{"name":"x","shape":[2,2],"datatype":"FP32","data":[[1,2],[3,4]]}]}),
+        );
+        let a = decode_inputs(&mut flat, &[]).unwrap();
+        let b = decode_inputs(&mut nested, &[]).unwrap();
+        assert_eq!(a, b);
+        assert_eq!(a[0].to_f32().unwrap(), vec![1.0, 2.0, 3.0, 4.0]);
+    }
+
+    #[test]
+    fn data_before_datatype_and_shape_decodes() {
+        let mut req = parse_request(
+            br#"{"inputs":[{"data":[5,6],"name":"x","datatype":"INT8","shape":[2]}]}"#,
+        )
+        .unwrap();
+        let t = decode_inputs(&mut req, &[]).unwrap();
+        assert_eq!(t[0].data, crate::tensor::TensorData::Raw(vec![5, 6]));
+        assert!(
+            req.inputs[0].data.is_none(),
+            "the text is dropped once decoded"
+        );
+    }
+
+    #[test]
+    fn every_datatype_round_trips_through_json_and_binary() {
+        let cases = [
+            ("BOOL", json!([true, false])),
+            ("UINT8", json!([0, 255])),
+            ("UINT16", json!([0, 65535])),
+            ("UINT32", json!([0, 4294967295u64])),
+            ("UINT64", json!([0, 18446744073709551615u64])),
+            ("INT8", json!([-128, 127])),
+            ("INT16", json!([-32768, 32767])),
+            ("INT32", json!([-2147483648i64, 2147483647])),
+            ("INT64", json!([i64::MIN, i64::MAX])),
+            ("FP16", json!([1.5, -2.0])),
+            ("FP32", json!([1.5, -2.25])),
+            ("FP64", json!([1.5, -2.125])),
+            ("BYTES", json!(["héllo", ""])),
+        ];
+        for (dt, data) in cases {
+            let mut req =
+                request(json!({"inputs":[{"name":"t","shape":[2],"datatype":dt,"data":data}]}));
+            let tensors = decode_inputs(&mut req, &[]).unwrap();
+            assert_eq!(json::encode(&tensors[0]), data, "{dt} via JSON");
+            let mut bin = Vec::new();
+            binary::encode(&tensors[0], &mut bin);
+            let mut req = request(
+                json!({"inputs":[{"name":"t","shape":[2],"datatype":dt,"parameters":{"binary_data_size":bin.len()}}]}),
+            );
+            assert_eq!(
+                decode_inputs(&mut req, &bin).unwrap(),
+                tensors,
+                "{dt} via binary"
+            );
+        }
+    }
+
+    #[test]
+    fn errors_name_the_tensor() {
+        let cases = [
+            json!({"inputs":[{"name":"a","shape":[3],"datatype":"FP32","data":[1,2]}]}),
+            json!({"inputs":[{"name":"a","shape":[1],"datatype":"FLOAT","data":[1]}]}),
+            json!({"inputs":[{"name":"a","shape":[1],"datatype":"UINT8","data":[256]}]}),
+            json!({"inputs":[{"name":"a","shape":[1],"datatype":"INT32","data":["x"]}]}),
+            json!({"inputs":[{"name":"a","shape":[-1],"datatype":"INT32","data":[]}]}),
+            json!({"inputs":[{"name":"a","shape":[1],"datatype":"INT32"}]}),
+            json!({"inputs":[{"name":"a","shape":[2],"datatype":"FP32","parameters":{"binary_data_size":8}}]}),
+            json!({"inputs":[{"name":"a","shape":[68719476736i64, 16],"datatype":"FP32","data":[1]}]}),
+            json!({"inputs":[{"name":"a","shape":[i64::MAX],"datatype":"FP32","data":[1]}]}),
+            json!({"inputs":[{"name":"a","shape":[i64::MAX, 4],"datatype":"FP32","data":[1]}]}),
+            json!({"inputs":[{"name":"a","shape":[1],"datatype":"FP32","data":[1e39]}]}),
+            json!({"inputs":[{"name":"a","shape":[68719476736i64],"datatype":"BYTES","parameters":{"binary_data_size":4}}]}),
+        ];
+        for c in cases {
+            let e = decode_inputs(&mut request(c.clone()), &[0; 4]).unwrap_err();
+            assert!(e.0.starts_with("input 'a'"), "{c}: {}", e.0);
+        }
+        let mut leftover = request(
+            json!({"inputs":[{"name":"a","shape":[1],"datatype":"FP32","parameters":{"binary_data_size":4}}]}),
+        );
+        assert!(decode_inputs(&mut leftover, &[0; 8])
+            .unwrap_err()
+            .0
+            .contains("belong to no input"));
+    }
+
+    #[test]
+    fn response_puts_requested_outputs_in_the_binary_section() {
+        let req = request(
+            json!({"inputs":[], "outputs":[{"name":"b","parameters":{"binary_data":true}},{"name":"j"}]}),
+        );
+        let b = Tensor::from_f32("b", vec![2], &[1.0, 2.0]).unwrap();
+        let j = Tensor::from_f32("j", vec![1], &[3.0]).unwrap();
+        let (body, json_len) = encode_response(&req, "m", 1, &[b, j]).unwrap();
+        let json_len = json_len.unwrap();
+        let header: Value = serde_json::from_slice(&body[..json_len]).unwrap();
+        assert_eq!(header["outputs"][0]["parameters"]["binary_data_size"], 8);
+        assert_eq!(header["outputs"][1]["data"], json!([3.0]));
+        assert_eq!(&body[json_len..], &[0, 0, 128, 63, 0, 0, 0, 64]);
+    }
+}
