@@ -12,7 +12,7 @@ use std::time::Duration;
 /// Batched logits may differ from unbatched ones by ORT's choice of kernels per batch size.
 const TOLERANCE: f32 = 1e-3;
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn batched_results_equal_unbatched_and_stats_count_batches() {
     let Some(engine) = engine(|_| {}) else { return };
     let path = model("efficientnet-lite0.onnx");
@@ -63,7 +63,7 @@ async fn batched_results_equal_unbatched_and_stats_count_batches() {
     assert_eq!(p.batch_stats[0].compute_infer.count, 4);
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mismatched_shapes_are_batched_apart_and_all_succeed() {
     let Some(engine) = engine(|_| {}) else { return };
     let path = model("minilm.onnx");
@@ -99,7 +99,7 @@ async fn mismatched_shapes_are_batched_apart_and_all_succeed() {
     assert_eq!(s.batch_stats[0].compute_infer.count, 2);
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_queue_rejects_with_a_retry_hint() {
     let Some(engine) = engine(|_| {}) else { return };
     let engine = Arc::new(engine);
@@ -134,7 +134,7 @@ async fn a_full_queue_rejects_with_a_retry_hint() {
     assert_eq!(engine.stats(&k).unwrap().execution_count, 0);
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_timed_out_request_fails_and_never_executes() {
     let Some(engine) = engine(|_| {}) else { return };
     let path = model("minilm.onnx");
@@ -168,7 +168,7 @@ async fn a_timed_out_request_fails_and_never_executes() {
     assert_eq!((s.execution_count, s.inference_count), (0, 0));
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_request_is_never_executed() {
     let Some(engine) = engine(|_| {}) else { return };
     let engine = Arc::new(engine);
@@ -200,7 +200,7 @@ async fn a_dropped_request_is_never_executed() {
     assert_eq!((s.execution_count, s.inference_count), (1, 2));
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_higher_priority_request_runs_before_a_waiting_lower_one() {
     let Some(engine) = engine(|_| {}) else { return };
     let engine = Arc::new(engine);
@@ -255,4 +255,51 @@ async fn a_higher_priority_request_runs_before_a_waiting_lower_one() {
         .await
         .unwrap_err();
     assert_eq!(e.fault(), Fault::Client);
+}
+
+/// Under load the requests' own threads and the instance threads share the sessions: a lone
+/// request to an idle version runs on its caller's thread, the rest queue and batch. Every
+/// request still gets its own answer, no batch exceeds the limit and nothing runs twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn under_load_every_request_gets_its_own_answer_in_bounded_batches() {
+    let Some(engine) = engine(|c| c.instances = Some(2)) else {
+        return;
+    };
+    let engine = Arc::new(engine);
+    let path = model("minilm.onnx");
+    let (plain, batched) = (key("minilm-load", 1), key("minilm-load", 2));
+    engine
+        .set_config(
+            &batched,
+            config(r#"{"max_batch_size": 4, "dynamic_batching": {"max_queue_delay_microseconds": 2000}}"#),
+        )
+        .await
+        .unwrap();
+    engine.load(&batched, &path).await.unwrap();
+    const REQUESTS: u64 = 24;
+    let tasks: Vec<_> = (0..REQUESTS)
+        .map(|seed| {
+            let (engine, path, k) = (engine.clone(), path.clone(), batched.clone());
+            tokio::spawn(async move { engine.infer(&k, &path, tokens(seed, 8), vec![]).await })
+        })
+        .collect();
+    for (seed, task) in (0..REQUESTS).zip(tasks) {
+        let got = task.await.unwrap().unwrap();
+        let alone = engine
+            .infer(&plain, &path, tokens(seed, 8), vec![])
+            .await
+            .unwrap();
+        let diff = max_diff(&got[0], &alone[0]);
+        assert!(diff <= TOLERANCE, "request {seed}: {diff}");
+    }
+    let s = engine.stats(&batched).unwrap();
+    assert_eq!(s.success.count, REQUESTS);
+    assert_eq!(s.inference_count, REQUESTS);
+    let mut samples = 0;
+    for b in &s.batch_stats {
+        assert!(b.batch_size <= 4, "batch of {}", b.batch_size);
+        samples += b.batch_size * b.compute_infer.count;
+    }
+    assert_eq!(samples, REQUESTS, "every request ran exactly once");
+    assert_eq!(engine.model_info(&batched).unwrap().instances, 2);
 }

@@ -7,13 +7,16 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 /// An engine on the real ONNX Runtime, or `None` (with the reason printed) when
-/// `ORT_DYLIB_PATH` is unset. CI always sets it.
+/// `ORT_DYLIB_PATH` is unset. CI always sets it. One instance of one intra-op thread unless
+/// `adjust` says otherwise, so tests behave the same whatever the machine's cores.
 pub fn engine(adjust: impl FnOnce(&mut EngineConfig)) -> Option<Engine> {
     let Some(lib) = std::env::var_os("ORT_DYLIB_PATH") else {
         eprintln!("skipped: ORT_DYLIB_PATH is unset (source .cache/env.sh)");
         return None;
     };
     let mut config = EngineConfig::new(lib);
+    config.instances = Some(1);
+    config.intra_threads = Some(1);
     adjust(&mut config);
     Some(Engine::new(config).expect("engine starts"))
 }
