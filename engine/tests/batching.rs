@@ -17,14 +17,13 @@ async fn batched_results_equal_unbatched_and_stats_count_batches() {
     let Some(engine) = engine(|_| {}) else { return };
     let path = model("efficientnet-lite0.onnx");
     let (plain, batched) = (key("effnet", 1), key("effnet", 2));
-    engine
-        .set_config(
-            &batched,
-            config(r#"{"max_batch_size": 4, "dynamic_batching": {"max_queue_delay_microseconds": 10000000}}"#),
-        )
-        .await
-        .unwrap();
-    engine.load(&batched, &path).await.unwrap();
+    load_configured(
+        &engine,
+        &batched,
+        &path,
+        r#"{"max_batch_size": 4, "dynamic_batching": {"max_queue_delay_microseconds": 10000000}}"#,
+    )
+    .await;
     let (a, b, c, d) = tokio::join!(
         engine.infer(&batched, &path, image(1), vec![]),
         engine.infer(&batched, &path, image(2), vec![]),
@@ -68,14 +67,13 @@ async fn mismatched_shapes_are_batched_apart_and_all_succeed() {
     let Some(engine) = engine(|_| {}) else { return };
     let path = model("minilm.onnx");
     let (plain, batched) = (key("minilm", 1), key("minilm", 2));
-    engine
-        .set_config(
-            &batched,
-            config(r#"{"max_batch_size": 2, "dynamic_batching": {"max_queue_delay_microseconds": 10000000}}"#),
-        )
-        .await
-        .unwrap();
-    engine.load(&batched, &path).await.unwrap();
+    load_configured(
+        &engine,
+        &batched,
+        &path,
+        r#"{"max_batch_size": 2, "dynamic_batching": {"max_queue_delay_microseconds": 10000000}}"#,
+    )
+    .await;
     let (a, b, c, d) = tokio::join!(
         engine.infer(&batched, &path, tokens(1, 8), vec![]),
         engine.infer(&batched, &path, tokens(2, 16), vec![]),
@@ -105,14 +103,7 @@ async fn a_full_queue_rejects_with_a_retry_hint() {
     let engine = Arc::new(engine);
     let path = model("minilm.onnx");
     let k = key("minilm-full", 1);
-    engine
-        .set_config(
-            &k,
-            config(r#"{"max_batch_size": 8, "dynamic_batching": {"max_queue_delay_microseconds": 10000000, "default_queue_policy": {"max_queue_size": 2}}}"#),
-        )
-        .await
-        .unwrap();
-    engine.load(&k, &path).await.unwrap();
+    load_configured(&engine, &k, &path, r#"{"max_batch_size": 8, "dynamic_batching": {"max_queue_delay_microseconds": 10000000, "default_queue_policy": {"max_queue_size": 2}}}"#).await;
     let waiting: Vec<_> = (0..2)
         .map(|i| {
             let (engine, path, k) = (engine.clone(), path.clone(), k.clone());
@@ -174,14 +165,13 @@ async fn a_dropped_request_is_never_executed() {
     let engine = Arc::new(engine);
     let path = model("minilm.onnx");
     let k = key("minilm-drop", 1);
-    engine
-        .set_config(
-            &k,
-            config(r#"{"max_batch_size": 2, "dynamic_batching": {"max_queue_delay_microseconds": 10000000}}"#),
-        )
-        .await
-        .unwrap();
-    engine.load(&k, &path).await.unwrap();
+    load_configured(
+        &engine,
+        &k,
+        &path,
+        r#"{"max_batch_size": 2, "dynamic_batching": {"max_queue_delay_microseconds": 10000000}}"#,
+    )
+    .await;
     let gone = {
         let (engine, path, k) = (engine.clone(), path.clone(), k.clone());
         tokio::spawn(async move { engine.infer(&k, &path, tokens(1, 8), vec![]).await })
@@ -206,15 +196,14 @@ async fn a_higher_priority_request_runs_before_a_waiting_lower_one() {
     let engine = Arc::new(engine);
     let path = model("minilm.onnx");
     let k = key("minilm-priority", 1);
-    engine
-        .set_config(
-            &k,
-            config(r#"{"max_batch_size": 2, "dynamic_batching": {"max_queue_delay_microseconds": 10000000,
-                "priority_levels": 2, "default_priority_level": 2}}"#),
-        )
-        .await
-        .unwrap();
-    engine.load(&k, &path).await.unwrap();
+    load_configured(
+        &engine,
+        &k,
+        &path,
+        r#"{"max_batch_size": 2, "dynamic_batching": {"max_queue_delay_microseconds": 10000000,
+                "priority_levels": 2, "default_priority_level": 2}}"#,
+    )
+    .await;
     let low = {
         let (engine, path, k) = (engine.clone(), path.clone(), k.clone());
         tokio::spawn(async move { engine.infer(&k, &path, tokens(1, 8), vec![]).await })
@@ -268,14 +257,13 @@ async fn under_load_every_request_gets_its_own_answer_in_bounded_batches() {
     let engine = Arc::new(engine);
     let path = model("minilm.onnx");
     let (plain, batched) = (key("minilm-load", 1), key("minilm-load", 2));
-    engine
-        .set_config(
-            &batched,
-            config(r#"{"max_batch_size": 4, "dynamic_batching": {"max_queue_delay_microseconds": 2000}}"#),
-        )
-        .await
-        .unwrap();
-    engine.load(&batched, &path).await.unwrap();
+    load_configured(
+        &engine,
+        &batched,
+        &path,
+        r#"{"max_batch_size": 4, "dynamic_batching": {"max_queue_delay_microseconds": 2000}}"#,
+    )
+    .await;
     const REQUESTS: u64 = 24;
     let tasks: Vec<_> = (0..REQUESTS)
         .map(|seed| {

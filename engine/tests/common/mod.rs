@@ -3,7 +3,7 @@
 #![allow(dead_code)] // each test binary uses a different subset
 
 use infergate_engine::{Engine, EngineConfig, ModelConfig, ModelKey, Tensor};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// An engine on the real ONNX Runtime, or `None` (with the reason printed) when
@@ -39,6 +39,12 @@ pub fn key(name: &str, version: u64) -> ModelKey {
 
 pub fn config(json: &str) -> ModelConfig {
     ModelConfig::from_json_str(json).expect("valid config")
+}
+
+/// Sets a version's config (JSON) and loads it.
+pub async fn load_configured(engine: &Engine, k: &ModelKey, path: &Path, json: &str) {
+    engine.set_config(k, config(json)).await.unwrap();
+    engine.load(k, path).await.unwrap();
 }
 
 /// Deterministic pseudo-random values in [-1, 1).
