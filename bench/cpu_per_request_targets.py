@@ -119,7 +119,7 @@ def main():
         p50, base_p50, client = latency_c1(pa, args.seconds)
         added = p50 - base_p50 - client
         print(f"| {run} | minilm c=1 added p50, client send+recv ({client:.0f} µs) excluded | {p50:.0f} µs p50 | "
-              f"{base_p50:.0f} µs in process | +{added:.0f} µs | {added <= 150} |", flush=True)
+              f"{base_p50:.0f} µs in process | {added:+.0f} µs | {added <= 150} |", flush=True)
         print(f"\nload average now {os.getloadavg()[0]:.2f}", file=sys.stderr)
 
 
