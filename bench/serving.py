@@ -43,20 +43,37 @@ SPECS = {
 NP = {"INT64": np.int64, "FP32": np.float32}
 
 
-def start_server(data, intra_threads=1, instances=1):
-    """Starts infergate; returns the process and its HTTP and gRPC addresses (host:port)."""
-    proc = subprocess.Popen([BIN, "serve", "--listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0",
-                             "--data-dir", data, "--intra-threads", str(intra_threads),
-                             "--instances", str(instances)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+def start_server(data, intra_threads=None, instances=None, extra_args=()):
+    """Starts infergate; returns the process (its log lines, ANSI-stripped, collect in
+    `proc.log_lines`) and its HTTP and gRPC addresses (host:port). Threads and instances left
+    None are the server's defaults (sized from the cores)."""
+    cmd = [BIN, "serve", "--listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0", "--data-dir", data]
+    if intra_threads is not None:
+        cmd += ["--intra-threads", str(intra_threads)]
+    if instances is not None:
+        cmd += ["--instances", str(instances)]
+    proc = subprocess.Popen(cmd + list(extra_args), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc.log_lines = []
     lines = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(l) for l in proc.stderr], daemon=True).start()
+
+    def read():
+        for line in proc.stderr:
+            line = re.sub(r"\x1b\[[0-9;]*m", "", line)
+            proc.log_lines.append(line)
+            lines.put(line)
+    threading.Thread(target=read, daemon=True).start()
     addrs = {}
     while len(addrs) < 2:
-        m = re.search(r"(grpc )?listening on https://(\S+)", re.sub(r"\x1b\[[0-9;]*m", "", lines.get(timeout=60)))
+        m = re.search(r"(grpc )?listening on https://(\S+)", lines.get(timeout=60))
         if m:
             addrs["grpc" if m.group(1) else "http"] = m.group(2)
     return proc, addrs
+
+
+def perf_analyzer_command():
+    """The command prefix that runs perf_analyzer (installed by bench/setup-perf-analyzer.sh)."""
+    return subprocess.run(["bash", os.path.join(ROOT, "bench", "setup-perf-analyzer.sh")],
+                          check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
 
 
 def in_process(file, feeds, seconds):
@@ -77,6 +94,13 @@ def in_process(file, feeds, seconds):
 
 
 def perf_analyzer(pa, protocol, addr, cert, key, model, data_file, shapes, concurrency, seconds):
+    """(inferences/s, p50 µs, p99 µs) of one perf_analyzer measurement."""
+    row = perf_analyzer_row(pa, protocol, addr, cert, key, model, data_file, shapes, concurrency, seconds)
+    return float(row["Inferences/Second"]), float(row["p50 latency"]), float(row["p99 latency"])
+
+
+def perf_analyzer_row(pa, protocol, addr, cert, key, model, data_file, shapes, concurrency, seconds):
+    """perf_analyzer's whole CSV row (its client-side send/receive times included)."""
     out = tempfile.mktemp(suffix=".csv")
     if protocol == "grpc":
         # -H reaches gRPC calls as metadata, whose keys are lower-case.
@@ -97,7 +121,7 @@ def perf_analyzer(pa, protocol, addr, cert, key, model, data_file, shapes, concu
     with open(out) as f:
         row = next(csv.DictReader(f))
     os.unlink(out)
-    return float(row["Inferences/Second"]), float(row["p50 latency"]), float(row["p99 latency"])
+    return row
 
 
 def main():
@@ -113,7 +137,7 @@ def main():
     for name in names:
         subprocess.run([BIN, "models", "add", "--data-dir", data, "--name", name,
                         os.path.join(MODELS, SPECS[name][0])], check=True, capture_output=True)
-    proc, addrs = start_server(data)
+    proc, addrs = start_server(data, intra_threads=1, instances=1)
     try:
         key = open(os.path.join(data, "admin.key")).read().strip()
         cert = os.path.join(data, "tls", "cert.pem")

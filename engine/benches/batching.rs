@@ -88,7 +88,8 @@ fn main() {
     let intra = env_usize("BENCH_INTRA_THREADS", 2);
     let base_requests = env_usize("BENCH_REQUESTS", 96);
     let mut config = EngineConfig::new(lib);
-    config.intra_threads = intra;
+    config.intra_threads = Some(intra);
+    config.instances = Some(1);
     config.max_queue_size = 256;
     let engine = Arc::new(Engine::new(config).expect("engine"));
     let runtime = tokio::runtime::Builder::new_multi_thread()

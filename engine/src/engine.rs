@@ -13,6 +13,7 @@ use crate::queue::{BatchKey, Request, Ticket};
 use crate::runtime;
 use crate::session::{OrtSession, SessionOptions};
 use crate::signature::ModelSignature;
+use crate::sizing::{self, Threads};
 use crate::stats::ModelStats;
 use crate::tensor::Tensor;
 use infergate_kernels::device::ptx::PtxCache;
@@ -30,10 +31,14 @@ use tokio::sync::{oneshot, OnceCell};
 pub struct EngineConfig {
     /// Path of `libonnxruntime.so`.
     pub ort_library: PathBuf,
-    /// Threads ORT uses inside one operator, per instance.
-    pub intra_threads: usize,
-    /// Execution instances per model version whose config names no `instance_group`.
-    pub instances: usize,
+    /// Threads ORT uses inside one operator, per instance; `None` (or 0): sized from the cores
+    /// ([`crate::sizing`]).
+    pub intra_threads: Option<usize>,
+    /// Execution instances per model version whose config names no `instance_group`; `None`
+    /// (or 0): sized from the cores ([`crate::sizing`]).
+    pub instances: Option<usize>,
+    /// The cores instances and intra-op threads are sized for (`sizing::available_cores()`).
+    pub cores: usize,
     /// Requests that may wait per model version when its config sets no `max_queue_size`.
     pub max_queue_size: usize,
     /// Host memory all loaded instances together may use, in bytes; `None` = unlimited.
@@ -55,13 +60,14 @@ impl EngineConfig {
     pub const DEFAULT_MEMORY_FACTOR: f64 = 2.0;
     pub const DEFAULT_IDLE_SPIN: Duration = Duration::from_micros(200);
 
-    /// Defaults for everything but the library: one instance, one intra-op thread, 64 queued
-    /// requests, no memory budget.
+    /// Defaults for everything but the library: instances and intra-op threads sized from the
+    /// available cores, 64 queued requests, no memory budget.
     pub fn new(ort_library: impl Into<PathBuf>) -> EngineConfig {
         EngineConfig {
             ort_library: ort_library.into(),
-            intra_threads: 1,
-            instances: 1,
+            intra_threads: None,
+            instances: None,
+            cores: sizing::available_cores(),
             max_queue_size: 64,
             host_memory_budget: None,
             memory_factor: EngineConfig::DEFAULT_MEMORY_FACTOR,
@@ -69,6 +75,17 @@ impl EngineConfig {
             ptx_cache_dir: None,
             idle_spin: EngineConfig::DEFAULT_IDLE_SPIN,
         }
+    }
+
+    /// Instances and intra-op threads of a version with `config`: its `instance_group` count
+    /// when it names one, else the engine's setting, the rest sized from the cores.
+    pub fn threads(&self, config: &ModelConfig) -> Threads {
+        let instances = if config.instance_group.is_empty() {
+            self.instances
+        } else {
+            Some(config.instance_count(1))
+        };
+        sizing::plan(self.cores, instances, self.intra_threads)
     }
 }
 
@@ -215,8 +232,16 @@ impl Engine {
             DeviceChoice::Cuda(n) => i32::try_from(n).ok(),
             DeviceChoice::Auto => ops.gpu().is_some().then_some(0),
         };
+        let defaults = config.threads(&ModelConfig::default());
+        tracing::info!(
+            cores = config.cores,
+            instances = defaults.instances,
+            intra_threads = defaults.intra_threads,
+            "engine threads per model version (unless set)"
+        );
+        // Intra-op threads are set per version when it loads (`EngineConfig::threads`).
         let session_options = SessionOptions {
-            intra_threads: config.intra_threads,
+            intra_threads: 1,
             device,
             device_explicit: matches!(config.device, DeviceChoice::Cuda(_)),
         };
@@ -294,8 +319,11 @@ impl Engine {
 
     /// Triton's config JSON for a version (`GET /v2/models/{m}/config`).
     pub fn triton_config(&self, key: &ModelKey, signature: &ModelSignature) -> serde_json::Value {
-        self.model_config(key)
-            .to_triton_json(&key.name, signature, self.inner.config.instances)
+        self.model_config(key).to_triton_json(
+            &key.name,
+            signature,
+            self.inner.config.threads(&ModelConfig::default()).instances,
+        )
     }
 
     /// Loads a model version ahead of traffic.
@@ -458,13 +486,11 @@ impl Engine {
             ticket: ticket.clone(),
             reply,
         };
-        let instances = loaded.pool.count().max(1);
         let stats = &loaded.scheduler.stats;
         loaded
             .scheduler
-            .queue
-            .push(request, policy.max_queue_size, |queued| {
-                retry_hint(&stats.snapshot(), queued, instances)
+            .submit(request, policy.max_queue_size, |queued, instances| {
+                retry_hint(&stats.snapshot(), queued, instances.max(1))
             })?;
         let result = match deadline {
             Some(deadline) if policy.timeout_action == TimeoutAction::Reject => {
@@ -534,6 +560,14 @@ impl Inner {
         self.slots.lock().entry(key.clone()).or_default().clone()
     }
 
+    /// Session options for a version's instances.
+    fn session_options(&self, threads: Threads) -> SessionOptions {
+        SessionOptions {
+            intra_threads: threads.intra_threads,
+            ..self.session_options.clone()
+        }
+    }
+
     fn loaded_now(&self, key: &ModelKey) -> Option<Arc<Loaded>> {
         let slot = self.slots.lock().get(key).cloned()?;
         slot.cell.get().cloned()
@@ -585,11 +619,12 @@ impl Inner {
 
     async fn load(&self, key: &ModelKey, path: &Path) -> Result<Arc<Loaded>> {
         let (generation, config) = self.stored_config(key);
-        let count = config.instance_count(self.config.instances);
+        let threads = self.config.threads(&config);
+        let count = threads.instances;
         let per_instance = self.instance_bytes(path, &config)?;
         let reservations = self.reserve(key, count, per_instance)?;
         let env = self.env;
-        let options = self.session_options.clone();
+        let options = self.session_options(threads);
         let label = key.to_string();
         let owned_path = path.to_path_buf();
         let load_config = config.clone();
@@ -628,6 +663,7 @@ impl Inner {
         tracing::info!(
             model = %key,
             instances = count,
+            intra_threads = threads.intra_threads,
             providers = ?execution.providers,
             warmup_runs,
             reserved_bytes = per_instance * count as u64,
@@ -664,13 +700,14 @@ impl Inner {
             return Ok(());
         }
         config.validate_for(&loaded.signature)?;
-        let want = config.instance_count(self.config.instances);
+        let threads = self.config.threads(&config);
+        let want = threads.instances;
         let have = loaded.pool.count();
         if want > have {
             let per_instance = self.instance_bytes(&loaded.path, &config)?;
             let reservations = self.reserve(&loaded.key, want - have, per_instance)?;
             let env = self.env;
-            let options = self.session_options.clone();
+            let options = self.session_options(threads);
             let label = loaded.key.to_string();
             let path = loaded.path.clone();
             let load_config = config.clone();

@@ -1,6 +1,13 @@
-//! Execution instances: each is an OS thread that owns one ORT session, forms batches from its
-//! version's queue and runs them. Sessions run outside the async runtime so a slow model never
-//! stalls I/O. Instances can be added and retired while the version serves.
+//! Execution instances: each is a loaded ORT session (an [`Executor`]) plus a thread that forms
+//! batches from its version's queue and runs them. Sessions run outside the async runtime's
+//! scheduling so a slow model never stalls I/O. Instances can be added and retired while the
+//! version serves.
+//!
+//! Sessions are not tied to threads: an idle executor waits in the queue's [`Pool`], and a
+//! request that finds one idle, with nothing it would have to wait for, runs on its own thread
+//! ([`Scheduler::submit`]); a lone request then pays no thread wake-up on its way to the model
+//! and none on its way back. Under load, requests queue and the instance threads batch them
+//! exactly as before: a batch is always what the batcher decides, whoever runs it.
 
 use crate::batcher::{self, BatchPolicy, Decision};
 use crate::config::ModelConfig;
@@ -15,11 +22,10 @@ use crate::stats::{RequestTimings, StatsRecorder};
 use crate::tensor::Tensor;
 use crate::warmup;
 use infergate_kernels::Ops;
-use parking_lot::{Mutex, MutexGuard, RwLock};
+use parking_lot::{MutexGuard, RwLock};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// What the instances of one version share: the queue, the current policy, the counters.
@@ -109,15 +115,55 @@ pub(crate) fn prepare(
     })
 }
 
-struct InstanceHandle {
-    retired: Arc<AtomicBool>,
-    _thread: JoinHandle<()>,
+/// One loaded session with what running a batch on it needs. Idle executors wait in the queue's
+/// [`Pool`]; whoever runs a batch (an instance thread, or the request's own thread when the
+/// version is idle) takes one and puts it back.
+pub(crate) struct Executor {
+    session: OrtSession,
+    /// The post-ops on a CUDA stream of this executor's own.
+    ops: Ops,
+    /// Dropped with the session: its memory goes back to the budget.
+    _reservation: Reservation,
+}
+
+/// The executors of one version and the threads that serve its queue, kept under the queue's
+/// lock so that taking a batch and an executor to run it is one step.
+#[derive(Default)]
+pub(crate) struct Pool {
+    idle: Vec<Executor>,
+    /// Executors alive, idle or running a batch.
+    live: usize,
+    /// How many of them are dropped instead of put back when they next finish.
+    retiring: usize,
+    /// Instance threads alive; one leaves whenever there are more than executors.
+    threads: usize,
+    /// The earliest time an instance thread waiting for a batch to fill wakes by itself.
+    timer: Option<Instant>,
+}
+
+impl Pool {
+    /// Executors that serve (not retiring).
+    pub fn serving(&self) -> usize {
+        self.live - self.retiring
+    }
+
+    /// Returns an executor after its batch, or drops it if it is retiring (given back to the
+    /// caller, so the session is dropped outside the lock).
+    fn put(&mut self, executor: Executor) -> Option<Executor> {
+        if self.retiring > 0 {
+            self.retiring -= 1;
+            self.live -= 1;
+            Some(executor)
+        } else {
+            self.idle.push(executor);
+            None
+        }
+    }
 }
 
 /// The running instances of one version.
 pub(crate) struct InstancePool {
     scheduler: Arc<Scheduler>,
-    handles: Mutex<Vec<InstanceHandle>>,
     started: std::sync::atomic::AtomicUsize,
 }
 
@@ -125,104 +171,231 @@ impl InstancePool {
     pub fn new(scheduler: Arc<Scheduler>) -> InstancePool {
         InstancePool {
             scheduler,
-            handles: Mutex::new(Vec::new()),
             started: Default::default(),
         }
     }
 
     pub fn count(&self) -> usize {
-        self.handles.lock().len()
+        self.scheduler.queue.lock().pool.serving()
     }
 
-    /// Starts a thread for each prepared instance.
+    /// Adds each prepared instance's session to the pool, with a thread to serve the queue.
     pub fn start(&self, instances: Vec<ReadyInstance>) -> Result<()> {
         for instance in instances {
             let index = self.started.fetch_add(1, Ordering::Relaxed);
-            let retired = Arc::new(AtomicBool::new(false));
+            let executor = Executor {
+                session: instance.session,
+                // Each executor gets its own CUDA stream for its post-ops.
+                ops: self.scheduler.ops.for_instance(),
+                _reservation: instance.reservation,
+            };
+            {
+                let mut queue = self.scheduler.queue.lock();
+                queue.pool.idle.push(executor);
+                queue.pool.live += 1;
+                queue.pool.threads += 1;
+            }
             let scheduler = self.scheduler.clone();
-            let flag = retired.clone();
-            let thread = std::thread::Builder::new()
+            let spawned = std::thread::Builder::new()
                 .name(format!("instance-{}-{index}", self.scheduler.label))
-                .spawn(move || {
-                    // Each instance gets its own CUDA stream for its post-ops.
-                    let ops = scheduler.ops.for_instance();
-                    run_instance(instance.session, &scheduler, &ops, &flag);
-                    // The session is gone; give its memory back.
-                    drop(instance.reservation);
-                })
-                .map_err(|e| EngineError::Internal(format!("starting an instance thread: {e}")))?;
-            self.handles.lock().push(InstanceHandle {
-                retired,
-                _thread: thread,
-            });
+                .spawn(move || run_instance(&scheduler));
+            if let Err(e) = spawned {
+                self.scheduler.queue.lock().pool.threads -= 1;
+                return Err(EngineError::Internal(format!(
+                    "starting an instance thread: {e}"
+                )));
+            }
         }
+        self.scheduler.queue.notify();
         Ok(())
     }
 
-    /// Retires the newest `n` instances. Each finishes the batch it is running, if any; queued
-    /// requests stay for the others.
+    /// Retires `n` instances (at least one stays): idle executors are dropped at once, busy ones
+    /// when their batch is answered, and as many threads leave. Queued requests stay for the
+    /// others.
     pub fn retire(&self, n: usize) {
-        let mut handles = self.handles.lock();
-        let keep = handles.len().saturating_sub(n).max(1);
-        for handle in handles.drain(keep..) {
-            handle.retired.store(true, Ordering::Release);
-        }
-        drop(handles);
+        let dropped = {
+            let mut queue = self.scheduler.queue.lock();
+            let pool = &mut queue.pool;
+            let serving = pool.serving();
+            pool.retiring += serving - serving.saturating_sub(n).max(1);
+            let mut dropped = Vec::new();
+            while pool.retiring > 0 {
+                let Some(executor) = pool.idle.pop() else {
+                    break;
+                };
+                dropped.extend(pool.put(executor));
+            }
+            dropped
+        };
+        drop(dropped);
         self.scheduler.queue.notify();
     }
 }
 
-fn run_instance(mut session: OrtSession, scheduler: &Scheduler, ops: &Ops, retired: &AtomicBool) {
-    let mut spin = IdleSpin::new(scheduler.idle_spin);
-    loop {
-        let (batch, batching) = {
-            let mut queue = scheduler.queue.lock();
-            // When this instance ran out of work, and whether it has spun since.
-            let mut idle: Option<(Instant, bool)> = None;
-            loop {
-                if retired.load(Ordering::Acquire) {
-                    return;
-                }
-                let policy = scheduler.policy();
-                match batcher::next_batch(&mut queue, &policy, &scheduler.label, Instant::now()) {
-                    Decision::Run(batch) => {
-                        if let Some((since, _)) = idle {
-                            spin.observe(since.elapsed());
-                        }
-                        break (batch, policy.max_batch_size > 0);
-                    }
-                    Decision::WaitUntil(t) => scheduler.queue.wait(&mut queue, Some(t)),
-                    // The version was unloaded and nothing is left: the thread ends.
-                    Decision::Idle if queue.closed => return,
-                    Decision::Idle => {
-                        let (_, spun) = idle.get_or_insert((Instant::now(), false));
-                        let budget = spin.budget();
-                        if !*spun && !budget.is_zero() {
-                            *spun = true;
-                            // Read under the lock: any later push changes it.
-                            let seen = scheduler.queue.pushes();
-                            MutexGuard::unlocked(&mut queue, || {
-                                idle_spin::spin_until(budget, || scheduler.queue.pushes() != seen)
-                            });
-                        } else {
-                            scheduler.queue.wait(&mut queue, None);
-                        }
-                    }
+impl Scheduler {
+    /// Queues `request`. When an executor is idle and the batcher would run a batch now (a
+    /// lone request to an idle version), runs it on this thread instead of waking an instance
+    /// thread, and returns once the batch is answered.
+    ///
+    /// The caller is usually a tokio worker: the run goes through `block_in_place`, which hands
+    /// the worker's other tasks to another thread for the duration instead of stalling them.
+    /// That hand-off costs a thread wake-up too, but not on this request's path: the request
+    /// itself is not woken by anyone. On a current-thread runtime, which cannot hand its tasks
+    /// over, the request always goes through the instance threads.
+    pub fn submit(
+        &self,
+        request: Request,
+        capacity: usize,
+        retry_after: impl FnOnce(usize, usize) -> Duration,
+    ) -> Result<()> {
+        let mut queue = self.queue.lock();
+        self.queue
+            .enqueue(&mut queue, request, capacity, retry_after)?;
+        if !may_block_here() {
+            drop(queue);
+            self.queue.notify_one();
+            return Ok(());
+        }
+        let Some(executor) = queue.pool.idle.pop() else {
+            // Every executor is busy; whichever finishes first looks at the queue.
+            return Ok(());
+        };
+        let policy = self.policy();
+        match batcher::next_batch(&mut queue, &policy, &self.label, Instant::now()) {
+            Decision::Run(batch) => {
+                drop(queue);
+                let batching = policy.max_batch_size > 0;
+                let mut executor = executor;
+                tokio::task::block_in_place(|| {
+                    execute(&mut executor, self, batch, batching);
+                });
+                self.finished(executor);
+            }
+            Decision::WaitUntil(t) => {
+                queue.pool.idle.push(executor);
+                // A thread already sleeping until then (or earlier) sees this request when it
+                // wakes; otherwise one must set its timer for it.
+                let covered = queue.pool.timer.is_some_and(|w| w <= t);
+                drop(queue);
+                if !covered {
+                    self.queue.notify_one();
                 }
             }
+            // Only if the request was abandoned meanwhile: nothing to do.
+            Decision::Idle => queue.pool.idle.push(executor),
+        }
+        Ok(())
+    }
+
+    /// Puts an executor back after a batch run outside the instance threads, and wakes one of
+    /// them if requests queued meanwhile.
+    fn finished(&self, executor: Executor) {
+        let mut queue = self.queue.lock();
+        let dropped = queue.pool.put(executor);
+        let waiting = !queue.levels.is_empty();
+        drop(queue);
+        drop(dropped);
+        if waiting {
+            self.queue.notify_one();
+        }
+    }
+}
+
+/// Whether this thread may block for a model run: yes on a multi-threaded runtime (a worker
+/// hands its tasks over in `block_in_place`) and outside any runtime; not on a current-thread
+/// runtime, whose only thread would stall every other task.
+fn may_block_here() -> bool {
+    match tokio::runtime::Handle::try_current() {
+        Ok(handle) => handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread,
+        Err(_) => true,
+    }
+}
+
+fn run_instance(scheduler: &Scheduler) {
+    let mut spin = IdleSpin::new(scheduler.idle_spin);
+    let mut holding: Option<Executor> = None;
+    loop {
+        // Sessions to drop once the lock is released.
+        let mut dropped: Vec<Executor> = Vec::new();
+        let work = {
+            let mut queue = scheduler.queue.lock();
+            if let Some(executor) = holding.take() {
+                dropped.extend(queue.pool.put(executor));
+            }
+            // When this thread ran out of work, and whether it has spun since.
+            let mut idle: Option<(Instant, bool)> = None;
+            loop {
+                if queue.pool.threads > queue.pool.serving() {
+                    queue.pool.threads -= 1;
+                    break None;
+                }
+                let Some(executor) = queue.pool.idle.pop() else {
+                    // Every executor is running a batch; the first to finish looks again.
+                    scheduler.queue.wait(&mut queue, None);
+                    continue;
+                };
+                let policy = scheduler.policy();
+                let decision =
+                    batcher::next_batch(&mut queue, &policy, &scheduler.label, Instant::now());
+                let Decision::Run(batch) = decision else {
+                    queue.pool.idle.push(executor);
+                    match decision {
+                        Decision::WaitUntil(t) => {
+                            queue.pool.timer = Some(queue.pool.timer.map_or(t, |w| w.min(t)));
+                            scheduler.queue.wait(&mut queue, Some(t));
+                            if queue.pool.timer == Some(t) {
+                                queue.pool.timer = None;
+                            }
+                        }
+                        // The version was unloaded and nothing is left: the thread ends, and the
+                        // last one drops the idle sessions.
+                        Decision::Idle if queue.closed => {
+                            queue.pool.threads -= 1;
+                            if queue.pool.threads == 0 {
+                                dropped.append(&mut queue.pool.idle);
+                                queue.pool.live -= dropped.len();
+                            }
+                            break None;
+                        }
+                        Decision::Idle => {
+                            let (_, spun) = idle.get_or_insert((Instant::now(), false));
+                            let budget = spin.budget();
+                            if !*spun && !budget.is_zero() {
+                                *spun = true;
+                                // Read under the lock: any later push changes it.
+                                let seen = scheduler.queue.pushes();
+                                MutexGuard::unlocked(&mut queue, || {
+                                    idle_spin::spin_until(budget, || {
+                                        scheduler.queue.pushes() != seen
+                                    })
+                                });
+                            } else {
+                                scheduler.queue.wait(&mut queue, None);
+                            }
+                        }
+                        Decision::Run(_) => {} // taken by the `let` above
+                    }
+                    continue;
+                };
+                if let Some((since, _)) = idle {
+                    spin.observe(since.elapsed());
+                }
+                break Some((executor, batch, policy.max_batch_size > 0));
+            }
         };
-        execute(&mut session, scheduler, ops, batch, batching);
+        drop(dropped);
+        let Some((mut executor, batch, batching)) = work else {
+            return;
+        };
+        execute(&mut executor, scheduler, batch, batching);
+        holding = Some(executor);
     }
 }
 
 /// Runs one batch and answers each request with its share of the outputs.
-fn execute(
-    session: &mut OrtSession,
-    scheduler: &Scheduler,
-    ops: &Ops,
-    batch: Vec<Request>,
-    batching: bool,
-) {
+fn execute(executor: &mut Executor, scheduler: &Scheduler, batch: Vec<Request>, batching: bool) {
+    let (session, ops) = (&mut executor.session, &executor.ops);
     let started = Instant::now();
     let samples: Vec<usize> = batch.iter().map(|r| r.samples).collect();
     let outcome = if let [only] = batch.as_slice() {

@@ -12,6 +12,7 @@
 //! - [`session`]: running one ORT session on engine tensors.
 //! - `queue`: the bounded priority queue of a model version.
 //! - `batcher`: which queued requests run together; joining and splitting their tensors.
+//! - [`sizing`]: how many instances and intra-op threads a version gets by default.
 //! - `instance`: execution instances, each a thread that owns its session and runs batches.
 //! - `warmup`: the config's warm-up requests, run before a version reports ready.
 //! - `lifecycle`: the host-memory budget and the reaper that unloads idle versions.
@@ -33,6 +34,7 @@ mod queue;
 pub mod runtime;
 pub mod session;
 pub mod signature;
+pub mod sizing;
 pub mod stats;
 pub mod tensor;
 mod warmup;

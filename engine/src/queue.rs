@@ -4,6 +4,7 @@
 //! request can never both time out and run.
 
 use crate::error::{EngineError, Result};
+use crate::instance::Pool;
 use crate::postprocess::PostPlan;
 use crate::tensor::{DataType, Tensor};
 use parking_lot::{Condvar, Mutex, MutexGuard};
@@ -98,6 +99,9 @@ impl Request {
 pub(crate) struct Levels {
     pub levels: BTreeMap<u32, VecDeque<Request>>,
     pub closed: bool,
+    /// The version's executors, under the same lock so that a batch and an executor to run it
+    /// are taken together.
+    pub pool: Pool,
 }
 
 impl Levels {
@@ -130,14 +134,15 @@ impl RequestQueue {
     }
 
     /// Adds a request unless `capacity` requests already wait. Requests nobody wants any more
-    /// do not count: they are dropped first.
-    pub fn push(
+    /// do not count: they are dropped first. A full queue answers with `retry_after(queued,
+    /// serving instances)`. Wakes nobody: the caller decides who runs it.
+    pub fn enqueue(
         &self,
+        state: &mut Levels,
         request: Request,
         capacity: usize,
-        retry_after: impl FnOnce(usize) -> std::time::Duration,
+        retry_after: impl FnOnce(usize, usize) -> std::time::Duration,
     ) -> Result<()> {
-        let mut state = self.state.lock();
         if state.closed {
             return Err(EngineError::NotLoaded(self.model.clone()));
         }
@@ -150,7 +155,7 @@ impl RequestQueue {
                 return Err(EngineError::QueueFull {
                     model: self.model.clone(),
                     queued,
-                    retry_after: retry_after(queued),
+                    retry_after: retry_after(queued, state.pool.serving()),
                 });
             }
         }
@@ -160,8 +165,6 @@ impl RequestQueue {
             .or_default()
             .push_back(request);
         self.pushes.fetch_add(1, Ordering::Release);
-        drop(state);
-        self.changed.notify_all();
         Ok(())
     }
 
@@ -186,6 +189,11 @@ impl RequestQueue {
     /// Wakes every waiting instance (a config change, a retirement, shutdown).
     pub fn notify(&self) {
         self.changed.notify_all();
+    }
+
+    /// Wakes one waiting instance: there is work, and any of them can take it.
+    pub fn notify_one(&self) {
+        self.changed.notify_one();
     }
 
     /// Stops accepting requests; instances exit once nothing is left.

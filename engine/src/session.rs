@@ -4,6 +4,7 @@ use crate::error::{EngineError, Result};
 use crate::providers::{ExecutionReport, ProviderPlan};
 use crate::signature::{element_type_of, spec_of, ModelSignature};
 use crate::tensor::{element_count, DataType, Tensor, TensorData};
+use ort::error::ErrorCode;
 use ort::memory::Allocator;
 use ort::session::builder::SessionBuilder;
 use ort::session::{Session, SessionInputValue};
@@ -68,19 +69,69 @@ pub fn is_out_of_memory(message: &str) -> bool {
     SIGNS.iter().any(|sign| lower.contains(sign))
 }
 
-/// The engine error for a failed run: out of memory is temporary (503: this batch fails, the
-/// model stays loaded and serves the next), anything else is the model's failure.
-pub fn run_error(model: &str, message: &str) -> EngineError {
+/// The engine error for a failed run, by whose fault it is:
+/// - out of memory: temporary (503: this batch fails, the model stays loaded and serves the
+///   next);
+/// - ORT's `INVALID_ARGUMENT`: ORT checked the input against the model and refused it (a
+///   dimension the model fixes, an index outside a table): the client's;
+/// - any other failure inside a node, when the request set a dimension that the model leaves
+///   open other than the batch dimension (`chosen` describes it; e.g. an image size whose
+///   feature maps cannot be added back together, a sequence longer than the position table):
+///   the client asked for a size the network cannot compute; its reason is the model's own;
+/// - anything else is the model's failure (500): it failed on a shape it declares, or on the
+///   batch dimension, which the batcher may have chosen.
+pub fn run_error(model: &str, code: ErrorCode, message: &str, chosen: Option<&str>) -> EngineError {
     if is_out_of_memory(message) {
-        EngineError::Unavailable(format!(
+        return EngineError::Unavailable(format!(
             "model '{model}' ran out of memory running this batch; the model stays loaded, retry later or send smaller batches ({message})"
-        ))
-    } else {
-        EngineError::ModelFailed {
+        ));
+    }
+    let reason = model_reason(message);
+    match (code, chosen) {
+        (ErrorCode::InvalidArgument, None) => {
+            EngineError::InvalidInput(format!("model '{model}' rejected the input: {reason}"))
+        }
+        (ErrorCode::InvalidArgument, Some(chosen)) => EngineError::InvalidInput(format!(
+            "model '{model}' rejected the input ({chosen}): {reason}"
+        )),
+        (_, Some(chosen)) if message.starts_with(NODE_FAILED) => EngineError::InvalidInput(
+            format!("model '{model}' cannot run this input ({chosen}): {reason}"),
+        ),
+        _ => EngineError::ModelFailed {
             model: model.to_string(),
             reason: message.to_string(),
-        }
+        },
     }
+}
+
+/// How ORT starts the message of a failure inside one node.
+const NODE_FAILED: &str = "Non-zero status code returned while running ";
+
+/// ORT's message in the model's terms, without ORT's source locations: "Add node 'p2o.Add.248':
+/// Attempting to broadcast an axis by a dimension other than 1. 3 by 4" instead of the node
+/// preamble, the path of ORT's source file and the C++ condition that failed.
+pub fn model_reason(message: &str) -> String {
+    let Some(rest) = message.strip_prefix(NODE_FAILED) else {
+        return strip_paths(message);
+    };
+    let (node, status) = rest.split_once(" Status Message: ").unwrap_or((rest, ""));
+    let node = node.replacen(". Name:", " ", 1);
+    // An ORT_ENFORCE reads "<file>:<line> <C++ signature> <condition> was false. <why>".
+    let status = status
+        .split_once(" was false. ")
+        .map_or(status, |(_, why)| why);
+    format!("{node}: {}", strip_paths(status.trim()))
+}
+
+/// Keeps only the file name of every absolute path in `text` (ORT names its own source files).
+fn strip_paths(text: &str) -> String {
+    text.split(' ')
+        .map(|word| match word.strip_prefix('/') {
+            Some(path) => path.rsplit('/').next().unwrap_or(path),
+            None => word,
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 fn builder(
@@ -181,10 +232,13 @@ impl OrtSession {
         };
         let label = self.label.clone();
         let converted = Instant::now();
-        let results = self
-            .session
-            .run(values)
-            .map_err(|e| run_error(&label, e.message()))?;
+        let results = match self.session.run(values) {
+            Ok(results) => results,
+            Err(e) => {
+                let chosen = chosen_dimensions(&self.signature, inputs);
+                return Err(run_error(&label, e.code(), e.message(), chosen.as_deref()));
+            }
+        };
         let ran = Instant::now();
         let tensors = wanted
             .iter()
@@ -203,6 +257,23 @@ impl OrtSession {
         };
         Ok((tensors, times))
     }
+}
+
+/// The inputs whose shape sets a dimension the model leaves open, other than the batch
+/// dimension: "input 'x' has shape [1, 3, 33, 45]"; `None` when the request chose none.
+fn chosen_dimensions(signature: &ModelSignature, inputs: &[Tensor]) -> Option<String> {
+    let chosen: Vec<String> = inputs
+        .iter()
+        .filter(|t| {
+            signature
+                .inputs
+                .iter()
+                .find(|spec| spec.name == t.name)
+                .is_some_and(|spec| spec.shape.iter().skip(1).any(|&d| d < 0))
+        })
+        .map(|t| format!("input '{}' has shape {:?}", t.name, t.shape))
+        .collect();
+    (!chosen.is_empty()).then(|| chosen.join(", "))
 }
 
 fn read_signature(session: &Session) -> Result<ModelSignature> {
@@ -302,4 +373,64 @@ fn from_value(name: &str, value: &DynValue) -> Result<Tensor> {
         spec.shape,
         TensorData::Raw(bytes),
     )?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::Fault;
+
+    /// ORT 1.31's messages for ocr-det given a 33×45 image, and for MiniLM given a token id
+    /// outside its vocabulary.
+    const BROADCAST: &str = "Non-zero status code returned while running Add node. Name:'p2o.Add.248' Status Message: /onnxruntime_src/onnxruntime/core/providers/cpu/math/element_wise_ops.h:563 void onnxruntime::BroadcastIterator::Init(ptrdiff_t, ptrdiff_t) axis == 1 || axis == largest was false. Attempting to broadcast an axis by a dimension other than 1. 3 by 4";
+    const GATHER: &str = "Non-zero status code returned while running Gather node. Name:'node_embedding' Status Message: indices element out of data bounds, idx=1000000 must be within the inclusive range [-30522,30521]";
+
+    #[test]
+    fn reasons_are_the_models_without_ort_source_paths() {
+        assert_eq!(
+            model_reason(BROADCAST),
+            "Add node 'p2o.Add.248': Attempting to broadcast an axis by a dimension other than 1. 3 by 4"
+        );
+        assert_eq!(
+            model_reason(GATHER),
+            "Gather node 'node_embedding': indices element out of data bounds, idx=1000000 must be within the inclusive range [-30522,30521]"
+        );
+        assert_eq!(
+            model_reason("/build/ort/src/graph.cc:12 something failed"),
+            "graph.cc:12 something failed"
+        );
+    }
+
+    #[test]
+    fn a_node_failing_on_a_size_the_client_chose_is_the_clients_fault() {
+        let chosen = Some("input 'x' has shape [1, 3, 33, 45]");
+        let e = run_error("det:1", ErrorCode::GenericFailure, BROADCAST, chosen);
+        assert_eq!(e.fault(), Fault::Client);
+        let text = e.to_string();
+        assert!(
+            text.contains("det:1") && text.contains("[1, 3, 33, 45]"),
+            "{text}"
+        );
+        assert!(
+            text.contains("broadcast") && !text.contains("/onnxruntime_src"),
+            "{text}"
+        );
+        // The same failure on shapes the model fixes is the model's.
+        let e = run_error("det:1", ErrorCode::GenericFailure, BROADCAST, None);
+        assert_eq!(e.fault(), Fault::Model);
+        // ORT's own argument checks are the client's whatever the shapes.
+        let e = run_error("minilm:1", ErrorCode::InvalidArgument, GATHER, None);
+        assert_eq!(e.fault(), Fault::Client);
+        assert!(e.to_string().contains("out of data bounds"));
+        // A failure outside any node (the runtime itself) stays the model's.
+        let e = run_error("m:1", ErrorCode::RuntimeException, "session broke", chosen);
+        assert_eq!(e.fault(), Fault::Model);
+        let e = run_error(
+            "m:1",
+            ErrorCode::GenericFailure,
+            "Failed to allocate memory",
+            chosen,
+        );
+        assert_eq!(e.fault(), Fault::Unavailable);
+    }
 }

@@ -12,19 +12,18 @@ use std::time::Duration;
 /// Batched logits may differ from unbatched ones by ORT's choice of kernels per batch size.
 const TOLERANCE: f32 = 1e-3;
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn batched_results_equal_unbatched_and_stats_count_batches() {
     let Some(engine) = engine(|_| {}) else { return };
     let path = model("efficientnet-lite0.onnx");
     let (plain, batched) = (key("effnet", 1), key("effnet", 2));
-    engine
-        .set_config(
-            &batched,
-            config(r#"{"max_batch_size": 4, "dynamic_batching": {"max_queue_delay_microseconds": 10000000}}"#),
-        )
-        .await
-        .unwrap();
-    engine.load(&batched, &path).await.unwrap();
+    load_configured(
+        &engine,
+        &batched,
+        &path,
+        r#"{"max_batch_size": 4, "dynamic_batching": {"max_queue_delay_microseconds": 10000000}}"#,
+    )
+    .await;
     let (a, b, c, d) = tokio::join!(
         engine.infer(&batched, &path, image(1), vec![]),
         engine.infer(&batched, &path, image(2), vec![]),
@@ -63,19 +62,18 @@ async fn batched_results_equal_unbatched_and_stats_count_batches() {
     assert_eq!(p.batch_stats[0].compute_infer.count, 4);
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mismatched_shapes_are_batched_apart_and_all_succeed() {
     let Some(engine) = engine(|_| {}) else { return };
     let path = model("minilm.onnx");
     let (plain, batched) = (key("minilm", 1), key("minilm", 2));
-    engine
-        .set_config(
-            &batched,
-            config(r#"{"max_batch_size": 2, "dynamic_batching": {"max_queue_delay_microseconds": 10000000}}"#),
-        )
-        .await
-        .unwrap();
-    engine.load(&batched, &path).await.unwrap();
+    load_configured(
+        &engine,
+        &batched,
+        &path,
+        r#"{"max_batch_size": 2, "dynamic_batching": {"max_queue_delay_microseconds": 10000000}}"#,
+    )
+    .await;
     let (a, b, c, d) = tokio::join!(
         engine.infer(&batched, &path, tokens(1, 8), vec![]),
         engine.infer(&batched, &path, tokens(2, 16), vec![]),
@@ -99,20 +97,13 @@ async fn mismatched_shapes_are_batched_apart_and_all_succeed() {
     assert_eq!(s.batch_stats[0].compute_infer.count, 2);
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_queue_rejects_with_a_retry_hint() {
     let Some(engine) = engine(|_| {}) else { return };
     let engine = Arc::new(engine);
     let path = model("minilm.onnx");
     let k = key("minilm-full", 1);
-    engine
-        .set_config(
-            &k,
-            config(r#"{"max_batch_size": 8, "dynamic_batching": {"max_queue_delay_microseconds": 10000000, "default_queue_policy": {"max_queue_size": 2}}}"#),
-        )
-        .await
-        .unwrap();
-    engine.load(&k, &path).await.unwrap();
+    load_configured(&engine, &k, &path, r#"{"max_batch_size": 8, "dynamic_batching": {"max_queue_delay_microseconds": 10000000, "default_queue_policy": {"max_queue_size": 2}}}"#).await;
     let waiting: Vec<_> = (0..2)
         .map(|i| {
             let (engine, path, k) = (engine.clone(), path.clone(), k.clone());
@@ -134,7 +125,7 @@ async fn a_full_queue_rejects_with_a_retry_hint() {
     assert_eq!(engine.stats(&k).unwrap().execution_count, 0);
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_timed_out_request_fails_and_never_executes() {
     let Some(engine) = engine(|_| {}) else { return };
     let path = model("minilm.onnx");
@@ -168,20 +159,19 @@ async fn a_timed_out_request_fails_and_never_executes() {
     assert_eq!((s.execution_count, s.inference_count), (0, 0));
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_request_is_never_executed() {
     let Some(engine) = engine(|_| {}) else { return };
     let engine = Arc::new(engine);
     let path = model("minilm.onnx");
     let k = key("minilm-drop", 1);
-    engine
-        .set_config(
-            &k,
-            config(r#"{"max_batch_size": 2, "dynamic_batching": {"max_queue_delay_microseconds": 10000000}}"#),
-        )
-        .await
-        .unwrap();
-    engine.load(&k, &path).await.unwrap();
+    load_configured(
+        &engine,
+        &k,
+        &path,
+        r#"{"max_batch_size": 2, "dynamic_batching": {"max_queue_delay_microseconds": 10000000}}"#,
+    )
+    .await;
     let gone = {
         let (engine, path, k) = (engine.clone(), path.clone(), k.clone());
         tokio::spawn(async move { engine.infer(&k, &path, tokens(1, 8), vec![]).await })
@@ -200,21 +190,20 @@ async fn a_dropped_request_is_never_executed() {
     assert_eq!((s.execution_count, s.inference_count), (1, 2));
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_higher_priority_request_runs_before_a_waiting_lower_one() {
     let Some(engine) = engine(|_| {}) else { return };
     let engine = Arc::new(engine);
     let path = model("minilm.onnx");
     let k = key("minilm-priority", 1);
-    engine
-        .set_config(
-            &k,
-            config(r#"{"max_batch_size": 2, "dynamic_batching": {"max_queue_delay_microseconds": 10000000,
-                "priority_levels": 2, "default_priority_level": 2}}"#),
-        )
-        .await
-        .unwrap();
-    engine.load(&k, &path).await.unwrap();
+    load_configured(
+        &engine,
+        &k,
+        &path,
+        r#"{"max_batch_size": 2, "dynamic_batching": {"max_queue_delay_microseconds": 10000000,
+                "priority_levels": 2, "default_priority_level": 2}}"#,
+    )
+    .await;
     let low = {
         let (engine, path, k) = (engine.clone(), path.clone(), k.clone());
         tokio::spawn(async move { engine.infer(&k, &path, tokens(1, 8), vec![]).await })
@@ -255,4 +244,50 @@ async fn a_higher_priority_request_runs_before_a_waiting_lower_one() {
         .await
         .unwrap_err();
     assert_eq!(e.fault(), Fault::Client);
+}
+
+/// Under load the requests' own threads and the instance threads share the sessions: a lone
+/// request to an idle version runs on its caller's thread, the rest queue and batch. Every
+/// request still gets its own answer, no batch exceeds the limit and nothing runs twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn under_load_every_request_gets_its_own_answer_in_bounded_batches() {
+    let Some(engine) = engine(|c| c.instances = Some(2)) else {
+        return;
+    };
+    let engine = Arc::new(engine);
+    let path = model("minilm.onnx");
+    let (plain, batched) = (key("minilm-load", 1), key("minilm-load", 2));
+    load_configured(
+        &engine,
+        &batched,
+        &path,
+        r#"{"max_batch_size": 4, "dynamic_batching": {"max_queue_delay_microseconds": 2000}}"#,
+    )
+    .await;
+    const REQUESTS: u64 = 24;
+    let tasks: Vec<_> = (0..REQUESTS)
+        .map(|seed| {
+            let (engine, path, k) = (engine.clone(), path.clone(), batched.clone());
+            tokio::spawn(async move { engine.infer(&k, &path, tokens(seed, 8), vec![]).await })
+        })
+        .collect();
+    for (seed, task) in (0..REQUESTS).zip(tasks) {
+        let got = task.await.unwrap().unwrap();
+        let alone = engine
+            .infer(&plain, &path, tokens(seed, 8), vec![])
+            .await
+            .unwrap();
+        let diff = max_diff(&got[0], &alone[0]);
+        assert!(diff <= TOLERANCE, "request {seed}: {diff}");
+    }
+    let s = engine.stats(&batched).unwrap();
+    assert_eq!(s.success.count, REQUESTS);
+    assert_eq!(s.inference_count, REQUESTS);
+    let mut samples = 0;
+    for b in &s.batch_stats {
+        assert!(b.batch_size <= 4, "batch of {}", b.batch_size);
+        samples += b.batch_size * b.compute_infer.count;
+    }
+    assert_eq!(samples, REQUESTS, "every request ran exactly once");
+    assert_eq!(engine.model_info(&batched).unwrap().instances, 2);
 }

@@ -19,7 +19,8 @@ pub fn engine_config(config: &Config) -> anyhow::Result<EngineConfig> {
     Ok(EngineConfig {
         ort_library: config.ort_library().map_err(|e| anyhow!(e))?,
         intra_threads: config.engine.intra_threads,
-        instances: config.engine.instances.max(1),
+        instances: config.engine.instances,
+        cores: infergate_engine::sizing::available_cores(),
         max_queue_size: config.engine.max_queue_size.max(1),
         host_memory_budget: config.engine.host_memory_budget_bytes,
         memory_factor: EngineConfig::DEFAULT_MEMORY_FACTOR,

@@ -76,13 +76,15 @@ pub struct ServeArgs {
     /// Maximum concurrent connections [default: 4096].
     #[arg(long, env = "INFERGATE_MAX_CONNECTIONS")]
     max_connections: Option<usize>,
-    /// ONNX Runtime intra-op threads per instance [default: 1].
+    /// ONNX Runtime intra-op threads per instance [default: sized from the available cores:
+    /// instances × threads ≈ cores, at most 4 threads per instance; 0 = that default].
     #[arg(long, env = "INFERGATE_INTRA_THREADS")]
     intra_threads: Option<usize>,
     /// Where native ops (resize/normalize, softmax, NMS) run: auto, cpu or cuda:N [default: auto].
     #[arg(long, env = "INFERGATE_DEVICE")]
     device: Option<String>,
-    /// Execution instances per model version [default: 1].
+    /// Execution instances per model version [default: sized from the available cores:
+    /// ceil(cores / 4), or cores / --intra-threads when that is given; 0 = that default].
     #[arg(long, env = "INFERGATE_INSTANCES")]
     instances: Option<usize>,
     /// Log format: text or json [default: text].
@@ -154,10 +156,10 @@ impl ServeArgs {
         set!(c.limits.max_request_bytes, self.max_request_bytes);
         set!(c.limits.max_upload_bytes, self.max_upload_bytes);
         set!(c.limits.max_connections, self.max_connections);
-        set!(c.engine.intra_threads, self.intra_threads);
+        set!(c.engine.intra_threads, self.intra_threads.map(Some));
         set!(c.engine.device, self.device);
         crate::config::parse_device(&c.engine.device).map_err(|e| anyhow!(e))?;
-        set!(c.engine.instances, self.instances);
+        set!(c.engine.instances, self.instances.map(Some));
         set!(c.log_format, self.log_format);
         c.dashboard_dir = self.dashboard_dir.or(c.dashboard_dir);
         if self.default_rps.is_some() {

@@ -169,10 +169,11 @@ pub struct Limits {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct EngineSettings {
-    /// ORT intra-op threads per instance.
-    pub intra_threads: usize,
-    /// Execution instances per model version.
-    pub instances: usize,
+    /// ORT intra-op threads per instance; absent or 0: sized from the available cores
+    /// (`infergate_engine::sizing`).
+    pub intra_threads: Option<usize>,
+    /// Execution instances per model version; absent or 0: sized from the available cores.
+    pub instances: Option<usize>,
     /// Queued requests per model version before 503 (unless its config sets one).
     pub max_queue_size: usize,
     /// Where native ops run: `auto` (CUDA when a driver, a GPU and NVRTC are present, else the
@@ -259,8 +260,8 @@ impl Default for Limits {
 impl Default for EngineSettings {
     fn default() -> Self {
         EngineSettings {
-            intra_threads: 1,
-            instances: 1,
+            intra_threads: None,
+            instances: None,
             max_queue_size: 1024,
             host_memory_budget_bytes: None,
             idle_spin_us: infergate_engine::engine::EngineConfig::DEFAULT_IDLE_SPIN.as_micros()

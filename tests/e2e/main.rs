@@ -16,6 +16,7 @@ mod infer;
 mod limits;
 mod models;
 mod postops;
+mod rejected_input;
 mod restart;
 mod shutdown;
 mod transport;

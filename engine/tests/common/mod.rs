@@ -3,17 +3,20 @@
 #![allow(dead_code)] // each test binary uses a different subset
 
 use infergate_engine::{Engine, EngineConfig, ModelConfig, ModelKey, Tensor};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// An engine on the real ONNX Runtime, or `None` (with the reason printed) when
-/// `ORT_DYLIB_PATH` is unset. CI always sets it.
+/// `ORT_DYLIB_PATH` is unset. CI always sets it. One instance of one intra-op thread unless
+/// `adjust` says otherwise, so tests behave the same whatever the machine's cores.
 pub fn engine(adjust: impl FnOnce(&mut EngineConfig)) -> Option<Engine> {
     let Some(lib) = std::env::var_os("ORT_DYLIB_PATH") else {
         eprintln!("skipped: ORT_DYLIB_PATH is unset (source .cache/env.sh)");
         return None;
     };
     let mut config = EngineConfig::new(lib);
+    config.instances = Some(1);
+    config.intra_threads = Some(1);
     adjust(&mut config);
     Some(Engine::new(config).expect("engine starts"))
 }
@@ -36,6 +39,12 @@ pub fn key(name: &str, version: u64) -> ModelKey {
 
 pub fn config(json: &str) -> ModelConfig {
     ModelConfig::from_json_str(json).expect("valid config")
+}
+
+/// Sets a version's config (JSON) and loads it.
+pub async fn load_configured(engine: &Engine, k: &ModelKey, path: &Path, json: &str) {
+    engine.set_config(k, config(json)).await.unwrap();
+    engine.load(k, path).await.unwrap();
 }
 
 /// Deterministic pseudo-random values in [-1, 1).

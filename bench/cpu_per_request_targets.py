@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""The three serving-efficiency targets of issue 16, each as a ratio measured in this one run:
+
+1. a compute-bound model (EfficientNet-Lite0) served at the server's defaults (instances and
+   intra-op threads sized from the cores), perf_analyzer concurrency 4, vs ONNX Runtime in
+   process on all cores (one session, intra-op threads = cores); target >= 0.90;
+2. server CPU per inference on the MLP setup (bench/cpu_per_request.py) next to ORT's own CPU
+   for the same batches; target <= 75 µs;
+3. added p50 at concurrency 1 for MiniLM (1 instance, 1 thread on both sides) vs in process,
+   perf_analyzer's own client send + receive excluded (as README's breakdown does); target
+   <= 150 µs.
+
+Usage: bench/cpu_per_request_targets.py [--seconds 4] [--repeat 2]
+Needs: scripts/setup.sh, bench/setup-perf-analyzer.sh, `cargo build --release -p infergate`.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import onnxruntime as ort
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cpu_per_request  # noqa: E402
+import serving  # noqa: E402
+
+
+def in_process_all_cores(model, feeds, seconds):
+    """Inferences/s of one session using every core, requests back to back."""
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = os.cpu_count()
+    sess = ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
+    for _ in range(5):
+        sess.run(None, feeds)
+    n, end = 0, time.perf_counter() + seconds
+    start = time.perf_counter()
+    while time.perf_counter() < end:
+        sess.run(None, feeds)
+        n += 1
+    return n / (time.perf_counter() - start)
+
+
+def compute_bound(pa, seconds):
+    data = tempfile.mkdtemp(prefix="infergate-targets-")
+    model = os.path.join(serving.MODELS, "efficientnet-lite0.onnx")
+    subprocess.run([serving.BIN, "models", "add", "--data-dir", data, "--name", "effnet", model],
+                   check=True, capture_output=True)
+    image = np.random.default_rng(0).random((1, 3, 224, 224), dtype=np.float32)
+    data_file = os.path.join(data, "input.json")
+    with open(data_file, "w") as f:
+        json.dump({"data": [{"input": {"content": image.flatten().tolist(), "shape": [1, 3, 224, 224]}}]}, f)
+    base = in_process_all_cores(model, {"input": image}, seconds)
+    proc, addrs = serving.start_server(data)
+    try:
+        key = open(os.path.join(data, "admin.key")).read().strip()
+        cert = os.path.join(data, "tls", "cert.pem")
+        served, _, _ = serving.perf_analyzer(pa, "http", addrs["http"], cert, key, "effnet", data_file,
+                                             ["input:1,3,224,224"], 4, seconds)
+        split = next((line for line in proc.log_lines if "engine threads" in line), "")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    threads = " ".join(w for w in split.split() if w.startswith(("instances=", "intra_threads=", "cores=")))
+    return served, base, threads
+
+
+def latency_c1(pa, seconds):
+    data = tempfile.mkdtemp(prefix="infergate-targets-")
+    file, inputs = serving.SPECS["minilm"]
+    subprocess.run([serving.BIN, "models", "add", "--data-dir", data, "--name", "minilm",
+                    os.path.join(serving.MODELS, file)], check=True, capture_output=True)
+    rng = np.random.default_rng(0)
+    feeds = {k: g(rng).astype(serving.NP[dt]) for k, (shape, dt, g) in inputs.items()}
+    data_file = os.path.join(data, "input.json")
+    with open(data_file, "w") as f:
+        json.dump({"data": [{k: {"content": v.flatten().tolist(), "shape": list(v.shape)} for k, v in feeds.items()}]}, f)
+    shapes = [f"{k}:{','.join(map(str, s))}" for k, (s, _, _) in inputs.items()]
+    _, base_p50, _ = serving.in_process(file, feeds, seconds)
+    proc, addrs = serving.start_server(data, intra_threads=1, instances=1)
+    try:
+        key = open(os.path.join(data, "admin.key")).read().strip()
+        cert = os.path.join(data, "tls", "cert.pem")
+        row = serving.perf_analyzer_row(pa, "http", addrs["http"], cert, key, "minilm", data_file, shapes, 1,
+                                        seconds)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    p50 = float(row["p50 latency"])
+    client = float(row["Client Send"]) + float(row["Client Recv"])
+    return p50, base_p50, client
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seconds", type=float, default=4.0)
+    ap.add_argument("--repeat", type=int, default=1)
+    args = ap.parse_args()
+    pa = serving.perf_analyzer_command()
+    mlp_data = tempfile.mkdtemp(prefix="infergate-targets-mlp-")
+    mlp = os.path.join(mlp_data, "mlp.onnx")
+    cpu_per_request.write_mlp(mlp)
+    subprocess.run([serving.BIN, "models", "add", "--data-dir", mlp_data, "--name", "mlp",
+                    "--config", json.dumps(cpu_per_request.CONFIG), mlp], check=True, capture_output=True)
+    print(f"{os.cpu_count()} cores, load average at start {os.getloadavg()[0]:.2f}; {args.seconds:g} s windows\n")
+    print("| run | target | infergate | baseline (same run) | ratio | target met |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for run in range(1, args.repeat + 1):
+        served, base, threads = compute_bound(pa, args.seconds)
+        print(f"| {run} | effnet c=4 at defaults ({threads}) vs ORT all cores | {served:.1f} inf/s | "
+              f"{base:.1f} inf/s | {served / base:.3f} | {served / base >= 0.90} |", flush=True)
+        server_us, ort_us, done, _, intra = cpu_per_request.measure(pa, mlp_data, mlp, args.seconds, 8, [])
+        print(f"| {run} | MLP server CPU per inference (c=8, {done} inferences) | {server_us:.1f} µs | "
+              f"ORT in process {ort_us:.1f} µs (intra {intra}) | {server_us / ort_us:.2f} | {server_us <= 75} |",
+              flush=True)
+        p50, base_p50, client = latency_c1(pa, args.seconds)
+        added = p50 - base_p50 - client
+        print(f"| {run} | minilm c=1 added p50, client send+recv ({client:.0f} µs) excluded | {p50:.0f} µs p50 | "
+              f"{base_p50:.0f} µs in process | {added:+.0f} µs | {added <= 150} |", flush=True)
+        print(f"\nload average now {os.getloadavg()[0]:.2f}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
