@@ -21,6 +21,8 @@
 //! - [`request_id`]: `X-Request-Id` and the per-request tracing span.
 //! - [`cors`]: cross-origin rules for browser clients.
 //! - [`drain`]: shutdown of WebSocket streams.
+//! - [`connection`]: one client connection's limits (caps, write deadline, request and body
+//!   limits); [`peers`]: the per-address cap on unauthenticated connections.
 //! - [`textgen`]: character-level text generation (sampling, stop sequences) for the OpenAI API.
 
 pub mod admission;
@@ -32,6 +34,7 @@ pub mod cli;
 pub mod cli_pipelines;
 pub mod coalesce;
 pub mod config;
+pub mod connection;
 pub mod cors;
 pub mod drain;
 pub mod error;
@@ -39,6 +42,7 @@ pub mod grpc;
 pub mod latency;
 pub mod metrics;
 pub mod own_thread;
+pub mod peers;
 pub mod pipeline;
 pub mod ratelimit;
 pub mod registry;

@@ -7,6 +7,7 @@ mod webdriver;
 
 mod auth;
 mod dashboard;
+mod exhaustion;
 mod grpc;
 mod headers;
 mod infer;
