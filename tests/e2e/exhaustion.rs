@@ -315,7 +315,7 @@ type Ws = tokio_tungstenite::WebSocketStream<Tls>;
 
 async fn ws_connect(s: &Server, key: Option<&str>) -> Ws {
     let addr = hostport(&s.addr);
-    let tls = tls_connect(&tls_connector(&s, b"http/1.1"), &addr)
+    let tls = tls_connect(&tls_connector(s, b"http/1.1"), &addr)
         .await
         .unwrap();
     let mut request = tungstenite::client::IntoClientRequest::into_client_request(format!(
