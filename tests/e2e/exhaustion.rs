@@ -23,7 +23,7 @@ use tokio_tungstenite::tungstenite::{self, Message};
 const GENEROUS: Duration = Duration::from_secs(30);
 
 /// A server with `limits` (TOML) and the small classifier `cls`.
-fn server_with(config: &str) -> (tempfile::TempDir, Server) {
+pub fn server_with(config: &str) -> (tempfile::TempDir, Server) {
     let tmp = tempfile::tempdir().unwrap();
     crate::harness::register(tmp.path(), "cls", &model("ocr-cls.onnx"));
     let path = tmp.path().join("infergate.toml");
@@ -109,17 +109,25 @@ async fn served(s: &Server) {
     assert_eq!(r.status(), 200);
 }
 
-/// `ServerLive` on the gRPC listener from a fresh connection.
-async fn grpc_served(s: &Server, grpc: &str) {
-    let client = reqwest::Client::builder()
+/// A client of the server's TLS, speaking only HTTP/2 or only HTTP/1.1.
+fn client(s: &Server, http2: bool) -> reqwest::Client {
+    let builder = reqwest::Client::builder()
         .use_rustls_tls()
-        .http2_prior_knowledge()
         .add_root_certificate(
             reqwest::Certificate::from_pem(&std::fs::read(s.data.join("tls/cert.pem")).unwrap())
                 .unwrap(),
-        )
-        .build()
-        .unwrap();
+        );
+    let builder = if http2 {
+        builder.http2_prior_knowledge()
+    } else {
+        builder.http1_only()
+    };
+    builder.build().unwrap()
+}
+
+/// `ServerLive` on the gRPC listener from a fresh connection.
+async fn grpc_served(s: &Server, grpc: &str) {
+    let client = client(s, true);
     let call = client
         .post(format!(
             "https://{grpc}/inference.GRPCInferenceService/ServerLive"
@@ -267,20 +275,7 @@ async fn a_trickled_or_stalled_body_gets_408() {
     let (_tmp, s) = server_with("[limits]\nbody_timeout_s = 1\nbody_min_rate_bytes_per_s = 100\n");
     let key = s.key("infer");
     for (http2, stall) in [(false, false), (true, false), (false, true)] {
-        let builder = reqwest::Client::builder()
-            .use_rustls_tls()
-            .add_root_certificate(
-                reqwest::Certificate::from_pem(
-                    &std::fs::read(s.data.join("tls/cert.pem")).unwrap(),
-                )
-                .unwrap(),
-            );
-        let builder = if http2 {
-            builder.http2_prior_knowledge()
-        } else {
-            builder.http1_only()
-        };
-        let client = builder.build().unwrap();
+        let client = client(&s, http2);
         // Trickled: a byte each 100 ms (10 B/s, under the 100 B/s minimum); stalled: 64 bytes,
         // then nothing.
         let body = futures_util::stream::unfold(0u64, move |sent| async move {
@@ -486,15 +481,7 @@ async fn uri_and_header_limits_answer_json() {
 async fn an_over_limit_body_over_http2_gets_413() {
     let (_tmp, s) = server_with("[limits]\nmax_request_bytes = 1048576\n");
     let key = s.key("infer");
-    let client = reqwest::Client::builder()
-        .use_rustls_tls()
-        .http2_prior_knowledge()
-        .add_root_certificate(
-            reqwest::Certificate::from_pem(&std::fs::read(s.data.join("tls/cert.pem")).unwrap())
-                .unwrap(),
-        )
-        .build()
-        .unwrap();
+    let client = client(&s, true);
     let big = vec![b' '; 4 << 20];
     for declared in [true, false] {
         let body = if declared {

@@ -3,7 +3,9 @@
 //! idle keep-alive connections right after the signal are answered too, with
 //! `Connection: close`, instead of finding their connection gone.
 
-use crate::exhaustion::{closed_by_server, hostport, http1_exchange, tls_connect, tls_connector};
+use crate::exhaustion::{
+    closed_by_server, hostport, http1_exchange, server_with, tls_connect, tls_connector,
+};
 use crate::harness::{model, Options, Server};
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{json, Value};
@@ -112,16 +114,7 @@ async fn sigterm_loses_no_accepted_request() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_on_idle_keepalive_connections_after_sigterm_are_answered() {
-    let tmp = tempfile::tempdir().unwrap();
-    let config = tmp.path().join("infergate.toml");
-    std::fs::write(&config, "[limits]\nshutdown_keepalive_s = 5\n").unwrap();
-    let s = Server::start_in(
-        tmp.path(),
-        Options {
-            extra_args: vec!["--config".into(), config.display().to_string()],
-            ..Options::default()
-        },
-    );
+    let (_tmp, s) = server_with("[limits]\nshutdown_keepalive_s = 5\n");
     let key = s.key("infer");
     let request =
         format!("GET /api/whoami HTTP/1.1\r\nhost: localhost\r\nx-api-key: {key}\r\n\r\n");
