@@ -143,6 +143,9 @@ pub struct TlsConfig {
     pub client_ca: Option<PathBuf>,
 }
 
+/// What one client may cost the server: sizes, connections and the deadline of every phase of
+/// a connection (the per-phase timeouts Envoy, nginx and Pingora give their operators). Every
+/// listener (HTTPS and gRPC) applies all of them; see `server.rs` for where each one acts.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Limits {
@@ -150,14 +153,45 @@ pub struct Limits {
     pub max_request_bytes: usize,
     /// Largest model or plugin upload, in bytes.
     pub max_upload_bytes: usize,
-    /// Concurrent connections; more wait in the kernel's accept queue.
+    /// Concurrent connections, WebSockets included; more wait in the kernel's accept queue.
     pub max_connections: usize,
-    /// Seconds allowed for the TLS handshake and for a request's headers.
+    /// Connections from one IP address that have not yet presented a valid API key (in the TLS
+    /// handshake, before their first request, or having sent only unauthenticated ones); more
+    /// are closed at accept, so that one address cannot take the whole `max_connections`.
+    /// 0: no per-address cap.
+    pub max_unauthenticated_connections_per_ip: usize,
+    /// Seconds allowed for the TLS handshake.
+    pub handshake_timeout_s: u64,
+    /// Seconds from the end of the handshake until the first request's headers are complete
+    /// (protocol detection and first byte included), for the headers of each later HTTP/1
+    /// request, and the idle limit of a keep-alive connection that has not presented a valid
+    /// key (HTTP/1 keep-alive connections always: hyper starts the header timer when it waits
+    /// for the next request).
     pub header_timeout_s: u64,
-    /// Seconds an idle keep-alive connection stays open.
+    /// Seconds an HTTP/2 connection that has presented a valid key stays open with no request
+    /// in flight.
     pub idle_timeout_s: u64,
+    /// Seconds a request body may go without a byte arriving, and the grace period before
+    /// `body_min_rate_bytes_per_s` applies; beyond either, 408.
+    pub body_timeout_s: u64,
+    /// Slowest average rate, in bytes per second, a request body may arrive at once its first
+    /// `body_timeout_s` have passed (408 below it).
+    pub body_min_rate_bytes_per_s: u64,
+    /// Seconds a write to a client may make no progress (a client that stopped reading) before
+    /// the connection is closed.
+    pub send_timeout_s: u64,
+    /// Largest request line target (URI), in bytes (414 beyond).
+    pub max_uri_bytes: usize,
+    /// Largest total size of a request's header fields, in bytes (431 beyond).
+    pub max_header_bytes: usize,
+    /// Most header fields in one request (431 beyond).
+    pub max_headers: usize,
     /// Seconds in-flight requests get to finish on shutdown.
     pub shutdown_grace_s: u64,
+    /// Seconds after a shutdown signal that an idle HTTP/1 keep-alive connection stays open, so
+    /// that a request a client is already sending on it is answered (with `Connection: close`)
+    /// rather than cut off; HTTP/2 connections get a GOAWAY at once. At most `shutdown_grace_s`.
+    pub shutdown_keepalive_s: u64,
     /// Rate limit for keys without their own: requests per second (absent = unlimited).
     pub default_rps: Option<f64>,
     /// Burst for `default_rps` (default: the rate rounded up).
@@ -247,9 +281,18 @@ impl Default for Limits {
             max_request_bytes: 64 << 20,
             max_upload_bytes: 1 << 30,
             max_connections: 4096,
+            max_unauthenticated_connections_per_ip: 256,
+            handshake_timeout_s: 10,
             header_timeout_s: 10,
             idle_timeout_s: 120,
+            body_timeout_s: 20,
+            body_min_rate_bytes_per_s: 1024,
+            send_timeout_s: 30,
+            max_uri_bytes: 8 << 10,
+            max_header_bytes: 64 << 10,
+            max_headers: 100,
             shutdown_grace_s: 30,
+            shutdown_keepalive_s: 2,
             default_rps: None,
             default_burst: None,
             default_max_concurrent: None,

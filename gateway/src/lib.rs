@@ -22,6 +22,8 @@
 //! - [`cors`]: cross-origin rules for browser clients.
 //! - [`drain`]: shutdown of WebSocket streams.
 //! - [`history`]: the last hour per model and pipeline, sampled each second, for the dashboard.
+//! - [`connection`]: one client connection's limits (caps, write deadline, request and body
+//!   limits); [`peers`]: the per-address cap on unauthenticated connections.
 //! - [`textgen`]: character-level text generation (sampling, stop sequences) for the OpenAI API.
 
 pub mod admission;
@@ -33,6 +35,7 @@ pub mod cli;
 pub mod cli_pipelines;
 pub mod coalesce;
 pub mod config;
+pub mod connection;
 pub mod cors;
 pub mod drain;
 pub mod error;
@@ -41,6 +44,7 @@ pub mod history;
 pub mod latency;
 pub mod metrics;
 pub mod own_thread;
+pub mod peers;
 pub mod pipeline;
 pub mod ratelimit;
 pub mod registry;

@@ -1,13 +1,27 @@
-//! The listener: accepts TCP connections under a connection cap, terminates TLS with a
-//! handshake deadline, serves HTTP/1.1 and HTTP/2 (ALPN) with hyper, and drains in-flight
-//! requests on SIGTERM/SIGINT after turning readiness off.
+//! The listener: accepts TCP connections under a connection cap and a per-address cap on
+//! unauthenticated connections, terminates TLS, serves HTTP/1.1 and HTTP/2 (ALPN) with hyper,
+//! and drains on SIGTERM/SIGINT after turning readiness off. Both listeners (HTTPS and gRPC)
+//! run here, so every limit below holds on both.
+//!
+//! The deadline of each phase of a connection (`[limits]`, see `config.rs`):
+//! - TLS handshake: `handshake_timeout_s`;
+//! - protocol detection, first byte and the first request's headers: `header_timeout_s` from
+//!   the end of the handshake (the watchdog below; hyper's own header timer covers each later
+//!   HTTP/1 request);
+//! - request body: `body_timeout_s` without a byte, or below `body_min_rate_bytes_per_s`
+//!   (`api::body::ReadDeadline`, 408);
+//! - idle with nothing in flight: `header_timeout_s` until the connection presents a valid key,
+//!   then `idle_timeout_s` (HTTP/2; hyper closes idle HTTP/1 connections at its header timer);
+//! - writes: `send_timeout_s` without progress (`connection::ConnIo`);
+//! - an idle close is a graceful one (HTTP/2 GOAWAY) given `header_timeout_s` more, then the
+//!   socket is dropped.
 
+use crate::connection::{ConnIo, ConnService, Connection};
+use crate::peers::PeerLimit;
 use crate::state::AppState;
 use axum::Router;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
-use hyper_util::server::graceful::GracefulShutdown;
-use hyper_util::service::TowerToHyperService;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -28,34 +42,64 @@ impl Listener {
     }
 }
 
+/// hyper's defaults for the largest HTTP/1 head it buffers (8 KiB + 100 × 4 KiB).
+const HYPER_DEFAULT_MAX_BUF: usize = 8192 + 4096 * 100;
+
 fn http_builder(state: &AppState) -> Builder<TokioExecutor> {
     let limits = &state.config.limits;
     let mut builder = Builder::new(TokioExecutor::new());
+    // hyper answers requests over its own limits with an empty body; ours (checked in
+    // `connection::ConnService`, answered with JSON) are lower, so only requests far beyond
+    // them meet hyper's.
     builder
         .http1()
         .timer(TokioTimer::new())
         .keep_alive(true)
-        .header_read_timeout(Duration::from_secs(limits.header_timeout_s));
+        .header_read_timeout(Duration::from_secs(limits.header_timeout_s.max(1)))
+        .max_headers(limits.max_headers.saturating_mul(2).max(100))
+        .max_buf_size(
+            (limits.max_header_bytes + limits.max_uri_bytes)
+                .saturating_mul(2)
+                .max(HYPER_DEFAULT_MAX_BUF),
+        );
+    // HTTP/2 counts 32 bytes per field on top of name and value.
+    let h2_header_list = (limits.max_header_bytes + 32 * limits.max_headers + limits.max_uri_bytes)
+        .saturating_mul(2);
     builder
         .http2()
         .timer(TokioTimer::new())
+        .max_header_list_size(u32::try_from(h2_header_list).unwrap_or(u32::MAX))
         .keep_alive_interval(Duration::from_secs(limits.idle_timeout_s.max(1)))
         .keep_alive_timeout(Duration::from_secs(limits.header_timeout_s.max(1)));
     builder
 }
 
-/// Serves until `shutdown` resolves, then stops accepting, waits up to the grace period for
-/// in-flight requests, and returns.
+/// What a listener serves and how.
+struct ListenerSetup {
+    builder: Builder<TokioExecutor>,
+    router: Router,
+    state: Arc<AppState>,
+}
+
+/// Serves until `shutdown` resolves, then stops accepting, drains (see [`watch_connection`]),
+/// waits up to the grace period for in-flight requests, and returns.
 pub async fn run(
     listener: Listener,
     router: Router,
     state: Arc<AppState>,
     shutdown: impl Future<Output = ()>,
 ) {
-    let permits = Arc::new(Semaphore::new(state.config.limits.max_connections.max(1)));
-    let graceful = GracefulShutdown::new();
-    let builder = Arc::new(http_builder(&state));
-    let handshake_timeout = Duration::from_secs(state.config.limits.header_timeout_s.max(1));
+    let limits = state.config.limits.clone();
+    let cap = limits.max_connections.clamp(1, Semaphore::MAX_PERMITS);
+    let permits = Arc::new(Semaphore::new(cap));
+    let peers = PeerLimit::new(limits.max_unauthenticated_connections_per_ip);
+    let setup = Arc::new(ListenerSetup {
+        builder: http_builder(&state),
+        router,
+        state: state.clone(),
+    });
+    let handshake_timeout = Duration::from_secs(limits.handshake_timeout_s.max(1));
+    let send_timeout = Duration::from_secs(limits.send_timeout_s.max(1));
     tokio::pin!(shutdown);
     loop {
         let permit = tokio::select! {
@@ -74,34 +118,38 @@ pub async fn run(
                 }
             },
         };
+        let Ok(peer_slot) = peers.admit(peer.ip()) else {
+            tracing::debug!(%peer, "closed: too many unauthenticated connections from this address");
+            continue;
+        };
         let _ = stream.set_nodelay(true);
-        let service = TowerToHyperService::new(router.clone());
-        let builder = builder.clone();
-        let watcher = graceful.watcher();
+        let connection = Connection::new(peer_slot);
+        let io = ConnIo::new(stream, permit, connection.clone(), send_timeout);
+        let setup = setup.clone();
         match listener.tls.clone() {
             Some(acceptor) => {
                 tokio::spawn(async move {
-                    let _permit = permit;
-                    let tls = match tokio::time::timeout(handshake_timeout, acceptor.accept(stream))
-                        .await
-                    {
-                        Ok(Ok(tls)) => tls,
-                        Ok(Err(e)) => {
-                            tracing::debug!(%peer, error = %e, "TLS handshake failed");
-                            return;
-                        }
-                        Err(_) => {
-                            tracing::debug!(%peer, "TLS handshake timed out");
-                            return;
-                        }
-                    };
-                    serve_connection(&builder, tls, service, watcher, peer).await;
+                    let tls =
+                        match tokio::time::timeout(handshake_timeout, acceptor.accept(io)).await {
+                            Ok(Ok(tls)) => tls,
+                            Ok(Err(e)) => {
+                                tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                                return;
+                            }
+                            Err(_) => {
+                                tracing::debug!(%peer, "TLS handshake timed out");
+                                return;
+                            }
+                        };
+                    if tls.get_ref().1.alpn_protocol() == Some(b"h2") {
+                        connection.set_http2();
+                    }
+                    watch_connection(&setup, tls, connection, peer).await;
                 });
             }
             None => {
                 tokio::spawn(async move {
-                    let _permit = permit;
-                    serve_connection(&builder, stream, service, watcher, peer).await;
+                    watch_connection(&setup, io, connection, peer).await;
                 });
             }
         }
@@ -109,33 +157,87 @@ pub async fn run(
     state.set_ready(false);
     state.drain.start();
     drop(listener);
-    let grace = Duration::from_secs(state.config.limits.shutdown_grace_s);
+    let grace = Duration::from_secs(limits.shutdown_grace_s);
     tracing::info!(
         grace_s = grace.as_secs(),
         streams = state.drain.open_streams(),
         "shutting down: draining in-flight requests and streams"
     );
-    let drained = async {
-        graceful.shutdown().await;
-        state.drain.streams_closed().await;
-    };
+    // Every connection holds a permit until its socket closes, so all of them back means all
+    // connections (upgraded WebSockets included) are closed.
+    let all_closed = permits.acquire_many(u32::try_from(cap).unwrap_or(u32::MAX));
     tokio::select! {
-        _ = drained => tracing::info!("all connections and streams closed"),
+        _ = all_closed => tracing::info!("all connections and streams closed"),
         _ = tokio::time::sleep(grace) => tracing::warn!("grace period over; closing remaining connections"),
     }
 }
 
-async fn serve_connection<I>(
-    builder: &Builder<TokioExecutor>,
+/// Why a connection is being closed by the server.
+enum Closing {
+    /// Nothing in flight for its idle limit: closed gracefully, then dropped if the client
+    /// does not let go.
+    Idle,
+    /// The server is shutting down: closed gracefully, within the grace period.
+    Drain,
+}
+
+/// Serves one connection and closes it when it has been idle too long or the server drains.
+/// On drain an HTTP/2 connection gets its GOAWAY at once; an HTTP/1 one is closed when idle
+/// after `shutdown_keepalive_s` (meanwhile its responses carry `Connection: close`), so that
+/// a request a client sends on an idle keep-alive connection right after the signal is
+/// answered instead of cut off.
+async fn watch_connection<I>(
+    setup: &ListenerSetup,
     io: I,
-    service: TowerToHyperService<Router>,
-    watcher: hyper_util::server::graceful::Watcher,
+    connection: Arc<Connection>,
     peer: SocketAddr,
 ) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
-    if let Err(e) = watcher.watch(conn.into_owned()).await {
+    let limits = &setup.state.config.limits;
+    let header = Duration::from_secs(limits.header_timeout_s.max(1));
+    let idle = Duration::from_secs(limits.idle_timeout_s.max(1));
+    let keepalive_on_drain =
+        Duration::from_secs(limits.shutdown_keepalive_s.min(limits.shutdown_grace_s));
+    let service = ConnService {
+        router: setup.router.clone(),
+        connection: connection.clone(),
+        state: setup.state.clone(),
+    };
+    let conn = setup
+        .builder
+        .serve_connection_with_upgrades(TokioIo::new(io), service)
+        .into_owned();
+    tokio::pin!(conn);
+    let closing = async {
+        let drain = setup.state.drain.signal();
+        tokio::select! {
+            _ = connection.idle_expired(header, idle) => Closing::Idle,
+            _ = drain => {
+                if !connection.is_http2() {
+                    tokio::time::sleep(keepalive_on_drain).await;
+                }
+                Closing::Drain
+            }
+        }
+    };
+    let result = tokio::select! {
+        result = conn.as_mut() => result,
+        reason = closing => {
+            conn.as_mut().graceful_shutdown();
+            match reason {
+                Closing::Drain => conn.await,
+                Closing::Idle => match tokio::time::timeout(header, conn).await {
+                    Ok(result) => result,
+                    Err(_) => {
+                        tracing::debug!(%peer, "closed: idle, and did not close after GOAWAY");
+                        return;
+                    }
+                },
+            }
+        }
+    };
+    if let Err(e) = result {
         tracing::debug!(%peer, error = %e, "connection ended with an error");
     }
 }

@@ -108,6 +108,7 @@ impl AppState {
                 scope.as_str()
             )));
         }
+        crate::connection::authenticated();
         Ok(key)
     }
 

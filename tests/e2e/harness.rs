@@ -187,6 +187,11 @@ impl Server {
         let _ = self.child.wait();
     }
 
+    /// The server's process id (to read its /proc entries).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Sends SIGTERM without waiting.
     pub fn send_sigterm(&self) {
         let pid = self.child.id().to_string();

@@ -9,6 +9,7 @@ mod auth;
 mod blobs;
 mod crash;
 mod dashboard;
+mod exhaustion;
 mod grpc;
 mod headers;
 mod hostile_input;

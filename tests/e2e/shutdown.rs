@@ -1,9 +1,15 @@
 //! SIGTERM while streamed requests are in flight: every accepted request is answered in full,
-//! WebSocket streams finish and close with 1001, then the process exits 0.
+//! WebSocket streams finish and close with 1001, then the process exits 0. Requests sent on
+//! idle keep-alive connections right after the signal are answered too, with
+//! `Connection: close`, instead of finding their connection gone.
 
+use crate::exhaustion::{
+    closed_by_server, hostport, http1_exchange, server_with, tls_connect, tls_connector,
+};
 use crate::harness::{model, Options, Server};
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{json, Value};
+use std::time::Duration;
 use tokio_tungstenite::tungstenite::Message;
 
 const TOKENS: u64 = 200;
@@ -101,6 +107,34 @@ async fn sigterm_loses_no_accepted_request() {
         }
         let done = done.expect("the generation finished before the close");
         assert!(done["usage"]["completion_tokens"].as_u64().unwrap() <= TOKENS);
+    }
+    let status = s.wait();
+    assert!(status.success(), "{status:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_on_idle_keepalive_connections_after_sigterm_are_answered() {
+    let (_tmp, s) = server_with("[limits]\nshutdown_keepalive_s = 5\n");
+    let key = s.key("infer");
+    let request =
+        format!("GET /api/whoami HTTP/1.1\r\nhost: localhost\r\nx-api-key: {key}\r\n\r\n");
+    let connector = tls_connector(&s, b"http/1.1");
+    let mut idle = Vec::new();
+    for _ in 0..8 {
+        let mut tls = tls_connect(&connector, &hostport(&s.addr)).await.unwrap();
+        let (status, _) = http1_exchange(&mut tls, &request).await;
+        assert_eq!(status, 200);
+        idle.push(tls);
+    }
+    s.send_sigterm();
+    assert!(s
+        .wait_for_log("shutting down", Duration::from_secs(30))
+        .is_some());
+    for mut tls in idle {
+        let (status, answer) = http1_exchange(&mut tls, &request).await;
+        assert_eq!(status, 200, "{answer}");
+        assert!(answer.contains("connection: close"), "{answer}");
+        assert!(closed_by_server(tls, Duration::from_secs(30)).await);
     }
     let status = s.wait();
     assert!(status.success(), "{status:?}");

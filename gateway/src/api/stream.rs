@@ -23,8 +23,19 @@
 //! the server stops reading, and answers wait in a small bounded queue for the writer, so a slow
 //! reader slows its own requests instead of growing memory. The server pings every
 //! `ping_interval_s`; a connection with nothing in flight and no message for `idle_timeout_s`
-//! is closed with 4408. Close codes: 1000 normal, 1001 server shutting down, 1003 binary message,
-//! 1008 authentication failed, 1009 message too large, 4408 idle timeout.
+//! is closed with 4408.
+//!
+//! What a client costs before and beside its requests is bounded: the first-message key must
+//! arrive within `[limits] header_timeout_s` of the upgrade (once, not per frame: pings do not
+//! extend it); control frames (pings and pongs, each of which the server answers or records)
+//! are limited to [`CONTROL_FRAMES_BURST`] at once and [`CONTROL_FRAMES_PER_S`] per second
+//! after that, beyond which the connection is closed with 1008; a client that stops reading
+//! is disconnected when a write makes no progress for `[limits] send_timeout_s`; a frame over
+//! `max_message_bytes` is refused before its payload is read, with 1009.
+//!
+//! Close codes: 1000 normal, 1001 server shutting down, 1003 binary message, 1008
+//! authentication failed or too many control frames, 1009 message too large, 4408 idle
+//! timeout.
 
 use crate::admission;
 use crate::auth::{self, Scope};
@@ -50,6 +61,56 @@ use tokio::task::JoinSet;
 pub const SUBPROTOCOL: &str = "infergate.v1";
 const PROTOCOL_LABEL: &str = "websocket";
 pub const CLOSE_IDLE: u16 = 4408;
+/// Control frames a client may send at once.
+pub const CONTROL_FRAMES_BURST: f64 = 16.0;
+/// Control frames per second a client may send after its burst (a keep-alive ping every few
+/// seconds is far below it).
+pub const CONTROL_FRAMES_PER_S: f64 = 2.0;
+
+/// The connection's allowance of control frames: a token bucket.
+struct ControlBudget {
+    tokens: f64,
+    refilled: Instant,
+}
+
+impl ControlBudget {
+    fn new() -> ControlBudget {
+        ControlBudget {
+            tokens: CONTROL_FRAMES_BURST,
+            refilled: Instant::now(),
+        }
+    }
+
+    /// Takes one frame's worth; false when the client is over its allowance.
+    fn take(&mut self) -> bool {
+        let now = Instant::now();
+        let earned = now.duration_since(self.refilled).as_secs_f64() * CONTROL_FRAMES_PER_S;
+        self.tokens = (self.tokens + earned).min(CONTROL_FRAMES_BURST);
+        self.refilled = now;
+        if self.tokens < 1.0 {
+            return false;
+        }
+        self.tokens -= 1.0;
+        true
+    }
+}
+
+fn too_many_control_frames() -> Message {
+    close(close_code::POLICY, "too many control frames (pings/pongs)")
+}
+
+/// The close that answers a failed read: 1009 for a frame or message over the size limit
+/// (refused by tungstenite before reading its payload); None when the client is gone.
+fn read_failure_close(error: &axum::Error, limit: usize) -> Option<Message> {
+    use tokio_tungstenite::tungstenite::Error as WsError;
+    let cause = std::error::Error::source(error)?.downcast_ref::<WsError>()?;
+    matches!(cause, WsError::Capacity(_)).then(|| {
+        close(
+            close_code::SIZE,
+            &format!("message over the {limit}-byte limit"),
+        )
+    })
+}
 
 /// Checks a key for `scope` the way HTTP requests are checked.
 pub fn check_key(state: &AppState, secret: &str, scope: Scope) -> ApiResult<KeyRecord> {
@@ -102,11 +163,14 @@ pub async fn upgrade(
         return Err(ApiError::unavailable("the server is shutting down"));
     }
     let limit = state.config.websocket.max_message_bytes;
+    // A key offered as the first message leaves the per-address cap of unauthenticated
+    // connections once it checks out.
+    let client = crate::connection::current();
     Ok(ws
         .protocols([SUBPROTOCOL])
         .max_message_size(limit)
         .max_frame_size(limit)
-        .on_upgrade(move |socket| connection(state, socket, key)))
+        .on_upgrade(move |socket| connection(state, socket, key, client)))
 }
 
 fn close(code: u16, reason: &str) -> Message {
@@ -128,23 +192,36 @@ fn error_frame(id: &Value, e: &ApiError) -> Message {
     frame(v)
 }
 
-/// Waits for `{"api_key": KEY}` as the first message.
+/// Waits for `{"api_key": KEY}` as the first message, for at most the header timeout from the
+/// upgrade.
 async fn first_message_key(
     state: &AppState,
     socket: &mut futures_util::stream::SplitStream<WebSocket>,
+    control: &mut ControlBudget,
 ) -> Result<String, Message> {
-    let deadline = Duration::from_secs(state.config.limits.header_timeout_s.max(1));
+    let deadline = tokio::time::Instant::now()
+        + Duration::from_secs(state.config.limits.header_timeout_s.max(1));
+    let limit = state.config.websocket.max_message_bytes;
     let first = loop {
-        match tokio::time::timeout(deadline, socket.next()).await {
+        match tokio::time::timeout_at(deadline, socket.next()).await {
             Err(_) => {
                 return Err(close(
                     close_code::POLICY,
                     "no API key: send {\"api_key\": KEY} first",
                 ))
             }
-            Ok(None) | Ok(Some(Err(_))) => return Err(close(close_code::NORMAL, "")),
+            Ok(Some(Err(e))) => {
+                return Err(
+                    read_failure_close(&e, limit).unwrap_or_else(|| close(close_code::NORMAL, ""))
+                )
+            }
+            Ok(None) => return Err(close(close_code::NORMAL, "")),
             Ok(Some(Ok(Message::Text(t)))) => break t,
-            Ok(Some(Ok(Message::Ping(_) | Message::Pong(_)))) => continue,
+            Ok(Some(Ok(Message::Ping(_) | Message::Pong(_)))) => {
+                if !control.take() {
+                    return Err(too_many_control_frames());
+                }
+            }
             Ok(Some(Ok(_))) => {
                 return Err(close(
                     close_code::POLICY,
@@ -168,7 +245,12 @@ async fn first_message_key(
     }
 }
 
-async fn connection(state: Arc<AppState>, socket: WebSocket, key: Option<String>) {
+async fn connection(
+    state: Arc<AppState>,
+    socket: WebSocket,
+    key: Option<String>,
+    client: Option<Arc<crate::connection::Connection>>,
+) {
     let _open = state.metrics.websocket_opened();
     let _stream = state.drain.stream_opened();
     let config = state.config.websocket.clone();
@@ -199,10 +281,14 @@ async fn connection(state: Arc<AppState>, socket: WebSocket, key: Option<String>
             }
         }
     });
+    let mut control = ControlBudget::new();
     let key = match key {
         Some(key) => key,
-        None => match first_message_key(&state, &mut incoming).await {
+        None => match first_message_key(&state, &mut incoming, &mut control).await {
             Ok(key) => {
+                if let Some(client) = &client {
+                    client.mark_authenticated();
+                }
                 let _ = out.send(frame(json!({"authenticated": true}))).await;
                 key
             }
@@ -230,9 +316,15 @@ async fn connection(state: Arc<AppState>, socket: WebSocket, key: Option<String>
         tokio::select! {
             p = permits.clone().acquire_owned(), if permit.is_none() => permit = p.ok(),
             message = incoming.next(), if permit.is_some() => match message {
-                None | Some(Err(_)) => break None,
+                None => break None,
+                Some(Err(e)) => break read_failure_close(&e, config.max_message_bytes),
                 Some(Ok(Message::Close(_))) => break None,
-                Some(Ok(Message::Ping(_) | Message::Pong(_))) => last_seen = tokio::time::Instant::now(),
+                Some(Ok(Message::Ping(_) | Message::Pong(_))) => {
+                    if !control.take() {
+                        break Some(too_many_control_frames());
+                    }
+                    last_seen = tokio::time::Instant::now();
+                }
                 Some(Ok(Message::Binary(_))) => {
                     break Some(close(close_code::UNSUPPORTED, "binary messages are not supported: send JSON text"));
                 }
