@@ -22,6 +22,7 @@
 //! - [`cors`]: cross-origin rules for browser clients.
 //! - [`drain`]: shutdown of WebSocket streams.
 //! - [`textgen`]: character-level text generation (sampling, stop sequences) for the OpenAI API.
+//! - [`llm`]: chat models (GGUF, llama.cpp): lazy load, idle unload, upload validation.
 
 pub mod admission;
 pub mod api;
@@ -37,6 +38,7 @@ pub mod drain;
 pub mod error;
 pub mod grpc;
 pub mod latency;
+pub mod llm;
 pub mod metrics;
 pub mod own_thread;
 pub mod pipeline;
