@@ -364,7 +364,49 @@ struct Delta<'a> {
     content: Option<&'a str>,
 }
 
+/// An error in OpenAI's shape (`{"error": {"message", "type", "param", "code"}}`), which the
+/// official clients read their exception's message from.
+fn openai_error(e: ApiError) -> Response {
+    let kind = match e.status.as_u16() {
+        400 | 404 | 413 | 422 => "invalid_request_error",
+        401 => "authentication_error",
+        403 => "permission_error",
+        429 => "rate_limit_error",
+        _ => "server_error",
+    };
+    let body = json!({"error": {"message": e.message, "type": kind, "param": null, "code": null}});
+    let mut response = (e.status, Json(body)).into_response();
+    if let Some(secs) = e.retry_after {
+        response
+            .headers_mut()
+            .insert(http::header::RETRY_AFTER, http::HeaderValue::from(secs));
+    }
+    response
+}
+
 pub async fn completions(
+    state: S,
+    request_id: Extension<RequestId>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    completion(state, request_id, headers, body)
+        .await
+        .unwrap_or_else(openai_error)
+}
+
+pub async fn chat_completions(
+    state: S,
+    request_id: Extension<RequestId>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    chat_completion(state, request_id, headers, body)
+        .await
+        .unwrap_or_else(openai_error)
+}
+
+async fn completion(
     State(state): S,
     Extension(request_id): Extension<RequestId>,
     headers: HeaderMap,
@@ -399,7 +441,7 @@ pub async fn completions(
     run(state, meta, &req.common, &prompt, sampling).await
 }
 
-pub async fn chat_completions(
+async fn chat_completion(
     State(state): S,
     Extension(request_id): Extension<RequestId>,
     headers: HeaderMap,
