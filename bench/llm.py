@@ -73,7 +73,13 @@ class Infergate:
         if not prefix_cache:
             args.append("--llm-no-prefix-cache")
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        with open(os.path.join(self.data, "admin.key")) as f:
+        key_file = os.path.join(self.data, "admin.key")
+        deadline = time.monotonic() + 60
+        while not os.path.exists(key_file):  # written by the first start
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                raise RuntimeError("infergate did not start")
+            time.sleep(0.1)
+        with open(key_file) as f:
             key = f.read().strip()
         self.headers = {"Authorization": f"Bearer {key}"}
         self.url = f"http://127.0.0.1:{port}"
