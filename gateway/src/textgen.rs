@@ -11,7 +11,9 @@ use crate::error::{ApiError, ApiResult};
 use crate::state::{model_key, AppState};
 use crate::store::models::ModelRecord;
 use infergate_engine::Tensor;
+#[cfg(test)]
 use infergate_llm::output::longest_suffix_prefix;
+use infergate_llm::output::release;
 pub use infergate_llm::Finish;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -309,16 +311,7 @@ impl Generation {
             return Ok(Some(self.finish(Finish::Length)));
         }
         // Hand out everything except the longest tail that could still begin a stop sequence.
-        let hold = self
-            .params
-            .stop
-            .iter()
-            .map(|s| longest_suffix_prefix(&self.pending, s))
-            .max()
-            .unwrap_or(0);
-        let cut = self.pending.len() - hold;
-        let text = self.pending[..cut].to_string();
-        self.pending.drain(..cut);
+        let text = release(&mut self.pending, &self.params.stop);
         Ok(Some(Step { text, finish: None }))
     }
 

@@ -40,16 +40,7 @@ impl TextOutput {
             self.pending.truncate(at);
             return Pushed::Stopped(std::mem::take(&mut self.pending));
         }
-        let hold = self
-            .stop
-            .iter()
-            .map(|s| longest_suffix_prefix(&self.pending, s))
-            .max()
-            .unwrap_or(0);
-        let cut = self.pending.len() - hold;
-        let text = self.pending[..cut].to_string();
-        self.pending.drain(..cut);
-        Pushed::Text(text)
+        Pushed::Text(release(&mut self.pending, &self.stop))
     }
 
     /// Everything left, at the end of the generation (an incomplete character becomes U+FFFD).
@@ -93,6 +84,18 @@ impl TextOutput {
         }
         self.partial = rest.to_vec();
     }
+}
+
+/// Takes from `pending` everything except the longest tail that could still begin one of the
+/// stop sequences.
+pub fn release(pending: &mut String, stop: &[String]) -> String {
+    let hold = stop
+        .iter()
+        .map(|s| longest_suffix_prefix(pending, s))
+        .max()
+        .unwrap_or(0);
+    let cut = pending.len() - hold;
+    pending.drain(..cut).collect()
 }
 
 /// Length in bytes of the longest suffix of `text` that is a proper prefix of `stop`: what must
