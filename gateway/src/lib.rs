@@ -25,6 +25,7 @@
 //! - [`connection`]: one client connection's limits (caps, write deadline, request and body
 //!   limits); [`peers`]: the per-address cap on unauthenticated connections.
 //! - [`textgen`]: character-level text generation (sampling, stop sequences) for the OpenAI API.
+//! - [`llm`]: chat models (GGUF, llama.cpp): lazy load, idle unload, upload validation.
 
 pub mod admission;
 pub mod api;
@@ -42,6 +43,7 @@ pub mod error;
 pub mod grpc;
 pub mod history;
 pub mod latency;
+pub mod llm;
 pub mod metrics;
 pub mod own_thread;
 pub mod peers;

@@ -22,6 +22,14 @@
 //! `infergate_host_memory_reserved_bytes` / `infergate_host_memory_budget_bytes`; on a GPU, the
 //! native ops' memory pools: `infergate_gpu_pool_{held,free,limit}_bytes{pool}` and
 //! `infergate_gpu_pool_{hits,misses,evictions}_total{pool}` (`pool` = `device` or `pinned`).
+//!
+//! Chat models (GGUF), named after vLLM's metrics: `infergate_llm_time_to_first_token_seconds`
+//! and `infergate_llm_inter_token_latency_seconds` (histograms, `{model}`, recorded as tokens
+//! reach the gateway), and read at scrape time from each loaded version `{model,version}`:
+//! `infergate_llm_num_requests_running`, `..._waiting`, `infergate_llm_kv_cache_usage_perc`
+//! (0–1, shared prefixes counted per holder), `infergate_llm_prompt_tokens_total`,
+//! `infergate_llm_generation_tokens_total`, `infergate_llm_prefix_cache_queries_total` and
+//! `infergate_llm_prefix_cache_hits_total` (prompt tokens looked up / found in the cache).
 
 use crate::latency::LatencyHistograms;
 use crate::state::{model_key, AppState};
@@ -85,6 +93,11 @@ pub struct PluginLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LlmLabels {
+    pub model: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ModelLabels {
     model: String,
     version: String,
@@ -108,6 +121,8 @@ pub struct Metrics {
     plugin_calls: Family<PluginLabels, Histogram>,
     websocket_connections: Gauge,
     generations: Gauge,
+    llm_ttft: Family<LlmLabels, Histogram>,
+    llm_itl: Family<LlmLabels, Histogram>,
     /// Successful inference latencies and answer statuses per model version, for
     /// `/v2/events` and the history.
     pub latency: LatencyHistograms,
@@ -176,9 +191,27 @@ impl Metrics {
             "Text generations running (streamed or not)",
             generations.clone(),
         );
+        let llm_ttft = Family::<LlmLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new(LATENCY_BUCKETS)
+        });
+        registry.register(
+            "llm_time_to_first_token_seconds",
+            "Chat models: time from a request's arrival to its first token (vLLM: time_to_first_token_seconds)",
+            llm_ttft.clone(),
+        );
+        let llm_itl = Family::<LlmLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new(LATENCY_BUCKETS)
+        });
+        registry.register(
+            "llm_inter_token_latency_seconds",
+            "Chat models: time between two tokens of a sequence (vLLM: inter_token_latency_seconds)",
+            llm_itl.clone(),
+        );
         Metrics {
             registry,
             generations,
+            llm_ttft,
+            llm_itl,
             http_requests,
             inference_requests,
             request_duration,
@@ -249,6 +282,24 @@ impl Metrics {
             .clone()
     }
 
+    /// A chat model's time-to-first-token histogram, looked up once per request.
+    pub fn llm_time_to_first_token(&self, model: &str) -> Histogram {
+        self.llm_ttft
+            .get_or_create(&LlmLabels {
+                model: model.to_string(),
+            })
+            .clone()
+    }
+
+    /// A chat model's inter-token latency histogram, looked up once per request.
+    pub fn llm_inter_token_latency(&self, model: &str) -> Histogram {
+        self.llm_itl
+            .get_or_create(&LlmLabels {
+                model: model.to_string(),
+            })
+            .clone()
+    }
+
     /// Counts an open WebSocket until the guard drops.
     pub fn websocket_opened(&self) -> GaugeGuard {
         self.websocket_connections.inc();
@@ -267,6 +318,7 @@ impl Metrics {
         prometheus_client::encoding::text::encode_registry(&mut out, &self.registry)?;
         let mut engine = Registry::with_prefix("infergate");
         engine.register_collector(Box::new(EngineSnapshot::read(state)));
+        engine.register_collector(Box::new(LlmSnapshot::read(state)));
         prometheus_client::encoding::text::encode_registry(&mut out, &engine)?;
         prometheus_client::encoding::text::encode_eof(&mut out)?;
         Ok(out)
@@ -644,4 +696,97 @@ fn kserve_labels(state: &AppState, path: &str) -> (String, String) {
         _ => default.version.to_string(),
     };
     (name.to_string(), version)
+}
+
+/// The loaded chat models' scheduler state and counters, read once per scrape.
+#[derive(Debug)]
+struct LlmSnapshot {
+    versions: Vec<(ModelLabels, infergate_llm::StatsSnapshot)>,
+}
+
+impl LlmSnapshot {
+    fn read(state: &AppState) -> LlmSnapshot {
+        let mut versions: Vec<_> = state
+            .llm
+            .loaded()
+            .into_iter()
+            .map(|(key, model)| {
+                let labels = ModelLabels {
+                    model: key.name,
+                    version: key.version.to_string(),
+                };
+                (labels, model.stats())
+            })
+            .collect();
+        versions.sort_by(|a, b| (&a.0.model, &a.0.version).cmp(&(&b.0.model, &b.0.version)));
+        LlmSnapshot { versions }
+    }
+}
+
+impl Collector for LlmSnapshot {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        type Read = fn(&infergate_llm::StatsSnapshot) -> f64;
+        let gauges: [(&str, &str, Read); 3] = [
+            (
+                "llm_num_requests_running",
+                "Chat models: sequences in the running batch (vLLM: num_requests_running)",
+                |s| s.running as f64,
+            ),
+            (
+                "llm_num_requests_waiting",
+                "Chat models: requests waiting for a slot (vLLM: num_requests_waiting)",
+                |s| s.waiting as f64,
+            ),
+            (
+                "llm_kv_cache_usage_perc",
+                "Chat models: fraction of the KV cache held by sequences, 0-1 (vLLM: kv_cache_usage_perc)",
+                |s| s.kv_cache_usage,
+            ),
+        ];
+        for (name, help, read) in gauges {
+            let mut family = encoder.encode_descriptor(
+                name,
+                help,
+                None,
+                ConstGauge::new(0.0f64).metric_type(),
+            )?;
+            for (labels, stats) in &self.versions {
+                ConstGauge::new(read(stats)).encode(family.encode_family(labels)?)?;
+            }
+        }
+        let counters: [(&str, &str, Read); 4] = [
+            (
+                "llm_prompt_tokens",
+                "Chat models: prompt tokens processed (vLLM: prompt_tokens)",
+                |s| s.prompt_tokens as f64,
+            ),
+            (
+                "llm_generation_tokens",
+                "Chat models: tokens generated (vLLM: generation_tokens)",
+                |s| s.generation_tokens as f64,
+            ),
+            (
+                "llm_prefix_cache_queries",
+                "Chat models: prompt tokens looked up in the prefix cache (vLLM: prefix_cache_queries)",
+                |s| s.prefix_cache_queries as f64,
+            ),
+            (
+                "llm_prefix_cache_hits",
+                "Chat models: prompt tokens found in the prefix cache (vLLM: prefix_cache_hits)",
+                |s| s.prefix_cache_hits as f64,
+            ),
+        ];
+        for (name, help, read) in counters {
+            let mut family = encoder.encode_descriptor(
+                name,
+                help,
+                None,
+                ConstCounter::new(0.0f64).metric_type(),
+            )?;
+            for (labels, stats) in &self.versions {
+                ConstCounter::new(read(stats)).encode(family.encode_family(labels)?)?;
+            }
+        }
+        Ok(())
+    }
 }

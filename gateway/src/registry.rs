@@ -1,6 +1,7 @@
-//! Registering model files: validate with ONNX Runtime first, then store the file under its
-//! content address and record the version (one step with respect to deletes, see
-//! `Store::add_model_version`). Any failure leaves neither a file nor a row behind.
+//! Registering model files: validate with ONNX Runtime (GGUF chat models: with their own
+//! validator) first, then store the file under its content address and record the version (one
+//! step with respect to deletes, see `Store::add_model_version`). Any failure leaves neither a
+//! file nor a row behind.
 
 use crate::error::{ApiError, ApiResult};
 use crate::store::files::BlobWriter;
@@ -25,12 +26,18 @@ pub fn register(
     let (sha256, tmp) = upload
         .finish()
         .map_err(|e| ApiError::internal(format!("writing the upload: {e}")))?;
-    let signature = engine.inspect(tmp.path()).map_err(|e| match e {
-        EngineError::InvalidModel(reason) => {
-            ApiError::bad_request(format!("ONNX Runtime rejected the model: {reason}"))
-        }
-        other => ApiError::from(other),
-    })?;
+    // A GGUF file is a chat model: checked by its own validator, and its config holds no tensor
+    // settings to check against a signature.
+    let gguf = crate::llm::validate_upload(tmp.path())?;
+    let signature = match gguf {
+        Some(signature) => signature,
+        None => engine.inspect(tmp.path()).map_err(|e| match e {
+            EngineError::InvalidModel(reason) => {
+                ApiError::bad_request(format!("ONNX Runtime rejected the model: {reason}"))
+            }
+            other => ApiError::from(other),
+        })?,
+    };
     // A config that cannot run this model (e.g. batching over a fixed first dimension) is the
     // uploader's mistake: refuse it before anything is stored.
     infergate_engine::ModelConfig::from_json(config)

@@ -41,6 +41,8 @@ pub struct AppState {
     pub textgen_vocab: Option<Arc<Vocab>>,
     /// Shutdown of WebSocket streams.
     pub drain: Drain,
+    /// Loaded chat models (GGUF).
+    pub llm: crate::llm::LlmModels,
 }
 
 impl AppState {
@@ -75,6 +77,7 @@ impl AppState {
             metrics: Metrics::new(),
             textgen_vocab,
             drain: Drain::default(),
+            llm: crate::llm::LlmModels::default(),
         })
     }
 

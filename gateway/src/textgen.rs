@@ -11,6 +11,10 @@ use crate::error::{ApiError, ApiResult};
 use crate::state::{model_key, AppState};
 use crate::store::models::ModelRecord;
 use infergate_engine::Tensor;
+#[cfg(test)]
+use infergate_llm::output::longest_suffix_prefix;
+use infergate_llm::output::release;
+pub use infergate_llm::Finish;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::Deserialize;
@@ -190,23 +194,6 @@ pub fn sample(probs: &[f32], padding: usize, params: &Sampling, rng: &mut StdRng
     weighted.last().map(|w| w.0).unwrap_or(padding)
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Finish {
-    /// The model ended the text or a stop sequence was produced.
-    Stop,
-    /// `max_tokens` reached.
-    Length,
-}
-
-impl Finish {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Finish::Stop => "stop",
-            Finish::Length => "length",
-        }
-    }
-}
-
 /// One step's result: text now safe to show (may be empty while a stop sequence might be
 /// forming), and the finish reason on the last step.
 #[derive(Debug, Clone, PartialEq)]
@@ -324,16 +311,7 @@ impl Generation {
             return Ok(Some(self.finish(Finish::Length)));
         }
         // Hand out everything except the longest tail that could still begin a stop sequence.
-        let hold = self
-            .params
-            .stop
-            .iter()
-            .map(|s| longest_suffix_prefix(&self.pending, s))
-            .max()
-            .unwrap_or(0);
-        let cut = self.pending.len() - hold;
-        let text = self.pending[..cut].to_string();
-        self.pending.drain(..cut);
+        let text = release(&mut self.pending, &self.params.stop);
         Ok(Some(Step { text, finish: None }))
     }
 
@@ -344,17 +322,6 @@ impl Generation {
             finish: Some(reason),
         }
     }
-}
-
-/// Length in bytes of the longest suffix of `text` that is a proper prefix of `stop`.
-fn longest_suffix_prefix(text: &str, stop: &str) -> usize {
-    let max = stop.len().saturating_sub(1).min(text.len());
-    (1..=max)
-        .rev()
-        .find(|&n| {
-            text.is_char_boundary(text.len() - n) && stop.starts_with(&text[text.len() - n..])
-        })
-        .unwrap_or(0)
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@ pub mod limits;
 pub mod metrics;
 pub mod models;
 pub mod openai;
+pub mod openai_llm;
 pub mod pipelines;
 pub mod plugins;
 pub mod stream;

@@ -20,6 +20,9 @@ type S = State<Arc<AppState>>;
 
 pub fn view(state: &AppState, r: &ModelRecord) -> Value {
     let key = model_key(r);
+    if crate::llm::is_gguf(r) {
+        return crate::llm::view(state, r);
+    }
     let (st, reason) = match state.engine.state(&key) {
         ModelState::Ready => ("loaded", None),
         ModelState::Loading => ("loading", None),
@@ -289,7 +292,7 @@ async fn delete_one(state: &AppState, name: &str, version: u64) -> ApiResult<Val
     let record = state.catalog.resolve(name, Some(version))?;
     refuse_if_used_by_pipelines(state, name, Some(version))?;
     let key = model_key(&record);
-    let busy = state.engine.in_flight(&key);
+    let busy = state.engine.in_flight(&key) as u64 + state.llm.in_flight(&key);
     if busy > 0 {
         return Err(ApiError::conflict(format!(
             "model '{name}' version {version} is in use by {busy} request(s); retry when idle"
@@ -302,6 +305,7 @@ async fn delete_one(state: &AppState, name: &str, version: u64) -> ApiResult<Val
         .map_err(|e| ApiError::internal(e.to_string()))??;
     state.catalog.remove(name, version);
     state.engine.unload(&key);
+    state.llm.unload(&key);
     if deleted.is_none() {
         return Err(ApiError::not_found(format!(
             "model '{name}' version {version} was deleted meanwhile"
@@ -330,7 +334,8 @@ pub async fn delete_all(
     refuse_if_used_by_pipelines(&state, &model, None)?;
     let versions = state.catalog.versions(&model);
     for r in &versions {
-        let busy = state.engine.in_flight(&model_key(r));
+        let busy =
+            state.engine.in_flight(&model_key(r)) as u64 + state.llm.in_flight(&model_key(r));
         if busy > 0 {
             return Err(ApiError::conflict(format!(
                 "model '{model}' version {} is in use by {busy} request(s); retry when idle",

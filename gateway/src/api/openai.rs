@@ -1,14 +1,17 @@
 //! The OpenAI-compatible API (scope `infer`): `GET /v1/models`, `POST /v1/completions` and
-//! `POST /v1/chat/completions` on the configured text-generation model (`[openai]
-//! completions_model`, vocabulary `[openai] vocab`). `stream: true` answers Server-Sent Events
-//! in OpenAI's chunk format ending with `data: [DONE]`; generation is driven by the stream, so a
-//! client that disconnects stops it at the next character.
+//! `POST /v1/chat/completions`.
 //!
-//! A chat's prompt is its messages' contents joined by newlines: the model is a character-level
-//! language model that continues text, not an instruction follower.
+//! A request naming a chat model (a registered GGUF version; `[openai] completions_model` when
+//! it names none) is served by `openai_llm.rs`. A request naming `[openai] textgen_model`, the
+//! character-level LSTM, is served here when its vocabulary `[openai] vocab` is configured:
+//! `stream: true` answers Server-Sent Events in OpenAI's chunk format ending with
+//! `data: [DONE]`; generation is driven by the stream, so a client that disconnects stops it at
+//! the next character. Its chat prompt is the messages' contents joined by newlines: that model
+//! continues text, it does not follow instructions.
 //!
 //! `/v1/embeddings` is served by pipelines (see `embeddings.rs`).
 
+use super::openai_llm;
 use crate::auth::Scope;
 use crate::error::{ApiError, ApiResult};
 use crate::request_id::RequestId;
@@ -20,6 +23,7 @@ use axum::{Extension, Json};
 use http::HeaderMap;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -32,15 +36,15 @@ const DEFAULT_CHAT_TOKENS: u32 = 256;
 /// `stop` is a string or a list of strings.
 #[derive(Debug, Deserialize)]
 #[serde(untagged)]
-enum Stop {
+pub(super) enum Stop {
     One(String),
     Many(Vec<String>),
 }
 
 #[derive(Debug, Deserialize)]
-struct StreamOptions {
+pub(super) struct StreamOptions {
     #[serde(default)]
-    include_usage: bool,
+    pub(super) include_usage: bool,
 }
 
 /// The fields both endpoints share; unknown fields are ignored as OpenAI clients send many.
@@ -160,10 +164,10 @@ pub(crate) fn generator(
     state: &AppState,
     model: &str,
 ) -> ApiResult<(Arc<Vocab>, Arc<crate::store::models::ModelRecord>)> {
-    let configured = &state.config.openai.completions_model;
+    let configured = &state.config.openai.textgen_model;
     if model != configured {
         return Err(ApiError::not_found(format!(
-            "model '{model}' does not generate text here; use '{configured}'"
+            "model '{model}' does not exist or does not generate text; GET /v1/models lists the models"
         )));
     }
     let vocab = state.textgen_vocab.clone().ok_or_else(|| {
@@ -177,18 +181,49 @@ pub(crate) fn generator(
 
 pub async fn models(State(state): S, headers: HeaderMap) -> ApiResult<Json<Value>> {
     state.authorize(&headers, Scope::Infer)?;
-    // Only what the OpenAI endpoints can run: the configured text generator, once registered
-    // (other models are served through KServe v2, where clients find them in /v2/models).
-    let configured = &state.config.openai.completions_model;
-    let data: Vec<Value> = state
-        .catalog
-        .versions(configured)
-        .iter()
-        .map(|r| r.created_at)
-        .min()
-        .map(|created| json!({"id": configured, "object": "model", "created": created, "owned_by": "infergate"}))
+    // Only what the OpenAI endpoints can run: chat models (GGUF), the character LSTM when its
+    // vocabulary is configured, and pipelines (/v1/embeddings); other models are served through
+    // KServe v2, where clients find them in /v2/models.
+    let mut first_seen: BTreeMap<String, (i64, Option<u32>)> = BTreeMap::new();
+    for record in state.catalog.all() {
+        let chat = crate::llm::is_gguf(&record);
+        let textgen =
+            state.textgen_vocab.is_some() && record.name == state.config.openai.textgen_model;
+        if chat || textgen {
+            let context = record
+                .signature
+                .metadata
+                .get("context_length")
+                .and_then(|n| n.parse::<u32>().ok())
+                .map(|n| n.min(state.config.llm.context_per_sequence));
+            let entry = first_seen
+                .entry(record.name.clone())
+                .or_insert((record.created_at, context));
+            entry.0 = entry.0.min(record.created_at);
+        }
+    }
+    let mut data: Vec<Value> = first_seen
         .into_iter()
+        .map(|(id, (created, context))| {
+            let mut model =
+                json!({"id": id, "object": "model", "created": created, "owned_by": "infergate"});
+            if let Some(n) = context {
+                model["max_model_len"] = json!(n);
+            }
+            model
+        })
         .collect();
+    for pipeline in state.pipelines.all() {
+        data.push(json!({
+            "id": pipeline.record.name,
+            "object": "model",
+            "created": pipeline.record.created_at,
+            "owned_by": "infergate",
+        }));
+    }
+    // The default model first, as clients that take the first entry expect.
+    let default = &state.config.openai.completions_model;
+    data.sort_by_key(|m| m["id"].as_str() != Some(default.as_str()));
     Ok(Json(json!({"object": "list", "data": data})))
 }
 
@@ -329,13 +364,60 @@ struct Delta<'a> {
     content: Option<&'a str>,
 }
 
+/// An error in OpenAI's shape (`{"error": {"message", "type", "param", "code"}}`), which the
+/// official clients read their exception's message from.
+fn openai_error(e: ApiError) -> Response {
+    let kind = match e.status.as_u16() {
+        400 | 404 | 413 | 422 => "invalid_request_error",
+        401 => "authentication_error",
+        403 => "permission_error",
+        429 => "rate_limit_error",
+        _ => "server_error",
+    };
+    let body = json!({"error": {"message": e.message, "type": kind, "param": null, "code": null}});
+    let mut response = (e.status, Json(body)).into_response();
+    if let Some(secs) = e.retry_after {
+        response
+            .headers_mut()
+            .insert(http::header::RETRY_AFTER, http::HeaderValue::from(secs));
+    }
+    response
+}
+
 pub async fn completions(
+    state: S,
+    request_id: Extension<RequestId>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    completion(state, request_id, headers, body)
+        .await
+        .unwrap_or_else(openai_error)
+}
+
+pub async fn chat_completions(
+    state: S,
+    request_id: Extension<RequestId>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    chat_completion(state, request_id, headers, body)
+        .await
+        .unwrap_or_else(openai_error)
+}
+
+async fn completion(
     State(state): S,
     Extension(request_id): Extension<RequestId>,
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> ApiResult<Response> {
     state.authorize(&headers, Scope::Infer)?;
+    if let Some(record) = openai_llm::chat_model(&state, &body)? {
+        let id = format!("cmpl-{}", request_id.as_str());
+        let kind = openai_llm::Kind::Completion;
+        return openai_llm::respond(state, record, kind, id, unix_now(), &body).await;
+    }
     let req: CompletionRequest = parse(&body)?;
     let prompt = match &req.prompt {
         Value::String(s) => s.clone(),
@@ -359,13 +441,18 @@ pub async fn completions(
     run(state, meta, &req.common, &prompt, sampling).await
 }
 
-pub async fn chat_completions(
+async fn chat_completion(
     State(state): S,
     Extension(request_id): Extension<RequestId>,
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> ApiResult<Response> {
     state.authorize(&headers, Scope::Infer)?;
+    if let Some(record) = openai_llm::chat_model(&state, &body)? {
+        let id = format!("chatcmpl-{}", request_id.as_str());
+        let kind = openai_llm::Kind::Chat;
+        return openai_llm::respond(state, record, kind, id, unix_now(), &body).await;
+    }
     let req: ChatRequest = parse(&body)?;
     if req.messages.is_empty() {
         return Err(ApiError::bad_request("messages must not be empty"));

@@ -524,6 +524,10 @@ async fn run(
     labels.model = model_record.name.clone();
     labels.version = model_record.version.to_string();
     if let Some(generate) = body.remove("generate") {
+        if crate::llm::is_gguf(&model_record) {
+            return super::openai_llm::websocket_generate(state, model_record, generate, id, out)
+                .await;
+        }
         let generate: Generate = serde_json::from_value(generate)
             .map_err(|e| ApiError::bad_request(format!("generate: {e}")))?;
         // On its own thread; dropping this future (cancel, client gone) stops the generation.

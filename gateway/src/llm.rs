@@ -1,0 +1,278 @@
+//! Chat models (GGUF files, run by `infergate-llm`) in the gateway: which registered versions
+//! are GGUF, loading them on first use, unloading them when idle (`unload_after_s` in the
+//! version's config, as for ONNX models), and a memory check against the engine's host memory
+//! budget.
+
+use crate::error::{ApiError, ApiResult};
+use crate::state::{model_key, AppState};
+use crate::store::models::ModelRecord;
+use infergate_engine::{ModelConfig, ModelKey, ModelSignature};
+use infergate_llm::{Fault, GgufInfo, LlmConfig, LlmError, LlmModel};
+use parking_lot::Mutex;
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::OnceCell;
+
+/// `signature.metadata["format"]` of a GGUF version: its record has no tensor inputs/outputs.
+pub const FORMAT_KEY: &str = "format";
+pub const GGUF: &str = "gguf";
+
+pub fn is_gguf(record: &ModelRecord) -> bool {
+    record
+        .signature
+        .metadata
+        .get(FORMAT_KEY)
+        .map(String::as_str)
+        == Some(GGUF)
+}
+
+/// The catalog entry of a GGUF version: no tensors; its description in the metadata.
+pub fn signature(info: &GgufInfo) -> ModelSignature {
+    let mut metadata: BTreeMap<String, String> = BTreeMap::new();
+    metadata.insert(FORMAT_KEY.into(), GGUF.into());
+    metadata.insert("architecture".into(), info.architecture.clone());
+    if let Some(name) = &info.name {
+        metadata.insert("name".into(), name.clone());
+    }
+    if let Some(n) = info.context_length {
+        metadata.insert("context_length".into(), n.to_string());
+    }
+    metadata.insert(
+        "kv_bytes_per_token".into(),
+        info.kv_bytes_per_token().to_string(),
+    );
+    metadata.insert(
+        "chat_template".into(),
+        if info.chat_template.is_some() {
+            "model"
+        } else {
+            "chatml"
+        }
+        .into(),
+    );
+    ModelSignature {
+        inputs: vec![],
+        outputs: vec![],
+        metadata: metadata.into_iter().collect(),
+    }
+}
+
+/// Checks an uploaded file when it is GGUF (by its magic number): its catalog signature, or 400
+/// with the reason. None: not GGUF (ONNX Runtime checks it).
+pub fn validate_upload(path: &Path) -> ApiResult<Option<ModelSignature>> {
+    if !infergate_llm::gguf::looks_like_gguf(path) {
+        return Ok(None);
+    }
+    let info = infergate_llm::validate(path).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    Ok(Some(signature(&info)))
+}
+
+/// A GGUF version in the model API's shape: no tensors; its description, load state and the
+/// sequences it is serving.
+pub fn view(state: &AppState, r: &ModelRecord) -> serde_json::Value {
+    let key = model_key(r);
+    let loaded = state.llm.is_loaded(&key);
+    serde_json::json!({
+        "name": r.name,
+        "version": r.version,
+        "sha256": r.sha256,
+        "size_bytes": r.size_bytes,
+        "created_at": r.created_at,
+        "format": GGUF,
+        "inputs": [],
+        "outputs": [],
+        "metadata": r.signature.metadata,
+        "config": r.config,
+        "state": if loaded { "loaded" } else { "unloaded" },
+        "reason": null,
+        "in_flight": state.llm.in_flight(&key),
+    })
+}
+
+/// An LLM error as the gateway answers it.
+pub fn api_error(e: LlmError) -> ApiError {
+    let message = e.to_string();
+    match e.fault() {
+        Fault::Client | Fault::Model => ApiError::bad_request(message),
+        Fault::Unavailable => ApiError {
+            retry_after: e.retry_after(),
+            ..ApiError::unavailable(message)
+        },
+        Fault::Internal => {
+            tracing::error!(error = %message, "llama.cpp failure");
+            ApiError::internal(message)
+        }
+    }
+}
+
+struct Entry {
+    model: OnceCell<LlmModel>,
+    last_used: Mutex<Instant>,
+    unload_after: Option<Duration>,
+    /// Bytes counted against the host memory budget while loaded.
+    bytes: u64,
+}
+
+/// The loaded chat models, by version.
+#[derive(Default)]
+pub struct LlmModels {
+    entries: Mutex<HashMap<ModelKey, Arc<Entry>>>,
+}
+
+impl LlmModels {
+    /// The running model of `record`, loading it on first use (once, however many requests
+    /// wait for it). Refused with 503 when it would exceed the host memory budget.
+    pub async fn get(&self, state: &Arc<AppState>, record: &ModelRecord) -> ApiResult<LlmModel> {
+        let key = model_key(record);
+        let path = state.model_path(record);
+        let config = state.config.llm.clone();
+        let entry = {
+            let mut entries = self.entries.lock();
+            entries
+                .entry(key.clone())
+                .or_insert_with(|| {
+                    let unload_after = ModelConfig::from_json(&record.config)
+                        .ok()
+                        .and_then(|c| c.unload_after_s)
+                        .map(Duration::from_secs);
+                    Arc::new(Entry {
+                        model: OnceCell::new(),
+                        last_used: Mutex::new(Instant::now()),
+                        unload_after,
+                        bytes: memory_estimate(record, &config),
+                    })
+                })
+                .clone()
+        };
+        *entry.last_used.lock() = Instant::now();
+        let bytes = entry.bytes;
+        let model = entry
+            .model
+            .get_or_try_init(|| async move {
+                self.check_budget(state, &key, bytes)?;
+                tracing::info!(model = %key, "loading chat model");
+                let started = Instant::now();
+                let model = tokio::task::spawn_blocking(move || LlmModel::load(&path, config))
+                    .await
+                    .map_err(|e| ApiError::internal(format!("loading task failed: {e}")))?
+                    .map_err(|e| match e {
+                        LlmError::InvalidModel(m) => {
+                            ApiError::internal(format!("model '{key}' cannot be loaded: {m}"))
+                        }
+                        other => api_error(other),
+                    })?;
+                tracing::info!(model = %key, secs = started.elapsed().as_secs_f64(), "chat model loaded");
+                Ok::<_, ApiError>(model)
+            })
+            .await?;
+        Ok(model.clone())
+    }
+
+    /// Refuses a load that would take the gateway over `host_memory_budget_bytes`, counting
+    /// ONNX instances (the engine's reservation) and loaded chat models.
+    fn check_budget(&self, state: &AppState, key: &ModelKey, bytes: u64) -> ApiResult<()> {
+        let (onnx, budget) = state.engine.memory();
+        let Some(budget) = budget else {
+            return Ok(());
+        };
+        let chat: u64 = self
+            .entries
+            .lock()
+            .values()
+            .filter(|e| e.model.initialized())
+            .map(|e| e.bytes)
+            .sum();
+        if onnx + chat + bytes > budget {
+            return Err(ApiError::unavailable(format!(
+                "loading chat model '{key}' needs ~{bytes} bytes; {} of the {budget}-byte host memory budget are in use",
+                onnx + chat
+            )));
+        }
+        Ok(())
+    }
+
+    /// The loaded chat models, for `/metrics` and the model views.
+    pub fn loaded(&self) -> Vec<(ModelKey, LlmModel)> {
+        self.entries
+            .lock()
+            .iter()
+            .filter_map(|(k, e)| e.model.get().map(|m| (k.clone(), m.clone())))
+            .collect()
+    }
+
+    pub fn is_loaded(&self, key: &ModelKey) -> bool {
+        self.entries
+            .lock()
+            .get(key)
+            .is_some_and(|e| e.model.initialized())
+    }
+
+    /// Sequences running or waiting on a version (0 when not loaded).
+    pub fn in_flight(&self, key: &ModelKey) -> u64 {
+        self.entries
+            .lock()
+            .get(key)
+            .and_then(|e| e.model.get())
+            .map_or(0, |m| {
+                let s = m.stats();
+                s.running + s.waiting
+            })
+    }
+
+    /// Forgets a version; its scheduler stops once its last sequence is done.
+    pub fn unload(&self, key: &ModelKey) -> bool {
+        self.entries.lock().remove(key).is_some()
+    }
+
+    /// Unloads versions idle for longer than their `unload_after_s`.
+    pub fn unload_idle(&self) {
+        let now = Instant::now();
+        self.entries.lock().retain(|key, e| {
+            let idle = e.unload_after.is_some_and(|after| {
+                now.duration_since(*e.last_used.lock()) >= after
+                    && e.model.get().is_none_or(|m| {
+                        let s = m.stats();
+                        s.running + s.waiting == 0
+                    })
+            });
+            if idle {
+                tracing::info!(model = %key, "chat model unloaded after its idle time");
+            }
+            !idle
+        });
+    }
+
+    /// Runs [`LlmModels::unload_idle`] every second until the state is dropped.
+    pub fn spawn_idle_unloader(state: &Arc<AppState>) {
+        let weak = Arc::downgrade(state);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            loop {
+                tick.tick().await;
+                match weak.upgrade() {
+                    Some(state) => state.llm.unload_idle(),
+                    None => return,
+                }
+            }
+        });
+    }
+}
+
+/// Host memory a loaded version takes: the weights (the file) and its KV cache (f16 keys and
+/// values for every layer, over the context of all sequences).
+fn memory_estimate(record: &ModelRecord, config: &LlmConfig) -> u64 {
+    let meta = &record.signature.metadata;
+    let context_length = meta
+        .get("context_length")
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(u64::from(config.context_per_sequence));
+    let tokens =
+        context_length.min(u64::from(config.context_per_sequence)) * config.max_sequences as u64;
+    let per_token = meta
+        .get("kv_bytes_per_token")
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(0);
+    record.size_bytes + tokens * per_token
+}

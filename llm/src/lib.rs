@@ -1,0 +1,86 @@
+//! Chat models for infergate: GGUF files run by llama.cpp (through `llama-cpp-2`), served to
+//! many clients at once. Knows nothing of HTTP.
+//!
+//! - [`gguf`]: reading and checking a GGUF file's header and metadata (upload validation).
+//! - [`template`]: the model's chat template, rendered with minijinja.
+//! - [`params`]: per-sequence sampling parameters, grammars for JSON output, the sampler chain.
+//! - [`model`]: loading a model and queueing generations ([`LlmModel`]).
+//! - `scheduler`: the thread per model doing continuous batching, chunked prefill and the
+//!   prefix cache.
+//! - [`output`]: token bytes to text, stop sequences held back.
+//! - [`stats`]: counters and gauges for `/metrics`.
+//! - [`error`]: the crate's error and whose fault it is.
+
+pub mod error;
+pub mod gguf;
+pub mod model;
+pub mod output;
+pub mod params;
+mod scheduler;
+pub mod stats;
+pub mod template;
+
+pub use error::{Fault, LlmError};
+pub use gguf::GgufInfo;
+pub use model::{validate, Generation, LlmConfig, LlmModel};
+pub use params::{Constraint, SamplingParams};
+pub use stats::StatsSnapshot;
+pub use template::ChatMessage;
+
+/// Why a generation ended (OpenAI's `finish_reason`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Finish {
+    /// The model ended its answer or a stop sequence appeared.
+    Stop,
+    /// `max_tokens` reached.
+    Length,
+}
+
+impl Finish {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Finish::Stop => "stop",
+            Finish::Length => "length",
+        }
+    }
+}
+
+/// An alternative token and its log probability.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TopLogprob {
+    pub token: String,
+    pub bytes: Vec<u8>,
+    pub logprob: f32,
+}
+
+/// The log probability of a generated token (from the model's distribution, before sampling
+/// parameters reshape it, as vLLM reports them) and the most likely alternatives.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenLogprob {
+    pub token: String,
+    pub bytes: Vec<u8>,
+    pub logprob: f32,
+    pub top: Vec<TopLogprob>,
+}
+
+/// The end of a generation, with its token counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Done {
+    pub finish: Finish,
+    pub prompt_tokens: u32,
+    pub completion_tokens: u32,
+    /// Prompt tokens whose KV came from the prefix cache.
+    pub cached_tokens: u32,
+}
+
+/// What a generation sends, in order: text (one event per generated token that released text
+/// or carries a log probability), then `Done` or `Error`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    Text {
+        text: String,
+        logprob: Option<TokenLogprob>,
+    },
+    Done(Done),
+    Error(String),
+}

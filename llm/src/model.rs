@@ -1,0 +1,332 @@
+//! A loaded chat model: the llama.cpp model (weights, vocabulary), its chat template, and the
+//! scheduler thread that owns its context. Cloning the handle is cheap; the thread stops once
+//! every handle is dropped and its last sequence is done.
+
+use crate::error::LlmError;
+use crate::gguf::{self, GgufInfo};
+use crate::params::SamplingParams;
+use crate::scheduler::{Limits, Request, Scheduler};
+use crate::stats::{Stats, StatsSnapshot};
+use crate::template::{ChatMessage, ChatTemplate};
+use crate::Event;
+use llama_cpp_2::context::params::LlamaContextParams;
+use llama_cpp_2::llama_backend::LlamaBackend;
+use llama_cpp_2::model::params::LlamaModelParams;
+use llama_cpp_2::model::LlamaModel;
+use llama_cpp_2::token::LlamaToken;
+use std::num::NonZeroU32;
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, OnceLock};
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
+
+/// How a model instance runs (the gateway's `[llm]` section).
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LlmConfig {
+    /// Sequences decoded together (continuous batching slots).
+    pub max_sequences: usize,
+    /// Context of one sequence (prompt + completion), in tokens; capped by the model's.
+    pub context_per_sequence: u32,
+    /// Tokens one step decodes at most (generated tokens first, then prompt chunks).
+    pub batch_tokens: usize,
+    /// CPU threads llama.cpp uses.
+    pub threads: usize,
+    /// Requests that may wait for a slot before new ones are refused.
+    pub queue_capacity: usize,
+    pub prefix_cache: bool,
+    /// Layers offloaded to the GPU (builds with the `cuda` feature).
+    pub gpu_layers: u32,
+}
+
+impl Default for LlmConfig {
+    /// Sized to the machine: 8 sequences on up to 4 cores (decoding a small model is bound by
+    /// memory bandwidth, so batching 8 costs little more than 1), 4 more per further 4 cores,
+    /// at most 32.
+    fn default() -> Self {
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+        LlmConfig {
+            max_sequences: (8 + cores.saturating_sub(4)).clamp(8, 32),
+            context_per_sequence: 4096,
+            batch_tokens: 512,
+            threads: cores,
+            queue_capacity: 256,
+            prefix_cache: true,
+            gpu_layers: if cfg!(feature = "cuda") { 999 } else { 0 },
+        }
+    }
+}
+
+impl LlmConfig {
+    pub fn validate(&self) -> Result<(), String> {
+        if !(1..=256).contains(&self.max_sequences) {
+            return Err("max_sequences must be between 1 and 256".into());
+        }
+        if self.context_per_sequence < 64 {
+            return Err("context_per_sequence must be at least 64".into());
+        }
+        if !(32..=8192).contains(&self.batch_tokens) || self.batch_tokens < self.max_sequences {
+            return Err(
+                "batch_tokens must be between 32 and 8192 and at least max_sequences".into(),
+            );
+        }
+        if self.threads == 0 {
+            return Err("threads must be at least 1".into());
+        }
+        Ok(())
+    }
+}
+
+/// llama.cpp's process-wide initialisation, once.
+fn backend() -> Result<&'static LlamaBackend, LlmError> {
+    static BACKEND: OnceLock<Result<LlamaBackend, String>> = OnceLock::new();
+    BACKEND
+        .get_or_init(|| {
+            llama_cpp_2::send_logs_to_tracing(llama_cpp_2::LogOptions::default());
+            LlamaBackend::init().map_err(|e| e.to_string())
+        })
+        .as_ref()
+        .map_err(|e| LlmError::Internal(format!("initialising llama.cpp: {e}")))
+}
+
+/// A model file checked and its description, without loading weights: the header and metadata
+/// (ours), then llama.cpp's own loader on the vocabulary only (architecture and tokenizer
+/// known to it), then the chat template compiled.
+pub fn validate(path: &Path) -> Result<GgufInfo, LlmError> {
+    let info = gguf::inspect(path).map_err(|e| LlmError::InvalidModel(e.0))?;
+    let params = LlamaModelParams::default().with_vocab_only(true);
+    let model = LlamaModel::load_from_file(backend()?, path, &params).map_err(|e| {
+        LlmError::InvalidModel(format!(
+            "llama.cpp cannot load it (architecture '{}'): {e}",
+            info.architecture
+        ))
+    })?;
+    chat_template(&model, &info).map_err(LlmError::InvalidModel)?;
+    Ok(info)
+}
+
+fn chat_template(model: &LlamaModel, info: &GgufInfo) -> Result<ChatTemplate, String> {
+    let vocab = model.vocab();
+    let text =
+        |t: LlamaToken| String::from_utf8_lossy(&vocab.token_to_piece(t, true, None)).into_owned();
+    ChatTemplate::new(
+        info.chat_template.as_deref(),
+        &text(vocab.bos()),
+        &text(vocab.eos()),
+    )
+}
+
+struct Inner {
+    model: Arc<LlamaModel>,
+    info: GgufInfo,
+    template: ChatTemplate,
+    config: LlmConfig,
+    context_per_sequence: u32,
+    requests: crossbeam_channel::Sender<Request>,
+    stats: Arc<Stats>,
+}
+
+/// A running chat model.
+#[derive(Clone)]
+pub struct LlmModel {
+    inner: Arc<Inner>,
+}
+
+/// A generation in progress: its prompt size and its events, ending with [`Event::Done`] or
+/// [`Event::Error`]. Dropping it frees the sequence at the scheduler's next step.
+#[derive(Debug)]
+pub struct Generation {
+    pub prompt_tokens: u32,
+    pub events: UnboundedReceiver<Event>,
+}
+
+impl LlmModel {
+    /// Loads `path` and starts its scheduler. Blocking (seconds for large files).
+    pub fn load(path: &Path, config: LlmConfig) -> Result<LlmModel, LlmError> {
+        config.validate().map_err(LlmError::InvalidParam)?;
+        let info = gguf::inspect(path).map_err(|e| LlmError::InvalidModel(e.0))?;
+        let backend = backend()?;
+        let params = LlamaModelParams::default().with_n_gpu_layers(config.gpu_layers);
+        let model = Arc::new(
+            LlamaModel::load_from_file(backend, path, &params)
+                .map_err(|e| LlmError::InvalidModel(format!("llama.cpp cannot load it: {e}")))?,
+        );
+        let template = chat_template(&model, &info).map_err(LlmError::InvalidModel)?;
+        let context_per_sequence = config.context_per_sequence.min(model.n_ctx_train().max(64));
+        let n_ctx = context_per_sequence * config.max_sequences as u32;
+        let limits = Limits {
+            n_seq: config.max_sequences,
+            n_batch: config.batch_tokens,
+            n_ctx,
+            prefix_cache: config.prefix_cache,
+        };
+        let threads = i32::try_from(config.threads).unwrap_or(i32::MAX);
+        let ctx_params = LlamaContextParams::default()
+            .with_n_ctx(NonZeroU32::new(n_ctx))
+            .with_n_batch(config.batch_tokens as u32)
+            .with_n_ubatch(config.batch_tokens as u32)
+            .with_n_seq_max(config.max_sequences as u32)
+            .with_n_threads(threads)
+            .with_n_threads_batch(threads)
+            .with_kv_unified(true);
+        let stats = Arc::new(Stats::default());
+        let (requests, receiver) = crossbeam_channel::unbounded();
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let thread_model = model.clone();
+        let thread_stats = stats.clone();
+        std::thread::Builder::new()
+            .name(format!("llm-{}", info.name.as_deref().unwrap_or("model")))
+            .spawn(move || {
+                let model = thread_model;
+                let ctx = match model.new_context(backend, ctx_params) {
+                    Ok(ctx) => {
+                        let _ = ready_tx.send(Ok(()));
+                        ctx
+                    }
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e.to_string()));
+                        return;
+                    }
+                };
+                Scheduler::new(&model, ctx, limits, thread_stats).run(receiver);
+            })
+            .map_err(|e| LlmError::Internal(format!("starting the scheduler thread: {e}")))?;
+        ready_rx
+            .recv()
+            .map_err(|_| LlmError::Internal("the scheduler thread died at start".into()))?
+            .map_err(|e| {
+                LlmError::Internal(format!(
+                    "creating a context of {n_ctx} tokens for {} sequences: {e}",
+                    config.max_sequences
+                ))
+            })?;
+        Ok(LlmModel {
+            inner: Arc::new(Inner {
+                model,
+                info,
+                template,
+                config,
+                context_per_sequence,
+                requests,
+                stats,
+            }),
+        })
+    }
+
+    pub fn info(&self) -> &GgufInfo {
+        &self.inner.info
+    }
+
+    pub fn config(&self) -> &LlmConfig {
+        &self.inner.config
+    }
+
+    /// Token ids run from 0 to this (exclusive).
+    pub fn vocab_size(&self) -> u32 {
+        self.inner.model.n_vocab().max(0) as u32
+    }
+
+    /// Tokens one sequence may hold: prompt + completion.
+    pub fn context_length(&self) -> u32 {
+        self.inner.context_per_sequence
+    }
+
+    pub fn stats(&self) -> StatsSnapshot {
+        self.inner.stats.snapshot()
+    }
+
+    /// The prompt for a chat, from the model's template.
+    pub fn render_chat(&self, messages: &[ChatMessage]) -> Result<String, LlmError> {
+        self.inner
+            .template
+            .render(messages, true)
+            .map_err(LlmError::InvalidMessages)
+    }
+
+    /// Tokenizes a prompt as llama.cpp's server does: special tokens written in the text
+    /// (`<|im_start|>`) are parsed, BOS added when the model asks for it.
+    pub fn tokenize(&self, text: &str) -> Vec<i32> {
+        self.inner
+            .model
+            .vocab()
+            .tokenize(text.as_bytes(), true, true)
+            .into_iter()
+            .map(|t| t.0)
+            .collect()
+    }
+
+    /// The `max_tokens` a request gets: its own (refused when prompt + it exceed the context,
+    /// as OpenAI does), or what is left of the context up to `default`.
+    pub fn completion_budget(
+        &self,
+        prompt_tokens: u32,
+        requested: Option<u32>,
+        default: u32,
+    ) -> Result<u32, LlmError> {
+        let limit = self.context_length();
+        let over = |completion| LlmError::ContextLength {
+            limit,
+            prompt: prompt_tokens,
+            completion,
+        };
+        match requested {
+            Some(n) if prompt_tokens + n > limit => Err(over(n)),
+            Some(n) => Ok(n),
+            None if prompt_tokens >= limit => Err(over(1)),
+            None => Ok(default.min(limit - prompt_tokens)),
+        }
+    }
+
+    /// Queues a generation. Errors: bad parameters or a prompt over the context (client), a
+    /// full queue (retry later), a stopped scheduler.
+    pub fn generate(
+        &self,
+        prompt: &[i32],
+        params: &SamplingParams,
+        grammar: Option<&str>,
+    ) -> Result<Generation, LlmError> {
+        params.validate()?;
+        if prompt.is_empty() {
+            return Err(LlmError::InvalidParam("prompt: must not be empty".into()));
+        }
+        if prompt
+            .iter()
+            .any(|&t| t < 0 || t as u32 >= self.vocab_size())
+        {
+            return Err(LlmError::InvalidParam(format!(
+                "prompt: token ids must be between 0 and {}",
+                self.vocab_size() - 1
+            )));
+        }
+        let prompt_tokens = prompt.len() as u32;
+        self.completion_budget(prompt_tokens, Some(params.max_tokens), params.max_tokens)?;
+        let waiting =
+            self.inner.stats.waiting.load(Ordering::Relaxed) as usize + self.inner.requests.len();
+        if waiting >= self.inner.config.queue_capacity {
+            return Err(LlmError::Overloaded {
+                waiting,
+                retry_after_s: 1,
+            });
+        }
+        let seed = params
+            .seed
+            .map_or_else(rand::random::<u32>, |s| (s ^ (s >> 32)) as u32);
+        let sampler = params.sampler(&self.inner.model, grammar, seed)?;
+        let (events, receiver) = unbounded_channel();
+        self.inner
+            .requests
+            .send(Request {
+                prompt: prompt.iter().map(|&t| LlamaToken(t)).collect(),
+                max_tokens: params.max_tokens,
+                stop: params.stop.clone(),
+                logprobs: params.logprobs,
+                sampler,
+                events,
+            })
+            .map_err(|_| LlmError::Stopped("its scheduler thread has ended".into()))?;
+        Ok(Generation {
+            prompt_tokens,
+            events: receiver,
+        })
+    }
+}

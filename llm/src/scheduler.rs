@@ -1,0 +1,560 @@
+//! The scheduler: one thread per loaded model owning its llama.cpp context, running continuous
+//! batching over up to `n_seq` sequences.
+//!
+//! Every step builds one batch: first the next token of every sequence that is generating (so a
+//! running stream advances each step), then prompt tokens of sequences still in prefill, up to
+//! `n_batch` tokens in all (chunked prefill: a long prompt takes several steps instead of
+//! stalling the streams). A request waiting in the queue takes a free slot at the next step; a
+//! finished one leaves at once. A sequence whose client went away (its event receiver dropped)
+//! is freed at the next step.
+//!
+//! Prefix cache: the KV cache is unified (all sequences share its cells), and a slot keeps the
+//! KV of its last sequence after it finishes. A new sequence reuses the longest prefix of its
+//! prompt found in any slot: its own (trimmed to the common prefix) or another's, shared with
+//! `llama_memory_seq_cp` (no copy: the cells get a second owner). Kept KV is dropped when the
+//! cache runs out of cells.
+
+use crate::output::{Pushed, TextOutput};
+use crate::stats::Stats;
+use crate::{Done, Event, Finish, TokenLogprob, TopLogprob};
+use crossbeam_channel::Receiver;
+use llama_cpp_2::context::LlamaContext;
+use llama_cpp_2::llama_batch::LlamaBatch;
+use llama_cpp_2::model::LlamaModel;
+use llama_cpp_2::sampling::LlamaSampler;
+use llama_cpp_2::token::LlamaToken;
+use llama_cpp_2::DecodeError;
+use std::collections::VecDeque;
+use std::sync::Arc;
+use tokio::sync::mpsc::UnboundedSender;
+
+/// A generation handed to the scheduler.
+pub(crate) struct Request {
+    pub prompt: Vec<LlamaToken>,
+    pub max_tokens: u32,
+    pub stop: Vec<String>,
+    pub logprobs: Option<u32>,
+    pub sampler: LlamaSampler,
+    pub events: UnboundedSender<Event>,
+}
+
+/// Sizes the scheduler runs with.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limits {
+    pub n_seq: usize,
+    pub n_batch: usize,
+    pub n_ctx: u32,
+    pub prefix_cache: bool,
+}
+
+/// A sequence being served.
+struct Active {
+    req: Request,
+    /// Prompt tokens in the KV cache (reused or computed).
+    fed: usize,
+    /// The token sampled last, fed at the next step.
+    next: Option<LlamaToken>,
+    generated: u32,
+    cached: u32,
+    output: TextOutput,
+    /// Admission order: prefill is served first come, first served.
+    admitted: u64,
+}
+
+struct Slot {
+    seq: i32,
+    /// The tokens whose KV this sequence holds, positions 0..len.
+    tokens: Vec<LlamaToken>,
+    active: Option<Active>,
+    /// When the slot was last used, to keep recent prefixes longest.
+    last_used: u64,
+}
+
+/// Tokens of one slot in the batch being built.
+struct Planned {
+    slot: usize,
+    tokens: Vec<LlamaToken>,
+    /// Batch row whose logits are sampled, when the batch ends this slot's prompt or it is a
+    /// generated token.
+    logits_row: Option<i32>,
+}
+
+pub(crate) struct Scheduler<'m> {
+    model: &'m LlamaModel,
+    ctx: LlamaContext<'m>,
+    batch: LlamaBatch<'static>,
+    slots: Vec<Slot>,
+    waiting: VecDeque<Request>,
+    limits: Limits,
+    stats: Arc<Stats>,
+    clock: u64,
+}
+
+impl<'m> Scheduler<'m> {
+    pub(crate) fn new(
+        model: &'m LlamaModel,
+        ctx: LlamaContext<'m>,
+        limits: Limits,
+        stats: Arc<Stats>,
+    ) -> Scheduler<'m> {
+        Scheduler {
+            model,
+            ctx,
+            batch: LlamaBatch::new(limits.n_batch, 1),
+            slots: (0..limits.n_seq)
+                .map(|i| Slot {
+                    seq: i as i32,
+                    tokens: Vec::new(),
+                    active: None,
+                    last_used: 0,
+                })
+                .collect(),
+            waiting: VecDeque::new(),
+            limits,
+            stats,
+            clock: 0,
+        }
+    }
+
+    /// Runs until every handle to the model is gone and no sequence is left.
+    pub(crate) fn run(mut self, requests: Receiver<Request>) {
+        loop {
+            let idle = self.waiting.is_empty() && self.slots.iter().all(|s| s.active.is_none());
+            if idle {
+                // The gauges read "nothing running" while the thread waits.
+                self.publish_gauges();
+                match requests.recv() {
+                    Ok(r) => self.enqueue(r),
+                    Err(_) => return,
+                }
+            }
+            while let Ok(r) = requests.try_recv() {
+                self.enqueue(r);
+            }
+            self.drop_cancelled();
+            self.admit();
+            self.publish_gauges();
+            self.step();
+        }
+    }
+
+    fn enqueue(&mut self, r: Request) {
+        self.waiting.push_back(r);
+    }
+
+    /// Frees the sequences and queued requests whose clients went away.
+    fn drop_cancelled(&mut self) {
+        let before = self.waiting.len();
+        self.waiting.retain(|r| !r.events.is_closed());
+        let mut cancelled = (before - self.waiting.len()) as u64;
+        for i in 0..self.slots.len() {
+            if self.slots[i]
+                .active
+                .as_ref()
+                .is_some_and(|a| a.req.events.is_closed())
+            {
+                self.release(i);
+                cancelled += 1;
+            }
+        }
+        Stats::add(&self.stats.cancelled, cancelled);
+    }
+
+    /// Moves queued requests into free slots.
+    fn admit(&mut self) {
+        while !self.waiting.is_empty() {
+            let Some(slot) = self.free_slot() else {
+                return;
+            };
+            if let Some(req) = self.waiting.pop_front() {
+                self.start(slot, req);
+            }
+        }
+    }
+
+    /// The free slot to use for the next request: the one whose kept KV shares the longest
+    /// prefix with it, else the least recently used.
+    fn free_slot(&self) -> Option<usize> {
+        let prompt = &self.waiting.front()?.prompt;
+        self.slots
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.active.is_none())
+            .max_by_key(|(_, s)| (common_prefix(&s.tokens, prompt), u64::MAX - s.last_used))
+            .map(|(i, _)| i)
+    }
+
+    fn start(&mut self, i: usize, req: Request) {
+        self.clock += 1;
+        let seq = self.slots[i].seq;
+        let prompt = &req.prompt;
+        // The last prompt token is always computed: its logits give the first token.
+        let usable = prompt.len() - 1;
+        let (mut source, mut best) = (i, common_prefix(&self.slots[i].tokens, prompt).min(usable));
+        if self.limits.prefix_cache {
+            for (j, s) in self.slots.iter().enumerate() {
+                let n = common_prefix(&s.tokens, prompt).min(usable);
+                if n > best {
+                    (source, best) = (j, n);
+                }
+            }
+        } else {
+            best = 0;
+        }
+        if source == i {
+            self.remove_kv(i, best);
+        } else {
+            self.remove_kv(i, 0);
+            let from = self.slots[source].seq;
+            if self
+                .ctx
+                .kv_cache_seq_cp(from, seq, Some(0), Some(best as u32))
+                .is_ok()
+            {
+                self.slots[i].tokens = prompt[..best].to_vec();
+            } else {
+                best = 0;
+            }
+        }
+        Stats::add(&self.stats.prefix_queries, prompt.len() as u64);
+        Stats::add(&self.stats.prefix_hits, best as u64);
+        Stats::add(&self.stats.prompt_tokens, prompt.len() as u64);
+        let slot = &mut self.slots[i];
+        slot.last_used = self.clock;
+        slot.active = Some(Active {
+            output: TextOutput::new(req.stop.clone()),
+            req,
+            fed: best,
+            next: None,
+            generated: 0,
+            cached: best as u32,
+            admitted: self.clock,
+        });
+    }
+
+    /// Drops slot `i`'s KV from position `keep` on.
+    fn remove_kv(&mut self, i: usize, keep: usize) {
+        let slot = &mut self.slots[i];
+        if keep >= slot.tokens.len() {
+            return;
+        }
+        let p0 = (keep > 0).then_some(keep as u32);
+        if self.ctx.kv_cache_seq_rm(slot.seq, p0, None).is_err() {
+            // Models whose memory cannot be cut part-way (recurrent ones) lose it all.
+            let _ = self.ctx.kv_cache_seq_rm(slot.seq, None, None);
+            slot.tokens.clear();
+        }
+        slot.tokens.truncate(keep);
+    }
+
+    /// Ends slot `i`'s sequence; its KV stays for the prefix cache when that is on.
+    fn release(&mut self, i: usize) {
+        self.slots[i].active = None;
+        if !self.limits.prefix_cache {
+            self.remove_kv(i, 0);
+        }
+    }
+
+    fn publish_gauges(&self) {
+        let running = self.slots.iter().filter(|s| s.active.is_some()).count();
+        Stats::set(&self.stats.running, running as u64);
+        Stats::set(&self.stats.waiting, self.waiting.len() as u64);
+        let held: usize = self.slots.iter().map(|s| s.tokens.len()).sum();
+        let usage = (held as u64 * 1000 / u64::from(self.limits.n_ctx.max(1))).min(1000);
+        Stats::set(&self.stats.kv_usage_milli, usage);
+    }
+
+    /// One batch: every generating sequence's next token, then prompt chunks.
+    fn plan(&self) -> Vec<Planned> {
+        let mut plan = Vec::new();
+        let mut budget = self.limits.n_batch;
+        for (i, slot) in self.slots.iter().enumerate() {
+            if let Some(token) = slot.active.as_ref().and_then(|a| a.next) {
+                plan.push(Planned {
+                    slot: i,
+                    tokens: vec![token],
+                    logits_row: None,
+                });
+                budget -= 1;
+            }
+        }
+        let mut prefilling: Vec<usize> = (0..self.slots.len())
+            .filter(|&i| {
+                self.slots[i]
+                    .active
+                    .as_ref()
+                    .is_some_and(|a| a.fed < a.req.prompt.len())
+            })
+            .collect();
+        prefilling.sort_by_key(|&i| self.slots[i].active.as_ref().map_or(0, |a| a.admitted));
+        for i in prefilling {
+            if budget == 0 {
+                break;
+            }
+            let Some(a) = self.slots[i].active.as_ref() else {
+                continue;
+            };
+            let take = (a.req.prompt.len() - a.fed).min(budget);
+            budget -= take;
+            plan.push(Planned {
+                slot: i,
+                tokens: a.req.prompt[a.fed..a.fed + take].to_vec(),
+                logits_row: None,
+            });
+        }
+        plan
+    }
+
+    fn step(&mut self) {
+        let mut plan = self.plan();
+        if plan.is_empty() {
+            return;
+        }
+        let mut decoded = self.decode(&mut plan);
+        if decoded == Err(StepError::NoKvSlot) && self.evict_kept() {
+            decoded = self.decode(&mut plan);
+        }
+        if let Err(e) = decoded {
+            let message = match e {
+                StepError::NoKvSlot => "the KV cache is full".to_string(),
+                StepError::Other(m) => m,
+            };
+            tracing::error!(error = %message, "llama.cpp decode failed");
+            for p in &plan {
+                self.fail(p.slot, &message);
+            }
+            return;
+        }
+        let mut rows = Vec::new();
+        for p in plan {
+            let slot = &mut self.slots[p.slot];
+            slot.tokens.extend_from_slice(&p.tokens);
+            let Some(a) = slot.active.as_mut() else {
+                continue;
+            };
+            if a.next.take().is_none() {
+                a.fed += p.tokens.len();
+            }
+            if let Some(row) = p.logits_row {
+                rows.push((p.slot, row));
+            }
+        }
+        for (slot, row) in rows {
+            self.sample(slot, row);
+        }
+    }
+
+    /// Fills the batch from the plan and decodes it.
+    fn decode(&mut self, plan: &mut [Planned]) -> Result<(), StepError> {
+        self.batch.clear();
+        let mut row = 0;
+        for p in plan.iter_mut() {
+            let slot = &self.slots[p.slot];
+            let Some(a) = slot.active.as_ref() else {
+                continue;
+            };
+            let wants_logits = a.next.is_some() || a.fed + p.tokens.len() == a.req.prompt.len();
+            let start = slot.tokens.len() as i32;
+            for (k, &token) in p.tokens.iter().enumerate() {
+                let last = k + 1 == p.tokens.len();
+                self.batch
+                    .add(token, start + k as i32, &[slot.seq], last && wants_logits)
+                    .map_err(|e| StepError::Other(format!("building the batch: {e}")))?;
+                if last && wants_logits {
+                    p.logits_row = Some(row);
+                }
+                row += 1;
+            }
+        }
+        self.ctx.decode(&mut self.batch).map_err(|e| match e {
+            DecodeError::NoKvCacheSlot => StepError::NoKvSlot,
+            other => StepError::Other(other.to_string()),
+        })
+    }
+
+    /// Drops the KV kept by idle slots; true when some was dropped.
+    fn evict_kept(&mut self) -> bool {
+        let idle: Vec<usize> = (0..self.slots.len())
+            .filter(|&i| self.slots[i].active.is_none() && !self.slots[i].tokens.is_empty())
+            .collect();
+        for &i in &idle {
+            self.remove_kv(i, 0);
+        }
+        !idle.is_empty()
+    }
+
+    fn fail(&mut self, i: usize, message: &str) {
+        if let Some(a) = self.slots[i].active.as_ref() {
+            let _ = a
+                .req
+                .events
+                .send(Event::Error(format!("generation failed: {message}")));
+        }
+        self.slots[i].active = None;
+        self.remove_kv(i, 0);
+    }
+
+    /// Samples slot `i`'s next token from batch row `row` and hands out what it produced.
+    fn sample(&mut self, i: usize, row: i32) {
+        let model = self.model;
+        let vocab = model.vocab();
+        let Some(a) = self.slots[i].active.as_mut() else {
+            return;
+        };
+        let logprobs = a
+            .req
+            .logprobs
+            .map(|top| (top, log_softmax(self.ctx.get_logits_ith(row))));
+        let token = a.req.sampler.sample(&self.ctx, row);
+        a.generated += 1;
+        Stats::add(&self.stats.generation_tokens, 1);
+        if vocab.is_eog(token) {
+            self.finish(i, Finish::Stop, Last::default());
+            return;
+        }
+        let piece = vocab.token_to_piece(token, false, None);
+        let logprob = logprobs.map(|(top, lp)| token_logprob(model, &lp, token, &piece, top));
+        let (text, stopped) = match a.output.push(&piece) {
+            Pushed::Text(t) => (t, false),
+            Pushed::Stopped(t) => (t, true),
+        };
+        let finish = if stopped {
+            Some(Finish::Stop)
+        } else if a.generated >= a.req.max_tokens {
+            Some(Finish::Length)
+        } else {
+            None
+        };
+        match finish {
+            Some(finish) => self.finish(
+                i,
+                finish,
+                Last {
+                    text,
+                    logprob,
+                    flush: !stopped,
+                },
+            ),
+            None => {
+                a.next = Some(token);
+                if !text.is_empty() || logprob.is_some() {
+                    let _ = a.req.events.send(Event::Text { text, logprob });
+                }
+            }
+        }
+    }
+
+    fn finish(&mut self, i: usize, finish: Finish, last: Last) {
+        let Some(mut a) = self.slots[i].active.take() else {
+            return;
+        };
+        let Last {
+            mut text,
+            logprob,
+            flush,
+        } = last;
+        if flush {
+            text.push_str(&a.output.finish());
+        }
+        if !text.is_empty() || logprob.is_some() {
+            let _ = a.req.events.send(Event::Text { text, logprob });
+        }
+        let _ = a.req.events.send(Event::Done(Done {
+            finish,
+            prompt_tokens: a.req.prompt.len() as u32,
+            completion_tokens: a.generated,
+            cached_tokens: a.cached,
+        }));
+        self.release(i);
+    }
+}
+
+/// What a finishing sequence still has to hand out.
+struct Last {
+    text: String,
+    logprob: Option<TokenLogprob>,
+    /// Whether held-back text is released (not when a stop sequence cut it).
+    flush: bool,
+}
+
+impl Default for Last {
+    fn default() -> Self {
+        Last {
+            text: String::new(),
+            logprob: None,
+            flush: true,
+        }
+    }
+}
+
+#[derive(Debug, PartialEq)]
+enum StepError {
+    NoKvSlot,
+    Other(String),
+}
+
+/// Length of the common prefix of two token lists.
+pub(crate) fn common_prefix(a: &[LlamaToken], b: &[LlamaToken]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+/// Natural-log probabilities of a row of logits.
+fn log_softmax(logits: &[f32]) -> Vec<f32> {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let sum: f32 = logits.iter().map(|&l| (l - max).exp()).sum();
+    let log_sum = sum.ln() + max;
+    logits.iter().map(|&l| l - log_sum).collect()
+}
+
+fn token_logprob(
+    model: &LlamaModel,
+    logprobs: &[f32],
+    token: LlamaToken,
+    piece: &[u8],
+    top: u32,
+) -> TokenLogprob {
+    let vocab = model.vocab();
+    let mut order: Vec<usize> = (0..logprobs.len()).collect();
+    let top = (top as usize).min(order.len());
+    if top > 0 {
+        order.select_nth_unstable_by(top - 1, |&a, &b| logprobs[b].total_cmp(&logprobs[a]));
+        order.truncate(top);
+        order.sort_by(|&a, &b| logprobs[b].total_cmp(&logprobs[a]));
+    } else {
+        order.clear();
+    }
+    TokenLogprob {
+        token: String::from_utf8_lossy(piece).into_owned(),
+        bytes: piece.to_vec(),
+        logprob: logprobs
+            .get(token.0 as usize)
+            .copied()
+            .unwrap_or(f32::NEG_INFINITY),
+        top: order
+            .into_iter()
+            .map(|id| {
+                let bytes = vocab.token_to_piece(LlamaToken(id as i32), false, None);
+                TopLogprob {
+                    token: String::from_utf8_lossy(&bytes).into_owned(),
+                    bytes,
+                    logprob: logprobs[id],
+                }
+            })
+            .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefixes_and_log_probabilities() {
+        let t = |v: &[i32]| v.iter().map(|&i| LlamaToken(i)).collect::<Vec<_>>();
+        assert_eq!(common_prefix(&t(&[1, 2, 3]), &t(&[1, 2, 4])), 2);
+        assert_eq!(common_prefix(&t(&[]), &t(&[1])), 0);
+        let lp = log_softmax(&[0.0, 0.0, f32::NEG_INFINITY]);
+        assert!((lp[0] - 0.5f32.ln()).abs() < 1e-6);
+        assert_eq!(lp[2], f32::NEG_INFINITY);
+    }
+}

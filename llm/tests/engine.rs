@@ -1,0 +1,253 @@
+//! The engine on the real demo model (`$INFERGATE_MODELS/smollm2.gguf`, SmolLM2-135M-Instruct
+//! Q4_1, fetched by scripts/setup.sh): answers, batching equal to running alone, cancellation,
+//! the prefix cache, stop sequences and grammar-constrained JSON. Short generations only.
+
+use infergate_llm::{
+    ChatMessage, Constraint, Event, Finish, Generation, LlmConfig, LlmError, LlmModel,
+    SamplingParams,
+};
+use std::path::PathBuf;
+use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+fn model_path() -> PathBuf {
+    let dir = std::env::var("INFERGATE_MODELS")
+        .expect("INFERGATE_MODELS must point at the demo models (source .cache/env.sh)");
+    PathBuf::from(dir).join("smollm2.gguf")
+}
+
+/// The tests share one model and read its counters and cache: one at a time.
+fn serial() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// One model for every test (loading takes a moment): 4 sequences, short contexts.
+fn model() -> &'static LlmModel {
+    static MODEL: OnceLock<LlmModel> = OnceLock::new();
+    MODEL.get_or_init(|| {
+        let config = LlmConfig {
+            max_sequences: 4,
+            context_per_sequence: 512,
+            batch_tokens: 64,
+            threads: 2,
+            queue_capacity: 64,
+            ..LlmConfig::default()
+        };
+        LlmModel::load(&model_path(), config).expect("the demo model loads")
+    })
+}
+
+fn chat(content: &str) -> Vec<i32> {
+    let m = model();
+    let prompt = m
+        .render_chat(&[ChatMessage {
+            role: "user".into(),
+            content: content.into(),
+        }])
+        .unwrap();
+    m.tokenize(&prompt)
+}
+
+fn greedy(max_tokens: u32) -> SamplingParams {
+    SamplingParams {
+        temperature: 0.0,
+        max_tokens,
+        ..SamplingParams::default()
+    }
+}
+
+/// Runs a generation to its end: text, finish reason, completion tokens.
+fn collect(mut g: Generation) -> (String, Finish, u32) {
+    let mut text = String::new();
+    while let Some(event) = g.events.blocking_recv() {
+        match event {
+            Event::Text { text: t, .. } => text.push_str(&t),
+            Event::Done(done) => return (text, done.finish, done.completion_tokens),
+            Event::Error(e) => panic!("generation failed: {e}"),
+        }
+    }
+    panic!("the generation ended without Done");
+}
+
+fn run(prompt: &[i32], params: &SamplingParams) -> (String, Finish, u32) {
+    collect(model().generate(prompt, params, None).unwrap())
+}
+
+#[test]
+fn answers_the_capital_of_france() {
+    let _serial = serial();
+    let (text, finish, tokens) = run(
+        &chat("What is the capital city of France? Answer in one word."),
+        &greedy(16),
+    );
+    assert!(text.contains("Paris"), "{text:?}");
+    assert_eq!(finish, Finish::Stop, "{text:?}");
+    assert!(tokens <= 16);
+}
+
+#[test]
+fn batched_sequences_equal_their_runs_alone() {
+    let _serial = serial();
+    let prompts: Vec<Vec<i32>> = (0..5)
+        .map(|i| chat(&format!("Count from {i} to {}.", i + 3)))
+        .collect();
+    let alone: Vec<String> = prompts.iter().map(|p| run(p, &greedy(10)).0).collect();
+    // All at once: 4 run together, 1 waits and joins when a slot frees up.
+    let together: Vec<String> = prompts
+        .iter()
+        .map(|p| model().generate(p, &greedy(10), None).unwrap())
+        .collect::<Vec<_>>()
+        .into_iter()
+        .map(|g| collect(g).0)
+        .collect();
+    assert_eq!(alone, together);
+}
+
+#[test]
+fn seeds_repeat_and_stop_sequences_cut() {
+    let _serial = serial();
+    let prompt = chat("Tell me about the sea.");
+    let sampled = SamplingParams {
+        temperature: 0.9,
+        top_k: 40,
+        top_p: 0.95,
+        min_p: 0.05,
+        seed: Some(7),
+        max_tokens: 16,
+        ..SamplingParams::default()
+    };
+    let a = run(&prompt, &sampled);
+    assert_eq!(a, run(&prompt, &sampled));
+    let (text, finish, _) = run(&prompt, &greedy(16));
+    let word = text
+        .split_whitespace()
+        .nth(2)
+        .expect("a few words")
+        .to_string();
+    let stopped = SamplingParams {
+        stop: vec![word.clone()],
+        ..greedy(16)
+    };
+    let (cut, cut_finish, _) = run(&prompt, &stopped);
+    assert_eq!(cut, text[..text.find(&word).unwrap()], "{finish:?}");
+    assert_eq!(cut_finish, Finish::Stop);
+}
+
+#[test]
+fn dropping_the_receiver_frees_the_sequence() {
+    let _serial = serial();
+    let g = model()
+        .generate(
+            &chat("Write a long story about a dragon."),
+            &greedy(400),
+            None,
+        )
+        .unwrap();
+    let mut events = g.events;
+    events.blocking_recv().expect("a first token");
+    drop(events);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while model().stats().running != 0 {
+        assert!(Instant::now() < deadline, "the sequence is still running");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(model().stats().cancelled >= 1);
+}
+
+#[test]
+fn a_shared_prefix_is_reused() {
+    let _serial = serial();
+    let system = "You are a geography teacher. ".repeat(20);
+    let prompt = |q: &str| {
+        let m = model();
+        m.tokenize(
+            &m.render_chat(&[
+                ChatMessage {
+                    role: "system".into(),
+                    content: system.clone(),
+                },
+                ChatMessage {
+                    role: "user".into(),
+                    content: q.into(),
+                },
+            ])
+            .unwrap(),
+        )
+    };
+    let first = prompt("Where is Paris?");
+    run(&first, &greedy(2));
+    let before = model().stats().prefix_cache_hits;
+    let mut g = model()
+        .generate(&prompt("Where is Rome?"), &greedy(2), None)
+        .unwrap();
+    let cached = loop {
+        match g.events.blocking_recv().unwrap() {
+            Event::Done(d) => break d.cached_tokens,
+            Event::Error(e) => panic!("{e}"),
+            Event::Text { .. } => {}
+        }
+    };
+    assert!(cached as usize >= 100, "{cached} cached of {}", first.len());
+    assert!(model().stats().prefix_cache_hits - before >= u64::from(cached));
+}
+
+#[test]
+fn json_schema_output_parses() {
+    let _serial = serial();
+    let schema = serde_json::json!({
+        "type": "object",
+        "properties": {"city": {"type": "string"}, "population": {"type": "integer"}},
+        "required": ["city", "population"],
+    });
+    let params = SamplingParams {
+        constraint: Constraint::JsonSchema(schema),
+        ..greedy(40)
+    };
+    let grammar = params.grammar().unwrap();
+    let g = model()
+        .generate(
+            &chat("Give the largest city of Japan and its population as JSON."),
+            &params,
+            grammar.as_deref(),
+        )
+        .unwrap();
+    let (text, finish, _) = collect(g);
+    assert_eq!(finish, Finish::Stop, "{text}");
+    let value: serde_json::Value = serde_json::from_str(&text).expect(&text);
+    assert!(
+        value["city"].is_string() && value["population"].is_i64(),
+        "{value}"
+    );
+}
+
+#[test]
+fn a_prompt_over_the_context_is_refused_with_the_counts() {
+    let _serial = serial();
+    let long = vec![1; 600];
+    let e = model().generate(&long, &greedy(4), None).unwrap_err();
+    assert!(matches!(
+        e,
+        LlmError::ContextLength {
+            limit: 512,
+            prompt: 600,
+            completion: 4
+        }
+    ));
+    assert!(e.to_string().contains("600 in the prompt"), "{e}");
+}
+
+#[test]
+fn validation_reads_the_real_file_and_refuses_a_cut_one() {
+    let _serial = serial();
+    let info = infergate_llm::validate(&model_path()).unwrap();
+    assert_eq!(info.architecture, "llama");
+    assert_eq!(info.context_length, Some(8192));
+    assert!(info.chat_template.is_some());
+    assert_eq!(info.kv_bytes_per_token(), 2 * 2 * 30 * 3 * 64);
+    let bytes = std::fs::read(model_path()).unwrap();
+    let cut = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(cut.path(), &bytes[..bytes.len() / 2]).unwrap();
+    let e = infergate_llm::validate(cut.path()).unwrap_err().to_string();
+    assert!(e.contains("truncated"), "{e}");
+}
