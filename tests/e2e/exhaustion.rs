@@ -508,3 +508,30 @@ async fn an_over_limit_body_over_http2_gets_413() {
         );
     }
 }
+
+/// A JSON endpoint checks the key before it reads a byte of the body: a client without a key
+/// declaring a 10 GiB body gets its 401 at once instead of the server waiting to buffer it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_endpoints_refuse_a_keyless_body_before_reading_it() {
+    // Far longer than GENEROUS: a server that waits for the body never answers in time.
+    let (_tmp, s) = server_with("[limits]\nbody_timeout_s = 120\n");
+    let connector = tls_connector(&s, b"http/1.1");
+    let addr = hostport(&s.url("/"));
+    for (method, path) in [
+        ("POST", "/api/keys"),
+        ("PATCH", "/api/keys/1"),
+        ("POST", "/v1/completions"),
+        ("POST", "/v1/chat/completions"),
+        ("POST", "/v1/embeddings"),
+        ("POST", "/v2/repository/index"),
+    ] {
+        let mut tls = tls_connect(&connector, &addr).await.unwrap();
+        let request = format!(
+            "{method} {path} HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\n\
+             content-length: 10737418240\r\n\r\n{{\"model\": \"x\", "
+        );
+        let (status, answer) = http1_exchange(&mut tls, &request).await;
+        assert_eq!(status, 401, "{method} {path}: {answer}");
+        assert!(answer.contains("\"error\""), "{method} {path}: {answer}");
+    }
+}

@@ -227,3 +227,23 @@ pub async fn reject_unread(error: ApiError, headers: &HeaderMap, body: Body) -> 
     let _ = tokio::time::timeout(DRAIN_DEADLINE, drain).await;
     error
 }
+
+/// The largest JSON body of a management call (keys, limits, repository index): these are a
+/// few hundred bytes in practice.
+pub const MAX_JSON_API_BYTES: usize = 1 << 20;
+
+/// Checks the key and its scope before a byte of the body is read, then reads at most `limit`
+/// bytes: a client without a valid key can never make the server buffer a body.
+pub async fn read_authorized(
+    state: &crate::state::AppState,
+    headers: &HeaderMap,
+    body: Body,
+    scope: crate::auth::Scope,
+    limit: usize,
+) -> ApiResult<(crate::store::keys::KeyRecord, Vec<u8>)> {
+    let key = match state.authorize(headers, scope) {
+        Ok(key) => key,
+        Err(e) => return Err(reject_unread(e, headers, body).await),
+    };
+    Ok((key, read_limited(headers, body, limit).await?))
+}

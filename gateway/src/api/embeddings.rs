@@ -87,9 +87,11 @@ fn vector(model: &str, output: PipelineOutput) -> ApiResult<Vec<f32>> {
 pub async fn embeddings(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
-    body: axum::body::Bytes,
+    body: axum::body::Body,
 ) -> ApiResult<Json<Value>> {
-    state.authorize(&headers, Scope::Infer)?;
+    let limit = state.config.limits.max_request_bytes;
+    let (_, body) =
+        super::body::read_authorized(&state, &headers, body, Scope::Infer, limit).await?;
     let req: EmbeddingRequest = serde_json::from_slice(&body)
         .map_err(|e| ApiError::bad_request(format!("invalid request: {e}")))?;
     if req.dimensions.is_some() {

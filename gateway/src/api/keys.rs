@@ -28,9 +28,11 @@ pub struct CreateKey {
 pub async fn create(
     State(state): S,
     headers: HeaderMap,
-    body: axum::body::Bytes,
+    body: axum::body::Body,
 ) -> ApiResult<(StatusCode, Json<Value>)> {
-    state.authorize(&headers, Scope::Admin)?;
+    let limit = super::body::MAX_JSON_API_BYTES;
+    let (_, body) =
+        super::body::read_authorized(&state, &headers, body, Scope::Admin, limit).await?;
     let req: CreateKey = serde_json::from_slice(&body).map_err(|e| {
         ApiError::bad_request(format!(
             "expected {{\"name\": ..., \"scopes\": [...]}}: {e}"

@@ -81,9 +81,11 @@ pub async fn update(
     State(state): S,
     Path(id): Path<String>,
     headers: HeaderMap,
-    body: axum::body::Bytes,
+    body: axum::body::Body,
 ) -> ApiResult<Json<Value>> {
-    state.authorize(&headers, Scope::Admin)?;
+    let limit = super::body::MAX_JSON_API_BYTES;
+    let (_, body) =
+        super::body::read_authorized(&state, &headers, body, Scope::Admin, limit).await?;
     let body: Map<String, Value> = serde_json::from_slice(&body).map_err(|e| {
         ApiError::bad_request(format!(
             "expected {{\"rate_limit\": {{\"rps\": N, \"burst\": N}} | null, \"max_concurrent\": N | null}}: {e}"

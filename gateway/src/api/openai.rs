@@ -388,7 +388,7 @@ pub async fn completions(
     state: S,
     request_id: Extension<RequestId>,
     headers: HeaderMap,
-    body: axum::body::Bytes,
+    body: axum::body::Body,
 ) -> Response {
     completion(state, request_id, headers, body)
         .await
@@ -399,7 +399,7 @@ pub async fn chat_completions(
     state: S,
     request_id: Extension<RequestId>,
     headers: HeaderMap,
-    body: axum::body::Bytes,
+    body: axum::body::Body,
 ) -> Response {
     chat_completion(state, request_id, headers, body)
         .await
@@ -410,9 +410,11 @@ async fn completion(
     State(state): S,
     Extension(request_id): Extension<RequestId>,
     headers: HeaderMap,
-    body: axum::body::Bytes,
+    body: axum::body::Body,
 ) -> ApiResult<Response> {
-    state.authorize(&headers, Scope::Infer)?;
+    let limit = state.config.limits.max_request_bytes;
+    let (_, body) =
+        super::body::read_authorized(&state, &headers, body, Scope::Infer, limit).await?;
     if let Some(record) = openai_llm::chat_model(&state, &body)? {
         let id = format!("cmpl-{}", request_id.as_str());
         let kind = openai_llm::Kind::Completion;
@@ -445,9 +447,11 @@ async fn chat_completion(
     State(state): S,
     Extension(request_id): Extension<RequestId>,
     headers: HeaderMap,
-    body: axum::body::Bytes,
+    body: axum::body::Body,
 ) -> ApiResult<Response> {
-    state.authorize(&headers, Scope::Infer)?;
+    let limit = state.config.limits.max_request_bytes;
+    let (_, body) =
+        super::body::read_authorized(&state, &headers, body, Scope::Infer, limit).await?;
     if let Some(record) = openai_llm::chat_model(&state, &body)? {
         let id = format!("chatcmpl-{}", request_id.as_str());
         let kind = openai_llm::Kind::Chat;

@@ -139,9 +139,11 @@ pub async fn model_version_stats(
 pub async fn repository_index(
     State(state): S,
     headers: HeaderMap,
-    body: axum::body::Bytes,
+    body: axum::body::Body,
 ) -> ApiResult<Json<Value>> {
-    state.authorize(&headers, Scope::Infer)?;
+    let limit = super::body::MAX_JSON_API_BYTES;
+    let (_, body) =
+        super::body::read_authorized(&state, &headers, body, Scope::Infer, limit).await?;
     let only_ready = serde_json::from_slice::<Value>(&body)
         .ok()
         .and_then(|v| v.get("ready").and_then(Value::as_bool))

@@ -123,7 +123,10 @@ mod tests {
         let server = Store::open(dir.path()).unwrap();
         let scopes = Scopes::parse_list("infer").unwrap();
         let (own, own_secret) = server.create_key("own", &scopes).unwrap();
-        assert_eq!(server.authenticate(&own_secret).unwrap().unwrap().id, own.id);
+        assert_eq!(
+            server.authenticate(&own_secret).unwrap().unwrap().id,
+            own.id
+        );
 
         // A second process (here: a second store on the same file) creates and revokes keys.
         let offline = Store::open(dir.path()).unwrap();
