@@ -464,8 +464,24 @@ async fn handle(
 ) {
     let started = Instant::now();
     let mut labels = Labels::default();
+    // The request's frames pass through a channel of its own, forwarded inside this task: a
+    // generation runs on its own thread and may still send a token after the cancel, and with
+    // the forwarder dropped that token goes nowhere, so `cancelled` is truly the last frame.
+    let (request_out, mut request_frames) = mpsc::channel::<Message>(8);
+    let forward = async {
+        while let Some(message) = request_frames.recv().await {
+            if out.send(message).await.is_err() {
+                break;
+            }
+        }
+    };
+    let work = async {
+        let result = run(&state, &key, body, &id, &request_out, &mut labels).await;
+        drop(request_out);
+        result
+    };
     let result = tokio::select! {
-        result = run(&state, &key, body, &id, &out, &mut labels) => result,
+        (result, ()) = async { tokio::join!(work, forward) } => result,
         // Dropping `run` takes the request out of the model's queue if it has not run yet, and
         // stops a generation before its next token.
         Ok(()) = cancelled => {
