@@ -30,3 +30,6 @@ export INFERGATE_BIN="$ROOT/target/debug/infergate"
 
 step "cargo clippy"
 cargo clippy --locked --workspace --all-targets -- -D warnings
+
+step "cargo deny (licenses, bans, sources; offline)"
+bash scripts/deny.sh
