@@ -7,7 +7,7 @@
 //! sections get a JSON 414/431, an over-limit HTTP/2 body a 413. During each attack a normal
 //! client keeps being served (bounds are generous; nothing here measures time).
 
-use crate::harness::{model, strip_ansi, Options, Server};
+use crate::harness::{model, Options, Server};
 use futures_util::{SinkExt, StreamExt};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
@@ -45,16 +45,7 @@ pub fn hostport(url: &str) -> String {
 }
 
 fn grpc_hostport(s: &Server) -> String {
-    let line = s
-        .wait_for_log("grpc listening on ", GENEROUS)
-        .expect("the gRPC listening line");
-    let url = strip_ansi(&line)
-        .split("grpc listening on ")
-        .nth(1)
-        .and_then(|rest| rest.split_whitespace().next())
-        .expect("an address")
-        .to_string();
-    hostport(&url)
+    hostport(&crate::grpc::grpc_url(s))
 }
 
 pub fn tls_connector(s: &Server, alpn: &[u8]) -> tokio_rustls::TlsConnector {

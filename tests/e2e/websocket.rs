@@ -2,10 +2,8 @@
 
 use crate::harness::{model, Options, Server, BIN};
 use futures_util::{SinkExt, StreamExt};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName};
+use rustls::pki_types::ServerName;
 use serde_json::{json, Value};
-use std::sync::Arc;
 use std::time::Duration;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::{self, Message};
@@ -35,19 +33,7 @@ async fn connect_with(
         socket.set_recv_buffer_size(size).unwrap();
     }
     let tcp = socket.connect(hostport.parse().unwrap()).await.unwrap();
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in CertificateDer::pem_file_iter(s.data.join("tls/cert.pem")).unwrap() {
-        roots.add(cert.unwrap()).unwrap();
-    }
-    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+    let tls = crate::exhaustion::tls_connector(s, b"http/1.1")
         .connect(ServerName::try_from("localhost").unwrap(), tcp)
         .await
         .unwrap();
