@@ -9,6 +9,8 @@
 //! - [`auth`]: API keys and scopes.
 //! - [`state`]: what handlers share, the model catalog, authorisation.
 //! - [`api`]: HTTP routes (KServe v2, Triton extensions, management API).
+//! - [`infer`]: the one inference service every protocol calls (resolve, readiness, describe,
+//!   run), and the seam where a model version runs.
 //! - [`grpc`]: KServe v2 over gRPC (Triton's `GRPCInferenceService`), on its own listener.
 //! - [`registry`]: validating and storing model files.
 //! - [`pipeline`]: WebAssembly plugins and pipelines (pre-plugins → model → post-plugins).
@@ -42,6 +44,7 @@ pub mod drain;
 pub mod error;
 pub mod grpc;
 pub mod history;
+pub mod infer;
 pub mod latency;
 pub mod llm;
 pub mod metrics;

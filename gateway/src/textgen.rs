@@ -8,9 +8,9 @@
 //! it, so a client that goes away stops generation at the next character.
 
 use crate::error::{ApiError, ApiResult};
-use crate::state::{model_key, AppState};
+use crate::state::AppState;
 use crate::store::models::ModelRecord;
-use infergate_engine::Tensor;
+use infergate_engine::{InferOptions, Tensor};
 #[cfg(test)]
 use infergate_llm::output::longest_suffix_prefix;
 use infergate_llm::output::release;
@@ -264,16 +264,14 @@ impl Generation {
         let window = self.vocab.window(&self.context);
         let input = Tensor::from_i64(INPUT, vec![1, window.len() as i64], &window)
             .map_err(|e| ApiError::internal(e.to_string()))?;
-        let mut outputs = self
-            .state
-            .engine
-            .infer(
-                &model_key(&self.record),
-                &self.state.model_path(&self.record),
-                vec![input],
-                vec![OUTPUT.to_string()],
-            )
-            .await?;
+        let mut outputs = crate::infer::backend::run_model(
+            &self.state,
+            &self.record,
+            vec![input],
+            vec![OUTPUT.to_string()],
+            InferOptions::default(),
+        )
+        .await?;
         let probs = outputs
             .pop()
             .and_then(|t| t.to_f32())

@@ -11,7 +11,7 @@ use axum::extract::State;
 use axum::Json;
 use base64::Engine as _;
 use http::HeaderMap;
-use infergate_engine::{DataType, TensorData};
+use infergate_engine::{DataType, InferOptions, TensorData};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -128,6 +128,7 @@ pub async fn embeddings(
                 content_type: Some("text/plain".into()),
             },
             Vec::new(),
+            InferOptions::default(),
         )
         .await?;
         let embedding = vector(&req.model, output)?;

@@ -7,8 +7,9 @@
 //! echoes the key), or a first message `{"api_key": KEY}` within the header timeout.
 //!
 //! Each text message is a KServe v2 inference body plus `"id"` (string or number, echoed in
-//! every frame of its answer) and `"model"` (and optionally `"model_version"`); answers may
-//! arrive out of order. With `"generate": {"prompt": ..., "max_tokens": ..., "temperature": ...,
+//! every frame of its answer) and `"model"` (a model or a pipeline, and optionally
+//! `"model_version"`); the parameters `priority` and `timeout` (microseconds in the queue) apply
+//! as over HTTP and gRPC. Answers may arrive out of order. With `"generate": {"prompt": ..., "max_tokens": ..., "temperature": ...,
 //! "top_p": ..., "seed": ..., "stop": ...}` on the text-generation model, one frame
 //! `{"id", "token"}` per generated piece of text follows, then `{"id", "done": true,
 //! "finish_reason", "text", "usage"}`. Errors are `{"id", "error", "status"}` frames and the
@@ -41,7 +42,8 @@ use crate::admission;
 use crate::auth::{self, Scope};
 use crate::coalesce::Coalescer;
 use crate::error::{ApiError, ApiResult};
-use crate::state::{model_key, AppState};
+use crate::infer::{self, Target};
+use crate::state::AppState;
 use crate::store::keys::KeyRecord;
 use crate::textgen::{Generation, Sampling};
 use axum::extract::ws::{close_code, CloseFrame, Message, Utf8Bytes, WebSocket, WebSocketUpgrade};
@@ -49,8 +51,9 @@ use axum::extract::State;
 use axum::response::Response;
 use futures_util::{SinkExt, StreamExt};
 use http::{HeaderMap, HeaderValue};
+use infergate_protocol::kserve;
 use infergate_protocol::message::Incoming;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -496,15 +499,14 @@ async fn handle(
     if let Err(e) = result {
         let _ = out.send(error_frame(&id, &e)).await;
     }
-    if !labels.model.is_empty() || status != 200 {
-        state.metrics.inference(
-            &labels.model,
-            &labels.version,
-            PROTOCOL_LABEL,
-            status,
-            started.elapsed(),
-        );
-    }
+    // A pipeline is recorded without a model label, as over HTTP and gRPC.
+    state.metrics.inference(
+        &labels.model,
+        &labels.version,
+        PROTOCOL_LABEL,
+        status,
+        started.elapsed(),
+    );
 }
 
 async fn run(
@@ -536,13 +538,19 @@ async fn run(
             ))
         }
     };
-    let model_record = state.catalog.resolve(&model, version)?;
-    labels.model = model_record.name.clone();
-    labels.version = model_record.version.to_string();
+    let target = infer::resolve(state, &model, version)?;
+    if let Target::Model(record) = &target {
+        labels.model = record.name.clone();
+        labels.version = record.version.to_string();
+    }
     if let Some(generate) = body.remove("generate") {
-        if crate::llm::is_gguf(&model_record) {
-            return super::openai_llm::websocket_generate(state, model_record, generate, id, out)
-                .await;
+        let Target::Model(record) = target else {
+            return Err(ApiError::bad_request(format!(
+                "'{model}' is a pipeline: \"generate\" runs on a text-generation model"
+            )));
+        };
+        if crate::llm::is_gguf(&record) {
+            return super::openai_llm::websocket_generate(state, record, generate, id, out).await;
         }
         let generate: Generate = serde_json::from_value(generate)
             .map_err(|e| ApiError::bad_request(format!("generate: {e}")))?;
@@ -554,29 +562,34 @@ async fn run(
         .await;
     }
     let mut request = infergate_protocol::message::inference_request(body)?;
-    let inputs = crate::api::codec::decode_inputs(&mut request, &[])?;
-    let outputs: Vec<String> = request.outputs.iter().map(|o| o.name.clone()).collect();
-    let results = state
-        .engine
-        .infer(
-            &model_key(&model_record),
-            &state.model_path(&model_record),
-            inputs,
-            outputs,
-        )
-        .await?;
-    let (bytes, _) = crate::api::codec::encode_response(
+    let inputs = kserve::decode_inputs(&mut request, &[])?;
+    let inferred = infer::run(state, target, infer::Request::kserve(&request, inputs)?).await?;
+    let (response, binary) = kserve::response(
         &request,
-        &model_record.name,
-        model_record.version,
-        &results,
-    )?;
-    let mut answer: Value = serde_json::from_slice(&bytes)
+        &inferred.model,
+        inferred.version,
+        &inferred.outputs,
+    );
+    if binary.is_some() {
+        // `inference_request` refused every way of asking for binary outputs.
+        return Err(ApiError::internal(
+            "a WebSocket answer came out with binary tensor data",
+        ));
+    }
+    let answer = serde_json::to_string(&Answer { id, response })
         .map_err(|e| ApiError::internal(format!("encoding the answer: {e}")))?;
-    answer["id"] = id.clone();
     // A failed send means the connection is gone: nobody is left to tell.
-    let _ = out.send(frame(answer)).await;
+    let _ = out.send(Message::Text(Utf8Bytes::from(answer))).await;
     Ok(())
+}
+
+/// An inference answer: the KServe response document with the message's id (a string or a
+/// number, which KServe's own string `id` cannot carry).
+#[derive(Serialize)]
+struct Answer<'a> {
+    id: &'a Value,
+    #[serde(flatten)]
+    response: kserve::InferResponse,
 }
 
 async fn generate_stream(

@@ -7,8 +7,8 @@ use super::registry::LoadedPlugin;
 use super::spec::PipelineSpec;
 use crate::error::{ApiError, ApiResult};
 use crate::metrics::PluginLabels;
-use crate::state::{model_key, AppState};
-use infergate_engine::Tensor;
+use crate::state::AppState;
+use infergate_engine::{InferOptions, Tensor};
 use infergate_plugin_host::{self as host, PluginKind, PostOutput, PreInput};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -135,12 +135,14 @@ fn to_engine(tensors: Vec<host::Tensor>, plugin: &LoadedPlugin) -> ApiResult<Vec
         })
 }
 
+/// Runs a pipeline; `options` (priority, queue timeout) apply to its model stage.
 pub async fn run(
     state: &AppState,
     name: &str,
     spec: &PipelineSpec,
     input: PipelineInput,
     request_parameters: Vec<(String, String)>,
+    options: InferOptions,
 ) -> ApiResult<(PipelineOutput, StageTimes)> {
     let resolved = resolve(state, spec)?;
     let record = state.catalog.resolve(&spec.model, spec.model_version)?;
@@ -199,15 +201,14 @@ pub async fn run(
     times.pre = started.elapsed();
 
     let started = Instant::now();
-    let outputs = state
-        .engine
-        .infer(
-            &model_key(&record),
-            &state.model_path(&record),
-            tensors,
-            spec.model_outputs.clone(),
-        )
-        .await?;
+    let outputs = crate::infer::backend::run_model(
+        state,
+        &record,
+        tensors,
+        spec.model_outputs.clone(),
+        options,
+    )
+    .await?;
     times.model = started.elapsed();
 
     let started = Instant::now();
