@@ -62,3 +62,57 @@ fn options(request: &InferRequest) -> ApiResult<InferOptions> {
             .map(Duration::from_micros),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn kserve(body: Value) -> ApiResult<Request> {
+        let request: InferRequest = serde_json::from_value(body).unwrap();
+        Request::kserve(&request, Vec::new())
+    }
+
+    #[test]
+    fn priority_and_timeout_become_the_options() {
+        let r =
+            kserve(json!({"inputs": [], "parameters": {"priority": 2, "timeout": 1500}})).unwrap();
+        assert_eq!(r.options.priority, 2);
+        assert_eq!(r.options.timeout, Some(Duration::from_micros(1500)));
+        // A zero timeout is no timeout; no priority is the model's default level.
+        let r = kserve(json!({"inputs": [], "parameters": {"timeout": 0}})).unwrap();
+        assert_eq!((r.options.priority, r.options.timeout), (0, None));
+    }
+
+    #[test]
+    fn malformed_options_are_the_clients_fault() {
+        for parameters in [
+            json!({"priority": -1}),
+            json!({"priority": 4294967296u64}),
+            json!({"timeout": "soon"}),
+            json!({"timeout": 1.5}),
+        ] {
+            let e = kserve(json!({"inputs": [], "parameters": parameters}))
+                .err()
+                .unwrap();
+            assert_eq!(e.status, http::StatusCode::BAD_REQUEST, "{parameters}");
+        }
+    }
+
+    #[test]
+    fn scalar_parameters_reach_plugins_as_text_and_outputs_by_name() {
+        let r = kserve(json!({
+            "inputs": [],
+            "parameters": {"lang": "en", "k": 3, "fast": true, "nested": {"a": 1}},
+            "outputs": [{"name": "b"}, {"name": "a"}],
+        }))
+        .unwrap();
+        let mut parameters = r.parameters.clone();
+        parameters.sort();
+        assert_eq!(
+            parameters,
+            [("fast", "true"), ("k", "3"), ("lang", "en")].map(|(k, v)| (k.into(), v.into()))
+        );
+        assert_eq!(r.outputs, ["b", "a"]);
+    }
+}
