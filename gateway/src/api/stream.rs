@@ -6,19 +6,19 @@
 //! (`new WebSocket(url, ["infergate.v1", KEY])`; the server selects `infergate.v1` and never
 //! echoes the key), or a first message `{"api_key": KEY}` within the header timeout.
 //!
-//! Each text message is a KServe v2 inference body plus `"id"` (string or number, echoed in
-//! every frame of its answer) and `"model"` (a model or a pipeline, and optionally
-//! `"model_version"`); the parameters `priority` and `timeout` (microseconds in the queue) apply
-//! as over HTTP and gRPC. Answers may arrive out of order. With `"generate": {"prompt": ..., "max_tokens": ..., "temperature": ...,
-//! "top_p": ..., "seed": ..., "stop": ...}` on the text-generation model, one frame
-//! `{"id", "token"}` per generated piece of text follows, then `{"id", "done": true,
-//! "finish_reason", "text", "usage"}`. Errors are `{"id", "error", "status"}` frames and the
-//! connection stays open. The key is re-checked (revocation, scope) and the key's limits applied
-//! per message. An id must be unique among the connection's requests in flight (409 frame
-//! otherwise). `{"cancel": ID}` stops that request: it leaves the model's queue if it has not
-//! run, a generation stops before its next token, and `{"id", "cancelled": true}` is its last
-//! frame, unless its answer was already finished (a 404 frame answers a cancel when no such
-//! request is in flight). Cancelling takes no in-flight slot.
+//! Each text message is a KServe v2 inference body plus `"id"` (string or number, echoed in every
+//! frame of its answer) and `"model"` (a model or a pipeline, and optionally `"model_version"`);
+//! the parameters `priority` and `timeout` (microseconds in the queue) apply as over HTTP and gRPC.
+//! Answers may arrive out of order. With `"generate": {"prompt": ..., "max_tokens": ...,
+//! "temperature": ..., "top_p": ..., "seed": ..., "stop": ...}` on a text-generation model, one
+//! frame `{"id", "token"}` per generated piece of text follows, then `{"id", "done": true,
+//! "finish_reason", "text", "usage"}` (a pipeline does not generate). Errors are `{"id", "error",
+//! "status"}` frames and the connection stays open. The key is re-checked (revocation, scope) and
+//! the key's limits applied per message. An id must be unique among the connection's requests in
+//! flight (409 frame otherwise). `{"cancel": ID}` stops that request: it leaves the model's queue
+//! if it has not run, a generation stops before its next token, and `{"id", "cancelled": true}` is
+//! its last frame, unless its answer was already finished (a 404 frame answers a cancel when no
+//! such request is in flight). Cancelling takes no in-flight slot.
 //!
 //! Backpressure: at most `[websocket] max_in_flight` requests run per connection; beyond that
 //! the server stops reading, and answers wait in a small bounded queue for the writer, so a slow
