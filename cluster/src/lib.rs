@@ -11,5 +11,7 @@ pub mod ca;
 pub mod direct;
 pub mod join;
 pub mod liveness;
+pub mod messages;
+pub mod registry;
 pub mod rendezvous;
 pub mod routing;
