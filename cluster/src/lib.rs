@@ -7,6 +7,8 @@
 //! gets ([`ca`]), and whether a client's direct-mode token lets it call a model on a worker
 //! ([`direct`]). Keeping these pure means every rule is tested without processes or timers.
 
+#![forbid(unsafe_code)]
+
 pub mod ca;
 pub mod direct;
 pub mod join;

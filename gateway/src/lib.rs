@@ -29,6 +29,8 @@
 //! - [`textgen`]: character-level text generation (sampling, stop sequences) for the OpenAI API.
 //! - [`llm`]: chat models (GGUF, llama.cpp): lazy load, idle unload, upload validation.
 
+#![forbid(unsafe_code)]
+
 pub mod admission;
 pub mod api;
 pub mod app;

@@ -11,6 +11,8 @@
 //! - [`kserve`]: the KServe v2 request and response documents.
 //! - [`message`]: WebSocket text messages (request, cancel, invalid).
 
+#![forbid(unsafe_code)]
+
 pub mod binary;
 pub mod contents;
 pub mod json;

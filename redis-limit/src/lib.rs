@@ -11,6 +11,8 @@
 //! Errors are returned, never hidden: the gateway decides whether an unreachable Redis means
 //! "admit under the local limiter" (fail-open) or 503 (fail-closed).
 
+#![forbid(unsafe_code)]
+
 use std::time::Duration;
 
 use rand::RngCore;
