@@ -42,6 +42,7 @@ pub mod drain;
 pub mod error;
 pub mod grpc;
 pub mod history;
+pub mod key_activity;
 pub mod latency;
 pub mod llm;
 pub mod metrics;
