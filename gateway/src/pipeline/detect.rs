@@ -248,11 +248,18 @@ async fn run_model(
     Ok((values, first.shape))
 }
 
-/// Finds the text regions of the image the pre-plugins produced (the first tensor).
+/// Mid-gray: 0 after PaddleOCR's normalisation, what its recogniser is fed as padding.
+const NEUTRAL: u8 = 128;
+
+/// Finds the text regions of the image the pre-plugins produced (the first tensor). With
+/// `reader_aspect` (the width/height of the recogniser's input, when the pipeline letterboxes
+/// into it), each region is padded on the right to that aspect so that it is read
+/// left-aligned, as PaddleOCR reads it.
 pub async fn detect(
     state: &AppState,
     stage: &TextDetection,
     tensors: Vec<Tensor>,
+    reader_aspect: Option<f32>,
 ) -> ApiResult<Detected> {
     let (name, image) = image_of(tensors)?;
     let detector = state.catalog.resolve(&stage.model, None)?;
@@ -320,7 +327,20 @@ pub async fn detect(
     let found = try_join_all(crops.map(|(region, crop)| {
         let classifier = classifier.as_deref();
         let name = name.as_str();
-        async move { upright(state, stage, classifier, name, region, crop).await }
+        async move {
+            let (crop, angle, angle_confidence) =
+                upright(state, stage, classifier, name, crop).await?;
+            let crop = match reader_aspect {
+                Some(aspect) => text_regions::pad_right_to_aspect(crop, aspect, NEUTRAL),
+                None => crop,
+            };
+            Ok::<_, ApiError>(FoundRegion {
+                region,
+                angle,
+                angle_confidence,
+                crop: to_tensor(name, crop),
+            })
+        }
     }))
     .await?;
     Ok(Detected {
@@ -330,22 +350,17 @@ pub async fn detect(
     })
 }
 
-/// Classifies a region's angle and turns it upright when the classifier is sure enough.
+/// Classifies a region's angle and turns it upright when the classifier is sure enough:
+/// the upright pixels, the angle (0 or 180) and the classifier's probability for it.
 async fn upright(
     state: &AppState,
     stage: &TextDetection,
     classifier: Option<&ModelRecord>,
     name: &str,
-    region: Region,
     crop: RgbImage,
-) -> ApiResult<FoundRegion> {
+) -> ApiResult<(RgbImage, u16, Option<f32>)> {
     let Some(classifier) = classifier else {
-        return Ok(FoundRegion {
-            region,
-            angle: 0,
-            angle_confidence: None,
-            crop: to_tensor(name, crop),
-        });
+        return Ok((crop, 0, None));
     };
     let pre = normalize_for(classifier, ANGLE_WIDTH, ANGLE_HEIGHT, Mode::Letterbox)?;
     let (probs, _) = run_model(state, classifier, pre, to_tensor(name, crop.clone())).await?;
@@ -356,17 +371,10 @@ async fn upright(
             probs.len()
         )));
     };
-    let turned = down > stage.angle_threshold;
-    let crop = if turned {
-        text_regions::rotate_180(&crop)
+    Ok(if down > stage.angle_threshold {
+        (text_regions::rotate_180(&crop), 180, Some(down))
     } else {
-        crop
-    };
-    Ok(FoundRegion {
-        region,
-        angle: if turned { 180 } else { 0 },
-        angle_confidence: Some(if turned { down } else { up }),
-        crop: to_tensor(name, crop),
+        (crop, 0, Some(up))
     })
 }
 

@@ -11,6 +11,7 @@ use crate::metrics::PluginLabels;
 use crate::state::{model_key, AppState};
 use crate::store::models::ModelRecord;
 use futures_util::future::try_join_all;
+use infergate_engine::preprocess::Mode;
 use infergate_engine::Tensor;
 use infergate_plugin_host::{self as host, PluginKind, PostOutput, PreInput};
 use std::sync::Arc;
@@ -209,7 +210,12 @@ pub async fn run(
     };
     // Detection counts as pre-processing; the regions then run concurrently, so the model and
     // post stages take as long as their slowest region.
-    let detected = detect::detect(state, stage, tensors).await?;
+    let reader_aspect = spec
+        .preprocess
+        .as_ref()
+        .filter(|p| p.mode == Mode::Letterbox)
+        .map(|p| p.width as f32 / p.height as f32);
+    let detected = detect::detect(state, stage, tensors, reader_aspect).await?;
     times.pre = started.elapsed();
     let outputs = try_join_all(detected.regions.iter().map(|found| {
         run_tail(

@@ -214,6 +214,26 @@ pub fn rotate_180(image: &RgbImage) -> RgbImage {
     }
 }
 
+/// The image padded on the right with `value` up to `width / height` = `aspect` (unchanged
+/// when it is already that wide). A recogniser reads a short line best left-aligned on a
+/// neutral background, as PaddleOCR feeds it, rather than centred by a letterbox.
+pub fn pad_right_to_aspect(image: RgbImage, aspect: f32, value: u8) -> RgbImage {
+    let wanted = (image.height as f32 * aspect).round() as usize;
+    if wanted <= image.width {
+        return image;
+    }
+    let mut pixels = Vec::with_capacity(wanted * image.height * 3);
+    for row in image.pixels.chunks_exact(image.width * 3) {
+        pixels.extend_from_slice(row);
+        pixels.resize(pixels.len() + (wanted - image.width) * 3, value);
+    }
+    RgbImage {
+        width: wanted,
+        height: image.height,
+        pixels,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -310,6 +330,17 @@ mod tests {
         let clipped = crop(&img, &region(-4.0, 6.0, 30.0, 20.0)).unwrap();
         assert_eq!((clipped.width, clipped.height), (10, 2));
         assert!(crop(&img, &region(12.0, 0.0, 20.0, 5.0)).is_none());
+    }
+
+    #[test]
+    fn short_lines_are_padded_on_the_right_to_the_aspect() {
+        let img = image(4, 2);
+        let padded = pad_right_to_aspect(img.clone(), 3.0, 128);
+        assert_eq!((padded.width, padded.height), (6, 2));
+        assert_eq!(&padded.pixels[..12], &img.pixels[..12]);
+        assert_eq!(&padded.pixels[12..18], &[128; 6]);
+        assert_eq!(&padded.pixels[18..30], &img.pixels[12..24]);
+        assert_eq!(pad_right_to_aspect(img.clone(), 1.5, 128), img);
     }
 
     #[test]
