@@ -1353,14 +1353,7 @@ async fn keys_show_their_last_use_and_their_traffic_per_second() {
     let mut sent = 0u64;
     let mut last = Value::Null;
     for _ in 0..50 {
-        let r = s
-            .client
-            .post(s.url("/v2/models/cls/infer"))
-            .bearer_auth(&key)
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
+        let r = s.post_json("/v2/models/cls/infer", &key, &body).await;
         assert_eq!(r.status(), 200);
         sent += 1;
         last = s

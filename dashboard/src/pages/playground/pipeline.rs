@@ -425,6 +425,8 @@ fn region_text(output: &Value) -> (String, Option<f64>) {
 /// text in reading order.
 fn regions_view(v: &Value, regions: &[Value], image: Option<String>) -> AnyView {
     let (width, height) = (v["width"].as_f64().unwrap_or(1.0), v["height"].as_f64().unwrap_or(1.0));
+    // Labels in image pixels, so they stay legible whatever the image's size.
+    let font = (width.max(height) / 24.0).clamp(10.0, 64.0);
     let boxes = regions.iter().enumerate().filter_map(|(i, r)| {
         let b: Vec<f64> = r["box"].as_array()?.iter().filter_map(Value::as_f64).collect();
         let &[x1, y1, x2, y2] = b.as_slice() else { return None };
@@ -432,7 +434,7 @@ fn regions_view(v: &Value, regions: &[Value], image: Option<String>) -> AnyView 
         Some(view! {
             <g class="region" class:turned=turned>
                 <rect x=format!("{x1:.1}") y=format!("{y1:.1}") width=format!("{:.1}", x2 - x1) height=format!("{:.1}", y2 - y1)></rect>
-                <text x=format!("{:.1}", x1 + 2.0) y=format!("{:.1}", y1 + 2.0) dominant-baseline="hanging">{(i + 1).to_string()}</text>
+                <text x=format!("{:.1}", x2 + 2.0) y=format!("{:.1}", y1) dominant-baseline="hanging" font-size=format!("{font:.0}")>{(i + 1).to_string()}</text>
             </g>
         })
     }).collect_view();
