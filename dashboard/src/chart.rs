@@ -300,7 +300,7 @@ pub fn Chart(
             .collect_view()
     };
     view! {
-        <figure class="chart" role="group" aria-label=move || description()>
+        <figure class="chart" role="group" aria-label=description>
             <figcaption>
                 <span class="chart-label">{title}<span class="chart-unit">{format!(" ({unit}{})", if scale == Scale::Log { ", log scale" } else { "" })}</span></span>
                 <span class="legend">{legend}</span>

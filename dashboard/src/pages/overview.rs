@@ -97,12 +97,23 @@ impl Series {
     /// first token, weighted alike), tokens generated and the busiest second's tokens/s.
     fn generation(&self, since_ms: f64) -> Generation {
         let i = self.start(since_ms);
-        let ttfts: Vec<f64> = self.ttft.get(i..).unwrap_or_default().iter().copied().filter(|v| !v.is_nan()).collect();
+        let ttfts: Vec<f64> = self
+            .ttft
+            .get(i..)
+            .unwrap_or_default()
+            .iter()
+            .copied()
+            .filter(|v| !v.is_nan())
+            .collect();
         let tokens = self.tokens.get(i..).unwrap_or_default();
         Generation {
             ttft_ms: (!ttfts.is_empty()).then(|| ttfts.iter().sum::<f64>() / ttfts.len() as f64),
             tokens: Series::sum(tokens),
-            peak_tokens_per_s: tokens.iter().copied().filter(|v| !v.is_nan()).fold(0.0, f64::max),
+            peak_tokens_per_s: tokens
+                .iter()
+                .copied()
+                .filter(|v| !v.is_nan())
+                .fold(0.0, f64::max),
         }
     }
 }
@@ -126,7 +137,11 @@ struct KeySeries {
 impl KeySeries {
     fn append(&mut self, v: &Value) {
         self.name = v["name"].as_str().unwrap_or("?").to_string();
-        for (dest, key) in [(&mut self.t, "t_ms"), (&mut self.rps, "requests_per_s"), (&mut self.refused, "refused_per_s")] {
+        for (dest, key) in [
+            (&mut self.t, "t_ms"),
+            (&mut self.rps, "requests_per_s"),
+            (&mut self.refused, "refused_per_s"),
+        ] {
             dest.extend(column(v, key));
             let extra = dest.len().saturating_sub(KEEP);
             dest.drain(..extra);
@@ -143,7 +158,10 @@ impl KeySeries {
 /// Up to four keys with the most requests in the range, as lines on one time axis (a key's
 /// seconds before its ring started are gaps).
 fn key_lines(keys: &BTreeMap<i64, KeySeries>, since_ms: f64) -> (Vec<f64>, Vec<Line>) {
-    let mut busiest: Vec<&KeySeries> = keys.values().filter(|k| k.requests(since_ms) > 0.0).collect();
+    let mut busiest: Vec<&KeySeries> = keys
+        .values()
+        .filter(|k| k.requests(since_ms) > 0.0)
+        .collect();
     busiest.sort_by(|a, b| b.requests(since_ms).total_cmp(&a.requests(since_ms)));
     busiest.truncate(4);
     let times: Vec<f64> = busiest
@@ -157,11 +175,18 @@ fn key_lines(keys: &BTreeMap<i64, KeySeries>, since_ms: f64) -> (Vec<f64>, Vec<L
         .iter()
         .zip(["series-1", "series-2", "series-3", "series-4"])
         .map(|(k, class)| {
-            let at: BTreeMap<u64, f64> = k.t.iter().zip(&k.rps).map(|(t, v)| (*t as u64, *v)).collect();
+            let at: BTreeMap<u64, f64> =
+                k.t.iter()
+                    .zip(&k.rps)
+                    .map(|(t, v)| (*t as u64, *v))
+                    .collect();
             Line {
                 label: k.name.clone(),
                 class,
-                values: times.iter().map(|t| at.get(&(*t as u64)).copied().unwrap_or(f64::NAN)).collect(),
+                values: times
+                    .iter()
+                    .map(|t| at.get(&(*t as u64)).copied().unwrap_or(f64::NAN))
+                    .collect(),
             }
         })
         .collect();
@@ -334,11 +359,16 @@ pub fn Overview() -> impl IntoView {
     let generation = Memo::new(move |_| {
         let since = since();
         series.with(|all| {
-            let chat: Vec<Generation> = all.values().filter(|s| s.generates()).map(|s| s.generation(since)).collect();
+            let chat: Vec<Generation> = all
+                .values()
+                .filter(|s| s.generates())
+                .map(|s| s.generation(since))
+                .collect();
             (!chat.is_empty()).then(|| {
                 let ttfts: Vec<f64> = chat.iter().filter_map(|g| g.ttft_ms).collect();
                 Generation {
-                    ttft_ms: (!ttfts.is_empty()).then(|| ttfts.iter().sum::<f64>() / ttfts.len() as f64),
+                    ttft_ms: (!ttfts.is_empty())
+                        .then(|| ttfts.iter().sum::<f64>() / ttfts.len() as f64),
                     tokens: chat.iter().map(|g| g.tokens).sum(),
                     peak_tokens_per_s: chat.iter().map(|g| g.peak_tokens_per_s).fold(0.0, f64::max),
                 }
@@ -553,6 +583,9 @@ fn status_table(statuses: &BTreeMap<u16, u64>) -> AnyView {
     share_bars(bars, "No answers in this range.", "")
 }
 
+/// A chart line: its label, its colour class and the column it draws.
+type LineSpec = (&'static str, &'static str, fn(&Series) -> &Vec<f64>);
+
 /// One model's or pipeline's charts.
 #[component]
 fn ModelLive(
@@ -566,7 +599,7 @@ fn ModelLive(
     let n = name.clone();
     let data = Memo::new(move |_| series.with(|s| s.get(&n).cloned().unwrap_or_default()));
     let times = Signal::derive(move || data.with(|d| d.t.clone()));
-    let lines = move |spec: Vec<(&'static str, &'static str, fn(&Series) -> &Vec<f64>)>| {
+    let lines = move |spec: Vec<LineSpec>| {
         Signal::derive(move || {
             data.with(|d| {
                 spec.iter()

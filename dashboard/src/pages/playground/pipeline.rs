@@ -424,7 +424,10 @@ fn region_text(output: &Value) -> (String, Option<f64>) {
 /// A detecting pipeline's answer: the image with each region's numbered box, and the regions'
 /// text in reading order.
 fn regions_view(v: &Value, regions: &[Value], image: Option<String>) -> AnyView {
-    let (width, height) = (v["width"].as_f64().unwrap_or(1.0), v["height"].as_f64().unwrap_or(1.0));
+    let (width, height) = (
+        v["width"].as_f64().unwrap_or(1.0),
+        v["height"].as_f64().unwrap_or(1.0),
+    );
     // Labels in image pixels, so they stay legible whatever the image's size.
     let font = (width.max(height) / 24.0).clamp(10.0, 64.0);
     let boxes = regions.iter().enumerate().filter_map(|(i, r)| {
