@@ -37,7 +37,10 @@ pub fn limits_for(key: &KeyRecord, default: &Limits) -> Limits {
 /// in the metrics.
 pub fn admit(state: &AppState, key: &KeyRecord) -> Result<Admission, Rejection> {
     let limits = limits_for(key, &state.default_limits);
-    state.limiter.check(key.id, &limits).inspect_err(|r| {
+    let admitted = state.limiter.check(key.id, &limits);
+    let now = crate::history::now_ms();
+    state.metrics.keys.record(key.id, admitted.is_ok(), now);
+    admitted.inspect_err(|r| {
         state.metrics.rate_limited(key.id, r.kind.as_str());
         tracing::debug!(
             key_id = key.id,

@@ -125,6 +125,12 @@ pub fn pipelines(cmd: PipelinesCommand) -> anyhow::Result<()> {
             {
                 bail!("model '{}' is not registered", spec.model);
             }
+            if let Some(missing) = spec
+                .stage_models()
+                .find(|stage| !models.iter().any(|m| m.name == *stage))
+            {
+                bail!("model '{missing}' (text detection) is not registered");
+            }
             let mut refs = Vec::new();
             for (r, kind) in spec
                 .pre_refs()

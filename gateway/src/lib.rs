@@ -47,6 +47,7 @@ pub mod error;
 pub mod grpc;
 pub mod history;
 pub mod infer;
+pub mod key_activity;
 pub mod latency;
 pub mod llm;
 pub mod metrics;

@@ -2,15 +2,19 @@
 //!
 //! - [`spec`]: the JSON a user PUTs, and plugin references (`name` or `name@version`).
 //! - [`registry`]: compiled plugins in memory, upload validation and storage.
+//! - [`detect`]: the text-detection stage, which runs the rest once per text region found.
+//! - [`text_regions`]: regions from a detector's probability map; crops and reading order.
 //! - [`native`]: the engine's resize + normalize pre-op, as a pipeline names it.
 //! - [`run`]: executing one request through a pipeline, with stage timings.
 //! - [`convert`]: tensors between the engine's and the plugin host's form.
 
 pub mod convert;
+pub mod detect;
 pub mod native;
 pub mod registry;
 pub mod run;
 pub mod spec;
+pub mod text_regions;
 
 use crate::store::plugins::PipelineRecord;
 use parking_lot::RwLock;

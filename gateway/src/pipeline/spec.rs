@@ -1,5 +1,6 @@
 //! What a pipeline declares: pre-plugins → model → post-plugins, as the JSON users PUT.
 
+use super::detect::TextDetection;
 use super::native::ResizeNormalize;
 use crate::error::{ApiError, ApiResult};
 use crate::state::validate_name;
@@ -53,6 +54,10 @@ pub struct PipelineSpec {
     /// The engine's native resize + normalize between the pre-plugins and the model.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preprocess: Option<ResizeNormalize>,
+    /// Text detection after the pre-plugins: the rest of the pipeline then runs once per
+    /// text region found (see [`super::detect`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detect: Option<TextDetection>,
     /// The model the pre-plugins feed.
     pub model: String,
     /// A fixed model version; the newest when absent.
@@ -81,6 +86,9 @@ impl PipelineSpec {
             p.validate()
                 .map_err(|m| ApiError::bad_request(format!("invalid pipeline {m}")))?;
         }
+        if let Some(d) = &spec.detect {
+            d.validate()?;
+        }
         spec.post_refs()?;
         if spec.pre.len() + spec.post.len() > 16 {
             return Err(ApiError::bad_request(
@@ -92,6 +100,11 @@ impl PipelineSpec {
 
     pub fn pre_refs(&self) -> ApiResult<Vec<PluginRef>> {
         self.pre.iter().map(|s| PluginRef::parse(s)).collect()
+    }
+
+    /// Every model the pipeline runs besides `model`: the detection stage's (newest versions).
+    pub fn stage_models(&self) -> impl Iterator<Item = &str> {
+        self.detect.iter().flat_map(TextDetection::models)
     }
 
     pub fn post_refs(&self) -> ApiResult<Vec<PluginRef>> {
