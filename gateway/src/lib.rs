@@ -17,7 +17,7 @@
 //! - [`store`]: SQLite and content-addressed files.
 //! - [`error`]: the one error type and its status mapping.
 //! - [`ratelimit`]: per-key GCRA rate limits and concurrency caps; [`admission`] applies them
-//!   to HTTP requests.
+//!   to HTTP requests; [`shared_limits`]: the rate limits shared by replicas through Redis.
 //! - [`metrics`]: Prometheus metrics; [`latency`]: per-model latency histograms for the live
 //!   dashboard.
 //! - [`request_id`]: `X-Request-Id` and the per-request tracing span.
@@ -58,6 +58,7 @@ pub mod ratelimit;
 pub mod registry;
 pub mod request_id;
 pub mod server;
+pub mod shared_limits;
 pub mod state;
 pub mod store;
 pub mod textgen;

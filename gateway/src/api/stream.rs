@@ -519,8 +519,9 @@ async fn run(
 ) -> ApiResult<()> {
     // Per message: the key may have been revoked, and its limits apply.
     let record = check_key(state, key, Scope::Infer)?;
-    let _admission =
-        admission::admit(state, &record).map_err(|r| admission::rejection_error(&r))?;
+    let _admission = admission::admit(state, &record)
+        .await
+        .map_err(|r| admission::rejection_error(&r))?;
     let model = match body.remove("model") {
         Some(Value::String(m)) => m,
         _ => return Err(ApiError::bad_request("\"model\" (a string) is required")),

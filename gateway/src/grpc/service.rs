@@ -34,9 +34,10 @@ impl InferenceService {
     }
 
     /// Checks a call's key and limits; the admission is held until the handler returns.
-    fn admit<T>(&self, request: &Request<T>) -> Result<Admission, Status> {
+    async fn admit<T>(&self, request: &Request<T>) -> Result<Admission, Status> {
         let headers = auth::key_headers(request.metadata());
         auth::admit(&self.state, &headers, Scope::Infer)
+            .await
             .map(|(_, admission)| admission)
             .map_err(status)
     }
@@ -79,7 +80,7 @@ async fn run_infer(
     headers: &HeaderMap,
     message: ModelInferRequest,
 ) -> ApiResult<(ModelInferResponse, Option<Served>)> {
-    let (_key, _admission) = auth::admit(state, headers, Scope::Infer)?;
+    let (_key, _admission) = auth::admit(state, headers, Scope::Infer).await?;
     let version = convert::version(&message.model_version)?;
     let target = infer::resolve(state, &message.model_name, version)?;
     let request = convert::request(&message);
@@ -117,7 +118,7 @@ impl GrpcInferenceService for InferenceService {
         &self,
         request: Request<ModelReadyRequest>,
     ) -> Result<Response<ModelReadyResponse>, Status> {
-        let _admission = self.admit(&request)?;
+        let _admission = self.admit(&request).await?;
         let r = request.get_ref();
         let target = convert::version(&r.version)
             .and_then(|version| infer::resolve(&self.state, &r.name, version))
@@ -134,7 +135,7 @@ impl GrpcInferenceService for InferenceService {
         &self,
         request: Request<ServerMetadataRequest>,
     ) -> Result<Response<ServerMetadataResponse>, Status> {
-        let _admission = self.admit(&request)?;
+        let _admission = self.admit(&request).await?;
         Ok(Response::new(ServerMetadataResponse {
             name: kserve::SERVER_NAME.to_string(),
             version: env!("CARGO_PKG_VERSION").to_string(),
@@ -146,7 +147,7 @@ impl GrpcInferenceService for InferenceService {
         &self,
         request: Request<ModelMetadataRequest>,
     ) -> Result<Response<ModelMetadataResponse>, Status> {
-        let _admission = self.admit(&request)?;
+        let _admission = self.admit(&request).await?;
         let r = request.get_ref();
         let target = convert::version(&r.version)
             .and_then(|version| infer::resolve(&self.state, &r.name, version))
@@ -186,7 +187,7 @@ impl GrpcInferenceService for InferenceService {
         &self,
         request: Request<ModelConfigRequest>,
     ) -> Result<Response<ModelConfigResponse>, Status> {
-        let _admission = self.admit(&request)?;
+        let _admission = self.admit(&request).await?;
         let r = request.get_ref();
         let record = convert::version(&r.version)
             .and_then(|version| self.state.catalog.resolve(&r.name, version))
@@ -202,7 +203,7 @@ impl GrpcInferenceService for InferenceService {
         &self,
         request: Request<ModelStatisticsRequest>,
     ) -> Result<Response<ModelStatisticsResponse>, Status> {
-        let _admission = self.admit(&request)?;
+        let _admission = self.admit(&request).await?;
         let r = request.get_ref();
         let name = (!r.name.is_empty()).then_some(r.name.as_str());
         let records = convert::version(&r.version)
