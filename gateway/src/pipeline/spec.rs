@@ -1,8 +1,11 @@
 //! What a pipeline declares: pre-plugins → model → post-plugins, as the JSON users PUT.
+//!
+//! Self-contained (no `crate::` paths): the fuzz target `pipeline_spec` (fuzz/) builds this
+//! file without the gateway. Its errors are the client's (400).
 
-use super::native::ResizeNormalize;
-use crate::error::{ApiError, ApiResult};
-use crate::state::validate_name;
+use infergate_engine::preprocess::ResizeNormalize;
+use infergate_protocol::names::check as validate_name;
+use infergate_protocol::DecodeError;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -15,12 +18,13 @@ pub struct PluginRef {
 }
 
 impl PluginRef {
-    pub fn parse(s: &str) -> ApiResult<PluginRef> {
+    pub fn parse(s: &str) -> Result<PluginRef, DecodeError> {
         let (name, version) = match s.split_once('@') {
             Some((n, v)) if !v.is_empty() => (n, Some(v.to_string())),
             Some(_) => {
-                return Err(ApiError::bad_request(format!(
-                    "plugin reference '{s}' has an empty version after '@'"
+                return Err(DecodeError(format!(
+                    "plugin reference '{}' has an empty version after '@'",
+                    s.escape_debug()
                 )))
             }
             None => (s, None),
@@ -72,29 +76,29 @@ pub struct PipelineSpec {
 
 impl PipelineSpec {
     /// Parses and validates a spec: field names, plugin references, the model name.
-    pub fn from_json(value: &serde_json::Value) -> ApiResult<PipelineSpec> {
+    pub fn from_json(value: &serde_json::Value) -> Result<PipelineSpec, DecodeError> {
         let spec: PipelineSpec = serde_json::from_value(value.clone())
-            .map_err(|e| ApiError::bad_request(format!("invalid pipeline: {e}")))?;
+            .map_err(|e| DecodeError(format!("invalid pipeline: {e}")))?;
         validate_name("model", &spec.model)?;
         spec.pre_refs()?;
         if let Some(p) = &spec.preprocess {
             p.validate()
-                .map_err(|m| ApiError::bad_request(format!("invalid pipeline {m}")))?;
+                .map_err(|m| DecodeError(format!("invalid pipeline {m}")))?;
         }
         spec.post_refs()?;
         if spec.pre.len() + spec.post.len() > 16 {
-            return Err(ApiError::bad_request(
-                "invalid pipeline: at most 16 plugins in one pipeline",
+            return Err(DecodeError(
+                "invalid pipeline: at most 16 plugins in one pipeline".into(),
             ));
         }
         Ok(spec)
     }
 
-    pub fn pre_refs(&self) -> ApiResult<Vec<PluginRef>> {
+    pub fn pre_refs(&self) -> Result<Vec<PluginRef>, DecodeError> {
         self.pre.iter().map(|s| PluginRef::parse(s)).collect()
     }
 
-    pub fn post_refs(&self) -> ApiResult<Vec<PluginRef>> {
+    pub fn post_refs(&self) -> Result<Vec<PluginRef>, DecodeError> {
         self.post.iter().map(|s| PluginRef::parse(s)).collect()
     }
 }
@@ -129,7 +133,7 @@ mod tests {
         .unwrap();
         assert_eq!(ok.post_refs().unwrap()[0].version.as_deref(), Some("0.1.0"));
         let unknown = PipelineSpec::from_json(&json!({"model": "m", "prep": []})).unwrap_err();
-        assert!(unknown.message.contains("prep"), "{}", unknown.message);
+        assert!(unknown.0.contains("prep"), "{unknown}");
         assert!(PipelineSpec::from_json(&json!({"pre": ["a"]})).is_err());
         assert!(PipelineSpec::from_json(&json!({"model": "bad/name"})).is_err());
     }
