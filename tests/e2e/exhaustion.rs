@@ -323,7 +323,9 @@ async fn ws_connect_to(s: &Server, path: &str, key: Option<&str>) -> Ws {
 }
 
 /// The close code the server ends with (None: the connection ended without one).
-async fn server_close(ws: &mut Ws) -> Option<u16> {
+async fn server_close(
+    ws: &mut (impl futures_util::Stream<Item = Result<Message, tungstenite::Error>> + Unpin),
+) -> Option<u16> {
     loop {
         match tokio::time::timeout(GENEROUS, ws.next())
             .await
@@ -377,17 +379,7 @@ async fn ping_flood(s: &Server, ws: Ws) -> (usize, Option<u16>) {
         .await
         .expect("the flood ends: the server closes the connection")
         .unwrap();
-    let code = loop {
-        match tokio::time::timeout(GENEROUS, stream.next())
-            .await
-            .expect("the server closes the WebSocket")
-        {
-            Some(Ok(Message::Close(frame))) => break frame.map(|f| u16::from(f.code)),
-            Some(Ok(_)) => continue,
-            Some(Err(_)) | None => break None,
-        }
-    };
-    (sent, code)
+    (sent, server_close(&mut stream).await)
 }
 
 /// Pings as fast as possible without reading the pongs, with and without a key: the server
