@@ -281,23 +281,10 @@ pub fn parse_version(v: &str) -> ApiResult<u64> {
     })
 }
 
-/// Model names: 1–128 characters of letters, digits, '-', '_', '.', not starting with '.',
-/// so a name can never escape a directory or hide control characters in logs.
+/// Names of models, pipelines and plugins (see [`infergate_protocol::names`]); a bad one is a
+/// 400.
 pub fn validate_name(kind: &str, name: &str) -> ApiResult<()> {
-    let ok = !name.is_empty()
-        && name.len() <= 128
-        && !name.starts_with('.')
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
-    if ok {
-        Ok(())
-    } else {
-        Err(ApiError::bad_request(format!(
-            "invalid {kind} name '{}': use 1-128 letters, digits, '-', '_' or '.', not starting with '.'",
-            name.escape_debug()
-        )))
-    }
+    Ok(infergate_protocol::names::check(kind, name)?)
 }
 
 #[cfg(test)]

@@ -70,14 +70,14 @@ pub const CONTROL_FRAMES_BURST: f64 = 16.0;
 /// seconds is far below it).
 pub const CONTROL_FRAMES_PER_S: f64 = 2.0;
 
-/// The connection's allowance of control frames: a token bucket.
-struct ControlBudget {
+/// The connection's allowance of control frames: a token bucket (`/v2/events` spends it too).
+pub(super) struct ControlBudget {
     tokens: f64,
     refilled: Instant,
 }
 
 impl ControlBudget {
-    fn new() -> ControlBudget {
+    pub(super) fn new() -> ControlBudget {
         ControlBudget {
             tokens: CONTROL_FRAMES_BURST,
             refilled: Instant::now(),
@@ -85,7 +85,7 @@ impl ControlBudget {
     }
 
     /// Takes one frame's worth; false when the client is over its allowance.
-    fn take(&mut self) -> bool {
+    pub(super) fn take(&mut self) -> bool {
         let now = Instant::now();
         let earned = now.duration_since(self.refilled).as_secs_f64() * CONTROL_FRAMES_PER_S;
         self.tokens = (self.tokens + earned).min(CONTROL_FRAMES_BURST);
@@ -98,13 +98,13 @@ impl ControlBudget {
     }
 }
 
-fn too_many_control_frames() -> Message {
+pub(super) fn too_many_control_frames() -> Message {
     close(close_code::POLICY, "too many control frames (pings/pongs)")
 }
 
 /// The close that answers a failed read: 1009 for a frame or message over the size limit
 /// (refused by tungstenite before reading its payload); None when the client is gone.
-fn read_failure_close(error: &axum::Error, limit: usize) -> Option<Message> {
+pub(super) fn read_failure_close(error: &axum::Error, limit: usize) -> Option<Message> {
     use tokio_tungstenite::tungstenite::Error as WsError;
     let cause = std::error::Error::source(error)?.downcast_ref::<WsError>()?;
     matches!(cause, WsError::Capacity(_)).then(|| {
@@ -165,15 +165,20 @@ pub async fn upgrade(
     if state.drain.is_draining() {
         return Err(ApiError::unavailable("the server is shutting down"));
     }
-    let limit = state.config.websocket.max_message_bytes;
     // A key offered as the first message leaves the per-address cap of unauthenticated
     // connections once it checks out.
     let client = crate::connection::current();
-    Ok(ws
-        .protocols([SUBPROTOCOL])
+    Ok(limited(ws, &state).on_upgrade(move |socket| connection(state, socket, key, client)))
+}
+
+/// The upgrade as every WebSocket endpoint accepts it: the `infergate.v1` subprotocol, and a
+/// frame or message over `[websocket] max_message_bytes` refused before its payload is read
+/// (see [`read_failure_close`]).
+pub(super) fn limited(ws: WebSocketUpgrade, state: &AppState) -> WebSocketUpgrade {
+    let limit = state.config.websocket.max_message_bytes;
+    ws.protocols([SUBPROTOCOL])
         .max_message_size(limit)
         .max_frame_size(limit)
-        .on_upgrade(move |socket| connection(state, socket, key, client)))
 }
 
 fn close(code: u16, reason: &str) -> Message {

@@ -8,118 +8,19 @@
 //! [1, 3, H, W] → probability map [1, 1, H, W]; a 0°/180° classifier, FP32 [N, 3, 48, 192] →
 //! [N, 2] softmax. Both take pixels normalised as `(p - 127.5) / 127.5`.
 
+use super::spec::{TextDetection, STRIDE};
 use super::text_regions::{self, MapReading, Region, RgbImage};
 use crate::error::{ApiError, ApiResult};
-use crate::state::{validate_name, AppState};
+use crate::state::AppState;
 use crate::store::models::ModelRecord;
 use futures_util::future::try_join_all;
 use infergate_engine::kernels::nms::{Candidate, NmsSpec};
 use infergate_engine::preprocess::{Mode, ResizeNormalize};
 use infergate_engine::{DataType, InferOptions, Tensor, TensorData};
-use serde::{Deserialize, Serialize};
-
-/// `"detect"` in a pipeline spec.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TextDetection {
-    /// The detection model (probability map out).
-    pub model: String,
-    /// The 0°/180° classifier; without it every region is read as it stands.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub angle_model: Option<String>,
-    /// The image is scaled so that its longer side is at most this (and both sides are
-    /// multiples of 32, as the detector needs) before detection.
-    #[serde(default = "defaults::max_side")]
-    pub max_side: usize,
-    /// A map pixel above this belongs to text.
-    #[serde(default = "defaults::threshold")]
-    pub threshold: f32,
-    /// Regions whose mean probability is this or less are dropped.
-    #[serde(default = "defaults::box_threshold")]
-    pub box_threshold: f32,
-    /// How far each blob grows to cover its whole line (DB's unclip ratio).
-    #[serde(default = "defaults::unclip_ratio")]
-    pub unclip_ratio: f32,
-    /// Of two regions overlapping by more than this IoU, the weaker is dropped (native NMS).
-    #[serde(default = "defaults::iou_threshold")]
-    pub iou_threshold: f32,
-    #[serde(default = "defaults::max_regions")]
-    pub max_regions: u32,
-    /// A region is turned when the classifier says 180° with more than this probability.
-    #[serde(default = "defaults::angle_threshold")]
-    pub angle_threshold: f32,
-}
-
-/// PaddleOCR's defaults (`rapidocr_onnxruntime/config.yaml`).
-mod defaults {
-    pub fn max_side() -> usize {
-        960
-    }
-    pub fn threshold() -> f32 {
-        0.3
-    }
-    pub fn box_threshold() -> f32 {
-        0.5
-    }
-    pub fn unclip_ratio() -> f32 {
-        1.6
-    }
-    pub fn iou_threshold() -> f32 {
-        0.3
-    }
-    pub fn max_regions() -> u32 {
-        100
-    }
-    pub fn angle_threshold() -> f32 {
-        0.9
-    }
-}
 
 /// The angle classifier's input size (PaddleOCR's `cls_image_shape`).
 const ANGLE_WIDTH: usize = 192;
 const ANGLE_HEIGHT: usize = 48;
-/// The detector's stride: its input sides must be multiples of this.
-const STRIDE: usize = 32;
-
-impl TextDetection {
-    /// Checks names and ranges; the message names the field.
-    pub fn validate(&self) -> ApiResult<()> {
-        validate_name("model", &self.model)?;
-        if let Some(m) = &self.angle_model {
-            validate_name("model", m)?;
-        }
-        let bad = |field: &str, why: &str| {
-            Err(ApiError::bad_request(format!(
-                "invalid pipeline: detect.{field} {why}"
-            )))
-        };
-        if !(STRIDE..=4096).contains(&self.max_side) {
-            return bad("max_side", "must be between 32 and 4096");
-        }
-        for (field, v) in [
-            ("threshold", self.threshold),
-            ("box_threshold", self.box_threshold),
-            ("iou_threshold", self.iou_threshold),
-            ("angle_threshold", self.angle_threshold),
-        ] {
-            if !(0.0..=1.0).contains(&v) {
-                return bad(field, "must be between 0 and 1");
-            }
-        }
-        if !(self.unclip_ratio.is_finite() && (0.0..=10.0).contains(&self.unclip_ratio)) {
-            return bad("unclip_ratio", "must be between 0 and 10");
-        }
-        if !(1..=1000).contains(&self.max_regions) {
-            return bad("max_regions", "must be between 1 and 1000");
-        }
-        Ok(())
-    }
-
-    /// The models this stage runs (newest versions).
-    pub fn models(&self) -> impl Iterator<Item = &str> {
-        std::iter::once(self.model.as_str()).chain(self.angle_model.as_deref())
-    }
-}
 
 /// One region found, with the pixels the rest of the pipeline reads.
 pub struct FoundRegion {
@@ -391,26 +292,11 @@ async fn upright(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
 
     #[test]
     fn detector_sides_are_stride_multiples_within_max_side() {
         assert_eq!(detector_size(420, 170, 960), (416, 160));
         assert_eq!(detector_size(3000, 1000, 960), (960, 320));
         assert_eq!(detector_size(10, 5, 960), (32, 32));
-    }
-
-    #[test]
-    fn stage_fields_default_to_paddleocr_and_are_range_checked() {
-        let stage: TextDetection = serde_json::from_value(json!({"model": "ocr-det"})).unwrap();
-        assert_eq!((stage.max_side, stage.threshold), (960, 0.3));
-        stage.validate().unwrap();
-        let bad: TextDetection =
-            serde_json::from_value(json!({"model": "ocr-det", "box_threshold": 1.5})).unwrap();
-        let e = bad.validate().unwrap_err();
-        assert!(e.message.contains("detect.box_threshold"), "{}", e.message);
-        assert!(
-            serde_json::from_value::<TextDetection>(json!({"model": "d", "angle": "c"})).is_err()
-        );
     }
 }
