@@ -201,12 +201,18 @@ pub async fn run(
         .await?;
         tensors = to_engine(out, plugin)?;
     }
+    let tail = Tail {
+        state,
+        name,
+        spec,
+        record: &record,
+        resolved: &resolved,
+        metadata: &metadata,
+        options,
+    };
     let Some(stage) = &spec.detect else {
         times.pre = started.elapsed();
-        let (output, tail) = run_tail(
-            state, name, spec, &record, &resolved, &metadata, tensors, options,
-        )
-        .await?;
+        let (output, tail) = tail.run(tensors).await?;
         times.pre += tail.pre;
         times.model = tail.model;
         times.post = tail.post;
@@ -221,18 +227,12 @@ pub async fn run(
         .map(|p| p.width as f32 / p.height as f32);
     let detected = detect::detect(state, stage, tensors, reader_aspect, options).await?;
     times.pre = started.elapsed();
-    let outputs = try_join_all(detected.regions.iter().map(|found| {
-        run_tail(
-            state,
-            name,
-            spec,
-            &record,
-            &resolved,
-            &metadata,
-            vec![found.crop.clone()],
-            options,
-        )
-    }))
+    let outputs = try_join_all(
+        detected
+            .regions
+            .iter()
+            .map(|found| tail.run(vec![found.crop.clone()])),
+    )
     .await?;
     let mut regions = Vec::with_capacity(outputs.len());
     let mut slowest_resize = Duration::ZERO;
@@ -286,57 +286,71 @@ fn region_json(
     }))
 }
 
-/// The native pre-op, the model and the post-plugins on the pre-plugins' tensors.
-async fn run_tail(
-    state: &AppState,
-    name: &str,
-    spec: &PipelineSpec,
-    record: &ModelRecord,
-    resolved: &Resolved,
-    metadata: &host::Metadata,
-    mut tensors: Vec<Tensor>,
+/// What the rest of a pipeline needs after its pre-plugins (and detection): the same for
+/// every region of a detecting pipeline.
+struct Tail<'a> {
+    state: &'a AppState,
+    name: &'a str,
+    spec: &'a PipelineSpec,
+    record: &'a ModelRecord,
+    resolved: &'a Resolved,
+    metadata: &'a host::Metadata,
     options: InferOptions,
-) -> ApiResult<(PipelineOutput, StageTimes)> {
-    let mut times = StageTimes::default();
-    let started = Instant::now();
-    if let Some(pre) = spec.preprocess.clone() {
-        let ops = state.ops.clone();
-        tensors = blocking(move || pre.apply(&ops, tensors)).await??;
-    }
-    times.pre = started.elapsed();
+}
 
-    let started = Instant::now();
-    let outputs = crate::infer::backend::run_model(
-        state,
-        record,
-        tensors,
-        spec.model_outputs.clone(),
-        options,
-    )
-    .await?;
-    times.model = started.elapsed();
+impl Tail<'_> {
+    /// The native pre-op, the model and the post-plugins on the pre-plugins' tensors.
+    async fn run(&self, mut tensors: Vec<Tensor>) -> ApiResult<(PipelineOutput, StageTimes)> {
+        let Tail {
+            state,
+            name,
+            spec,
+            record,
+            resolved,
+            metadata,
+            options,
+        } = *self;
+        let mut times = StageTimes::default();
+        let started = Instant::now();
+        if let Some(pre) = spec.preprocess.clone() {
+            let ops = state.ops.clone();
+            tensors = blocking(move || pre.apply(&ops, tensors)).await??;
+        }
+        times.pre = started.elapsed();
 
-    let started = Instant::now();
-    let mut current = PipelineOutput::Tensors(outputs);
-    for plugin in &resolved.post {
-        let PipelineOutput::Tensors(tensors) = current else {
-            return Err(ApiError::internal(format!(
+        let started = Instant::now();
+        let outputs = crate::infer::backend::run_model(
+            state,
+            record,
+            tensors,
+            spec.model_outputs.clone(),
+            options,
+        )
+        .await?;
+        times.model = started.elapsed();
+
+        let started = Instant::now();
+        let mut current = PipelineOutput::Tensors(outputs);
+        for plugin in &resolved.post {
+            let PipelineOutput::Tensors(tensors) = current else {
+                return Err(ApiError::internal(format!(
                 "pipeline '{name}': a post-plugin before {}@{} returned JSON or bytes, so it must be the last",
                 plugin.record.name, plugin.record.version
             )));
-        };
-        let meta = metadata.clone();
-        let input: Vec<host::Tensor> = tensors.into_iter().map(to_host).collect();
-        let out = call(state, plugin, "post", move |p| {
-            p.plugin.postprocess(input, &meta)
-        })
-        .await?;
-        current = match out {
-            PostOutput::Tensors(t) => PipelineOutput::Tensors(to_engine(t, plugin)?),
-            PostOutput::Json(j) => PipelineOutput::Json(j),
-            PostOutput::Bytes(b) => PipelineOutput::Bytes(b),
-        };
+            };
+            let meta = metadata.clone();
+            let input: Vec<host::Tensor> = tensors.into_iter().map(to_host).collect();
+            let out = call(state, plugin, "post", move |p| {
+                p.plugin.postprocess(input, &meta)
+            })
+            .await?;
+            current = match out {
+                PostOutput::Tensors(t) => PipelineOutput::Tensors(to_engine(t, plugin)?),
+                PostOutput::Json(j) => PipelineOutput::Json(j),
+                PostOutput::Bytes(b) => PipelineOutput::Bytes(b),
+            };
+        }
+        times.post = started.elapsed();
+        Ok((current, times))
     }
-    times.post = started.elapsed();
-    Ok((current, times))
 }
