@@ -25,6 +25,7 @@ class Gateway:
         self.startup_log = []
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         lines = queue.Queue()
+        self.lines = lines
         threading.Thread(target=lambda: [lines.put(l) for l in self.proc.stderr], daemon=True).start()
         self.hostport = None
         # gRPC's address (host:port) when it serves; its line follows the HTTP one.
