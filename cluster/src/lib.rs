@@ -8,6 +8,7 @@
 //! ([`direct`]). Keeping these pure means every rule is tested without processes or timers.
 
 pub mod ca;
+pub mod credential;
 pub mod direct;
 pub mod join;
 pub mod liveness;

@@ -22,3 +22,4 @@ mod restart;
 mod shutdown;
 mod transport;
 mod websocket;
+mod workers;

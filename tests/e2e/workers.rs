@@ -1,0 +1,394 @@
+//! Workers on other hosts (issue 14): a manager and worker processes on 127.0.0.1, joined with a
+//! join secret, mutual TLS between them, requests routed to workers, kill -9 under load, lost
+//! workers, removal, draining on SIGTERM.
+
+use crate::harness::{Options, Server, BIN};
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+struct Worker {
+    child: Child,
+    logs: mpsc::Receiver<String>,
+}
+
+impl Worker {
+    /// Starts `infergate worker` joined to `manager` and waits until it serves.
+    fn start(manager: &str, token: &str, data: &Path) -> Worker {
+        let mut child = Command::new(BIN)
+            .args(["worker", "--join", manager, "--join-token", token])
+            .args([
+                "--listen",
+                "127.0.0.1:0",
+                "--instances",
+                "1",
+                "--intra-threads",
+                "1",
+            ])
+            .arg("--data-dir")
+            .arg(data)
+            .env("INFERGATE_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start infergate worker");
+        let stderr = child.stderr.take().expect("stderr");
+        let (tx, logs) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let worker = Worker { child, logs };
+        worker
+            .wait_for_log("worker listening on", Duration::from_secs(60))
+            .expect("worker did not start serving within 60 s");
+        worker
+    }
+
+    fn wait_for_log(&self, needle: &str, timeout: Duration) -> Option<String> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.checked_duration_since(Instant::now())?;
+            match self.logs.recv_timeout(left) {
+                Ok(line) if line.contains(needle) => return Some(line),
+                Ok(_) => continue,
+                Err(_) => return None,
+            }
+        }
+    }
+
+    fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    fn terminate(&mut self) -> ExitStatus {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        self.wait(Duration::from_secs(30))
+            .expect("worker exits after SIGTERM")
+    }
+
+    fn wait(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+fn token(data: &Path) -> String {
+    let out = Command::new(BIN)
+        .args(["workers", "token", "create", "--data-dir"])
+        .arg(data)
+        .output()
+        .expect("workers token create");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+async fn workers(s: &Server) -> Vec<Value> {
+    let v = s.get_json("/api/workers", &s.admin_key).await;
+    v["workers"].as_array().cloned().unwrap_or_default()
+}
+
+/// Polls `/api/workers` until `done` holds (at most `timeout`).
+async fn until(
+    s: &Server,
+    timeout: Duration,
+    what: &str,
+    done: impl Fn(&[Value]) -> bool,
+) -> Vec<Value> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let list = workers(s).await;
+        if done(&list) {
+            return list;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what} within {timeout:?}; workers: {list:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn state_of<'a>(list: &'a [Value], id: &str) -> Option<&'a str> {
+    list.iter()
+        .find(|w| w["id"] == id)
+        .and_then(|w| w["state"].as_str())
+}
+
+fn body() -> Value {
+    json!({"inputs": [
+        {"name": "input_ids", "shape": [1, 6], "datatype": "INT64", "data": [101, 1996, 4937, 7719, 1012, 102]},
+        {"name": "attention_mask", "shape": [1, 6], "datatype": "INT64", "data": [1, 1, 1, 1, 1, 1]},
+        {"name": "token_type_ids", "shape": [1, 6], "datatype": "INT64", "data": [0, 0, 0, 0, 0, 0]},
+    ]})
+}
+
+async fn infer(s: &Server, key: &str) -> Result<Vec<f64>, (u16, String)> {
+    infer_at(&s.client, &s.url("/v2/models/minilm/infer"), key).await
+}
+
+async fn infer_at(
+    client: &reqwest::Client,
+    url: &str,
+    key: &str,
+) -> Result<Vec<f64>, (u16, String)> {
+    let resp = client
+        .post(url)
+        .bearer_auth(key)
+        .json(&body())
+        .send()
+        .await
+        .map_err(|e| (0, e.to_string()))?;
+    let status = resp.status().as_u16();
+    let retry_after = resp.headers().get("retry-after").is_some();
+    let v: Value = resp.json().await.map_err(|e| (status, e.to_string()))?;
+    if status != 200 {
+        let message = v["error"].as_str().unwrap_or_default().to_owned();
+        return Err((status, format!("{message} (retry-after: {retry_after})")));
+    }
+    Ok(v["outputs"][0]["data"]
+        .as_array()
+        .expect("output data")
+        .iter()
+        .map(|x| x.as_f64().unwrap_or(f64::NAN))
+        .collect())
+}
+
+fn close(a: &[f64], b: &[f64]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| (x - y).abs() < 1e-3)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn workers_join_serve_fail_over_and_leave() {
+    let data = tempfile::tempdir().unwrap();
+    crate::harness::register(data.path(), "minilm", &crate::harness::model("minilm.onnx"));
+    let s = Server::start_in(
+        data.path(),
+        Options {
+            extra_args: vec!["--no-local-engine".into()],
+            ..Options::default()
+        },
+    );
+    let key = s.key("infer");
+
+    // No worker yet: 503 with Retry-After, naming the model.
+    let (status, message) = infer(&s, &key).await.unwrap_err();
+    assert_eq!(status, 503, "{message}");
+    assert!(
+        message.contains("'minilm'") && message.contains("retry-after: true"),
+        "{message}"
+    );
+
+    // Bad join secrets are refused and record nothing.
+    let secret = token(data.path());
+    let forged = {
+        let (head, _) = secret.rsplit_once('.').unwrap();
+        let (id, _) = head.split_once('.').unwrap();
+        format!(
+            "{id}.{}.{}",
+            "A".repeat(43),
+            secret.rsplit_once('.').unwrap().1
+        )
+    };
+    for bad in ["nonsense", forged.as_str()] {
+        let resp = s
+            .client
+            .post(s.url("/cluster/v1/join"))
+            .bearer_auth(bad)
+            .json(&json!({"advertise": "127.0.0.1:1", "version": "x"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 401, "{bad}");
+    }
+    let heartbeat = s
+        .client
+        .post(s.url("/cluster/v1/heartbeat"))
+        .bearer_auth("igw_w-0000000000000000.nope")
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(heartbeat.status(), 401);
+    assert!(workers(&s).await.is_empty());
+    let bad_worker = Command::new(BIN)
+        .args([
+            "worker",
+            "--join",
+            &s.addr,
+            "--join-token",
+            &forged,
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .arg("--data-dir")
+        .arg(data.path().join("refused-worker"))
+        .output()
+        .unwrap();
+    assert!(!bad_worker.status.success());
+    assert!(
+        String::from_utf8_lossy(&bad_worker.stderr).contains("refused"),
+        "{}",
+        String::from_utf8_lossy(&bad_worker.stderr)
+    );
+
+    // Two workers join and serve through the manager.
+    let dirs = tempfile::tempdir().unwrap();
+    let mut a = Worker::start(&s.addr, &secret, &dirs.path().join("a"));
+    let mut b = Worker::start(&s.addr, &secret, &dirs.path().join("b"));
+    let list = until(&s, Duration::from_secs(10), "two ready workers", |l| {
+        l.len() == 2 && l.iter().all(|w| w["state"] == "ready")
+    })
+    .await;
+    let id_a = std::fs::read_to_string(dirs.path().join("a/worker-id")).unwrap();
+    let id_b = std::fs::read_to_string(dirs.path().join("b/worker-id")).unwrap();
+    assert_ne!(id_a, id_b);
+    assert!(
+        list.iter()
+            .all(|w| w["devices"]["cores"].as_u64().unwrap_or(0) >= 1),
+        "{list:#?}"
+    );
+    let expected = infer(&s, &key)
+        .await
+        .expect("inference through the manager");
+    assert_eq!(expected.len(), 6 * 384);
+
+    // The worker holding the model is killed under 8 concurrent connections: no request fails.
+    let list = until(
+        &s,
+        Duration::from_secs(10),
+        "the model reported loaded",
+        |l| {
+            l.iter()
+                .any(|w| !w["report"]["models"].as_array().unwrap().is_empty())
+        },
+    )
+    .await;
+    let serving = list
+        .iter()
+        .find(|w| !w["report"]["models"].as_array().unwrap().is_empty())
+        .unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (victim, survivor_id) = if serving == id_a {
+        (&mut a, &id_b)
+    } else {
+        (&mut b, &id_a)
+    };
+    let done = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let (client, url) = (s.client.clone(), s.url("/v2/models/minilm/infer"));
+        let (key, done, expected) = (key.clone(), done.clone(), expected.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut failures = Vec::new();
+            for _ in 0..25 {
+                match infer_at(&client, &url, &key).await {
+                    Ok(out) if close(&out, &expected) => {}
+                    Ok(_) => failures.push("a different answer".to_owned()),
+                    Err((status, m)) => failures.push(format!("{status}: {m}")),
+                }
+                done.fetch_add(1, Ordering::Relaxed);
+            }
+            failures
+        }));
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while done.load(Ordering::Relaxed) < 40 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    victim.kill9();
+    let mut failures = Vec::new();
+    for t in tasks {
+        failures.extend(t.await.unwrap());
+    }
+    assert_eq!(done.load(Ordering::Relaxed), 200);
+    assert!(
+        failures.is_empty(),
+        "{} failed: {failures:?}",
+        failures.len()
+    );
+    let victim_id = serving.clone();
+    let list = until(&s, Duration::from_secs(20), "the killed worker lost", |l| {
+        state_of(l, &victim_id) == Some("lost")
+    })
+    .await;
+    assert_eq!(state_of(&list, survivor_id), Some("ready"));
+    // The survivor took the traffic over: it fetched the model from the manager and loaded it.
+    until(
+        &s,
+        Duration::from_secs(10),
+        "the survivor reporting the model",
+        |l| {
+            l.iter().any(|w| {
+                w["id"] == survivor_id.as_str()
+                    && w["report"]["models"] == json!([{"name": "minilm", "version": 1}])
+            })
+        },
+    )
+    .await;
+
+    // Restarted on its data directory, it rejoins under the same id.
+    let victim_dir = dirs.path().join(if serving == id_a { "a" } else { "b" });
+    let _back = Worker::start(&s.addr, &secret, &victim_dir);
+    until(
+        &s,
+        Duration::from_secs(10),
+        "the restarted worker ready",
+        |l| state_of(l, &victim_id) == Some("ready"),
+    )
+    .await;
+
+    // An operator removes the survivor: out at once, and its rejoin is refused (it stops).
+    let resp = s
+        .client
+        .delete(s.url(&format!("/api/workers/{survivor_id}")))
+        .bearer_auth(&s.admin_key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(state_of(&workers(&s).await, survivor_id), None);
+    let survivor = if serving == id_a { &mut b } else { &mut a };
+    let status = survivor
+        .wait(Duration::from_secs(20))
+        .expect("a removed worker stops");
+    assert!(!status.success());
+
+    // SIGTERM on the other: it drains, deregisters and exits cleanly; then nobody serves.
+    let mut back = _back;
+    assert!(back.terminate().success());
+    until(&s, Duration::from_secs(10), "no worker left", |l| {
+        l.is_empty()
+    })
+    .await;
+    let (status, message) = infer(&s, &key).await.unwrap_err();
+    assert_eq!(status, 503, "{message}");
+}
