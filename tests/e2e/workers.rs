@@ -392,3 +392,98 @@ async fn workers_join_serve_fail_over_and_leave() {
     let (status, message) = infer(&s, &key).await.unwrap_err();
     assert_eq!(status, 503, "{message}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn direct_tokens_are_checked_on_the_worker_and_tampered_model_files_refused() {
+    let data = tempfile::tempdir().unwrap();
+    crate::harness::register(data.path(), "minilm", &crate::harness::model("minilm.onnx"));
+    crate::harness::register(data.path(), "cls", &crate::harness::model("ocr-cls.onnx"));
+    let s = Server::start_in(
+        data.path(),
+        Options {
+            extra_args: vec!["--no-local-engine".into()],
+            ..Options::default()
+        },
+    );
+    let key = s.key("infer");
+    let dirs = tempfile::tempdir().unwrap();
+    let _worker = Worker::start(&s.addr, &token(data.path()), &dirs.path().join("w"));
+    until(&s, Duration::from_secs(10), "the worker ready", |l| {
+        l.len() == 1
+    })
+    .await;
+
+    let assign = |ttl: u64| {
+        s.client
+            .post(s.url("/v2/models/minilm/assign"))
+            .bearer_auth(&key)
+            .json(&json!({ "ttl_s": ttl }))
+            .send()
+    };
+    let grant: Value = assign(300).await.unwrap().json().await.unwrap();
+    let worker_url = grant["worker"]
+        .as_str()
+        .expect("a worker address")
+        .to_owned();
+    let direct = reqwest::Client::builder()
+        .use_rustls_tls()
+        .add_root_certificate(
+            reqwest::Certificate::from_pem(grant["ca_pem"].as_str().unwrap().as_bytes()).unwrap(),
+        )
+        .build()
+        .unwrap();
+    let call = |model: &str, token: Option<&str>| {
+        let mut request = direct
+            .post(format!("{worker_url}/v2/models/{model}/infer"))
+            .json(&body());
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        request.send()
+    };
+    let token = grant["token"].as_str().unwrap();
+    let answer = call("minilm", Some(token)).await.unwrap();
+    assert_eq!(answer.status(), 200);
+    let answer: Value = answer.json().await.unwrap();
+    assert_eq!(answer["outputs"][0]["shape"], json!([1, 6, 384]));
+    // A token for minilm does not run cls; no token, a forged one or an expired one: 401.
+    assert_eq!(call("cls", Some(token)).await.unwrap().status(), 403);
+    assert_eq!(call("minilm", None).await.unwrap().status(), 401);
+    let forged = format!("{}x", &token[..token.len() - 1]);
+    assert_eq!(call("minilm", Some(&forged)).await.unwrap().status(), 401);
+    let short: Value = assign(1).await.unwrap().json().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let expired = call("minilm", short["token"].as_str()).await.unwrap();
+    assert_eq!(expired.status(), 401);
+    let message: Value = expired.json().await.unwrap();
+    assert!(
+        message["error"].as_str().unwrap().contains("expired"),
+        "{message}"
+    );
+
+    // A model file altered on the manager after registration: the worker refuses it.
+    let models: Value = s.get_json("/api/models/cls", &s.admin_key).await;
+    let sha = models["versions"][0]["sha256"]
+        .as_str()
+        .expect("cls sha256")
+        .to_owned();
+    let path = data.path().join(format!("models/{sha}.onnx"));
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes.extend_from_slice(b"tampered");
+    std::fs::write(&path, bytes).unwrap();
+    let resp = s
+        .client
+        .post(s.url("/v2/models/cls/infer"))
+        .bearer_auth(&key)
+        .json(&json!({"inputs": [{"name": "x", "shape": [1, 3, 48, 192], "datatype": "FP32", "data": vec![0.0f32; 3 * 48 * 192]}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 502);
+    let message: Value = resp.json().await.unwrap();
+    assert!(
+        message["error"].as_str().unwrap().contains("sha256"),
+        "{message}"
+    );
+    assert!(!dirs.path().join(format!("w/models/{sha}.onnx")).exists());
+}

@@ -138,6 +138,7 @@ fn routes(state: Arc<AppState>) -> Router {
         .route("/v1/chat/completions", post(openai::chat_completions))
         .route("/api/whoami", get(keys::whoami))
         // Workers on other hosts: their own endpoints (worker credentials) and the operators'.
+        .route("/v2/models/{model}/assign", post(workers::assign))
         .route("/cluster/v1/join", post(workers::join))
         .route("/cluster/v1/heartbeat", post(workers::heartbeat))
         .route("/cluster/v1/deregister", post(workers::deregister))
@@ -145,6 +146,7 @@ fn routes(state: Arc<AppState>) -> Router {
             "/cluster/v1/models/{model}/versions/{version}",
             get(workers::model_version),
         )
+        .route("/cluster/v1/models/{model}", get(workers::model_latest))
         .route("/cluster/v1/blobs/{sha256}", get(workers::blob))
         .route("/api/workers", get(workers::list))
         .route("/api/workers/tokens", post(workers::create_token))

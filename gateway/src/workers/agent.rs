@@ -23,9 +23,11 @@ use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use axum::Extension;
 use axum::Router;
 use http::{HeaderMap, StatusCode};
 use infergate_cluster::ca::Issued;
+use infergate_cluster::direct::Verifier;
 use infergate_cluster::join::JoinSecret;
 use infergate_cluster::liveness::Reported;
 use infergate_cluster::messages::{JoinRequest, JoinResponse, LoadedModel, Report};
@@ -92,6 +94,15 @@ struct Node {
     fetching: tokio::sync::Mutex<()>,
     in_flight: AtomicU32,
     draining: AtomicBool,
+    /// Checks direct-mode tokens offline with the manager's public key.
+    verifier: Verifier,
+}
+
+/// Who is on the other end of a connection: the manager (a cluster certificate) or a
+/// direct-mode client (none; a token per request).
+#[derive(Clone, Copy)]
+struct Peer {
+    cluster: bool,
 }
 
 pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
@@ -144,6 +155,10 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
         fetching: tokio::sync::Mutex::new(()),
         in_flight: AtomicU32::new(0),
         draining: AtomicBool::new(false),
+        verifier: Verifier::new(
+            &hex::decode(&joined.token_public_key).context("the manager's token key is not hex")?,
+            &joined.worker_id,
+        ),
     });
     let request = JoinRequest {
         worker_id: Some(joined.worker_id.clone()),
@@ -309,25 +324,40 @@ impl Node {
         }
     }
 
-    /// A model version's record, learnt from the manager (and its file fetched) on first use.
-    async fn record(&self, name: &str, version: u64) -> ApiResult<Arc<ModelRecord>> {
-        let key = (name.to_owned(), version);
-        if let Some(r) = self.models.lock().get(&key) {
-            return Ok(r.clone());
+    /// The newest version of `name` this worker knows.
+    fn newest_known(&self, name: &str) -> Option<Arc<ModelRecord>> {
+        self.models
+            .lock()
+            .values()
+            .filter(|r| r.name == name)
+            .max_by_key(|r| r.version)
+            .cloned()
+    }
+
+    /// A model version's record (`None`: the newest this worker knows, else the manager's
+    /// default), learnt from the manager (and its file fetched) on first use.
+    async fn record(&self, name: &str, version: Option<u64>) -> ApiResult<Arc<ModelRecord>> {
+        let known = |node: &Node| match version {
+            Some(v) => node.models.lock().get(&(name.to_owned(), v)).cloned(),
+            None => node.newest_known(name),
+        };
+        if let Some(r) = known(self) {
+            return Ok(r);
         }
         let _one = self.fetching.lock().await;
-        if let Some(r) = self.models.lock().get(&key) {
-            return Ok(r.clone());
+        if let Some(r) = known(self) {
+            return Ok(r);
         }
         let credential = self.credential.read().clone();
-        let record = self
-            .link
-            .model(&credential, name, version)
-            .await
-            .map_err(|e| match e {
-                LinkError::Refused(m) => ApiError::not_found(m),
-                LinkError::Unreachable(m) => ApiError::unavailable(m),
-            })?;
+        let fetched = match version {
+            Some(v) => self.link.model(&credential, name, v).await,
+            None => self.link.model_latest(&credential, name).await,
+        };
+        let record = fetched.map_err(|e| match e {
+            LinkError::Refused(m) => ApiError::not_found(m),
+            LinkError::Unreachable(m) => ApiError::unavailable(m),
+        })?;
+        let key = (record.name.clone(), record.version);
         if !self.data.model_file(&record.sha256).is_file() {
             self.download(&credential, &record).await?;
         }
@@ -378,6 +408,7 @@ fn router(node: Arc<Node>, max_request_bytes: usize) -> Router {
     Router::new()
         .route("/v2/health/live", get(|| async { StatusCode::OK }))
         .route("/v2/health/ready", get(ready))
+        .route("/v2/models/{model}/infer", post(infer_newest))
         .route("/v2/models/{model}/versions/{version}/infer", post(infer))
         .layer(DefaultBodyLimit::max(max_request_bytes))
         .with_state(node)
@@ -400,16 +431,65 @@ impl Drop for InFlight<'_> {
     }
 }
 
+/// A direct-mode client's request must carry a token for this model, checked offline.
+fn check_direct(node: &Node, peer: Peer, headers: &HeaderMap, model: &str) -> ApiResult<()> {
+    if peer.cluster {
+        return Ok(());
+    }
+    let token = crate::auth::presented_key(headers).ok_or_else(|| {
+        ApiError::unauthorized(
+            "missing direct token: ask the manager (POST /v2/models/{model}/assign) and send it as 'Authorization: Bearer <token>'",
+        )
+    })?;
+    let now = crate::store::now_secs().max(0) as u64;
+    let claims = node.verifier.verify(token, model, now).map_err(|e| {
+        if e.is_forbidden() {
+            ApiError::forbidden(e.to_string())
+        } else {
+            ApiError::unauthorized(e.to_string())
+        }
+    })?;
+    if !claims.scopes.iter().any(|s| s == "infer" || s == "admin") {
+        return Err(ApiError::forbidden("direct token lacks the 'infer' scope"));
+    }
+    Ok(())
+}
+
+async fn infer_newest(
+    State(node): State<Arc<Node>>,
+    Extension(peer): Extension<Peer>,
+    Path(model): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    run_infer(node, peer, model, None, headers, body).await
+}
+
 async fn infer(
     State(node): State<Arc<Node>>,
+    Extension(peer): Extension<Peer>,
     Path((model, version)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    match parse_version(&version) {
+        Ok(v) => run_infer(node, peer, model, Some(v), headers, body).await,
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn run_infer(
+    node: Arc<Node>,
+    peer: Peer,
+    model: String,
+    version: Option<u64>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
     node.in_flight.fetch_add(1, Ordering::Relaxed);
     let _counted = InFlight(&node.in_flight);
     let answer = async {
-        let version = parse_version(&version)?;
+        check_direct(&node, peer, &headers, &model)?;
         let record = node.record(&model, version).await?;
         let (document, inputs) = codec::decode(&headers, &body)?;
         let request = Request::kserve(&document, inputs)?;
@@ -465,7 +545,7 @@ async fn serve(
         };
         let _ = stream.set_nodelay(true);
         let acceptor = acceptor.clone();
-        let service = hyper_util::service::TowerToHyperService::new(router.clone());
+        let router = router.clone();
         let builder = builder.clone();
         let watcher = graceful.watcher();
         tokio::spawn(async move {
@@ -479,6 +559,15 @@ async fn serve(
                 }
                 Err(_) => return,
             };
+            let peer = Peer {
+                cluster: tls
+                    .get_ref()
+                    .1
+                    .peer_certificates()
+                    .is_some_and(|c| !c.is_empty()),
+            };
+            let service =
+                hyper_util::service::TowerToHyperService::new(router.layer(axum::Extension(peer)));
             let connection = builder
                 .serve_connection_with_upgrades(TokioIo::new(tls), service)
                 .into_owned();

@@ -81,6 +81,17 @@ pub async fn model_version(
     Ok(Json(json!(*record)))
 }
 
+/// `GET /cluster/v1/models/{model}`: the version the manager serves by default, for a direct
+/// client that names no version.
+pub async fn model_latest(
+    State(state): S,
+    Path(model): Path<String>,
+    headers: HeaderMap,
+) -> ApiResult<Json<Value>> {
+    worker(&state, &headers)?;
+    Ok(Json(json!(*state.catalog.resolve(&model, None)?)))
+}
+
 /// `GET /cluster/v1/blobs/{sha256}`: a registered model file, streamed.
 pub async fn blob(
     State(state): S,
@@ -218,4 +229,72 @@ pub async fn remove(
     }
     tracing::info!(worker = %id, "worker removed by an operator");
     Ok(Json(json!({ "removed": id })))
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct AssignRequest {
+    /// Seconds the token is valid [default: 300, at most 3600].
+    #[serde(default)]
+    ttl_s: Option<u64>,
+}
+
+const DEFAULT_DIRECT_TTL_S: u64 = 300;
+const MAX_DIRECT_TTL_S: u64 = 3600;
+
+/// `POST /v2/models/{model}/assign` (scope `infer`): direct mode. The client gets a worker for
+/// the model's served version and a token the worker checks offline, then talks KServe v2 to
+/// the worker itself (trusting the cluster CA in `ca_pem`).
+pub async fn assign(
+    State(state): S,
+    Path(model): Path<String>,
+    headers: HeaderMap,
+    body: Option<Json<AssignRequest>>,
+) -> ApiResult<Json<Value>> {
+    let key = state.authorize(&headers, Scope::Infer)?;
+    let ttl = body
+        .and_then(|Json(b)| b.ttl_s)
+        .unwrap_or(DEFAULT_DIRECT_TTL_S);
+    if ttl == 0 || ttl > MAX_DIRECT_TTL_S {
+        return Err(ApiError::bad_request(format!(
+            "ttl_s must be between 1 and {MAX_DIRECT_TTL_S}"
+        )));
+    }
+    let record = state.catalog.resolve(&model, None)?;
+    let loaded = LoadedModel {
+        name: record.name.clone(),
+        version: u32::try_from(record.version).unwrap_or(u32::MAX),
+    };
+    let (worker, advertise) = state.workers.choose_worker(&loaded)?;
+    let now = crate::store::now_secs().max(0) as u64;
+    let claims = infergate_cluster::direct::DirectClaims {
+        sub: key.public_id.clone(),
+        scopes: key.scopes.iter().map(|s| s.as_str().to_owned()).collect(),
+        model: record.name.clone(),
+        aud: worker.clone(),
+        iat: now,
+        exp: now + ttl,
+        rate: crate::admission::limits_for(&key, &state.default_limits)
+            .rate
+            .map(|r| infergate_cluster::direct::RateGrant {
+                per_second: r.rps,
+                burst: r.burst,
+            }),
+    };
+    let token = state
+        .workers
+        .material()
+        .signer
+        .sign(&claims)
+        .map_err(|e| ApiError::internal(e.to_string()))?;
+    tracing::info!(key_id = key.id, model = %record.name, worker = %worker, "direct token issued");
+    Ok(Json(json!({
+        "worker": format!("https://{advertise}"),
+        "worker_id": worker,
+        "model": record.name,
+        "version": record.version,
+        "token": token,
+        "expires_at": claims.exp,
+        "ca_pem": state.workers.material().ca.cert_pem(),
+    })))
 }

@@ -156,6 +156,22 @@ impl ManagerLink {
         self.json(response).await
     }
 
+    /// The version the manager serves by default for `name`.
+    pub async fn model_latest(
+        &self,
+        credential: &str,
+        name: &str,
+    ) -> Result<ModelRecord, LinkError> {
+        let response = self
+            .call(
+                self.client
+                    .get(format!("{}/cluster/v1/models/{name}", self.base))
+                    .bearer_auth(credential),
+            )
+            .await?;
+        self.json(response).await
+    }
+
     /// A model file's bytes as they stream in; no overall timeout (files are large).
     pub async fn blob(
         &self,

@@ -231,6 +231,27 @@ impl Manager {
         })
     }
 
+    /// A worker (never the local engine) for a direct-mode client of `model`: its id and
+    /// address.
+    pub fn choose_worker(&self, model: &LoadedModel) -> ApiResult<(String, String)> {
+        let registry = self.registry.lock();
+        let candidates = registry.candidates(model, Instant::now());
+        let key = format!("{}:{}", model.name, model.version);
+        let route = routing::route(
+            &key,
+            &candidates,
+            &[],
+            Duration::ZERO,
+            &self.policy,
+            &mut rand::rng(),
+        )
+        .map_err(|e| no_worker(model, e))?;
+        let advertise = registry
+            .address(route.worker)
+            .ok_or_else(|| ApiError::internal("a routed worker has no address"))?;
+        Ok((route.worker.to_owned(), advertise.to_owned()))
+    }
+
     /// Counts a request as outstanding on `id` until the guard drops.
     pub fn begin(&self, id: &str) -> Outstanding<'_> {
         if id == LOCAL {

@@ -7,8 +7,8 @@
 //!   its usual certificate. The worker accepts the chain only if it carries the pinned CA and
 //!   verifies against it, so nobody in between can collect the join secret.
 //! - Manager → worker (inference): mutual TLS. The worker serves with the certificate the manager
-//!   issued at join and accepts only clients with a certificate from the cluster CA; the manager
-//!   presents its own, issued at start.
+//!   issued at join; the manager presents its own from the cluster CA, issued at start. A client
+//!   without a certificate is a direct-mode client: each request needs a manager-signed token.
 
 use crate::tls::provider;
 use anyhow::{anyhow, Context};
@@ -109,9 +109,12 @@ pub fn manager_client_config(ca: &ClusterCa) -> anyhow::Result<ClientConfig> {
     Ok(config)
 }
 
-/// A worker's listener: its issued certificate; clients must present one from the cluster CA.
+/// A worker's listener: its issued certificate. A client certificate, when sent, must come
+/// from the cluster CA (the manager); a client without one is a direct-mode client and needs a
+/// token on each request.
 pub fn worker_server_config(issued: &Issued, ca_pem: &str) -> anyhow::Result<Arc<ServerConfig>> {
     let verifier = WebPkiClientVerifier::builder_with_provider(roots(ca_pem)?, provider())
+        .allow_unauthenticated()
         .build()
         .context("building the worker's client verifier")?;
     let mut config = ServerConfig::builder_with_provider(provider())
