@@ -355,6 +355,39 @@ async fn workers_join_serve_fail_over_and_leave() {
     )
     .await;
 
+    // The failover shows in the metrics: retries, the lost worker down, the survivor up.
+    let metrics = s
+        .client
+        .get(s.url("/metrics"))
+        .bearer_auth(&s.admin_key)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let value = |prefix: &str| -> f64 {
+        metrics
+            .lines()
+            .find(|l| l.starts_with(prefix))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {prefix} in {metrics}"))
+    };
+    assert!(value("infergate_worker_retries_total") >= 1.0);
+    assert!(
+        value("infergate_worker_unavailable_total") >= 1.0,
+        "the 503 before any worker joined"
+    );
+    assert_eq!(
+        value(&format!("infergate_worker_up{{worker=\"{victim_id}\"")),
+        0.0
+    );
+    assert_eq!(
+        value(&format!("infergate_worker_up{{worker=\"{survivor_id}\"")),
+        1.0
+    );
+
     // Restarted on its data directory, it rejoins under the same id.
     let victim_dir = dirs.path().join(if serving == id_a { "a" } else { "b" });
     let _back = Worker::start(&s.addr, &secret, &victim_dir);

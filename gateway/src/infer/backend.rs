@@ -75,11 +75,13 @@ pub async fn run_model(
             }
             Err(Failure::Unreachable(why)) => {
                 tracing::warn!(worker = %id, model = %key, error = %why, "worker failed before answering; trying another");
+                crate::workers::metrics::RoutingCounters::count(&manager.counters().retries);
                 last_failure = why;
                 tried.push(id);
             }
         }
     }
+    crate::workers::metrics::RoutingCounters::count(&manager.counters().no_worker);
     Err(ApiError::unavailable(format!(
         "model '{}' version {}: {} workers failed before answering (last: {last_failure})",
         record.name, record.version, ATTEMPTS

@@ -287,6 +287,7 @@ pub async fn assign(
         .signer
         .sign(&claims)
         .map_err(|e| ApiError::internal(e.to_string()))?;
+    super::metrics::RoutingCounters::count(&state.workers.counters().direct_tokens);
     tracing::info!(key_id = key.id, model = %record.name, worker = %worker, "direct token issued");
     Ok(Json(json!({
         "worker": format!("https://{advertise}"),

@@ -3,6 +3,7 @@
 //! runs: the local engine (an all-in-one server counts it as one worker) or a worker.
 
 use super::material::Material;
+use super::metrics::RoutingCounters;
 use super::ClusterConfig;
 use crate::error::{ApiError, ApiResult};
 use crate::store::workers::WorkerRecord;
@@ -30,6 +31,7 @@ pub struct Manager {
     policy: Policy,
     /// Requests running on the local engine, for routing.
     local_outstanding: AtomicU32,
+    counters: RoutingCounters,
 }
 
 /// Where a request goes.
@@ -56,6 +58,7 @@ impl Manager {
             config,
             policy: Policy::default(),
             local_outstanding: AtomicU32::new(0),
+            counters: RoutingCounters::default(),
         })
     }
 
@@ -218,7 +221,10 @@ impl Manager {
             &self.policy,
             &mut rand::rng(),
         )
-        .map_err(|e| no_worker(model, e))?;
+        .map_err(|e| {
+            RoutingCounters::count(&self.counters.no_worker);
+            no_worker(model, e)
+        })?;
         if route.worker == LOCAL {
             return Ok(Choice::Local);
         }
@@ -245,7 +251,10 @@ impl Manager {
             &self.policy,
             &mut rand::rng(),
         )
-        .map_err(|e| no_worker(model, e))?;
+        .map_err(|e| {
+            RoutingCounters::count(&self.counters.no_worker);
+            no_worker(model, e)
+        })?;
         let advertise = registry
             .address(route.worker)
             .ok_or_else(|| ApiError::internal("a routed worker has no address"))?;
@@ -267,6 +276,10 @@ impl Manager {
 
     pub fn view(&self) -> Vec<WorkerView> {
         self.registry.lock().view(Instant::now())
+    }
+
+    pub fn counters(&self) -> &RoutingCounters {
+        &self.counters
     }
 
     pub fn local_outstanding(&self) -> u32 {

@@ -11,6 +11,7 @@
 //! - [`link`]: a worker's calls to its manager.
 //! - [`agent`]: the `infergate worker` process.
 //! - [`host`]: a host's devices and a process's CPU and memory, for reports.
+//! - [`metrics`]: per-worker gauges and routing counters for `/metrics`.
 //!
 //! Where a request runs: an all-in-one server counts its local engine as one more worker
 //! (`local`), so joining workers adds capacity; `--no-local-engine` makes a manager that only
@@ -22,6 +23,7 @@ pub mod host;
 pub mod link;
 pub mod manager;
 pub mod material;
+pub mod metrics;
 pub mod remote;
 pub mod tls;
 
