@@ -20,6 +20,13 @@ pub(crate) enum WorkersCommand {
         #[command(flatten)]
         target: Target,
     },
+    /// Drain a worker on a running manager (--url): no new requests, running ones finish.
+    Drain {
+        #[command(flatten)]
+        target: Target,
+        /// Worker id (w-...).
+        id: String,
+    },
     /// Remove a worker: out of routing at once, and it cannot rejoin under its id.
     Remove {
         #[command(flatten)]
@@ -77,6 +84,20 @@ pub(crate) fn workers(cmd: WorkersCommand) -> anyhow::Result<()> {
                 None => serde_json::to_value(open_store(&target.data_dir)?.list_workers()?)?,
             };
             print_workers(&workers);
+        }
+        WorkersCommand::Drain { target, id } => {
+            if target.url.is_none() {
+                return Err(anyhow!(
+                    "drain acts on a running manager's live registry: give --url (and --api-key)"
+                ));
+            }
+            online(
+                &target,
+                reqwest::Method::POST,
+                &format!("/api/workers/{id}/drain"),
+                None,
+            )?;
+            eprintln!("draining {id}");
         }
         WorkersCommand::Remove { target, id } => {
             match &target.url {

@@ -399,6 +399,47 @@ async fn workers_join_serve_fail_over_and_leave() {
     )
     .await;
 
+    // An operator drains the survivor (CLI on the running manager): no new requests go there.
+    let cert = data.path().join("tls/cert.pem");
+    let drained = Command::new(BIN)
+        .args([
+            "workers",
+            "drain",
+            "--url",
+            &s.addr,
+            "--api-key",
+            &s.admin_key,
+            "--ca-cert",
+        ])
+        .arg(&cert)
+        .arg(survivor_id)
+        .output()
+        .unwrap();
+    assert!(
+        drained.status.success(),
+        "{}",
+        String::from_utf8_lossy(&drained.stderr)
+    );
+    assert_eq!(state_of(&workers(&s).await, survivor_id), Some("draining"));
+    let listed = Command::new(BIN)
+        .args([
+            "workers",
+            "list",
+            "--url",
+            &s.addr,
+            "--api-key",
+            &s.admin_key,
+            "--ca-cert",
+        ])
+        .arg(&cert)
+        .output()
+        .unwrap();
+    let listed = String::from_utf8_lossy(&listed.stdout);
+    assert!(
+        listed.contains(survivor_id.as_str()) && listed.contains("draining"),
+        "{listed}"
+    );
+
     // An operator removes the survivor: out at once, and its rejoin is refused (it stops).
     let resp = s
         .client

@@ -151,6 +151,7 @@ fn routes(state: Arc<AppState>) -> Router {
         .route("/api/workers", get(workers::list))
         .route("/api/workers/tokens", post(workers::create_token))
         .route("/api/workers/{id}", delete(workers::remove))
+        .route("/api/workers/{id}/drain", post(workers::drain))
         // Everything else: the dashboard's files (API paths keep their JSON 404).
         .fallback(dashboard::fallback)
         // Bodies are read by our own limited readers, which answer 413 with a JSON error.

@@ -299,3 +299,18 @@ pub async fn assign(
         "ca_pem": state.workers.material().ca.cert_pem(),
     })))
 }
+
+/// `POST /api/workers/{id}/drain`: no new requests go to the worker; those running finish. It
+/// stays listed as draining until it joins again (a restart) or is removed.
+pub async fn drain(
+    State(state): S,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> ApiResult<Json<Value>> {
+    state.authorize(&headers, Scope::Admin)?;
+    if !state.workers.drain(&id) {
+        return Err(ApiError::not_found(format!("no live worker '{id}'")));
+    }
+    tracing::info!(worker = %id, "worker drained by an operator");
+    Ok(Json(json!({ "draining": id })))
+}

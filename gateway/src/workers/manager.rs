@@ -183,6 +183,19 @@ impl Manager {
         transition.is_some()
     }
 
+    /// An operator drains a worker: no new requests; false when it is not registered.
+    pub fn drain(&self, id: &str) -> bool {
+        match self.registry.lock().drain(id, Instant::now()) {
+            Ok(transition) => {
+                if let Some(t) = &transition {
+                    log_transition(t);
+                }
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
     /// Turns workers whose heartbeats stopped into `lost`; run on a timer.
     pub fn sweep(&self) {
         for t in self.registry.lock().sweep(Instant::now()) {
