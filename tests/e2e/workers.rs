@@ -561,3 +561,100 @@ async fn direct_tokens_are_checked_on_the_worker_and_tampered_model_files_refuse
     );
     assert!(!dirs.path().join(format!("w/models/{sha}.onnx")).exists());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_worker_is_cut_off_by_the_deadline_and_by_heartbeats() {
+    let data = tempfile::tempdir().unwrap();
+    crate::harness::register(data.path(), "minilm", &crate::harness::model("minilm.onnx"));
+    // Fast heartbeats (lost after 3 × 0.5 s) and a short deadline keep this test short.
+    let config = data.path().join("infergate.toml");
+    std::fs::write(
+        &config,
+        "[cluster]\nheartbeat_ms = 500\nrequest_timeout_s = 2\n",
+    )
+    .unwrap();
+    let s = Server::start_in(
+        data.path(),
+        Options {
+            extra_args: vec![
+                "--no-local-engine".into(),
+                "--config".into(),
+                config.display().to_string(),
+            ],
+            ..Options::default()
+        },
+    );
+    let key = s.key("infer");
+    let secret = token(data.path());
+    let dirs = tempfile::tempdir().unwrap();
+    let a = Worker::start(&s.addr, &secret, &dirs.path().join("a"));
+    let b = Worker::start(&s.addr, &secret, &dirs.path().join("b"));
+    until(&s, Duration::from_secs(10), "two ready workers", |l| {
+        l.len() == 2
+    })
+    .await;
+    let expected = infer(&s, &key).await.expect("a first answer");
+    let list = until(
+        &s,
+        Duration::from_secs(10),
+        "the model reported loaded",
+        |l| {
+            l.iter()
+                .any(|w| !w["report"]["models"].as_array().unwrap().is_empty())
+        },
+    )
+    .await;
+    let serving = list
+        .iter()
+        .find(|w| !w["report"]["models"].as_array().unwrap().is_empty())
+        .unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let id_a = std::fs::read_to_string(dirs.path().join("a/worker-id")).unwrap();
+    let hung = if serving == id_a { &a } else { &b };
+    let signal = |sig: &str| {
+        let status = Command::new("kill")
+            .args([sig, &hung.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    };
+    signal("-STOP");
+    // Requests sent before the manager sees the worker lost end at the deadline (504); then
+    // traffic moves to the other worker.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let (mut failures, mut streak) = (Vec::new(), 0);
+    while streak < 5 {
+        assert!(
+            Instant::now() < deadline,
+            "traffic did not move: {failures:?}"
+        );
+        match infer(&s, &key).await {
+            Ok(out) => {
+                assert!(close(&out, &expected));
+                streak += 1;
+            }
+            Err((status, message)) => {
+                assert_eq!(status, 504, "{message}");
+                failures.push(message);
+                streak = 0;
+            }
+        }
+    }
+    assert!(failures.len() <= 3, "{failures:?}");
+    let lost = until(&s, Duration::from_secs(5), "the hung worker lost", |l| {
+        state_of(l, &serving) == Some("lost")
+    })
+    .await;
+    assert!(lost.iter().any(|w| w["state"] == "ready"));
+    // Resumed, it reports again and is ready.
+    signal("-CONT");
+    until(
+        &s,
+        Duration::from_secs(10),
+        "the resumed worker ready",
+        |l| state_of(l, &serving) == Some("ready"),
+    )
+    .await;
+}
