@@ -8,6 +8,7 @@
 //! cached in the data directory. SIGTERM: report draining, finish in-flight requests,
 //! deregister, exit.
 
+use super::cache::{evict, Cached};
 use super::host::{self, CpuSampler};
 use super::link::{LinkError, ManagerLink};
 use crate::api::codec;
@@ -38,7 +39,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 #[derive(clap::Args)]
@@ -77,6 +78,10 @@ pub struct WorkerArgs {
     /// Largest inference request body in bytes [default: 67108864].
     #[arg(long, default_value_t = 64 << 20)]
     max_request_bytes: usize,
+    /// Disk budget for cached model files in bytes; least recently used files beyond it are
+    /// removed (never one a loaded model version runs from) [default: 20 GiB].
+    #[arg(long, default_value_t = 20 << 30)]
+    cache_bytes: u64,
     /// Seconds to let in-flight requests finish after SIGTERM.
     #[arg(long, default_value_t = 30)]
     shutdown_grace_s: u64,
@@ -96,6 +101,9 @@ struct Node {
     draining: AtomicBool,
     /// Checks direct-mode tokens offline with the manager's public key.
     verifier: Verifier,
+    /// When a request last used each cached file (by sha256), and the cache's budget.
+    last_used: Mutex<HashMap<String, Instant>>,
+    cache_bytes: u64,
 }
 
 /// Who is on the other end of a connection: the manager (a cluster certificate) or a
@@ -155,6 +163,8 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
         fetching: tokio::sync::Mutex::new(()),
         in_flight: AtomicU32::new(0),
         draining: AtomicBool::new(false),
+        last_used: Mutex::new(HashMap::new()),
+        cache_bytes: args.cache_bytes,
         verifier: Verifier::new(
             &hex::decode(&joined.token_public_key).context("the manager's token key is not hex")?,
             &joined.worker_id,
@@ -359,6 +369,7 @@ impl Node {
         })?;
         let key = (record.name.clone(), record.version);
         if !self.data.model_file(&record.sha256).is_file() {
+            self.make_room(record.size_bytes);
             self.download(&credential, &record).await?;
         }
         let config = ModelConfig::from_json(&record.config)?;
@@ -366,6 +377,47 @@ impl Node {
         let record = Arc::new(record);
         self.models.lock().insert(key, record.clone());
         Ok(record)
+    }
+
+    /// Removes least recently used cached files (none a loaded version runs from) so that
+    /// `incoming` more bytes fit the budget. Their versions are forgotten: a later request
+    /// fetches the file again.
+    fn make_room(&self, incoming: u64) {
+        let dir = self.data.models();
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            return;
+        };
+        let in_use: Vec<String> = self
+            .models
+            .lock()
+            .values()
+            .filter(|r| self.engine.state(&model_key(r)) != ModelState::Unloaded)
+            .map(|r| r.sha256.clone())
+            .collect();
+        let last_used = self.last_used.lock().clone();
+        let files: Vec<Cached> = entries
+            .filter_map(Result::ok)
+            .filter_map(|e| {
+                let name = e.file_name().into_string().ok()?;
+                let sha256 = name.strip_suffix(".onnx")?.to_owned();
+                Some(Cached {
+                    bytes: e.metadata().ok()?.len(),
+                    last_used: last_used.get(&sha256).copied(),
+                    in_use: in_use.contains(&sha256),
+                    sha256,
+                })
+            })
+            .collect();
+        for sha256 in evict(&files, incoming, self.cache_bytes) {
+            self.models.lock().retain(|_, r| r.sha256 != sha256);
+            self.last_used.lock().remove(&sha256);
+            match std::fs::remove_file(self.data.model_file(&sha256)) {
+                Ok(()) => tracing::info!(%sha256, "evicted a cached model file (disk budget)"),
+                Err(e) => {
+                    tracing::warn!(%sha256, error = %e, "could not evict a cached model file")
+                }
+            }
+        }
     }
 
     /// Streams a model file from the manager into the cache, refusing it unless its SHA-256
@@ -491,6 +543,9 @@ async fn run_infer(
     let answer = async {
         check_direct(&node, peer, &headers, &model)?;
         let record = node.record(&model, version).await?;
+        node.last_used
+            .lock()
+            .insert(record.sha256.clone(), Instant::now());
         let (document, inputs) = codec::decode(&headers, &body)?;
         let request = Request::kserve(&document, inputs)?;
         let outputs = node
