@@ -95,6 +95,24 @@ impl Drop for Worker {
     }
 }
 
+/// A manager that runs nothing itself (`--no-local-engine`) with these models registered.
+fn manager(models: &[(&str, &str)], extra: &[String]) -> (tempfile::TempDir, Server) {
+    let data = tempfile::tempdir().unwrap();
+    for (name, file) in models {
+        crate::harness::register(data.path(), name, &crate::harness::model(file));
+    }
+    let mut extra_args = vec!["--no-local-engine".to_owned()];
+    extra_args.extend_from_slice(extra);
+    let s = Server::start_in(
+        data.path(),
+        Options {
+            extra_args,
+            ..Options::default()
+        },
+    );
+    (data, s)
+}
+
 fn token(data: &Path) -> String {
     let out = Command::new(BIN)
         .args(["workers", "token", "create", "--data-dir"])
@@ -133,6 +151,31 @@ async fn until(
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// The id of the worker that reports the model loaded (waiting for its heartbeat).
+async fn holding_the_model(s: &Server) -> String {
+    let holds = |w: &Value| !w["report"]["models"].as_array().unwrap().is_empty();
+    let list = until(
+        s,
+        Duration::from_secs(10),
+        "the model reported loaded",
+        |l| l.iter().any(holds),
+    )
+    .await;
+    list.into_iter().find(holds).unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+/// Polls until worker `id` is in `state` (at most 20 s: a lost worker needs three heartbeats).
+async fn until_state(s: &Server, id: &str, state: &str) -> Vec<Value> {
+    let what = format!("worker {id} {state}");
+    until(s, Duration::from_secs(20), &what, |l| {
+        state_of(l, id) == Some(state)
+    })
+    .await
 }
 
 fn state_of<'a>(list: &'a [Value], id: &str) -> Option<&'a str> {
@@ -186,15 +229,7 @@ fn close(a: &[f64], b: &[f64]) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn workers_join_serve_fail_over_and_leave() {
-    let data = tempfile::tempdir().unwrap();
-    crate::harness::register(data.path(), "minilm", &crate::harness::model("minilm.onnx"));
-    let s = Server::start_in(
-        data.path(),
-        Options {
-            extra_args: vec!["--no-local-engine".into()],
-            ..Options::default()
-        },
-    );
+    let (data, s) = manager(&[("minilm", "minilm.onnx")], &[]);
     let key = s.key("infer");
 
     // No worker yet: 503 with Retry-After, naming the model.
@@ -280,23 +315,7 @@ async fn workers_join_serve_fail_over_and_leave() {
     assert_eq!(expected.len(), 6 * 384);
 
     // The worker holding the model is killed under 8 concurrent connections: no request fails.
-    let list = until(
-        &s,
-        Duration::from_secs(10),
-        "the model reported loaded",
-        |l| {
-            l.iter()
-                .any(|w| !w["report"]["models"].as_array().unwrap().is_empty())
-        },
-    )
-    .await;
-    let serving = list
-        .iter()
-        .find(|w| !w["report"]["models"].as_array().unwrap().is_empty())
-        .unwrap()["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let serving = holding_the_model(&s).await;
     let (victim, survivor_id) = if serving == id_a {
         (&mut a, &id_b)
     } else {
@@ -336,10 +355,7 @@ async fn workers_join_serve_fail_over_and_leave() {
         failures.len()
     );
     let victim_id = serving.clone();
-    let list = until(&s, Duration::from_secs(20), "the killed worker lost", |l| {
-        state_of(l, &victim_id) == Some("lost")
-    })
-    .await;
+    let list = until_state(&s, &victim_id, "lost").await;
     assert_eq!(state_of(&list, survivor_id), Some("ready"));
     // The survivor took the traffic over: it fetched the model from the manager and loaded it.
     until(
@@ -356,84 +372,38 @@ async fn workers_join_serve_fail_over_and_leave() {
     .await;
 
     // The failover shows in the metrics: retries, the lost worker down, the survivor up.
-    let metrics = s
-        .client
-        .get(s.url("/metrics"))
-        .bearer_auth(&s.admin_key)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let value = |prefix: &str| -> f64 {
-        metrics
-            .lines()
-            .find(|l| l.starts_with(prefix))
-            .and_then(|l| l.rsplit(' ').next())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| panic!("no {prefix} in {metrics}"))
-    };
-    assert!(value("infergate_worker_retries_total") >= 1.0);
-    assert!(
-        value("infergate_worker_unavailable_total") >= 1.0,
-        "the 503 before any worker joined"
-    );
-    assert_eq!(
-        value(&format!("infergate_worker_up{{worker=\"{victim_id}\"")),
-        0.0
-    );
-    assert_eq!(
-        value(&format!("infergate_worker_up{{worker=\"{survivor_id}\"")),
-        1.0
-    );
+    use crate::websocket::metric;
+    assert!(metric(&s, "infergate_worker_retries_total", &[]).await >= 1.0);
+    // The 503 before any worker joined.
+    assert!(metric(&s, "infergate_worker_unavailable_total", &[]).await >= 1.0);
+    let up = "infergate_worker_up";
+    assert_eq!(metric(&s, up, &[("worker", &victim_id)]).await, 0.0);
+    assert_eq!(metric(&s, up, &[("worker", survivor_id)]).await, 1.0);
 
     // Restarted on its data directory, it rejoins under the same id.
     let victim_dir = dirs.path().join(if serving == id_a { "a" } else { "b" });
     let _back = Worker::start(&s.addr, &secret, &victim_dir);
-    until(
-        &s,
-        Duration::from_secs(10),
-        "the restarted worker ready",
-        |l| state_of(l, &victim_id) == Some("ready"),
-    )
-    .await;
+    until_state(&s, &victim_id, "ready").await;
 
     // An operator drains the survivor (CLI on the running manager): no new requests go there.
-    let cert = data.path().join("tls/cert.pem");
-    let drained = Command::new(BIN)
-        .args([
-            "workers",
-            "drain",
-            "--url",
-            &s.addr,
-            "--api-key",
-            &s.admin_key,
-            "--ca-cert",
-        ])
-        .arg(&cert)
-        .arg(survivor_id)
-        .output()
-        .unwrap();
-    assert!(
-        drained.status.success(),
-        "{}",
-        String::from_utf8_lossy(&drained.stderr)
-    );
+    let online = |args: &[&str]| {
+        let out = Command::new(BIN)
+            .arg("workers")
+            .args(args)
+            .args(["--url", &s.addr, "--api-key", &s.admin_key, "--ca-cert"])
+            .arg(data.path().join("tls/cert.pem"))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out
+    };
+    online(&["drain", survivor_id]);
     assert_eq!(state_of(&workers(&s).await, survivor_id), Some("draining"));
-    let listed = Command::new(BIN)
-        .args([
-            "workers",
-            "list",
-            "--url",
-            &s.addr,
-            "--api-key",
-            &s.admin_key,
-            "--ca-cert",
-        ])
-        .arg(&cert)
-        .output()
-        .unwrap();
+    let listed = online(&["list"]);
     let listed = String::from_utf8_lossy(&listed.stdout);
     assert!(
         listed.contains(survivor_id.as_str()) && listed.contains("draining"),
@@ -469,16 +439,7 @@ async fn workers_join_serve_fail_over_and_leave() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn direct_tokens_are_checked_on_the_worker_and_tampered_model_files_refused() {
-    let data = tempfile::tempdir().unwrap();
-    crate::harness::register(data.path(), "minilm", &crate::harness::model("minilm.onnx"));
-    crate::harness::register(data.path(), "cls", &crate::harness::model("ocr-cls.onnx"));
-    let s = Server::start_in(
-        data.path(),
-        Options {
-            extra_args: vec!["--no-local-engine".into()],
-            ..Options::default()
-        },
-    );
+    let (data, s) = manager(&[("minilm", "minilm.onnx"), ("cls", "ocr-cls.onnx")], &[]);
     let key = s.key("infer");
     let dirs = tempfile::tempdir().unwrap();
     let _worker = Worker::start(&s.addr, &token(data.path()), &dirs.path().join("w"));
@@ -564,25 +525,17 @@ async fn direct_tokens_are_checked_on_the_worker_and_tampered_model_files_refuse
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hung_worker_is_cut_off_by_the_deadline_and_by_heartbeats() {
-    let data = tempfile::tempdir().unwrap();
-    crate::harness::register(data.path(), "minilm", &crate::harness::model("minilm.onnx"));
     // Fast heartbeats (lost after 3 × 0.5 s) and a short deadline keep this test short.
-    let config = data.path().join("infergate.toml");
+    let config_dir = tempfile::tempdir().unwrap();
+    let config = config_dir.path().join("infergate.toml");
     std::fs::write(
         &config,
         "[cluster]\nheartbeat_ms = 500\nrequest_timeout_s = 2\n",
     )
     .unwrap();
-    let s = Server::start_in(
-        data.path(),
-        Options {
-            extra_args: vec![
-                "--no-local-engine".into(),
-                "--config".into(),
-                config.display().to_string(),
-            ],
-            ..Options::default()
-        },
+    let (data, s) = manager(
+        &[("minilm", "minilm.onnx")],
+        &["--config".into(), config.display().to_string()],
     );
     let key = s.key("infer");
     let secret = token(data.path());
@@ -594,23 +547,7 @@ async fn a_hung_worker_is_cut_off_by_the_deadline_and_by_heartbeats() {
     })
     .await;
     let expected = infer(&s, &key).await.expect("a first answer");
-    let list = until(
-        &s,
-        Duration::from_secs(10),
-        "the model reported loaded",
-        |l| {
-            l.iter()
-                .any(|w| !w["report"]["models"].as_array().unwrap().is_empty())
-        },
-    )
-    .await;
-    let serving = list
-        .iter()
-        .find(|w| !w["report"]["models"].as_array().unwrap().is_empty())
-        .unwrap()["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let serving = holding_the_model(&s).await;
     let id_a = std::fs::read_to_string(dirs.path().join("a/worker-id")).unwrap();
     let hung = if serving == id_a { &a } else { &b };
     let signal = |sig: &str| {
@@ -643,18 +580,9 @@ async fn a_hung_worker_is_cut_off_by_the_deadline_and_by_heartbeats() {
         }
     }
     assert!(failures.len() <= 3, "{failures:?}");
-    let lost = until(&s, Duration::from_secs(5), "the hung worker lost", |l| {
-        state_of(l, &serving) == Some("lost")
-    })
-    .await;
+    let lost = until_state(&s, &serving, "lost").await;
     assert!(lost.iter().any(|w| w["state"] == "ready"));
     // Resumed, it reports again and is ready.
     signal("-CONT");
-    until(
-        &s,
-        Duration::from_secs(10),
-        "the resumed worker ready",
-        |l| state_of(l, &serving) == Some("ready"),
-    )
-    .await;
+    until_state(&s, &serving, "ready").await;
 }

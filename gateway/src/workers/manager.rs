@@ -225,11 +225,36 @@ impl Manager {
             });
         }
         let tried: Vec<&str> = tried.iter().map(String::as_str).collect();
+        self.pick(&registry, model, &candidates, &tried)
+    }
+
+    /// A worker (never the local engine) for a direct-mode client of `model`: its id and
+    /// address.
+    pub fn choose_worker(&self, model: &LoadedModel) -> ApiResult<(String, String)> {
+        let registry = self.registry.lock();
+        let candidates = registry.candidates(model, Instant::now());
+        match self.pick(&registry, model, &candidates, &[])? {
+            Choice::Worker { id, advertise } => Ok((id, advertise)),
+            Choice::Local => Err(ApiError::internal(
+                "the local engine is not a direct-mode worker",
+            )),
+        }
+    }
+
+    /// Routes among `candidates` (see `infergate_cluster::routing`); a version's affinity key
+    /// is `name:version`.
+    fn pick(
+        &self,
+        registry: &Registry,
+        model: &LoadedModel,
+        candidates: &[Candidate<'_>],
+        tried: &[&str],
+    ) -> ApiResult<Choice> {
         let key = format!("{}:{}", model.name, model.version);
         let route = routing::route(
             &key,
-            &candidates,
-            &tried,
+            candidates,
+            tried,
             Duration::ZERO,
             &self.policy,
             &mut rand::rng(),
@@ -248,30 +273,6 @@ impl Manager {
             id: route.worker.to_owned(),
             advertise: advertise.to_owned(),
         })
-    }
-
-    /// A worker (never the local engine) for a direct-mode client of `model`: its id and
-    /// address.
-    pub fn choose_worker(&self, model: &LoadedModel) -> ApiResult<(String, String)> {
-        let registry = self.registry.lock();
-        let candidates = registry.candidates(model, Instant::now());
-        let key = format!("{}:{}", model.name, model.version);
-        let route = routing::route(
-            &key,
-            &candidates,
-            &[],
-            Duration::ZERO,
-            &self.policy,
-            &mut rand::rng(),
-        )
-        .map_err(|e| {
-            RoutingCounters::count(&self.counters.no_worker);
-            no_worker(model, e)
-        })?;
-        let advertise = registry
-            .address(route.worker)
-            .ok_or_else(|| ApiError::internal("a routed worker has no address"))?;
-        Ok((route.worker.to_owned(), advertise.to_owned()))
     }
 
     /// Counts a request as outstanding on `id` until the guard drops.
