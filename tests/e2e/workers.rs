@@ -586,3 +586,121 @@ async fn a_hung_worker_is_cut_off_by_the_deadline_and_by_heartbeats() {
     signal("-CONT");
     until_state(&s, &serving, "ready").await;
 }
+
+/// Starts `infergate serve` as a manager on a fixed address (to restart it where its workers
+/// expect it); returns the process (killed when dropped) once it listens.
+fn manager_at(data: &Path, listen: &str, config: &Path) -> Worker {
+    let mut child = Command::new(BIN)
+        .args(["serve", "--no-local-engine", "--listen", listen])
+        .args(["--grpc-listen", "127.0.0.1:0", "--config"])
+        .arg(config)
+        .arg("--data-dir")
+        .arg(data)
+        .env("INFERGATE_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the manager");
+    let stderr = child.stderr.take().expect("stderr");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let manager = Worker { child, logs: rx };
+    manager
+        .wait_for_log("listening on", Duration::from_secs(60))
+        .expect("the manager listens within 60 s");
+    manager
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_serve_direct_clients_while_the_manager_restarts_then_report_again() {
+    let data = tempfile::tempdir().unwrap();
+    crate::harness::register(data.path(), "minilm", &crate::harness::model("minilm.onnx"));
+    let config = data.path().join("manager.toml");
+    std::fs::write(&config, "[cluster]\nheartbeat_ms = 500\n").unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let listen = format!("127.0.0.1:{port}");
+    let url = format!("https://{listen}");
+    let mut manager = manager_at(data.path(), &listen, &config);
+    let client = crate::harness::client_for(data.path(), false);
+    let admin = std::fs::read_to_string(data.path().join("admin.key")).unwrap();
+    let admin = admin.trim();
+    let listed = |client: reqwest::Client| {
+        let url = format!("{url}/api/workers");
+        async move {
+            let v: Value = client
+                .get(url)
+                .bearer_auth(admin)
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            v["workers"].as_array().cloned().unwrap_or_default()
+        }
+    };
+    let dirs = tempfile::tempdir().unwrap();
+    let _worker = Worker::start(&url, &token(data.path()), &dirs.path().join("w"));
+    let grant: Value = client
+        .post(format!("{url}/v2/models/minilm/assign"))
+        .bearer_auth(admin)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let direct = reqwest::Client::builder()
+        .use_rustls_tls()
+        .add_root_certificate(
+            reqwest::Certificate::from_pem(grant["ca_pem"].as_str().unwrap().as_bytes()).unwrap(),
+        )
+        .build()
+        .unwrap();
+    let worker_infer = format!(
+        "{}/v2/models/minilm/infer",
+        grant["worker"].as_str().unwrap()
+    );
+    let token = grant["token"].as_str().unwrap();
+    let expected = infer_at(&direct, &worker_infer, token)
+        .await
+        .expect("direct");
+
+    // The manager dies: the worker keeps serving the direct client (the token is checked
+    // offline, the model file is cached).
+    manager.kill9();
+    for _ in 0..3 {
+        let out = infer_at(&direct, &worker_infer, token)
+            .await
+            .expect("direct without the manager");
+        assert!(close(&out, &expected));
+    }
+
+    // Back on the same address and data directory, it learns the worker again from its next
+    // heartbeat (no new join) and routes to it.
+    let _manager = manager_at(data.path(), &listen, &config);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let list = listed(client.clone()).await;
+        if list.len() == 1 && list[0]["state"] == "ready" {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the worker did not report again: {list:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let through = infer_at(&client, &format!("{url}/v2/models/minilm/infer"), admin)
+        .await
+        .expect("through the restarted manager");
+    assert!(close(&through, &expected));
+}
