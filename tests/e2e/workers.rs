@@ -619,6 +619,7 @@ fn manager_at(data: &Path, listen: &str, config: &Path) -> Worker {
 async fn workers_serve_direct_clients_while_the_manager_restarts_then_report_again() {
     let data = tempfile::tempdir().unwrap();
     crate::harness::register(data.path(), "minilm", &crate::harness::model("minilm.onnx"));
+    crate::harness::register(data.path(), "cls", &crate::harness::model("ocr-cls.onnx"));
     let config = data.path().join("manager.toml");
     std::fs::write(&config, "[cluster]\nheartbeat_ms = 500\n").unwrap();
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -673,6 +674,42 @@ async fn workers_serve_direct_clients_while_the_manager_restarts_then_report_aga
     let expected = infer_at(&direct, &worker_infer, token)
         .await
         .expect("direct");
+
+    // A configuration changed on the manager reaches the worker with the next request: a
+    // post-op added to cls adds its outputs to the worker's answer.
+    let cls_outputs = || async {
+        let v: Value = client
+            .post(format!("{url}/v2/models/cls/infer"))
+            .bearer_auth(admin)
+            .json(&json!({"inputs": [{"name": "x", "shape": [1, 3, 48, 192], "datatype": "FP32", "data": vec![0.5f32; 3 * 48 * 192]}]}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let names: Vec<String> = v["outputs"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{v}"))
+            .iter()
+            .map(|o| o["name"].as_str().unwrap().to_owned())
+            .collect();
+        names
+    };
+    let before = cls_outputs().await;
+    assert_eq!(before.len(), 1, "{before:?}");
+    let post_op =
+        json!({"infergate": {"postprocess": {"op": "softmax_topk", "output": before[0], "k": 1}}});
+    let put = client
+        .put(format!("{url}/api/models/cls/versions/1/config"))
+        .bearer_auth(admin)
+        .body(post_op.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.status(), 200);
+    let after = cls_outputs().await;
+    assert!(after.len() > 1, "{after:?}");
 
     // The manager dies: the worker keeps serving the direct client (the token is checked
     // offline, the model file is cached).

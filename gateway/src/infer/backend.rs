@@ -34,6 +34,7 @@ pub async fn run_model(
     let manager = &state.workers;
     let mut tried: Vec<String> = Vec::new();
     let mut encoded = None;
+    let mut digest = None;
     let mut last_failure = String::new();
     for _ in 0..ATTEMPTS {
         let local_loaded = state.engine.state(&key) == ModelState::Ready;
@@ -58,16 +59,13 @@ pub async fn run_model(
         let body = encoded.get_or_insert_with(|| remote::encode(&inputs, &outputs, options));
         let _outstanding = manager.begin(&id);
         let timeout = Duration::from_secs(manager.config.request_timeout_s.max(1));
-        match remote::infer(
-            &manager.client,
-            &advertise,
-            &record.name,
-            record.version,
-            body,
-            timeout,
-        )
-        .await
-        {
+        let to = remote::Destination {
+            advertise: &advertise,
+            model: &record.name,
+            version: record.version,
+            config_digest: digest.get_or_insert_with(|| remote::config_digest(&record.config)),
+        };
+        match remote::infer(&manager.client, &to, body, timeout).await {
             Ok(outputs) => return Ok(outputs),
             Err(Failure::Answered(e)) => return Err(e),
             Err(Failure::TimedOut(why)) => {

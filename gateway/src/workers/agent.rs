@@ -363,10 +363,7 @@ impl Node {
             Some(v) => self.link.model(&credential, name, v).await,
             None => self.link.model_latest(&credential, name).await,
         };
-        let record = fetched.map_err(|e| match e {
-            LinkError::Refused(m) => ApiError::not_found(m),
-            LinkError::Unreachable(m) => ApiError::unavailable(m),
-        })?;
+        let record = fetched.map_err(fetch_error)?;
         let key = (record.name.clone(), record.version);
         if !self.data.model_file(&record.sha256).is_file() {
             self.make_room(record.size_bytes);
@@ -376,6 +373,26 @@ impl Node {
         self.engine.set_config(&model_key(&record), config).await?;
         let record = Arc::new(record);
         self.models.lock().insert(key, record.clone());
+        Ok(record)
+    }
+
+    /// Learns a version's record (its configuration) from the manager again and hands the
+    /// new configuration to the engine.
+    async fn refresh(&self, stale: &ModelRecord) -> ApiResult<Arc<ModelRecord>> {
+        let _one = self.fetching.lock().await;
+        let credential = self.credential.read().clone();
+        let record = self
+            .link
+            .model(&credential, &stale.name, stale.version)
+            .await
+            .map_err(fetch_error)?;
+        let config = ModelConfig::from_json(&record.config)?;
+        self.engine.set_config(&model_key(&record), config).await?;
+        tracing::info!(model = %record.name, version = record.version, "model configuration updated from the manager");
+        let record = Arc::new(record);
+        self.models
+            .lock()
+            .insert((record.name.clone(), record.version), record.clone());
         Ok(record)
     }
 
@@ -453,6 +470,15 @@ impl Node {
         persist(file, &self.data.model_file(&sha256)).map_err(io)?;
         tracing::info!(model = %record.name, version = record.version, bytes = record.size_bytes, "model file fetched and cached");
         Ok(())
+    }
+}
+
+/// A failed record fetch as the request's answer: the manager does not have it (404), or could
+/// not be asked (503: the manager tries another worker).
+fn fetch_error(e: LinkError) -> ApiError {
+    match e {
+        LinkError::Refused(m) => ApiError::not_found(m),
+        LinkError::Unreachable(m) => ApiError::unavailable(m),
     }
 }
 
@@ -542,7 +568,16 @@ async fn run_infer(
     let _counted = InFlight(&node.in_flight);
     let answer = async {
         check_direct(&node, peer, &headers, &model)?;
-        let record = node.record(&model, version).await?;
+        let mut record = node.record(&model, version).await?;
+        // The manager's configuration of this version changed since it was learnt: learn it
+        // again before running.
+        let wanted = headers
+            .get(super::remote::CONFIG_HEADER)
+            .and_then(|v| v.to_str().ok());
+        if peer.cluster && wanted.is_some_and(|w| w != super::remote::config_digest(&record.config))
+        {
+            record = node.refresh(&record).await?;
+        }
         node.last_used
             .lock()
             .insert(record.sha256.clone(), Instant::now());

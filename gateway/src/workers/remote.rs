@@ -10,6 +10,16 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use std::time::Duration;
 
+/// The header that tells a worker which configuration of the version the manager holds, so a
+/// config changed on the manager reaches the worker with the next request.
+pub const CONFIG_HEADER: &str = "x-infergate-model-config";
+
+/// A short digest of a version's configuration.
+pub fn config_digest(config: &Value) -> String {
+    use sha2::Digest;
+    hex::encode(&sha2::Sha256::digest(config.to_string().as_bytes())[..8])
+}
+
 /// A request body, encoded once and sent to as many workers as it takes.
 pub struct Encoded {
     body: Bytes,
@@ -71,14 +81,26 @@ struct Answer {
     outputs: Vec<InputTensor>,
 }
 
+/// The worker, model version (and its configuration's digest) a request goes to.
+pub struct Destination<'a> {
+    pub advertise: &'a str,
+    pub model: &'a str,
+    pub version: u64,
+    pub config_digest: &'a str,
+}
+
 pub async fn infer(
     client: &reqwest::Client,
-    advertise: &str,
-    model: &str,
-    version: u64,
+    to: &Destination<'_>,
     request: &Encoded,
     timeout: Duration,
 ) -> Result<Vec<Tensor>, Failure> {
+    let Destination {
+        advertise,
+        model,
+        version,
+        ..
+    } = *to;
     let url = format!("https://{advertise}/v2/models/{model}/versions/{version}/infer");
     let failed = |e: reqwest::Error| {
         if e.is_timeout() {
@@ -92,6 +114,7 @@ pub async fn infer(
     let response = client
         .post(&url)
         .header(HEADER_LENGTH, request.header_len)
+        .header(CONFIG_HEADER, to.config_digest)
         .header(http::header::CONTENT_TYPE, "application/octet-stream")
         .body(request.body.clone())
         .timeout(timeout)
