@@ -271,6 +271,15 @@ async fn workers_join_serve_fail_over_and_leave() {
         .await
         .unwrap();
     assert_eq!(heartbeat.status(), 401);
+    let oversized = s
+        .client
+        .post(s.url("/cluster/v1/join"))
+        .bearer_auth(&secret)
+        .body(vec![b' '; 100 << 10])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(oversized.status(), 413);
     assert!(workers(&s).await.is_empty());
     let bad_worker = Command::new(BIN)
         .args([

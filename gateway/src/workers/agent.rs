@@ -607,6 +607,11 @@ async fn run_infer(
     answer.await.unwrap_or_else(IntoResponse::into_response)
 }
 
+/// Connections a worker serves at once (the manager's pooled ones and direct clients).
+const MAX_CONNECTIONS: usize = 4096;
+/// Time for a TLS handshake, and for a request's headers after it.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Accepts mutual-TLS connections until `stopped`, then lets open requests finish (up to
 /// `grace`).
 async fn serve(
@@ -617,11 +622,21 @@ async fn serve(
     node: Arc<Node>,
     grace: Duration,
 ) {
-    use hyper_util::rt::{TokioExecutor, TokioIo};
+    use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
     use hyper_util::server::conn::auto::Builder;
-    let builder = Arc::new(Builder::new(TokioExecutor::new()));
+    let mut builder = Builder::new(TokioExecutor::new());
+    // A direct client that never finishes its headers does not hold a connection forever.
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HANDSHAKE_TIMEOUT);
+    let builder = Arc::new(builder);
+    let permits = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     loop {
+        let Ok(permit) = permits.clone().acquire_owned().await else {
+            break;
+        };
         let (stream, peer) = tokio::select! {
             _ = stopped.wait_for(|s| *s) => break,
             accepted = listener.accept() => match accepted {
@@ -639,9 +654,8 @@ async fn serve(
         let builder = builder.clone();
         let watcher = graceful.watcher();
         tokio::spawn(async move {
-            let tls = match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream))
-                .await
-            {
+            let _permit = permit;
+            let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
                 Ok(Ok(tls)) => tls,
                 Ok(Err(e)) => {
                     tracing::debug!(%peer, error = %e, "TLS handshake refused");

@@ -35,26 +35,29 @@ fn worker(state: &AppState, headers: &HeaderMap) -> ApiResult<WorkerRecord> {
     Ok(record)
 }
 
+/// Join and heartbeat documents are small; anything larger is refused before it is held.
+const MAX_MESSAGE_BYTES: usize = 64 << 10;
+
+/// A worker's JSON message, read under [`MAX_MESSAGE_BYTES`].
+async fn message<T: serde::de::DeserializeOwned>(headers: &HeaderMap, body: Body) -> ApiResult<T> {
+    let bytes = crate::api::body::read_limited(headers, body, MAX_MESSAGE_BYTES).await?;
+    serde_json::from_slice(&bytes)
+        .map_err(|e| ApiError::bad_request(format!("invalid worker message: {e}")))
+}
+
 /// `POST /cluster/v1/join` with the join secret as the bearer.
-pub async fn join(
-    State(state): S,
-    headers: HeaderMap,
-    Json(request): Json<JoinRequest>,
-) -> ApiResult<Json<Value>> {
-    let answer = state
-        .workers
-        .join(&state.store, bearer(&headers)?, request)?;
+pub async fn join(State(state): S, headers: HeaderMap, body: Body) -> ApiResult<Json<Value>> {
+    let secret = bearer(&headers)?;
+    let request: JoinRequest = message(&headers, body).await?;
+    let answer = state.workers.join(&state.store, secret, request)?;
     crate::connection::authenticated();
     Ok(Json(json!(answer)))
 }
 
 /// `POST /cluster/v1/heartbeat`.
-pub async fn heartbeat(
-    State(state): S,
-    headers: HeaderMap,
-    Json(report): Json<Report>,
-) -> ApiResult<StatusCode> {
+pub async fn heartbeat(State(state): S, headers: HeaderMap, body: Body) -> ApiResult<StatusCode> {
     let record = worker(&state, &headers)?;
+    let report: Report = message(&headers, body).await?;
     state.workers.report(&record, report);
     Ok(StatusCode::NO_CONTENT)
 }
