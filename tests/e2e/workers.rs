@@ -589,6 +589,25 @@ async fn a_hung_worker_is_cut_off_by_the_deadline_and_by_heartbeats() {
         }
     }
     assert!(failures.len() <= 3, "{failures:?}");
+    // While requests flow, a worker's heartbeat carries its request rate and latency.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        infer(&s, &key).await.expect("traffic on the other worker");
+        let reports = workers(&s).await;
+        let measured = |w: &Value| {
+            w["report"]["requests_per_s"].as_f64().unwrap_or(0.0) > 0.0
+                && w["report"]["p50_ms"].as_f64().unwrap_or(0.0) > 0.0
+                && w["report"]["p99_ms"].as_f64().unwrap_or(0.0)
+                    >= w["report"]["p50_ms"].as_f64().unwrap_or(0.0)
+        };
+        if reports.iter().any(measured) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no rate or latency reported: {reports:#?}"
+        );
+    }
     let lost = until_state(&s, &serving, "lost").await;
     assert!(lost.iter().any(|w| w["state"] == "ready"));
     // Resumed, it reports again and is ready.

@@ -11,6 +11,7 @@
 use super::cache::{evict, Cached};
 use super::host::{self, CpuSampler};
 use super::link::{LinkError, ManagerLink};
+use super::window::LatencyWindow;
 use crate::api::codec;
 use crate::config::Config;
 use crate::error::{ApiError, ApiResult};
@@ -104,6 +105,8 @@ struct Node {
     /// When a request last used each cached file (by sha256), and the cache's budget.
     last_used: Mutex<HashMap<String, Instant>>,
     cache_bytes: u64,
+    /// Latencies of answered requests since the last heartbeat.
+    latencies: Mutex<LatencyWindow>,
 }
 
 /// Who is on the other end of a connection: the manager (a cluster certificate) or a
@@ -164,6 +167,7 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
         in_flight: AtomicU32::new(0),
         draining: AtomicBool::new(false),
         last_used: Mutex::new(HashMap::new()),
+        latencies: Mutex::new(LatencyWindow::new(Instant::now())),
         cache_bytes: args.cache_bytes,
         verifier: Verifier::new(
             &hex::decode(&joined.token_public_key).context("the manager's token key is not hex")?,
@@ -319,6 +323,7 @@ impl Node {
             }
             queued += self.engine.queued(&key);
         }
+        let latencies = self.latencies.lock().take(Instant::now());
         Report {
             state: if self.draining.load(Ordering::Relaxed) {
                 Reported::Draining
@@ -328,6 +333,9 @@ impl Node {
             models,
             in_flight: self.in_flight.load(Ordering::Relaxed),
             queued: u32::try_from(queued).unwrap_or(u32::MAX),
+            requests_per_s: latencies.requests_per_s,
+            p50_ms: latencies.p50_ms,
+            p99_ms: latencies.p99_ms,
             cpu_percent: cpu.sample(),
             rss_bytes: host::rss_bytes(),
             ..Report::default()
@@ -566,6 +574,7 @@ async fn run_infer(
 ) -> Response {
     node.in_flight.fetch_add(1, Ordering::Relaxed);
     let _counted = InFlight(&node.in_flight);
+    let started = Instant::now();
     let answer = async {
         check_direct(&node, peer, &headers, &model)?;
         let mut record = node.record(&model, version).await?;
@@ -604,7 +613,13 @@ async fn run_infer(
             },
         )
     };
-    answer.await.unwrap_or_else(IntoResponse::into_response)
+    match answer.await {
+        Ok(response) => {
+            node.latencies.lock().record(started.elapsed());
+            response
+        }
+        Err(e) => e.into_response(),
+    }
 }
 
 /// Connections a worker serves at once (the manager's pooled ones and direct clients).

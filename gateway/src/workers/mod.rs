@@ -11,6 +11,7 @@
 //! - [`link`]: a worker's calls to its manager.
 //! - [`agent`]: the `infergate worker` process; [`cache`]: its model files under a disk budget.
 //! - [`host`]: a host's devices and a process's CPU and memory, for reports.
+//! - [`window`]: a worker's request rate and latency percentiles between heartbeats.
 //! - [`metrics`]: per-worker gauges and routing counters for `/metrics`.
 //!
 //! Where a request runs: an all-in-one server counts its local engine as one more worker
@@ -27,6 +28,7 @@ pub mod material;
 pub mod metrics;
 pub mod remote;
 pub mod tls;
+pub mod window;
 
 pub use manager::Manager;
 
