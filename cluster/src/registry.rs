@@ -175,6 +175,11 @@ impl Registry {
             .collect()
     }
 
+    /// What a worker last reported.
+    pub fn report_of(&self, id: &str) -> Option<&Report> {
+        self.entries.get(id).map(|e| &e.report)
+    }
+
     /// Where to reach a worker.
     pub fn address(&self, id: &str) -> Option<&str> {
         self.entries.get(id).map(|e| e.info.advertise.as_str())

@@ -769,3 +769,64 @@ async fn workers_serve_direct_clients_while_the_manager_restarts_then_report_aga
         .expect("through the restarted manager");
     assert!(close(&through, &expected));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_model_whose_copy_falls_behind_is_loaded_on_one_more_worker() {
+    // Any wait at all counts as falling behind here, and workers report every 0.5 s.
+    let config_dir = tempfile::tempdir().unwrap();
+    let config = config_dir.path().join("infergate.toml");
+    std::fs::write(
+        &config,
+        "[cluster]\nheartbeat_ms = 500\nscale_out_queue_delay_ms = 1\n",
+    )
+    .unwrap();
+    let (data, s) = manager(
+        &[("minilm", "minilm.onnx")],
+        &["--config".into(), config.display().to_string()],
+    );
+    let key = s.key("infer");
+    let secret = token(data.path());
+    let dirs = tempfile::tempdir().unwrap();
+    let _a = Worker::start(&s.addr, &secret, &dirs.path().join("a"));
+    let _b = Worker::start(&s.addr, &secret, &dirs.path().join("b"));
+    until(&s, Duration::from_secs(10), "two ready workers", |l| {
+        l.len() == 2
+    })
+    .await;
+    let loaded_on = |l: &[Value]| {
+        l.iter()
+            .filter(|w| w["report"]["models"] == json!([{"name": "minilm", "version": 1}]))
+            .count()
+    };
+    // Eight connections at once until both workers hold the model (bounded in time and count).
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let (client, url) = (s.client.clone(), s.url("/v2/models/minilm/infer"));
+        let (key, stop) = (key.clone(), stop.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut failed = 0;
+            for _ in 0..400 {
+                if stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                failed += usize::from(infer_at(&client, &url, &key).await.is_err());
+            }
+            failed
+        }));
+    }
+    let list = until(
+        &s,
+        Duration::from_secs(30),
+        "the model on both workers",
+        |l| loaded_on(l) == 2,
+    )
+    .await;
+    stop.store(true, Ordering::Relaxed);
+    let mut failed = 0;
+    for t in tasks {
+        failed += t.await.unwrap();
+    }
+    assert_eq!(failed, 0);
+    assert_eq!(loaded_on(&list), 2);
+}

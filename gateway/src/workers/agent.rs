@@ -496,6 +496,10 @@ fn router(node: Arc<Node>, max_request_bytes: usize) -> Router {
         .route("/v2/health/ready", get(ready))
         .route("/v2/models/{model}/infer", post(infer_newest))
         .route("/v2/models/{model}/versions/{version}/infer", post(infer))
+        .route(
+            "/v2/repository/models/{model}/versions/{version}/load",
+            post(load),
+        )
         .layer(DefaultBodyLimit::max(max_request_bytes))
         .with_state(node)
 }
@@ -515,6 +519,28 @@ impl Drop for InFlight<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::Relaxed);
     }
+}
+
+/// `POST /v2/repository/models/{m}/versions/{v}/load`, from the manager only: load a version
+/// ahead of its traffic (the manager's scale-out).
+async fn load(
+    State(node): State<Arc<Node>>,
+    Extension(peer): Extension<Peer>,
+    Path((model, version)): Path<(String, String)>,
+) -> Response {
+    let loaded = async {
+        if !peer.cluster {
+            return Err(ApiError::forbidden(
+                "only the manager loads models on a worker",
+            ));
+        }
+        let record = node.record(&model, Some(parse_version(&version)?)).await?;
+        node.engine
+            .load(&model_key(&record), &node.data.model_file(&record.sha256))
+            .await?;
+        Ok(StatusCode::OK)
+    };
+    loaded.await.into_response()
 }
 
 /// A direct-mode client's request must carry a token for this model, checked offline.

@@ -16,7 +16,9 @@ use infergate_cluster::registry::{Registry, Transition, WorkerInfo, WorkerView};
 use infergate_cluster::routing::{self, Candidate, NoWorker, Policy};
 use parking_lot::Mutex;
 use rand::RngCore;
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The id the local engine has among the workers (worker ids are `w-` + 16 hex digits).
@@ -32,6 +34,8 @@ pub struct Manager {
     /// Requests running on the local engine, for routing.
     local_outstanding: AtomicU32,
     counters: RoutingCounters,
+    /// Scale-out loads under way (`worker model:version`), so one is asked once.
+    warming: Arc<Mutex<HashSet<String>>>,
 }
 
 /// Where a request goes.
@@ -55,10 +59,13 @@ impl Manager {
             material,
             registry: Mutex::new(Registry::new(heartbeat)),
             client,
-            config,
-            policy: Policy::default(),
+            policy: Policy {
+                scale_out_queue_delay: Duration::from_millis(config.scale_out_queue_delay_ms),
+            },
             local_outstanding: AtomicU32::new(0),
             counters: RoutingCounters::default(),
+            warming: Arc::new(Mutex::new(HashSet::new())),
+            config,
         })
     }
 
@@ -251,11 +258,17 @@ impl Manager {
         tried: &[&str],
     ) -> ApiResult<Choice> {
         let key = format!("{}:{}", model.name, model.version);
+        let delay = routing::queue_delay(
+            candidates
+                .iter()
+                .filter(|c| c.loaded && c.state.routable() && c.id != LOCAL)
+                .filter_map(|c| Some((c.outstanding, registry.report_of(c.id)?.p50_ms))),
+        );
         let route = routing::route(
             &key,
             candidates,
             tried,
-            Duration::ZERO,
+            delay,
             &self.policy,
             &mut rand::rng(),
         )
@@ -263,6 +276,11 @@ impl Manager {
             RoutingCounters::count(&self.counters.no_worker);
             no_worker(model, e)
         })?;
+        if let Some(also) = route.load_also.filter(|w| *w != LOCAL) {
+            if let Some(advertise) = registry.address(also) {
+                self.scale_out(also, advertise, model, &key);
+            }
+        }
         if route.worker == LOCAL {
             return Ok(Choice::Local);
         }
@@ -273,6 +291,36 @@ impl Manager {
             id: route.worker.to_owned(),
             advertise: advertise.to_owned(),
         })
+    }
+
+    /// Asks `worker` (in the background, once at a time) to load a model whose copies fall
+    /// behind; it then reports the version loaded and shares the traffic.
+    fn scale_out(&self, worker: &str, advertise: &str, model: &LoadedModel, key: &str) {
+        let task = format!("{worker} {key}");
+        if !self.warming.lock().insert(task.clone()) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            self.warming.lock().remove(&task);
+            return;
+        };
+        tracing::info!(worker = %worker, model = %key, "scale-out: loading the model on one more worker");
+        let client = self.client.clone();
+        let url = format!(
+            "https://{advertise}/v2/repository/models/{}/versions/{}/load",
+            model.name, model.version
+        );
+        let timeout = Duration::from_secs(self.config.request_timeout_s.max(1));
+        let warming = self.warming.clone();
+        runtime.spawn(async move {
+            let answer = client.post(&url).timeout(timeout).send().await;
+            match answer {
+                Ok(r) if r.status().is_success() => {}
+                Ok(r) => tracing::warn!(url = %url, status = %r.status(), "scale-out load refused"),
+                Err(e) => tracing::warn!(url = %url, error = %e, "scale-out load failed"),
+            }
+            warming.lock().remove(&task);
+        });
     }
 
     /// Counts a request as outstanding on `id` until the guard drops.

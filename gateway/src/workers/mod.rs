@@ -47,6 +47,9 @@ pub struct ClusterConfig {
     pub missed_heartbeats: u32,
     /// How long the manager waits for a worker's answer to one request.
     pub request_timeout_s: u64,
+    /// When a model's least loaded copy would keep a new request waiting longer than this,
+    /// one more worker loads it.
+    pub scale_out_queue_delay_ms: u64,
 }
 
 impl Default for ClusterConfig {
@@ -56,6 +59,7 @@ impl Default for ClusterConfig {
             heartbeat_ms: 2000,
             missed_heartbeats: 3,
             request_timeout_s: 60,
+            scale_out_queue_delay_ms: 50,
         }
     }
 }
