@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
+/// An infergate process (a worker, or a manager started by hand), killed when dropped.
 struct Worker {
     child: Child,
     logs: mpsc::Receiver<String>,
@@ -19,23 +20,23 @@ struct Worker {
 impl Worker {
     /// Starts `infergate worker` joined to `manager` and waits until it serves.
     fn start(manager: &str, token: &str, data: &Path) -> Worker {
-        let mut child = Command::new(BIN)
+        let mut command = Command::new(BIN);
+        command
             .args(["worker", "--join", manager, "--join-token", token])
-            .args([
-                "--listen",
-                "127.0.0.1:0",
-                "--instances",
-                "1",
-                "--intra-threads",
-                "1",
-            ])
-            .arg("--data-dir")
-            .arg(data)
+            .args(["--listen", "127.0.0.1:0", "--instances", "1"])
+            .args(["--intra-threads", "1", "--data-dir"])
+            .arg(data);
+        Worker::spawn(command, "worker listening on")
+    }
+
+    /// Runs `command` (an infergate process), reading its log, until it logs `ready`.
+    fn spawn(mut command: Command, ready: &str) -> Worker {
+        let mut child = command
             .env("INFERGATE_LOG", "info")
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
-            .expect("start infergate worker");
+            .expect("start infergate");
         let stderr = child.stderr.take().expect("stderr");
         let (tx, logs) = mpsc::channel();
         std::thread::spawn(move || {
@@ -45,11 +46,11 @@ impl Worker {
                 }
             }
         });
-        let worker = Worker { child, logs };
-        worker
-            .wait_for_log("worker listening on", Duration::from_secs(60))
-            .expect("worker did not start serving within 60 s");
-        worker
+        let process = Worker { child, logs };
+        process
+            .wait_for_log(ready, Duration::from_secs(60))
+            .unwrap_or_else(|| panic!("no '{ready}' logged within 60 s"));
+        process
     }
 
     fn wait_for_log(&self, needle: &str, timeout: Duration) -> Option<String> {
@@ -111,6 +112,46 @@ fn manager(models: &[(&str, &str)], extra: &[String]) -> (tempfile::TempDir, Ser
         },
     );
     (data, s)
+}
+
+/// A manager with minilm and `[cluster]` settings, and two workers joined and ready. Bind
+/// every field: the directories and processes live as long as their binding.
+struct Two {
+    s: Server,
+    key: String,
+    dirs: tempfile::TempDir,
+    a: Worker,
+    b: Worker,
+    _data: tempfile::TempDir,
+    _config: tempfile::TempDir,
+}
+
+async fn two_workers(cluster: &str) -> Two {
+    let config_dir = tempfile::tempdir().unwrap();
+    let config = config_dir.path().join("infergate.toml");
+    std::fs::write(&config, format!("[cluster]\n{cluster}\n")).unwrap();
+    let (data, s) = manager(
+        &[("minilm", "minilm.onnx")],
+        &["--config".into(), config.display().to_string()],
+    );
+    let key = s.key("infer");
+    let secret = token(data.path());
+    let dirs = tempfile::tempdir().unwrap();
+    let a = Worker::start(&s.addr, &secret, &dirs.path().join("a"));
+    let b = Worker::start(&s.addr, &secret, &dirs.path().join("b"));
+    until(&s, Duration::from_secs(10), "two ready workers", |l| {
+        l.len() == 2
+    })
+    .await;
+    Two {
+        s,
+        key,
+        dirs,
+        a,
+        b,
+        _data: data,
+        _config: config_dir,
+    }
 }
 
 fn token(data: &Path) -> String {
@@ -221,6 +262,18 @@ async fn infer_at(
         .iter()
         .map(|x| x.as_f64().unwrap_or(f64::NAN))
         .collect())
+}
+
+/// A direct-mode client for an assign answer: it trusts the cluster CA the answer carries.
+fn direct_client(grant: &Value) -> reqwest::Client {
+    let ca = grant["ca_pem"]
+        .as_str()
+        .expect("the cluster CA in the answer");
+    reqwest::Client::builder()
+        .use_rustls_tls()
+        .add_root_certificate(reqwest::Certificate::from_pem(ca.as_bytes()).unwrap())
+        .build()
+        .unwrap()
 }
 
 fn close(a: &[f64], b: &[f64]) -> bool {
@@ -469,13 +522,7 @@ async fn direct_tokens_are_checked_on_the_worker_and_tampered_model_files_refuse
         .as_str()
         .expect("a worker address")
         .to_owned();
-    let direct = reqwest::Client::builder()
-        .use_rustls_tls()
-        .add_root_certificate(
-            reqwest::Certificate::from_pem(grant["ca_pem"].as_str().unwrap().as_bytes()).unwrap(),
-        )
-        .build()
-        .unwrap();
+    let direct = direct_client(&grant);
     let call = |model: &str, token: Option<&str>| {
         let mut request = direct
             .post(format!("{worker_url}/v2/models/{model}/infer"))
@@ -535,26 +582,15 @@ async fn direct_tokens_are_checked_on_the_worker_and_tampered_model_files_refuse
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hung_worker_is_cut_off_by_the_deadline_and_by_heartbeats() {
     // Fast heartbeats (lost after 3 × 0.5 s) and a short deadline keep this test short.
-    let config_dir = tempfile::tempdir().unwrap();
-    let config = config_dir.path().join("infergate.toml");
-    std::fs::write(
-        &config,
-        "[cluster]\nheartbeat_ms = 500\nrequest_timeout_s = 2\n",
-    )
-    .unwrap();
-    let (data, s) = manager(
-        &[("minilm", "minilm.onnx")],
-        &["--config".into(), config.display().to_string()],
-    );
-    let key = s.key("infer");
-    let secret = token(data.path());
-    let dirs = tempfile::tempdir().unwrap();
-    let a = Worker::start(&s.addr, &secret, &dirs.path().join("a"));
-    let b = Worker::start(&s.addr, &secret, &dirs.path().join("b"));
-    until(&s, Duration::from_secs(10), "two ready workers", |l| {
-        l.len() == 2
-    })
-    .await;
+    let Two {
+        s,
+        key,
+        dirs,
+        a,
+        b,
+        _data,
+        _config,
+    } = two_workers("heartbeat_ms = 500\nrequest_timeout_s = 2").await;
     let expected = infer(&s, &key).await.expect("a first answer");
     let serving = holding_the_model(&s).await;
     let id_a = std::fs::read_to_string(dirs.path().join("a/worker-id")).unwrap();
@@ -618,29 +654,14 @@ async fn a_hung_worker_is_cut_off_by_the_deadline_and_by_heartbeats() {
 /// Starts `infergate serve` as a manager on a fixed address (to restart it where its workers
 /// expect it); returns the process (killed when dropped) once it listens.
 fn manager_at(data: &Path, listen: &str, config: &Path) -> Worker {
-    let mut child = Command::new(BIN)
+    let mut command = Command::new(BIN);
+    command
         .args(["serve", "--no-local-engine", "--listen", listen])
         .args(["--grpc-listen", "127.0.0.1:0", "--config"])
         .arg(config)
         .arg("--data-dir")
-        .arg(data)
-        .env("INFERGATE_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start the manager");
-    let stderr = child.stderr.take().expect("stderr");
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
-    let manager = Worker { child, logs: rx };
-    manager
-        .wait_for_log("listening on", Duration::from_secs(60))
-        .expect("the manager listens within 60 s");
-    manager
+        .arg(data);
+    Worker::spawn(command, "listening on")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -687,13 +708,7 @@ async fn workers_serve_direct_clients_while_the_manager_restarts_then_report_aga
         .json()
         .await
         .unwrap();
-    let direct = reqwest::Client::builder()
-        .use_rustls_tls()
-        .add_root_certificate(
-            reqwest::Certificate::from_pem(grant["ca_pem"].as_str().unwrap().as_bytes()).unwrap(),
-        )
-        .build()
-        .unwrap();
+    let direct = direct_client(&grant);
     let worker_infer = format!(
         "{}/v2/models/minilm/infer",
         grant["worker"].as_str().unwrap()
@@ -773,26 +788,15 @@ async fn workers_serve_direct_clients_while_the_manager_restarts_then_report_aga
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_model_whose_copy_falls_behind_is_loaded_on_one_more_worker() {
     // Any wait at all counts as falling behind here, and workers report every 0.5 s.
-    let config_dir = tempfile::tempdir().unwrap();
-    let config = config_dir.path().join("infergate.toml");
-    std::fs::write(
-        &config,
-        "[cluster]\nheartbeat_ms = 500\nscale_out_queue_delay_ms = 1\n",
-    )
-    .unwrap();
-    let (data, s) = manager(
-        &[("minilm", "minilm.onnx")],
-        &["--config".into(), config.display().to_string()],
-    );
-    let key = s.key("infer");
-    let secret = token(data.path());
-    let dirs = tempfile::tempdir().unwrap();
-    let _a = Worker::start(&s.addr, &secret, &dirs.path().join("a"));
-    let _b = Worker::start(&s.addr, &secret, &dirs.path().join("b"));
-    until(&s, Duration::from_secs(10), "two ready workers", |l| {
-        l.len() == 2
-    })
-    .await;
+    let Two {
+        s,
+        key,
+        dirs: _dirs,
+        a: _a,
+        b: _b,
+        _data,
+        _config,
+    } = two_workers("heartbeat_ms = 500\nscale_out_queue_delay_ms = 1").await;
     let loaded_on = |l: &[Value]| {
         l.iter()
             .filter(|w| w["report"]["models"] == json!([{"name": "minilm", "version": 1}]))

@@ -1,6 +1,7 @@
 """Workers on other hosts (issue 14): the official Triton clients (HTTP, JSON and binary, and
 gRPC), unchanged, through a manager that runs nothing itself (`--no-local-engine`) and two
 workers that joined it; answers compared with ONNX Runtime's Python API."""
+import contextlib
 import os
 import queue
 import re
@@ -87,28 +88,19 @@ def test_tritonclient_grpc_through_the_manager(cluster):
     np.testing.assert_allclose(got, want(), rtol=1e-5, atol=1e-5)
 
 
-def test_openai_completion_through_a_worker_matches_the_all_in_one_server():
-    """The text generator's steps run on a worker: a seeded completion through the manager is
-    the one an all-in-one server writes."""
-    import openai
-
-    vocab = ["--openai-vocab", os.path.join(MODELS, "textgen-vocab.json")]
-    solo = start([("textgen", "textgen.onnx")], extra_args=vocab)
-    manager = start([("textgen", "textgen.onnx")], extra_args=[*vocab, "--no-local-engine"])
+@contextlib.contextmanager
+def solo_and_manager(models, extra_args=()):
+    """An all-in-one server and a manager (running nothing itself) with one worker, both with
+    `models`, to compare their answers."""
+    solo = start(models, extra_args=extra_args)
+    manager = start(models, extra_args=[*extra_args, "--no-local-engine"])
     dirs = tempfile.mkdtemp(prefix="infergate-workers-")
     worker = None
     try:
         token = subprocess.run([BIN, "workers", "token", "create", "--data-dir", manager.data],
                                check=True, capture_output=True, text=True).stdout.strip()
         worker = Worker(manager, token, os.path.join(dirs, "w"))
-        texts = []
-        for g in (solo, manager):
-            oc = openai.OpenAI(base_url=f"{g.url}/v1", api_key=g.key(), max_retries=0,
-                               http_client=openai.DefaultHttpxClient(
-                                   verify=ssl.create_default_context(cafile=g.cert)))
-            texts.append(oc.completions.create(model="textgen", prompt="The weather today",
-                                               max_tokens=16, temperature=0.8, seed=42).choices[0].text)
-        assert texts[0] == texts[1] and texts[0]
+        yield solo, manager
     finally:
         if worker:
             worker.stop()
@@ -117,22 +109,32 @@ def test_openai_completion_through_a_worker_matches_the_all_in_one_server():
         shutil.rmtree(dirs, ignore_errors=True)
 
 
+def test_openai_completion_through_a_worker_matches_the_all_in_one_server():
+    """The text generator's steps run on a worker: a seeded completion through the manager is
+    the one an all-in-one server writes."""
+    import openai
+
+    vocab = ["--openai-vocab", os.path.join(MODELS, "textgen-vocab.json")]
+    with solo_and_manager([("textgen", "textgen.onnx")], vocab) as servers:
+        texts = []
+        for g in servers:
+            oc = openai.OpenAI(base_url=f"{g.url}/v1", api_key=g.key(), max_retries=0,
+                               http_client=openai.DefaultHttpxClient(
+                                   verify=ssl.create_default_context(cafile=g.cert)))
+            texts.append(oc.completions.create(model="textgen", prompt="The weather today",
+                                               max_tokens=16, temperature=0.8, seed=42).choices[0].text)
+        assert texts[0] == texts[1] and texts[0]
+
+
 def test_a_pipeline_runs_its_model_on_a_worker():
     """WASM pre- and post-plugins on the manager, the model stage on a worker: the same
     sentence embedding as an all-in-one server's."""
     from test_pipelines import Api
 
     spec = {"pre": ["wordpiece-tokenizer"], "model": "minilm", "post": ["mean-pool"]}
-    solo = start([("minilm", "minilm.onnx")])
-    manager = start([("minilm", "minilm.onnx")], extra_args=["--no-local-engine"])
-    dirs = tempfile.mkdtemp(prefix="infergate-workers-")
-    worker = None
-    try:
-        token = subprocess.run([BIN, "workers", "token", "create", "--data-dir", manager.data],
-                               check=True, capture_output=True, text=True).stdout.strip()
-        worker = Worker(manager, token, os.path.join(dirs, "w"))
+    with solo_and_manager([("minilm", "minilm.onnx")]) as servers:
         vectors = []
-        for g in (solo, manager):
+        for g in servers:
             api = Api(g)
             for plugin in spec["pre"] + spec["post"]:
                 api.upload(plugin)
@@ -143,9 +145,3 @@ def test_a_pipeline_runs_its_model_on_a_worker():
             vectors.append(np.array(r.json()["outputs"][0]["data"], dtype=np.float32))
         assert vectors[0].shape == (384,)
         np.testing.assert_allclose(vectors[0], vectors[1], rtol=1e-4, atol=1e-5)
-    finally:
-        if worker:
-            worker.stop()
-        manager.stop()
-        solo.stop()
-        shutil.rmtree(dirs, ignore_errors=True)
