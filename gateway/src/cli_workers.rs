@@ -38,12 +38,20 @@ pub(crate) enum WorkersCommand {
 
 #[derive(Subcommand)]
 pub(crate) enum TokenCommand {
+    /// Create a join secret; prints it alone on stdout.
     Create {
         #[command(flatten)]
         target: Target,
         /// Seconds the secret admits workers [default: until revoked].
         #[arg(long)]
         ttl_s: Option<u64>,
+    },
+    /// Revoke a join secret by its id (the part after `igj_`, before the first dot): it admits
+    /// nobody from now on; workers that joined with it stay.
+    Revoke {
+        #[command(flatten)]
+        target: Target,
+        id: String,
     },
 }
 
@@ -75,6 +83,26 @@ pub(crate) fn workers(cmd: WorkersCommand) -> anyhow::Result<()> {
                 }
             };
             println!("{token}");
+        }
+        WorkersCommand::Token {
+            command: TokenCommand::Revoke { target, id },
+        } => {
+            match &target.url {
+                Some(_) => {
+                    online(
+                        &target,
+                        reqwest::Method::DELETE,
+                        &format!("/api/workers/tokens/{id}"),
+                        None,
+                    )?;
+                }
+                None => {
+                    if !open_store(&target.data_dir)?.revoke_join_secret(&id)? {
+                        return Err(anyhow!("no join secret '{id}' (or it was revoked already)"));
+                    }
+                }
+            }
+            eprintln!("revoked join secret {id}");
         }
         WorkersCommand::List { target } => {
             let workers = match &target.url {

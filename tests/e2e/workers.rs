@@ -333,6 +333,32 @@ async fn workers_join_serve_fail_over_and_leave() {
         .await
         .unwrap();
     assert_eq!(oversized.status(), 413);
+    // A revoked join secret admits nobody.
+    let revoked = token(data.path());
+    let revoked_id = revoked
+        .trim_start_matches("igj_")
+        .split('.')
+        .next()
+        .unwrap();
+    let out = Command::new(BIN)
+        .args(["workers", "token", "revoke", revoked_id, "--data-dir"])
+        .arg(data.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let refused = s
+        .client
+        .post(s.url("/cluster/v1/join"))
+        .bearer_auth(&revoked)
+        .json(&json!({"advertise": "127.0.0.1:1", "version": "x"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 401);
     assert!(workers(&s).await.is_empty());
     let bad_worker = Command::new(BIN)
         .args([

@@ -150,6 +150,7 @@ fn routes(state: Arc<AppState>) -> Router {
         .route("/cluster/v1/blobs/{sha256}", get(workers::blob))
         .route("/api/workers", get(workers::list))
         .route("/api/workers/tokens", post(workers::create_token))
+        .route("/api/workers/tokens/{id}", delete(workers::revoke_token))
         .route("/api/workers/{id}", delete(workers::remove))
         .route("/api/workers/{id}/drain", post(workers::drain))
         // Everything else: the dashboard's files (API paths keep their JSON 404).

@@ -75,6 +75,18 @@ impl Store {
         })
     }
 
+    /// Revokes a join secret: it admits nobody from now on (workers that joined with it keep
+    /// their own credentials). Returns false when no such unrevoked secret.
+    pub fn revoke_join_secret(&self, id: &str) -> Result<bool, StoreError> {
+        self.with(|conn| {
+            let n = conn.execute(
+                "UPDATE join_secrets SET revoked_at = ?2 WHERE id = ?1 AND revoked_at IS NULL",
+                params![id, now_secs()],
+            )?;
+            Ok(n == 1)
+        })
+    }
+
     /// Records a join: a new worker, or a returning one (not removed) with a new credential.
     /// Returns false, and changes nothing, when `record.id` was removed by an operator.
     pub fn upsert_worker(&self, record: &WorkerRecord) -> Result<bool, StoreError> {
@@ -174,6 +186,9 @@ mod tests {
         assert_eq!(back, stored);
         assert!(store.join_secret("nope").unwrap().is_none());
         assert_eq!(join.verify(Some(&back), 5), Ok(()));
+        assert!(store.revoke_join_secret(&join.id).unwrap());
+        assert!(!store.revoke_join_secret(&join.id).unwrap());
+        assert!(store.join_secret(&join.id).unwrap().is_none());
     }
 
     #[test]

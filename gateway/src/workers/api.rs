@@ -317,3 +317,17 @@ pub async fn drain(
     tracing::info!(worker = %id, "worker drained by an operator");
     Ok(Json(json!({ "draining": id })))
 }
+
+/// `DELETE /api/workers/tokens/{id}`: the join secret admits nobody from now on.
+pub async fn revoke_token(
+    State(state): S,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> ApiResult<Json<Value>> {
+    state.authorize(&headers, Scope::Admin)?;
+    if !state.store.revoke_join_secret(&id)? {
+        return Err(ApiError::not_found(format!("no join secret '{id}'")));
+    }
+    tracing::info!(id = %id, "join secret revoked");
+    Ok(Json(json!({ "revoked": id })))
+}
