@@ -154,18 +154,23 @@ async fn two_workers(cluster: &str) -> Two {
     }
 }
 
-fn token(data: &Path) -> String {
+/// Runs `infergate workers ARGS`, expecting success; its stdout.
+fn workers_cli(args: &[&str]) -> String {
     let out = Command::new(BIN)
-        .args(["workers", "token", "create", "--data-dir"])
-        .arg(data)
+        .arg("workers")
+        .args(args)
         .output()
-        .expect("workers token create");
+        .expect("infergate workers");
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+fn token(data: &Path) -> String {
+    workers_cli(&["token", "create", "--data-dir", &data.display().to_string()])
 }
 
 async fn workers(s: &Server) -> Vec<Value> {
@@ -304,7 +309,21 @@ async fn workers_join_serve_fail_over_and_leave() {
             secret.rsplit_once('.').unwrap().1
         )
     };
-    for bad in ["nonsense", forged.as_str()] {
+    // A revoked join secret admits nobody.
+    let revoked = token(data.path());
+    let revoked_id = revoked
+        .trim_start_matches("igj_")
+        .split('.')
+        .next()
+        .unwrap();
+    workers_cli(&[
+        "token",
+        "revoke",
+        revoked_id,
+        "--data-dir",
+        &data.path().display().to_string(),
+    ]);
+    for bad in ["nonsense", forged.as_str(), revoked.as_str()] {
         let resp = s
             .client
             .post(s.url("/cluster/v1/join"))
@@ -333,32 +352,6 @@ async fn workers_join_serve_fail_over_and_leave() {
         .await
         .unwrap();
     assert_eq!(oversized.status(), 413);
-    // A revoked join secret admits nobody.
-    let revoked = token(data.path());
-    let revoked_id = revoked
-        .trim_start_matches("igj_")
-        .split('.')
-        .next()
-        .unwrap();
-    let out = Command::new(BIN)
-        .args(["workers", "token", "revoke", revoked_id, "--data-dir"])
-        .arg(data.path())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let refused = s
-        .client
-        .post(s.url("/cluster/v1/join"))
-        .bearer_auth(&revoked)
-        .json(&json!({"advertise": "127.0.0.1:1", "version": "x"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(refused.status(), 401);
     assert!(workers(&s).await.is_empty());
     let bad_worker = Command::new(BIN)
         .args([
@@ -474,25 +467,22 @@ async fn workers_join_serve_fail_over_and_leave() {
     until_state(&s, &victim_id, "ready").await;
 
     // An operator drains the survivor (CLI on the running manager): no new requests go there.
+    let cert = data.path().join("tls/cert.pem").display().to_string();
     let online = |args: &[&str]| {
-        let out = Command::new(BIN)
-            .arg("workers")
-            .args(args)
-            .args(["--url", &s.addr, "--api-key", &s.admin_key, "--ca-cert"])
-            .arg(data.path().join("tls/cert.pem"))
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        out
+        let mut all = args.to_vec();
+        all.extend([
+            "--url",
+            &s.addr,
+            "--api-key",
+            &s.admin_key,
+            "--ca-cert",
+            &cert,
+        ]);
+        workers_cli(&all)
     };
     online(&["drain", survivor_id]);
     assert_eq!(state_of(&workers(&s).await, survivor_id), Some("draining"));
     let listed = online(&["list"]);
-    let listed = String::from_utf8_lossy(&listed.stdout);
     assert!(
         listed.contains(survivor_id.as_str()) && listed.contains("draining"),
         "{listed}"
