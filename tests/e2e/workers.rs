@@ -568,6 +568,49 @@ async fn direct_tokens_are_checked_on_the_worker_and_tampered_model_files_refuse
         "{message}"
     );
 
+    // A key's rate limit travels in its token: the worker keeps the client to it.
+    let limited = Command::new(BIN)
+        .args([
+            "keys",
+            "create",
+            "--scope",
+            "infer",
+            "--rps",
+            "0.1",
+            "--burst",
+            "2",
+            "--data-dir",
+        ])
+        .arg(data.path())
+        .output()
+        .unwrap();
+    let limited = String::from_utf8(limited.stdout).unwrap().trim().to_owned();
+    let grant: Value = s
+        .client
+        .post(s.url("/v2/models/minilm/assign"))
+        .bearer_auth(&limited)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let token = grant["token"].as_str().expect("a token");
+    let statuses = futures_util::future::join_all(
+        (0..3).map(|_| async { call("minilm", Some(token)).await.unwrap() }),
+    )
+    .await;
+    let mut codes: Vec<u16> = statuses.iter().map(|r| r.status().as_u16()).collect();
+    codes.sort_unstable();
+    assert_eq!(
+        codes,
+        [200, 200, 429],
+        "burst 2: the third request at once is refused"
+    );
+    assert!(statuses
+        .iter()
+        .any(|r| r.headers().contains_key("retry-after")));
+
     // A model file altered on the manager after registration: the worker refuses it.
     let models: Value = s.get_json("/api/models/cls", &s.admin_key).await;
     let sha = models["versions"][0]["sha256"]

@@ -107,6 +107,8 @@ struct Node {
     cache_bytes: u64,
     /// Latencies of answered requests since the last heartbeat.
     latencies: Mutex<LatencyWindow>,
+    /// Direct clients' rate limits, as their tokens grant (the key's limit on the manager).
+    limiter: crate::ratelimit::Limiter,
 }
 
 /// Who is on the other end of a connection: the manager (a cluster certificate) or a
@@ -168,6 +170,7 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
         draining: AtomicBool::new(false),
         last_used: Mutex::new(HashMap::new()),
         latencies: Mutex::new(LatencyWindow::new(Instant::now())),
+        limiter: crate::ratelimit::Limiter::new(),
         cache_bytes: args.cache_bytes,
         verifier: Verifier::new(
             &hex::decode(&joined.token_public_key).context("the manager's token key is not hex")?,
@@ -543,7 +546,8 @@ async fn load(
     loaded.await.into_response()
 }
 
-/// A direct-mode client's request must carry a token for this model, checked offline.
+/// A direct-mode client's request must carry a token for this model, checked offline, and keeps
+/// to the rate its token grants.
 fn check_direct(node: &Node, peer: Peer, headers: &HeaderMap, model: &str) -> ApiResult<()> {
     if peer.cluster {
         return Ok(());
@@ -564,7 +568,28 @@ fn check_direct(node: &Node, peer: Peer, headers: &HeaderMap, model: &str) -> Ap
     if !claims.scopes.iter().any(|s| s == "infer" || s == "admin") {
         return Err(ApiError::forbidden("direct token lacks the 'infer' scope"));
     }
+    if let Some(grant) = claims.rate {
+        let limits = crate::ratelimit::Limits {
+            rate: Some(crate::ratelimit::RateLimit {
+                rps: grant.per_second,
+                burst: grant.burst,
+            }),
+            max_concurrent: None,
+        };
+        node.limiter
+            .check(limiter_key(&claims.sub), &limits)
+            .map_err(|r| crate::admission::rejection_error(&r))?;
+    }
     Ok(())
+}
+
+/// The limiter's key for a token's subject (the API key's public id).
+fn limiter_key(sub: &str) -> i64 {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(sub.as_bytes());
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest[..8]);
+    i64::from_le_bytes(first)
 }
 
 async fn infer_newest(
