@@ -526,14 +526,18 @@ async fn direct_tokens_are_checked_on_the_worker_and_tampered_model_files_refuse
     })
     .await;
 
-    let assign = |ttl: u64| {
-        s.client
+    let assign = |key: String, ttl: u64| {
+        let request = s
+            .client
             .post(s.url("/v2/models/minilm/assign"))
-            .bearer_auth(&key)
-            .json(&json!({ "ttl_s": ttl }))
-            .send()
+            .bearer_auth(key)
+            .json(&json!({ "ttl_s": ttl }));
+        async move {
+            let grant: Value = request.send().await.unwrap().json().await.unwrap();
+            grant
+        }
     };
-    let grant: Value = assign(300).await.unwrap().json().await.unwrap();
+    let grant = assign(key.clone(), 300).await;
     let worker_url = grant["worker"]
         .as_str()
         .expect("a worker address")
@@ -558,7 +562,7 @@ async fn direct_tokens_are_checked_on_the_worker_and_tampered_model_files_refuse
     assert_eq!(call("minilm", None).await.unwrap().status(), 401);
     let forged = format!("{}x", &token[..token.len() - 1]);
     assert_eq!(call("minilm", Some(&forged)).await.unwrap().status(), 401);
-    let short: Value = assign(1).await.unwrap().json().await.unwrap();
+    let short = assign(key.clone(), 1).await;
     tokio::time::sleep(Duration::from_millis(2100)).await;
     let expired = call("minilm", short["token"].as_str()).await.unwrap();
     assert_eq!(expired.status(), 401);
@@ -585,16 +589,7 @@ async fn direct_tokens_are_checked_on_the_worker_and_tampered_model_files_refuse
         .output()
         .unwrap();
     let limited = String::from_utf8(limited.stdout).unwrap().trim().to_owned();
-    let grant: Value = s
-        .client
-        .post(s.url("/v2/models/minilm/assign"))
-        .bearer_auth(&limited)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let grant = assign(limited, 300).await;
     let token = grant["token"].as_str().expect("a token");
     let statuses = futures_util::future::join_all(
         (0..3).map(|_| async { call("minilm", Some(token)).await.unwrap() }),
