@@ -145,3 +145,31 @@ def test_a_pipeline_runs_its_model_on_a_worker():
             vectors.append(np.array(r.json()["outputs"][0]["data"], dtype=np.float32))
         assert vectors[0].shape == (384,)
         np.testing.assert_allclose(vectors[0], vectors[1], rtol=1e-4, atol=1e-5)
+
+
+def test_tritonclient_directly_on_a_worker_with_an_assigned_token(cluster):
+    import json
+    import urllib.request
+
+    request = urllib.request.Request(f"{cluster.url}/v2/models/minilm/assign", data=b"{}", method="POST",
+                                     headers={"Authorization": f"Bearer {cluster.key()}"})
+    ctx = ssl.create_default_context(cafile=cluster.cert)
+    grant = json.load(urllib.request.urlopen(request, context=ctx))
+    ca = tempfile.NamedTemporaryFile("w", suffix=".pem", delete=False)
+    ca.write(grant["ca_pem"])
+    ca.close()
+    c = httpclient.InferenceServerClient(
+        url=grant["worker"].removeprefix("https://"), ssl=True,
+        ssl_context_factory=lambda: ssl.create_default_context(cafile=ca.name))
+    inputs = []
+    for name, arr in FEEDS.items():
+        i = httpclient.InferInput(name, list(arr.shape), "INT64")
+        i.set_data_from_numpy(arr, binary_data=True)
+        inputs.append(i)
+    h = {"Authorization": f"Bearer {grant['token']}"}
+    got = c.infer("minilm", inputs, headers=h).as_numpy("last_hidden_state")
+    np.testing.assert_allclose(got, want(), rtol=1e-5, atol=1e-5)
+    from tritonclient.utils import InferenceServerException
+    with pytest.raises(InferenceServerException, match="direct token"):
+        c.infer("minilm", inputs, headers={"Authorization": "Bearer forged"})
+    os.unlink(ca.name)

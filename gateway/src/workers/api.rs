@@ -45,6 +45,19 @@ async fn message<T: serde::de::DeserializeOwned>(headers: &HeaderMap, body: Body
         .map_err(|e| ApiError::bad_request(format!("invalid worker message: {e}")))
 }
 
+/// An optional JSON body (any content type; empty means the defaults).
+async fn options<T: serde::de::DeserializeOwned + Default>(
+    headers: &HeaderMap,
+    body: Body,
+) -> ApiResult<T> {
+    let bytes = crate::api::body::read_limited(headers, body, MAX_MESSAGE_BYTES).await?;
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    serde_json::from_slice(&bytes)
+        .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
+}
+
 /// `POST /cluster/v1/join` with the join secret as the bearer.
 pub async fn join(State(state): S, headers: HeaderMap, body: Body) -> ApiResult<Json<Value>> {
     let secret = bearer(&headers)?;
@@ -179,7 +192,7 @@ fn local_view(state: &AppState) -> Value {
     })
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 pub struct TokenRequest {
     /// Seconds the secret admits workers; absent: until revoked.
@@ -191,10 +204,10 @@ pub struct TokenRequest {
 pub async fn create_token(
     State(state): S,
     headers: HeaderMap,
-    body: Option<Json<TokenRequest>>,
+    body: Body,
 ) -> ApiResult<(StatusCode, Json<Value>)> {
     state.authorize(&headers, Scope::Admin)?;
-    let ttl = body.and_then(|Json(b)| b.ttl_s);
+    let ttl = options::<TokenRequest>(&headers, body).await?.ttl_s;
     let (secret, expires_at) = create_join_secret(&state.store, &state.workers.material().ca, ttl)?;
     Ok((
         StatusCode::CREATED,
@@ -252,11 +265,12 @@ pub async fn assign(
     State(state): S,
     Path(model): Path<String>,
     headers: HeaderMap,
-    body: Option<Json<AssignRequest>>,
+    body: Body,
 ) -> ApiResult<Json<Value>> {
     let key = state.authorize(&headers, Scope::Infer)?;
-    let ttl = body
-        .and_then(|Json(b)| b.ttl_s)
+    let ttl = options::<AssignRequest>(&headers, body)
+        .await?
+        .ttl_s
         .unwrap_or(DEFAULT_DIRECT_TTL_S);
     if ttl == 0 || ttl > MAX_DIRECT_TTL_S {
         return Err(ApiError::bad_request(format!(
