@@ -9,8 +9,8 @@ use serde_json::{json, Value};
 
 #[derive(Subcommand)]
 pub(crate) enum WorkersCommand {
-    /// Create a join secret; prints it alone on stdout (shown once). A worker joins with
-    /// `infergate worker --join URL --join-token SECRET`.
+    /// Join secrets: create one (a worker joins with `infergate worker --join URL
+    /// --join-token SECRET`) or revoke one.
     Token {
         #[command(subcommand)]
         command: TokenCommand,
@@ -38,7 +38,7 @@ pub(crate) enum WorkersCommand {
 
 #[derive(Subcommand)]
 pub(crate) enum TokenCommand {
-    /// Create a join secret; prints it alone on stdout.
+    /// Create a join secret; prints it alone on stdout (shown once).
     Create {
         #[command(flatten)]
         target: Target,

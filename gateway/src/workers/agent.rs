@@ -51,7 +51,8 @@ pub struct WorkerArgs {
     /// Join secret from `infergate workers token create` on the manager.
     #[arg(long, env = "INFERGATE_JOIN_TOKEN", hide_env_values = true)]
     join_token: String,
-    /// Address to serve KServe v2 on (mutual TLS, cluster certificates only) [default: 127.0.0.1:8445].
+    /// Address to serve KServe v2 on (TLS: the manager with its cluster certificate, direct
+    /// clients with a token).
     #[arg(
         long,
         env = "INFERGATE_WORKER_LISTEN",
@@ -61,7 +62,7 @@ pub struct WorkerArgs {
     /// host:port the manager reaches this worker at [default: the --listen address].
     #[arg(long, env = "INFERGATE_ADVERTISE")]
     advertise: Option<String>,
-    /// Data directory: worker id and cached model files [default: ./worker-data].
+    /// Data directory: worker id and cached model files.
     #[arg(long, env = "INFERGATE_DATA_DIR", default_value = "./worker-data")]
     data_dir: PathBuf,
     /// Path of libonnxruntime.so [default: $ORT_DYLIB_PATH].
@@ -76,11 +77,11 @@ pub struct WorkerArgs {
     /// Execution instances per model version [default: sized from the cores].
     #[arg(long, env = "INFERGATE_INSTANCES")]
     instances: Option<usize>,
-    /// Largest inference request body in bytes [default: 67108864].
+    /// Largest inference request body in bytes.
     #[arg(long, default_value_t = 64 << 20)]
     max_request_bytes: usize,
     /// Disk budget for cached model files in bytes; least recently used files beyond it are
-    /// removed (never one a loaded model version runs from) [default: 20 GiB].
+    /// removed (never one a loaded model version runs from); 20 GiB by default.
     #[arg(long, default_value_t = 20 << 30)]
     cache_bytes: u64,
     /// Seconds to let in-flight requests finish after SIGTERM.
