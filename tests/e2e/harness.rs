@@ -177,9 +177,16 @@ impl Server {
     }
 
     pub fn key(&self, scopes: &str) -> String {
+        self.key_with(scopes, &[])
+    }
+
+    /// Creates a key through the offline CLI with extra `keys create` flags (limits) and
+    /// returns its secret.
+    pub fn key_with(&self, scopes: &str, flags: &[&str]) -> String {
         let out = Command::new(BIN)
             .args(["keys", "create", "--scope", scopes, "--data-dir"])
             .arg(&self.data)
+            .args(flags)
             .output()
             .expect("keys create");
         assert!(

@@ -2,7 +2,7 @@
 //! started here on a random port). The replicas share one data directory (SQLite serves
 //! several processes), as they would share a store.
 
-use crate::harness::{client_for, Options, Server, BIN};
+use crate::harness::{client_for, Options, Server};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -73,23 +73,6 @@ fn replica(data: &std::path::Path, redis: &Redis, failure: &str) -> Server {
     )
 }
 
-fn key_with_rate(data: &std::path::Path, rps: &str, burst: &str) -> String {
-    let out = Command::new(BIN)
-        .args([
-            "keys", "create", "--scope", "infer", "--rps", rps, "--burst", burst,
-        ])
-        .arg("--data-dir")
-        .arg(data)
-        .output()
-        .expect("keys create");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap().trim().to_string()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_replicas_admit_one_keys_rate_together() {
     const RPS: f64 = 5.0;
@@ -99,7 +82,7 @@ async fn two_replicas_admit_one_keys_rate_together() {
     let redis = Redis::start(None);
     let a = replica(tmp.path(), &redis, "closed");
     let b = replica(tmp.path(), &redis, "closed");
-    let key = key_with_rate(tmp.path(), "5", "5");
+    let key = a.key_with("infer", &["--rps", "5", "--burst", "5"]);
 
     // 32 clients, 16 on each replica, connected before the window opens.
     let mut clients = Vec::new();
@@ -172,7 +155,7 @@ async fn redis_down_fails_open_or_closed_as_configured_and_recovers() {
     let port = redis.port;
     let open = replica(tmp.path(), &redis, "open");
     let closed = replica(tmp.path(), &redis, "closed");
-    let key = key_with_rate(tmp.path(), "1000", "1000");
+    let key = open.key_with("infer", &["--rps", "1000", "--burst", "1000"]);
     let whoami = |s: &Server| {
         let (client, url, key) = (s.client.clone(), s.url("/api/whoami"), key.clone());
         async move { client.get(url).bearer_auth(key).send().await.unwrap() }

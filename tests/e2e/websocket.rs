@@ -1,6 +1,6 @@
 //! `/v2/stream` and `/v2/events` over TLS with tokio-tungstenite.
 
-use crate::harness::{model, Options, Server, BIN};
+use crate::harness::{model, Options, Server};
 use futures_util::{SinkExt, StreamExt};
 use rustls::pki_types::ServerName;
 use serde_json::{json, Value};
@@ -101,17 +101,6 @@ fn cls_message(id: Value, model: &str, parameters: Value) -> Message {
         ]})
         .to_string(),
     )
-}
-
-fn key_with(s: &Server, scopes: &str, flags: &[&str]) -> String {
-    let out = std::process::Command::new(BIN)
-        .args(["keys", "create", "--scope", scopes, "--data-dir"])
-        .arg(&s.data)
-        .args(flags)
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    String::from_utf8(out.stdout).unwrap().trim().to_string()
 }
 
 /// One value from /metrics (0 when absent).
@@ -299,7 +288,7 @@ async fn websocket_answers_out_of_order_survives_bad_messages_and_streams_tokens
 async fn websocket_messages_spend_the_keys_rate_limit() {
     let s = Server::with_models(&[("cls", "ocr-cls.onnx")]);
     // The upgrade request spends one of the three.
-    let key = key_with(&s, "infer", &["--rps", "0.001", "--burst", "3"]);
+    let key = s.key_with("infer", &["--rps", "0.001", "--burst", "3"]);
     let (mut ws, _) = connect(&s, "/v2/stream", &[("x-api-key", &key)])
         .await
         .unwrap();
