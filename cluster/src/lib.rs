@@ -10,6 +10,7 @@
 #![forbid(unsafe_code)]
 
 pub mod ca;
+pub mod credential;
 pub mod direct;
 pub mod join;
 pub mod liveness;

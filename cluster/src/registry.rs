@@ -58,6 +58,8 @@ struct Entry {
     outstanding: u32,
     /// The state last announced as a transition.
     announced: WorkerState,
+    /// An operator asked for no new requests here (until the worker joins again).
+    drained: bool,
 }
 
 #[derive(Debug)]
@@ -79,10 +81,7 @@ impl Registry {
     }
 
     fn state_of(&self, entry: &Entry, now: Instant) -> WorkerState {
-        self.heartbeat.judge(
-            entry.report.state,
-            now.saturating_duration_since(entry.last_seen),
-        )
+        judge(self.heartbeat, entry, now)
     }
 
     /// A worker joined (or rejoined after being lost or restarting): it starts ready with an
@@ -99,6 +98,7 @@ impl Registry {
                 last_seen: now,
                 outstanding,
                 announced: WorkerState::Ready,
+                drained: false,
             },
         );
         Transition {
@@ -122,10 +122,20 @@ impl Registry {
             .ok_or_else(|| UnknownWorker(id.to_owned()))?;
         entry.report = report;
         entry.last_seen = now;
-        let to = match entry.report.state {
-            Reported::Ready => WorkerState::Ready,
-            Reported::Draining => WorkerState::Draining,
-        };
+        let to = judge(self.heartbeat, entry, now);
+        Ok(announce(id, entry, to))
+    }
+
+    /// An operator drains the worker: no new requests go there, those running finish. It
+    /// stays registered (and draining) until it joins again or is removed.
+    pub fn drain(&mut self, id: &str, now: Instant) -> Result<Option<Transition>, UnknownWorker> {
+        let heartbeat = self.heartbeat;
+        let entry = self
+            .entries
+            .get_mut(id)
+            .ok_or_else(|| UnknownWorker(id.to_owned()))?;
+        entry.drained = true;
+        let to = judge(heartbeat, entry, now);
         Ok(announce(id, entry, to))
     }
 
@@ -146,10 +156,7 @@ impl Registry {
         self.entries
             .iter_mut()
             .filter_map(|(id, entry)| {
-                let state = heartbeat.judge(
-                    entry.report.state,
-                    now.saturating_duration_since(entry.last_seen),
-                );
+                let state = judge(heartbeat, entry, now);
                 announce(id, entry, state)
             })
             .collect()
@@ -166,6 +173,11 @@ impl Registry {
                 outstanding: e.outstanding,
             })
             .collect()
+    }
+
+    /// What a worker last reported.
+    pub fn report_of(&self, id: &str) -> Option<&Report> {
+        self.entries.get(id).map(|e| &e.report)
     }
 
     /// Where to reach a worker.
@@ -199,6 +211,17 @@ impl Registry {
             })
             .collect()
     }
+}
+
+/// The state the manager routes by: silence makes a worker lost whatever it said; an operator's
+/// drain overrides a worker that says it is ready.
+fn judge(heartbeat: Heartbeat, entry: &Entry, now: Instant) -> WorkerState {
+    let reported = if entry.drained {
+        Reported::Draining
+    } else {
+        entry.report.state
+    };
+    heartbeat.judge(reported, now.saturating_duration_since(entry.last_seen))
 }
 
 fn announce(id: &str, entry: &mut Entry, to: WorkerState) -> Option<Transition> {
@@ -300,6 +323,26 @@ mod tests {
             Err(UnknownWorker("a".into()))
         );
         assert_eq!(reg.remove("a"), None);
+    }
+
+    #[test]
+    fn an_operator_drain_holds_against_ready_reports_until_a_rejoin() {
+        let t0 = Instant::now();
+        let mut reg = Registry::new(Heartbeat::default());
+        reg.join(info("a"), t0);
+        let t = reg.drain("a", t0).unwrap().unwrap();
+        assert_eq!(t.to, Some(WorkerState::Draining));
+        assert_eq!(reg.drain("a", t0), Ok(None), "announced once");
+        assert_eq!(reg.report("a", holding("m"), t0), Ok(None));
+        assert_eq!(
+            reg.candidates(&model("m"), t0)[0].state,
+            WorkerState::Draining
+        );
+        // Silence still makes it lost.
+        assert_eq!(reg.sweep(t0 + Duration::from_secs(7)).len(), 1);
+        assert_eq!(reg.drain("ghost", t0), Err(UnknownWorker("ghost".into())));
+        reg.join(info("a"), t0);
+        assert_eq!(reg.candidates(&model("m"), t0)[0].state, WorkerState::Ready);
     }
 
     #[test]

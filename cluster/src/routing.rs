@@ -59,6 +59,20 @@ pub enum NoWorker {
     AllTried,
 }
 
+/// How long a new request would wait on the least loaded copy: its outstanding requests times
+/// its reported median latency (`(outstanding, p50_ms)` per loaded, ready copy). Zero when no
+/// copy has reported a latency yet.
+pub fn queue_delay(copies: impl IntoIterator<Item = (u32, f64)>) -> Duration {
+    copies
+        .into_iter()
+        .filter(|&(_, p50_ms)| p50_ms.is_finite() && p50_ms > 0.0)
+        .map(|(outstanding, p50_ms)| {
+            Duration::from_secs_f64(f64::from(outstanding) * p50_ms / 1000.0)
+        })
+        .min()
+        .unwrap_or(Duration::ZERO)
+}
+
 /// Chooses the worker for a request to `model`. `tried` lists the workers that already failed
 /// this request (a retry after a reset goes elsewhere); `queue_delay` is the model's recent
 /// queueing time on its current copies.
@@ -148,6 +162,25 @@ mod tests {
 
     const READY: WorkerState = WorkerState::Ready;
     const FAST: Duration = Duration::ZERO;
+
+    #[test]
+    fn the_queue_delay_is_the_least_loaded_copys() {
+        assert_eq!(queue_delay([]), Duration::ZERO);
+        assert_eq!(
+            queue_delay([(5, 0.0)]),
+            Duration::ZERO,
+            "no latency reported yet"
+        );
+        assert_eq!(
+            queue_delay([(4, 10.0), (2, 30.0)]),
+            Duration::from_millis(40)
+        );
+        assert_eq!(queue_delay([(0, 10.0), (3, 10.0)]), Duration::ZERO);
+        assert_eq!(
+            queue_delay([(1, f64::NAN), (2, 1.5)]),
+            Duration::from_millis(3)
+        );
+    }
 
     #[test]
     fn no_ready_worker_and_all_tried_are_told_apart() {

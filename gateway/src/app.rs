@@ -69,6 +69,19 @@ pub fn ensure_admin_key(store: &Store) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Turns workers whose heartbeats stopped into `lost`, twice per heartbeat interval.
+fn spawn_worker_sweep(state: &Arc<AppState>) {
+    let workers = state.workers.clone();
+    let period = (workers.heartbeat().interval / 2).max(Duration::from_millis(50));
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(period);
+        loop {
+            tick.tick().await;
+            workers.sweep();
+        }
+    });
+}
+
 pub async fn serve(config: Config) -> anyhow::Result<()> {
     config.validate().map_err(|e| anyhow!(e))?;
     let store = Arc::new(
@@ -94,6 +107,17 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         AppState::new(config.clone(), store, engine, plugin_host)
             .map_err(|e| anyhow!(e.message))?,
     );
+    // Workers reach this listener by the cluster's own server name and certificate.
+    let tls = match tls {
+        Some(acceptor) => Some(tokio_rustls::TlsAcceptor::from(
+            crate::workers::tls::manager_server_config(
+                acceptor.config(),
+                &state.workers.material().ca,
+            )?,
+        )),
+        None => None,
+    };
+    spawn_worker_sweep(&state);
     state
         .plugins
         .prune_cache(&state.store)

@@ -39,6 +39,11 @@ enum Command {
     /// Declare and list pipelines in a data directory (offline).
     #[command(subcommand)]
     Pipelines(crate::cli_pipelines::PipelinesCommand),
+    /// Run a worker: join a manager (`infergate serve`) and run model versions for it.
+    Worker(Box<crate::workers::agent::WorkerArgs>),
+    /// Join secrets for workers, and the workers that joined.
+    #[command(subcommand)]
+    Workers(crate::cli_workers::WorkersCommand),
 }
 
 #[derive(Args)]
@@ -148,6 +153,9 @@ pub struct ServeArgs {
     /// Chat models: do not reuse the KV of shared prompt prefixes.
     #[arg(long, env = "INFERGATE_LLM_NO_PREFIX_CACHE")]
     llm_no_prefix_cache: bool,
+    /// Run no requests on this server's engine: route every one to workers that joined.
+    #[arg(long, env = "INFERGATE_NO_LOCAL_ENGINE")]
+    no_local_engine: bool,
 }
 
 impl ServeArgs {
@@ -215,6 +223,7 @@ impl ServeArgs {
         c.llm.prefix_cache &= !self.llm_no_prefix_cache;
         set!(c.grpc.listen, self.grpc_listen);
         c.grpc.enabled &= !self.no_grpc;
+        c.cluster.local_engine &= !self.no_local_engine;
         c.validate().map_err(|e| anyhow!(e))?;
         if !matches!(c.log_format.as_str(), "text" | "json") {
             bail!(
@@ -228,13 +237,13 @@ impl ServeArgs {
 
 /// Where a key command acts: a data directory (offline) or a running server (online).
 #[derive(Args)]
-struct Target {
+pub(crate) struct Target {
     /// Data directory to act on offline [default: ./data when --url is absent].
     #[arg(long, env = "INFERGATE_DATA_DIR", conflicts_with = "url")]
-    data_dir: Option<PathBuf>,
+    pub(crate) data_dir: Option<PathBuf>,
     /// Base URL of a running gateway (e.g. https://127.0.0.1:8443) to act on through the admin API.
     #[arg(long, env = "INFERGATE_URL")]
-    url: Option<String>,
+    pub(crate) url: Option<String>,
     /// Admin API key for --url.
     #[arg(long, env = "INFERGATE_API_KEY", hide_env_values = true)]
     api_key: Option<String>,
@@ -394,10 +403,18 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Models(cmd) => models(cmd),
         Command::Plugins(cmd) => crate::cli_pipelines::plugins(cmd),
         Command::Pipelines(cmd) => crate::cli_pipelines::pipelines(cmd),
+        Command::Worker(args) => {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .context("starting the async runtime")?;
+            runtime.block_on(crate::workers::agent::run(*args))
+        }
+        Command::Workers(cmd) => crate::cli_workers::workers(cmd),
     }
 }
 
-fn open_store(dir: &Option<PathBuf>) -> anyhow::Result<Store> {
+pub(crate) fn open_store(dir: &Option<PathBuf>) -> anyhow::Result<Store> {
     let dir = dir.clone().unwrap_or_else(|| PathBuf::from("./data"));
     Store::open(&dir).with_context(|| format!("opening data directory {}", dir.display()))
 }
@@ -537,7 +554,7 @@ fn keys(cmd: KeysCommand) -> anyhow::Result<()> {
 }
 
 /// Calls the admin API of a running gateway.
-fn online(
+pub(crate) fn online(
     target: &Target,
     method: reqwest::Method,
     path: &str,

@@ -31,6 +31,8 @@ pub struct Config {
     pub websocket: WebSocketConfig,
     pub grpc: GrpcConfig,
     pub llm: infergate_llm::LlmConfig,
+    /// Workers on other hosts: see `workers`.
+    pub cluster: crate::workers::ClusterConfig,
 }
 
 /// KServe v2 over gRPC (Triton's `GRPCInferenceService`) on its own port, with the same TLS,
@@ -292,6 +294,7 @@ impl Default for Config {
             websocket: WebSocketConfig::default(),
             grpc: GrpcConfig::default(),
             llm: infergate_llm::LlmConfig::default(),
+            cluster: crate::workers::ClusterConfig::default(),
         }
     }
 }

@@ -2,6 +2,7 @@
 //!
 //! - [`cli`]: the `infergate` command and its subcommands.
 //! - [`cli_pipelines`]: its offline `plugins` and `pipelines` subcommands.
+//! - [`cli_workers`]: its `workers` subcommands (join secrets, listing and removing workers).
 //! - [`config`]: configuration from file, environment and flags.
 //! - [`app`]: start-up (store, admin key, engine, TLS, listener).
 //! - [`server`]: connections, TLS handshake, HTTP/1.1 + HTTP/2, graceful shutdown.
@@ -28,6 +29,7 @@
 //!   limits); [`peers`]: the per-address cap on unauthenticated connections.
 //! - [`textgen`]: character-level text generation (sampling, stop sequences) for the OpenAI API.
 //! - [`llm`]: chat models (GGUF, llama.cpp): lazy load, idle unload, upload validation.
+//! - [`workers`]: workers on other hosts: join, heartbeats, routing to them, the worker process.
 
 #![forbid(unsafe_code)]
 
@@ -38,6 +40,7 @@ pub mod auth;
 pub mod authenticated;
 pub mod cli;
 pub mod cli_pipelines;
+pub mod cli_workers;
 pub mod coalesce;
 pub mod config;
 pub mod connection;
@@ -63,3 +66,4 @@ pub mod state;
 pub mod store;
 pub mod textgen;
 pub mod tls;
+pub mod workers;

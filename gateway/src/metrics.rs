@@ -330,6 +330,9 @@ impl Metrics {
         let mut engine = Registry::with_prefix("infergate");
         engine.register_collector(Box::new(EngineSnapshot::read(state)));
         engine.register_collector(Box::new(LlmSnapshot::read(state)));
+        engine.register_collector(Box::new(crate::workers::metrics::Snapshot::read(
+            &state.workers,
+        )));
         prometheus_client::encoding::text::encode_registry(&mut out, &engine)?;
         prometheus_client::encoding::text::encode_eof(&mut out)?;
         Ok(out)

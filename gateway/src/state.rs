@@ -45,6 +45,8 @@ pub struct AppState {
     pub drain: Drain,
     /// Loaded chat models (GGUF).
     pub llm: crate::llm::LlmModels,
+    /// Workers on other hosts and where each request runs.
+    pub workers: Arc<crate::workers::Manager>,
 }
 
 impl AppState {
@@ -72,6 +74,9 @@ impl AppState {
             Some(path) => Some(Arc::new(Vocab::load(path).map_err(ApiError::bad_request)?)),
             None => None,
         };
+        let workers = crate::workers::Manager::new(&store, config.cluster.clone())
+            .map(Arc::new)
+            .map_err(|e| ApiError::internal(format!("cluster: {e:#}")))?;
         Ok(AppState {
             config,
             store,
@@ -88,6 +93,7 @@ impl AppState {
             textgen_vocab,
             drain: Drain::default(),
             llm: crate::llm::LlmModels::default(),
+            workers,
         })
     }
 

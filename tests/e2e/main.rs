@@ -23,3 +23,4 @@ mod shared_limits;
 mod shutdown;
 mod transport;
 mod websocket;
+mod workers;

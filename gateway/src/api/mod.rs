@@ -21,6 +21,7 @@ pub mod stream;
 pub mod triton;
 
 use crate::state::AppState;
+use crate::workers::api as workers;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{delete, get, post, put};
 use axum::Router;
@@ -137,6 +138,22 @@ fn routes(state: Arc<AppState>) -> Router {
         .route("/v1/embeddings", post(embeddings::embeddings))
         .route("/v1/chat/completions", post(openai::chat_completions))
         .route("/api/whoami", get(keys::whoami))
+        // Workers on other hosts: their own endpoints (worker credentials) and the operators'.
+        .route("/v2/models/{model}/assign", post(workers::assign))
+        .route("/cluster/v1/join", post(workers::join))
+        .route("/cluster/v1/heartbeat", post(workers::heartbeat))
+        .route("/cluster/v1/deregister", post(workers::deregister))
+        .route(
+            "/cluster/v1/models/{model}/versions/{version}",
+            get(workers::model_version),
+        )
+        .route("/cluster/v1/models/{model}", get(workers::model_latest))
+        .route("/cluster/v1/blobs/{sha256}", get(workers::blob))
+        .route("/api/workers", get(workers::list))
+        .route("/api/workers/tokens", post(workers::create_token))
+        .route("/api/workers/tokens/{id}", delete(workers::revoke_token))
+        .route("/api/workers/{id}", delete(workers::remove))
+        .route("/api/workers/{id}/drain", post(workers::drain))
         // Everything else: the dashboard's files (API paths keep their JSON 404).
         .fallback(dashboard::fallback)
         // Bodies are read by our own limited readers, which answer 413 with a JSON error.

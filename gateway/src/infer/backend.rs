@@ -1,15 +1,24 @@
 //! Where a model version runs. Every inference reaches a model through [`run_model`]: KServe
-//! on a model, a pipeline's model stage, text generation. Today that is the engine in this
-//! process; the remote workers of issue 14 are chosen here, so every protocol gains them at
-//! once.
+//! on a model, a pipeline's model stage, text generation. The manager chooses the local engine
+//! or a worker (`workers::Manager::choose`: power of two choices among the copies, rendezvous
+//! affinity); a unary request whose worker fails before answering is tried once more on
+//! another, so every protocol gains workers and failover at once.
 
-use crate::error::ApiResult;
+use crate::error::{ApiError, ApiResult};
 use crate::state::{model_key, AppState};
 use crate::store::models::ModelRecord;
-use infergate_engine::{InferOptions, Tensor};
+use crate::workers::manager::Choice;
+use crate::workers::remote::{self, Failure};
+use infergate_cluster::messages::LoadedModel;
+use infergate_engine::{InferOptions, ModelState, Tensor};
+use std::time::Duration;
+
+/// Workers tried for one request: the first choice and one retry.
+const ATTEMPTS: usize = 2;
 
 /// Runs `inputs` through one model version, answering `outputs` (all when empty), queued at
-/// the options' priority and timeout. Dropping the future takes the request out of the queue.
+/// the options' priority and timeout. Dropping the future takes the request out of the queue
+/// (locally) or closes its request to the worker.
 pub async fn run_model(
     state: &AppState,
     record: &ModelRecord,
@@ -17,14 +26,62 @@ pub async fn run_model(
     outputs: Vec<String>,
     options: InferOptions,
 ) -> ApiResult<Vec<Tensor>> {
-    Ok(state
-        .engine
-        .infer_with(
-            &model_key(record),
-            &state.model_path(record),
-            inputs,
-            outputs,
-            options,
-        )
-        .await?)
+    let key = model_key(record);
+    let model = LoadedModel {
+        name: record.name.clone(),
+        version: u32::try_from(record.version).unwrap_or(u32::MAX),
+    };
+    let manager = &state.workers;
+    let mut tried: Vec<String> = Vec::new();
+    let mut encoded = None;
+    let mut digest = None;
+    let mut last_failure = String::new();
+    for _ in 0..ATTEMPTS {
+        let local_loaded = state.engine.state(&key) == ModelState::Ready;
+        let choice = match manager.choose(&model, local_loaded, &tried) {
+            Ok(choice) => choice,
+            Err(e) if tried.is_empty() => return Err(e),
+            Err(mut e) => {
+                e.message = format!("{} (last failure: {last_failure})", e.message);
+                return Err(e);
+            }
+        };
+        let (id, advertise) = match choice {
+            Choice::Local => {
+                let _outstanding = manager.begin(crate::workers::manager::LOCAL);
+                return Ok(state
+                    .engine
+                    .infer_with(&key, &state.model_path(record), inputs, outputs, options)
+                    .await?);
+            }
+            Choice::Worker { id, advertise } => (id, advertise),
+        };
+        let body = encoded.get_or_insert_with(|| remote::encode(&inputs, &outputs, options));
+        let _outstanding = manager.begin(&id);
+        let timeout = Duration::from_secs(manager.config.request_timeout_s.max(1));
+        let to = remote::Destination {
+            advertise: &advertise,
+            model: &record.name,
+            version: record.version,
+            config_digest: digest.get_or_insert_with(|| remote::config_digest(&record.config)),
+        };
+        match remote::infer(&manager.client, &to, body, timeout).await {
+            Ok(outputs) => return Ok(outputs),
+            Err(Failure::Answered(e)) => return Err(e),
+            Err(Failure::TimedOut(why)) => {
+                return Err(ApiError::new(http::StatusCode::GATEWAY_TIMEOUT, why))
+            }
+            Err(Failure::Unreachable(why)) => {
+                tracing::warn!(worker = %id, model = %key, error = %why, "worker failed before answering; trying another");
+                crate::workers::metrics::RoutingCounters::count(&manager.counters().retries);
+                last_failure = why;
+                tried.push(id);
+            }
+        }
+    }
+    crate::workers::metrics::RoutingCounters::count(&manager.counters().no_worker);
+    Err(ApiError::unavailable(format!(
+        "model '{}' version {}: {} workers failed before answering (last: {last_failure})",
+        record.name, record.version, ATTEMPTS
+    )))
 }

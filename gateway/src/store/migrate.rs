@@ -21,6 +21,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "0003_plugins.sql",
         include_str!("../../../migrations/0003_plugins.sql"),
     ),
+    (
+        4,
+        "0004_workers.sql",
+        include_str!("../../../migrations/0004_workers.sql"),
+    ),
 ];
 
 pub fn apply(conn: &mut Connection) -> Result<Vec<i64>, String> {

@@ -8,6 +8,7 @@ pub mod keys;
 pub mod migrate;
 pub mod models;
 pub mod plugins;
+pub mod workers;
 
 use parking_lot::Mutex;
 use rusqlite::Connection;

@@ -6,9 +6,10 @@ use super::files::persist;
 use super::{now_secs, Store, StoreError};
 use infergate_engine::ModelSignature;
 use rusqlite::{params, OptionalExtension, Row};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Clone, Serialize)]
+/// Also what a worker receives from its manager for a version it serves.
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ModelRecord {
     pub name: String,
     pub version: u64,

@@ -1,0 +1,347 @@
+//! The manager's HTTP endpoints for workers (`/cluster/v1/...`, each authenticated by the
+//! worker's join secret or its own credential, never by an API key) and for operators
+//! (`/api/workers...`, admin scope).
+
+use super::manager::LOCAL;
+use crate::auth::{self, Scope};
+use crate::error::{ApiError, ApiResult};
+use crate::state::{parse_version, AppState};
+use crate::store::workers::WorkerRecord;
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use http::{HeaderMap, StatusCode};
+use infergate_cluster::join::JoinSecret;
+use infergate_cluster::messages::{JoinRequest, LoadedModel, Report};
+use infergate_engine::ModelState;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::sync::Arc;
+use tokio::io::AsyncReadExt;
+
+type S = State<Arc<AppState>>;
+
+fn bearer(headers: &HeaderMap) -> ApiResult<&str> {
+    auth::presented_key(headers).ok_or_else(|| {
+        ApiError::unauthorized("missing credential: send 'Authorization: Bearer <credential>'")
+    })
+}
+
+/// The worker whose credential the request carries.
+fn worker(state: &AppState, headers: &HeaderMap) -> ApiResult<WorkerRecord> {
+    let record = state.workers.authenticate(&state.store, bearer(headers)?)?;
+    crate::connection::authenticated();
+    Ok(record)
+}
+
+/// Join and heartbeat documents are small; anything larger is refused before it is held.
+const MAX_MESSAGE_BYTES: usize = 64 << 10;
+
+/// A worker's JSON message, read under [`MAX_MESSAGE_BYTES`].
+async fn message<T: serde::de::DeserializeOwned>(headers: &HeaderMap, body: Body) -> ApiResult<T> {
+    let bytes = crate::api::body::read_limited(headers, body, MAX_MESSAGE_BYTES).await?;
+    serde_json::from_slice(&bytes)
+        .map_err(|e| ApiError::bad_request(format!("invalid worker message: {e}")))
+}
+
+/// An optional JSON body (any content type; empty means the defaults).
+async fn options<T: serde::de::DeserializeOwned + Default>(
+    headers: &HeaderMap,
+    body: Body,
+) -> ApiResult<T> {
+    let bytes = crate::api::body::read_limited(headers, body, MAX_MESSAGE_BYTES).await?;
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    serde_json::from_slice(&bytes)
+        .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
+}
+
+/// `POST /cluster/v1/join` with the join secret as the bearer.
+pub async fn join(State(state): S, headers: HeaderMap, body: Body) -> ApiResult<Json<Value>> {
+    let secret = bearer(&headers)?;
+    let request: JoinRequest = message(&headers, body).await?;
+    let answer = state.workers.join(&state.store, secret, request)?;
+    crate::connection::authenticated();
+    Ok(Json(json!(answer)))
+}
+
+/// `POST /cluster/v1/heartbeat`.
+pub async fn heartbeat(State(state): S, headers: HeaderMap, body: Body) -> ApiResult<StatusCode> {
+    let record = worker(&state, &headers)?;
+    let report: Report = message(&headers, body).await?;
+    state.workers.report(&record, report);
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `POST /cluster/v1/deregister`: a drained worker leaves; it may join again later.
+pub async fn deregister(State(state): S, headers: HeaderMap) -> ApiResult<StatusCode> {
+    let record = worker(&state, &headers)?;
+    state.workers.forget(&record.id);
+    state.store.forget_worker(&record.id)?;
+    tracing::info!(worker = %record.id, "worker deregistered");
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `GET /cluster/v1/models/{model}/versions/{version}`: what a worker needs to serve a version.
+pub async fn model_version(
+    State(state): S,
+    Path((model, version)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> ApiResult<Json<Value>> {
+    worker(&state, &headers)?;
+    let record = state
+        .catalog
+        .resolve(&model, Some(parse_version(&version)?))?;
+    Ok(Json(json!(*record)))
+}
+
+/// `GET /cluster/v1/models/{model}`: the version the manager serves by default, for a direct
+/// client that names no version.
+pub async fn model_latest(
+    State(state): S,
+    Path(model): Path<String>,
+    headers: HeaderMap,
+) -> ApiResult<Json<Value>> {
+    worker(&state, &headers)?;
+    Ok(Json(json!(*state.catalog.resolve(&model, None)?)))
+}
+
+/// `GET /cluster/v1/blobs/{sha256}`: a registered model file, streamed.
+pub async fn blob(
+    State(state): S,
+    Path(sha256): Path<String>,
+    headers: HeaderMap,
+) -> ApiResult<Response> {
+    worker(&state, &headers)?;
+    // Only files the catalog references; the name is checked before it becomes a path.
+    let known = sha256.len() == 64
+        && sha256.bytes().all(|b| b.is_ascii_hexdigit())
+        && state.catalog.all().iter().any(|r| r.sha256 == sha256);
+    if !known {
+        return Err(ApiError::not_found(format!(
+            "no registered model file with sha256 {sha256}"
+        )));
+    }
+    let path = state.store.dir().model_file(&sha256);
+    let file = tokio::fs::File::open(&path).await.map_err(|e| {
+        tracing::error!(path = %path.display(), error = %e, "registered model file unreadable");
+        ApiError::internal("the model file is missing on the manager")
+    })?;
+    let len = file.metadata().await.map(|m| m.len()).ok();
+    let chunks = futures_util::stream::unfold(file, |mut file| async move {
+        let mut buf = vec![0u8; 256 << 10];
+        match file.read(&mut buf).await {
+            Ok(0) => None,
+            Ok(n) => {
+                buf.truncate(n);
+                Some((Ok::<_, std::io::Error>(bytes::Bytes::from(buf)), file))
+            }
+            Err(e) => Some((Err(e), file)),
+        }
+    });
+    let mut response = Body::from_stream(chunks).into_response();
+    if let Some(len) = len {
+        response
+            .headers_mut()
+            .insert(http::header::CONTENT_LENGTH, len.into());
+    }
+    Ok(response)
+}
+
+/// `GET /api/workers`: every live worker, and the local engine as one more.
+pub async fn list(State(state): S, headers: HeaderMap) -> ApiResult<Json<Value>> {
+    state.authorize(&headers, Scope::Admin)?;
+    let mut workers: Vec<Value> = state.workers.view().iter().map(|w| json!(w)).collect();
+    if state.workers.config.local_engine {
+        workers.insert(0, local_view(&state));
+    }
+    Ok(Json(json!({ "workers": workers })))
+}
+
+/// The local engine shown as a worker.
+fn local_view(state: &AppState) -> Value {
+    let mut models = Vec::new();
+    let mut queued = 0;
+    for record in state.catalog.all() {
+        let key = crate::state::model_key(&record);
+        if state.engine.state(&key) == ModelState::Ready {
+            models.push(LoadedModel {
+                name: record.name.clone(),
+                version: u32::try_from(record.version).unwrap_or(u32::MAX),
+            });
+        }
+        queued += state.engine.queued(&key);
+    }
+    json!({
+        "id": LOCAL,
+        "advertise": state.config.listen.to_string(),
+        "version": env!("CARGO_PKG_VERSION"),
+        "devices": super::host::devices(),
+        "state": "ready",
+        "last_seen_ms": 0,
+        "report": Report {
+            models,
+            in_flight: state.workers.local_outstanding(),
+            queued: u32::try_from(queued).unwrap_or(u32::MAX),
+            rss_bytes: super::host::rss_bytes(),
+            ..Report::default()
+        },
+        "outstanding": state.workers.local_outstanding(),
+    })
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct TokenRequest {
+    /// Seconds the secret admits workers; absent: until revoked.
+    #[serde(default)]
+    ttl_s: Option<u64>,
+}
+
+/// `POST /api/workers/tokens`: a new join secret, shown once.
+pub async fn create_token(
+    State(state): S,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult<(StatusCode, Json<Value>)> {
+    state.authorize(&headers, Scope::Admin)?;
+    let ttl = options::<TokenRequest>(&headers, body).await?.ttl_s;
+    let (secret, expires_at) = create_join_secret(&state.store, &state.workers.material().ca, ttl)?;
+    Ok((
+        StatusCode::CREATED,
+        Json(json!({"id": secret.id, "token": secret.to_string(), "expires_at": expires_at})),
+    ))
+}
+
+/// Makes and stores a join secret for this cluster (the CLI offline and the API alike).
+pub fn create_join_secret(
+    store: &crate::store::Store,
+    ca: &infergate_cluster::ca::ClusterCa,
+    ttl_s: Option<u64>,
+) -> ApiResult<(JoinSecret, Option<u64>)> {
+    if ttl_s == Some(0) {
+        return Err(ApiError::bad_request("ttl_s must be at least 1 second"));
+    }
+    let expires_at = ttl_s.map(|ttl| (crate::store::now_secs().max(0) as u64).saturating_add(ttl));
+    let (secret, stored) = JoinSecret::generate(&ca.pin(), expires_at);
+    store.add_join_secret(&stored)?;
+    tracing::info!(id = %secret.id, "join secret created");
+    Ok((secret, expires_at))
+}
+
+/// `DELETE /api/workers/{id}`: out of routing at once; it cannot rejoin under this id.
+pub async fn remove(
+    State(state): S,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> ApiResult<Json<Value>> {
+    state.authorize(&headers, Scope::Admin)?;
+    let removed = state.store.remove_worker(&id)?;
+    let was_live = state.workers.forget(&id);
+    if !removed && !was_live {
+        return Err(ApiError::not_found(format!("no worker '{id}'")));
+    }
+    tracing::info!(worker = %id, "worker removed by an operator");
+    Ok(Json(json!({ "removed": id })))
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct AssignRequest {
+    /// Seconds the token is valid [default: 300, at most 3600].
+    #[serde(default)]
+    ttl_s: Option<u64>,
+}
+
+const DEFAULT_DIRECT_TTL_S: u64 = 300;
+const MAX_DIRECT_TTL_S: u64 = 3600;
+
+/// `POST /v2/models/{model}/assign` (scope `infer`): direct mode. The client gets a worker for
+/// the model's served version and a token the worker checks offline, then talks KServe v2 to
+/// the worker itself (trusting the cluster CA in `ca_pem`).
+pub async fn assign(
+    State(state): S,
+    Path(model): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult<Json<Value>> {
+    let key = state.authorize(&headers, Scope::Infer)?;
+    let ttl = options::<AssignRequest>(&headers, body)
+        .await?
+        .ttl_s
+        .unwrap_or(DEFAULT_DIRECT_TTL_S);
+    if ttl == 0 || ttl > MAX_DIRECT_TTL_S {
+        return Err(ApiError::bad_request(format!(
+            "ttl_s must be between 1 and {MAX_DIRECT_TTL_S}"
+        )));
+    }
+    let record = state.catalog.resolve(&model, None)?;
+    let loaded = LoadedModel {
+        name: record.name.clone(),
+        version: u32::try_from(record.version).unwrap_or(u32::MAX),
+    };
+    let (worker, advertise) = state.workers.choose_worker(&loaded)?;
+    let now = crate::store::now_secs().max(0) as u64;
+    let claims = infergate_cluster::direct::DirectClaims {
+        sub: key.public_id.clone(),
+        scopes: key.scopes.iter().map(|s| s.as_str().to_owned()).collect(),
+        model: record.name.clone(),
+        aud: worker.clone(),
+        iat: now,
+        exp: now + ttl,
+        rate: crate::admission::limits_for(&key, &state.default_limits)
+            .rate
+            .map(|r| infergate_cluster::direct::RateGrant {
+                per_second: r.rps,
+                burst: r.burst,
+            }),
+    };
+    let token = state
+        .workers
+        .material()
+        .signer
+        .sign(&claims)
+        .map_err(|e| ApiError::internal(e.to_string()))?;
+    super::metrics::RoutingCounters::count(&state.workers.counters().direct_tokens);
+    tracing::info!(key_id = key.id, model = %record.name, worker = %worker, "direct token issued");
+    Ok(Json(json!({
+        "worker": format!("https://{advertise}"),
+        "worker_id": worker,
+        "model": record.name,
+        "version": record.version,
+        "token": token,
+        "expires_at": claims.exp,
+        "ca_pem": state.workers.material().ca.cert_pem(),
+    })))
+}
+
+/// `POST /api/workers/{id}/drain`: no new requests go to the worker; those running finish. It
+/// stays listed as draining until it joins again (a restart) or is removed.
+pub async fn drain(
+    State(state): S,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> ApiResult<Json<Value>> {
+    state.authorize(&headers, Scope::Admin)?;
+    if !state.workers.drain(&id) {
+        return Err(ApiError::not_found(format!("no live worker '{id}'")));
+    }
+    tracing::info!(worker = %id, "worker drained by an operator");
+    Ok(Json(json!({ "draining": id })))
+}
+
+/// `DELETE /api/workers/tokens/{id}`: the join secret admits nobody from now on.
+pub async fn revoke_token(
+    State(state): S,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> ApiResult<Json<Value>> {
+    state.authorize(&headers, Scope::Admin)?;
+    if !state.store.revoke_join_secret(&id)? {
+        return Err(ApiError::not_found(format!("no join secret '{id}'")));
+    }
+    tracing::info!(id = %id, "join secret revoked");
+    Ok(Json(json!({ "revoked": id })))
+}

@@ -1,0 +1,120 @@
+//! What a worker reports about its host: its devices when it joins, and its process's CPU and
+//! memory with each heartbeat (from `/proc`, Linux).
+
+use infergate_cluster::messages::Devices;
+use std::time::Instant;
+
+/// CPU model, cores and RAM of this host.
+pub fn devices() -> Devices {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let cpu_model = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .and_then(|rest| rest.split_once(':'))
+        .map(|(_, v)| v.trim().to_owned())
+        .unwrap_or_default();
+    Devices {
+        cpu_model,
+        cores: u32::try_from(infergate_engine::sizing::available_cores()).unwrap_or(u32::MAX),
+        ram_bytes: meminfo_kib("MemTotal:").unwrap_or(0) * 1024,
+        gpus: Vec::new(),
+    }
+}
+
+fn meminfo_kib(field: &str) -> Option<u64> {
+    kib_field(&std::fs::read_to_string("/proc/meminfo").ok()?, field)
+}
+
+fn kib_field(text: &str, field: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(field))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// This process's resident memory in bytes.
+pub fn rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| kib_field(&s, "VmRSS:"))
+        .unwrap_or(0)
+        * 1024
+}
+
+/// CPU time of this process (user + system), in clock ticks.
+fn cpu_ticks() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // The command name may hold spaces: fields are counted after its closing parenthesis.
+    let rest = stat.rsplit_once(')')?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the whole line, 12 and 13 after the name.
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    Some(utime + stime)
+}
+
+/// CPU use of this process between two heartbeats, in percent of one core.
+pub struct CpuSampler {
+    last: Option<(Instant, u64)>,
+}
+
+/// Linux reports CPU times in USER_HZ ticks, 100 a second on every architecture it supports.
+const TICKS_PER_SECOND: f64 = 100.0;
+
+impl CpuSampler {
+    pub fn new() -> CpuSampler {
+        CpuSampler {
+            last: cpu_ticks().map(|t| (Instant::now(), t)),
+        }
+    }
+
+    pub fn sample(&mut self) -> f64 {
+        let Some(now_ticks) = cpu_ticks() else {
+            return 0.0;
+        };
+        let now = Instant::now();
+        let percent = match self.last {
+            Some((then, ticks)) => {
+                let wall = now.duration_since(then).as_secs_f64();
+                if wall > 0.0 {
+                    (now_ticks.saturating_sub(ticks) as f64 / TICKS_PER_SECOND) / wall * 100.0
+                } else {
+                    0.0
+                }
+            }
+            None => 0.0,
+        };
+        self.last = Some((now, now_ticks));
+        percent
+    }
+}
+
+impl Default for CpuSampler {
+    fn default() -> Self {
+        CpuSampler::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn this_host_and_process_are_described() {
+        let d = devices();
+        assert!(d.cores >= 1);
+        assert!(d.ram_bytes > 0);
+        assert!(rss_bytes() > 0);
+        let mut cpu = CpuSampler::new();
+        // Burn a little CPU so the sample has something to measure.
+        let mut x = 0u64;
+        for i in 0..5_000_000u64 {
+            x = x.wrapping_mul(31).wrapping_add(i);
+        }
+        std::hint::black_box(x);
+        assert!(cpu.sample() >= 0.0);
+        assert_eq!(kib_field("VmRSS:\t  2048 kB\n", "VmRSS:"), Some(2048));
+    }
+}

@@ -1,0 +1,189 @@
+//! A worker's connection to its manager: join, heartbeats, deregistration and model files, over
+//! the manager's HTTPS port with the manager's certificate checked against the join secret's
+//! pin (see [`super::tls`]).
+
+use super::tls::{worker_client_config, MANAGER_NAME};
+use crate::store::models::ModelRecord;
+use anyhow::{anyhow, bail, Context};
+use infergate_cluster::messages::{JoinRequest, JoinResponse, Report};
+use serde::de::DeserializeOwned;
+use std::time::Duration;
+
+pub struct ManagerLink {
+    client: reqwest::Client,
+    /// `https://manager.infergate-cluster:PORT`, mapped to the manager's address.
+    base: String,
+    /// Where the operator said the manager is, for messages.
+    shown: String,
+    join_secret: String,
+}
+
+/// Why a call to the manager failed.
+#[derive(Debug)]
+pub enum LinkError {
+    /// The manager answered and said no (bad secret, unknown or removed worker...).
+    Refused(String),
+    /// No answer, or a server error: try again later.
+    Unreachable(String),
+}
+
+impl std::fmt::Display for LinkError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LinkError::Refused(m) => write!(f, "refused: {m}"),
+            LinkError::Unreachable(m) => write!(f, "unreachable: {m}"),
+        }
+    }
+}
+
+impl ManagerLink {
+    /// `join_url` is the manager's base URL (`https://host:port`); `pin` the cluster CA's
+    /// SHA-256 from the join secret.
+    pub async fn new(join_url: &str, join_secret: &str, pin: &str) -> anyhow::Result<ManagerLink> {
+        let url = reqwest::Url::parse(join_url)
+            .with_context(|| format!("--join '{join_url}' is not a URL"))?;
+        if url.scheme() != "https" {
+            bail!("--join must be an https:// URL (manager and workers talk over TLS only)");
+        }
+        let host = url
+            .host_str()
+            .ok_or_else(|| anyhow!("--join '{join_url}' has no host"))?
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_owned();
+        let port = url.port_or_known_default().unwrap_or(443);
+        let addr = tokio::net::lookup_host((host.as_str(), port))
+            .await
+            .with_context(|| format!("resolving the manager's address {host}:{port}"))?
+            .next()
+            .ok_or_else(|| anyhow!("the manager's host {host} has no address"))?;
+        let client = reqwest::Client::builder()
+            .use_preconfigured_tls(worker_client_config(pin)?)
+            .resolve(MANAGER_NAME, addr)
+            .connect_timeout(Duration::from_secs(3))
+            .timeout(Duration::from_secs(30))
+            .build()?;
+        Ok(ManagerLink {
+            client,
+            base: format!("https://{MANAGER_NAME}:{port}"),
+            shown: format!("{host}:{port}"),
+            join_secret: join_secret.to_owned(),
+        })
+    }
+
+    pub fn shown(&self) -> &str {
+        &self.shown
+    }
+
+    async fn call(&self, request: reqwest::RequestBuilder) -> Result<reqwest::Response, LinkError> {
+        let response = request
+            .send()
+            .await
+            .map_err(|e| LinkError::Unreachable(format!("manager {}: {e:#}", self.shown)))?;
+        let status = response.status();
+        if status.is_success() {
+            return Ok(response);
+        }
+        let body: serde_json::Value = response.json().await.unwrap_or_default();
+        let message = format!(
+            "manager {} answered {status}: {}",
+            self.shown,
+            body["error"].as_str().unwrap_or("no error message")
+        );
+        if status.is_server_error() {
+            Err(LinkError::Unreachable(message))
+        } else {
+            Err(LinkError::Refused(message))
+        }
+    }
+
+    async fn json<T: DeserializeOwned>(&self, response: reqwest::Response) -> Result<T, LinkError> {
+        response
+            .json()
+            .await
+            .map_err(|e| LinkError::Unreachable(format!("manager {}: bad answer: {e}", self.shown)))
+    }
+
+    pub async fn join(&self, request: &JoinRequest) -> Result<JoinResponse, LinkError> {
+        let response = self
+            .call(
+                self.client
+                    .post(format!("{}/cluster/v1/join", self.base))
+                    .bearer_auth(&self.join_secret)
+                    .json(request),
+            )
+            .await?;
+        self.json(response).await
+    }
+
+    pub async fn heartbeat(&self, credential: &str, report: &Report) -> Result<(), LinkError> {
+        self.call(
+            self.client
+                .post(format!("{}/cluster/v1/heartbeat", self.base))
+                .bearer_auth(credential)
+                .json(report),
+        )
+        .await
+        .map(drop)
+    }
+
+    pub async fn deregister(&self, credential: &str) -> Result<(), LinkError> {
+        self.call(
+            self.client
+                .post(format!("{}/cluster/v1/deregister", self.base))
+                .bearer_auth(credential),
+        )
+        .await
+        .map(drop)
+    }
+
+    pub async fn model(
+        &self,
+        credential: &str,
+        name: &str,
+        version: u64,
+    ) -> Result<ModelRecord, LinkError> {
+        let response = self
+            .call(
+                self.client
+                    .get(format!(
+                        "{}/cluster/v1/models/{name}/versions/{version}",
+                        self.base
+                    ))
+                    .bearer_auth(credential),
+            )
+            .await?;
+        self.json(response).await
+    }
+
+    /// The version the manager serves by default for `name`.
+    pub async fn model_latest(
+        &self,
+        credential: &str,
+        name: &str,
+    ) -> Result<ModelRecord, LinkError> {
+        let response = self
+            .call(
+                self.client
+                    .get(format!("{}/cluster/v1/models/{name}", self.base))
+                    .bearer_auth(credential),
+            )
+            .await?;
+        self.json(response).await
+    }
+
+    /// A model file's bytes as they stream in; no overall timeout (files are large).
+    pub async fn blob(
+        &self,
+        credential: &str,
+        sha256: &str,
+    ) -> Result<reqwest::Response, LinkError> {
+        self.call(
+            self.client
+                .get(format!("{}/cluster/v1/blobs/{sha256}", self.base))
+                .bearer_auth(credential)
+                .timeout(Duration::from_secs(24 * 3600)),
+        )
+        .await
+    }
+}

@@ -1,0 +1,445 @@
+//! The manager's side of the cluster: admitting workers (join secrets, credentials, the cluster
+//! CA), keeping the live registry from their heartbeats, and choosing where a model version
+//! runs: the local engine (an all-in-one server counts it as one worker) or a worker.
+
+use super::material::Material;
+use super::metrics::RoutingCounters;
+use super::ClusterConfig;
+use crate::error::{ApiError, ApiResult};
+use crate::store::workers::WorkerRecord;
+use crate::store::{now_secs, Store};
+use infergate_cluster::credential;
+use infergate_cluster::join::JoinSecret;
+use infergate_cluster::liveness::{Heartbeat, WorkerState};
+use infergate_cluster::messages::{JoinRequest, JoinResponse, LoadedModel, Report};
+use infergate_cluster::registry::{Registry, Transition, WorkerInfo, WorkerView};
+use infergate_cluster::routing::{self, Candidate, NoWorker, Policy};
+use parking_lot::Mutex;
+use rand::RngCore;
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The id the local engine has among the workers (worker ids are `w-` + 16 hex digits).
+pub const LOCAL: &str = "local";
+
+pub struct Manager {
+    material: Material,
+    registry: Mutex<Registry>,
+    /// The mutual-TLS client for inference on workers.
+    pub client: reqwest::Client,
+    pub config: ClusterConfig,
+    policy: Policy,
+    /// Requests running on the local engine, for routing.
+    local_outstanding: AtomicU32,
+    counters: RoutingCounters,
+    /// Scale-out loads under way (`worker model:version`), so one is asked once.
+    warming: Arc<Mutex<HashSet<String>>>,
+}
+
+/// Where a request goes.
+pub enum Choice {
+    Local,
+    Worker { id: String, advertise: String },
+}
+
+impl Manager {
+    pub fn new(store: &Store, config: ClusterConfig) -> anyhow::Result<Manager> {
+        let material = Material::open(store.dir())?;
+        let client = reqwest::Client::builder()
+            .use_preconfigured_tls(super::tls::manager_client_config(&material.ca)?)
+            .connect_timeout(Duration::from_secs(3))
+            .build()?;
+        let heartbeat = Heartbeat {
+            interval: Duration::from_millis(config.heartbeat_ms.max(100)),
+            missed: config.missed_heartbeats.max(1),
+        };
+        Ok(Manager {
+            material,
+            registry: Mutex::new(Registry::new(heartbeat)),
+            client,
+            policy: Policy {
+                scale_out_queue_delay: Duration::from_millis(config.scale_out_queue_delay_ms),
+            },
+            local_outstanding: AtomicU32::new(0),
+            counters: RoutingCounters::default(),
+            warming: Arc::new(Mutex::new(HashSet::new())),
+            config,
+        })
+    }
+
+    pub fn material(&self) -> &Material {
+        &self.material
+    }
+
+    pub fn heartbeat(&self) -> Heartbeat {
+        self.registry.lock().heartbeat()
+    }
+
+    /// A worker presenting a join secret: on success it is registered (durably and live) and
+    /// gets its certificate and credential. A refused join records nothing.
+    pub fn join(
+        &self,
+        store: &Store,
+        secret: &str,
+        request: JoinRequest,
+    ) -> ApiResult<JoinResponse> {
+        let join = JoinSecret::parse(secret).map_err(|e| ApiError::unauthorized(e.to_string()))?;
+        if join.ca_pin != self.material.ca.pin() {
+            return Err(ApiError::unauthorized(
+                "join secret was made for another cluster (its CA pin is not this manager's)",
+            ));
+        }
+        join.verify(
+            store.join_secret(&join.id)?.as_ref(),
+            now_secs().max(0) as u64,
+        )
+        .map_err(|e| ApiError::unauthorized(e.to_string()))?;
+        let host = advertised_host(&request.advertise)?;
+        let id = match request.worker_id {
+            Some(id) if is_worker_id(&id) => id,
+            Some(id) => {
+                return Err(ApiError::bad_request(format!(
+                    "worker id '{id}' is not one this manager issues (w- and 16 hex digits)"
+                )))
+            }
+            None => new_worker_id(),
+        };
+        let removed = || {
+            ApiError::unauthorized(format!(
+                "worker '{id}' was removed by an operator: it may join again only as a new worker (delete worker-id in its data directory)"
+            ))
+        };
+        if store.worker(&id)?.is_some_and(|w| w.removed_at.is_some()) {
+            return Err(removed());
+        }
+        let issued =
+            self.material.ca.issue(&id, &[host]).map_err(|e| {
+                ApiError::internal(format!("issuing the worker's certificate: {e}"))
+            })?;
+        let credential = credential::issue(&id);
+        let record = WorkerRecord {
+            id: id.clone(),
+            advertise: request.advertise.clone(),
+            version: request.version.clone(),
+            devices: request.devices.clone(),
+            credential_sha256: credential.sha256,
+            joined_with: join.id.clone(),
+            joined_at: now_secs(),
+            removed_at: None,
+        };
+        if !store.upsert_worker(&record)? {
+            return Err(removed());
+        }
+        let transition = self.registry.lock().join(info(&record), Instant::now());
+        log_transition(&transition);
+        tracing::info!(worker = %id, advertise = %request.advertise, version = %request.version, "worker joined");
+        Ok(JoinResponse {
+            worker_id: id,
+            cert_pem: issued.cert_pem,
+            key_pem: issued.key_pem,
+            ca_pem: self.material.ca.cert_pem().to_owned(),
+            token_public_key: hex::encode(self.material.signer.public_key()),
+            credential: credential.text,
+            heartbeat_interval_ms: self.heartbeat().interval.as_millis() as u64,
+        })
+    }
+
+    /// The worker a credential belongs to: 401 (join again) when unknown, wrong or removed.
+    pub fn authenticate(&self, store: &Store, presented: &str) -> ApiResult<WorkerRecord> {
+        let refused = || {
+            ApiError::unauthorized(
+                "worker credential is unknown, wrong or removed: join again with a join secret",
+            )
+        };
+        let presented = credential::parse(presented).ok_or_else(refused)?;
+        match store.worker(presented.worker_id)? {
+            Some(record)
+                if record.removed_at.is_none() && presented.matches(&record.credential_sha256) =>
+            {
+                Ok(record)
+            }
+            _ => Err(refused()),
+        }
+    }
+
+    /// A heartbeat from an authenticated worker. One the live registry does not know (this
+    /// manager restarted since it joined) is registered again from the store.
+    pub fn report(&self, record: &WorkerRecord, report: Report) {
+        let now = Instant::now();
+        let mut registry = self.registry.lock();
+        let transition = match registry.report(&record.id, report.clone(), now) {
+            Ok(t) => t,
+            Err(_) => {
+                log_transition(&registry.join(info(record), now));
+                registry.report(&record.id, report, now).ok().flatten()
+            }
+        };
+        if let Some(t) = transition {
+            log_transition(&t);
+        }
+    }
+
+    /// The worker leaves routing at once (operator removal or its own deregistration).
+    pub fn forget(&self, id: &str) -> bool {
+        let transition = self.registry.lock().remove(id);
+        if let Some(t) = &transition {
+            log_transition(t);
+        }
+        transition.is_some()
+    }
+
+    /// An operator drains a worker: no new requests; false when it is not registered.
+    pub fn drain(&self, id: &str) -> bool {
+        match self.registry.lock().drain(id, Instant::now()) {
+            Ok(transition) => {
+                if let Some(t) = &transition {
+                    log_transition(t);
+                }
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Turns workers whose heartbeats stopped into `lost`; run on a timer.
+    pub fn sweep(&self) {
+        for t in self.registry.lock().sweep(Instant::now()) {
+            log_transition(&t);
+        }
+    }
+
+    /// Where one request for `model` goes, skipping the workers in `tried`. The local engine
+    /// is a candidate like any worker unless the server runs without one.
+    pub fn choose(
+        &self,
+        model: &LoadedModel,
+        local_loaded: bool,
+        tried: &[String],
+    ) -> ApiResult<Choice> {
+        let registry = self.registry.lock();
+        let mut candidates: Vec<Candidate<'_>> = registry.candidates(model, Instant::now());
+        if self.config.local_engine {
+            if candidates.is_empty() {
+                return Ok(Choice::Local);
+            }
+            candidates.push(Candidate {
+                id: LOCAL,
+                state: WorkerState::Ready,
+                loaded: local_loaded,
+                outstanding: self.local_outstanding.load(Ordering::Relaxed),
+            });
+        }
+        let tried: Vec<&str> = tried.iter().map(String::as_str).collect();
+        self.pick(&registry, model, &candidates, &tried)
+    }
+
+    /// A worker (never the local engine) for a direct-mode client of `model`: its id and
+    /// address.
+    pub fn choose_worker(&self, model: &LoadedModel) -> ApiResult<(String, String)> {
+        let registry = self.registry.lock();
+        let candidates = registry.candidates(model, Instant::now());
+        match self.pick(&registry, model, &candidates, &[])? {
+            Choice::Worker { id, advertise } => Ok((id, advertise)),
+            Choice::Local => Err(ApiError::internal(
+                "the local engine is not a direct-mode worker",
+            )),
+        }
+    }
+
+    /// Routes among `candidates` (see `infergate_cluster::routing`); a version's affinity key
+    /// is `name:version`.
+    fn pick(
+        &self,
+        registry: &Registry,
+        model: &LoadedModel,
+        candidates: &[Candidate<'_>],
+        tried: &[&str],
+    ) -> ApiResult<Choice> {
+        let key = format!("{}:{}", model.name, model.version);
+        let delay = routing::queue_delay(
+            candidates
+                .iter()
+                .filter(|c| c.loaded && c.state.routable() && c.id != LOCAL)
+                .filter_map(|c| Some((c.outstanding, registry.report_of(c.id)?.p50_ms))),
+        );
+        let route = routing::route(
+            &key,
+            candidates,
+            tried,
+            delay,
+            &self.policy,
+            &mut rand::rng(),
+        )
+        .map_err(|e| {
+            RoutingCounters::count(&self.counters.no_worker);
+            no_worker(model, e)
+        })?;
+        if let Some(also) = route.load_also.filter(|w| *w != LOCAL) {
+            if let Some(advertise) = registry.address(also) {
+                self.scale_out(also, advertise, model, &key);
+            }
+        }
+        if route.worker == LOCAL {
+            return Ok(Choice::Local);
+        }
+        let advertise = registry
+            .address(route.worker)
+            .ok_or_else(|| ApiError::internal("a routed worker has no address"))?;
+        Ok(Choice::Worker {
+            id: route.worker.to_owned(),
+            advertise: advertise.to_owned(),
+        })
+    }
+
+    /// Asks `worker` (in the background, once at a time) to load a model whose copies fall
+    /// behind; it then reports the version loaded and shares the traffic.
+    fn scale_out(&self, worker: &str, advertise: &str, model: &LoadedModel, key: &str) {
+        let task = format!("{worker} {key}");
+        if !self.warming.lock().insert(task.clone()) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            self.warming.lock().remove(&task);
+            return;
+        };
+        tracing::info!(worker = %worker, model = %key, "scale-out: loading the model on one more worker");
+        let client = self.client.clone();
+        let url = format!(
+            "https://{advertise}/v2/repository/models/{}/versions/{}/load",
+            model.name, model.version
+        );
+        let timeout = Duration::from_secs(self.config.request_timeout_s.max(1));
+        let warming = self.warming.clone();
+        runtime.spawn(async move {
+            let answer = client.post(&url).timeout(timeout).send().await;
+            match answer {
+                Ok(r) if r.status().is_success() => {}
+                Ok(r) => tracing::warn!(url = %url, status = %r.status(), "scale-out load refused"),
+                Err(e) => tracing::warn!(url = %url, error = %e, "scale-out load failed"),
+            }
+            warming.lock().remove(&task);
+        });
+    }
+
+    /// Counts a request as outstanding on `id` until the guard drops.
+    pub fn begin(&self, id: &str) -> Outstanding<'_> {
+        if id == LOCAL {
+            self.local_outstanding.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.registry.lock().begin(id);
+        }
+        Outstanding {
+            manager: self,
+            id: id.to_owned(),
+        }
+    }
+
+    pub fn view(&self) -> Vec<WorkerView> {
+        self.registry.lock().view(Instant::now())
+    }
+
+    pub fn counters(&self) -> &RoutingCounters {
+        &self.counters
+    }
+
+    pub fn local_outstanding(&self) -> u32 {
+        self.local_outstanding.load(Ordering::Relaxed)
+    }
+}
+
+pub struct Outstanding<'a> {
+    manager: &'a Manager,
+    id: String,
+}
+
+impl Drop for Outstanding<'_> {
+    fn drop(&mut self) {
+        if self.id == LOCAL {
+            self.manager
+                .local_outstanding
+                .fetch_sub(1, Ordering::Relaxed);
+        } else {
+            self.manager.registry.lock().end(&self.id);
+        }
+    }
+}
+
+fn no_worker(model: &LoadedModel, e: NoWorker) -> ApiError {
+    let why = match e {
+        NoWorker::NoneReady => "no worker is ready to serve it",
+        NoWorker::AllTried => "its worker failed and no other worker is ready",
+    };
+    ApiError::unavailable(format!(
+        "model '{}' version {}: {why}",
+        model.name, model.version
+    ))
+}
+
+fn info(record: &WorkerRecord) -> WorkerInfo {
+    WorkerInfo {
+        id: record.id.clone(),
+        advertise: record.advertise.clone(),
+        version: record.version.clone(),
+        devices: record.devices.clone(),
+    }
+}
+
+fn log_transition(t: &Transition) {
+    let show = |s: Option<WorkerState>| s.map_or("unregistered", WorkerState::as_str);
+    if t.to == Some(WorkerState::Lost) {
+        tracing::warn!(worker = %t.worker, from = show(t.from), "worker lost: no heartbeat");
+    } else {
+        tracing::info!(worker = %t.worker, from = show(t.from), to = show(t.to), "worker state");
+    }
+}
+
+fn new_worker_id() -> String {
+    let mut bytes = [0u8; 8];
+    rand::rng().fill_bytes(&mut bytes);
+    format!("w-{}", hex::encode(bytes))
+}
+
+fn is_worker_id(id: &str) -> bool {
+    id.strip_prefix("w-")
+        .is_some_and(|hex| hex.len() == 16 && hex.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
+/// The host of `host:port` (IPv6 in brackets), for the worker's certificate.
+fn advertised_host(advertise: &str) -> ApiResult<String> {
+    let bad = || {
+        ApiError::bad_request(format!(
+            "advertise address '{advertise}' must be host:port (IPv6 as [addr]:port)"
+        ))
+    };
+    let (host, port) = advertise.rsplit_once(':').ok_or_else(bad)?;
+    port.parse::<u16>().map_err(|_| bad())?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let plausible = !host.is_empty()
+        && host
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-.:".contains(&b));
+    if !plausible {
+        return Err(bad());
+    }
+    Ok(host.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn advertised_addresses_and_worker_ids_are_checked() {
+        assert_eq!(advertised_host("10.0.0.2:8445").unwrap(), "10.0.0.2");
+        assert_eq!(advertised_host("[::1]:8445").unwrap(), "::1");
+        assert_eq!(advertised_host("gpu-1.lan:1").unwrap(), "gpu-1.lan");
+        for bad in ["", "host", "host:port", ":80", "a b:80", "host:99999"] {
+            assert!(advertised_host(bad).is_err(), "{bad}");
+        }
+        assert!(is_worker_id(&new_worker_id()));
+        assert!(!is_worker_id(LOCAL));
+        assert!(!is_worker_id("w-../../etc"));
+    }
+}

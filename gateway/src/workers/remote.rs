@@ -1,0 +1,208 @@
+//! One inference on a worker: KServe v2 over HTTP with Triton's binary tensor extension (no
+//! JSON number formatting on either side), on the manager's mutual-TLS client.
+
+use crate::error::ApiError;
+use bytes::Bytes;
+use http::StatusCode;
+use infergate_engine::{InferOptions, Tensor};
+use infergate_protocol::kserve::{self, InferRequest, InputTensor, HEADER_LENGTH};
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+use std::time::Duration;
+
+/// The header that tells a worker which configuration of the version the manager holds, so a
+/// config changed on the manager reaches the worker with the next request.
+pub const CONFIG_HEADER: &str = "x-infergate-model-config";
+
+/// A short digest of a version's configuration.
+pub fn config_digest(config: &Value) -> String {
+    use sha2::Digest;
+    hex::encode(&sha2::Sha256::digest(config.to_string().as_bytes())[..8])
+}
+
+/// A request body, encoded once and sent to as many workers as it takes.
+pub struct Encoded {
+    body: Bytes,
+    header_len: usize,
+}
+
+pub fn encode(inputs: &[Tensor], outputs: &[String], options: InferOptions) -> Encoded {
+    let mut binary = Vec::new();
+    let described: Vec<Value> = inputs
+        .iter()
+        .map(|t| {
+            let before = binary.len();
+            infergate_protocol::binary::encode(t, &mut binary);
+            json!({
+                "name": t.name,
+                "shape": t.shape,
+                "datatype": t.datatype.name(),
+                "parameters": {"binary_data_size": binary.len() - before},
+            })
+        })
+        .collect();
+    let mut parameters = Map::new();
+    parameters.insert("binary_data_output".into(), Value::Bool(true));
+    if options.priority > 0 {
+        parameters.insert("priority".into(), options.priority.into());
+    }
+    if let Some(timeout) = options.timeout {
+        let micros = u64::try_from(timeout.as_micros()).unwrap_or(u64::MAX);
+        parameters.insert("timeout".into(), micros.into());
+    }
+    let mut document = json!({"inputs": described, "parameters": parameters});
+    if !outputs.is_empty() {
+        document["outputs"] = outputs.iter().map(|name| json!({"name": name})).collect();
+    }
+    let mut body = document.to_string().into_bytes();
+    let header_len = body.len();
+    body.extend_from_slice(&binary);
+    Encoded {
+        body: Bytes::from(body),
+        header_len,
+    }
+}
+
+/// Why a worker gave no answer: whether another worker may be tried.
+pub enum Failure {
+    /// The worker answered with an error that is the request's or the model's (4xx, 500): the
+    /// client gets it as is, no retry (another worker would answer the same).
+    Answered(ApiError),
+    /// No answer (connection refused or reset, the worker died mid-response) or the worker
+    /// refused new work (503 while draining): safe to try another worker.
+    Unreachable(String),
+    /// The request's deadline passed with the worker silent (hung): not retried, the time
+    /// is spent.
+    TimedOut(String),
+}
+
+#[derive(Deserialize)]
+struct Answer {
+    outputs: Vec<InputTensor>,
+}
+
+/// The worker, model version (and its configuration's digest) a request goes to.
+pub struct Destination<'a> {
+    pub advertise: &'a str,
+    pub model: &'a str,
+    pub version: u64,
+    pub config_digest: &'a str,
+}
+
+pub async fn infer(
+    client: &reqwest::Client,
+    to: &Destination<'_>,
+    request: &Encoded,
+    timeout: Duration,
+) -> Result<Vec<Tensor>, Failure> {
+    let Destination {
+        advertise,
+        model,
+        version,
+        ..
+    } = *to;
+    let url = format!("https://{advertise}/v2/models/{model}/versions/{version}/infer");
+    let failed = |e: reqwest::Error| {
+        if e.is_timeout() {
+            Failure::TimedOut(format!(
+                "worker {advertise} did not answer within {timeout:?}"
+            ))
+        } else {
+            Failure::Unreachable(format!("worker {advertise}: {e}"))
+        }
+    };
+    let response = client
+        .post(&url)
+        .header(HEADER_LENGTH, request.header_len)
+        .header(CONFIG_HEADER, to.config_digest)
+        .header(http::header::CONTENT_TYPE, "application/octet-stream")
+        .body(request.body.clone())
+        .timeout(timeout)
+        .send()
+        .await
+        .map_err(failed)?;
+    let status = response.status();
+    let header_len = response
+        .headers()
+        .get(HEADER_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    let retry_after = response
+        .headers()
+        .get(http::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let body = response.bytes().await.map_err(failed)?;
+    if !status.is_success() {
+        let message = serde_json::from_slice::<Value>(&body)
+            .ok()
+            .and_then(|v| v["error"].as_str().map(str::to_owned))
+            .unwrap_or_else(|| format!("worker {advertise} answered {status}"));
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            return Err(Failure::Unreachable(format!(
+                "worker {advertise}: {message}"
+            )));
+        }
+        let mut error = ApiError::new(status, message);
+        error.retry_after = retry_after;
+        return Err(Failure::Answered(error));
+    }
+    decode(&body, header_len).map_err(|e| {
+        Failure::Answered(ApiError::new(
+            StatusCode::BAD_GATEWAY,
+            format!("worker {advertise} sent an answer that does not decode: {e}"),
+        ))
+    })
+}
+
+fn decode(body: &[u8], header_len: Option<usize>) -> Result<Vec<Tensor>, String> {
+    let (document, binary) =
+        infergate_protocol::binary::split_body(body, header_len).map_err(|e| e.0)?;
+    let answer: Answer = serde_json::from_slice(document).map_err(|e| e.to_string())?;
+    // An answer's outputs have the shape of a request's inputs: decode them the same way.
+    let mut as_request = InferRequest {
+        id: None,
+        parameters: Map::new(),
+        inputs: answer.outputs,
+        outputs: Vec::new(),
+    };
+    kserve::decode_inputs(&mut as_request, binary).map_err(|e| e.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use infergate_engine::{DataType, TensorData};
+
+    #[test]
+    fn an_encoded_request_decodes_on_the_worker_and_an_answer_decodes_back() {
+        let x = Tensor {
+            name: "x".into(),
+            datatype: DataType::Fp32,
+            shape: vec![1, 2],
+            data: TensorData::Raw(
+                [1.5f32, -2.0]
+                    .iter()
+                    .flat_map(|f| f.to_le_bytes())
+                    .collect(),
+            ),
+        };
+        let options = InferOptions {
+            priority: 2,
+            timeout: Some(Duration::from_millis(5)),
+        };
+        let encoded = encode(std::slice::from_ref(&x), &["y".into()], options);
+        let mut headers = http::HeaderMap::new();
+        headers.insert(HEADER_LENGTH, encoded.header_len.into());
+        let (request, inputs) = crate::api::codec::decode(&headers, &encoded.body).unwrap();
+        assert_eq!(inputs, vec![x.clone()]);
+        let parsed = crate::infer::Request::kserve(&request, inputs).unwrap();
+        assert_eq!(parsed.options, options);
+        assert_eq!(parsed.outputs, ["y"]);
+        // The worker answers in binary, as asked; the manager decodes the same tensors.
+        let (body, header_len) =
+            kserve::encode_response(&request, "m", 1, std::slice::from_ref(&x)).unwrap();
+        assert!(header_len.is_some());
+        assert_eq!(decode(&body, header_len).unwrap(), vec![x]);
+    }
+}

@@ -1,0 +1,890 @@
+//! Workers on other hosts (issue 14): a manager and worker processes on 127.0.0.1, joined with a
+//! join secret, mutual TLS between them, requests routed to workers, kill -9 under load, lost
+//! workers, removal, draining on SIGTERM.
+
+use crate::harness::{Options, Server, BIN};
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+/// An infergate process (a worker, or a manager started by hand), killed when dropped.
+struct Worker {
+    child: Child,
+    logs: mpsc::Receiver<String>,
+}
+
+impl Worker {
+    /// Starts `infergate worker` joined to `manager` and waits until it serves.
+    fn start(manager: &str, token: &str, data: &Path) -> Worker {
+        let mut command = Command::new(BIN);
+        command
+            .args(["worker", "--join", manager, "--join-token", token])
+            .args(["--listen", "127.0.0.1:0", "--instances", "1"])
+            .args(["--intra-threads", "1", "--data-dir"])
+            .arg(data);
+        Worker::spawn(command, "worker listening on")
+    }
+
+    /// Runs `command` (an infergate process), reading its log, until it logs `ready`.
+    fn spawn(mut command: Command, ready: &str) -> Worker {
+        let mut child = command
+            .env("INFERGATE_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start infergate");
+        let stderr = child.stderr.take().expect("stderr");
+        let (tx, logs) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let process = Worker { child, logs };
+        process
+            .wait_for_log(ready, Duration::from_secs(60))
+            .unwrap_or_else(|| panic!("no '{ready}' logged within 60 s"));
+        process
+    }
+
+    fn wait_for_log(&self, needle: &str, timeout: Duration) -> Option<String> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.checked_duration_since(Instant::now())?;
+            match self.logs.recv_timeout(left) {
+                Ok(line) if line.contains(needle) => return Some(line),
+                Ok(_) => continue,
+                Err(_) => return None,
+            }
+        }
+    }
+
+    fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    fn terminate(&mut self) -> ExitStatus {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        self.wait(Duration::from_secs(30))
+            .expect("worker exits after SIGTERM")
+    }
+
+    fn wait(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// A manager that runs nothing itself (`--no-local-engine`) with these models registered.
+fn manager(models: &[(&str, &str)], extra: &[String]) -> (tempfile::TempDir, Server) {
+    let data = tempfile::tempdir().unwrap();
+    for (name, file) in models {
+        crate::harness::register(data.path(), name, &crate::harness::model(file));
+    }
+    let mut extra_args = vec!["--no-local-engine".to_owned()];
+    extra_args.extend_from_slice(extra);
+    let s = Server::start_in(
+        data.path(),
+        Options {
+            extra_args,
+            ..Options::default()
+        },
+    );
+    (data, s)
+}
+
+/// A manager with minilm and `[cluster]` settings, and two workers joined and ready. Bind
+/// every field: the directories and processes live as long as their binding.
+struct Two {
+    s: Server,
+    key: String,
+    dirs: tempfile::TempDir,
+    a: Worker,
+    b: Worker,
+    _data: tempfile::TempDir,
+    _config: tempfile::TempDir,
+}
+
+async fn two_workers(cluster: &str) -> Two {
+    let config_dir = tempfile::tempdir().unwrap();
+    let config = config_dir.path().join("infergate.toml");
+    std::fs::write(&config, format!("[cluster]\n{cluster}\n")).unwrap();
+    let (data, s) = manager(
+        &[("minilm", "minilm.onnx")],
+        &["--config".into(), config.display().to_string()],
+    );
+    let key = s.key("infer");
+    let secret = token(data.path());
+    let dirs = tempfile::tempdir().unwrap();
+    let a = Worker::start(&s.addr, &secret, &dirs.path().join("a"));
+    let b = Worker::start(&s.addr, &secret, &dirs.path().join("b"));
+    until(&s, Duration::from_secs(10), "two ready workers", |l| {
+        l.len() == 2
+    })
+    .await;
+    Two {
+        s,
+        key,
+        dirs,
+        a,
+        b,
+        _data: data,
+        _config: config_dir,
+    }
+}
+
+/// Runs `infergate workers ARGS`, expecting success; its stdout.
+fn workers_cli(args: &[&str]) -> String {
+    let out = Command::new(BIN)
+        .arg("workers")
+        .args(args)
+        .output()
+        .expect("infergate workers");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+fn token(data: &Path) -> String {
+    workers_cli(&["token", "create", "--data-dir", &data.display().to_string()])
+}
+
+async fn workers(s: &Server) -> Vec<Value> {
+    let v = s.get_json("/api/workers", &s.admin_key).await;
+    v["workers"].as_array().cloned().unwrap_or_default()
+}
+
+/// Polls `/api/workers` until `done` holds (at most `timeout`).
+async fn until(
+    s: &Server,
+    timeout: Duration,
+    what: &str,
+    done: impl Fn(&[Value]) -> bool,
+) -> Vec<Value> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let list = workers(s).await;
+        if done(&list) {
+            return list;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what} within {timeout:?}; workers: {list:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The id of the worker that reports the model loaded (waiting for its heartbeat).
+async fn holding_the_model(s: &Server) -> String {
+    let holds = |w: &Value| !w["report"]["models"].as_array().unwrap().is_empty();
+    let list = until(
+        s,
+        Duration::from_secs(10),
+        "the model reported loaded",
+        |l| l.iter().any(holds),
+    )
+    .await;
+    list.into_iter().find(holds).unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+/// Polls until worker `id` is in `state` (at most 20 s: a lost worker needs three heartbeats).
+async fn until_state(s: &Server, id: &str, state: &str) -> Vec<Value> {
+    let what = format!("worker {id} {state}");
+    until(s, Duration::from_secs(20), &what, |l| {
+        state_of(l, id) == Some(state)
+    })
+    .await
+}
+
+fn state_of<'a>(list: &'a [Value], id: &str) -> Option<&'a str> {
+    list.iter()
+        .find(|w| w["id"] == id)
+        .and_then(|w| w["state"].as_str())
+}
+
+fn body() -> Value {
+    json!({"inputs": [
+        {"name": "input_ids", "shape": [1, 6], "datatype": "INT64", "data": [101, 1996, 4937, 7719, 1012, 102]},
+        {"name": "attention_mask", "shape": [1, 6], "datatype": "INT64", "data": [1, 1, 1, 1, 1, 1]},
+        {"name": "token_type_ids", "shape": [1, 6], "datatype": "INT64", "data": [0, 0, 0, 0, 0, 0]},
+    ]})
+}
+
+async fn infer(s: &Server, key: &str) -> Result<Vec<f64>, (u16, String)> {
+    infer_at(&s.client, &s.url("/v2/models/minilm/infer"), key).await
+}
+
+async fn infer_at(
+    client: &reqwest::Client,
+    url: &str,
+    key: &str,
+) -> Result<Vec<f64>, (u16, String)> {
+    let resp = client
+        .post(url)
+        .bearer_auth(key)
+        .json(&body())
+        .send()
+        .await
+        .map_err(|e| (0, e.to_string()))?;
+    let status = resp.status().as_u16();
+    let retry_after = resp.headers().get("retry-after").is_some();
+    let v: Value = resp.json().await.map_err(|e| (status, e.to_string()))?;
+    if status != 200 {
+        let message = v["error"].as_str().unwrap_or_default().to_owned();
+        return Err((status, format!("{message} (retry-after: {retry_after})")));
+    }
+    Ok(v["outputs"][0]["data"]
+        .as_array()
+        .expect("output data")
+        .iter()
+        .map(|x| x.as_f64().unwrap_or(f64::NAN))
+        .collect())
+}
+
+/// A direct-mode client for an assign answer: it trusts the cluster CA the answer carries.
+fn direct_client(grant: &Value) -> reqwest::Client {
+    let ca = grant["ca_pem"]
+        .as_str()
+        .expect("the cluster CA in the answer");
+    reqwest::Client::builder()
+        .use_rustls_tls()
+        .add_root_certificate(reqwest::Certificate::from_pem(ca.as_bytes()).unwrap())
+        .build()
+        .unwrap()
+}
+
+fn close(a: &[f64], b: &[f64]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| (x - y).abs() < 1e-3)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn workers_join_serve_fail_over_and_leave() {
+    let (data, s) = manager(&[("minilm", "minilm.onnx")], &[]);
+    let key = s.key("infer");
+
+    // No worker yet: 503 with Retry-After, naming the model.
+    let (status, message) = infer(&s, &key).await.unwrap_err();
+    assert_eq!(status, 503, "{message}");
+    assert!(
+        message.contains("'minilm'") && message.contains("retry-after: true"),
+        "{message}"
+    );
+
+    // Bad join secrets are refused and record nothing.
+    let secret = token(data.path());
+    let forged = {
+        let (head, _) = secret.rsplit_once('.').unwrap();
+        let (id, _) = head.split_once('.').unwrap();
+        format!(
+            "{id}.{}.{}",
+            "A".repeat(43),
+            secret.rsplit_once('.').unwrap().1
+        )
+    };
+    // A revoked join secret admits nobody.
+    let revoked = token(data.path());
+    let revoked_id = revoked
+        .trim_start_matches("igj_")
+        .split('.')
+        .next()
+        .unwrap();
+    workers_cli(&[
+        "token",
+        "revoke",
+        revoked_id,
+        "--data-dir",
+        &data.path().display().to_string(),
+    ]);
+    for bad in ["nonsense", forged.as_str(), revoked.as_str()] {
+        let resp = s
+            .client
+            .post(s.url("/cluster/v1/join"))
+            .bearer_auth(bad)
+            .json(&json!({"advertise": "127.0.0.1:1", "version": "x"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 401, "{bad}");
+    }
+    let heartbeat = s
+        .client
+        .post(s.url("/cluster/v1/heartbeat"))
+        .bearer_auth("igw_w-0000000000000000.nope")
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(heartbeat.status(), 401);
+    let oversized = s
+        .client
+        .post(s.url("/cluster/v1/join"))
+        .bearer_auth(&secret)
+        .body(vec![b' '; 100 << 10])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(oversized.status(), 413);
+    assert!(workers(&s).await.is_empty());
+    let bad_worker = Command::new(BIN)
+        .args([
+            "worker",
+            "--join",
+            &s.addr,
+            "--join-token",
+            &forged,
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .arg("--data-dir")
+        .arg(data.path().join("refused-worker"))
+        .output()
+        .unwrap();
+    assert!(!bad_worker.status.success());
+    assert!(
+        String::from_utf8_lossy(&bad_worker.stderr).contains("refused"),
+        "{}",
+        String::from_utf8_lossy(&bad_worker.stderr)
+    );
+
+    // Two workers join and serve through the manager.
+    let dirs = tempfile::tempdir().unwrap();
+    let mut a = Worker::start(&s.addr, &secret, &dirs.path().join("a"));
+    let mut b = Worker::start(&s.addr, &secret, &dirs.path().join("b"));
+    let list = until(&s, Duration::from_secs(10), "two ready workers", |l| {
+        l.len() == 2 && l.iter().all(|w| w["state"] == "ready")
+    })
+    .await;
+    let id_a = std::fs::read_to_string(dirs.path().join("a/worker-id")).unwrap();
+    let id_b = std::fs::read_to_string(dirs.path().join("b/worker-id")).unwrap();
+    assert_ne!(id_a, id_b);
+    assert!(
+        list.iter()
+            .all(|w| w["devices"]["cores"].as_u64().unwrap_or(0) >= 1),
+        "{list:#?}"
+    );
+    let expected = infer(&s, &key)
+        .await
+        .expect("inference through the manager");
+    assert_eq!(expected.len(), 6 * 384);
+
+    // The worker holding the model is killed under 8 concurrent connections: no request fails.
+    let serving = holding_the_model(&s).await;
+    let (victim, survivor_id) = if serving == id_a {
+        (&mut a, &id_b)
+    } else {
+        (&mut b, &id_a)
+    };
+    let done = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let (client, url) = (s.client.clone(), s.url("/v2/models/minilm/infer"));
+        let (key, done, expected) = (key.clone(), done.clone(), expected.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut failures = Vec::new();
+            for _ in 0..25 {
+                match infer_at(&client, &url, &key).await {
+                    Ok(out) if close(&out, &expected) => {}
+                    Ok(_) => failures.push("a different answer".to_owned()),
+                    Err((status, m)) => failures.push(format!("{status}: {m}")),
+                }
+                done.fetch_add(1, Ordering::Relaxed);
+            }
+            failures
+        }));
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while done.load(Ordering::Relaxed) < 40 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    victim.kill9();
+    let mut failures = Vec::new();
+    for t in tasks {
+        failures.extend(t.await.unwrap());
+    }
+    assert_eq!(done.load(Ordering::Relaxed), 200);
+    assert!(
+        failures.is_empty(),
+        "{} failed: {failures:?}",
+        failures.len()
+    );
+    let victim_id = serving.clone();
+    let list = until_state(&s, &victim_id, "lost").await;
+    assert_eq!(state_of(&list, survivor_id), Some("ready"));
+    // The survivor took the traffic over: it fetched the model from the manager and loaded it.
+    until(
+        &s,
+        Duration::from_secs(10),
+        "the survivor reporting the model",
+        |l| {
+            l.iter().any(|w| {
+                w["id"] == survivor_id.as_str()
+                    && w["report"]["models"] == json!([{"name": "minilm", "version": 1}])
+            })
+        },
+    )
+    .await;
+
+    // The failover shows in the metrics: retries, the lost worker down, the survivor up.
+    use crate::websocket::metric;
+    assert!(metric(&s, "infergate_worker_retries_total", &[]).await >= 1.0);
+    // The 503 before any worker joined.
+    assert!(metric(&s, "infergate_worker_unavailable_total", &[]).await >= 1.0);
+    let up = "infergate_worker_up";
+    assert_eq!(metric(&s, up, &[("worker", &victim_id)]).await, 0.0);
+    assert_eq!(metric(&s, up, &[("worker", survivor_id)]).await, 1.0);
+
+    // Restarted on its data directory, it rejoins under the same id.
+    let victim_dir = dirs.path().join(if serving == id_a { "a" } else { "b" });
+    let _back = Worker::start(&s.addr, &secret, &victim_dir);
+    until_state(&s, &victim_id, "ready").await;
+
+    // An operator drains the survivor (CLI on the running manager): no new requests go there.
+    let cert = data.path().join("tls/cert.pem").display().to_string();
+    let online = |args: &[&str]| {
+        let mut all = args.to_vec();
+        all.extend([
+            "--url",
+            &s.addr,
+            "--api-key",
+            &s.admin_key,
+            "--ca-cert",
+            &cert,
+        ]);
+        workers_cli(&all)
+    };
+    online(&["drain", survivor_id]);
+    assert_eq!(state_of(&workers(&s).await, survivor_id), Some("draining"));
+    let listed = online(&["list"]);
+    assert!(
+        listed.contains(survivor_id.as_str()) && listed.contains("draining"),
+        "{listed}"
+    );
+
+    // An operator removes the survivor: out at once, and its rejoin is refused (it stops).
+    let resp = s
+        .client
+        .delete(s.url(&format!("/api/workers/{survivor_id}")))
+        .bearer_auth(&s.admin_key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(state_of(&workers(&s).await, survivor_id), None);
+    let survivor = if serving == id_a { &mut b } else { &mut a };
+    let status = survivor
+        .wait(Duration::from_secs(20))
+        .expect("a removed worker stops");
+    assert!(!status.success());
+
+    // SIGTERM on the other: it drains, deregisters and exits cleanly; then nobody serves.
+    let mut back = _back;
+    assert!(back.terminate().success());
+    until(&s, Duration::from_secs(10), "no worker left", |l| {
+        l.is_empty()
+    })
+    .await;
+    let (status, message) = infer(&s, &key).await.unwrap_err();
+    assert_eq!(status, 503, "{message}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn direct_tokens_are_checked_on_the_worker_and_tampered_model_files_refused() {
+    let (data, s) = manager(&[("minilm", "minilm.onnx"), ("cls", "ocr-cls.onnx")], &[]);
+    let key = s.key("infer");
+    let dirs = tempfile::tempdir().unwrap();
+    let _worker = Worker::start(&s.addr, &token(data.path()), &dirs.path().join("w"));
+    until(&s, Duration::from_secs(10), "the worker ready", |l| {
+        l.len() == 1
+    })
+    .await;
+
+    let assign = |key: String, ttl: u64| {
+        let request = s
+            .client
+            .post(s.url("/v2/models/minilm/assign"))
+            .bearer_auth(key)
+            .json(&json!({ "ttl_s": ttl }));
+        async move {
+            let grant: Value = request.send().await.unwrap().json().await.unwrap();
+            grant
+        }
+    };
+    let grant = assign(key.clone(), 300).await;
+    let worker_url = grant["worker"]
+        .as_str()
+        .expect("a worker address")
+        .to_owned();
+    let direct = direct_client(&grant);
+    let call = |model: &str, token: Option<&str>| {
+        let mut request = direct
+            .post(format!("{worker_url}/v2/models/{model}/infer"))
+            .json(&body());
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        request.send()
+    };
+    let token = grant["token"].as_str().unwrap();
+    let answer = call("minilm", Some(token)).await.unwrap();
+    assert_eq!(answer.status(), 200);
+    let answer: Value = answer.json().await.unwrap();
+    assert_eq!(answer["outputs"][0]["shape"], json!([1, 6, 384]));
+    // A token for minilm does not run cls; no token, a forged one or an expired one: 401.
+    assert_eq!(call("cls", Some(token)).await.unwrap().status(), 403);
+    assert_eq!(call("minilm", None).await.unwrap().status(), 401);
+    let forged = format!("{}x", &token[..token.len() - 1]);
+    assert_eq!(call("minilm", Some(&forged)).await.unwrap().status(), 401);
+    let short = assign(key.clone(), 1).await;
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let expired = call("minilm", short["token"].as_str()).await.unwrap();
+    assert_eq!(expired.status(), 401);
+    let message: Value = expired.json().await.unwrap();
+    assert!(
+        message["error"].as_str().unwrap().contains("expired"),
+        "{message}"
+    );
+
+    // A key's rate limit travels in its token: the worker keeps the client to it.
+    let limited = Command::new(BIN)
+        .args([
+            "keys",
+            "create",
+            "--scope",
+            "infer",
+            "--rps",
+            "0.1",
+            "--burst",
+            "2",
+            "--data-dir",
+        ])
+        .arg(data.path())
+        .output()
+        .unwrap();
+    let limited = String::from_utf8(limited.stdout).unwrap().trim().to_owned();
+    let grant = assign(limited, 300).await;
+    let token = grant["token"].as_str().expect("a token");
+    let statuses = futures_util::future::join_all(
+        (0..3).map(|_| async { call("minilm", Some(token)).await.unwrap() }),
+    )
+    .await;
+    let mut codes: Vec<u16> = statuses.iter().map(|r| r.status().as_u16()).collect();
+    codes.sort_unstable();
+    assert_eq!(
+        codes,
+        [200, 200, 429],
+        "burst 2: the third request at once is refused"
+    );
+    assert!(statuses
+        .iter()
+        .any(|r| r.headers().contains_key("retry-after")));
+
+    // A model file altered on the manager after registration: the worker refuses it.
+    let models: Value = s.get_json("/api/models/cls", &s.admin_key).await;
+    let sha = models["versions"][0]["sha256"]
+        .as_str()
+        .expect("cls sha256")
+        .to_owned();
+    let path = data.path().join(format!("models/{sha}.onnx"));
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes.extend_from_slice(b"tampered");
+    std::fs::write(&path, bytes).unwrap();
+    let resp = s
+        .client
+        .post(s.url("/v2/models/cls/infer"))
+        .bearer_auth(&key)
+        .json(&json!({"inputs": [{"name": "x", "shape": [1, 3, 48, 192], "datatype": "FP32", "data": vec![0.0f32; 3 * 48 * 192]}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 502);
+    let message: Value = resp.json().await.unwrap();
+    assert!(
+        message["error"].as_str().unwrap().contains("sha256"),
+        "{message}"
+    );
+    assert!(!dirs.path().join(format!("w/models/{sha}.onnx")).exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_worker_is_cut_off_by_the_deadline_and_by_heartbeats() {
+    // Fast heartbeats (lost after 3 × 0.5 s) and a short deadline keep this test short.
+    let Two {
+        s,
+        key,
+        dirs,
+        a,
+        b,
+        _data,
+        _config,
+    } = two_workers("heartbeat_ms = 500\nrequest_timeout_s = 2").await;
+    let expected = infer(&s, &key).await.expect("a first answer");
+    let serving = holding_the_model(&s).await;
+    let id_a = std::fs::read_to_string(dirs.path().join("a/worker-id")).unwrap();
+    let hung = if serving == id_a { &a } else { &b };
+    let signal = |sig: &str| {
+        let status = Command::new("kill")
+            .args([sig, &hung.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    };
+    signal("-STOP");
+    // Requests sent before the manager sees the worker lost end at the deadline (504); then
+    // traffic moves to the other worker.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let (mut failures, mut streak) = (Vec::new(), 0);
+    while streak < 5 {
+        assert!(
+            Instant::now() < deadline,
+            "traffic did not move: {failures:?}"
+        );
+        match infer(&s, &key).await {
+            Ok(out) => {
+                assert!(close(&out, &expected));
+                streak += 1;
+            }
+            Err((status, message)) => {
+                assert_eq!(status, 504, "{message}");
+                failures.push(message);
+                streak = 0;
+            }
+        }
+    }
+    assert!(failures.len() <= 3, "{failures:?}");
+    // While requests flow, a worker's heartbeat carries its request rate and latency.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        infer(&s, &key).await.expect("traffic on the other worker");
+        let reports = workers(&s).await;
+        let measured = |w: &Value| {
+            w["report"]["requests_per_s"].as_f64().unwrap_or(0.0) > 0.0
+                && w["report"]["p50_ms"].as_f64().unwrap_or(0.0) > 0.0
+                && w["report"]["p99_ms"].as_f64().unwrap_or(0.0)
+                    >= w["report"]["p50_ms"].as_f64().unwrap_or(0.0)
+        };
+        if reports.iter().any(measured) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no rate or latency reported: {reports:#?}"
+        );
+    }
+    let lost = until_state(&s, &serving, "lost").await;
+    assert!(lost.iter().any(|w| w["state"] == "ready"));
+    // Resumed, it reports again and is ready.
+    signal("-CONT");
+    until_state(&s, &serving, "ready").await;
+}
+
+/// Starts `infergate serve` as a manager on a fixed address (to restart it where its workers
+/// expect it); returns the process (killed when dropped) once it listens.
+fn manager_at(data: &Path, listen: &str, config: &Path) -> Worker {
+    let mut command = Command::new(BIN);
+    command
+        .args(["serve", "--no-local-engine", "--listen", listen])
+        .args(["--grpc-listen", "127.0.0.1:0", "--config"])
+        .arg(config)
+        .arg("--data-dir")
+        .arg(data);
+    Worker::spawn(command, "listening on")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_serve_direct_clients_while_the_manager_restarts_then_report_again() {
+    let data = tempfile::tempdir().unwrap();
+    crate::harness::register(data.path(), "minilm", &crate::harness::model("minilm.onnx"));
+    crate::harness::register(data.path(), "cls", &crate::harness::model("ocr-cls.onnx"));
+    let config = data.path().join("manager.toml");
+    std::fs::write(&config, "[cluster]\nheartbeat_ms = 500\n").unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let listen = format!("127.0.0.1:{port}");
+    let url = format!("https://{listen}");
+    let mut manager = manager_at(data.path(), &listen, &config);
+    let client = crate::harness::client_for(data.path(), false);
+    let admin = std::fs::read_to_string(data.path().join("admin.key")).unwrap();
+    let admin = admin.trim();
+    let listed = |client: reqwest::Client| {
+        let url = format!("{url}/api/workers");
+        async move {
+            let v: Value = client
+                .get(url)
+                .bearer_auth(admin)
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            v["workers"].as_array().cloned().unwrap_or_default()
+        }
+    };
+    let dirs = tempfile::tempdir().unwrap();
+    let _worker = Worker::start(&url, &token(data.path()), &dirs.path().join("w"));
+    let grant: Value = client
+        .post(format!("{url}/v2/models/minilm/assign"))
+        .bearer_auth(admin)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let direct = direct_client(&grant);
+    let worker_infer = format!(
+        "{}/v2/models/minilm/infer",
+        grant["worker"].as_str().unwrap()
+    );
+    let token = grant["token"].as_str().unwrap();
+    let expected = infer_at(&direct, &worker_infer, token)
+        .await
+        .expect("direct");
+
+    // A configuration changed on the manager reaches the worker with the next request: a
+    // post-op added to cls adds its outputs to the worker's answer.
+    let cls_outputs = || async {
+        let v: Value = client
+            .post(format!("{url}/v2/models/cls/infer"))
+            .bearer_auth(admin)
+            .json(&json!({"inputs": [{"name": "x", "shape": [1, 3, 48, 192], "datatype": "FP32", "data": vec![0.5f32; 3 * 48 * 192]}]}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let names: Vec<String> = v["outputs"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{v}"))
+            .iter()
+            .map(|o| o["name"].as_str().unwrap().to_owned())
+            .collect();
+        names
+    };
+    let before = cls_outputs().await;
+    assert_eq!(before.len(), 1, "{before:?}");
+    let post_op =
+        json!({"infergate": {"postprocess": {"op": "softmax_topk", "output": before[0], "k": 1}}});
+    let put = client
+        .put(format!("{url}/api/models/cls/versions/1/config"))
+        .bearer_auth(admin)
+        .body(post_op.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.status(), 200);
+    let after = cls_outputs().await;
+    assert!(after.len() > 1, "{after:?}");
+
+    // The manager dies: the worker keeps serving the direct client (the token is checked
+    // offline, the model file is cached).
+    manager.kill9();
+    for _ in 0..3 {
+        let out = infer_at(&direct, &worker_infer, token)
+            .await
+            .expect("direct without the manager");
+        assert!(close(&out, &expected));
+    }
+
+    // Back on the same address and data directory, it learns the worker again from its next
+    // heartbeat (no new join) and routes to it.
+    let _manager = manager_at(data.path(), &listen, &config);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let list = listed(client.clone()).await;
+        if list.len() == 1 && list[0]["state"] == "ready" {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the worker did not report again: {list:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let through = infer_at(&client, &format!("{url}/v2/models/minilm/infer"), admin)
+        .await
+        .expect("through the restarted manager");
+    assert!(close(&through, &expected));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_model_whose_copy_falls_behind_is_loaded_on_one_more_worker() {
+    // Any wait at all counts as falling behind here, and workers report every 0.5 s.
+    let Two {
+        s,
+        key,
+        dirs: _dirs,
+        a: _a,
+        b: _b,
+        _data,
+        _config,
+    } = two_workers("heartbeat_ms = 500\nscale_out_queue_delay_ms = 1").await;
+    let loaded_on = |l: &[Value]| {
+        l.iter()
+            .filter(|w| w["report"]["models"] == json!([{"name": "minilm", "version": 1}]))
+            .count()
+    };
+    // Eight connections at once until both workers hold the model (bounded in time and count).
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let (client, url) = (s.client.clone(), s.url("/v2/models/minilm/infer"));
+        let (key, stop) = (key.clone(), stop.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut failed = 0;
+            for _ in 0..400 {
+                if stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                failed += usize::from(infer_at(&client, &url, &key).await.is_err());
+            }
+            failed
+        }));
+    }
+    let list = until(
+        &s,
+        Duration::from_secs(30),
+        "the model on both workers",
+        |l| loaded_on(l) == 2,
+    )
+    .await;
+    stop.store(true, Ordering::Relaxed);
+    let mut failed = 0;
+    for t in tasks {
+        failed += t.await.unwrap();
+    }
+    assert_eq!(failed, 0);
+    assert_eq!(loaded_on(&list), 2);
+}
