@@ -6,7 +6,10 @@ Traffic (each kind its own thread, paced so that the 2-core machine is busy but 
 KServe v2 JSON and binary-tensor inference over HTTP, KServe v2 over gRPC (tritonclient), a
 pipeline (pass-through WebAssembly plugin → model), WebSocket streams (`/v2/stream`, a few
 requests per connection, then a fresh connection) and the `/v2/events` feed, API keys created,
-used and revoked, and hostile clients: absurd shapes (must be 400), connections that complete
+used and revoked, Server-Sent Events from `/v1/completions` (the textgen model; some streams read
+to `[DONE]`, some dropped after a few chunks), the repository changing under load (a model version
+uploaded, run and its older versions deleted; a plugin uploaded and deleted, a pipeline's plugins
+swapped; the served model's configuration replaced back and forth), and hostile clients: absurd shapes (must be 400), connections that complete
 TCP/TLS and then say nothing (the server must close them), and request bodies trickled below the
 minimum rate (408 or closed). Anything else a client gets counts as an unexpected error.
 
@@ -101,9 +104,11 @@ def main():
     data = tempfile.mkdtemp(prefix="infergate-soak-")
     run = lambda *a: subprocess.run([BIN, *a], check=True, capture_output=True)
     run("models", "add", "--data-dir", data, "--name", "cls", os.path.join(MODELS, "ocr-cls.onnx"))
+    run("models", "add", "--data-dir", data, "--name", "textgen", os.path.join(MODELS, "textgen.onnx"))
     run("plugins", "add", "--data-dir", data, os.path.join(PLUGINS, "passthrough.wasm"))
     run("pipelines", "put", "--data-dir", data, "cls-pipeline", '{"pre": ["passthrough"], "model": "cls"}')
     proc = subprocess.Popen([BIN, "serve", "--listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0",
+                             "--openai-vocab", os.path.join(MODELS, "textgen-vocab.json"),
                              "--data-dir", data], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     addrs = {}
     for line in proc.stderr:
@@ -293,10 +298,87 @@ def soak(args, data, pid, addrs):
         finally:
             sock.close()
 
+    def sse():
+        """A streamed completion: every other one read to `[DONE]`, the others dropped after three
+        chunks (the server must stop generating and free the stream)."""
+        sse.n = getattr(sse, "n", 0) + 1
+        whole = sse.n % 2 == 0
+        with requests.post(f"{url}/v1/completions", headers=auth, verify=cert, stream=True, timeout=60,
+                           json={"model": "textgen", "prompt": "The weather", "max_tokens": 48,
+                                 "temperature": 0.7, "stream": True}) as r:
+            if r.status_code != 200:
+                return tally.unexpected("sse", f"{r.status_code} {r.text[:200]}")
+            chunks, done = 0, False
+            for line in r.iter_lines():
+                if line == b"data: [DONE]":
+                    done = True
+                    break
+                if line.startswith(b"data: "):
+                    json.loads(line[6:])
+                    chunks += 1
+                    if not whole and chunks == 3:
+                        break
+            if (done and chunks > 0) or (not whole and chunks == 3):
+                tally.good("sse")
+            else:
+                tally.unexpected("sse", f"{chunks} chunks, done {done}")
+
+    churn_bytes = open(os.path.join(MODELS, "ocr-cls.onnx"), "rb").read()
+
+    def model_churn():
+        """A new version of `churn` uploaded and run; all but the newest two deleted."""
+        r = hostile_session.post(f"{url}/api/models/churn/versions", data=churn_bytes, timeout=60)
+        if r.status_code not in (200, 201):
+            return tally.unexpected("model-churn", f"upload: {r.status_code} {r.text[:200]}")
+        version = r.json()["version"]
+        expect("model-churn", hostile_session.post(f"{url}/v2/models/churn/versions/{version}/infer",
+                                                   json=JSON_BODY, timeout=60))
+        listed = hostile_session.get(f"{url}/api/models", timeout=30).json()
+        versions = [m["version"] for m in listed["models"] if m["name"] == "churn"]
+        for old in sorted(versions)[:-2]:
+            gone = hostile_session.delete(f"{url}/api/models/churn/versions/{old}", timeout=30)
+            if gone.status_code not in (200, 204):
+                tally.unexpected("model-churn", f"delete v{old}: {gone.status_code} {gone.text[:200]}")
+
+    counter_bytes = open(os.path.join(PLUGINS, "counter.wasm"), "rb").read()
+    swap = {"n": 0}
+
+    def plugin_swap():
+        """A plugin uploaded (compiled) and deleted again, and a pipeline's pre-plugins swapped
+        between one and two pass-through stages while requests run through it."""
+        swap["n"] += 1
+        up = hostile_session.post(f"{url}/api/plugins", data=counter_bytes, timeout=60)
+        if up.status_code not in (200, 201):
+            return tally.unexpected("plugin-swap", f"upload: {up.status_code} {up.text[:200]}")
+        gone = hostile_session.delete(f"{url}/api/plugins/counter/versions/0.1.0", timeout=30)
+        if gone.status_code not in (200, 204):
+            return tally.unexpected("plugin-swap", f"delete: {gone.status_code} {gone.text[:200]}")
+        pre = ["passthrough"] * (1 + swap["n"] % 2)
+        put = hostile_session.put(f"{url}/api/pipelines/swapped", json={"pre": pre, "model": "cls"}, timeout=30)
+        if put.status_code not in (200, 201):
+            return tally.unexpected("plugin-swap", f"pipeline: {put.status_code} {put.text[:200]}")
+        expect("plugin-swap", hostile_session.post(f"{url}/v2/models/swapped/infer", json=JSON_BODY, timeout=60))
+
+    configs = [{"max_batch_size": 8, "dynamic_batching": {"max_queue_delay_microseconds": 500}},
+               {"max_batch_size": 4, "instance_group": [{"count": 2, "kind": "KIND_CPU"}]}]
+    config_turn = {"n": 0}
+
+    def config_change():
+        """The served model's configuration replaced (batching on, then two instances) while the
+        other threads send it requests."""
+        config_turn["n"] += 1
+        r = hostile_session.put(f"{url}/api/models/cls/config", json=configs[config_turn["n"] % 2], timeout=60)
+        if r.status_code == 200:
+            tally.good("config")
+        else:
+            tally.unexpected("config", f"{r.status_code} {r.text[:200]}")
+
     workers = [
         (0.05, http_json, "http-json"), (0.05, http_binary, "http-binary"), (0.05, grpc_infer, "grpc"),
         (0.1, pipeline, "pipeline"), (0.2, ws_stream, "websocket"), (2.0, events, "events"),
         (1.0, key_churn, "keys"), (0.5, absurd_shape, "absurd-shape"), (0, slow_body, "slow-body"),
+        (1.0, sse, "sse"), (5.0, model_churn, "model-churn"), (10.0, plugin_swap, "plugin-swap"),
+        (7.0, config_change, "config"),
     ]
     workers += [(0, lambda: silent(http, "silent-tls", tls), "silent-tls") for _ in range(SILENT_CONNECTIONS // 2)]
     workers += [(0, lambda: silent(http, "silent-tcp", None), "silent-tcp") for _ in range(SILENT_CONNECTIONS // 4)]
