@@ -1,8 +1,6 @@
 //! infergate: a TLS edge gateway for machine-learning inference.
 //!
-//! - [`cli`]: the `infergate` command and its subcommands.
-//! - [`cli_pipelines`]: its offline `plugins` and `pipelines` subcommands.
-//! - [`cli_workers`]: its `workers` subcommands (join secrets, listing and removing workers).
+//! - [`cli`]: the `infergate` command, one module per subcommand.
 //! - [`config`]: configuration from file, environment and flags.
 //! - [`app`]: start-up (store, admin key, engine, TLS, listener).
 //! - [`server`]: connections, TLS handshake, HTTP/1.1 + HTTP/2, graceful shutdown.
@@ -39,8 +37,6 @@ pub mod app;
 pub mod auth;
 pub mod authenticated;
 pub mod cli;
-pub mod cli_pipelines;
-pub mod cli_workers;
 pub mod coalesce;
 pub mod config;
 pub mod connection;

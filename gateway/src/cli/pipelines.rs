@@ -4,6 +4,7 @@
 //! plugin world, pipelines must name existing plugins in the right position and an existing
 //! model.
 
+use super::table::Table;
 use crate::config::Config;
 use crate::pipeline::registry::PluginRegistry;
 use crate::pipeline::spec::PipelineSpec;
@@ -84,14 +85,12 @@ pub fn plugins(cmd: PluginsCommand) -> anyhow::Result<()> {
         }
         PluginsCommand::List { data_dir } => {
             let (_, registry) = open(&data_dir)?;
-            println!("{:<28} {:<10} {:<5} SHA256", "NAME", "VERSION", "KIND");
+            let mut table = Table::new(&["NAME", "VERSION", "KIND", "SHA256"]);
             for p in registry.all() {
                 let r = &p.record;
-                println!(
-                    "{:<28} {:<10} {:<5} {}",
-                    r.name, r.version, r.kind, r.sha256
-                );
+                table.row([&r.name, &r.version, &r.kind.to_string(), &r.sha256]);
             }
+            table.print();
         }
     }
     Ok(())

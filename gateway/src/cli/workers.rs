@@ -1,7 +1,9 @@
 //! `infergate workers ...`: join secrets for new workers, and the workers that joined, on a data
 //! directory (offline) or a running manager (`--url`, admin key).
 
-use crate::cli::{online, open_store, Target};
+use super::client::{online, Target};
+use super::open_store;
+use super::table::Table;
 use crate::workers::material::Material;
 use anyhow::anyhow;
 use clap::Subcommand;
@@ -55,7 +57,7 @@ pub(crate) enum TokenCommand {
     },
 }
 
-pub(crate) fn workers(cmd: WorkersCommand) -> anyhow::Result<()> {
+pub(super) fn run(cmd: WorkersCommand) -> anyhow::Result<()> {
     match cmd {
         WorkersCommand::Token {
             command: TokenCommand::Create { target, ttl_s },
@@ -152,10 +154,7 @@ pub(crate) fn workers(cmd: WorkersCommand) -> anyhow::Result<()> {
 /// One line per worker: live rows carry a state and last-seen age, offline rows only whether
 /// they were removed.
 fn print_workers(workers: &Value) {
-    println!(
-        "{:<20} {:<10} {:<10} {:<24} {:<8} MODELS",
-        "ID", "STATE", "SEEN", "ADDRESS", "IN-FLIGHT"
-    );
+    let mut table = Table::new(&["ID", "STATE", "SEEN", "ADDRESS", "IN-FLIGHT", "MODELS"]);
     for w in workers.as_array().into_iter().flatten() {
         let state = match w["state"].as_str() {
             Some(s) => s.to_owned(),
@@ -171,16 +170,16 @@ fn print_workers(workers: &Value) {
             .flatten()
             .map(|m| format!("{}:{}", m["name"].as_str().unwrap_or("?"), m["version"]))
             .collect();
-        println!(
-            "{:<20} {:<10} {:<10} {:<24} {:<8} {}",
-            w["id"].as_str().unwrap_or(""),
+        table.row([
+            w["id"].as_str().unwrap_or("").to_owned(),
             state,
             seen,
-            w["advertise"].as_str().unwrap_or(""),
+            w["advertise"].as_str().unwrap_or("").to_owned(),
             w["report"]["in_flight"]
                 .as_u64()
                 .map_or("-".into(), |n| n.to_string()),
-            models.join(",")
-        );
+            models.join(","),
+        ]);
     }
+    table.print();
 }
