@@ -9,7 +9,7 @@
 
 use crate::api::body::reject_unread;
 use crate::auth;
-use crate::error::ApiError;
+use crate::error::{ApiError, Kind};
 use crate::ratelimit::{Admission, LimitKind, Limits, Quota, RateLimit, Rejection};
 use crate::shared_limits::{SharedLimits, Verdict};
 use crate::state::AppState;
@@ -80,14 +80,11 @@ async fn admit_shared(
 
 /// The error for a refusal (429, or 503 when the shared limiter is down and fails closed).
 pub fn rejection_error(rejection: &Rejection) -> ApiError {
-    let status = match rejection.kind {
-        LimitKind::Rate | LimitKind::Concurrency => http::StatusCode::TOO_MANY_REQUESTS,
-        LimitKind::Unavailable => http::StatusCode::SERVICE_UNAVAILABLE,
+    let kind = match rejection.kind {
+        LimitKind::Rate | LimitKind::Concurrency => Kind::RateLimited,
+        LimitKind::Unavailable => Kind::Overloaded,
     };
-    ApiError {
-        retry_after: Some(rejection.retry_after_s),
-        ..ApiError::new(status, rejection.message.clone())
-    }
+    ApiError::new(kind, rejection.message.clone()).retry_after(rejection.retry_after_s)
 }
 
 fn set_quota_headers(headers: &mut HeaderMap, quota: &Quota) {

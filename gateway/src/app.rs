@@ -103,10 +103,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         Some(tokio_rustls::TlsAcceptor::from(setup.config))
     };
     let plugin_host = Arc::new(plugin_host(&config, &store)?);
-    let state = Arc::new(
-        AppState::new(config.clone(), store, engine, plugin_host)
-            .map_err(|e| anyhow!(e.message))?,
-    );
+    let state = Arc::new(AppState::new(config.clone(), store, engine, plugin_host)?);
     // Workers reach this listener by the cluster's own server name and certificate.
     let tls = match tls {
         Some(acceptor) => Some(tokio_rustls::TlsAcceptor::from(
@@ -118,10 +115,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         None => None,
     };
     spawn_worker_sweep(&state);
-    state
-        .plugins
-        .prune_cache(&state.store)
-        .map_err(|e| anyhow!(e.message))?;
+    state.plugins.prune_cache(&state.store)?;
     state.apply_model_configs().await;
     crate::llm::LlmModels::spawn_idle_unloader(&state);
     let router = api::router(state.clone());

@@ -19,7 +19,7 @@ use axum::body::Body;
 use axum::response::IntoResponse;
 use axum::Router;
 use bytes::Bytes;
-use http::{HeaderValue, Request, Response, StatusCode, Version};
+use http::{HeaderValue, Request, Response, Version};
 use hyper::body::{Frame, Incoming};
 use std::future::Future;
 use std::io;
@@ -242,7 +242,7 @@ fn head_over_limits<B>(request: &Request<B>, limits: &Limits) -> Option<ApiError
         .map_or(0, |p| p.as_str().len());
     if target > limits.max_uri_bytes {
         return Some(ApiError::new(
-            StatusCode::URI_TOO_LONG,
+            crate::error::Kind::UriTooLong,
             format!(
                 "the request target is {target} bytes; the limit is {}",
                 limits.max_uri_bytes
@@ -252,7 +252,7 @@ fn head_over_limits<B>(request: &Request<B>, limits: &Limits) -> Option<ApiError
     let headers = request.headers();
     if headers.len() > limits.max_headers {
         return Some(ApiError::new(
-            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            crate::error::Kind::HeadersTooLarge,
             format!(
                 "the request has {} header fields; the limit is {}",
                 headers.len(),
@@ -267,7 +267,7 @@ fn head_over_limits<B>(request: &Request<B>, limits: &Limits) -> Option<ApiError
         .sum();
     if size > limits.max_header_bytes {
         return Some(ApiError::new(
-            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            crate::error::Kind::HeadersTooLarge,
             format!(
                 "the request's header fields are {size} bytes; the limit is {}",
                 limits.max_header_bytes

@@ -94,17 +94,18 @@ pub fn view(state: &AppState, r: &ModelRecord) -> serde_json::Value {
 /// An LLM error as the gateway answers it.
 pub fn api_error(e: LlmError) -> ApiError {
     let message = e.to_string();
-    match e.fault() {
+    let error = match e.fault() {
         Fault::Client | Fault::Model => ApiError::bad_request(message),
-        Fault::Unavailable => ApiError {
-            retry_after: e.retry_after(),
-            ..ApiError::unavailable(message)
-        },
-        Fault::Internal => {
-            tracing::error!(error = %message, "llama.cpp failure");
-            ApiError::internal(message)
+        Fault::Unavailable => {
+            let error = ApiError::unavailable(message);
+            match e.retry_after() {
+                Some(seconds) => error.retry_after(seconds),
+                None => error,
+            }
         }
-    }
+        Fault::Internal => ApiError::internal(message),
+    };
+    error.caused_by(e)
 }
 
 struct Entry {

@@ -10,6 +10,8 @@ use http::{HeaderName, HeaderValue};
 use rand::RngCore;
 use tracing::Instrument;
 
+use crate::error::Logged;
+
 pub const HEADER: HeaderName = HeaderName::from_static("x-request-id");
 const MAX_LEN: usize = 128;
 
@@ -39,7 +41,7 @@ pub fn generate() -> String {
     hex::encode(bytes)
 }
 
-/// The middleware: outermost, so even refused requests carry their id.
+/// The middleware: outermost, so even refused requests carry their id and are logged.
 pub async fn middleware(mut request: Request, next: Next) -> Response {
     let id = request
         .headers()
@@ -57,13 +59,18 @@ pub async fn middleware(mut request: Request, next: Next) -> Response {
     request.extensions_mut().insert(RequestId(id.clone()));
     let started = std::time::Instant::now();
     let mut response = next.run(request).instrument(span.clone()).await;
-    span.in_scope(|| {
-        tracing::debug!(
-            status = response.status().as_u16(),
-            elapsed_ms = started.elapsed().as_secs_f64() * 1000.0,
-            "request finished"
-        )
-    });
+    let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
+    let status = response.status().as_u16();
+    // Errors are logged here, once, with their causes (the answer carries only the message).
+    match response.extensions_mut().remove::<crate::error::Logged>() {
+        Some(Logged(error)) if error.kind.is_server_fault() => span.in_scope(|| {
+            tracing::error!(status, elapsed_ms, kind = ?error.kind, error = %error.chain(), "request failed")
+        }),
+        Some(Logged(error)) => span.in_scope(|| {
+            tracing::debug!(status, elapsed_ms, kind = ?error.kind, error = %error.chain(), "request refused")
+        }),
+        None => span.in_scope(|| tracing::debug!(status, elapsed_ms, "request finished")),
+    }
     if let Ok(value) = HeaderValue::from_str(&id) {
         response.headers_mut().insert(HEADER, value);
     }

@@ -320,7 +320,7 @@ mod tests {
         catalog.insert(record(2, serde_json::json!({"version_policy": "latest:1"})));
         assert_eq!(catalog.resolve("m", None).unwrap().version, 2);
         let refused = catalog.resolve("m", Some(1)).unwrap_err();
-        assert_eq!(refused.status, http::StatusCode::NOT_FOUND);
+        assert_eq!(refused.status(), http::StatusCode::NOT_FOUND);
         assert!(
             refused.message.contains("version policy"),
             "{}",

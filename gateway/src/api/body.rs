@@ -2,11 +2,11 @@
 //! cap is refused before reading, a streamed body is cut off as soon as it passes the cap, and a
 //! body that arrives too slowly (see [`ReadDeadline`]) is answered 408.
 
-use crate::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult, Kind};
 use axum::body::Body;
 use bytes::Bytes;
 use futures_util::StreamExt;
-use http::{HeaderMap, StatusCode};
+use http::HeaderMap;
 use hyper::body::Frame;
 use std::future::Future;
 use std::pin::Pin;
@@ -142,7 +142,7 @@ fn read_error(e: axum::Error) -> ApiError {
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&e);
     while let Some(error) = source {
         if let Some(timeout) = error.downcast_ref::<BodyTimeout>() {
-            return ApiError::new(StatusCode::REQUEST_TIMEOUT, timeout.to_string());
+            return ApiError::new(Kind::ClientTimeout, timeout.to_string());
         }
         source = error.source();
     }

@@ -94,12 +94,13 @@ impl Producer {
                         }
                         Ok(None) => self.phase = Phase::Done,
                         Err(e) => {
-                            self.tracked.end(e.status.as_u16());
+                            e.log("sse");
+                            self.tracked.end(e.status().as_u16());
                             self.phase = Phase::Done;
                             let error = json!({"error": {
                                 "message": e.message,
                                 "type": "server_error",
-                                "code": e.status.as_u16(),
+                                "code": e.status().as_u16(),
                             }});
                             return Some(Piece::Event(error.to_string()));
                         }

@@ -1,7 +1,7 @@
 //! API key management (admin scope), and `whoami` for any valid key.
 
 use crate::auth::{Scope, Scopes};
-use crate::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult, Kind};
 use crate::state::AppState;
 use axum::extract::{Path, State};
 use axum::Json;
@@ -99,7 +99,7 @@ pub async fn revoke(
 pub async fn whoami(State(state): S, headers: HeaderMap) -> ApiResult<Json<Value>> {
     let key = state.authorize(&headers, Scope::Infer).or_else(|e| {
         // A key with only upload or admin scope still may ask who it is.
-        if e.status == StatusCode::FORBIDDEN {
+        if e.kind == Kind::Forbidden {
             state
                 .authorize(&headers, Scope::Upload)
                 .or_else(|_| state.authorize(&headers, Scope::Admin))

@@ -379,7 +379,7 @@ mod tests {
     #[test]
     fn unknown_config_fields_are_client_errors() {
         let err = parse_config(r#"{"max_batch_size": 4, "dynamic_batchin": {}}"#).unwrap_err();
-        assert_eq!(err.status, StatusCode::BAD_REQUEST);
+        assert_eq!(err.status(), StatusCode::BAD_REQUEST);
         assert!(err.message.contains("dynamic_batchin"), "{}", err.message);
         assert!(parse_config("[1]").is_err());
     }

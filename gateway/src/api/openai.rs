@@ -17,7 +17,7 @@ use super::openai_llm;
 use super::openai_request::{parse, ChatRequest, Common, CompletionRequest, Sampling};
 pub(super) use super::openai_request::{Stop, StreamOptions};
 use crate::auth::Scope;
-use crate::error::{ApiError, ApiResult};
+use crate::error::{self, ApiError, ApiResult};
 use crate::request_id::RequestId;
 use crate::state::AppState;
 use crate::textgen::{Generation, Step, Vocab};
@@ -252,20 +252,27 @@ struct Delta<'a> {
 /// An error in OpenAI's shape (`{"error": {"message", "type", "param", "code"}}`), which the
 /// official clients read their exception's message from.
 fn openai_error(e: ApiError) -> Response {
-    let kind = match e.status.as_u16() {
-        400 | 404 | 413 | 422 => "invalid_request_error",
-        401 => "authentication_error",
-        403 => "permission_error",
-        429 => "rate_limit_error",
+    let kind = match e.kind {
+        error::Kind::Invalid
+        | error::Kind::NotFound
+        | error::Kind::TooLarge
+        | error::Kind::Unprocessable => "invalid_request_error",
+        error::Kind::Unauthenticated => "authentication_error",
+        error::Kind::Forbidden => "permission_error",
+        error::Kind::RateLimited => "rate_limit_error",
         _ => "server_error",
     };
     let body = json!({"error": {"message": e.message, "type": kind, "param": null, "code": null}});
-    let mut response = (e.status, Json(body)).into_response();
+    let mut response = (e.status(), Json(body)).into_response();
     if let Some(secs) = e.retry_after {
         response
             .headers_mut()
             .insert(http::header::RETRY_AFTER, http::HeaderValue::from(secs));
     }
+    // For the request's log line (`crate::request_id`).
+    response
+        .extensions_mut()
+        .insert(error::Logged(std::sync::Arc::new(e)));
     response
 }
 
@@ -442,7 +449,7 @@ async fn complete(state: Arc<AppState>, meta: Meta, mut g: Generation) -> ApiRes
                 ));
             }
             Err(e) => {
-                tracked.end(e.status.as_u16());
+                tracked.end(e.status().as_u16());
                 return Err(e);
             }
         }

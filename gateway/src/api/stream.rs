@@ -193,7 +193,8 @@ fn frame(v: Value) -> Message {
 }
 
 fn error_frame(id: &Value, e: &ApiError) -> Message {
-    let mut v = json!({"id": id, "error": e.message, "status": e.status.as_u16()});
+    e.log("websocket");
+    let mut v = json!({"id": id, "error": e.message, "status": e.status().as_u16()});
     if let Some(secs) = e.retry_after {
         v["retry_after"] = json!(secs);
     }
@@ -499,7 +500,7 @@ async fn handle(
     };
     let status = match &result {
         Ok(()) => 200,
-        Err(e) => e.status.as_u16(),
+        Err(e) => e.status().as_u16(),
     };
     if let Err(e) = result {
         let _ = out.send(error_frame(&id, &e)).await;

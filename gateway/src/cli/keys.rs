@@ -81,7 +81,7 @@ impl LimitArgs {
     }
 
     fn apply(&self, current: KeyLimits) -> anyhow::Result<KeyLimits> {
-        crate::api::limits::parse_limits(&self.to_json(), current).map_err(|e| anyhow!(e.message))
+        Ok(crate::api::limits::parse_limits(&self.to_json(), current)?)
     }
 }
 

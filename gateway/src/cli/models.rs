@@ -3,7 +3,7 @@
 use super::open_store;
 use super::table::Table;
 use crate::config::Config;
-use anyhow::{anyhow, Context};
+use anyhow::Context;
 use clap::Subcommand;
 use std::path::PathBuf;
 
@@ -49,9 +49,7 @@ pub(super) fn run(cmd: ModelsCommand) -> anyhow::Result<()> {
         } => {
             let store = std::sync::Arc::new(open_store(&Some(data_dir))?);
             let config = match config {
-                Some(text) => {
-                    crate::api::models::parse_config(&text).map_err(|e| anyhow!(e.message))?
-                }
+                Some(text) => crate::api::models::parse_config(&text)?,
                 None => serde_json::json!({}),
             };
             if if_changed {
@@ -75,8 +73,7 @@ pub(super) fn run(cmd: ModelsCommand) -> anyhow::Result<()> {
                 ..Config::default()
             };
             let engine = infergate_engine::Engine::new(crate::app::engine_config(&cfg)?)?;
-            let record = crate::registry::register_file(&store, &engine, &name, &file, &config)
-                .map_err(|e| anyhow!(e.message))?;
+            let record = crate::registry::register_file(&store, &engine, &name, &file, &config)?;
             println!(
                 "{} version {} ({}, {} bytes)",
                 record.name, record.version, record.sha256, record.size_bytes

@@ -61,7 +61,7 @@ fn open(data_dir: &Path) -> anyhow::Result<(Arc<Store>, PluginRegistry)> {
             .with_context(|| format!("opening data directory {}", data_dir.display()))?,
     );
     let host = Arc::new(crate::app::plugin_host(&Config::default(), &store)?);
-    let registry = PluginRegistry::load(host, &store).map_err(|e| anyhow!(e.message))?;
+    let registry = PluginRegistry::load(host, &store)?;
     Ok((store, registry))
 }
 
@@ -103,7 +103,7 @@ pub fn pipelines(cmd: PipelinesCommand) -> anyhow::Result<()> {
             name,
             spec,
         } => {
-            validate_name("pipeline", &name).map_err(|e| anyhow!(e.message))?;
+            validate_name("pipeline", &name)?;
             let text = match spec.strip_prefix('@') {
                 Some(path) => {
                     std::fs::read_to_string(path).with_context(|| format!("reading {path}"))?
@@ -137,7 +137,7 @@ pub fn pipelines(cmd: PipelinesCommand) -> anyhow::Result<()> {
                 .map(|r| (r, PluginKind::Pre))
                 .chain(spec.post_refs()?.into_iter().map(|r| (r, PluginKind::Post)))
             {
-                let plugin = registry.resolve(&r).map_err(|e| anyhow!(e.message))?;
+                let plugin = registry.resolve(&r)?;
                 if plugin.plugin.description().kind != kind {
                     bail!(
                         "plugin {r} cannot run in this position (it is a {}-plugin)",

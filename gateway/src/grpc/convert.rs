@@ -200,7 +200,7 @@ mod tests {
                 ..Default::default()
             };
             let e = decode_inputs(&request).unwrap_err();
-            assert_eq!(e.status, 400);
+            assert_eq!(e.status(), 400);
             assert!(e.message.contains("input 'x'"), "{}", e.message);
         }
         let missing_raw = ModelInferRequest {

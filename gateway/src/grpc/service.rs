@@ -14,12 +14,12 @@ use super::status::status;
 use super::{auth, convert, describe, stream, PROTOCOL_LABEL};
 use crate::api::{kserve, triton};
 use crate::auth::Scope;
-use crate::error::ApiResult;
+use crate::error::{ApiResult, Kind};
 use crate::infer;
 use crate::metrics::Served;
 use crate::ratelimit::Admission;
 use crate::state::AppState;
-use http::{HeaderMap, StatusCode};
+use http::HeaderMap;
 use std::sync::Arc;
 use std::time::Instant;
 use tonic::{Request, Response, Status, Streaming};
@@ -66,7 +66,7 @@ pub async fn infer(
                 String::new()
             };
             let model = if known { name } else { String::new() };
-            (model, version, e.status.as_u16())
+            (model, version, e.status().as_u16())
         }
     };
     state
@@ -125,7 +125,7 @@ impl GrpcInferenceService for InferenceService {
             .map_err(status)?;
         let ready = match infer::readiness(&self.state, &target) {
             Ok(()) => true,
-            Err(e) if e.status == StatusCode::SERVICE_UNAVAILABLE => false,
+            Err(e) if e.kind == Kind::Overloaded => false,
             Err(e) => return Err(status(e)),
         };
         Ok(Response::new(ModelReadyResponse { ready }))

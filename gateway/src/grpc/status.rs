@@ -1,31 +1,36 @@
-//! The gateway's errors as gRPC statuses: the HTTP status an error carries (decided in one
-//! place, `crate::error`) picks the code, so both transports report a fault the same way.
+//! The gateway's errors as gRPC statuses: an error's kind (whose fault it is, `crate::error`)
+//! picks the code here, as it picks the HTTP status there, so both transports report a fault
+//! the same way.
 
-use crate::error::ApiError;
-use http::StatusCode;
+use crate::error::{ApiError, Kind};
 use tonic::{Code, Status};
 
-pub fn code(status: StatusCode) -> Code {
-    match status {
-        StatusCode::BAD_REQUEST | StatusCode::UNPROCESSABLE_ENTITY => Code::InvalidArgument,
-        StatusCode::UNAUTHORIZED => Code::Unauthenticated,
-        StatusCode::FORBIDDEN => Code::PermissionDenied,
-        StatusCode::NOT_FOUND => Code::NotFound,
-        StatusCode::CONFLICT => Code::FailedPrecondition,
+/// The one place that decides the gRPC code.
+pub fn code(kind: Kind) -> Code {
+    match kind {
+        Kind::Invalid | Kind::Unprocessable => Code::InvalidArgument,
+        Kind::Unauthenticated => Code::Unauthenticated,
+        Kind::Forbidden => Code::PermissionDenied,
+        Kind::NotFound => Code::NotFound,
+        Kind::Conflict => Code::FailedPrecondition,
         // gRPC reports an oversized message as RESOURCE_EXHAUSTED too.
-        StatusCode::TOO_MANY_REQUESTS | StatusCode::PAYLOAD_TOO_LARGE => Code::ResourceExhausted,
-        StatusCode::SERVICE_UNAVAILABLE => Code::Unavailable,
-        StatusCode::GATEWAY_TIMEOUT => Code::DeadlineExceeded,
-        StatusCode::NOT_IMPLEMENTED => Code::Unimplemented,
-        s if s.is_client_error() => Code::InvalidArgument,
-        _ => Code::Internal,
+        Kind::TooLarge | Kind::UriTooLong | Kind::HeadersTooLarge | Kind::RateLimited => {
+            Code::ResourceExhausted
+        }
+        Kind::ClientTimeout | Kind::Timeout => Code::DeadlineExceeded,
+        // gRPC's own mapping of HTTP 502/503: UNAVAILABLE, worth a retry.
+        Kind::Overloaded | Kind::Upstream => Code::Unavailable,
+        Kind::Unsupported => Code::Unimplemented,
+        Kind::Model | Kind::Internal => Code::Internal,
     }
 }
 
 /// The status for an error, with `retry-after` (seconds) in its metadata when the error has
-/// one (429, 503).
+/// one (429, 503). Faults on the server's side are logged here with their causes, which the
+/// status leaves out.
 pub fn status(error: ApiError) -> Status {
-    let mut status = Status::new(code(error.status), error.message);
+    error.log("grpc");
+    let mut status = Status::new(code(error.kind), error.message);
     if let Some(secs) = error.retry_after {
         status.metadata_mut().insert("retry-after", secs.into());
     }
@@ -78,26 +83,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_status_the_gateway_answers_has_its_code() {
+    fn every_kind_has_the_code_of_its_http_status() {
         let cases = [
-            (400, Code::InvalidArgument),
-            (401, Code::Unauthenticated),
-            (403, Code::PermissionDenied),
-            (404, Code::NotFound),
-            (413, Code::ResourceExhausted),
-            (422, Code::InvalidArgument),
-            (429, Code::ResourceExhausted),
-            (500, Code::Internal),
-            (503, Code::Unavailable),
-            (504, Code::DeadlineExceeded),
+            (Kind::Invalid, Code::InvalidArgument),
+            (Kind::Unauthenticated, Code::Unauthenticated),
+            (Kind::Forbidden, Code::PermissionDenied),
+            (Kind::NotFound, Code::NotFound),
+            (Kind::TooLarge, Code::ResourceExhausted),
+            (Kind::Unprocessable, Code::InvalidArgument),
+            (Kind::RateLimited, Code::ResourceExhausted),
+            (Kind::Model, Code::Internal),
+            (Kind::Overloaded, Code::Unavailable),
+            (Kind::Timeout, Code::DeadlineExceeded),
         ];
-        for (http, grpc) in cases {
-            assert_eq!(code(StatusCode::from_u16(http).unwrap()), grpc, "{http}");
+        for (kind, grpc) in cases {
+            assert_eq!(code(kind), grpc, "{kind:?}");
         }
-        let limited = status(ApiError {
-            retry_after: Some(3),
-            ..ApiError::new(StatusCode::TOO_MANY_REQUESTS, "slow down")
-        });
+        let limited = status(ApiError::new(Kind::RateLimited, "slow down").retry_after(3));
         assert_eq!(limited.message(), "slow down");
         assert_eq!(limited.metadata().get("retry-after").unwrap(), "3");
     }

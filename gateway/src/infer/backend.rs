@@ -4,7 +4,7 @@
 //! affinity); a unary request whose worker fails before answering is tried once more on
 //! another, so every protocol gains workers and failover at once.
 
-use crate::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult, Kind};
 use crate::state::{model_key, AppState};
 use crate::store::models::ModelRecord;
 use crate::workers::manager::Choice;
@@ -68,9 +68,7 @@ pub async fn run_model(
         match remote::infer(&manager.client, &to, body, timeout).await {
             Ok(outputs) => return Ok(outputs),
             Err(Failure::Answered(e)) => return Err(e),
-            Err(Failure::TimedOut(why)) => {
-                return Err(ApiError::new(http::StatusCode::GATEWAY_TIMEOUT, why))
-            }
+            Err(Failure::TimedOut(why)) => return Err(ApiError::new(Kind::Timeout, why)),
             Err(Failure::Unreachable(why)) => {
                 tracing::warn!(worker = %id, model = %key, error = %why, "worker failed before answering; trying another");
                 crate::workers::metrics::RoutingCounters::count(&manager.counters().retries);

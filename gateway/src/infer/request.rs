@@ -95,7 +95,7 @@ mod tests {
             let e = kserve(json!({"inputs": [], "parameters": parameters}))
                 .err()
                 .unwrap();
-            assert_eq!(e.status, http::StatusCode::BAD_REQUEST, "{parameters}");
+            assert_eq!(e.status(), http::StatusCode::BAD_REQUEST, "{parameters}");
         }
     }
 

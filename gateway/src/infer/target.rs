@@ -1,11 +1,10 @@
 //! What a `/v2/models/{name}` name addresses. Models win; models and pipelines share one
 //! namespace (saving a pipeline under a model's name is refused).
 
-use crate::error::ApiResult;
+use crate::error::{ApiResult, Kind};
 use crate::pipeline::Pipeline;
 use crate::state::AppState;
 use crate::store::models::ModelRecord;
-use http::StatusCode;
 use std::sync::Arc;
 
 pub enum Target {
@@ -18,7 +17,7 @@ pub enum Target {
 pub fn resolve(state: &AppState, name: &str, version: Option<u64>) -> ApiResult<Target> {
     match state.catalog.resolve(name, version) {
         Ok(record) => Ok(Target::Model(record)),
-        Err(e) if e.status == StatusCode::NOT_FOUND && matches!(version, None | Some(1)) => {
+        Err(e) if e.kind == Kind::NotFound && matches!(version, None | Some(1)) => {
             state.pipelines.get(name).map(Target::Pipeline).ok_or(e)
         }
         Err(e) => Err(e),

@@ -14,7 +14,7 @@ use super::link::{LinkError, ManagerLink};
 use super::window::LatencyWindow;
 use crate::api::codec;
 use crate::config::Config;
-use crate::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult, Kind};
 use crate::infer::{Inferred, Request};
 use crate::state::{model_key, parse_version};
 use crate::store::files::{persist, write_atomic, BlobWriter};
@@ -472,7 +472,7 @@ impl Node {
         if sha256 != record.sha256 {
             tracing::error!(model = %record.name, version = record.version, expected = %record.sha256, got = %sha256, "model file from the manager failed its sha256 check; refused");
             return Err(ApiError::new(
-                StatusCode::BAD_GATEWAY,
+                Kind::Upstream,
                 format!(
                     "model '{}' version {}: the file from the manager does not match its sha256 (refused)",
                     record.name, record.version

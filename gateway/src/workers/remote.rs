@@ -1,7 +1,7 @@
 //! One inference on a worker: KServe v2 over HTTP with Triton's binary tensor extension (no
 //! JSON number formatting on either side), on the manager's mutual-TLS client.
 
-use crate::error::ApiError;
+use crate::error::{ApiError, Kind};
 use bytes::Bytes;
 use http::StatusCode;
 use infergate_engine::{InferOptions, Tensor};
@@ -143,13 +143,14 @@ pub async fn infer(
                 "worker {advertise}: {message}"
             )));
         }
-        let mut error = ApiError::new(status, message);
+        // The worker's answer is relayed as it was given (its status says whose fault).
+        let mut error = ApiError::new(Kind::from_http_status(status), message);
         error.retry_after = retry_after;
         return Err(Failure::Answered(error));
     }
     decode(&body, header_len).map_err(|e| {
         Failure::Answered(ApiError::new(
-            StatusCode::BAD_GATEWAY,
+            Kind::Upstream,
             format!("worker {advertise} sent an answer that does not decode: {e}"),
         ))
     })

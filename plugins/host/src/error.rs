@@ -15,6 +15,21 @@ impl fmt::Display for PluginId {
     }
 }
 
+/// Whose fault a [`PluginError`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PluginFault {
+    /// The uploaded file is not a valid plugin: the uploader's.
+    Invalid,
+    /// The plugin refused the request's data: the caller's.
+    BadInput,
+    /// The plugin misbehaved (trap, timeout, memory, bad output): its author's.
+    Plugin,
+    /// Every instance or the compiler is busy: retry later.
+    Busy,
+    /// The host itself failed.
+    Internal,
+}
+
 /// How a plugin misbehaved. Every fault fails only the call that hit it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum FaultKind {
@@ -101,13 +116,15 @@ pub enum PluginError {
 }
 
 impl PluginError {
-    /// The HTTP status this error maps to; the one place that decides it.
-    pub fn http_status(&self) -> u16 {
+    /// Whose fault the error is; the one place that decides it (a server maps it to its
+    /// status: 400 invalid, 422 bad input, 500 plugin or internal, 503 busy).
+    pub fn fault(&self) -> PluginFault {
         match self {
-            PluginError::Invalid { .. } => 400,
-            PluginError::BadInput { .. } => 422,
-            PluginError::Fault { .. } | PluginError::Internal(_) => 500,
-            PluginError::Busy { .. } | PluginError::CompilerBusy { .. } => 503,
+            PluginError::Invalid { .. } => PluginFault::Invalid,
+            PluginError::BadInput { .. } => PluginFault::BadInput,
+            PluginError::Fault { .. } => PluginFault::Plugin,
+            PluginError::Internal(_) => PluginFault::Internal,
+            PluginError::Busy { .. } | PluginError::CompilerBusy { .. } => PluginFault::Busy,
         }
     }
 

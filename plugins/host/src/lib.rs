@@ -11,7 +11,7 @@
 //!   .compile(&bytes) -> Plugin       validate + compile (or load from cache)
 //! Plugin::preprocess / postprocess   one call = fresh Store + instance
 //! PluginHost::evict_cached / retain_cached   prune the artifact cache
-//! PluginError::http_status()         400 invalid, 422 bad input, 500 fault, 503 busy
+//! PluginError::fault()               invalid, bad input, plugin, busy, internal
 //! PluginHost::metrics()              counters for /metrics
 //! ```
 //!
@@ -39,7 +39,7 @@ mod store; //    per-call store state, limiter, log import
 mod validate; // header and description checks
 
 pub use config::{HostConfig, Limits};
-pub use error::{FaultKind, PluginError, PluginId};
+pub use error::{FaultKind, PluginError, PluginFault, PluginId};
 pub use host::PluginHost;
 pub use metrics::MetricsSnapshot;
 pub use plugin::Plugin;

@@ -4,7 +4,7 @@
 mod common;
 
 use common::{host, load};
-use infergate_plugin_host::{Datatype, FaultKind, PluginError, PreInput, Tensor};
+use infergate_plugin_host::{Datatype, FaultKind, PluginError, PluginFault, PreInput, Tensor};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -66,7 +66,7 @@ fn hostile_plugins_are_contained_while_good_calls_succeed() {
                 } => {
                     assert_eq!(kind, expected, "{id} (round {round}): {detail}");
                     assert_eq!(id.name, plugin.id().name);
-                    assert_eq!(err.http_status(), 500);
+                    assert_eq!(err.fault(), PluginFault::Plugin);
                 }
                 other => panic!(
                     "{}: expected a {expected} fault, got {other:?}",
@@ -127,7 +127,7 @@ fn a_plugin_reporting_failure_is_a_fault_and_bad_input_is_the_clients() {
         }
         other => panic!("expected bad input, got {other:?}"),
     }
-    assert_eq!(err.http_status(), 422);
+    assert_eq!(err.fault(), PluginFault::BadInput);
     assert_eq!(host.metrics().bad_input, 1);
 }
 

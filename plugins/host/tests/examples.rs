@@ -3,7 +3,7 @@
 mod common;
 
 use common::{host, load};
-use infergate_plugin_host::{Datatype, PostOutput, PreInput, Tensor};
+use infergate_plugin_host::{Datatype, PluginFault, PostOutput, PreInput, Tensor};
 
 fn i64s(tensor: &Tensor) -> Vec<i64> {
     assert_eq!(tensor.datatype, Datatype::Int64, "{}", tensor.name);
@@ -156,7 +156,7 @@ fn imagenet_top_k_labels_the_highest_scores() {
     let err = topk
         .postprocess(vec![f32_tensor("logits", vec![1, 10], &[0.0; 10])], &vec![])
         .expect_err("wrong class count");
-    assert_eq!(err.http_status(), 422);
+    assert_eq!(err.fault(), PluginFault::BadInput);
 }
 
 /// A 3x2 PNG: red, green, blue / (10,20,30), (200,100,50), white.

@@ -4,12 +4,12 @@
 mod common;
 
 use common::{host, plugin_bytes};
-use infergate_plugin_host::PluginError;
+use infergate_plugin_host::{PluginError, PluginFault};
 
 fn reason(bytes: &[u8]) -> String {
     match host().compile(bytes) {
         Err(err @ PluginError::Invalid { .. }) => {
-            assert_eq!(err.http_status(), 400);
+            assert_eq!(err.fault(), PluginFault::Invalid);
             err.to_string()
         }
         Err(other) => panic!("expected Invalid, got {other:?}"),

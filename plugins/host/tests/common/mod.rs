@@ -27,7 +27,10 @@ pub fn plugin_bytes(name: &str) -> Vec<u8> {
 /// Limits small enough that hostile plugins hit them quickly.
 pub fn test_limits() -> Limits {
     Limits {
-        deadline: Duration::from_millis(300),
+        // Long enough that hostile-memory reaches its memory cap before the deadline even on
+        // a loaded 2-core CI machine (300 ms was seen to run out first there); hostile-loop
+        // still ends by it.
+        deadline: Duration::from_secs(2),
         memory_bytes: 96 << 20,
         output_bytes: 16 << 20,
         ..Limits::default()
