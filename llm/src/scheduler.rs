@@ -4,9 +4,11 @@
 //! Every step builds one batch: first the next token of every sequence that is generating (so a
 //! running stream advances each step), then prompt tokens of sequences still in prefill, up to
 //! `n_batch` tokens in all (chunked prefill: a long prompt takes several steps instead of
-//! stalling the streams). A request waiting in the queue takes a free slot at the next step; a
-//! finished one leaves at once. A sequence whose client went away (its event receiver dropped)
-//! is freed at the next step.
+//! stalling the streams). A request waiting in the queue takes a free slot at the next step
+//! (the lowest `priority` value first, then first come; prompts are computed in that order too);
+//! a finished one leaves at once. A sequence whose client went away (its event receiver
+//! dropped) is freed at the next step. A request with `n` choices computes its prompt once:
+//! the other choices then take a copy of its KV and sample from the same logits.
 //!
 //! Prefix cache: the KV cache is unified (all sequences share its cells), and a slot keeps the
 //! KV of its last sequence after it finishes. A new sequence reuses the longest prefix of its
@@ -28,14 +30,45 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use tokio::sync::mpsc::UnboundedSender;
 
+/// One choice of a request: its own sampler, and where its events go.
+pub(crate) struct Choice {
+    pub sampler: LlamaSampler,
+    pub events: UnboundedSender<Event>,
+}
+
 /// A generation handed to the scheduler.
 pub(crate) struct Request {
     pub prompt: Vec<LlamaToken>,
     pub max_tokens: u32,
     pub stop: Vec<String>,
     pub logprobs: Option<u32>,
-    pub sampler: LlamaSampler,
-    pub events: UnboundedSender<Event>,
+    /// Lower first (vLLM's `priority`).
+    pub priority: i32,
+    pub choice: Choice,
+    /// The request's other choices (`n > 1`): once `choice`'s prompt is computed, each takes a
+    /// copy of its KV (`llama_memory_seq_cp`) and samples from the same logits, so the prompt
+    /// is computed once.
+    pub forks: Vec<Choice>,
+}
+
+impl Request {
+    /// Whether every client of the request went away.
+    fn abandoned(&self) -> bool {
+        self.choice.events.is_closed() && self.forks.iter().all(|f| f.events.is_closed())
+    }
+
+    /// One of the forks as a request of its own.
+    fn fork(&self, choice: Choice) -> Request {
+        Request {
+            prompt: self.prompt.clone(),
+            max_tokens: self.max_tokens,
+            stop: self.stop.clone(),
+            logprobs: self.logprobs,
+            priority: self.priority,
+            choice,
+            forks: Vec::new(),
+        }
+    }
 }
 
 /// Sizes the scheduler runs with.
@@ -142,40 +175,59 @@ impl<'m> Scheduler<'m> {
         self.waiting.push_back(r);
     }
 
-    /// Frees the sequences and queued requests whose clients went away.
+    /// Frees the sequences and queued requests whose clients went away. The forks of a
+    /// cancelled sequence still in prefill go back to the queue (first) when their own clients
+    /// are still there.
     fn drop_cancelled(&mut self) {
         let before = self.waiting.len();
-        self.waiting.retain(|r| !r.events.is_closed());
+        self.waiting.retain(|r| !r.abandoned());
         let mut cancelled = (before - self.waiting.len()) as u64;
         for i in 0..self.slots.len() {
-            if self.slots[i]
-                .active
-                .as_ref()
-                .is_some_and(|a| a.req.events.is_closed())
-            {
-                self.release(i);
-                cancelled += 1;
+            let Some(a) = self.slots[i].active.as_mut() else {
+                continue;
+            };
+            if !a.req.choice.events.is_closed() {
+                continue;
             }
+            let forks: Vec<Request> = std::mem::take(&mut a.req.forks)
+                .into_iter()
+                .filter(|f| !f.events.is_closed())
+                .map(|f| a.req.fork(f))
+                .collect();
+            for r in forks.into_iter().rev() {
+                self.waiting.push_front(r);
+            }
+            self.release(i);
+            cancelled += 1;
         }
         Stats::add(&self.stats.cancelled, cancelled);
     }
 
-    /// Moves queued requests into free slots.
+    /// Moves queued requests into free slots, highest priority first.
     fn admit(&mut self) {
-        while !self.waiting.is_empty() {
-            let Some(slot) = self.free_slot() else {
+        while let Some(k) = self.next_waiting() {
+            let Some(slot) = self.free_slot(&self.waiting[k].prompt) else {
                 return;
             };
-            if let Some(req) = self.waiting.pop_front() {
+            if let Some(req) = self.waiting.remove(k) {
                 self.start(slot, req);
             }
         }
     }
 
-    /// The free slot to use for the next request: the one whose kept KV shares the longest
-    /// prefix with it, else the least recently used.
-    fn free_slot(&self) -> Option<usize> {
-        let prompt = &self.waiting.front()?.prompt;
+    /// The queued request to admit next: the lowest priority value, the first come among
+    /// equals.
+    fn next_waiting(&self) -> Option<usize> {
+        self.waiting
+            .iter()
+            .enumerate()
+            .min_by_key(|(k, r)| (r.priority, *k))
+            .map(|(k, _)| k)
+    }
+
+    /// The free slot to use for a prompt: the one whose kept KV shares the longest prefix with
+    /// it, else the least recently used.
+    fn free_slot(&self, prompt: &[LlamaToken]) -> Option<usize> {
         self.slots
             .iter()
             .enumerate()
@@ -219,15 +271,20 @@ impl<'m> Scheduler<'m> {
         Stats::add(&self.stats.prefix_queries, prompt.len() as u64);
         Stats::add(&self.stats.prefix_hits, best as u64);
         Stats::add(&self.stats.prompt_tokens, prompt.len() as u64);
+        self.occupy(i, req, best, best as u32);
+    }
+
+    /// Puts a sequence into slot `i`, its first `fed` prompt tokens already in the KV cache.
+    fn occupy(&mut self, i: usize, req: Request, fed: usize, cached: u32) {
         let slot = &mut self.slots[i];
         slot.last_used = self.clock;
         slot.active = Some(Active {
             output: TextOutput::new(req.stop.clone()),
             req,
-            fed: best,
+            fed,
             next: None,
             generated: 0,
-            cached: best as u32,
+            cached,
             admitted: self.clock,
         });
     }
@@ -286,7 +343,12 @@ impl<'m> Scheduler<'m> {
                     .is_some_and(|a| a.fed < a.req.prompt.len())
             })
             .collect();
-        prefilling.sort_by_key(|&i| self.slots[i].active.as_ref().map_or(0, |a| a.admitted));
+        prefilling.sort_by_key(|&i| {
+            self.slots[i]
+                .active
+                .as_ref()
+                .map_or((0, 0), |a| (a.req.priority, a.admitted))
+        });
         for i in prefilling {
             if budget == 0 {
                 break;
@@ -385,17 +447,58 @@ impl<'m> Scheduler<'m> {
 
     fn fail(&mut self, i: usize, message: &str) {
         if let Some(a) = self.slots[i].active.as_ref() {
-            let _ = a
-                .req
-                .events
-                .send(Event::Error(format!("generation failed: {message}")));
+            for events in std::iter::once(&a.req.choice)
+                .chain(&a.req.forks)
+                .map(|c| &c.events)
+            {
+                let _ = events.send(Event::Error(format!("generation failed: {message}")));
+            }
         }
         self.slots[i].active = None;
         self.remove_kv(i, 0);
     }
 
+    /// Starts slot `i`'s forks, its prompt just computed: each takes a free slot, a copy of
+    /// the prompt's KV and its first token from the same logits row `row`. A fork finding no
+    /// free slot waits in the queue (first), where the prefix cache gives it the KV.
+    fn start_forks(&mut self, i: usize, row: i32) {
+        let Some(a) = self.slots[i].active.as_mut() else {
+            return;
+        };
+        if a.req.forks.is_empty() {
+            return;
+        }
+        let cached = a.cached;
+        let forks: Vec<Request> = std::mem::take(&mut a.req.forks)
+            .into_iter()
+            .map(|f| a.req.fork(f))
+            .collect();
+        let from = self.slots[i].seq;
+        for req in forks {
+            let Some(j) = self.free_slot(&req.prompt) else {
+                self.waiting.push_front(req);
+                continue;
+            };
+            self.remove_kv(j, 0);
+            let len = req.prompt.len();
+            if self
+                .ctx
+                .kv_cache_seq_cp(from, self.slots[j].seq, Some(0), Some(len as u32))
+                .is_err()
+            {
+                self.waiting.push_front(req);
+                continue;
+            }
+            self.clock += 1;
+            self.slots[j].tokens = req.prompt.clone();
+            self.occupy(j, req, len, cached);
+            self.sample(j, row);
+        }
+    }
+
     /// Samples slot `i`'s next token from batch row `row` and hands out what it produced.
     fn sample(&mut self, i: usize, row: i32) {
+        self.start_forks(i, row);
         let model = self.model;
         let vocab = model.vocab();
         let Some(a) = self.slots[i].active.as_mut() else {
@@ -405,7 +508,7 @@ impl<'m> Scheduler<'m> {
             .req
             .logprobs
             .map(|top| (top, log_softmax(self.ctx.get_logits_ith(row))));
-        let token = a.req.sampler.sample(&self.ctx, row);
+        let token = a.req.choice.sampler.sample(&self.ctx, row);
         a.generated += 1;
         Stats::add(&self.stats.generation_tokens, 1);
         if vocab.is_eog(token) {
@@ -438,7 +541,7 @@ impl<'m> Scheduler<'m> {
             None => {
                 a.next = Some(token);
                 if !text.is_empty() || logprob.is_some() {
-                    let _ = a.req.events.send(Event::Text { text, logprob });
+                    let _ = a.req.choice.events.send(Event::Text { text, logprob });
                 }
             }
         }
@@ -457,9 +560,9 @@ impl<'m> Scheduler<'m> {
             text.push_str(&a.output.finish());
         }
         if !text.is_empty() || logprob.is_some() {
-            let _ = a.req.events.send(Event::Text { text, logprob });
+            let _ = a.req.choice.events.send(Event::Text { text, logprob });
         }
-        let _ = a.req.events.send(Event::Done(Done {
+        let _ = a.req.choice.events.send(Event::Done(Done {
             finish,
             prompt_tokens: a.req.prompt.len() as u32,
             completion_tokens: a.generated,
