@@ -7,8 +7,21 @@ use infergate_engine::config::ModelConfig;
 use infergate_protocol::contents::{self, TypedContents};
 use infergate_protocol::kserve::{decode_inputs, encode_response, parse_request, InferRequest};
 use infergate_protocol::message::{inference_request, Incoming};
-use infergate_protocol::tensor::{DataType, Tensor};
+use infergate_protocol::tensor::{DataType, Tensor, TensorData};
 use infergate_protocol::{binary, limits};
+
+// Gateway and plugin-host code that needs neither (each file is self-contained), built here
+// without them: the gateway's dependencies are too heavy for sanitizer builds. Only the
+// parsing and checking parts are used here.
+#[allow(dead_code)]
+#[path = "../gateway/src/api/openai_request.rs"]
+mod openai;
+#[allow(dead_code)]
+#[path = "../gateway/src/pipeline/spec.rs"]
+mod pipeline;
+#[allow(dead_code)]
+#[path = "../plugins/host/src/types.rs"]
+mod plugin_types;
 
 /// What a target checks: one input, panicking on a defect.
 pub type Check = fn(&[u8]);
@@ -20,6 +33,9 @@ pub const TARGETS: &[(&str, Check)] = &[
     ("grpc_contents", grpc_contents),
     ("websocket_message", websocket_message),
     ("model_config", model_config),
+    ("pipeline_spec", pipeline_spec),
+    ("openai_request", openai_request),
+    ("plugin_output", plugin_output),
 ];
 
 /// Decoded tensors must match their shapes, and survive being encoded as an answer (JSON or
@@ -179,5 +195,115 @@ pub fn model_config(data: &[u8]) {
         let stored = config.to_json();
         let again = ModelConfig::from_json(&stored).expect("a stored config parses again");
         assert_eq!(again, config, "stored as {stored}");
+    }
+}
+
+/// A pipeline spec as `PUT /api/pipelines/{name}` takes it: what parses and validates is
+/// saved as its normalized JSON, which must parse again to the same spec (saved pipelines are
+/// parsed again at every start), and every plugin reference must print as it parses.
+pub fn pipeline_spec(data: &[u8]) {
+    let Ok(value) = serde_json::from_slice::<serde_json::Value>(data) else {
+        return;
+    };
+    let Ok(spec) = pipeline::PipelineSpec::from_json(&value) else {
+        return;
+    };
+    let saved = serde_json::to_value(&spec).expect("a spec serializes");
+    let again = pipeline::PipelineSpec::from_json(&saved).expect("a saved spec parses again");
+    assert_eq!(
+        serde_json::to_value(&again).expect("a spec serializes"),
+        saved,
+        "changed on the way back"
+    );
+    let refs = spec.pre_refs().expect("validated");
+    for r in refs.iter().chain(&spec.post_refs().expect("validated")) {
+        assert_eq!(
+            &pipeline::PluginRef::parse(&r.to_string()).expect("a printed reference parses"),
+            r
+        );
+    }
+}
+
+/// A tensor as a plugin returns it: datatype, rank (its top bit: 8-byte dimensions, else 2),
+/// dimensions, then the data. The plugin host's layout check (`Tensor::check_layout`, applied
+/// to every tensor a plugin returns) and the protocol decoders the gateway then converts it
+/// with (`pipeline::convert::from_host`) must agree on what is well-formed, so a plugin can
+/// neither get a malformed tensor past the host nor have a well-formed one refused.
+pub fn plugin_output(data: &[u8]) {
+    let [kind, rank, rest @ ..] = data else {
+        return;
+    };
+    let datatype = DataType::ALL[usize::from(*kind) % DataType::ALL.len()];
+    let (wide, rank) = (rank & 0x80 != 0, usize::from(*rank % 5));
+    let width = if wide { 8 } else { 2 };
+    if rest.len() < width * rank {
+        return;
+    }
+    let (dims, payload) = rest.split_at(width * rank);
+    let shape: Vec<u64> = dims
+        .chunks_exact(width)
+        .map(|c| {
+            let mut le = [0; 8];
+            le[..width].copy_from_slice(c);
+            u64::from_le_bytes(le)
+        })
+        .collect();
+    let tensor = plugin_types::Tensor {
+        name: "t".into(),
+        datatype: plugin_types::Datatype::from_kserve_name(datatype.name())
+            .expect("the host knows every KServe datatype"),
+        shape: shape.clone(),
+        data: payload.to_vec(),
+    };
+    let host = tensor.check_layout();
+    // The gateway refuses dimensions beyond i64 and counts beyond usize whatever the host says.
+    let Ok(shape) = shape
+        .iter()
+        .map(|&d| i64::try_from(d))
+        .collect::<Result<Vec<_>, _>>()
+    else {
+        return;
+    };
+    let Ok(count) = limits::declared_elements(&shape) else {
+        return;
+    };
+    let converted = if datatype == DataType::Bytes {
+        binary::decode(datatype, count, payload)
+    } else {
+        Ok(TensorData::Raw(payload.to_vec()))
+    }
+    .and_then(|data| Tensor::new("t", datatype, shape, data).map_err(|e| e.to_string()));
+    match (host, converted) {
+        (Ok(()), Ok(t)) => assert_eq!(t.element_count(), Some(count)),
+        (Err(_), Err(_)) => {}
+        (host, converted) => panic!("the host says {host:?}, the gateway {converted:?}"),
+    }
+}
+
+/// An OpenAI body as `/v1/completions`, `/v1/chat/completions` and `/v1/embeddings` read it
+/// before any work (the same bytes tried as each): parsing and the checks never panic, and
+/// what passes them is within what they promise.
+pub fn openai_request(data: &[u8]) {
+    const LIMIT: u32 = 1024;
+    let within = |sampling: Result<openai::Sampling, _>| {
+        if let Ok(s) = sampling {
+            assert!(s.max_tokens <= LIMIT, "{s:?}");
+            let _ = s.validate();
+        }
+    };
+    if let Ok(r) = openai::parse::<openai::CompletionRequest>(data) {
+        let _ = r.prompt();
+        within(r.common.sampling(16, LIMIT));
+    }
+    if let Ok(r) = openai::parse::<openai::ChatRequest>(data) {
+        let _ = r.prompt();
+        within(r.common.sampling(256, LIMIT));
+    }
+    if let Ok(r) = openai::parse::<openai::EmbeddingRequest>(data) {
+        let _ = r.base64();
+        if let Ok(texts) = r.texts() {
+            assert!((1..=openai::MAX_EMBEDDING_INPUTS).contains(&texts.len()));
+            assert!(texts.iter().all(|t| !t.is_empty()));
+        }
     }
 }

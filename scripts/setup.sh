@@ -24,6 +24,14 @@ if ! command -v cmake >/dev/null || ! ls /usr/lib/llvm-*/lib/libclang.so >/dev/n
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq cmake clang libclang-dev >/dev/null
 fi
 
+# Redis from Debian: the cluster-wide rate limiter's tests (crate infergate-redis-limit) start
+# their own redis-server on a random port; the gateway itself only needs a Redis URL.
+if ! command -v redis-server >/dev/null; then
+  log "installing redis-server"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
+fi
+
 # 1. Rust targets for plugins (wasm32-unknown-unknown + wasm-tools) and the dashboard.
 if ! rustup target list --installed | grep -q wasm32-unknown-unknown \
   || ! rustup target list --installed | grep -q wasm32-wasip2; then

@@ -12,7 +12,7 @@ const H: f64 = 160.0;
 /// One line of a chart; NaN samples (seconds without a value) break the line.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Line {
-    pub label: &'static str,
+    pub label: String,
     /// `series-1` .. `series-4`: the line's colour in the stylesheet.
     pub class: &'static str,
     pub values: Vec<f64>,
@@ -300,7 +300,7 @@ pub fn Chart(
             .collect_view()
     };
     view! {
-        <figure class="chart" role="group" aria-label=move || description()>
+        <figure class="chart" role="group" aria-label=description>
             <figcaption>
                 <span class="chart-label">{title}<span class="chart-unit">{format!(" ({unit}{})", if scale == Scale::Log { ", log scale" } else { "" })}</span></span>
                 <span class="legend">{legend}</span>

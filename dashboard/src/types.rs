@@ -86,9 +86,18 @@ pub struct KeyUsage {
     pub in_flight: u32,
     #[serde(default)]
     pub remaining: Option<u64>,
-    pub allowed_total: u64,
     pub rejected_rate_total: u64,
     pub rejected_concurrency_total: u64,
+}
+
+/// A key's requests since the server started, whatever its limits, and its last use.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq)]
+pub struct KeyActivity {
+    pub admitted: u64,
+    pub refused: u64,
+    /// Unix milliseconds (server clock); `None` when unused since the server started.
+    #[serde(default)]
+    pub last_used_ms: Option<u64>,
 }
 
 #[derive(Clone, Debug, Deserialize, PartialEq)]
@@ -109,6 +118,8 @@ pub struct ApiKey {
     pub effective_limits: EffectiveLimits,
     #[serde(default)]
     pub usage: KeyUsage,
+    #[serde(default)]
+    pub activity: KeyActivity,
 }
 
 #[derive(Clone, Debug, Deserialize, PartialEq)]

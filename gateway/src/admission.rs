@@ -10,7 +10,8 @@
 use crate::api::body::reject_unread;
 use crate::auth;
 use crate::error::ApiError;
-use crate::ratelimit::{Admission, Limits, Quota, Rejection};
+use crate::ratelimit::{Admission, LimitKind, Limits, Quota, RateLimit, Rejection};
+use crate::shared_limits::{SharedLimits, Verdict};
 use crate::state::AppState;
 use crate::store::keys::KeyRecord;
 use axum::body::{Body, Bytes, HttpBody};
@@ -34,10 +35,17 @@ pub fn limits_for(key: &KeyRecord, default: &Limits) -> Limits {
 }
 
 /// Checks one request (or WebSocket message) of `key` against its limits, counting refusals
-/// in the metrics.
-pub fn admit(state: &AppState, key: &KeyRecord) -> Result<Admission, Rejection> {
+/// in the metrics. With a shared limiter the rate is checked there and the concurrency cap
+/// here (caps hold per replica).
+pub async fn admit(state: &AppState, key: &KeyRecord) -> Result<Admission, Rejection> {
     let limits = limits_for(key, &state.default_limits);
-    state.limiter.check(key.id, &limits).inspect_err(|r| {
+    let admitted = match (&state.shared_limits, &limits.rate) {
+        (Some(shared), Some(rate)) => admit_shared(state, shared, key, &limits, rate).await,
+        _ => state.limiter.check(key.id, &limits),
+    };
+    let now = crate::history::now_ms();
+    state.metrics.keys.record(key.id, admitted.is_ok(), now);
+    admitted.inspect_err(|r| {
         state.metrics.rate_limited(key.id, r.kind.as_str());
         tracing::debug!(
             key_id = key.id,
@@ -47,14 +55,38 @@ pub fn admit(state: &AppState, key: &KeyRecord) -> Result<Admission, Rejection> 
     })
 }
 
-/// The 429 error for a refusal, headers included.
+async fn admit_shared(
+    state: &AppState,
+    shared: &SharedLimits,
+    key: &KeyRecord,
+    limits: &Limits,
+    rate: &RateLimit,
+) -> Result<Admission, Rejection> {
+    // The slot first, so a request refused for concurrency spends no shared rate.
+    let local = Limits {
+        rate: None,
+        max_concurrent: limits.max_concurrent,
+    };
+    let admission = state.limiter.check(key.id, &local)?;
+    match shared.check(key.id, rate).await {
+        Verdict::Allowed(quota) => Ok(admission.with_quota(quota)),
+        Verdict::Refused(rejection) => Err(rejection),
+        Verdict::Fallback => {
+            drop(admission);
+            state.limiter.check(key.id, limits)
+        }
+    }
+}
+
+/// The error for a refusal (429, or 503 when the shared limiter is down and fails closed).
 pub fn rejection_error(rejection: &Rejection) -> ApiError {
+    let status = match rejection.kind {
+        LimitKind::Rate | LimitKind::Concurrency => http::StatusCode::TOO_MANY_REQUESTS,
+        LimitKind::Unavailable => http::StatusCode::SERVICE_UNAVAILABLE,
+    };
     ApiError {
         retry_after: Some(rejection.retry_after_s),
-        ..ApiError::new(
-            http::StatusCode::TOO_MANY_REQUESTS,
-            rejection.message.clone(),
-        )
+        ..ApiError::new(status, rejection.message.clone())
     }
 }
 
@@ -83,7 +115,7 @@ pub async fn middleware(
         _ => return next.run(request).await,
     };
     let presented = presented.to_owned();
-    match admit(&state, &key) {
+    match admit(&state, &key).await {
         Err(rejection) => {
             // Let a client still sending its body read the 429 (bounded drain).
             let (parts, body) = request.into_parts();

@@ -102,6 +102,18 @@ pub struct ServeArgs {
     /// Concurrent requests per key for keys without their own cap [default: unlimited].
     #[arg(long, env = "INFERGATE_DEFAULT_MAX_CONCURRENT")]
     default_max_concurrent: Option<u32>,
+    /// Share per-key rate limits with other replicas through this Redis
+    /// (redis://host:port/db) [default: limits per process].
+    #[arg(
+        long = "ratelimit",
+        env = "INFERGATE_RATELIMIT",
+        value_name = "REDIS_URL"
+    )]
+    ratelimit_url: Option<String>,
+    /// While Redis cannot answer: admit under this replica's own limits (open) or answer 503
+    /// (closed) [default: open].
+    #[arg(long, env = "INFERGATE_RATELIMIT_FAILURE", value_enum)]
+    ratelimit_failure: Option<crate::config::SharedFailure>,
     /// Allow this browser origin (CORS); repeat for several, or '*' for any (no credentials).
     #[arg(
         long = "cors-origin",
@@ -183,6 +195,10 @@ impl ServeArgs {
         if self.default_max_concurrent.is_some() {
             c.limits.default_max_concurrent = self.default_max_concurrent;
         }
+        if self.ratelimit_url.is_some() {
+            c.limits.shared_url = self.ratelimit_url;
+        }
+        set!(c.limits.shared_failure, self.ratelimit_failure);
         if !self.cors_origins.is_empty() {
             c.cors.allowed_origins = self.cors_origins;
         }

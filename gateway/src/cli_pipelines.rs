@@ -113,7 +113,7 @@ pub fn pipelines(cmd: PipelinesCommand) -> anyhow::Result<()> {
             };
             let value: serde_json::Value =
                 serde_json::from_str(&text).context("the pipeline spec is not JSON")?;
-            let spec = PipelineSpec::from_json(&value).map_err(|e| anyhow!(e.message))?;
+            let spec = PipelineSpec::from_json(&value)?;
             let (store, registry) = open(&data_dir)?;
             let models = store.list_model_versions()?;
             if models.iter().any(|m| m.name == name) {
@@ -125,18 +125,18 @@ pub fn pipelines(cmd: PipelinesCommand) -> anyhow::Result<()> {
             {
                 bail!("model '{}' is not registered", spec.model);
             }
+            if let Some(missing) = spec
+                .stage_models()
+                .find(|stage| !models.iter().any(|m| m.name == *stage))
+            {
+                bail!("model '{missing}' (text detection) is not registered");
+            }
             let mut refs = Vec::new();
             for (r, kind) in spec
-                .pre_refs()
-                .map_err(|e| anyhow!(e.message))?
+                .pre_refs()?
                 .into_iter()
                 .map(|r| (r, PluginKind::Pre))
-                .chain(
-                    spec.post_refs()
-                        .map_err(|e| anyhow!(e.message))?
-                        .into_iter()
-                        .map(|r| (r, PluginKind::Post)),
-                )
+                .chain(spec.post_refs()?.into_iter().map(|r| (r, PluginKind::Post)))
             {
                 let plugin = registry.resolve(&r).map_err(|e| anyhow!(e.message))?;
                 if plugin.plugin.description().kind != kind {

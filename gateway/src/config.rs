@@ -203,6 +203,21 @@ pub struct Limits {
     pub default_burst: Option<u32>,
     /// Concurrent requests per key for keys without their own cap (absent = unlimited).
     pub default_max_concurrent: Option<u32>,
+    /// Redis URL (`redis://host:port/db`, `rediss://` with TLS) holding the per-key rate limits
+    /// that every gateway replica shares; absent = limits per process.
+    pub shared_url: Option<String>,
+    /// What a request meets while the shared limiter (Redis) cannot answer.
+    pub shared_failure: SharedFailure,
+}
+
+/// `open`: admit under this replica's own limiter (each replica then allows the full rate);
+/// `closed`: refuse with 503 until Redis answers again.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum SharedFailure {
+    #[default]
+    Open,
+    Closed,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -302,6 +317,8 @@ impl Default for Limits {
             default_rps: None,
             default_burst: None,
             default_max_concurrent: None,
+            shared_url: None,
+            shared_failure: SharedFailure::Open,
         }
     }
 }

@@ -14,7 +14,7 @@ const ALLOWED_HEADERS: [HeaderName; 5] = [
     header::CONTENT_TYPE,
     HeaderName::from_static("x-api-key"),
     HeaderName::from_static("x-request-id"),
-    HeaderName::from_static("inference-header-content-length"),
+    HeaderName::from_static(infergate_protocol::kserve::HEADER_LENGTH),
 ];
 
 /// Response headers a browser client may read.
@@ -23,7 +23,7 @@ const EXPOSED_HEADERS: [HeaderName; 5] = [
     header::RETRY_AFTER,
     HeaderName::from_static("ratelimit"),
     HeaderName::from_static("ratelimit-policy"),
-    HeaderName::from_static("inference-header-content-length"),
+    HeaderName::from_static(infergate_protocol::kserve::HEADER_LENGTH),
 ];
 
 /// The CORS layer for `config`, None when no origin is allowed. Errors name the bad setting.

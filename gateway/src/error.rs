@@ -5,6 +5,7 @@ use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use infergate_engine::{EngineError, Fault};
 use infergate_plugin_host::PluginError;
+use infergate_protocol::DecodeError;
 
 use crate::store::StoreError;
 
@@ -79,6 +80,13 @@ impl From<EngineError> for ApiError {
                 ApiError::internal(message)
             }
         }
+    }
+}
+
+/// A request that does not decode (any transport) is the client's fault.
+impl From<DecodeError> for ApiError {
+    fn from(e: DecodeError) -> ApiError {
+        ApiError::bad_request(e.0)
     }
 }
 

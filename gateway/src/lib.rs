@@ -9,13 +9,15 @@
 //! - [`auth`]: API keys and scopes.
 //! - [`state`]: what handlers share, the model catalog, authorisation.
 //! - [`api`]: HTTP routes (KServe v2, Triton extensions, management API).
+//! - [`infer`]: the one inference service every protocol calls (resolve, readiness, describe,
+//!   run), and the seam where a model version runs.
 //! - [`grpc`]: KServe v2 over gRPC (Triton's `GRPCInferenceService`), on its own listener.
 //! - [`registry`]: validating and storing model files.
 //! - [`pipeline`]: WebAssembly plugins and pipelines (pre-plugins → model → post-plugins).
 //! - [`store`]: SQLite and content-addressed files.
 //! - [`error`]: the one error type and its status mapping.
 //! - [`ratelimit`]: per-key GCRA rate limits and concurrency caps; [`admission`] applies them
-//!   to HTTP requests.
+//!   to HTTP requests; [`shared_limits`]: the rate limits shared by replicas through Redis.
 //! - [`metrics`]: Prometheus metrics; [`latency`]: per-model latency histograms for the live
 //!   dashboard.
 //! - [`request_id`]: `X-Request-Id` and the per-request tracing span.
@@ -26,6 +28,8 @@
 //!   limits); [`peers`]: the per-address cap on unauthenticated connections.
 //! - [`textgen`]: character-level text generation (sampling, stop sequences) for the OpenAI API.
 //! - [`llm`]: chat models (GGUF, llama.cpp): lazy load, idle unload, upload validation.
+
+#![forbid(unsafe_code)]
 
 pub mod admission;
 pub mod api;
@@ -42,6 +46,8 @@ pub mod drain;
 pub mod error;
 pub mod grpc;
 pub mod history;
+pub mod infer;
+pub mod key_activity;
 pub mod latency;
 pub mod llm;
 pub mod metrics;
@@ -52,6 +58,7 @@ pub mod ratelimit;
 pub mod registry;
 pub mod request_id;
 pub mod server;
+pub mod shared_limits;
 pub mod state;
 pub mod store;
 pub mod textgen;

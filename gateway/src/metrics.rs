@@ -128,6 +128,8 @@ pub struct Metrics {
     pub latency: LatencyHistograms,
     /// The last hour per model and pipeline (`/api/metrics/history`).
     pub history: crate::history::History,
+    /// Requests and last use per API key (`/api/keys`, the history's per-key traffic).
+    pub keys: crate::key_activity::KeyActivity,
 }
 
 impl Default for Metrics {
@@ -221,7 +223,16 @@ impl Metrics {
             websocket_connections,
             latency: LatencyHistograms::default(),
             history: Default::default(),
+            keys: Default::default(),
         }
+    }
+
+    /// A chat model's time-to-first-token sum (seconds) and count, and the tokens it generated
+    /// (every token observes one of the two histograms), since start.
+    pub fn llm_totals(&self, model: &str) -> (f64, u64, u64) {
+        let ttft = self.llm_time_to_first_token(model);
+        let itl = self.llm_inter_token_latency(model);
+        (ttft.sum(), ttft.count(), ttft.count() + itl.count())
     }
 
     pub fn http_request(&self, method: &str, route: &str, status: u16) {

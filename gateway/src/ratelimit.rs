@@ -54,6 +54,20 @@ impl RateLimit {
         ((NANOS as f64 / self.rps).round() as u64).max(1)
     }
 
+    /// The refusal of a request that must wait `wait_ns` for this rate (the same words from
+    /// the local and the shared limiter).
+    pub fn exceeded(&self, wait_ns: u64, quota: Quota) -> Rejection {
+        Rejection {
+            kind: LimitKind::Rate,
+            retry_after_s: wait_ns.div_ceil(NANOS).max(1),
+            quota: Some(quota),
+            message: format!(
+                "rate limit exceeded for this API key ({} requests/s, burst {}); retry after the Retry-After delay",
+                self.rps, self.burst
+            ),
+        }
+    }
+
     /// Seconds needed to refill the whole burst: the policy's window.
     pub fn window_s(&self) -> u64 {
         (self.interval_ns().saturating_mul(self.burst as u64)).div_ceil(NANOS)
@@ -89,6 +103,8 @@ struct KeyState {
 pub enum LimitKind {
     Rate,
     Concurrency,
+    /// The shared limiter (Redis) could not answer and the policy is to fail closed.
+    Unavailable,
 }
 
 impl LimitKind {
@@ -96,6 +112,7 @@ impl LimitKind {
         match self {
             LimitKind::Rate => "rate",
             LimitKind::Concurrency => "concurrency",
+            LimitKind::Unavailable => "unavailable",
         }
     }
 }
@@ -144,6 +161,14 @@ pub struct Admission {
 }
 
 impl Admission {
+    /// This admission with the rate quota another limiter (the shared one) granted.
+    pub fn with_quota(self, quota: Quota) -> Admission {
+        Admission {
+            quota: Some(quota),
+            ..self
+        }
+    }
+
     /// Whether dropping this admission frees a concurrency slot (the response must keep it
     /// alive until its body ends).
     pub fn holds_slot(&self) -> bool {
@@ -269,15 +294,7 @@ impl Limiter {
                 Err((wait_ns, quota)) => {
                     // `slot` drops here and frees the concurrency slot.
                     state.rejected_rate.fetch_add(1, Ordering::Relaxed);
-                    return Err(Rejection {
-                        kind: LimitKind::Rate,
-                        retry_after_s: wait_ns.div_ceil(NANOS).max(1),
-                        quota: Some(quota),
-                        message: format!(
-                            "rate limit exceeded for this API key ({} requests/s, burst {}); retry after the Retry-After delay",
-                            rate.rps, rate.burst
-                        ),
-                    });
+                    return Err(rate.exceeded(wait_ns, quota));
                 }
             },
             None => None,

@@ -36,6 +36,8 @@ pub struct AppState {
     /// Per-key admission state and the limits of keys without their own.
     pub limiter: Limiter,
     pub default_limits: Limits,
+    /// Rate limits shared with other replicas (Redis), when configured.
+    pub shared_limits: Option<crate::shared_limits::SharedLimits>,
     pub metrics: Metrics,
     /// The text generator's vocabulary (`[openai] vocab`), for the OpenAI API.
     pub textgen_vocab: Option<Arc<Vocab>>,
@@ -59,6 +61,13 @@ impl AppState {
         let ops = engine.ops().clone();
         let pipelines = Pipelines::load(store.list_pipelines()?);
         let default_limits = config.default_key_limits().map_err(ApiError::bad_request)?;
+        let shared_limits = match &config.limits.shared_url {
+            Some(url) => Some(
+                crate::shared_limits::SharedLimits::new(url, config.limits.shared_failure)
+                    .map_err(ApiError::bad_request)?,
+            ),
+            None => None,
+        };
         let textgen_vocab = match &config.openai.vocab {
             Some(path) => Some(Arc::new(Vocab::load(path).map_err(ApiError::bad_request)?)),
             None => None,
@@ -74,6 +83,7 @@ impl AppState {
             ready: AtomicBool::new(true),
             limiter: Limiter::new(),
             default_limits,
+            shared_limits,
             metrics: Metrics::new(),
             textgen_vocab,
             drain: Drain::default(),
@@ -271,23 +281,10 @@ pub fn parse_version(v: &str) -> ApiResult<u64> {
     })
 }
 
-/// Model names: 1–128 characters of letters, digits, '-', '_', '.', not starting with '.',
-/// so a name can never escape a directory or hide control characters in logs.
+/// Names of models, pipelines and plugins (see [`infergate_protocol::names`]); a bad one is a
+/// 400.
 pub fn validate_name(kind: &str, name: &str) -> ApiResult<()> {
-    let ok = !name.is_empty()
-        && name.len() <= 128
-        && !name.starts_with('.')
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
-    if ok {
-        Ok(())
-    } else {
-        Err(ApiError::bad_request(format!(
-            "invalid {kind} name '{}': use 1-128 letters, digits, '-', '_' or '.', not starting with '.'",
-            name.escape_debug()
-        )))
-    }
+    Ok(infergate_protocol::names::check(kind, name)?)
 }
 
 #[cfg(test)]

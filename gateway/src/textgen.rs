@@ -8,13 +8,15 @@
 //! it, so a client that goes away stops generation at the next character.
 
 use crate::error::{ApiError, ApiResult};
-use crate::state::{model_key, AppState};
+use crate::state::AppState;
 use crate::store::models::ModelRecord;
-use infergate_engine::Tensor;
+use infergate_engine::{InferOptions, Tensor};
 #[cfg(test)]
 use infergate_llm::output::longest_suffix_prefix;
 use infergate_llm::output::release;
 pub use infergate_llm::Finish;
+// The sampling parameters as requests give them (OpenAI bodies, WebSocket `generate`).
+pub use crate::api::openai_request::Sampling;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::Deserialize;
@@ -27,7 +29,6 @@ const INPUT: &str = "input";
 const OUTPUT: &str = "probabilities";
 /// Added to probabilities before the temperature's logarithm, as textgenrnn does.
 const EPSILON: f64 = 1e-7;
-pub const MAX_STOP_SEQUENCES: usize = 4;
 
 /// The vocabulary file written by the exporter.
 #[derive(Debug, Deserialize)]
@@ -117,37 +118,6 @@ impl Vocab {
         let mut out = vec![self.padding_index as i64; self.max_length - tail.len()];
         out.extend(tail.iter().map(|&i| i as i64));
         out
-    }
-}
-
-/// Sampling parameters, validated.
-#[derive(Debug, Clone)]
-pub struct Sampling {
-    /// 0 = greedy.
-    pub temperature: f64,
-    pub top_p: f64,
-    pub seed: Option<u64>,
-    pub max_tokens: u32,
-    pub stop: Vec<String>,
-}
-
-impl Sampling {
-    pub fn validate(&self) -> ApiResult<()> {
-        if !(0.0..=2.0).contains(&self.temperature) {
-            return Err(ApiError::bad_request("temperature must be between 0 and 2"));
-        }
-        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
-            return Err(ApiError::bad_request("top_p must be in (0, 1]"));
-        }
-        if self.max_tokens == 0 {
-            return Err(ApiError::bad_request("max_tokens must be at least 1"));
-        }
-        if self.stop.len() > MAX_STOP_SEQUENCES || self.stop.iter().any(String::is_empty) {
-            return Err(ApiError::bad_request(format!(
-                "stop: at most {MAX_STOP_SEQUENCES} non-empty sequences"
-            )));
-        }
-        Ok(())
     }
 }
 
@@ -264,16 +234,14 @@ impl Generation {
         let window = self.vocab.window(&self.context);
         let input = Tensor::from_i64(INPUT, vec![1, window.len() as i64], &window)
             .map_err(|e| ApiError::internal(e.to_string()))?;
-        let mut outputs = self
-            .state
-            .engine
-            .infer(
-                &model_key(&self.record),
-                &self.state.model_path(&self.record),
-                vec![input],
-                vec![OUTPUT.to_string()],
-            )
-            .await?;
+        let mut outputs = crate::infer::backend::run_model(
+            &self.state,
+            &self.record,
+            vec![input],
+            vec![OUTPUT.to_string()],
+            InferOptions::default(),
+        )
+        .await?;
         let probs = outputs
             .pop()
             .and_then(|t| t.to_f32())

@@ -11,6 +11,8 @@
 //! - [`stats`]: counters and gauges for `/metrics`.
 //! - [`error`]: the crate's error and whose fault it is.
 
+#![forbid(unsafe_code)]
+
 pub mod error;
 pub mod gguf;
 pub mod model;

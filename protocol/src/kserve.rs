@@ -133,13 +133,13 @@ pub fn wants_binary(request: &InferRequest, output: &str) -> bool {
     })
 }
 
-/// Builds the response body: `(bytes, Some(json_len))` when any output is binary.
-pub fn encode_response(
+/// The response document and, when any output is binary, the binary section it announces.
+pub fn response(
     request: &InferRequest,
     model_name: &str,
     model_version: u64,
     outputs: &[Tensor],
-) -> serde_json::Result<(Vec<u8>, Option<usize>)> {
+) -> (InferResponse, Option<Vec<u8>>) {
     let mut binary = Vec::new();
     let mut any_binary = false;
     let mut encoded = Vec::with_capacity(outputs.len());
@@ -171,10 +171,21 @@ pub fn encode_response(
         id: request.id.clone(),
         outputs: encoded,
     };
+    (response, any_binary.then_some(binary))
+}
+
+/// Builds the response body: `(bytes, Some(json_len))` when any output is binary.
+pub fn encode_response(
+    request: &InferRequest,
+    model_name: &str,
+    model_version: u64,
+    outputs: &[Tensor],
+) -> serde_json::Result<(Vec<u8>, Option<usize>)> {
+    let (response, binary) = response(request, model_name, model_version, outputs);
     let mut body = serde_json::to_vec(&response)?;
-    if !any_binary {
+    let Some(binary) = binary else {
         return Ok((body, None));
-    }
+    };
     let json_len = body.len();
     body.extend_from_slice(&binary);
     Ok((body, Some(json_len)))

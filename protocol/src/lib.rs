@@ -10,6 +10,9 @@
 //! - [`contents`]: gRPC's typed `InferTensorContents`.
 //! - [`kserve`]: the KServe v2 request and response documents.
 //! - [`message`]: WebSocket text messages (request, cancel, invalid).
+//! - [`names`]: the names clients give models, pipelines and plugins.
+
+#![forbid(unsafe_code)]
 
 pub mod binary;
 pub mod contents;
@@ -17,6 +20,7 @@ pub mod json;
 pub mod kserve;
 pub mod limits;
 pub mod message;
+pub mod names;
 pub mod tensor;
 
 /// A request the client got wrong (HTTP 400, gRPC INVALID_ARGUMENT), or a tensor whose data

@@ -95,16 +95,19 @@ fn register_pipelines(data: &Path) {
     }
 }
 
-/// A PNG of black `text` on white, rendered by Pillow from the setup step's Python.
-fn text_image(text: &str, out: &Path) {
+/// A PNG of black `lines` of text on white, one under the other, rendered by Pillow from the
+/// setup step's Python.
+fn text_image(lines: &[&str], out: &Path) {
     let python = std::env::var("INFERGATE_PYTHON")
         .expect("INFERGATE_PYTHON is unset: run scripts/setup.sh and `source .cache/env.sh`");
     let script = "import sys; from PIL import Image, ImageDraw, ImageFont; \
-        img = Image.new('RGB', (360, 48), 'white'); \
-        ImageDraw.Draw(img).text((8, 6), sys.argv[1], fill='black', font=ImageFont.load_default(size=30)); \
-        img.save(sys.argv[2])";
+        lines = sys.argv[2:]; img = Image.new('RGB', (420, 20 + 60 * len(lines)), 'white'); \
+        draw = ImageDraw.Draw(img); font = ImageFont.load_default(size=30); \
+        [draw.text((14, 12 + 60 * i), t, fill='black', font=font) for i, t in enumerate(lines)]; \
+        img.save(sys.argv[1])";
     let status = std::process::Command::new(python)
-        .args(["-c", script, text, out.to_str().unwrap()])
+        .args(["-c", script, out.to_str().unwrap()])
+        .args(lines)
         .status()
         .expect("run python");
     assert!(status.success(), "rendering the text image failed");
@@ -171,10 +174,14 @@ async fn dashboard_in_a_real_browser() {
     );
     register(tmp.path(), "textgen", &model("textgen.onnx"));
     register(tmp.path(), "ocr-rec", &model("ocr-rec.onnx"));
+    register(tmp.path(), "ocr-det", &model("ocr-det.onnx"));
+    register(tmp.path(), "ocr-cls", &model("ocr-cls.onnx"));
     register(tmp.path(), "minilm", &model("minilm.onnx"));
+    // The chat model (llama.cpp) for the overview's text-generation figures.
+    register(tmp.path(), "smollm2", &model("smollm2.gguf"));
     register_pipelines(tmp.path());
-    let text_png = tmp.path().join("hello.png");
-    text_image("HELLO 2026", &text_png);
+    let text_png = tmp.path().join("three-lines.png");
+    text_image(&["HELLO 2026", "second line", "Third 333"], &text_png);
     let s = Server::start_in(
         tmp.path(),
         Options {
@@ -534,15 +541,46 @@ async fn dashboard_in_a_real_browser() {
     b.screenshot(&shots.join("03g-playground-chat.png")).await;
     b.click("#mode-completion").await;
 
-    // The OCR pipeline reads the text rendered into an image.
+    // The OCR pipeline reads the three lines rendered into an image, in order, and draws
+    // the box it found for each over the image.
     b.script(PICK, json!(["pipeline:ocr"])).await;
     b.choose_file("#pg-pipeline-file", &text_png).await;
-    b.wait_text(".drop-text", |t| t.contains("hello.png")).await;
+    b.wait_text(".drop-text", |t| t.contains("three-lines.png"))
+        .await;
     b.click("#pipeline-run").await;
-    let text = b.wait_text("#pipeline-text", |t| !t.is_empty()).await;
+    b.wait_text("#pipeline-text", |t| !t.is_empty()).await;
+    let lines = b
+        .script(
+            "return [...document.querySelectorAll('#pipeline-text li strong')].map(e => e.textContent.replace(/\\s+/g, ''))",
+            json!([]),
+        )
+        .await;
+    // Spaces are compared away: PP-OCRv4 is unsure of Latin word spacing.
+    assert_eq!(
+        lines,
+        json!(["HELLO2026", "secondline", "Third333"]),
+        "lines read"
+    );
+    let boxes = b
+        .script(
+            "return [...document.querySelectorAll('#pipeline-regions g.region rect')].map(r => parseFloat(r.getAttribute('y')))",
+            json!([]),
+        )
+        .await;
+    let tops: Vec<f64> = boxes
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .collect();
     assert!(
-        text.to_uppercase().contains("HELLO") && text.contains("2026"),
-        "recognised: {text}"
+        tops.len() == 3 && tops.windows(2).all(|w| w[0] + 40.0 < w[1]),
+        "one box per line, top to bottom: {tops:?}"
+    );
+    let chain = b.text_of(".playground .card-head .small").await.unwrap();
+    assert!(
+        chain.contains("ocr-det") && chain.contains("ocr-cls"),
+        "{chain}"
     );
     let stages = b.wait_text("#stages", |t| t.contains("ms")).await;
     for stage in ["Pre-plugins", "Model", "Post-plugins", "Server total"] {
@@ -615,6 +653,19 @@ async fn dashboard_in_a_real_browser() {
     assert_eq!(me["scopes"], json!(["infer", "upload"]));
     b.wait_text("tr[data-key-name='browser-made']", |t| t.contains("active"))
         .await;
+    // The whoami call above used the key: the table says when, from the server's counters
+    // (it refreshes every 5 s).
+    let last = b
+        .wait_text("tr[data-key-name='browser-made'] .key-last-used", |t| {
+            t != "not since start"
+        })
+        .await;
+    assert!(last == "just now" || last.ends_with("s ago"), "{last}");
+    let traffic = b
+        .text_of("tr[data-key-name='browser-made'] .key-usage")
+        .await
+        .unwrap();
+    assert!(traffic.starts_with("1 allowed"), "{traffic}");
     // The table shows the key's limits; the form starts over for the next key.
     let row = "tr[data-key-name='browser-made']";
     assert_eq!(
@@ -686,6 +737,15 @@ async fn dashboard_in_a_real_browser() {
         tokio::spawn(async move {
             let good = json!({"inputs": [{"name": "input", "shape": [1, 3, 224, 224], "datatype": "FP32", "data": vec![0.0f32; 3 * 224 * 224]}]});
             let bad = json!({"inputs": [{"name": "input", "shape": [1], "datatype": "FP32", "data": [0.0]}]});
+            let chat = client.post(url.replace(
+                "/v2/models/efficientnet-lite0/infer",
+                "/v1/chat/completions",
+            ));
+            let chat = chat.bearer_auth(&key).json(&json!({
+                "model": "smollm2", "max_tokens": 8, "temperature": 0,
+                "messages": [{"role": "user", "content": "Name a colour."}]
+            }));
+            assert_eq!(chat.send().await.unwrap().status(), 200);
             for i in 0..40 {
                 let body = if i % 10 == 3 { &bad } else { &good };
                 let r = client
@@ -769,6 +829,30 @@ async fn dashboard_in_a_real_browser() {
     let memory = b.wait_text("#memory", |t| t.ends_with("reserved")).await;
     assert!(!memory.starts_with("0 B"), "{memory}");
     traffic.await.unwrap();
+    // The chat model's text-generation figures: time to first token and tokens.
+    let ttft = b.wait_text("#total-ttft", |t| t.ends_with(" ms")).await;
+    assert!(
+        ttft.trim_end_matches(" ms")
+            .parse::<f64>()
+            .is_ok_and(|v| v > 0.0),
+        "{ttft}"
+    );
+    let chat_card = "section.model-live[data-model='smollm2']";
+    let figures = b
+        .wait_text(&format!("{chat_card} .gen-figures"), |t| {
+            t.contains(" ms") && !t.contains(" 0 tokens")
+        })
+        .await;
+    assert!(figures.contains("time to first token"), "{figures}");
+    b.find(&format!(
+        "{chat_card} figure.chart[aria-label^='Time to first token']"
+    ))
+    .await;
+    // Traffic per API key: the admin key sent all of it.
+    let per_key = b
+        .wait_text("#key-traffic .legend", |t| t.contains("/s"))
+        .await;
+    assert!(per_key.contains("admin"), "{per_key}");
     b.screenshot(&shots.join("05-overview.png")).await;
     // History lives on the server: another page and back, and the seconds are still there.
     b.click("a[href='/keys']").await;
@@ -1241,4 +1325,73 @@ async fn history_counts_client_errors_and_keeps_the_seconds() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     panic!("the history never showed the 400s: {last}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_show_their_last_use_and_their_traffic_per_second() {
+    let s = crate::harness::Server::with_models(&[("cls", "ocr-cls.onnx")]);
+    let key = s.key("infer");
+    let keys = s.get_json("/api/keys", &s.admin_key).await;
+    let unused = keys["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["scopes"] == json!(["infer"]))
+        .cloned()
+        .unwrap();
+    assert!(unused["activity"]["last_used_ms"].is_null(), "{unused}");
+    let id = unused["public_id"].as_str().unwrap().to_string();
+
+    let started = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let body = json!({"inputs": [{"name": "x", "shape": [1, 3, 48, 192], "datatype": "FP32",
+                                  "data": vec![0.0f32; 3 * 48 * 192]}]});
+    // The key's ring starts at the sampler's first tick after its first use; requests keep
+    // coming (bounded) until a second with traffic is in it.
+    let mut sent = 0u64;
+    let mut last = Value::Null;
+    for _ in 0..50 {
+        let r = s.post_json("/v2/models/cls/infer", &key, &body).await;
+        assert_eq!(r.status(), 200);
+        sent += 1;
+        last = s
+            .get_json("/api/metrics/history?seconds=60", &s.admin_key)
+            .await;
+        let charted = last["keys"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|k| k["public_id"] == id.as_str())
+            .cloned();
+        let per_second: f64 = charted
+            .iter()
+            .flat_map(|k| k["requests_per_s"].as_array().cloned().unwrap_or_default())
+            .filter_map(|v| v.as_f64())
+            .sum();
+        if per_second > 0.0 {
+            assert_eq!(charted.unwrap()["name"], unused["name"]);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        last["keys"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|k| k["public_id"] == id.as_str()),
+        "the key's traffic never showed: {last}"
+    );
+    // Every request counted, and when the last one came (server time).
+    let usage = s
+        .get_json(&format!("/api/keys/{id}/usage"), &s.admin_key)
+        .await;
+    assert_eq!(usage["activity"]["admitted"], sent, "{usage}");
+    let used = usage["activity"]["last_used_ms"].as_u64().unwrap();
+    assert!(used >= started, "{usage}");
+    // Per-key traffic is for admins: an application key's history has none.
+    let own = s.get_json("/api/metrics/history?seconds=60", &key).await;
+    assert_eq!(own["keys"], json!([]), "{own}");
 }

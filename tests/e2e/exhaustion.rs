@@ -2,7 +2,7 @@
 //! with short limits from a config file: silent connections (plain TCP and after the TLS
 //! handshake, on the HTTPS and the gRPC listener) are closed and cannot starve the connection
 //! cap; the per-address cap of unauthenticated connections holds until a key is shown; slow
-//! request bodies get 408; WebSocket ping floods are closed with memory bounded, pings do not
+//! request bodies get 408; WebSocket ping floods are closed with memory bounded (on `/v2/events` too), pings do not
 //! extend the first-message deadline, an oversized frame gets 1009; over-long URIs and header
 //! sections get a JSON 414/431, an over-limit HTTP/2 body a 413. During each attack a normal
 //! client keeps being served (bounds are generous; nothing here measures time).
@@ -300,14 +300,17 @@ async fn a_trickled_or_stalled_body_gets_408() {
 type Ws = tokio_tungstenite::WebSocketStream<Tls>;
 
 async fn ws_connect(s: &Server, key: Option<&str>) -> Ws {
+    ws_connect_to(s, "/v2/stream", key).await
+}
+
+async fn ws_connect_to(s: &Server, path: &str, key: Option<&str>) -> Ws {
     let addr = hostport(&s.addr);
     let tls = tls_connect(&tls_connector(s, b"http/1.1"), &addr)
         .await
         .unwrap();
-    let mut request = tungstenite::client::IntoClientRequest::into_client_request(format!(
-        "wss://{addr}/v2/stream"
-    ))
-    .unwrap();
+    let mut request =
+        tungstenite::client::IntoClientRequest::into_client_request(format!("wss://{addr}{path}"))
+            .unwrap();
     if let Some(key) = key {
         request
             .headers_mut()
@@ -320,7 +323,9 @@ async fn ws_connect(s: &Server, key: Option<&str>) -> Ws {
 }
 
 /// The close code the server ends with (None: the connection ended without one).
-async fn server_close(ws: &mut Ws) -> Option<u16> {
+async fn server_close(
+    ws: &mut (impl futures_util::Stream<Item = Result<Message, tungstenite::Error>> + Unpin),
+) -> Option<u16> {
     loop {
         match tokio::time::timeout(GENEROUS, ws.next())
             .await
@@ -343,50 +348,50 @@ fn rss_kib(s: &Server) -> u64 {
         .expect("VmRSS")
 }
 
+const PINGS: usize = 200_000;
+
+/// Sends up to [`PINGS`] pings as fast as possible without reading the pongs, checking that
+/// a normal client is served meanwhile; answers how many were sent before the connection
+/// failed and the server's close code (None: the connection ended without one, as it may
+/// when the server closes with pings still unread).
+async fn ping_flood(s: &Server, ws: Ws) -> (usize, Option<u16>) {
+    let (mut sink, mut stream) = ws.split();
+    let flood = tokio::spawn(async move {
+        let mut sent = 0;
+        while sent < PINGS {
+            // 125 bytes: the largest control frame.
+            if sink
+                .feed(Message::Ping(vec![7u8; 125].into()))
+                .await
+                .is_err()
+            {
+                break;
+            }
+            sent += 1;
+            if sent % 256 == 0 && sink.flush().await.is_err() {
+                break;
+            }
+        }
+        sent
+    });
+    served(s).await;
+    let sent = tokio::time::timeout(GENEROUS * 2, flood)
+        .await
+        .expect("the flood ends: the server closes the connection")
+        .unwrap();
+    (sent, server_close(&mut stream).await)
+}
+
 /// Pings as fast as possible without reading the pongs, with and without a key: the server
 /// closes the connection (1008) instead of queueing pongs, and its memory stays put.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn websocket_ping_floods_are_closed_and_memory_stays_bounded() {
-    const PINGS: usize = 200_000;
     let (_tmp, s) = server_with("");
     let key = s.key("infer");
     let before = rss_kib(&s);
     for key in [None, Some(key.as_str())] {
         let ws = ws_connect(&s, key).await;
-        let (mut sink, mut stream) = ws.split();
-        let flood = tokio::spawn(async move {
-            let mut sent = 0;
-            while sent < PINGS {
-                // 125 bytes: the largest control frame.
-                if sink
-                    .feed(Message::Ping(vec![7u8; 125].into()))
-                    .await
-                    .is_err()
-                {
-                    break;
-                }
-                sent += 1;
-                if sent % 256 == 0 && sink.flush().await.is_err() {
-                    break;
-                }
-            }
-            sent
-        });
-        served(&s).await;
-        let sent = tokio::time::timeout(GENEROUS * 2, flood)
-            .await
-            .expect("the flood ends: the server closes the connection")
-            .unwrap();
-        let code = loop {
-            match tokio::time::timeout(GENEROUS, stream.next())
-                .await
-                .expect("the server closes the WebSocket")
-            {
-                Some(Ok(Message::Close(frame))) => break frame.map(|f| u16::from(f.code)),
-                Some(Ok(_)) => continue,
-                Some(Err(_)) | None => break None,
-            }
-        };
+        let (sent, code) = ping_flood(&s, ws).await;
         assert!(
             sent < PINGS,
             "all {sent} pings accepted (key: {})",
@@ -435,6 +440,23 @@ async fn an_oversized_websocket_frame_gets_1009() {
     let key = s.key("infer");
     let mut ws = ws_connect(&s, Some(&key)).await;
     // Sent without waiting: the server may close while the frame is still going out.
+    let _ = ws.send(Message::text("x".repeat(100_000))).await;
+    assert_eq!(server_close(&mut ws).await, Some(1009));
+    served(&s).await;
+}
+
+/// `/v2/events` reads nothing from its client, yet a client's frames cost it what they cost
+/// `/v2/stream`: a ping flood is closed with 1008, an oversized frame with 1009.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_events_socket_closes_ping_floods_and_oversized_frames() {
+    let (_tmp, s) = server_with("[websocket]\nmax_message_bytes = 65536\n");
+    let ws = ws_connect_to(&s, "/v2/events", Some(&s.admin_key)).await;
+    let (sent, code) = ping_flood(&s, ws).await;
+    assert!(sent < PINGS, "all {sent} pings accepted");
+    if let Some(code) = code {
+        assert_eq!(code, u16::from(CloseCode::Policy));
+    }
+    let mut ws = ws_connect_to(&s, "/v2/events", Some(&s.admin_key)).await;
     let _ = ws.send(Message::text("x".repeat(100_000))).await;
     assert_eq!(server_close(&mut ws).await, Some(1009));
     served(&s).await;

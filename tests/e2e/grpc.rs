@@ -21,7 +21,7 @@ pub fn frame(message: &impl Message) -> Vec<u8> {
 }
 
 /// Takes every complete message off the front of `buf`.
-fn unframe(buf: &mut Vec<u8>) -> Vec<ModelStreamInferResponse> {
+pub fn unframe(buf: &mut Vec<u8>) -> Vec<ModelStreamInferResponse> {
     let mut out = Vec::new();
     while buf.len() >= 5 {
         let len = u32::from_be_bytes([buf[1], buf[2], buf[3], buf[4]]) as usize;

@@ -160,10 +160,33 @@ impl Server {
             .expect("a JSON body")
     }
 
+    /// `POST path` of a JSON `body` with `key` as a bearer token (any status).
+    pub async fn post_json(
+        &self,
+        path: &str,
+        key: &str,
+        body: &serde_json::Value,
+    ) -> reqwest::Response {
+        self.client
+            .post(self.url(path))
+            .bearer_auth(key)
+            .json(body)
+            .send()
+            .await
+            .expect("POST reaches the server")
+    }
+
     pub fn key(&self, scopes: &str) -> String {
+        self.key_with(scopes, &[])
+    }
+
+    /// Creates a key through the offline CLI with extra `keys create` flags (limits) and
+    /// returns its secret.
+    pub fn key_with(&self, scopes: &str, flags: &[&str]) -> String {
         let out = Command::new(BIN)
             .args(["keys", "create", "--scope", scopes, "--data-dir"])
             .arg(&self.data)
+            .args(flags)
             .output()
             .expect("keys create");
         assert!(

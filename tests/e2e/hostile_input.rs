@@ -1,6 +1,7 @@
 //! Requests whose declared sizes lie about their data, over every protocol that carries
 //! tensors: each is a 400 (gRPC INVALID_ARGUMENT, a WebSocket error frame) naming the input,
-//! and the server goes on serving. Before the size checks in `infergate-protocol::limits`, a
+//! and the server goes on serving. An oversized gRPC message is RESOURCE_EXHAUSTED, unary or
+//! in a stream (after the answers to the requests before it). Before the size checks in `infergate-protocol::limits`, a
 //! shape of `[68719476736, 16]` with one element aborted the process (a 4 TiB allocation) and
 //! `[9223372036854775807]` panicked ("capacity overflow").
 
@@ -157,6 +158,39 @@ async fn absurd_shapes_over_grpc_are_invalid_argument_and_oversized_is_resource_
     let status = grpc_infer(&s, &url, &key, frame(&big)).await;
     assert_eq!(status.as_deref(), Some("8"), "RESOURCE_EXHAUSTED");
     let fine = request(&[1, 3, 48, 8], "FP32", vec![0; 3 * 48 * 8 * 4]);
+    assert_eq!(grpc_infer(&s, &url, &key, frame(&fine)).await, None);
+
+    // On a stream, the requests before an oversized one are answered, then the stream ends
+    // with RESOURCE_EXHAUSTED in its trailers (it used to end with OK, as if the client had
+    // finished).
+    let mut frames = frame(&ModelInferRequest {
+        id: "fine".into(),
+        ..fine.clone()
+    });
+    frames.extend(frame(&big));
+    let response = crate::grpc::call(&s, &url, "ModelStreamInfer", &key, frames.into()).await;
+    assert_eq!(response.status(), 200);
+    let body = http::Response::from(response).into_body();
+    let collected = http_body_util::BodyExt::collect(body).await.unwrap();
+    let trailers = collected
+        .trailers()
+        .cloned()
+        .expect("trailers with a status");
+    let mut answers = collected.to_bytes().to_vec();
+    let answers = crate::grpc::unframe(&mut answers);
+    assert_eq!(answers.len(), 1, "{answers:?}");
+    assert_eq!(answers[0].error_message, "");
+    assert_eq!(answers[0].infer_response.as_ref().unwrap().id, "fine");
+    assert_eq!(
+        trailers["grpc-status"], "8",
+        "RESOURCE_EXHAUSTED: {trailers:?}"
+    );
+    // Percent-encoded, as gRPC sends it.
+    let message = trailers["grpc-message"]
+        .to_str()
+        .unwrap()
+        .replace("%20", " ");
+    assert!(message.contains("too large"), "{message}");
     assert_eq!(grpc_infer(&s, &url, &key, frame(&fine)).await, None);
 }
 

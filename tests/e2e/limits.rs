@@ -6,22 +6,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Creates a key through the offline CLI with extra flags and returns its secret.
-fn key_with(s: &Server, scopes: &str, flags: &[&str]) -> String {
-    let out = std::process::Command::new(BIN)
-        .args(["keys", "create", "--scope", scopes, "--data-dir"])
-        .arg(&s.data)
-        .args(flags)
-        .output()
-        .expect("keys create");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap().trim().to_string()
-}
-
 fn public_id(secret: &str) -> &str {
     secret.split('_').nth(1).unwrap()
 }
@@ -44,7 +28,7 @@ async fn rate_limit_is_exact_under_32_concurrent_clients() {
     const BURST: f64 = 10.0;
     const WINDOW: Duration = Duration::from_secs(3);
     let s = Server::with_models(&[]);
-    let key = key_with(&s, "infer", &["--rps", "5", "--burst", "10"]);
+    let key = s.key_with("infer", &["--rps", "5", "--burst", "10"]);
     let url = s.url("/api/whoami");
 
     // 32 clients, each with its own connection, warmed up on a route that needs no key so
@@ -184,7 +168,7 @@ async fn concurrency_cap_defaults_and_admin_changes() {
             ..Options::default()
         },
     );
-    let key = key_with(&s, "infer,upload", &[]);
+    let key = s.key_with("infer,upload", &[]);
     let id = public_id(&key).to_string();
 
     // The server default applies: one request at a time.

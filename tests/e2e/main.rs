@@ -19,6 +19,7 @@ mod models;
 mod postops;
 mod rejected_input;
 mod restart;
+mod shared_limits;
 mod shutdown;
 mod transport;
 mod websocket;

@@ -1,6 +1,6 @@
 //! `/v2/stream` and `/v2/events` over TLS with tokio-tungstenite.
 
-use crate::harness::{model, Options, Server, BIN};
+use crate::harness::{model, Options, Server};
 use futures_util::{SinkExt, StreamExt};
 use rustls::pki_types::ServerName;
 use serde_json::{json, Value};
@@ -88,24 +88,19 @@ async fn close_code(ws: &mut Ws) -> u16 {
 }
 
 fn cls_request(id: Value) -> Message {
+    cls_message(id, "cls", json!({}))
+}
+
+/// A request shaped for the cls model to `model` (the model or a pipeline over it), with KServe
+/// request `parameters`.
+fn cls_message(id: Value, model: &str, parameters: Value) -> Message {
     let data = vec![0.0f32; 3 * 48 * 192];
     Message::text(
-        json!({"id": id, "model": "cls", "inputs": [
+        json!({"id": id, "model": model, "parameters": parameters, "inputs": [
             {"name": "x", "shape": [1, 3, 48, 192], "datatype": "FP32", "data": data}
         ]})
         .to_string(),
     )
-}
-
-fn key_with(s: &Server, scopes: &str, flags: &[&str]) -> String {
-    let out = std::process::Command::new(BIN)
-        .args(["keys", "create", "--scope", scopes, "--data-dir"])
-        .arg(&s.data)
-        .args(flags)
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    String::from_utf8(out.stdout).unwrap().trim().to_string()
 }
 
 /// One value from /metrics (0 when absent).
@@ -293,7 +288,7 @@ async fn websocket_answers_out_of_order_survives_bad_messages_and_streams_tokens
 async fn websocket_messages_spend_the_keys_rate_limit() {
     let s = Server::with_models(&[("cls", "ocr-cls.onnx")]);
     // The upgrade request spends one of the three.
-    let key = key_with(&s, "infer", &["--rps", "0.001", "--burst", "3"]);
+    let key = s.key_with("infer", &["--rps", "0.001", "--burst", "3"]);
     let (mut ws, _) = connect(&s, "/v2/stream", &[("x-api-key", &key)])
         .await
         .unwrap();
@@ -525,6 +520,109 @@ async fn websocket_cancel_by_id_stops_one_request_and_keeps_the_connection() {
     assert_eq!(answer["model_name"], "cls", "{answer}");
     let tokens = tokens_once_no_generation_runs(&s, "after it was cancelled").await;
     assert!((1.0..3000.0).contains(&tokens), "{tokens}");
+}
+
+/// A pipeline's name runs over the stream as over HTTP and gRPC, and the KServe parameters
+/// `priority` and `timeout` reach the model's queue, a pipeline's model stage included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn websocket_runs_pipelines_and_applies_priority_and_timeout() {
+    let s = Server::with_models(&[("cls", "ocr-cls.onnx")]);
+    let put = |path: &str, body: Value| {
+        s.client
+            .put(s.url(path))
+            .bearer_auth(&s.admin_key)
+            .json(&body)
+            .send()
+    };
+    let saved = put("/api/pipelines/orient", json!({"model": "cls"}))
+        .await
+        .unwrap();
+    assert_eq!(saved.status(), 201, "{}", saved.text().await.unwrap());
+    let key = s.key("infer");
+    let (mut ws, _) = connect(&s, "/v2/stream", &[("x-api-key", &key)])
+        .await
+        .unwrap();
+
+    ws.send(cls_message(json!(7), "orient", json!({})))
+        .await
+        .unwrap();
+    let answer = next_json(&mut ws).await;
+    assert_eq!(answer["id"], 7, "{answer}");
+    assert_eq!(answer["model_name"], "orient", "{answer}");
+    assert_eq!(answer["model_version"], "1", "{answer}");
+    assert_eq!(answer["outputs"][0]["shape"], json!([1, 2]), "{answer}");
+    ws.send(Message::text(
+        json!({"id": "g", "model": "orient", "generate": {"prompt": "Hi"}}).to_string(),
+    ))
+    .await
+    .unwrap();
+    let refused = next_json(&mut ws).await;
+    assert_eq!(
+        (refused["id"].clone(), refused["status"].clone()),
+        (json!("g"), json!(400))
+    );
+    assert!(
+        refused["error"].as_str().unwrap().contains("pipeline"),
+        "{refused}"
+    );
+
+    // Two priority levels, and a batch that waits 10 s to fill: only a request's own queue
+    // timeout ends its wait sooner.
+    let configured = put(
+        "/api/models/cls/config",
+        json!({"max_batch_size": 8, "dynamic_batching": {
+            "max_queue_delay_microseconds": 10_000_000,
+            "priority_levels": 2, "default_priority_level": 2,
+            "default_queue_policy": {"allow_timeout_override": true}}}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        configured.status(),
+        200,
+        "{}",
+        configured.text().await.unwrap()
+    );
+    ws.send(cls_message(json!("low"), "cls", json!({"priority": 3})))
+        .await
+        .unwrap();
+    ws.send(cls_message(
+        json!("soon"),
+        "cls",
+        json!({"timeout": "soon"}),
+    ))
+    .await
+    .unwrap();
+    ws.send(cls_message(
+        json!("model"),
+        "cls",
+        json!({"priority": 1, "timeout": 50_000}),
+    ))
+    .await
+    .unwrap();
+    ws.send(cls_message(
+        json!("pipeline"),
+        "orient",
+        json!({"timeout": 50_000}),
+    ))
+    .await
+    .unwrap();
+    let mut frames = std::collections::HashMap::new();
+    while frames.len() < 4 {
+        let f = next_json(&mut ws).await;
+        frames.insert(f["id"].as_str().unwrap().to_string(), f);
+    }
+    let expect = [
+        ("low", 400, "priority 3 is out of range"),
+        ("soon", 400, "'timeout' must be a non-negative integer"),
+        ("model", 504, "timed out"),
+        ("pipeline", 504, "timed out"),
+    ];
+    for (id, status, says) in expect {
+        let f = &frames[id];
+        assert_eq!(f["status"], status, "{f}");
+        assert!(f["error"].as_str().unwrap().contains(says), "{f}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,6 +1,7 @@
 """Fixtures that start the real infergate binary for the Python client tests."""
 import os
 import re
+import shutil
 import subprocess
 import tempfile
 import threading
@@ -25,6 +26,7 @@ class Gateway:
         self.startup_log = []
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         lines = queue.Queue()
+        self.lines = lines
         threading.Thread(target=lambda: [lines.put(l) for l in self.proc.stderr], daemon=True).start()
         self.hostport = None
         # gRPC's address (host:port) when it serves; its line follows the HTTP one.
@@ -53,6 +55,10 @@ class Gateway:
     def stop(self):
         self.proc.terminate()
         self.proc.wait(timeout=30)
+        # Each data directory holds copies of the models (about 100 MB); a run leaving them
+        # behind filled a CI machine's disk. INFERGATE_KEEP_DATA=1 keeps them to look at.
+        if not os.environ.get("INFERGATE_KEEP_DATA"):
+            shutil.rmtree(self.data, ignore_errors=True)
 
 
 def register(data, name, file):

@@ -48,7 +48,7 @@ class Api:
 @pytest.fixture(scope="module")
 def api():
     g = start([("efficientnet-lite0", "efficientnet-lite0.onnx"), ("ocr-rec", "ocr-rec.onnx"),
-               ("minilm", "minilm.onnx")])
+               ("ocr-det", "ocr-det.onnx"), ("ocr-cls", "ocr-cls.onnx"), ("minilm", "minilm.onnx")])
     a = Api(g)
     for p in ["image-decode", "imagenet-topk", "ctc-decode", "wordpiece-tokenizer", "mean-pool",
               "passthrough", "hostile-loop", "hostile-trap", "hostile-memory"]:
@@ -58,9 +58,8 @@ def api():
                      "model_outputs": ["probabilities"],
                      "preprocess": {"output": "input", "width": 224, "height": 224,
                                     "mean": [127, 127, 127], "std": [128, 128, 128]}},
-        "ocr": {"pre": ["image-decode"], "model": "ocr-rec", "post": ["ctc-decode"],
-                "preprocess": {"output": "x", "width": 320, "height": 48, "mode": "letterbox", "pad": 255,
-                               "mean": [127.5, 127.5, 127.5], "std": [127.5, 127.5, 127.5]}},
+        # The demo's own spec: detection → angle classification → recognition per line.
+        "ocr": json.load(open(os.path.join(ROOT, "scripts", "demo", "ocr.json"))),
         "embed": {"pre": ["wordpiece-tokenizer"], "model": "minilm", "post": ["mean-pool"]},
         "loop": {"pre": ["hostile-loop"], "model": "minilm"},
         "trap": {"pre": ["hostile-trap"], "model": "minilm"},
@@ -120,6 +119,79 @@ def test_ocr_reads_rendered_text(api):
     assert r.status_code == 200, r.text
     text = json.dumps(r.json())
     assert "HELLO" in text.upper() and "2026" in text, r.json()
+
+
+def render_lines(lines, size=(460, 200), turn=False):
+    """A PNG of `lines` of black text, and each line's ink box (x1, y1, x2, y2)."""
+    img = Image.new("RGB", size, "white")
+    draw = ImageDraw.Draw(img)
+    font = ImageFont.load_default(size=30)
+    ink = []
+    for i, line in enumerate(lines):
+        draw.text((14, 12 + i * 60), line, fill="black", font=font)
+        ink.append(draw.textbbox((14, 12 + i * 60), line, font=font))
+    if turn:
+        img = img.rotate(180)
+    buf = io.BytesIO()
+    img.save(buf, format="PNG")
+    return buf.getvalue(), ink
+
+
+def read_lines(answer):
+    # PP-OCRv4's recogniser (trained mostly on Chinese) is unsure of Latin word spacing: it
+    # reads "FIRST LINE" as "FIRSTLINE" or with an ideographic space. Lines are compared
+    # without whitespace; their order and characters are what is checked.
+    return ["".join(r["output"]["texts"][0]["text"].split()) for r in answer["regions"]]
+
+
+THREE_LINES = ["FIRST LINE 1", "second line 22", "Third 333"]
+SQUEEZED = ["".join(line.split()) for line in THREE_LINES]
+
+
+def test_ocr_reads_three_lines_in_reading_order_with_their_boxes(api):
+    png, ink = render_lines(THREE_LINES)
+    r = run(api, "ocr", png, "image/png")
+    assert r.status_code == 200, r.text
+    answer = r.json()
+    assert (answer["width"], answer["height"]) == (460, 200)
+    assert read_lines(answer) == SQUEEZED, answer
+    for region, (ix1, iy1, ix2, iy2) in zip(answer["regions"], ink):
+        # Each box holds its line's ink (give or take the detector's 2 px) and no other line.
+        x1, y1, x2, y2 = region["box"]
+        assert x1 <= ix1 + 2 and y1 <= iy1 + 2 and x2 >= ix2 - 2 and y2 >= iy2 - 2, (region, ink)
+        assert y2 - y1 < 60, region
+        assert region["angle"] == 0 and region["angle_confidence"] > 0.9, region
+
+
+def test_ocr_turns_upside_down_lines_and_still_reads_them_in_order(api):
+    png, _ = render_lines(THREE_LINES, turn=True)
+    r = run(api, "ocr", png, "image/png")
+    assert r.status_code == 200, r.text
+    answer = r.json()
+    # Turned as a whole, the page's last line is now on top; each line reads upright.
+    assert read_lines(answer) == SQUEEZED[::-1], answer
+    assert all(reg["angle"] == 180 for reg in answer["regions"]), answer
+
+
+def test_ocr_of_a_blank_image_finds_no_lines(api):
+    r = run(api, "ocr", render_lines([])[0], "image/png")
+    assert r.status_code == 200, r.text
+    assert r.json()["regions"] == []
+
+
+def test_a_pipeline_with_an_unknown_detection_model_is_refused(api):
+    spec = json.load(open(os.path.join(ROOT, "scripts", "demo", "ocr.json")))
+    spec["detect"]["model"] = "no-such-detector"
+    r = api.put("/api/pipelines/ocr-bad", json=spec)
+    assert r.status_code == 404 and "no-such-detector" in r.json()["error"], r.text
+    spec["detect"] = {"model": "ocr-det", "box_threshold": 2}
+    r = api.put("/api/pipelines/ocr-bad", json=spec)
+    assert r.status_code == 400 and "detect.box_threshold" in r.json()["error"], r.text
+
+
+def test_a_model_a_detection_stage_runs_cannot_be_deleted(api):
+    r = api.delete("/api/models/ocr-det")
+    assert r.status_code == 409 and "ocr" in r.json()["error"], r.text
 
 
 def embed(api, sentence):

@@ -145,7 +145,7 @@ fn KeysAdmin() -> impl IntoView {
                 Some(_) => view! {
                     <div class="table-wrap">
                         <table class="keys stack" id="keys-table">
-                            <thead><tr><th>"Name"</th><th>"Public id"</th><th>"Scopes"</th><th>"Rate limit"</th><th>"Burst"</th><th>"Concurrent"</th><th>"Traffic since start"</th><th>"Created"</th><th>"Status"</th><th><span class="sr-only">"Actions"</span></th></tr></thead>
+                            <thead><tr><th>"Name"</th><th>"Public id"</th><th>"Scopes"</th><th>"Rate limit"</th><th>"Burst"</th><th>"Concurrent"</th><th>"Traffic since start"</th><th>"Last used"</th><th>"Created"</th><th>"Status"</th><th><span class="sr-only">"Actions"</span></th></tr></thead>
                             <tbody>
                                 // Keyed by id (and revocation): a row being edited survives the refreshes.
                                 <For each=move || ids.get().unwrap_or_default() key=|entry| *entry let:entry>
@@ -248,22 +248,22 @@ fn KeyRow(
                 None => "unlimited".into(),
             })}</td>
             <td data-label="Traffic" class="key-usage">{field(|k| {
-                let u = k.usage;
-                let limits = k.effective_limits;
-                // The limiter keeps counters only for keys it limits.
-                if limits.rate_limit.is_none() && limits.max_concurrent.is_none() {
-                    return "not counted (no limits)".to_string();
-                }
-                let refused = u.rejected_rate_total + u.rejected_concurrency_total;
-                let mut t = format!("{} allowed", u.allowed_total);
-                if refused > 0 {
-                    t.push_str(&format!(" · {refused} refused ({} rate, {} concurrency)", u.rejected_rate_total, u.rejected_concurrency_total));
+                let (a, u) = (k.activity, k.usage);
+                let mut t = format!("{} allowed", a.admitted);
+                if a.refused > 0 {
+                    t.push_str(&format!(" · {} refused ({} rate, {} concurrency)", a.refused, u.rejected_rate_total, u.rejected_concurrency_total));
                 }
                 if u.in_flight > 0 {
                     t.push_str(&format!(" · {} in flight", u.in_flight));
                 }
                 t
             })}</td>
+            <td data-label="Last used" class="key-last-used" title=field(|k| k.activity.last_used_ms.map(|t| format::date((t / 1000) as i64)).unwrap_or_default())>
+                {field(|k| match k.activity.last_used_ms {
+                    Some(t) => format::ago((t / 1000) as i64),
+                    None => "not since start".to_string(),
+                })}
+            </td>
             <td data-label="Created" title=format::date(first.created_at)>{format::ago(first.created_at)}</td>
             <td data-label="Status">{match first.revoked_at {
                 Some(t) => view! { <span title=format::date(t)><Badge state="revoked"/></span> }.into_any(),

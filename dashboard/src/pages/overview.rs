@@ -36,6 +36,9 @@ struct Series {
     batch: Vec<f64>,
     in_flight: Vec<f64>,
     statuses: Vec<BTreeMap<u16, u64>>,
+    /// Chat models: mean time to first token (ms) and tokens generated per second.
+    ttft: Vec<f64>,
+    tokens: Vec<f64>,
 }
 
 fn column(v: &Value, key: &str) -> Vec<f64> {
@@ -58,6 +61,8 @@ impl Series {
             (&mut self.queue, "avg_queue_ms"),
             (&mut self.batch, "avg_batch"),
             (&mut self.in_flight, "in_flight"),
+            (&mut self.ttft, "ttft_ms"),
+            (&mut self.tokens, "tokens_per_s"),
         ] {
             dest.extend(column(v, key));
             let extra = dest.len().saturating_sub(KEEP);
@@ -82,6 +87,110 @@ impl Series {
     fn sum(values: &[f64]) -> f64 {
         values.iter().filter(|v| !v.is_nan()).sum()
     }
+
+    /// A chat model: the server reports tokens per second for it (0 when idle).
+    fn generates(&self) -> bool {
+        self.tokens.iter().any(|v| !v.is_nan())
+    }
+
+    /// Text generation over the range: mean time to first token (over the seconds that had a
+    /// first token, weighted alike), tokens generated and the busiest second's tokens/s.
+    fn generation(&self, since_ms: f64) -> Generation {
+        let i = self.start(since_ms);
+        let ttfts: Vec<f64> = self
+            .ttft
+            .get(i..)
+            .unwrap_or_default()
+            .iter()
+            .copied()
+            .filter(|v| !v.is_nan())
+            .collect();
+        let tokens = self.tokens.get(i..).unwrap_or_default();
+        Generation {
+            ttft_ms: (!ttfts.is_empty()).then(|| ttfts.iter().sum::<f64>() / ttfts.len() as f64),
+            tokens: Series::sum(tokens),
+            peak_tokens_per_s: tokens
+                .iter()
+                .copied()
+                .filter(|v| !v.is_nan())
+                .fold(0.0, f64::max),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct Generation {
+    ttft_ms: Option<f64>,
+    tokens: f64,
+    peak_tokens_per_s: f64,
+}
+
+/// One API key's traffic, oldest first, one sample per second (admin keys get these).
+#[derive(Clone, Debug, Default, PartialEq)]
+struct KeySeries {
+    name: String,
+    t: Vec<f64>,
+    rps: Vec<f64>,
+    refused: Vec<f64>,
+}
+
+impl KeySeries {
+    fn append(&mut self, v: &Value) {
+        self.name = v["name"].as_str().unwrap_or("?").to_string();
+        for (dest, key) in [
+            (&mut self.t, "t_ms"),
+            (&mut self.rps, "requests_per_s"),
+            (&mut self.refused, "refused_per_s"),
+        ] {
+            dest.extend(column(v, key));
+            let extra = dest.len().saturating_sub(KEEP);
+            dest.drain(..extra);
+        }
+    }
+
+    /// Requests in the range.
+    fn requests(&self, since_ms: f64) -> f64 {
+        let i = self.t.partition_point(|t| *t < since_ms);
+        Series::sum(&self.rps[i.min(self.rps.len())..])
+    }
+}
+
+/// Up to four keys with the most requests in the range, as lines on one time axis (a key's
+/// seconds before its ring started are gaps).
+fn key_lines(keys: &BTreeMap<i64, KeySeries>, since_ms: f64) -> (Vec<f64>, Vec<Line>) {
+    let mut busiest: Vec<&KeySeries> = keys
+        .values()
+        .filter(|k| k.requests(since_ms) > 0.0)
+        .collect();
+    busiest.sort_by(|a, b| b.requests(since_ms).total_cmp(&a.requests(since_ms)));
+    busiest.truncate(4);
+    let times: Vec<f64> = busiest
+        .iter()
+        .flat_map(|k| k.t.iter().map(|t| *t as u64))
+        .collect::<std::collections::BTreeSet<u64>>()
+        .into_iter()
+        .map(|t| t as f64)
+        .collect();
+    let lines = busiest
+        .iter()
+        .zip(["series-1", "series-2", "series-3", "series-4"])
+        .map(|(k, class)| {
+            let at: BTreeMap<u64, f64> =
+                k.t.iter()
+                    .zip(&k.rps)
+                    .map(|(t, v)| (*t as u64, *v))
+                    .collect();
+            Line {
+                label: k.name.clone(),
+                class,
+                values: times
+                    .iter()
+                    .map(|t| at.get(&(*t as u64)).copied().unwrap_or(f64::NAN))
+                    .collect(),
+            }
+        })
+        .collect();
+    (times, lines)
 }
 
 fn statuses_of(v: &Value) -> BTreeMap<u16, u64> {
@@ -152,6 +261,7 @@ pub fn Overview() -> impl IntoView {
     let server = RwSignal::new(None::<String>);
     let device = RwSignal::new(None::<String>);
     let memory = RwSignal::new(None::<Value>);
+    let keys = RwSignal::new(BTreeMap::<i64, KeySeries>::new());
     let alive = StoredValue::new(true);
     let socket: StoredValue<Option<web_sys::WebSocket>, LocalStorage> =
         StoredValue::new_local(None);
@@ -209,7 +319,7 @@ pub fn Overview() -> impl IntoView {
             h.clear();
         }
     });
-    poll_history(series, totals, activity, end_ms, live, error, alive);
+    poll_history(series, keys, totals, activity, end_ms, live, error, alive);
 
     let since = move || end_ms.get() - range.get() as f64 * 1000.0;
     let summaries = Memo::new(move |_| {
@@ -245,6 +355,30 @@ pub fn Overview() -> impl IntoView {
             sum
         })
     });
+    // Chat models' text generation over the range, all together.
+    let generation = Memo::new(move |_| {
+        let since = since();
+        series.with(|all| {
+            let chat: Vec<Generation> = all
+                .values()
+                .filter(|s| s.generates())
+                .map(|s| s.generation(since))
+                .collect();
+            (!chat.is_empty()).then(|| {
+                let ttfts: Vec<f64> = chat.iter().filter_map(|g| g.ttft_ms).collect();
+                Generation {
+                    ttft_ms: (!ttfts.is_empty())
+                        .then(|| ttfts.iter().sum::<f64>() / ttfts.len() as f64),
+                    tokens: chat.iter().map(|g| g.tokens).sum(),
+                    peak_tokens_per_s: chat.iter().map(|g| g.peak_tokens_per_s).fold(0.0, f64::max),
+                }
+            })
+        })
+    });
+    let key_chart = Memo::new(move |_| {
+        let since = since();
+        keys.with(|k| key_lines(k, since))
+    });
     // Names with traffic in the range get charts; the others are listed, collapsed.
     let active = Memo::new(move |_| {
         summaries.with(|all| {
@@ -279,6 +413,10 @@ pub fn Overview() -> impl IntoView {
             <div class="tile"><span class="muted" title="4xx answers: the request was refused (bad input, no key, rate limit…)">"Client errors/s (4xx)"</span><strong id="total-4xx" class={move || if recent(|s| &s.client_errors) > 0.0 { "warn-text" } else { "" }}>{move || format::rate(recent(|s| &s.client_errors))}</strong></div>
             <div class="tile"><span class="muted" title="5xx answers: the server or the model failed">"Server errors/s (5xx)"</span><strong id="total-5xx" class={move || if recent(|s| &s.server_errors) > 0.0 { "bad-text" } else { "" }}>{move || format::rate(recent(|s| &s.server_errors))}</strong></div>
             <div class="tile"><span class="muted">{move || format!("Error rate ({})", range_label(range.get()))}</span><strong id="error-rate">{move || overall.with(|o| o.error_rate().map(format::percent).unwrap_or_else(|| "–".into()))}</strong></div>
+            {move || generation.get().map(|g| view! {
+                <div class="tile"><span class="muted" title="Chat models: mean time from a request's arrival to its first token">{format!("Time to first token ({})", range_label(range.get()))}</span><strong id="total-ttft">{g.ttft_ms.map(format::ms).unwrap_or_else(|| "–".into())}</strong></div>
+                <div class="tile"><span class="muted" title="Chat models: tokens generated per second, now (last 5 s)">"Tokens/s"</span><strong id="total-tokens">{format::rate(recent(|s| &s.tokens))}</strong></div>
+            })}
             <div class="tile"><span class="muted">"Models (loaded)"</span><strong>{move || { let (n, l, _, _) = models.get(); format!("{n} ({l})") }}</strong></div>
             <div class="tile"><span class="muted">"In flight"</span><strong>{move || models.get().2}</strong></div>
             <div class="tile"><span class="muted">"Device"</span><strong class="small-strong" id="device">{move || device.get().unwrap_or_else(|| "–".into())}</strong></div>
@@ -292,6 +430,21 @@ pub fn Overview() -> impl IntoView {
             </div>
             {move || status_table(&overall.get().statuses)}
         </section>
+        {move || {
+            let (times, lines) = key_chart.get();
+            (!lines.is_empty()).then(|| view! {
+                <section class="card" id="key-traffic">
+                    <div class="card-head">
+                        <h2>"Traffic per API key"</h2>
+                        <span class="muted small">"the busiest keys in the range: requests admitted per second, every route"</span>
+                    </div>
+                    <div class="charts">
+                        <Chart title="Requests per key" unit="requests/s" times=Signal::derive(move || times.clone()) end_ms range_s=range format=format::rate
+                            lines=Signal::derive(move || lines.clone())/>
+                    </div>
+                </section>
+            })
+        }}
         {move || {
             let names = active.get();
             if names.is_empty() {
@@ -430,6 +583,9 @@ fn status_table(statuses: &BTreeMap<u16, u64>) -> AnyView {
     share_bars(bars, "No answers in this range.", "")
 }
 
+/// A chart line: its label, its colour class and the column it draws.
+type LineSpec = (&'static str, &'static str, fn(&Series) -> &Vec<f64>);
+
 /// One model's or pipeline's charts.
 #[component]
 fn ModelLive(
@@ -443,12 +599,12 @@ fn ModelLive(
     let n = name.clone();
     let data = Memo::new(move |_| series.with(|s| s.get(&n).cloned().unwrap_or_default()));
     let times = Signal::derive(move || data.with(|d| d.t.clone()));
-    let lines = move |spec: Vec<(&'static str, &'static str, fn(&Series) -> &Vec<f64>)>| {
+    let lines = move |spec: Vec<LineSpec>| {
         Signal::derive(move || {
             data.with(|d| {
                 spec.iter()
                     .map(|(label, class, pick)| Line {
-                        label,
+                        label: label.to_string(),
                         class,
                         values: pick(d).clone(),
                     })
@@ -457,6 +613,11 @@ fn ModelLive(
         })
     };
     let is_model = move || data.with(|d| d.kind != "pipeline");
+    let generates = move || data.with(Series::generates);
+    let generation = Memo::new(move |_| {
+        let since = end_ms.get() - range.get() as f64 * 1000.0;
+        data.with(|d| d.generation(since))
+    });
     let n2 = name.clone();
     let summary = Memo::new(move |_| summaries.with(|s| s.get(&n2).cloned().unwrap_or_default()));
     let n3 = name.clone();
@@ -488,13 +649,30 @@ fn ModelLive(
                     lines=lines(vec![("all", "series-1", |s| &s.rps), ("4xx", "series-warn", |s| &s.client_errors), ("5xx", "series-bad", |s| &s.server_errors)])/>
                 <Chart title="Latency" unit="ms" times end_ms range_s=range format=format::ms scale=Scale::Log
                     lines=lines(vec![("p50", "series-1", |s| &s.p50), ("p99", "series-2", |s| &s.p99)])/>
-                {move || is_model().then(|| view! {
+                {move || generates().then(|| view! {
+                    <Chart title="Time to first token" unit="ms, mean" times end_ms range_s=range format=format::ms scale=Scale::Log
+                        lines=lines(vec![("TTFT", "series-3", |s| &s.ttft)])/>
+                    <Chart title="Generation" unit="tokens/s" times end_ms range_s=range format=format::rate
+                        lines=lines(vec![("tokens/s", "series-4", |s| &s.tokens)])/>
+                })}
+                {move || (is_model() && !generates()).then(|| view! {
                     <Chart title="Queue time" unit="ms, mean" times end_ms range_s=range format=format::ms scale=Scale::Log
                         lines=lines(vec![("queue", "series-3", |s| &s.queue)])/>
                     <Chart title="Batch size" unit="samples per execution, mean" times end_ms range_s=range format=|v| format!("{v:.1}")
                         lines=lines(vec![("batch", "series-4", |s| &s.batch), ("in flight", "series-2", |s| &s.in_flight)])/>
                 })}
             </div>
+            {move || generates().then(|| {
+                let g = generation.get();
+                view! {
+                    <p class="gen-figures muted small">
+                        "Text generation in the range: time to first token "
+                        <strong class="gen-ttft">{g.ttft_ms.map(format::ms).unwrap_or_else(|| "–".into())}</strong>
+                        " (mean) · "<strong class="gen-tokens">{format!("{:.0}", g.tokens)}</strong>" tokens · busiest second "
+                        <strong>{format!("{:.1} tokens/s", g.peak_tokens_per_s)}</strong>
+                    </p>
+                }
+            })}
             <div class="model-breakdown">
                 <div>
                     <h3>"Answers by status"</h3>
@@ -530,8 +708,10 @@ fn is_alive(alive: StoredValue<bool>) -> bool {
 }
 
 /// The whole hour once, then each second only what is newer.
+#[allow(clippy::too_many_arguments)]
 fn poll_history(
     series: RwSignal<BTreeMap<String, Series>>,
+    keys: RwSignal<BTreeMap<i64, KeySeries>>,
     totals: RwSignal<BTreeMap<String, Totals>>,
     activity: RwSignal<Vec<Activity>>,
     end_ms: RwSignal<f64>,
@@ -559,8 +739,18 @@ fn poll_history(
                             all.entry(name).or_default().append(m);
                         }
                     });
+                    let key_list = v["keys"].as_array().cloned().unwrap_or_default();
+                    keys.update(|all| {
+                        all.retain(|id, _| key_list.iter().any(|k| k["id"].as_i64() == Some(*id)));
+                        for k in &key_list {
+                            if let Some(id) = k["id"].as_i64() {
+                                all.entry(id).or_default().append(k);
+                            }
+                        }
+                    });
                     let newest = list
                         .iter()
+                        .chain(key_list.iter())
                         .filter_map(|m| m["t_ms"].as_array()?.last()?.as_u64())
                         .max();
                     if let Some(t) = newest {

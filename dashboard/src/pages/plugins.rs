@@ -207,6 +207,17 @@ fn PipelineCard(
         .map(|x| view! { <span class="stage-chip pre">{x}</span><span class="arrow" aria-hidden="true">"→"</span> })
         .collect_view();
     let post = strings(&spec["post"]);
+    // Text detection runs between the pre-plugins and the model, which then reads each region.
+    let detect_chips = spec["detect"].as_object().map(|d| {
+        let angle = d.get("angle_model").and_then(Value::as_str).map(|m| {
+            view! { <span class="stage-chip model" title="0°/180° angle classification">{format!("{m} (angle)")}</span><span class="arrow" aria-hidden="true">"→"</span> }
+        });
+        view! {
+            <span class="stage-chip model" title="Text detection: the rest runs once per region">{format!("{} (text regions)", d.get("model").and_then(Value::as_str).unwrap_or("?"))}</span>
+            <span class="arrow" aria-hidden="true">"→"</span>
+            {angle}
+        }
+    });
     let preprocess = spec["preprocess"].as_object().map(|o| {
         format!(
             "native resize {}×{} ({}) → '{}'",
@@ -255,6 +266,7 @@ fn PipelineCard(
             </div>
             <p class="pipeline-chain" aria-label="Stages in order">
                 {pre_chips}
+                {detect_chips}
                 <span class="stage-chip model">{model}</span>
                 {post_chips}
             </p>

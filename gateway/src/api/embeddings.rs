@@ -3,6 +3,7 @@
 //! plugin → MiniLM → mean-pool plugin). Each input text runs through the pipeline as a raw
 //! `text/plain` body.
 
+use super::openai_request::{parse, EmbeddingRequest};
 use crate::auth::Scope;
 use crate::error::{ApiError, ApiResult};
 use crate::pipeline::run::{self, PipelineInput, PipelineOutput};
@@ -11,52 +12,9 @@ use axum::extract::State;
 use axum::Json;
 use base64::Engine as _;
 use http::HeaderMap;
-use infergate_engine::{DataType, TensorData};
-use serde::Deserialize;
+use infergate_engine::{DataType, InferOptions, TensorData};
 use serde_json::{json, Value};
 use std::sync::Arc;
-
-/// Texts one request may embed.
-const MAX_INPUTS: usize = 256;
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct EmbeddingRequest {
-    model: String,
-    input: Value,
-    #[serde(default)]
-    encoding_format: Option<String>,
-    /// OpenAI's end-user tag for abuse monitoring; accepted so clients that send it work.
-    #[serde(default, rename = "user")]
-    _user: Option<String>,
-    #[serde(default)]
-    dimensions: Option<u32>,
-}
-
-fn texts(input: &Value) -> ApiResult<Vec<String>> {
-    let texts: Vec<String> = match input {
-        Value::String(s) => vec![s.clone()],
-        Value::Array(items) => items
-            .iter()
-            .map(|i| {
-                i.as_str().map(str::to_string).ok_or_else(|| {
-                    ApiError::bad_request("input must be a string or a list of strings (token arrays are not accepted)")
-                })
-            })
-            .collect::<ApiResult<_>>()?,
-        _ => return Err(ApiError::bad_request("input must be a string or a list of strings")),
-    };
-    if texts.is_empty() || texts.len() > MAX_INPUTS {
-        return Err(ApiError::bad_request(format!(
-            "input must hold 1 to {MAX_INPUTS} texts, got {}",
-            texts.len()
-        )));
-    }
-    if texts.iter().any(|t| t.is_empty()) {
-        return Err(ApiError::bad_request("input texts must not be empty"));
-    }
-    Ok(texts)
-}
 
 /// The one FP32 vector a pipeline answered for one text.
 fn vector(model: &str, output: PipelineOutput) -> ApiResult<Vec<f32>> {
@@ -92,23 +50,9 @@ pub async fn embeddings(
     let limit = state.config.limits.max_request_bytes;
     let (_, body) =
         super::body::read_authorized(&state, &headers, body, Scope::Infer, limit).await?;
-    let req: EmbeddingRequest = serde_json::from_slice(&body)
-        .map_err(|e| ApiError::bad_request(format!("invalid request: {e}")))?;
-    if req.dimensions.is_some() {
-        return Err(ApiError::bad_request(
-            "dimensions is not supported: the pipeline decides the vector size",
-        ));
-    }
-    // The official client asks for base64 (little-endian f32) unless told otherwise.
-    let base64 = match req.encoding_format.as_deref() {
-        None | Some("float") => false,
-        Some("base64") => true,
-        Some(other) => {
-            return Err(ApiError::bad_request(format!(
-                "encoding_format '{other}' is not supported; use \"float\" or \"base64\""
-            )))
-        }
-    };
+    let req: EmbeddingRequest = parse(&body)?;
+    let base64 = req.base64()?;
+    let texts = req.texts()?;
     let pipeline = state.pipelines.get(&req.model).ok_or_else(|| {
         ApiError::not_found(format!(
             "no pipeline named '{}' (embeddings are served by pipelines, e.g. 'embed')",
@@ -117,7 +61,7 @@ pub async fn embeddings(
     })?;
     let mut data = Vec::new();
     let mut chars = 0usize;
-    for (index, text) in texts(&req.input)?.into_iter().enumerate() {
+    for (index, text) in texts.into_iter().enumerate() {
         chars += text.chars().count();
         let (output, _) = run::run(
             &state,
@@ -128,6 +72,7 @@ pub async fn embeddings(
                 content_type: Some("text/plain".into()),
             },
             Vec::new(),
+            InferOptions::default(),
         )
         .await?;
         let embedding = vector(&req.model, output)?;

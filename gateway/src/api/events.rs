@@ -13,8 +13,14 @@
 //! without one). And, when a model version changes state, `{"type": "model_state", "time_ms",
 //! "model", "version", "state", "reason"}` (loaded, loading, unloaded, failed; registered and
 //! removed versions included; `time_ms` is the server's clock).
+//!
+//! The client has nothing to send; what it sends anyway costs what it costs on `/v2/stream`:
+//! control frames beyond that endpoint's allowance close the connection with 1008, a frame
+//! over `[websocket] max_message_bytes` with 1009 before its payload is read.
 
-use super::stream::{upgrade_key, SUBPROTOCOL};
+use super::stream::{
+    limited, read_failure_close, too_many_control_frames, upgrade_key, ControlBudget, SUBPROTOCOL,
+};
 use crate::auth::Scope;
 use crate::error::{ApiError, ApiResult};
 use crate::history::{now_ms, state_name};
@@ -42,9 +48,7 @@ pub async fn upgrade(
             "missing API key: send 'Authorization: Bearer <key>' or offer it as a subprotocol with '{SUBPROTOCOL}'"
         )));
     }
-    Ok(ws
-        .protocols([SUBPROTOCOL])
-        .on_upgrade(move |socket| events(state, socket)))
+    Ok(limited(ws, &state).on_upgrade(move |socket| events(state, socket)))
 }
 
 /// One version as read at a tick.
@@ -188,6 +192,7 @@ async fn events(state: Arc<AppState>, socket: WebSocket) {
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut before = Versions::new();
     let mut last = tokio::time::Instant::now();
+    let mut control = ControlBudget::new();
     let draining = state.drain.signal();
     tokio::pin!(draining);
     loop {
@@ -206,10 +211,20 @@ async fn events(state: Arc<AppState>, socket: WebSocket) {
                 }
                 before = now;
             }
-            message = incoming.next() => match message {
-                None | Some(Err(_)) | Some(Ok(Message::Close(_))) => return,
-                Some(Ok(_)) => {}
-            },
+            message = incoming.next() => {
+                let refusal = match message {
+                    None | Some(Ok(Message::Close(_))) => return,
+                    Some(Err(e)) => read_failure_close(&e, state.config.websocket.max_message_bytes),
+                    Some(Ok(Message::Ping(_) | Message::Pong(_))) if !control.take() => {
+                        Some(too_many_control_frames())
+                    }
+                    Some(Ok(_)) => continue,
+                };
+                if let Some(close) = refusal {
+                    let _ = tokio::time::timeout(Duration::from_secs(5), sink.send(close)).await;
+                }
+                return;
+            }
             _ = &mut draining => {
                 let _ = sink.send(Message::Close(Some(CloseFrame {
                     code: close_code::AWAY,

@@ -8,7 +8,10 @@
 //! "server_errors_per_s": [...], "p50_ms": [...], "p99_ms": [...], "avg_queue_ms": [...],
 //! "avg_batch": [...], "in_flight": [...], "statuses": [{"200": n, "400": n}, ...]}],
 //! "totals": {NAME: {"statuses": {"200": n, ...}, "batch_sizes": [[size, executions], ...]}},
-//! "activity": [{"time_ms", "model", "version", "state", "reason"}]}`. Columns hold one value
+//! "activity": [{"time_ms", "model", "version", "state", "reason"}]}`. Chat models add
+//! `"ttft_ms"` (mean time to first token) and `"tokens_per_s"` columns. An admin key also gets
+//! `"keys": [{"id", "public_id", "name", "t_ms", "requests_per_s", "refused_per_s"}]`: traffic
+//! per API key (keys used within the hour, the 100 most recent). Columns hold one value
 //! per second, oldest first; `null` where a second had no value (no successful request, no
 //! queued request). Totals count since the server started.
 
@@ -97,7 +100,7 @@ pub async fn history(
     Query(query): Query<HistoryQuery>,
     headers: HeaderMap,
 ) -> ApiResult<Json<Value>> {
-    state.authorize(&headers, Scope::Infer)?;
+    let caller = state.authorize(&headers, Scope::Infer)?;
     let now = now_ms();
     let seconds = query.seconds.unwrap_or(CAPACITY as u64);
     if seconds == 0 || seconds > CAPACITY as u64 {
@@ -136,9 +139,16 @@ pub async fn history(
                 "avg_batch": column(x, |s| s.avg_batch),
                 "in_flight": x.iter().map(|s| s.in_flight).collect::<Vec<_>>(),
                 "statuses": x.iter().map(|s| statuses(s.statuses.clone())).collect::<Vec<_>>(),
+                "ttft_ms": column(x, |s| s.ttft_ms),
+                "tokens_per_s": column(x, |s| s.tokens_per_s),
             })
         })
         .collect();
+    let keys = if caller.scopes().allows(Scope::Admin) {
+        key_traffic(&state, after)?
+    } else {
+        Vec::new()
+    };
     Ok(Json(json!({
         "interval_s": 1,
         "capacity_s": CAPACITY,
@@ -146,5 +156,35 @@ pub async fn history(
         "models": models,
         "totals": totals(&state, &names),
         "activity": history.activity(after),
+        "keys": keys,
     })))
+}
+
+/// Requests per second of each charted key, with its name (admin callers only: key names and
+/// traffic are not every application's business).
+fn key_traffic(state: &AppState, after: u64) -> ApiResult<Vec<Value>> {
+    let series = state.metrics.history.read_keys(after);
+    if series.is_empty() {
+        return Ok(Vec::new());
+    }
+    let records: BTreeMap<i64, _> = state
+        .store
+        .list_keys()?
+        .into_iter()
+        .map(|k| (k.id, k))
+        .collect();
+    Ok(series
+        .into_iter()
+        .filter_map(|(id, samples)| {
+            let key = records.get(&id)?;
+            Some(json!({
+                "id": id,
+                "public_id": key.public_id,
+                "name": key.name,
+                "t_ms": samples.iter().map(|s| s.t_ms).collect::<Vec<_>>(),
+                "requests_per_s": samples.iter().map(|s| round(s.requests_per_s)).collect::<Vec<_>>(),
+                "refused_per_s": samples.iter().map(|s| round(s.refused_per_s)).collect::<Vec<_>>(),
+            }))
+        })
+        .collect())
 }

@@ -73,6 +73,7 @@ pub async fn list(State(state): S, headers: HeaderMap) -> ApiResult<Json<Value>>
         v["effective_limits"] =
             json!({"rate_limit": limits.rate, "max_concurrent": limits.max_concurrent});
         v["usage"] = json!(state.limiter.usage(key.id, &limits));
+        v["activity"] = json!(state.metrics.keys.totals(key.id));
         keys.push(v);
     }
     Ok(Json(json!({ "keys": keys })))
@@ -89,6 +90,7 @@ pub async fn revoke(
         .revoke_key(&id)?
         .ok_or_else(|| ApiError::not_found(format!("no API key '{id}'")))?;
     state.limiter.forget(record.id);
+    state.metrics.keys.forget(record.id);
     tracing::info!(key_id = record.id, public_id = %record.public_id, "API key revoked");
     Ok(Json(json!({ "revoked": record })))
 }

@@ -1,19 +1,18 @@
-//! KServe v2 / Open Inference Protocol over HTTP: health, metadata and inference.
+//! KServe v2 / Open Inference Protocol over HTTP: health, metadata and inference. Each handler
+//! decodes, calls the inference service (`crate::infer`) and encodes.
 
 use super::body::{read_limited, reject_unread};
-use super::codec::{self, HEADER_LENGTH};
+use super::codec;
 use crate::auth::Scope;
-use crate::error::{ApiError, ApiResult};
-use crate::pipeline::run::StageTimes;
-use crate::pipeline::Pipeline;
-use crate::state::{model_key, parse_version, AppState};
-use crate::store::models::ModelRecord;
+use crate::error::ApiResult;
+use crate::infer::{self, Description};
+use crate::state::{parse_version, AppState};
 use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::response::Response;
 use axum::Json;
-use http::{HeaderMap, HeaderValue, StatusCode};
-use infergate_engine::{InferOptions, ModelState, Tensor, TensorSpec};
+use http::{HeaderMap, StatusCode};
+use infergate_engine::TensorSpec;
 use serde_json::{json, Value};
 use std::sync::Arc;
 
@@ -71,86 +70,18 @@ fn tensor_metadata(specs: &[TensorSpec]) -> Vec<Value> {
         .collect()
 }
 
-fn served_outputs(state: &AppState, record: &ModelRecord) -> Vec<TensorSpec> {
-    state
-        .engine
-        .model_config(&model_key(record))
-        .served_outputs(&record.signature)
-}
-
-/// What the metadata endpoints (HTTP and gRPC) say about a model or pipeline.
-pub struct Description {
-    pub name: String,
-    pub versions: Vec<String>,
-    pub platform: &'static str,
-    pub inputs: Vec<TensorSpec>,
-    pub outputs: Vec<TensorSpec>,
-    /// Models only: where a loaded version runs (ORT execution providers) and, when it fell
-    /// back to the CPU, why; null until it loads. gRPC's metadata message has no field for it.
-    pub execution: Option<Value>,
-}
-
-impl Description {
-    fn to_json(&self) -> Value {
-        let mut json = json!({
-            "name": self.name,
-            "versions": self.versions,
-            "platform": self.platform,
-            "inputs": tensor_metadata(&self.inputs),
-            "outputs": tensor_metadata(&self.outputs),
-        });
-        if let Some(execution) = &self.execution {
-            json["execution"] = execution.clone();
-        }
-        json
+fn description_json(d: &Description) -> Value {
+    let mut json = json!({
+        "name": d.name,
+        "versions": d.versions,
+        "platform": d.platform,
+        "inputs": tensor_metadata(&d.inputs),
+        "outputs": tensor_metadata(&d.outputs),
+    });
+    if let Some(execution) = &d.execution {
+        json["execution"] = execution.clone();
     }
-}
-
-fn model_description(state: &AppState, record: &ModelRecord) -> Description {
-    Description {
-        name: record.name.clone(),
-        versions: state
-            .catalog
-            .versions(&record.name)
-            .iter()
-            .map(|r| r.version.to_string())
-            .collect(),
-        platform: "onnxruntime_onnx",
-        inputs: record.signature.inputs.clone(),
-        // The model's outputs and those its configured post-ops add.
-        outputs: served_outputs(state, record),
-        execution: Some(json!(state.engine.execution(&model_key(record)))),
-    }
-}
-
-/// A pipeline's metadata: the model's inputs when no pre-plugin reshapes them (and outputs
-/// when no post-plugin does); otherwise what the plugins describe is in `/api/pipelines`.
-fn pipeline_description(state: &AppState, pipeline: &Pipeline) -> Description {
-    let spec = &pipeline.spec;
-    let model = state.catalog.resolve(&spec.model, spec.model_version).ok();
-    let inputs = match &model {
-        Some(m) if spec.pre.is_empty() => m.signature.inputs.clone(),
-        _ => Vec::new(),
-    };
-    let outputs = match &model {
-        Some(m) if spec.post.is_empty() => served_outputs(state, m),
-        _ => Vec::new(),
-    };
-    Description {
-        name: pipeline.record.name.clone(),
-        versions: vec!["1".into()],
-        platform: "infergate_pipeline",
-        inputs,
-        outputs,
-        execution: None,
-    }
-}
-
-pub fn describe_target(state: &AppState, target: &Target) -> Description {
-    match target {
-        Target::Model(record) => model_description(state, record),
-        Target::Pipeline(pipeline) => pipeline_description(state, pipeline),
-    }
+    json
 }
 
 async fn describe(
@@ -161,8 +92,8 @@ async fn describe(
 ) -> ApiResult<Json<Value>> {
     state.authorize(headers, Scope::Infer)?;
     let version = version.map(parse_version).transpose()?;
-    let target = target(state, name, version)?;
-    Ok(Json(describe_target(state, &target).to_json()))
+    let target = infer::resolve(state, name, version)?;
+    Ok(Json(description_json(&infer::describe(state, &target))))
 }
 
 pub async fn model_metadata(
@@ -181,30 +112,17 @@ pub async fn model_version_metadata(
     describe(&state, &headers, &model, Some(&version)).await
 }
 
-/// A registered version is ready unless its last load failed (503): it loads on first
-/// request. A pipeline is ready when its plugins resolve and its model is ready.
-pub fn readiness(state: &AppState, target: Target) -> ApiResult<()> {
-    let record = match target {
-        Target::Model(record) => record,
-        Target::Pipeline(pipeline) => {
-            crate::pipeline::run::check(state, &pipeline.spec).map_err(|e| {
-                ApiError::unavailable(format!(
-                    "pipeline '{}' is not ready: {}",
-                    pipeline.record.name, e.message
-                ))
-            })?;
-            state
-                .catalog
-                .resolve(&pipeline.spec.model, pipeline.spec.model_version)?
-        }
-    };
-    match state.engine.state(&model_key(&record)) {
-        ModelState::Failed(reason) => Err(ApiError::unavailable(format!(
-            "model '{}' version {} failed to load: {reason}",
-            record.name, record.version
-        ))),
-        _ => Ok(()),
-    }
+/// 200 when the target can serve, 503 when not (see [`infer::readiness`]).
+async fn readiness(
+    state: &AppState,
+    headers: &HeaderMap,
+    name: &str,
+    version: Option<&str>,
+) -> ApiResult<StatusCode> {
+    state.authorize(headers, Scope::Infer)?;
+    let version = version.map(parse_version).transpose()?;
+    let target = infer::resolve(state, name, version)?;
+    infer::readiness(state, &target).map(|()| StatusCode::OK)
 }
 
 pub async fn model_ready(
@@ -212,8 +130,7 @@ pub async fn model_ready(
     Path(model): Path<String>,
     headers: HeaderMap,
 ) -> ApiResult<StatusCode> {
-    state.authorize(&headers, Scope::Infer)?;
-    readiness(&state, target(&state, &model, None)?).map(|()| StatusCode::OK)
+    readiness(&state, &headers, &model, None).await
 }
 
 pub async fn model_version_ready(
@@ -221,12 +138,7 @@ pub async fn model_version_ready(
     Path((model, version)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> ApiResult<StatusCode> {
-    state.authorize(&headers, Scope::Infer)?;
-    readiness(
-        &state,
-        target(&state, &model, Some(parse_version(&version)?))?,
-    )
-    .map(|()| StatusCode::OK)
+    readiness(&state, &headers, &model, Some(&version)).await
 }
 
 pub async fn infer(
@@ -248,140 +160,6 @@ pub async fn infer_version(
     run_infer(state, &model, Some(version), headers, body).await
 }
 
-fn header_length(headers: &HeaderMap) -> ApiResult<Option<usize>> {
-    headers
-        .get(HEADER_LENGTH)
-        .map(|v| {
-            v.to_str()
-                .ok()
-                .and_then(|s| s.trim().parse::<usize>().ok())
-                .ok_or_else(|| {
-                    ApiError::bad_request("Inference-Header-Content-Length must be a byte count")
-                })
-        })
-        .transpose()
-}
-
-/// What a `/v2/models/{name}` route addresses: a model version or a pipeline. Models win;
-/// the two share one namespace (saving a pipeline under a model's name is refused).
-pub enum Target {
-    Model(Arc<ModelRecord>),
-    Pipeline(Arc<Pipeline>),
-}
-
-pub fn target(state: &AppState, name: &str, version: Option<u64>) -> ApiResult<Target> {
-    match state.catalog.resolve(name, version) {
-        Ok(record) => Ok(Target::Model(record)),
-        Err(e) if e.status == StatusCode::NOT_FOUND && matches!(version, None | Some(1)) => {
-            state.pipelines.get(name).map(Target::Pipeline).ok_or(e)
-        }
-        Err(e) => Err(e),
-    }
-}
-
-/// An inference answer: JSON, or JSON header + binary tensors.
-pub fn tensor_response(bytes: Vec<u8>, json_len: Option<usize>) -> Response {
-    let mut response = Response::new(Body::from(bytes));
-    let content_type = if json_len.is_some() {
-        "application/octet-stream"
-    } else {
-        "application/json"
-    };
-    response.headers_mut().insert(
-        http::header::CONTENT_TYPE,
-        HeaderValue::from_static(content_type),
-    );
-    if let Some(len) = json_len {
-        response
-            .headers_mut()
-            .insert(HEADER_LENGTH, HeaderValue::from(len));
-    }
-    response
-}
-
-/// Triton's request parameters `priority` (1 = highest) and `timeout` (microseconds in the
-/// queue).
-fn infer_options(request: &codec::InferRequest) -> ApiResult<InferOptions> {
-    let number = |name: &str| -> ApiResult<Option<u64>> {
-        match request.parameters.get(name) {
-            None => Ok(None),
-            Some(v) => v.as_u64().map(Some).ok_or_else(|| {
-                ApiError::bad_request(format!(
-                    "request parameter '{name}' must be a non-negative integer, got {v}"
-                ))
-            }),
-        }
-    };
-    let priority = number("priority")?.unwrap_or(0);
-    Ok(InferOptions {
-        priority: u32::try_from(priority).map_err(|_| {
-            ApiError::bad_request(format!(
-                "request parameter 'priority' {priority} is too large"
-            ))
-        })?,
-        timeout: number("timeout")?
-            .filter(|&us| us > 0)
-            .map(std::time::Duration::from_micros),
-    })
-}
-
-/// The outcome of an inference on a model or pipeline, before any protocol encodes it.
-pub struct Inferred {
-    pub model: String,
-    pub version: u64,
-    pub outputs: Vec<Tensor>,
-    /// Set for a model (not a pipeline): the version that served, for metrics labels.
-    pub served: Option<crate::metrics::Served>,
-    /// A pipeline's stage times.
-    pub times: Option<StageTimes>,
-}
-
-/// Runs decoded inputs through a model version (engine, with the request's priority and
-/// timeout) or a pipeline: what every KServe v2 transport (HTTP, gRPC) shares.
-pub async fn infer_target(
-    state: &AppState,
-    target: Target,
-    request: &codec::InferRequest,
-    inputs: Vec<Tensor>,
-) -> ApiResult<Inferred> {
-    let record = match target {
-        Target::Model(record) => record,
-        Target::Pipeline(pipeline) => {
-            let (outputs, times) =
-                super::pipelines::infer_tensors(state, &pipeline, request, inputs).await?;
-            return Ok(Inferred {
-                model: pipeline.record.name.clone(),
-                version: 1,
-                outputs,
-                served: None,
-                times: Some(times),
-            });
-        }
-    };
-    let outputs: Vec<String> = request.outputs.iter().map(|o| o.name.clone()).collect();
-    let options = infer_options(request)?;
-    let outputs = state
-        .engine
-        .infer_with(
-            &model_key(&record),
-            &state.model_path(&record),
-            inputs,
-            outputs,
-            options,
-        )
-        .await?;
-    Ok(Inferred {
-        served: Some(crate::metrics::Served {
-            model: record.name.clone(),
-            version: record.version,
-        }),
-        model: record.name.clone(),
-        version: record.version,
-        outputs,
-        times: None,
-    })
-}
-
 async fn run_infer(
     state: Arc<AppState>,
     model: &str,
@@ -391,7 +169,7 @@ async fn run_infer(
 ) -> ApiResult<Response> {
     let target = match state
         .authorize(&headers, Scope::Infer)
-        .and_then(|_| target(&state, model, version))
+        .and_then(|_| infer::resolve(&state, model, version))
     {
         Ok(target) => target,
         Err(e) => return Err(reject_unread(e, &headers, body).await),
@@ -399,24 +177,8 @@ async fn run_infer(
     // The body is freed once decoded: only the tensors stay while the model runs.
     let (request, inputs) = {
         let body = read_limited(&headers, body, state.config.limits.max_request_bytes).await?;
-        let (json_part, binary_part) = codec::split_body(&body, header_length(&headers)?)?;
-        let mut request = codec::parse_request(json_part)?;
-        let inputs = codec::decode_inputs(&mut request, binary_part)?;
-        (request, inputs)
+        codec::decode(&headers, &body)?
     };
-    let inferred = infer_target(&state, target, &request, inputs).await?;
-    let (bytes, json_len) = codec::encode_response(
-        &request,
-        &inferred.model,
-        inferred.version,
-        &inferred.outputs,
-    )?;
-    let mut response = tensor_response(bytes, json_len);
-    if let Some(times) = &inferred.times {
-        super::pipelines::timing_header(&mut response, times);
-    }
-    if let Some(served) = inferred.served {
-        response.extensions_mut().insert(served);
-    }
-    Ok(response)
+    let inferred = infer::run(&state, target, infer::Request::kserve(&request, inputs)?).await?;
+    codec::respond(&request, inferred)
 }

@@ -110,7 +110,8 @@ pub async fn update(
 }
 
 /// `GET /api/keys/{id}/usage`: the key's effective limits and where they come from, requests
-/// in flight, the rate quota left now, and counters since the server started.
+/// in flight, the rate quota left now, and counters since the server started (`activity`:
+/// requests admitted and refused whatever the limits, and the last use in Unix ms).
 pub async fn usage(
     State(state): S,
     Path(id): Path<String>,
@@ -134,6 +135,7 @@ pub async fn usage(
             "max_concurrent_source": source(key.max_concurrent.is_some(), limits.max_concurrent.is_some()),
         },
         "usage": state.limiter.usage(key.id, &limits),
+        "activity": state.metrics.keys.totals(key.id),
     })))
 }
 

@@ -14,6 +14,7 @@ pub mod metrics;
 pub mod models;
 pub mod openai;
 pub mod openai_llm;
+pub mod openai_request;
 pub mod pipelines;
 pub mod plugins;
 pub mod stream;

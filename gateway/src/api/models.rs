@@ -266,11 +266,17 @@ fn refuse_if_used_by_pipelines(
         .pipelines
         .all()
         .iter()
-        .filter(|p| p.spec.model == name)
-        .filter(|p| match (version, p.spec.model_version) {
-            (None, _) => true,
-            (Some(v), Some(pinned)) => v == pinned,
-            (Some(_), None) => last_left,
+        .filter(|p| {
+            let runs_main = p.spec.model == name
+                && match (version, p.spec.model_version) {
+                    (None, _) => true,
+                    (Some(v), Some(pinned)) => v == pinned,
+                    (Some(_), None) => last_left,
+                };
+            // Detection stages run the newest version left.
+            let runs_stage =
+                (version.is_none() || last_left) && p.spec.stage_models().any(|m| m == name);
+            runs_main || runs_stage
         })
         .map(|p| p.record.name.clone())
         .collect();

@@ -9,19 +9,23 @@
 //! the next character. Its chat prompt is the messages' contents joined by newlines: that model
 //! continues text, it does not follow instructions.
 //!
-//! `/v1/embeddings` is served by pipelines (see `embeddings.rs`).
+//! `/v1/embeddings` is served by pipelines (see `embeddings.rs`). The bodies this module and
+//! `embeddings.rs` take are parsed and checked in `openai_request.rs`.
 
 use super::openai_llm;
+// `Stop` and `StreamOptions` are shared with the chat models' requests (openai_llm.rs).
+use super::openai_request::{parse, ChatRequest, Common, CompletionRequest, Sampling};
+pub(super) use super::openai_request::{Stop, StreamOptions};
 use crate::auth::Scope;
 use crate::error::{ApiError, ApiResult};
 use crate::request_id::RequestId;
 use crate::state::AppState;
-use crate::textgen::{Generation, Sampling, Step, Vocab};
+use crate::textgen::{Generation, Step, Vocab};
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use http::HeaderMap;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -33,130 +37,11 @@ const PROTOCOL: &str = "openai";
 const DEFAULT_COMPLETION_TOKENS: u32 = 16;
 const DEFAULT_CHAT_TOKENS: u32 = 256;
 
-/// `stop` is a string or a list of strings.
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
-pub(super) enum Stop {
-    One(String),
-    Many(Vec<String>),
-}
-
-#[derive(Debug, Deserialize)]
-pub(super) struct StreamOptions {
-    #[serde(default)]
-    pub(super) include_usage: bool,
-}
-
-/// The fields both endpoints share; unknown fields are ignored as OpenAI clients send many.
-#[derive(Debug, Deserialize)]
-struct Common {
-    model: String,
-    #[serde(default)]
-    max_tokens: Option<u32>,
-    #[serde(default)]
-    max_completion_tokens: Option<u32>,
-    #[serde(default)]
-    temperature: Option<f64>,
-    #[serde(default)]
-    top_p: Option<f64>,
-    #[serde(default)]
-    seed: Option<u64>,
-    #[serde(default)]
-    stop: Option<Stop>,
-    #[serde(default)]
-    n: Option<u32>,
-    #[serde(default)]
-    stream: bool,
-    #[serde(default)]
-    stream_options: Option<StreamOptions>,
-    #[serde(default)]
-    presence_penalty: Option<f64>,
-    #[serde(default)]
-    frequency_penalty: Option<f64>,
-    #[serde(default)]
-    logprobs: Option<Value>,
-    #[serde(default)]
-    echo: Option<bool>,
-    #[serde(default)]
-    best_of: Option<u32>,
-}
-
-#[derive(Debug, Deserialize)]
-struct CompletionRequest {
-    #[serde(flatten)]
-    common: Common,
-    prompt: Value,
-}
-
-#[derive(Debug, Deserialize)]
-struct ChatMessage {
-    #[serde(default)]
-    content: Option<Value>,
-}
-
-#[derive(Debug, Deserialize)]
-struct ChatRequest {
-    #[serde(flatten)]
-    common: Common,
-    messages: Vec<ChatMessage>,
-}
-
-fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> ApiResult<T> {
-    serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("invalid request: {e}")))
-}
-
 fn unix_now() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0)
-}
-
-impl Common {
-    /// Refuses what the generator cannot honour rather than ignoring it.
-    fn sampling(&self, default_tokens: u32, limit: u32) -> ApiResult<Sampling> {
-        if self.n.is_some_and(|n| n != 1) || self.best_of.is_some_and(|n| n != 1) {
-            return Err(ApiError::bad_request("only n = 1 is supported"));
-        }
-        if [self.presence_penalty, self.frequency_penalty]
-            .iter()
-            .any(|p| p.is_some_and(|p| p != 0.0))
-        {
-            return Err(ApiError::bad_request(
-                "presence_penalty and frequency_penalty are not supported",
-            ));
-        }
-        if self
-            .logprobs
-            .as_ref()
-            .is_some_and(|v| !v.is_null() && *v != Value::Bool(false))
-        {
-            return Err(ApiError::bad_request("logprobs are not supported"));
-        }
-        if self.echo == Some(true) {
-            return Err(ApiError::bad_request("echo is not supported"));
-        }
-        let max_tokens = self
-            .max_completion_tokens
-            .or(self.max_tokens)
-            .unwrap_or(default_tokens.min(limit));
-        if max_tokens > limit {
-            return Err(ApiError::bad_request(format!(
-                "max_tokens is at most {limit} on this server"
-            )));
-        }
-        Ok(Sampling {
-            temperature: self.temperature.unwrap_or(1.0),
-            top_p: self.top_p.unwrap_or(1.0),
-            seed: self.seed,
-            max_tokens,
-            stop: match &self.stop {
-                None => vec![],
-                Some(Stop::One(s)) => vec![s.clone()],
-                Some(Stop::Many(v)) => v.clone(),
-            },
-        })
-    }
 }
 
 /// The vocabulary and the registered model the request names.
@@ -421,17 +306,7 @@ async fn completion(
         return openai_llm::respond(state, record, kind, id, unix_now(), &body).await;
     }
     let req: CompletionRequest = parse(&body)?;
-    let prompt = match &req.prompt {
-        Value::String(s) => s.clone(),
-        Value::Array(items) if items.len() == 1 && items[0].is_string() => {
-            items[0].as_str().unwrap_or_default().to_string()
-        }
-        _ => {
-            return Err(ApiError::bad_request(
-                "prompt must be a string (one prompt per request)",
-            ))
-        }
-    };
+    let prompt = req.prompt()?;
     let limit = state.config.openai.max_tokens_limit;
     let sampling = req.common.sampling(DEFAULT_COMPLETION_TOKENS, limit)?;
     let meta = Meta {
@@ -458,34 +333,7 @@ async fn chat_completion(
         return openai_llm::respond(state, record, kind, id, unix_now(), &body).await;
     }
     let req: ChatRequest = parse(&body)?;
-    if req.messages.is_empty() {
-        return Err(ApiError::bad_request("messages must not be empty"));
-    }
-    let mut parts = Vec::with_capacity(req.messages.len());
-    for m in &req.messages {
-        match &m.content {
-            None | Some(Value::Null) => {}
-            Some(Value::String(s)) => parts.push(s.clone()),
-            Some(Value::Array(items)) => {
-                for item in items {
-                    match (item["type"].as_str(), item["text"].as_str()) {
-                        (Some("text"), Some(t)) => parts.push(t.to_string()),
-                        _ => {
-                            return Err(ApiError::bad_request(
-                                "message content parts must be of type 'text'",
-                            ))
-                        }
-                    }
-                }
-            }
-            Some(_) => {
-                return Err(ApiError::bad_request(
-                    "message content must be a string or a list of text parts",
-                ))
-            }
-        }
-    }
-    let prompt = parts.join("\n");
+    let prompt = req.prompt()?;
     let limit = state.config.openai.max_tokens_limit;
     let sampling = req.common.sampling(DEFAULT_CHAT_TOKENS, limit)?;
     let meta = Meta {

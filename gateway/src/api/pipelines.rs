@@ -1,11 +1,12 @@
 //! `/api/pipelines`: declare, list, get and delete pipelines, and run one on a raw body (an
-//! image, text). Pipelines are also served through the KServe v2 routes under their name.
+//! image, text). Pipelines are also served through the KServe v2 routes under their name
+//! (`crate::infer`).
 
 use super::body::{read_limited, reject_unread};
-use super::codec::{self, InferRequest};
+use super::codec;
 use crate::auth::Scope;
 use crate::error::{ApiError, ApiResult};
-use crate::pipeline::run::{self, PipelineInput, PipelineOutput, StageTimes};
+use crate::pipeline::run::{self, PipelineInput, PipelineOutput};
 use crate::pipeline::spec::PipelineSpec;
 use crate::pipeline::Pipeline;
 use crate::state::{validate_name, AppState};
@@ -14,7 +15,7 @@ use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use http::{HeaderMap, HeaderValue};
-use infergate_engine::{DataType, Tensor, TensorData};
+use infergate_engine::InferOptions;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -102,12 +103,6 @@ pub async fn delete(
     Ok(Json(json!({ "deleted": name })))
 }
 
-pub(crate) fn timing_header(response: &mut Response, times: &StageTimes) {
-    if let Ok(v) = HeaderValue::from_str(&times.header()) {
-        response.headers_mut().insert("server-timing", v);
-    }
-}
-
 /// `POST /api/pipelines/{name}/run`: the body goes to the first pre-plugin as raw bytes with
 /// its Content-Type; query parameters reach every plugin as metadata. The answer is the last
 /// post-plugin's JSON or bytes, or the output tensors as KServe JSON.
@@ -136,6 +131,7 @@ pub async fn run_raw(
         &pipeline.spec,
         PipelineInput::Bytes { data, content_type },
         query.into_iter().collect(),
+        InferOptions::default(),
     )
     .await?;
     let mut response = match output {
@@ -163,62 +159,6 @@ pub async fn run_raw(
             Json(json!({ "pipeline": name, "outputs": outputs })).into_response()
         }
     };
-    timing_header(&mut response, &times);
+    codec::timing_header(&mut response, &times);
     Ok(response)
-}
-
-/// A post-plugin's JSON or bytes as one BYTES output, so KServe clients still get tensors.
-fn as_tensors(output: PipelineOutput) -> Vec<Tensor> {
-    let single = |name: &str, bytes: Vec<u8>| Tensor {
-        name: name.to_string(),
-        datatype: DataType::Bytes,
-        shape: vec![1],
-        data: TensorData::Bytes(vec![bytes]),
-    };
-    match output {
-        PipelineOutput::Tensors(t) => t,
-        PipelineOutput::Json(text) => vec![single("json", text.into_bytes())],
-        PipelineOutput::Bytes(bytes) => vec![single("bytes", bytes)],
-    }
-}
-
-/// KServe v2 inference on a pipeline: tensors in, tensors out (each transport encodes them
-/// like a model's). Request parameters reach every plugin as metadata.
-pub async fn infer_tensors(
-    state: &AppState,
-    pipeline: &Pipeline,
-    request: &InferRequest,
-    inputs: Vec<Tensor>,
-) -> ApiResult<(Vec<Tensor>, StageTimes)> {
-    let parameters: Vec<(String, String)> = request
-        .parameters
-        .iter()
-        .filter_map(|(k, v)| match v {
-            Value::String(s) => Some((k.clone(), s.clone())),
-            Value::Number(_) | Value::Bool(_) => Some((k.clone(), v.to_string())),
-            _ => None,
-        })
-        .collect();
-    let name = &pipeline.record.name;
-    let (output, times) = run::run(
-        state,
-        name,
-        &pipeline.spec,
-        PipelineInput::Tensors(inputs),
-        parameters,
-    )
-    .await?;
-    let mut outputs = as_tensors(output);
-    if !request.outputs.is_empty() {
-        for wanted in &request.outputs {
-            if !outputs.iter().any(|t| t.name == wanted.name) {
-                return Err(ApiError::bad_request(format!(
-                    "pipeline '{name}' has no output '{}'",
-                    wanted.name
-                )));
-            }
-        }
-        outputs.retain(|t| request.outputs.iter().any(|w| w.name == t.name));
-    }
-    Ok((outputs, times))
 }

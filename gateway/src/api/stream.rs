@@ -6,18 +6,19 @@
 //! (`new WebSocket(url, ["infergate.v1", KEY])`; the server selects `infergate.v1` and never
 //! echoes the key), or a first message `{"api_key": KEY}` within the header timeout.
 //!
-//! Each text message is a KServe v2 inference body plus `"id"` (string or number, echoed in
-//! every frame of its answer) and `"model"` (and optionally `"model_version"`); answers may
-//! arrive out of order. With `"generate": {"prompt": ..., "max_tokens": ..., "temperature": ...,
-//! "top_p": ..., "seed": ..., "stop": ...}` on the text-generation model, one frame
-//! `{"id", "token"}` per generated piece of text follows, then `{"id", "done": true,
-//! "finish_reason", "text", "usage"}`. Errors are `{"id", "error", "status"}` frames and the
-//! connection stays open. The key is re-checked (revocation, scope) and the key's limits applied
-//! per message. An id must be unique among the connection's requests in flight (409 frame
-//! otherwise). `{"cancel": ID}` stops that request: it leaves the model's queue if it has not
-//! run, a generation stops before its next token, and `{"id", "cancelled": true}` is its last
-//! frame, unless its answer was already finished (a 404 frame answers a cancel when no such
-//! request is in flight). Cancelling takes no in-flight slot.
+//! Each text message is a KServe v2 inference body plus `"id"` (string or number, echoed in every
+//! frame of its answer) and `"model"` (a model or a pipeline, and optionally `"model_version"`);
+//! the parameters `priority` and `timeout` (microseconds in the queue) apply as over HTTP and gRPC.
+//! Answers may arrive out of order. With `"generate": {"prompt": ..., "max_tokens": ...,
+//! "temperature": ..., "top_p": ..., "seed": ..., "stop": ...}` on a text-generation model, one
+//! frame `{"id", "token"}` per generated piece of text follows, then `{"id", "done": true,
+//! "finish_reason", "text", "usage"}` (a pipeline does not generate). Errors are `{"id", "error",
+//! "status"}` frames and the connection stays open. The key is re-checked (revocation, scope) and
+//! the key's limits applied per message. An id must be unique among the connection's requests in
+//! flight (409 frame otherwise). `{"cancel": ID}` stops that request: it leaves the model's queue
+//! if it has not run, a generation stops before its next token, and `{"id", "cancelled": true}` is
+//! its last frame, unless its answer was already finished (a 404 frame answers a cancel when no
+//! such request is in flight). Cancelling takes no in-flight slot.
 //!
 //! Backpressure: at most `[websocket] max_in_flight` requests run per connection; beyond that
 //! the server stops reading, and answers wait in a small bounded queue for the writer, so a slow
@@ -41,7 +42,8 @@ use crate::admission;
 use crate::auth::{self, Scope};
 use crate::coalesce::Coalescer;
 use crate::error::{ApiError, ApiResult};
-use crate::state::{model_key, AppState};
+use crate::infer::{self, Target};
+use crate::state::AppState;
 use crate::store::keys::KeyRecord;
 use crate::textgen::{Generation, Sampling};
 use axum::extract::ws::{close_code, CloseFrame, Message, Utf8Bytes, WebSocket, WebSocketUpgrade};
@@ -49,8 +51,9 @@ use axum::extract::State;
 use axum::response::Response;
 use futures_util::{SinkExt, StreamExt};
 use http::{HeaderMap, HeaderValue};
+use infergate_protocol::kserve;
 use infergate_protocol::message::Incoming;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -67,14 +70,14 @@ pub const CONTROL_FRAMES_BURST: f64 = 16.0;
 /// seconds is far below it).
 pub const CONTROL_FRAMES_PER_S: f64 = 2.0;
 
-/// The connection's allowance of control frames: a token bucket.
-struct ControlBudget {
+/// The connection's allowance of control frames: a token bucket (`/v2/events` spends it too).
+pub(super) struct ControlBudget {
     tokens: f64,
     refilled: Instant,
 }
 
 impl ControlBudget {
-    fn new() -> ControlBudget {
+    pub(super) fn new() -> ControlBudget {
         ControlBudget {
             tokens: CONTROL_FRAMES_BURST,
             refilled: Instant::now(),
@@ -82,7 +85,7 @@ impl ControlBudget {
     }
 
     /// Takes one frame's worth; false when the client is over its allowance.
-    fn take(&mut self) -> bool {
+    pub(super) fn take(&mut self) -> bool {
         let now = Instant::now();
         let earned = now.duration_since(self.refilled).as_secs_f64() * CONTROL_FRAMES_PER_S;
         self.tokens = (self.tokens + earned).min(CONTROL_FRAMES_BURST);
@@ -95,13 +98,13 @@ impl ControlBudget {
     }
 }
 
-fn too_many_control_frames() -> Message {
+pub(super) fn too_many_control_frames() -> Message {
     close(close_code::POLICY, "too many control frames (pings/pongs)")
 }
 
 /// The close that answers a failed read: 1009 for a frame or message over the size limit
 /// (refused by tungstenite before reading its payload); None when the client is gone.
-fn read_failure_close(error: &axum::Error, limit: usize) -> Option<Message> {
+pub(super) fn read_failure_close(error: &axum::Error, limit: usize) -> Option<Message> {
     use tokio_tungstenite::tungstenite::Error as WsError;
     let cause = std::error::Error::source(error)?.downcast_ref::<WsError>()?;
     matches!(cause, WsError::Capacity(_)).then(|| {
@@ -162,15 +165,20 @@ pub async fn upgrade(
     if state.drain.is_draining() {
         return Err(ApiError::unavailable("the server is shutting down"));
     }
-    let limit = state.config.websocket.max_message_bytes;
     // A key offered as the first message leaves the per-address cap of unauthenticated
     // connections once it checks out.
     let client = crate::connection::current();
-    Ok(ws
-        .protocols([SUBPROTOCOL])
+    Ok(limited(ws, &state).on_upgrade(move |socket| connection(state, socket, key, client)))
+}
+
+/// The upgrade as every WebSocket endpoint accepts it: the `infergate.v1` subprotocol, and a
+/// frame or message over `[websocket] max_message_bytes` refused before its payload is read
+/// (see [`read_failure_close`]).
+pub(super) fn limited(ws: WebSocketUpgrade, state: &AppState) -> WebSocketUpgrade {
+    let limit = state.config.websocket.max_message_bytes;
+    ws.protocols([SUBPROTOCOL])
         .max_message_size(limit)
         .max_frame_size(limit)
-        .on_upgrade(move |socket| connection(state, socket, key, client)))
 }
 
 fn close(code: u16, reason: &str) -> Message {
@@ -496,15 +504,14 @@ async fn handle(
     if let Err(e) = result {
         let _ = out.send(error_frame(&id, &e)).await;
     }
-    if !labels.model.is_empty() || status != 200 {
-        state.metrics.inference(
-            &labels.model,
-            &labels.version,
-            PROTOCOL_LABEL,
-            status,
-            started.elapsed(),
-        );
-    }
+    // A pipeline is recorded without a model label, as over HTTP and gRPC.
+    state.metrics.inference(
+        &labels.model,
+        &labels.version,
+        PROTOCOL_LABEL,
+        status,
+        started.elapsed(),
+    );
 }
 
 async fn run(
@@ -517,8 +524,9 @@ async fn run(
 ) -> ApiResult<()> {
     // Per message: the key may have been revoked, and its limits apply.
     let record = check_key(state, key, Scope::Infer)?;
-    let _admission =
-        admission::admit(state, &record).map_err(|r| admission::rejection_error(&r))?;
+    let _admission = admission::admit(state, &record)
+        .await
+        .map_err(|r| admission::rejection_error(&r))?;
     let model = match body.remove("model") {
         Some(Value::String(m)) => m,
         _ => return Err(ApiError::bad_request("\"model\" (a string) is required")),
@@ -536,13 +544,19 @@ async fn run(
             ))
         }
     };
-    let model_record = state.catalog.resolve(&model, version)?;
-    labels.model = model_record.name.clone();
-    labels.version = model_record.version.to_string();
+    let target = infer::resolve(state, &model, version)?;
+    if let Target::Model(record) = &target {
+        labels.model = record.name.clone();
+        labels.version = record.version.to_string();
+    }
     if let Some(generate) = body.remove("generate") {
-        if crate::llm::is_gguf(&model_record) {
-            return super::openai_llm::websocket_generate(state, model_record, generate, id, out)
-                .await;
+        let Target::Model(record) = target else {
+            return Err(ApiError::bad_request(format!(
+                "'{model}' is a pipeline: \"generate\" runs on a text-generation model"
+            )));
+        };
+        if crate::llm::is_gguf(&record) {
+            return super::openai_llm::websocket_generate(state, record, generate, id, out).await;
         }
         let generate: Generate = serde_json::from_value(generate)
             .map_err(|e| ApiError::bad_request(format!("generate: {e}")))?;
@@ -554,29 +568,34 @@ async fn run(
         .await;
     }
     let mut request = infergate_protocol::message::inference_request(body)?;
-    let inputs = crate::api::codec::decode_inputs(&mut request, &[])?;
-    let outputs: Vec<String> = request.outputs.iter().map(|o| o.name.clone()).collect();
-    let results = state
-        .engine
-        .infer(
-            &model_key(&model_record),
-            &state.model_path(&model_record),
-            inputs,
-            outputs,
-        )
-        .await?;
-    let (bytes, _) = crate::api::codec::encode_response(
+    let inputs = kserve::decode_inputs(&mut request, &[])?;
+    let inferred = infer::run(state, target, infer::Request::kserve(&request, inputs)?).await?;
+    let (response, binary) = kserve::response(
         &request,
-        &model_record.name,
-        model_record.version,
-        &results,
-    )?;
-    let mut answer: Value = serde_json::from_slice(&bytes)
+        &inferred.model,
+        inferred.version,
+        &inferred.outputs,
+    );
+    if binary.is_some() {
+        // `inference_request` refused every way of asking for binary outputs.
+        return Err(ApiError::internal(
+            "a WebSocket answer came out with binary tensor data",
+        ));
+    }
+    let answer = serde_json::to_string(&Answer { id, response })
         .map_err(|e| ApiError::internal(format!("encoding the answer: {e}")))?;
-    answer["id"] = id.clone();
     // A failed send means the connection is gone: nobody is left to tell.
-    let _ = out.send(frame(answer)).await;
+    let _ = out.send(Message::Text(Utf8Bytes::from(answer))).await;
     Ok(())
+}
+
+/// An inference answer: the KServe response document with the message's id (a string or a
+/// number, which KServe's own string `id` cannot carry).
+#[derive(Serialize)]
+struct Answer<'a> {
+    id: &'a Value,
+    #[serde(flatten)]
+    response: kserve::InferResponse,
 }
 
 async fn generate_stream(

@@ -32,13 +32,14 @@ pub fn key_headers(metadata: &MetadataMap) -> HeaderMap {
 
 /// A call's key, checked for `scope` and admitted by its limits. The admission holds the
 /// key's concurrency slot: keep it until the answer is ready.
-pub fn admit(
+pub async fn admit(
     state: &AppState,
     headers: &HeaderMap,
     scope: Scope,
 ) -> ApiResult<(KeyRecord, Admission)> {
     let key = state.authorize(headers, scope)?;
     let admission = admission::admit(state, &key)
+        .await
         .map_err(|rejection| admission::rejection_error(&rejection))?;
     Ok((key, admission))
 }

@@ -5,11 +5,11 @@
 use super::proto::infer_parameter::ParameterChoice;
 use super::proto::model_infer_response::InferOutputTensor;
 use super::proto::{InferParameter, InferTensorContents, ModelInferRequest, ModelInferResponse};
-use crate::api::codec::{InferRequest, RequestedOutput};
-use crate::api::kserve::Inferred;
 use crate::error::{ApiError, ApiResult};
+use crate::infer::Inferred;
 use infergate_engine::{DataType, Tensor, TensorData};
 use infergate_protocol::contents::{self, TypedContents};
+use infergate_protocol::kserve::{InferRequest, RequestedOutput};
 use infergate_protocol::{binary, limits};
 use serde_json::{Map, Value};
 use std::collections::HashMap;

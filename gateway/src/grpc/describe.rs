@@ -1,5 +1,5 @@
 //! Metadata, model configuration and statistics as Triton's protobuf messages, built from what
-//! the HTTP endpoints serve (`api::kserve::Description`, the engine's Triton config JSON, the
+//! the HTTP endpoints serve (`infer::Description`, the engine's Triton config JSON, the
 //! engine's statistics) so both transports describe a model identically.
 
 use super::proto::model_metadata_response::TensorMetadata;
@@ -9,7 +9,7 @@ use super::proto::{
     ModelInstanceGroup, ModelMetadataResponse, ModelOutput, ModelParameter, ModelQueuePolicy,
     ModelStatistics, ModelVersionPolicy, StatisticDuration,
 };
-use crate::api::kserve::Description;
+use crate::infer::Description;
 use crate::state::{model_key, AppState};
 use crate::store::models::ModelRecord;
 use infergate_engine::stats::StatDuration;

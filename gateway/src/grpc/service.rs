@@ -1,7 +1,7 @@
 //! The unary RPCs of `inference.GRPCInferenceService`, with the HTTP handlers' semantics:
 //! liveness and readiness need no key; everything else needs an `infer`-scoped key and passes
-//! the key's limits; models and pipelines resolve, infer and are described by the code the
-//! HTTP KServe handlers use.
+//! the key's limits; models and pipelines resolve, infer and are described by the inference
+//! service (`crate::infer`) that the HTTP KServe handlers call too.
 
 use super::proto::grpc_inference_service_server::GrpcInferenceService;
 use super::proto::{
@@ -15,6 +15,7 @@ use super::{auth, convert, describe, stream, PROTOCOL_LABEL};
 use crate::api::{kserve, triton};
 use crate::auth::Scope;
 use crate::error::ApiResult;
+use crate::infer;
 use crate::metrics::Served;
 use crate::ratelimit::Admission;
 use crate::state::AppState;
@@ -33,9 +34,10 @@ impl InferenceService {
     }
 
     /// Checks a call's key and limits; the admission is held until the handler returns.
-    fn admit<T>(&self, request: &Request<T>) -> Result<Admission, Status> {
+    async fn admit<T>(&self, request: &Request<T>) -> Result<Admission, Status> {
         let headers = auth::key_headers(request.metadata());
         auth::admit(&self.state, &headers, Scope::Infer)
+            .await
             .map(|(_, admission)| admission)
             .map_err(status)
     }
@@ -78,14 +80,14 @@ async fn run_infer(
     headers: &HeaderMap,
     message: ModelInferRequest,
 ) -> ApiResult<(ModelInferResponse, Option<Served>)> {
-    let (_key, _admission) = auth::admit(state, headers, Scope::Infer)?;
+    let (_key, _admission) = auth::admit(state, headers, Scope::Infer).await?;
     let version = convert::version(&message.model_version)?;
-    let target = kserve::target(state, &message.model_name, version)?;
+    let target = infer::resolve(state, &message.model_name, version)?;
     let request = convert::request(&message);
     let inputs = convert::decode_inputs(&message)?;
     // The request's raw bytes are copied into the inputs: free them before the model runs.
     drop(message);
-    let inferred = kserve::infer_target(state, target, &request, inputs).await?;
+    let inferred = infer::run(state, target, infer::Request::kserve(&request, inputs)?).await?;
     let served = inferred.served.clone();
     let id = request.id.unwrap_or_default();
     Ok((convert::response(inferred, id), served))
@@ -116,12 +118,12 @@ impl GrpcInferenceService for InferenceService {
         &self,
         request: Request<ModelReadyRequest>,
     ) -> Result<Response<ModelReadyResponse>, Status> {
-        let _admission = self.admit(&request)?;
+        let _admission = self.admit(&request).await?;
         let r = request.get_ref();
         let target = convert::version(&r.version)
-            .and_then(|version| kserve::target(&self.state, &r.name, version))
+            .and_then(|version| infer::resolve(&self.state, &r.name, version))
             .map_err(status)?;
-        let ready = match kserve::readiness(&self.state, target) {
+        let ready = match infer::readiness(&self.state, &target) {
             Ok(()) => true,
             Err(e) if e.status == StatusCode::SERVICE_UNAVAILABLE => false,
             Err(e) => return Err(status(e)),
@@ -133,7 +135,7 @@ impl GrpcInferenceService for InferenceService {
         &self,
         request: Request<ServerMetadataRequest>,
     ) -> Result<Response<ServerMetadataResponse>, Status> {
-        let _admission = self.admit(&request)?;
+        let _admission = self.admit(&request).await?;
         Ok(Response::new(ServerMetadataResponse {
             name: kserve::SERVER_NAME.to_string(),
             version: env!("CARGO_PKG_VERSION").to_string(),
@@ -145,12 +147,12 @@ impl GrpcInferenceService for InferenceService {
         &self,
         request: Request<ModelMetadataRequest>,
     ) -> Result<Response<ModelMetadataResponse>, Status> {
-        let _admission = self.admit(&request)?;
+        let _admission = self.admit(&request).await?;
         let r = request.get_ref();
         let target = convert::version(&r.version)
-            .and_then(|version| kserve::target(&self.state, &r.name, version))
+            .and_then(|version| infer::resolve(&self.state, &r.name, version))
             .map_err(status)?;
-        let description = kserve::describe_target(&self.state, &target);
+        let description = infer::describe(&self.state, &target);
         Ok(Response::new(describe::metadata(description)))
     }
 
@@ -185,7 +187,7 @@ impl GrpcInferenceService for InferenceService {
         &self,
         request: Request<ModelConfigRequest>,
     ) -> Result<Response<ModelConfigResponse>, Status> {
-        let _admission = self.admit(&request)?;
+        let _admission = self.admit(&request).await?;
         let r = request.get_ref();
         let record = convert::version(&r.version)
             .and_then(|version| self.state.catalog.resolve(&r.name, version))
@@ -201,7 +203,7 @@ impl GrpcInferenceService for InferenceService {
         &self,
         request: Request<ModelStatisticsRequest>,
     ) -> Result<Response<ModelStatisticsResponse>, Status> {
-        let _admission = self.admit(&request)?;
+        let _admission = self.admit(&request).await?;
         let r = request.get_ref();
         let name = (!r.name.is_empty()).then_some(r.name.as_str());
         let records = convert::version(&r.version)

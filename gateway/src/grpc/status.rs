@@ -40,17 +40,34 @@ pub fn status(error: ApiError) -> Status {
 pub async fn oversized_as_resource_exhausted(
     mut response: axum::response::Response,
 ) -> axum::response::Response {
-    let oversized = response
+    if response
         .extensions()
         .get::<Status>()
-        .is_some_and(|s| s.code() == Code::OutOfRange && s.message().starts_with(TONIC_TOO_LARGE));
-    if oversized {
+        .is_some_and(is_oversized)
+    {
         response.headers_mut().insert(
             "grpc-status",
             http::HeaderValue::from(Code::ResourceExhausted as i32),
         );
     }
     response
+}
+
+/// A request message of a stream that could not be read, as the stream's final status: an
+/// oversized one as RESOURCE_EXHAUSTED (the status of the stream's response is already sent
+/// when tonic refuses a later message, so the middleware above cannot rewrite it), anything
+/// else unchanged.
+pub fn read_failure(status: Status) -> Status {
+    if is_oversized(&status) {
+        Status::resource_exhausted(status.message())
+    } else {
+        status
+    }
+}
+
+/// Whether `status` is tonic's refusal of a message over `max_decoding_message_size`.
+fn is_oversized(status: &Status) -> bool {
+    status.code() == Code::OutOfRange && status.message().starts_with(TONIC_TOO_LARGE)
 }
 
 /// How tonic's decoder starts the message of that refusal.

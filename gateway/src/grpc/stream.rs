@@ -4,11 +4,14 @@
 //! `[websocket] max_in_flight` (further requests wait unread: backpressure), and its answer
 //! goes out when ready; a failed request answers `error_message` and the stream goes on, as
 //! Triton does. A client that goes away takes its requests still waiting for the model with it.
+//! A request message that cannot be read (one over the size limit: RESOURCE_EXHAUSTED) ends
+//! the stream with that status, after the answers to the requests before it.
 //! On shutdown a stream reads no further requests, finishes those in flight, and ends; the
 //! server waits for it like for a WebSocket stream.
 
 use super::proto::{ModelInferRequest, ModelInferResponse, ModelStreamInferResponse};
 use super::service::infer;
+use super::status::read_failure;
 use crate::state::AppState;
 use futures_util::Stream;
 use http::HeaderMap;
@@ -29,7 +32,7 @@ pub fn open(
     let (tx, rx) = mpsc::channel(in_flight);
     tokio::spawn(read(state, headers, requests, tx, in_flight));
     Box::pin(futures_util::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|answer| (Ok(answer), rx))
+        rx.recv().await.map(|answer| (answer, rx))
     }))
 }
 
@@ -37,13 +40,14 @@ async fn read(
     state: Arc<AppState>,
     headers: HeaderMap,
     mut requests: Streaming<ModelInferRequest>,
-    tx: mpsc::Sender<ModelStreamInferResponse>,
+    tx: mpsc::Sender<Result<ModelStreamInferResponse, Status>>,
     in_flight: usize,
 ) {
     let _open = state.drain.stream_opened();
     let slots = Arc::new(Semaphore::new(in_flight));
     let draining = state.drain.signal();
     tokio::pin!(draining);
+    let mut failure = None;
     loop {
         let Ok(slot) = slots.clone().acquire_owned().await else {
             break;
@@ -56,6 +60,7 @@ async fn read(
                 Ok(None) => break,
                 Err(e) => {
                     tracing::debug!(error = %e, "gRPC stream ended with an error");
+                    failure = Some(read_failure(e));
                     break;
                 }
             },
@@ -91,10 +96,13 @@ async fn read(
                 },
             };
             // A failed send means the client is gone: nobody is left to tell.
-            let _ = tx.send(answer).await;
+            let _ = tx.send(Ok(answer)).await;
             drop(slot);
         });
     }
     // Answers still running hold slots: wait for them before this stream counts as closed.
     let _ = slots.acquire_many(in_flight as u32).await;
+    if let Some(status) = failure {
+        let _ = tx.send(Err(status)).await;
+    }
 }

@@ -1,16 +1,19 @@
 //! Pipelines: pre-plugins (WebAssembly) → model → post-plugins, served like a model.
 //!
-//! - [`spec`]: the JSON a user PUTs, and plugin references (`name` or `name@version`).
+//! - [`spec`]: the JSON a user PUTs (with the engine's resize + normalize pre-op, when named),
+//!   and plugin references (`name` or `name@version`).
 //! - [`registry`]: compiled plugins in memory, upload validation and storage.
-//! - [`native`]: the engine's resize + normalize pre-op, as a pipeline names it.
+//! - [`detect`]: the text-detection stage, which runs the rest once per text region found.
+//! - [`text_regions`]: regions from a detector's probability map; crops and reading order.
 //! - [`run`]: executing one request through a pipeline, with stage timings.
 //! - [`convert`]: tensors between the engine's and the plugin host's form.
 
 pub mod convert;
-pub mod native;
+pub mod detect;
 pub mod registry;
 pub mod run;
 pub mod spec;
+pub mod text_regions;
 
 use crate::store::plugins::PipelineRecord;
 use parking_lot::RwLock;
@@ -40,7 +43,7 @@ impl Pipelines {
                     pipelines.insert(record, spec);
                 }
                 Err(e) => {
-                    tracing::error!(pipeline = %record.name, error = %e.message, "saved pipeline is invalid")
+                    tracing::error!(pipeline = %record.name, error = %e, "saved pipeline is invalid")
                 }
             }
         }

@@ -3,12 +3,16 @@
 //! blocking threads, the model runs in the engine, and post-plugins shape the answer.
 
 use super::convert::{from_host, to_host};
+use super::detect;
 use super::registry::LoadedPlugin;
 use super::spec::PipelineSpec;
 use crate::error::{ApiError, ApiResult};
 use crate::metrics::PluginLabels;
-use crate::state::{model_key, AppState};
-use infergate_engine::Tensor;
+use crate::state::AppState;
+use crate::store::models::ModelRecord;
+use futures_util::future::try_join_all;
+use infergate_engine::preprocess::Mode;
+use infergate_engine::{InferOptions, Tensor};
 use infergate_plugin_host::{self as host, PluginKind, PostOutput, PreInput};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -84,6 +88,9 @@ fn resolve(state: &AppState, spec: &PipelineSpec) -> ApiResult<Resolved> {
 pub fn check(state: &AppState, spec: &PipelineSpec) -> ApiResult<()> {
     resolve(state, spec)?;
     state.catalog.resolve(&spec.model, spec.model_version)?;
+    for model in spec.stage_models() {
+        state.catalog.resolve(model, None)?;
+    }
     Ok(())
 }
 
@@ -135,12 +142,14 @@ fn to_engine(tensors: Vec<host::Tensor>, plugin: &LoadedPlugin) -> ApiResult<Vec
         })
 }
 
+/// Runs a pipeline; `options` (priority, queue timeout) apply to its model stage.
 pub async fn run(
     state: &AppState,
     name: &str,
     spec: &PipelineSpec,
     input: PipelineInput,
     request_parameters: Vec<(String, String)>,
+    options: InferOptions,
 ) -> ApiResult<(PipelineOutput, StageTimes)> {
     let resolved = resolve(state, spec)?;
     let record = state.catalog.resolve(&spec.model, spec.model_version)?;
@@ -192,45 +201,156 @@ pub async fn run(
         .await?;
         tensors = to_engine(out, plugin)?;
     }
-    if let Some(pre) = spec.preprocess.clone() {
-        let ops = state.ops.clone();
-        tensors = blocking(move || pre.apply(&ops, tensors)).await??;
-    }
+    let tail = Tail {
+        state,
+        name,
+        spec,
+        record: &record,
+        resolved: &resolved,
+        metadata: &metadata,
+        options,
+    };
+    let Some(stage) = &spec.detect else {
+        times.pre = started.elapsed();
+        let (output, tail) = tail.run(tensors).await?;
+        times.pre += tail.pre;
+        times.model = tail.model;
+        times.post = tail.post;
+        return Ok((output, times));
+    };
+    // Detection counts as pre-processing; the regions then run concurrently, so the model and
+    // post stages take as long as their slowest region.
+    let reader_aspect = spec
+        .preprocess
+        .as_ref()
+        .filter(|p| p.mode == Mode::Letterbox)
+        .map(|p| p.width as f32 / p.height as f32);
+    let detected = detect::detect(state, stage, tensors, reader_aspect, options).await?;
     times.pre = started.elapsed();
+    let outputs = try_join_all(
+        detected
+            .regions
+            .iter()
+            .map(|found| tail.run(vec![found.crop.clone()])),
+    )
+    .await?;
+    let mut regions = Vec::with_capacity(outputs.len());
+    let mut slowest_resize = Duration::ZERO;
+    for (found, (output, tail)) in detected.regions.iter().zip(outputs) {
+        slowest_resize = slowest_resize.max(tail.pre);
+        times.model = times.model.max(tail.model);
+        times.post = times.post.max(tail.post);
+        regions.push(region_json(name, found, output)?);
+    }
+    times.pre += slowest_resize;
+    let answer = serde_json::json!({
+        "width": detected.width,
+        "height": detected.height,
+        "regions": regions,
+    });
+    Ok((PipelineOutput::Json(answer.to_string()), times))
+}
 
-    let started = Instant::now();
-    let outputs = state
-        .engine
-        .infer(
-            &model_key(&record),
-            &state.model_path(&record),
+/// One region of a detecting pipeline's answer: where it is, how it was turned, and what the
+/// rest of the pipeline made of it.
+fn region_json(
+    name: &str,
+    found: &detect::FoundRegion,
+    output: PipelineOutput,
+) -> ApiResult<serde_json::Value> {
+    let output = match output {
+        PipelineOutput::Json(text) => serde_json::from_str(&text).map_err(|e| {
+            ApiError::internal(format!(
+                "pipeline '{name}': the last post-plugin returned invalid JSON: {e}"
+            ))
+        })?,
+        PipelineOutput::Tensors(tensors) => serde_json::Value::Array(
+            tensors
+                .iter()
+                .map(|t| serde_json::json!({"name": t.name, "datatype": t.datatype.name(), "shape": t.shape, "data": crate::api::codec::to_json(t)}))
+                .collect(),
+        ),
+        PipelineOutput::Bytes(_) => {
+            return Err(ApiError::internal(format!(
+                "pipeline '{name}' detects text regions, so its last post-plugin must return JSON or tensors, not bytes"
+            )))
+        }
+    };
+    let r = &found.region;
+    Ok(serde_json::json!({
+        "box": [r.x1, r.y1, r.x2, r.y2],
+        "score": r.score,
+        "angle": found.angle,
+        "angle_confidence": found.angle_confidence,
+        "output": output,
+    }))
+}
+
+/// What the rest of a pipeline needs after its pre-plugins (and detection): the same for
+/// every region of a detecting pipeline.
+struct Tail<'a> {
+    state: &'a AppState,
+    name: &'a str,
+    spec: &'a PipelineSpec,
+    record: &'a ModelRecord,
+    resolved: &'a Resolved,
+    metadata: &'a host::Metadata,
+    options: InferOptions,
+}
+
+impl Tail<'_> {
+    /// The native pre-op, the model and the post-plugins on the pre-plugins' tensors.
+    async fn run(&self, mut tensors: Vec<Tensor>) -> ApiResult<(PipelineOutput, StageTimes)> {
+        let Tail {
+            state,
+            name,
+            spec,
+            record,
+            resolved,
+            metadata,
+            options,
+        } = *self;
+        let mut times = StageTimes::default();
+        let started = Instant::now();
+        if let Some(pre) = spec.preprocess.clone() {
+            let ops = state.ops.clone();
+            tensors = blocking(move || pre.apply(&ops, tensors)).await??;
+        }
+        times.pre = started.elapsed();
+
+        let started = Instant::now();
+        let outputs = crate::infer::backend::run_model(
+            state,
+            record,
             tensors,
             spec.model_outputs.clone(),
+            options,
         )
         .await?;
-    times.model = started.elapsed();
+        times.model = started.elapsed();
 
-    let started = Instant::now();
-    let mut current = PipelineOutput::Tensors(outputs);
-    for plugin in &resolved.post {
-        let PipelineOutput::Tensors(tensors) = current else {
-            return Err(ApiError::internal(format!(
+        let started = Instant::now();
+        let mut current = PipelineOutput::Tensors(outputs);
+        for plugin in &resolved.post {
+            let PipelineOutput::Tensors(tensors) = current else {
+                return Err(ApiError::internal(format!(
                 "pipeline '{name}': a post-plugin before {}@{} returned JSON or bytes, so it must be the last",
                 plugin.record.name, plugin.record.version
             )));
-        };
-        let meta = metadata.clone();
-        let input: Vec<host::Tensor> = tensors.into_iter().map(to_host).collect();
-        let out = call(state, plugin, "post", move |p| {
-            p.plugin.postprocess(input, &meta)
-        })
-        .await?;
-        current = match out {
-            PostOutput::Tensors(t) => PipelineOutput::Tensors(to_engine(t, plugin)?),
-            PostOutput::Json(j) => PipelineOutput::Json(j),
-            PostOutput::Bytes(b) => PipelineOutput::Bytes(b),
-        };
+            };
+            let meta = metadata.clone();
+            let input: Vec<host::Tensor> = tensors.into_iter().map(to_host).collect();
+            let out = call(state, plugin, "post", move |p| {
+                p.plugin.postprocess(input, &meta)
+            })
+            .await?;
+            current = match out {
+                PostOutput::Tensors(t) => PipelineOutput::Tensors(to_engine(t, plugin)?),
+                PostOutput::Json(j) => PipelineOutput::Json(j),
+                PostOutput::Bytes(b) => PipelineOutput::Bytes(b),
+            };
+        }
+        times.post = started.elapsed();
+        Ok((current, times))
     }
-    times.post = started.elapsed();
-    Ok((current, times))
 }

@@ -71,8 +71,11 @@ struct Norm {
 
 // SAFETY: plain `#[repr(C)]` data laid out like the CUDA structs.
 unsafe impl DeviceRepr for ImageDesc {}
+// SAFETY: as above, `#[repr(C)]` floats mirroring `Norm` in the kernel source.
 unsafe impl DeviceRepr for Norm {}
+// SAFETY: as above, `#[repr(C)]` mirroring the NMS kernel's candidate struct.
 unsafe impl DeviceRepr for Candidate {}
+// SAFETY: every field is a number, for which all-zero bits are a valid value.
 unsafe impl ValidAsZeroBits for Candidate {}
 
 /// A batch of images already on the device (one buffer, packed back to back).

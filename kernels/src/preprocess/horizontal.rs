@@ -108,12 +108,13 @@ pub(super) fn horizontal_dot<const FMA: bool, const WIDE: bool>(
 ) -> [f32; CHANNELS] {
     #[cfg(target_arch = "x86_64")]
     {
-        // SAFETY: `WIDE` is only true inside `fill_rows_avx512` (avx512f detected) and `FMA`
-        // inside it or `fill_rows_avx2_fma` (avx2+fma detected).
         if WIDE {
+            // SAFETY: `WIDE` is only true inside `fill_rows_avx512` (avx512f detected).
             return unsafe { horizontal_dot_avx512(src, weights) };
         }
         if FMA {
+            // SAFETY: `FMA` is only true inside `fill_rows_avx512` or `fill_rows_avx2_fma`
+            // (avx2+fma detected).
             return unsafe { horizontal_dot_avx2_fma(src, weights) };
         }
     }

@@ -5,6 +5,8 @@
 //! This is `wasm-tools component new` as a library call, so setup and CI
 //! need not `cargo install wasm-tools`.
 
+#![forbid(unsafe_code)]
+
 use anyhow::{bail, Context, Result};
 use std::{env, fs, path::Path};
 use wit_component::ComponentEncoder;

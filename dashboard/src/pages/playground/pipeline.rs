@@ -65,8 +65,18 @@ impl PipelineInfo {
                 .iter()
                 .any(|p| p.starts_with("embedding"))
         });
+        let detect: Vec<String> = spec["detect"]
+            .as_object()
+            .map(|d| {
+                ["model", "angle_model"]
+                    .iter()
+                    .filter_map(|k| d.get(*k).and_then(Value::as_str).map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default();
         let chain = pre
             .iter()
+            .chain(detect.iter())
             .chain(std::iter::once(&model))
             .chain(post.iter())
             .cloned()
@@ -91,6 +101,8 @@ struct PipelineRecord {
     client_ms: f64,
     stages: Vec<(&'static str, f64)>,
     failure: Option<ApiError>,
+    /// The image sent (an object URL), to draw text regions over.
+    image: Option<String>,
 }
 
 /// The model's queue time over one request: the difference of its cumulative counters, when
@@ -234,6 +246,9 @@ pub fn PipelineRun(pipeline: PipelineInfo) -> impl IntoView {
         busy.set(true);
         run.set(None);
         let model = model.clone();
+        let image = (input == Input::Image)
+            .then(|| preview.get_untracked())
+            .flatten();
         leptos::task::spawn_local(async move {
             let before = queue_ms(&model).await;
             let start = now();
@@ -264,6 +279,7 @@ pub fn PipelineRun(pipeline: PipelineInfo) -> impl IntoView {
                         answer: Some(answer),
                         client_ms,
                         failure: None,
+                        image,
                     }));
                 }
                 Err(e) => {
@@ -274,6 +290,7 @@ pub fn PipelineRun(pipeline: PipelineInfo) -> impl IntoView {
                         client_ms,
                         stages: Vec::new(),
                         failure: Some(e.clone()),
+                        image,
                     }));
                     error.set(Some(e));
                 }
@@ -342,10 +359,13 @@ pub fn PipelineRun(pipeline: PipelineInfo) -> impl IntoView {
 }
 
 /// The answer as people read it: recognised text, labels with scores, or tensors.
-fn answer_view(answer: &api::RawAnswer) -> AnyView {
+fn answer_view(answer: &api::RawAnswer, image: Option<String>) -> AnyView {
     let Ok(v) = serde_json::from_str::<Value>(&answer.text) else {
         return view! { <p class="muted">{format!("{} bytes of {}", answer.text.len(), answer.content_type)}</p> }.into_any();
     };
+    if let Some(regions) = v["regions"].as_array() {
+        return regions_view(&v, regions, image);
+    }
     if let Some(texts) = v["texts"].as_array() {
         return view! {
             <div class="recognised" id="pipeline-text">
@@ -390,6 +410,74 @@ fn answer_view(answer: &api::RawAnswer) -> AnyView {
     view! { <p class="muted">"The pipeline answered JSON; see the response below."</p> }.into_any()
 }
 
+/// What a region's own output says, as one line of text: the recognised text, else its JSON.
+fn region_text(output: &Value) -> (String, Option<f64>) {
+    match output["texts"].as_array().and_then(|t| t.first()) {
+        Some(t) => (
+            t["text"].as_str().unwrap_or("").trim().to_string(),
+            t["confidence"].as_f64(),
+        ),
+        None => (output.to_string().chars().take(120).collect(), None),
+    }
+}
+
+/// A detecting pipeline's answer: the image with each region's numbered box, and the regions'
+/// text in reading order.
+fn regions_view(v: &Value, regions: &[Value], image: Option<String>) -> AnyView {
+    let (width, height) = (
+        v["width"].as_f64().unwrap_or(1.0),
+        v["height"].as_f64().unwrap_or(1.0),
+    );
+    // Labels in image pixels, so they stay legible whatever the image's size.
+    let font = (width.max(height) / 24.0).clamp(10.0, 64.0);
+    let boxes = regions.iter().enumerate().filter_map(|(i, r)| {
+        let b: Vec<f64> = r["box"].as_array()?.iter().filter_map(Value::as_f64).collect();
+        let &[x1, y1, x2, y2] = b.as_slice() else { return None };
+        let turned = r["angle"].as_u64() == Some(180);
+        Some(view! {
+            <g class="region" class:turned=turned>
+                <rect x=format!("{x1:.1}") y=format!("{y1:.1}") width=format!("{:.1}", x2 - x1) height=format!("{:.1}", y2 - y1)></rect>
+                <text x=format!("{:.1}", x2 + 2.0) y=format!("{:.1}", y1) dominant-baseline="hanging" font-size=format!("{font:.0}")>{(i + 1).to_string()}</text>
+            </g>
+        })
+    }).collect_view();
+    let lines = regions.iter().map(|r| {
+        let (text, confidence) = region_text(&r["output"]);
+        let angle = match (r["angle"].as_u64(), r["angle_confidence"].as_f64()) {
+            (Some(180), Some(c)) => Some(format!(" · turned 180° ({:.0}% sure)", c * 100.0)),
+            _ => None,
+        };
+        let empty = text.is_empty();
+        view! {
+            <li class="recognised-line">
+                <strong>{if empty { "(nothing read)".to_string() } else { text }}</strong>
+                <span class="muted small">{confidence.map(|c| format!(" confidence {:.1}%", c * 100.0))}{angle}</span>
+            </li>
+        }
+    }).collect_view();
+    let summary = match regions.len() {
+        0 => "No text found in the image.".to_string(),
+        1 => "1 text region, read top to bottom and left to right.".to_string(),
+        n => format!("{n} text regions, read top to bottom and left to right."),
+    };
+    view! {
+        <div class="regions">
+            {image.map(|src| view! {
+                <svg class="region-overlay" id="pipeline-regions" viewBox=format!("0 0 {width} {height}") role="img"
+                    aria-label=format!("The image with {} numbered text region boxes", regions.len())>
+                    <image href=src x="0" y="0" width=width.to_string() height=height.to_string()></image>
+                    {boxes}
+                </svg>
+            })}
+            <div class="recognised">
+                <p class="muted small">{summary}</p>
+                <ol class="recognised-lines" id="pipeline-text">{lines}</ol>
+            </div>
+        </div>
+    }
+    .into_any()
+}
+
 #[component]
 fn PipelineResult(r: PipelineRecord) -> impl IntoView {
     let response_text = r.answer.as_ref().map(|a| {
@@ -405,7 +493,7 @@ fn PipelineResult(r: PipelineRecord) -> impl IntoView {
             </div>
             {r.failure.as_ref().map(|e| view! { <p class="error" role="alert">{e.describe()}</p> })}
             {(!r.stages.is_empty()).then(|| stages_view(&r.stages))}
-            {r.answer.as_ref().map(answer_view)}
+            {r.answer.as_ref().map(|a| answer_view(a, r.image.clone()))}
             <Exchange request_text=r.request_text response_text curl=r.curl/>
         </section>
     }

@@ -34,8 +34,7 @@ fn find<'a>(plugins: &'a [PluginInfo], reference: &str) -> Option<&'a PluginInfo
     };
     plugins
         .iter()
-        .filter(|p| p.name == name && version.is_none_or(|v| v == p.version))
-        .next_back()
+        .rfind(|p| p.name == name && version.is_none_or(|v| v == p.version))
 }
 
 /// The plugin names that fit after `chain` at a pre (`pre == true`) or post position, and how

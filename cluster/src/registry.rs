@@ -1,0 +1,328 @@
+//! The manager's live view of its workers: who joined, what each last reported, when (on the
+//! manager's clock), and how many requests the manager has outstanding there.
+//!
+//! The durable part (identities, addresses, credentials) lives in the store so that a shared
+//! store can hold it for several gateway replicas; this is the in-memory part each manager keeps
+//! and routes from. Every change that an operator would want to see comes back as a
+//! [`Transition`] for the events stream.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::liveness::{Heartbeat, Reported, WorkerState};
+use crate::messages::{Devices, LoadedModel, Report};
+use crate::routing::Candidate;
+
+/// Who a worker is: what it said when it joined.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WorkerInfo {
+    pub id: String,
+    pub advertise: String,
+    pub version: String,
+    pub devices: Devices,
+}
+
+/// A worker's state changed (`None`: not registered).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Transition {
+    pub worker: String,
+    pub from: Option<WorkerState>,
+    pub to: Option<WorkerState>,
+}
+
+/// One worker as the dashboard and `infergate workers list` show it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WorkerView {
+    #[serde(flatten)]
+    pub info: WorkerInfo,
+    pub state: WorkerState,
+    /// How long ago the manager last heard from it, by the manager's clock.
+    pub last_seen_ms: u64,
+    pub report: Report,
+    pub outstanding: u32,
+}
+
+/// A heartbeat or request for a worker the registry does not know: removed, or never joined.
+/// The worker must join again with a valid secret.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("worker '{0}' is not registered (removed, or it never joined): join again")]
+pub struct UnknownWorker(pub String);
+
+#[derive(Debug)]
+struct Entry {
+    info: WorkerInfo,
+    report: Report,
+    last_seen: Instant,
+    outstanding: u32,
+    /// The state last announced as a transition.
+    announced: WorkerState,
+}
+
+#[derive(Debug)]
+pub struct Registry {
+    heartbeat: Heartbeat,
+    entries: BTreeMap<String, Entry>,
+}
+
+impl Registry {
+    pub fn new(heartbeat: Heartbeat) -> Registry {
+        Registry {
+            heartbeat,
+            entries: BTreeMap::new(),
+        }
+    }
+
+    pub fn heartbeat(&self) -> Heartbeat {
+        self.heartbeat
+    }
+
+    fn state_of(&self, entry: &Entry, now: Instant) -> WorkerState {
+        self.heartbeat.judge(
+            entry.report.state,
+            now.saturating_duration_since(entry.last_seen),
+        )
+    }
+
+    /// A worker joined (or rejoined after being lost or restarting): it starts ready with an
+    /// empty report. Requests still outstanding from before a rejoin keep being counted.
+    pub fn join(&mut self, info: WorkerInfo, now: Instant) -> Transition {
+        let id = info.id.clone();
+        let from = self.entries.get(&id).map(|e| e.announced);
+        let outstanding = self.entries.get(&id).map_or(0, |e| e.outstanding);
+        self.entries.insert(
+            id.clone(),
+            Entry {
+                info,
+                report: Report::default(),
+                last_seen: now,
+                outstanding,
+                announced: WorkerState::Ready,
+            },
+        );
+        Transition {
+            worker: id,
+            from,
+            to: Some(WorkerState::Ready),
+        }
+    }
+
+    /// A heartbeat arrived. Returns the transition it caused, if any (a lost worker that
+    /// reports again is ready again, or a worker starts draining).
+    pub fn report(
+        &mut self,
+        id: &str,
+        report: Report,
+        now: Instant,
+    ) -> Result<Option<Transition>, UnknownWorker> {
+        let entry = self
+            .entries
+            .get_mut(id)
+            .ok_or_else(|| UnknownWorker(id.to_owned()))?;
+        entry.report = report;
+        entry.last_seen = now;
+        let to = match entry.report.state {
+            Reported::Ready => WorkerState::Ready,
+            Reported::Draining => WorkerState::Draining,
+        };
+        Ok(announce(id, entry, to))
+    }
+
+    /// An operator removed the worker, or it deregistered after draining: out of routing at
+    /// once.
+    pub fn remove(&mut self, id: &str) -> Option<Transition> {
+        self.entries.remove(id).map(|e| Transition {
+            worker: id.to_owned(),
+            from: Some(e.announced),
+            to: None,
+        })
+    }
+
+    /// Workers whose heartbeats stopped: called on a timer, returns the ones that just became
+    /// lost.
+    pub fn sweep(&mut self, now: Instant) -> Vec<Transition> {
+        let heartbeat = self.heartbeat;
+        self.entries
+            .iter_mut()
+            .filter_map(|(id, entry)| {
+                let state = heartbeat.judge(
+                    entry.report.state,
+                    now.saturating_duration_since(entry.last_seen),
+                );
+                announce(id, entry, state)
+            })
+            .collect()
+    }
+
+    /// The routing view of every worker for one model version.
+    pub fn candidates(&self, model: &LoadedModel, now: Instant) -> Vec<Candidate<'_>> {
+        self.entries
+            .values()
+            .map(|e| Candidate {
+                id: &e.info.id,
+                state: self.state_of(e, now),
+                loaded: e.report.models.contains(model),
+                outstanding: e.outstanding,
+            })
+            .collect()
+    }
+
+    /// Where to reach a worker.
+    pub fn address(&self, id: &str) -> Option<&str> {
+        self.entries.get(id).map(|e| e.info.advertise.as_str())
+    }
+
+    /// A request was sent to `id`.
+    pub fn begin(&mut self, id: &str) {
+        if let Some(e) = self.entries.get_mut(id) {
+            e.outstanding = e.outstanding.saturating_add(1);
+        }
+    }
+
+    /// A request sent to `id` was answered or failed.
+    pub fn end(&mut self, id: &str) {
+        if let Some(e) = self.entries.get_mut(id) {
+            e.outstanding = e.outstanding.saturating_sub(1);
+        }
+    }
+
+    pub fn view(&self, now: Instant) -> Vec<WorkerView> {
+        self.entries
+            .values()
+            .map(|e| WorkerView {
+                info: e.info.clone(),
+                state: self.state_of(e, now),
+                last_seen_ms: millis(now.saturating_duration_since(e.last_seen)),
+                report: e.report.clone(),
+                outstanding: e.outstanding,
+            })
+            .collect()
+    }
+}
+
+fn announce(id: &str, entry: &mut Entry, to: WorkerState) -> Option<Transition> {
+    if entry.announced == to {
+        return None;
+    }
+    let from = std::mem::replace(&mut entry.announced, to);
+    Some(Transition {
+        worker: id.to_owned(),
+        from: Some(from),
+        to: Some(to),
+    })
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(id: &str) -> WorkerInfo {
+        WorkerInfo {
+            id: id.into(),
+            advertise: format!("{id}.internal:8443"),
+            version: "0.1.0".into(),
+            devices: Devices::default(),
+        }
+    }
+
+    fn holding(name: &str) -> Report {
+        Report {
+            models: vec![LoadedModel {
+                name: name.into(),
+                version: 1,
+            }],
+            ..Report::default()
+        }
+    }
+
+    fn model(name: &str) -> LoadedModel {
+        LoadedModel {
+            name: name.into(),
+            version: 1,
+        }
+    }
+
+    #[test]
+    fn a_silent_worker_is_lost_after_three_intervals_and_ready_again_when_it_reports() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs;
+        let mut reg = Registry::new(Heartbeat::default());
+        let joined = reg.join(info("a"), t0);
+        assert_eq!(joined.from, None);
+        assert_eq!(joined.to, Some(WorkerState::Ready));
+        assert_eq!(reg.report("a", holding("m"), t0 + s(2)), Ok(None));
+        assert!(reg.sweep(t0 + s(7)).is_empty());
+        let lost = reg.sweep(t0 + s(8));
+        assert_eq!(lost.len(), 1);
+        assert_eq!(
+            (lost[0].from, lost[0].to),
+            (Some(WorkerState::Ready), Some(WorkerState::Lost))
+        );
+        // Announced once.
+        assert!(reg.sweep(t0 + s(9)).is_empty());
+        assert_eq!(
+            reg.candidates(&model("m"), t0 + s(9))[0].state,
+            WorkerState::Lost
+        );
+        assert_eq!(reg.view(t0 + s(9))[0].last_seen_ms, 7_000);
+        let back = reg.report("a", holding("m"), t0 + s(10)).unwrap().unwrap();
+        assert_eq!(
+            (back.from, back.to),
+            (Some(WorkerState::Lost), Some(WorkerState::Ready))
+        );
+        let c = reg.candidates(&model("m"), t0 + s(10));
+        assert!(c[0].loaded && c[0].state == WorkerState::Ready);
+        assert!(!reg.candidates(&model("other"), t0 + s(10))[0].loaded);
+    }
+
+    #[test]
+    fn draining_leaves_routing_and_removal_forgets_the_worker() {
+        let t0 = Instant::now();
+        let mut reg = Registry::new(Heartbeat::default());
+        reg.join(info("a"), t0);
+        let draining = Report {
+            state: Reported::Draining,
+            ..Report::default()
+        };
+        let t = reg.report("a", draining, t0).unwrap().unwrap();
+        assert_eq!(t.to, Some(WorkerState::Draining));
+        assert!(!reg.candidates(&model("m"), t0)[0].state.routable());
+        let gone = reg.remove("a").unwrap();
+        assert_eq!((gone.from, gone.to), (Some(WorkerState::Draining), None));
+        assert!(reg.candidates(&model("m"), t0).is_empty());
+        assert_eq!(
+            reg.report("a", Report::default(), t0),
+            Err(UnknownWorker("a".into()))
+        );
+        assert_eq!(reg.remove("a"), None);
+    }
+
+    #[test]
+    fn outstanding_requests_are_counted_per_worker_and_survive_a_rejoin() {
+        let t0 = Instant::now();
+        let mut reg = Registry::new(Heartbeat::default());
+        reg.join(info("a"), t0);
+        reg.join(info("b"), t0);
+        reg.begin("a");
+        reg.begin("a");
+        reg.begin("b");
+        reg.end("b");
+        reg.end("b");
+        reg.begin("ghost");
+        let counts: Vec<(&str, u32)> = reg
+            .candidates(&model("m"), t0)
+            .iter()
+            .map(|c| (c.id, c.outstanding))
+            .collect();
+        assert_eq!(counts, vec![("a", 2), ("b", 0)]);
+        reg.join(info("a"), t0);
+        assert_eq!(reg.view(t0)[0].outstanding, 2);
+        assert_eq!(reg.address("a"), Some("a.internal:8443"));
+        assert_eq!(reg.address("ghost"), None);
+    }
+}

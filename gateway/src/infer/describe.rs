@@ -1,0 +1,73 @@
+//! What the metadata endpoints (HTTP and gRPC) say about a model or pipeline.
+
+use super::Target;
+use crate::pipeline::Pipeline;
+use crate::state::{model_key, AppState};
+use crate::store::models::ModelRecord;
+use infergate_engine::TensorSpec;
+use serde_json::{json, Value};
+
+pub struct Description {
+    pub name: String,
+    pub versions: Vec<String>,
+    pub platform: &'static str,
+    pub inputs: Vec<TensorSpec>,
+    pub outputs: Vec<TensorSpec>,
+    /// Models only: where a loaded version runs (ORT execution providers) and, when it fell
+    /// back to the CPU, why; null until it loads. gRPC's metadata message has no field for it.
+    pub execution: Option<Value>,
+}
+
+pub fn describe(state: &AppState, target: &Target) -> Description {
+    match target {
+        Target::Model(record) => model(state, record),
+        Target::Pipeline(pipeline) => pipeline_description(state, pipeline),
+    }
+}
+
+/// The model's outputs and those its configured post-ops add.
+fn served_outputs(state: &AppState, record: &ModelRecord) -> Vec<TensorSpec> {
+    state
+        .engine
+        .model_config(&model_key(record))
+        .served_outputs(&record.signature)
+}
+
+fn model(state: &AppState, record: &ModelRecord) -> Description {
+    Description {
+        name: record.name.clone(),
+        versions: state
+            .catalog
+            .versions(&record.name)
+            .iter()
+            .map(|r| r.version.to_string())
+            .collect(),
+        platform: "onnxruntime_onnx",
+        inputs: record.signature.inputs.clone(),
+        outputs: served_outputs(state, record),
+        execution: Some(json!(state.engine.execution(&model_key(record)))),
+    }
+}
+
+/// The model's inputs when no pre-plugin reshapes them (and outputs when no post-plugin does);
+/// otherwise what the plugins describe is in `/api/pipelines`.
+fn pipeline_description(state: &AppState, pipeline: &Pipeline) -> Description {
+    let spec = &pipeline.spec;
+    let model = state.catalog.resolve(&spec.model, spec.model_version).ok();
+    let inputs = match &model {
+        Some(m) if spec.pre.is_empty() => m.signature.inputs.clone(),
+        _ => Vec::new(),
+    };
+    let outputs = match &model {
+        Some(m) if spec.post.is_empty() => served_outputs(state, m),
+        _ => Vec::new(),
+    };
+    Description {
+        name: pipeline.record.name.clone(),
+        versions: vec!["1".into()],
+        platform: "infergate_pipeline",
+        inputs,
+        outputs,
+        execution: None,
+    }
+}
