@@ -161,6 +161,9 @@ impl LlmModel {
             prefix_cache: config.prefix_cache,
         };
         let threads = i32::try_from(config.threads).unwrap_or(i32::MAX);
+        // One KV stream per sequence (not unified): a sequence's cells then always lie in
+        // position order from the stream's start, whatever earlier sequences left behind, so a
+        // repeated request computes exactly as its first run did (see the scheduler).
         let ctx_params = LlamaContextParams::default()
             .with_n_ctx(NonZeroU32::new(n_ctx))
             .with_n_batch(config.batch_tokens as u32)
@@ -168,7 +171,7 @@ impl LlmModel {
             .with_n_seq_max(config.max_sequences as u32)
             .with_n_threads(threads)
             .with_n_threads_batch(threads)
-            .with_kv_unified(true);
+            .with_kv_unified(false);
         let stats = Arc::new(Stats::default());
         let (requests, receiver) = crossbeam_channel::unbounded();
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
@@ -291,7 +294,7 @@ impl LlmModel {
     }
 
     /// Queues `n` generations of one prompt (OpenAI's `n`): the prompt is computed once and its
-    /// KV shared with the other `n - 1` sequences, each sampling on its own. Choice `i` is
+    /// KV copied to the other `n - 1` sequences, each sampling on its own. Choice `i` is
     /// seeded with `seed + i`, so choices differ and a seeded request repeats.
     pub fn generate_n(
         &self,

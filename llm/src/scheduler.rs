@@ -10,11 +10,21 @@
 //! dropped) is freed at the next step. A request with `n` choices computes its prompt once:
 //! the other choices then take a copy of its KV and sample from the same logits.
 //!
-//! Prefix cache: the KV cache is unified (all sequences share its cells), and a slot keeps the
-//! KV of its last sequence after it finishes. A new sequence reuses the longest prefix of its
-//! prompt found in any slot: its own (trimmed to the common prefix) or another's, shared with
-//! `llama_memory_seq_cp` (no copy: the cells get a second owner). Kept KV is dropped when the
-//! cache runs out of cells.
+//! Prefix cache: each slot has a KV stream of its own (`n_ctx / n_seq` cells) and keeps the KV
+//! of its last sequence after it finishes. A new sequence reuses the longest prefix of its
+//! prompt found in any slot: its own (trimmed to the common prefix) or another's, copied with
+//! `llama_memory_seq_cp` (llama.cpp copies a stream whole, at the next decode) and trimmed.
+//!
+//! Reproducibility: a seeded request repeated on an idle server gives the same tokens. That
+//! needs bit-identical logits, since a quantised model rounds its activations to 8 bits at
+//! every layer and so turns the smallest difference into a visible one. llama.cpp's CPU
+//! attention sums a sequence's cells in cell order (in f16), and splits or tiles that sum by
+//! cell index for single-token and 64-token batches, so:
+//! - streams are not unified: in a shared (unified) cache the cells of a repeated request land
+//!   wherever earlier sequences left holes, in another order than on its first run;
+//! - the last prompt token is always decoded in a step of its own, so its logits (which give
+//!   the first token) are computed the same way whether the rest of the prompt was computed
+//!   just before or found in the cache.
 
 use crate::output::{Pushed, TextOutput};
 use crate::stats::Stats;
@@ -238,7 +248,6 @@ impl<'m> Scheduler<'m> {
 
     fn start(&mut self, i: usize, req: Request) {
         self.clock += 1;
-        let seq = self.slots[i].seq;
         let prompt = &req.prompt;
         // The last prompt token is always computed: its logits give the first token.
         let usable = prompt.len() - 1;
@@ -255,18 +264,8 @@ impl<'m> Scheduler<'m> {
         }
         if source == i {
             self.remove_kv(i, best);
-        } else {
-            self.remove_kv(i, 0);
-            let from = self.slots[source].seq;
-            if self
-                .ctx
-                .kv_cache_seq_cp(from, seq, Some(0), Some(best as u32))
-                .is_ok()
-            {
-                self.slots[i].tokens = prompt[..best].to_vec();
-            } else {
-                best = 0;
-            }
+        } else if !self.copy_kv(source, i, best) {
+            best = 0;
         }
         Stats::add(&self.stats.prefix_queries, prompt.len() as u64);
         Stats::add(&self.stats.prefix_hits, best as u64);
@@ -287,6 +286,20 @@ impl<'m> Scheduler<'m> {
             cached,
             admitted: self.clock,
         });
+    }
+
+    /// Gives slot `to` the first `keep` positions of slot `from`'s KV: llama.cpp copies a
+    /// sequence between streams only whole, so the copy is then trimmed. False (and slot `to`
+    /// empty) when it failed.
+    fn copy_kv(&mut self, from: usize, to: usize, keep: usize) -> bool {
+        self.remove_kv(to, 0);
+        let (src, dst) = (self.slots[from].seq, self.slots[to].seq);
+        if self.ctx.kv_cache_seq_cp(src, dst, None, None).is_err() {
+            return false;
+        }
+        self.slots[to].tokens = self.slots[from].tokens.clone();
+        self.remove_kv(to, keep);
+        self.slots[to].tokens.len() == keep
     }
 
     /// Drops slot `i`'s KV from position `keep` on.
@@ -356,7 +369,10 @@ impl<'m> Scheduler<'m> {
             let Some(a) = self.slots[i].active.as_ref() else {
                 continue;
             };
-            let take = (a.req.prompt.len() - a.fed).min(budget);
+            // The last prompt token goes alone, in a step of its own (see the module's
+            // "Reproducibility").
+            let left = a.req.prompt.len() - a.fed;
+            let take = if left == 1 { 1 } else { (left - 1).min(budget) };
             budget -= take;
             plan.push(Planned {
                 slot: i,
@@ -372,11 +388,7 @@ impl<'m> Scheduler<'m> {
         if plan.is_empty() {
             return;
         }
-        let mut decoded = self.decode(&mut plan);
-        if decoded == Err(StepError::NoKvSlot) && self.evict_kept() {
-            decoded = self.decode(&mut plan);
-        }
-        if let Err(e) = decoded {
+        if let Err(e) = self.decode(&mut plan) {
             let message = match e {
                 StepError::NoKvSlot => "the KV cache is full".to_string(),
                 StepError::Other(m) => m,
@@ -434,17 +446,6 @@ impl<'m> Scheduler<'m> {
         })
     }
 
-    /// Drops the KV kept by idle slots; true when some was dropped.
-    fn evict_kept(&mut self) -> bool {
-        let idle: Vec<usize> = (0..self.slots.len())
-            .filter(|&i| self.slots[i].active.is_none() && !self.slots[i].tokens.is_empty())
-            .collect();
-        for &i in &idle {
-            self.remove_kv(i, 0);
-        }
-        !idle.is_empty()
-    }
-
     fn fail(&mut self, i: usize, message: &str) {
         if let Some(a) = self.slots[i].active.as_ref() {
             for events in std::iter::once(&a.req.choice)
@@ -473,24 +474,17 @@ impl<'m> Scheduler<'m> {
             .into_iter()
             .map(|f| a.req.fork(f))
             .collect();
-        let from = self.slots[i].seq;
         for req in forks {
             let Some(j) = self.free_slot(&req.prompt) else {
                 self.waiting.push_front(req);
                 continue;
             };
-            self.remove_kv(j, 0);
             let len = req.prompt.len();
-            if self
-                .ctx
-                .kv_cache_seq_cp(from, self.slots[j].seq, Some(0), Some(len as u32))
-                .is_err()
-            {
+            if !self.copy_kv(i, j, len) {
                 self.waiting.push_front(req);
                 continue;
             }
             self.clock += 1;
-            self.slots[j].tokens = req.prompt.clone();
             self.occupy(j, req, len, cached);
             self.sample(j, row);
         }

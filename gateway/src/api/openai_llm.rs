@@ -6,7 +6,7 @@
 //! model's tokens, `finish_reason` `stop` / `length`.
 //!
 //! Each of the `n` choices is its own sequence in the model's continuous batch; the prompt is
-//! computed once and its KV shared by all. `priority` (vLLM's: lower first, default 0) orders
+//! computed once and its KV copied to all. `priority` (vLLM's: lower first, default 0) orders
 //! admission to the batch. Streaming sends OpenAI's chunks as Server-Sent Events;
 //! a client that goes away drops the response, which drops the sequences' receivers: the
 //! scheduler frees them at its next step.
