@@ -632,9 +632,17 @@ async fn websocket_generate_streams_a_chat_model() {
     let s = Server::start_in(
         tmp.path(),
         Options {
-            extra_args: ["--llm-max-sequences", "2", "--llm-context", "512"]
-                .map(String::from)
-                .to_vec(),
+            // 1 llama.cpp thread: 2 stall on an oversubscribed machine (README "threads").
+            extra_args: [
+                "--llm-max-sequences",
+                "2",
+                "--llm-context",
+                "512",
+                "--llm-threads",
+                "1",
+            ]
+            .map(String::from)
+            .to_vec(),
             ..Options::default()
         },
     );
