@@ -5,7 +5,7 @@
 use crate::error::LlmError;
 use crate::gguf::{self, GgufInfo};
 use crate::params::SamplingParams;
-use crate::scheduler::{Limits, Request, Scheduler};
+use crate::scheduler::{Choice, Limits, Request, Scheduler};
 use crate::stats::{Stats, StatsSnapshot};
 use crate::template::{ChatMessage, ChatTemplate};
 use crate::Event;
@@ -161,6 +161,9 @@ impl LlmModel {
             prefix_cache: config.prefix_cache,
         };
         let threads = i32::try_from(config.threads).unwrap_or(i32::MAX);
+        // One KV stream per sequence (not unified): a sequence's cells then always lie in
+        // position order from the stream's start, whatever earlier sequences left behind, so a
+        // repeated request computes exactly as its first run did (see the scheduler).
         let ctx_params = LlamaContextParams::default()
             .with_n_ctx(NonZeroU32::new(n_ctx))
             .with_n_batch(config.batch_tokens as u32)
@@ -168,7 +171,7 @@ impl LlmModel {
             .with_n_seq_max(config.max_sequences as u32)
             .with_n_threads(threads)
             .with_n_threads_batch(threads)
-            .with_kv_unified(true);
+            .with_kv_unified(false);
         let stats = Arc::new(Stats::default());
         let (requests, receiver) = crossbeam_channel::unbounded();
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
@@ -285,7 +288,25 @@ impl LlmModel {
         params: &SamplingParams,
         grammar: Option<&str>,
     ) -> Result<Generation, LlmError> {
+        let mut one = self.generate_n(prompt, params, grammar, 1)?;
+        one.pop()
+            .ok_or_else(|| LlmError::Internal("no generation was queued".into()))
+    }
+
+    /// Queues `n` generations of one prompt (OpenAI's `n`): the prompt is computed once and its
+    /// KV copied to the other `n - 1` sequences, each sampling on its own. Choice `i` is
+    /// seeded with `seed + i`, so choices differ and a seeded request repeats.
+    pub fn generate_n(
+        &self,
+        prompt: &[i32],
+        params: &SamplingParams,
+        grammar: Option<&str>,
+        n: usize,
+    ) -> Result<Vec<Generation>, LlmError> {
         params.validate()?;
+        if n == 0 {
+            return Err(LlmError::InvalidParam("n: must be at least 1".into()));
+        }
         if prompt.is_empty() {
             return Err(LlmError::InvalidParam("prompt: must not be empty".into()));
         }
@@ -308,11 +329,20 @@ impl LlmModel {
                 retry_after_s: 1,
             });
         }
-        let seed = params
-            .seed
-            .map_or_else(rand::random::<u32>, |s| (s ^ (s >> 32)) as u32);
-        let sampler = params.sampler(&self.inner.model, grammar, seed)?;
-        let (events, receiver) = unbounded_channel();
+        let seed = params.seed.unwrap_or_else(rand::random);
+        let mut choices = Vec::with_capacity(n);
+        let mut generations = Vec::with_capacity(n);
+        for i in 0..n as u64 {
+            let s = seed.wrapping_add(i);
+            let sampler = params.sampler(&self.inner.model, grammar, (s ^ (s >> 32)) as u32)?;
+            let (events, receiver) = unbounded_channel();
+            choices.push(Choice { sampler, events });
+            generations.push(Generation {
+                prompt_tokens,
+                events: receiver,
+            });
+        }
+        let first = choices.remove(0);
         self.inner
             .requests
             .send(Request {
@@ -320,13 +350,11 @@ impl LlmModel {
                 max_tokens: params.max_tokens,
                 stop: params.stop.clone(),
                 logprobs: params.logprobs,
-                sampler,
-                events,
+                priority: params.priority,
+                choice: first,
+                forks: choices,
             })
             .map_err(|_| LlmError::Stopped("its scheduler thread has ended".into()))?;
-        Ok(Generation {
-            prompt_tokens,
-            events: receiver,
-        })
+        Ok(generations)
     }
 }

@@ -37,6 +37,9 @@ pub struct SamplingParams {
     /// Log probabilities of the chosen tokens, with this many alternatives each.
     pub logprobs: Option<u32>,
     pub constraint: Constraint,
+    /// Scheduling order, as vLLM's `priority`: lower values are admitted (and their prompts
+    /// computed) first; equal ones in arrival order. Running sequences are never preempted.
+    pub priority: i32,
 }
 
 impl Default for SamplingParams {
@@ -53,6 +56,7 @@ impl Default for SamplingParams {
             stop: vec![],
             logprobs: None,
             constraint: Constraint::None,
+            priority: 0,
         }
     }
 }

@@ -4,15 +4,27 @@
 //! Every step builds one batch: first the next token of every sequence that is generating (so a
 //! running stream advances each step), then prompt tokens of sequences still in prefill, up to
 //! `n_batch` tokens in all (chunked prefill: a long prompt takes several steps instead of
-//! stalling the streams). A request waiting in the queue takes a free slot at the next step; a
-//! finished one leaves at once. A sequence whose client went away (its event receiver dropped)
-//! is freed at the next step.
+//! stalling the streams). A request waiting in the queue takes a free slot at the next step
+//! (the lowest `priority` value first, then first come; prompts are computed in that order too);
+//! a finished one leaves at once. A sequence whose client went away (its event receiver
+//! dropped) is freed at the next step. A request with `n` choices computes its prompt once:
+//! the other choices then take a copy of its KV and sample from the same logits.
 //!
-//! Prefix cache: the KV cache is unified (all sequences share its cells), and a slot keeps the
-//! KV of its last sequence after it finishes. A new sequence reuses the longest prefix of its
-//! prompt found in any slot: its own (trimmed to the common prefix) or another's, shared with
-//! `llama_memory_seq_cp` (no copy: the cells get a second owner). Kept KV is dropped when the
-//! cache runs out of cells.
+//! Prefix cache: each slot has a KV stream of its own (`n_ctx / n_seq` cells) and keeps the KV
+//! of its last sequence after it finishes. A new sequence reuses the longest prefix of its
+//! prompt found in any slot: its own (trimmed to the common prefix) or another's, copied with
+//! `llama_memory_seq_cp` (llama.cpp copies a stream whole, at the next decode) and trimmed.
+//!
+//! Reproducibility: a seeded request repeated on an idle server gives the same tokens. That
+//! needs bit-identical logits, since a quantised model rounds its activations to 8 bits at
+//! every layer and so turns the smallest difference into a visible one. llama.cpp's CPU
+//! attention sums a sequence's cells in cell order (in f16), and splits or tiles that sum by
+//! cell index for single-token and 64-token batches, so:
+//! - streams are not unified: in a shared (unified) cache the cells of a repeated request land
+//!   wherever earlier sequences left holes, in another order than on its first run;
+//! - the last prompt token is always decoded in a step of its own, so its logits (which give
+//!   the first token) are computed the same way whether the rest of the prompt was computed
+//!   just before or found in the cache.
 
 use crate::output::{Pushed, TextOutput};
 use crate::stats::Stats;
@@ -28,14 +40,45 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use tokio::sync::mpsc::UnboundedSender;
 
+/// One choice of a request: its own sampler, and where its events go.
+pub(crate) struct Choice {
+    pub sampler: LlamaSampler,
+    pub events: UnboundedSender<Event>,
+}
+
 /// A generation handed to the scheduler.
 pub(crate) struct Request {
     pub prompt: Vec<LlamaToken>,
     pub max_tokens: u32,
     pub stop: Vec<String>,
     pub logprobs: Option<u32>,
-    pub sampler: LlamaSampler,
-    pub events: UnboundedSender<Event>,
+    /// Lower first (vLLM's `priority`).
+    pub priority: i32,
+    pub choice: Choice,
+    /// The request's other choices (`n > 1`): once `choice`'s prompt is computed, each takes a
+    /// copy of its KV (`llama_memory_seq_cp`) and samples from the same logits, so the prompt
+    /// is computed once.
+    pub forks: Vec<Choice>,
+}
+
+impl Request {
+    /// Whether every client of the request went away.
+    fn abandoned(&self) -> bool {
+        self.choice.events.is_closed() && self.forks.iter().all(|f| f.events.is_closed())
+    }
+
+    /// One of the forks as a request of its own.
+    fn fork(&self, choice: Choice) -> Request {
+        Request {
+            prompt: self.prompt.clone(),
+            max_tokens: self.max_tokens,
+            stop: self.stop.clone(),
+            logprobs: self.logprobs,
+            priority: self.priority,
+            choice,
+            forks: Vec::new(),
+        }
+    }
 }
 
 /// Sizes the scheduler runs with.
@@ -142,40 +185,59 @@ impl<'m> Scheduler<'m> {
         self.waiting.push_back(r);
     }
 
-    /// Frees the sequences and queued requests whose clients went away.
+    /// Frees the sequences and queued requests whose clients went away. The forks of a
+    /// cancelled sequence still in prefill go back to the queue (first) when their own clients
+    /// are still there.
     fn drop_cancelled(&mut self) {
         let before = self.waiting.len();
-        self.waiting.retain(|r| !r.events.is_closed());
+        self.waiting.retain(|r| !r.abandoned());
         let mut cancelled = (before - self.waiting.len()) as u64;
         for i in 0..self.slots.len() {
-            if self.slots[i]
-                .active
-                .as_ref()
-                .is_some_and(|a| a.req.events.is_closed())
-            {
-                self.release(i);
-                cancelled += 1;
+            let Some(a) = self.slots[i].active.as_mut() else {
+                continue;
+            };
+            if !a.req.choice.events.is_closed() {
+                continue;
             }
+            let forks: Vec<Request> = std::mem::take(&mut a.req.forks)
+                .into_iter()
+                .filter(|f| !f.events.is_closed())
+                .map(|f| a.req.fork(f))
+                .collect();
+            for r in forks.into_iter().rev() {
+                self.waiting.push_front(r);
+            }
+            self.release(i);
+            cancelled += 1;
         }
         Stats::add(&self.stats.cancelled, cancelled);
     }
 
-    /// Moves queued requests into free slots.
+    /// Moves queued requests into free slots, highest priority first.
     fn admit(&mut self) {
-        while !self.waiting.is_empty() {
-            let Some(slot) = self.free_slot() else {
+        while let Some(k) = self.next_waiting() {
+            let Some(slot) = self.free_slot(&self.waiting[k].prompt) else {
                 return;
             };
-            if let Some(req) = self.waiting.pop_front() {
+            if let Some(req) = self.waiting.remove(k) {
                 self.start(slot, req);
             }
         }
     }
 
-    /// The free slot to use for the next request: the one whose kept KV shares the longest
-    /// prefix with it, else the least recently used.
-    fn free_slot(&self) -> Option<usize> {
-        let prompt = &self.waiting.front()?.prompt;
+    /// The queued request to admit next: the lowest priority value, the first come among
+    /// equals.
+    fn next_waiting(&self) -> Option<usize> {
+        self.waiting
+            .iter()
+            .enumerate()
+            .min_by_key(|(k, r)| (r.priority, *k))
+            .map(|(k, _)| k)
+    }
+
+    /// The free slot to use for a prompt: the one whose kept KV shares the longest prefix with
+    /// it, else the least recently used.
+    fn free_slot(&self, prompt: &[LlamaToken]) -> Option<usize> {
         self.slots
             .iter()
             .enumerate()
@@ -186,7 +248,6 @@ impl<'m> Scheduler<'m> {
 
     fn start(&mut self, i: usize, req: Request) {
         self.clock += 1;
-        let seq = self.slots[i].seq;
         let prompt = &req.prompt;
         // The last prompt token is always computed: its logits give the first token.
         let usable = prompt.len() - 1;
@@ -203,33 +264,42 @@ impl<'m> Scheduler<'m> {
         }
         if source == i {
             self.remove_kv(i, best);
-        } else {
-            self.remove_kv(i, 0);
-            let from = self.slots[source].seq;
-            if self
-                .ctx
-                .kv_cache_seq_cp(from, seq, Some(0), Some(best as u32))
-                .is_ok()
-            {
-                self.slots[i].tokens = prompt[..best].to_vec();
-            } else {
-                best = 0;
-            }
+        } else if !self.copy_kv(source, i, best) {
+            best = 0;
         }
         Stats::add(&self.stats.prefix_queries, prompt.len() as u64);
         Stats::add(&self.stats.prefix_hits, best as u64);
         Stats::add(&self.stats.prompt_tokens, prompt.len() as u64);
+        self.occupy(i, req, best, best as u32);
+    }
+
+    /// Puts a sequence into slot `i`, its first `fed` prompt tokens already in the KV cache.
+    fn occupy(&mut self, i: usize, req: Request, fed: usize, cached: u32) {
         let slot = &mut self.slots[i];
         slot.last_used = self.clock;
         slot.active = Some(Active {
             output: TextOutput::new(req.stop.clone()),
             req,
-            fed: best,
+            fed,
             next: None,
             generated: 0,
-            cached: best as u32,
+            cached,
             admitted: self.clock,
         });
+    }
+
+    /// Gives slot `to` the first `keep` positions of slot `from`'s KV: llama.cpp copies a
+    /// sequence between streams only whole, so the copy is then trimmed. False (and slot `to`
+    /// empty) when it failed.
+    fn copy_kv(&mut self, from: usize, to: usize, keep: usize) -> bool {
+        self.remove_kv(to, 0);
+        let (src, dst) = (self.slots[from].seq, self.slots[to].seq);
+        if self.ctx.kv_cache_seq_cp(src, dst, None, None).is_err() {
+            return false;
+        }
+        self.slots[to].tokens = self.slots[from].tokens.clone();
+        self.remove_kv(to, keep);
+        self.slots[to].tokens.len() == keep
     }
 
     /// Drops slot `i`'s KV from position `keep` on.
@@ -286,7 +356,12 @@ impl<'m> Scheduler<'m> {
                     .is_some_and(|a| a.fed < a.req.prompt.len())
             })
             .collect();
-        prefilling.sort_by_key(|&i| self.slots[i].active.as_ref().map_or(0, |a| a.admitted));
+        prefilling.sort_by_key(|&i| {
+            self.slots[i]
+                .active
+                .as_ref()
+                .map_or((0, 0), |a| (a.req.priority, a.admitted))
+        });
         for i in prefilling {
             if budget == 0 {
                 break;
@@ -294,7 +369,10 @@ impl<'m> Scheduler<'m> {
             let Some(a) = self.slots[i].active.as_ref() else {
                 continue;
             };
-            let take = (a.req.prompt.len() - a.fed).min(budget);
+            // The last prompt token goes alone, in a step of its own (see the module's
+            // "Reproducibility").
+            let left = a.req.prompt.len() - a.fed;
+            let take = if left == 1 { 1 } else { (left - 1).min(budget) };
             budget -= take;
             plan.push(Planned {
                 slot: i,
@@ -310,11 +388,7 @@ impl<'m> Scheduler<'m> {
         if plan.is_empty() {
             return;
         }
-        let mut decoded = self.decode(&mut plan);
-        if decoded == Err(StepError::NoKvSlot) && self.evict_kept() {
-            decoded = self.decode(&mut plan);
-        }
-        if let Err(e) = decoded {
+        if let Err(e) = self.decode(&mut plan) {
             let message = match e {
                 StepError::NoKvSlot => "the KV cache is full".to_string(),
                 StepError::Other(m) => m,
@@ -372,30 +446,53 @@ impl<'m> Scheduler<'m> {
         })
     }
 
-    /// Drops the KV kept by idle slots; true when some was dropped.
-    fn evict_kept(&mut self) -> bool {
-        let idle: Vec<usize> = (0..self.slots.len())
-            .filter(|&i| self.slots[i].active.is_none() && !self.slots[i].tokens.is_empty())
-            .collect();
-        for &i in &idle {
-            self.remove_kv(i, 0);
-        }
-        !idle.is_empty()
-    }
-
     fn fail(&mut self, i: usize, message: &str) {
         if let Some(a) = self.slots[i].active.as_ref() {
-            let _ = a
-                .req
-                .events
-                .send(Event::Error(format!("generation failed: {message}")));
+            for events in std::iter::once(&a.req.choice)
+                .chain(&a.req.forks)
+                .map(|c| &c.events)
+            {
+                let _ = events.send(Event::Error(format!("generation failed: {message}")));
+            }
         }
         self.slots[i].active = None;
         self.remove_kv(i, 0);
     }
 
+    /// Starts slot `i`'s forks, its prompt just computed: each takes a free slot, a copy of
+    /// the prompt's KV and its first token from the same logits row `row`. A fork finding no
+    /// free slot waits in the queue (first), where the prefix cache gives it the KV.
+    fn start_forks(&mut self, i: usize, row: i32) {
+        let Some(a) = self.slots[i].active.as_mut() else {
+            return;
+        };
+        if a.req.forks.is_empty() {
+            return;
+        }
+        let cached = a.cached;
+        let forks: Vec<Request> = std::mem::take(&mut a.req.forks)
+            .into_iter()
+            .map(|f| a.req.fork(f))
+            .collect();
+        for req in forks {
+            let Some(j) = self.free_slot(&req.prompt) else {
+                self.waiting.push_front(req);
+                continue;
+            };
+            let len = req.prompt.len();
+            if !self.copy_kv(i, j, len) {
+                self.waiting.push_front(req);
+                continue;
+            }
+            self.clock += 1;
+            self.occupy(j, req, len, cached);
+            self.sample(j, row);
+        }
+    }
+
     /// Samples slot `i`'s next token from batch row `row` and hands out what it produced.
     fn sample(&mut self, i: usize, row: i32) {
+        self.start_forks(i, row);
         let model = self.model;
         let vocab = model.vocab();
         let Some(a) = self.slots[i].active.as_mut() else {
@@ -405,7 +502,7 @@ impl<'m> Scheduler<'m> {
             .req
             .logprobs
             .map(|top| (top, log_softmax(self.ctx.get_logits_ith(row))));
-        let token = a.req.sampler.sample(&self.ctx, row);
+        let token = a.req.choice.sampler.sample(&self.ctx, row);
         a.generated += 1;
         Stats::add(&self.stats.generation_tokens, 1);
         if vocab.is_eog(token) {
@@ -438,7 +535,7 @@ impl<'m> Scheduler<'m> {
             None => {
                 a.next = Some(token);
                 if !text.is_empty() || logprob.is_some() {
-                    let _ = a.req.events.send(Event::Text { text, logprob });
+                    let _ = a.req.choice.events.send(Event::Text { text, logprob });
                 }
             }
         }
@@ -457,9 +554,9 @@ impl<'m> Scheduler<'m> {
             text.push_str(&a.output.finish());
         }
         if !text.is_empty() || logprob.is_some() {
-            let _ = a.req.events.send(Event::Text { text, logprob });
+            let _ = a.req.choice.events.send(Event::Text { text, logprob });
         }
-        let _ = a.req.events.send(Event::Done(Done {
+        let _ = a.req.choice.events.send(Event::Done(Done {
             finish,
             prompt_tokens: a.req.prompt.len() as u32,
             completion_tokens: a.generated,

@@ -624,3 +624,76 @@ async fn websocket_runs_pipelines_and_applies_priority_and_timeout() {
         assert!(f["error"].as_str().unwrap().contains(says), "{f}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn websocket_generate_streams_a_chat_model() {
+    let tmp = tempfile::tempdir().unwrap();
+    crate::harness::register(tmp.path(), "smollm2", &model("smollm2.gguf"));
+    let s = Server::start_in(
+        tmp.path(),
+        Options {
+            // 1 llama.cpp thread: 2 stall on an oversubscribed machine (README "threads").
+            extra_args: [
+                "--llm-max-sequences",
+                "2",
+                "--llm-context",
+                "512",
+                "--llm-threads",
+                "1",
+            ]
+            .map(String::from)
+            .to_vec(),
+            ..Options::default()
+        },
+    );
+    let key = s.key("infer");
+    let (mut ws, _) = connect(&s, "/v2/stream", &[("x-api-key", &key)])
+        .await
+        .unwrap();
+    let question = "What is the capital city of France? Answer in one word.";
+    // Messages go through the model's chat template; `n` > 1 has no frames to tell choices
+    // apart, so it is refused with the field named, and the connection stays usable.
+    ws.send(Message::text(
+        json!({"id": "n", "model": "smollm2",
+               "generate": {"messages": [{"role": "user", "content": question}], "n": 2}})
+        .to_string(),
+    ))
+    .await
+    .unwrap();
+    let refused = next_json(&mut ws).await;
+    assert_eq!(refused["id"], "n");
+    assert_eq!(refused["status"], 400, "{refused}");
+    assert!(
+        refused["error"]
+            .as_str()
+            .unwrap()
+            .contains("n and logprobs"),
+        "{refused}"
+    );
+    ws.send(Message::text(
+        json!({"id": "c", "model": "smollm2",
+               "generate": {"messages": [{"role": "user", "content": question}],
+                            "max_tokens": 8, "temperature": 0}})
+        .to_string(),
+    ))
+    .await
+    .unwrap();
+    let mut tokens = String::new();
+    let done = loop {
+        let f = next_json(&mut ws).await;
+        assert_eq!(f["id"], "c", "{f}");
+        match f.get("token") {
+            Some(t) => tokens.push_str(t.as_str().unwrap()),
+            None => break f,
+        }
+    };
+    assert_eq!(done["done"], true, "{done}");
+    assert_eq!(done["text"].as_str().unwrap(), tokens);
+    assert!(tokens.contains("Paris"), "{tokens:?}");
+    let completion = done["usage"]["completion_tokens"].as_u64().unwrap();
+    assert!((1..=8).contains(&completion), "{done}");
+    if completion < 8 {
+        assert_eq!(done["finish_reason"], "stop", "{done}");
+    }
+    assert!(done["usage"]["prompt_tokens"].as_u64().unwrap() > 10);
+}

@@ -5,8 +5,9 @@
 //! with `json_object` / `json_schema`, `stream` + `stream_options.include_usage`), usage in the
 //! model's tokens, `finish_reason` `stop` / `length`.
 //!
-//! Each of the `n` choices is its own sequence in the model's continuous batch (they share the
-//! prompt's KV through the prefix cache). Streaming sends OpenAI's chunks as Server-Sent Events;
+//! Each of the `n` choices is its own sequence in the model's continuous batch; the prompt is
+//! computed once and its KV copied to all. `priority` (vLLM's: lower first, default 0) orders
+//! admission to the batch. Streaming sends OpenAI's chunks as Server-Sent Events;
 //! a client that goes away drops the response, which drops the sequences' receivers: the
 //! scheduler frees them at its next step.
 
@@ -94,6 +95,7 @@ struct Request {
     best_of: Option<u32>,
     logit_bias: Option<serde_json::Map<String, Value>>,
     tools: Option<Vec<Value>>,
+    priority: Option<i32>,
 }
 
 fn bad(field: &str, rule: impl std::fmt::Display) -> ApiError {
@@ -235,6 +237,7 @@ impl Request {
             },
             logprobs,
             constraint,
+            priority: self.priority.unwrap_or(0),
         };
         params.validate().map_err(api_error)?;
         let grammar = params.grammar().map_err(api_error)?;
@@ -520,17 +523,14 @@ pub(super) async fn respond(
     })?;
     let model = state.llm.get(&state, &record).await?;
     let plan = request.plan(kind, &model, state.config.openai.max_tokens_limit)?;
-    let mut generations = Vec::with_capacity(plan.n as usize);
-    for i in 0..plan.n {
-        let mut params = plan.params.clone();
-        // Choices differ from each other, and a seeded request repeats.
-        params.seed = params.seed.map(|s| s.wrapping_add(u64::from(i)));
-        generations.push(
-            model
-                .generate(&plan.prompt, &params, plan.grammar.as_deref())
-                .map_err(api_error)?,
-        );
-    }
+    let generations = model
+        .generate_n(
+            &plan.prompt,
+            &plan.params,
+            plan.grammar.as_deref(),
+            plan.n as usize,
+        )
+        .map_err(api_error)?;
     let meta = Meta {
         kind,
         id,
