@@ -190,6 +190,10 @@ async fn dashboard_in_a_real_browser() {
                 dist.display().to_string(),
                 "--openai-vocab".into(),
                 model("textgen-vocab.json").display().to_string(),
+                // One llama.cpp thread: on a busy 2-core machine two of them wait on each
+                // other for seconds per token (see tests/python/test_llm.py).
+                "--llm-threads".into(),
+                "1".into(),
             ],
             ..Options::default()
         },
