@@ -36,7 +36,6 @@ import re
 import shutil
 import signal
 import ssl
-import statistics
 import subprocess
 import sys
 import tempfile

@@ -170,31 +170,34 @@ impl Registry {
 
     /// The routing view of every worker for one model version.
     pub fn candidates(&self, model: &LoadedModel, now: Instant) -> Vec<Candidate<'_>> {
-        self.entries
-            .values()
-            .map(|e| Candidate {
-                id: &e.info.id,
-                state: self.state_of(e, now),
-                loaded: e.report.models.contains(model),
-                outstanding: e.outstanding,
-            })
-            .collect()
+        self.routing_view(model, now, |e| e.outstanding)
     }
 
     /// The view for choosing a direct-mode worker: a worker's load is what the manager
     /// forwards to it or what it reported in flight (direct clients included), whichever is
     /// more, plus the grants naming it since that report.
     pub fn direct_candidates(&self, model: &LoadedModel, now: Instant) -> Vec<Candidate<'_>> {
+        self.routing_view(model, now, |e| {
+            e.outstanding
+                .max(e.report.in_flight)
+                .saturating_add(e.granted)
+        })
+    }
+
+    /// Every worker as a routing candidate for `model`, its load as `load` counts it.
+    fn routing_view(
+        &self,
+        model: &LoadedModel,
+        now: Instant,
+        load: impl Fn(&Entry) -> u32,
+    ) -> Vec<Candidate<'_>> {
         self.entries
             .values()
             .map(|e| Candidate {
                 id: &e.info.id,
                 state: self.state_of(e, now),
                 loaded: e.report.models.contains(model),
-                outstanding: e
-                    .outstanding
-                    .max(e.report.in_flight)
-                    .saturating_add(e.granted),
+                outstanding: load(e),
             })
             .collect()
     }
@@ -406,24 +409,16 @@ mod tests {
         let mut reg = Registry::new(Heartbeat::default());
         reg.join(info("a"), t0);
         reg.join(info("b"), t0);
-        let load = |reg: &Registry| -> Vec<u32> {
-            reg.direct_candidates(&model("m"), t0)
-                .iter()
-                .map(|c| c.outstanding)
-                .collect()
+        let loads = |candidates: Vec<Candidate>| -> Vec<u32> {
+            candidates.iter().map(|c| c.outstanding).collect()
         };
         reg.grant("a");
         reg.grant("a");
         reg.grant("ghost");
         reg.begin("b");
-        assert_eq!(load(&reg), vec![2, 1]);
+        assert_eq!(loads(reg.direct_candidates(&model("m"), t0)), vec![2, 1]);
         // Forwarded requests alone: grants do not touch the proxy's view.
-        let proxied: Vec<u32> = reg
-            .candidates(&model("m"), t0)
-            .iter()
-            .map(|c| c.outstanding)
-            .collect();
-        assert_eq!(proxied, vec![0, 1]);
+        assert_eq!(loads(reg.candidates(&model("m"), t0)), vec![0, 1]);
         // A report replaces the grants with what the worker has in flight (its direct clients
         // included), or the forwarded count when that is larger.
         let busy = Report {
@@ -432,6 +427,6 @@ mod tests {
         };
         reg.report("a", busy, t0).unwrap();
         reg.report("b", holding("m"), t0).unwrap();
-        assert_eq!(load(&reg), vec![5, 1]);
+        assert_eq!(loads(reg.direct_candidates(&model("m"), t0)), vec![5, 1]);
     }
 }

@@ -895,13 +895,8 @@ async fn a_model_whose_copy_falls_behind_is_loaded_on_one_more_worker() {
     let mut named = std::collections::BTreeSet::new();
     for _ in 0..8 {
         let grant: Value = s
-            .client
-            .post(s.url("/v2/models/minilm/assign"))
-            .bearer_auth(&key)
-            .json(&json!({}))
-            .send()
+            .post_json("/v2/models/minilm/assign", &key, &json!({}))
             .await
-            .unwrap()
             .json()
             .await
             .unwrap();
