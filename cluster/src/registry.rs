@@ -60,6 +60,10 @@ struct Entry {
     announced: WorkerState,
     /// An operator asked for no new requests here (until the worker joins again).
     drained: bool,
+    /// Direct-mode grants naming this worker since its last report. The manager never sees
+    /// direct traffic; its clients show up in the worker's next report's in-flight count, and
+    /// until then this keeps a burst of `/assign` calls from all naming the same worker.
+    granted: u32,
 }
 
 #[derive(Debug)]
@@ -99,6 +103,7 @@ impl Registry {
                 outstanding,
                 announced: WorkerState::Ready,
                 drained: false,
+                granted: 0,
             },
         );
         Transition {
@@ -122,6 +127,7 @@ impl Registry {
             .ok_or_else(|| UnknownWorker(id.to_owned()))?;
         entry.report = report;
         entry.last_seen = now;
+        entry.granted = 0;
         let to = judge(self.heartbeat, entry, now);
         Ok(announce(id, entry, to))
     }
@@ -164,15 +170,43 @@ impl Registry {
 
     /// The routing view of every worker for one model version.
     pub fn candidates(&self, model: &LoadedModel, now: Instant) -> Vec<Candidate<'_>> {
+        self.routing_view(model, now, |e| e.outstanding)
+    }
+
+    /// The view for choosing a direct-mode worker: a worker's load is what the manager
+    /// forwards to it or what it reported in flight (direct clients included), whichever is
+    /// more, plus the grants naming it since that report.
+    pub fn direct_candidates(&self, model: &LoadedModel, now: Instant) -> Vec<Candidate<'_>> {
+        self.routing_view(model, now, |e| {
+            e.outstanding
+                .max(e.report.in_flight)
+                .saturating_add(e.granted)
+        })
+    }
+
+    /// Every worker as a routing candidate for `model`, its load as `load` counts it.
+    fn routing_view(
+        &self,
+        model: &LoadedModel,
+        now: Instant,
+        load: impl Fn(&Entry) -> u32,
+    ) -> Vec<Candidate<'_>> {
         self.entries
             .values()
             .map(|e| Candidate {
                 id: &e.info.id,
                 state: self.state_of(e, now),
                 loaded: e.report.models.contains(model),
-                outstanding: e.outstanding,
+                outstanding: load(e),
             })
             .collect()
+    }
+
+    /// A direct-mode client was sent to `id`.
+    pub fn grant(&mut self, id: &str) {
+        if let Some(e) = self.entries.get_mut(id) {
+            e.granted = e.granted.saturating_add(1);
+        }
     }
 
     /// What a worker last reported.
@@ -367,5 +401,32 @@ mod tests {
         assert_eq!(reg.view(t0)[0].outstanding, 2);
         assert_eq!(reg.address("a"), Some("a.internal:8443"));
         assert_eq!(reg.address("ghost"), None);
+    }
+
+    #[test]
+    fn direct_grants_count_as_load_until_the_next_report() {
+        let t0 = Instant::now();
+        let mut reg = Registry::new(Heartbeat::default());
+        reg.join(info("a"), t0);
+        reg.join(info("b"), t0);
+        let loads = |candidates: Vec<Candidate>| -> Vec<u32> {
+            candidates.iter().map(|c| c.outstanding).collect()
+        };
+        reg.grant("a");
+        reg.grant("a");
+        reg.grant("ghost");
+        reg.begin("b");
+        assert_eq!(loads(reg.direct_candidates(&model("m"), t0)), vec![2, 1]);
+        // Forwarded requests alone: grants do not touch the proxy's view.
+        assert_eq!(loads(reg.candidates(&model("m"), t0)), vec![0, 1]);
+        // A report replaces the grants with what the worker has in flight (its direct clients
+        // included), or the forwarded count when that is larger.
+        let busy = Report {
+            in_flight: 5,
+            ..holding("m")
+        };
+        reg.report("a", busy, t0).unwrap();
+        reg.report("b", holding("m"), t0).unwrap();
+        assert_eq!(loads(reg.direct_candidates(&model("m"), t0)), vec![5, 1]);
     }
 }

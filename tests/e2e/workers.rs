@@ -887,4 +887,20 @@ async fn a_model_whose_copy_falls_behind_is_loaded_on_one_more_worker() {
     }
     assert_eq!(failed, 0);
     assert_eq!(loaded_on(&list), 2);
+
+    // Direct-mode clients spread over the copies too, although the manager never sees their
+    // traffic: once the reports say nothing is in flight, a burst of grants names both workers
+    // (each grant counts against its worker until that worker's next report).
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let mut named = std::collections::BTreeSet::new();
+    for _ in 0..8 {
+        let grant: Value = s
+            .post_json("/v2/models/minilm/assign", &key, &json!({}))
+            .await
+            .json()
+            .await
+            .unwrap();
+        named.insert(grant["worker_id"].as_str().expect("a worker id").to_owned());
+    }
+    assert_eq!(named.len(), 2, "grants named {named:?}");
 }

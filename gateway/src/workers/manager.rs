@@ -236,12 +236,19 @@ impl Manager {
     }
 
     /// A worker (never the local engine) for a direct-mode client of `model`: its id and
-    /// address.
+    /// address. Direct traffic never passes the manager, so the load compared is what workers
+    /// report in flight plus the grants since (see `Registry::direct_candidates`).
     pub fn choose_worker(&self, model: &LoadedModel) -> ApiResult<(String, String)> {
-        let registry = self.registry.lock();
-        let candidates = registry.candidates(model, Instant::now());
-        match self.pick(&registry, model, &candidates, &[])? {
-            Choice::Worker { id, advertise } => Ok((id, advertise)),
+        let mut registry = self.registry.lock();
+        let choice = {
+            let candidates = registry.direct_candidates(model, Instant::now());
+            self.pick(&registry, model, &candidates, &[])?
+        };
+        match choice {
+            Choice::Worker { id, advertise } => {
+                registry.grant(&id);
+                Ok((id, advertise))
+            }
             Choice::Local => Err(ApiError::internal(
                 "the local engine is not a direct-mode worker",
             )),

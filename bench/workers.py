@@ -1,0 +1,542 @@
+#!/usr/bin/env python3
+"""Workers on other hosts (issue 14): four measurements, each against a baseline taken in the
+same run, with real processes on 127.0.0.1 (random ports, TLS everywhere).
+
+(a) Proxy hop: a manager that runs nothing itself (`serve --no-local-engine`) + 1 worker vs an
+    all-in-one `serve`, same model (MiniLM, 8 tokens, by default), 1 instance × 1 intra-op thread
+    on both: throughput at concurrency 8 (target ratio >= 0.85) and the p50 added at concurrency 1
+    (target <= 300 us) and at 8.
+(b) Scale: a compute-bound model (EfficientNet-Lite0, 224x224) through the manager with 2 workers
+    vs 1, each worker pinned to its own core (`taskset -c N`), 1 instance × 1 intra-op thread,
+    concurrency 8 (target >= 1.7x). The second worker gets the model by the manager's scale-out.
+(c) Direct mode vs through the manager, same setup as (b): each client connection asks the
+    manager once for a worker (`POST /v2/models/{m}/assign`) and then talks KServe v2 to that
+    worker with the token.
+(d) Failover: the same two workers under load from 8 concurrent connections through the manager;
+    one worker is killed with SIGKILL halfway; every failed request is counted (target 0).
+
+The load generator is Python in this process: one thread per connection, each with its own
+keep-alive HTTPS connection (http.client), KServe v2 over HTTP/1.1 with binary tensors (the body
+built once), every answer checked (status 200, the output's shape). It shares the machine's
+cores with the servers: on a small machine that caps (b) (the manager and the client need CPU
+too, beside the two pinned workers), so the CPU each process spent per request is printed too.
+
+Usage: bench/workers.py [--bin target/release/infergate] [--seconds 5] [--concurrency 8]
+                        [--phases hop,scale,direct,failover] [--out bench/workers-results]
+Needs: scripts/setup.sh (models, ORT library, Python venv); `taskset` (util-linux).
+Results: printed, and written to OUT/workers-LABEL.json and OUT/workers-LABEL.txt.
+"""
+import argparse
+import http.client
+import json
+import os
+import platform
+import queue
+import re
+import shutil
+import signal
+import ssl
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MODELS = os.environ.get("INFERGATE_MODELS", os.path.join(ROOT, ".cache", "models"))
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+# name -> (file, inputs {name: array}, the output asked for, its shape)
+IDS = np.array([[101, 1037, 2204, 2154, 2000, 2022, 6517, 102]], dtype=np.int64)
+SPECS = {
+    "minilm": ("minilm.onnx",
+               {"input_ids": IDS, "attention_mask": np.ones_like(IDS), "token_type_ids": np.zeros_like(IDS)},
+               "last_hidden_state", [1, 8, 384]),
+    "cls": ("ocr-cls.onnx", {"x": np.full((1, 3, 48, 192), 0.5, np.float32)},
+            "save_infer_model/scale_0.tmp_1", [1, 2]),
+    "effnet": ("efficientnet-lite0.onnx",
+               {"input": np.random.default_rng(0).random((1, 3, 224, 224), dtype=np.float32)},
+               "probabilities", [1, 1000]),
+}
+DTYPES = {np.dtype(np.int64): "INT64", np.dtype(np.float32): "FP32"}
+
+
+class Report:
+    """Prints lines and keeps them (and the figures) for the results files."""
+
+    def __init__(self):
+        self.lines = []
+        self.figures = {}
+
+    def say(self, line=""):
+        print(line, flush=True)
+        self.lines.append(line)
+
+
+class Proc:
+    """An infergate process whose log (ANSI-stripped) is read on a thread."""
+
+    def __init__(self, cmd, ready, env=None):
+        self.cmd = cmd
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                     env=env)
+        self.lines = queue.Queue()
+        self.log = []
+
+        def read():
+            for line in self.proc.stderr:
+                line = ANSI.sub("", line)
+                self.log.append(line)
+                self.lines.put(line)
+        threading.Thread(target=read, daemon=True).start()
+        self.match = self.wait_for(ready)
+
+    def wait_for(self, pattern, timeout=90):
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or self.proc.poll() is not None and self.lines.empty():
+                sys.exit(f"{' '.join(self.cmd)}: no '{pattern}' in its log:\n{''.join(self.log[-30:])}")
+            try:
+                m = re.search(pattern, self.lines.get(timeout=min(left, 1)))
+            except queue.Empty:
+                continue
+            if m:
+                return m
+
+    def cpu_s(self):
+        """User + system CPU seconds so far (children not included)."""
+        fields = open(f"/proc/{self.proc.pid}/stat").read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def kill9(self):
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+
+
+class Cluster:
+    """Starts and stops the processes of one run; every data directory lives under one temp dir."""
+
+    def __init__(self, binary, heartbeat_ms):
+        self.bin = binary
+        self.base = tempfile.mkdtemp(prefix="infergate-workers-bench-")
+        self.procs = []
+        self.config = os.path.join(self.base, "infergate.toml")
+        with open(self.config, "w") as f:
+            f.write(f"[cluster]\nheartbeat_ms = {heartbeat_ms}\n")
+
+    def cli(self, *args):
+        return subprocess.run([self.bin, *args], check=True, capture_output=True, text=True).stdout.strip()
+
+    def serve(self, name, models, manager):
+        """An all-in-one server, or a manager with no engine of its own; (proc, Server)."""
+        data = os.path.join(self.base, name)
+        for model in models:
+            self.cli("models", "add", "--data-dir", data, "--name", model, os.path.join(MODELS, SPECS[model][0]))
+        cmd = [self.bin, "serve", "--listen", "127.0.0.1:0", "--no-grpc", "--data-dir", data,
+               "--config", self.config, "--instances", "1", "--intra-threads", "1"]
+        if manager:
+            cmd.append("--no-local-engine")
+        p = Proc(cmd, r"listening on https://(\S+)")
+        self.procs.append(p)
+        return Server(self, p, data, p.match.group(1))
+
+    def worker(self, server, name, core=None):
+        cmd = [self.bin, "worker", "--join", server.url, "--join-token", server.join_token(),
+               "--listen", "127.0.0.1:0", "--data-dir", os.path.join(self.base, name),
+               "--instances", "1", "--intra-threads", "1"]
+        if core is not None:
+            cmd = ["taskset", "-c", str(core)] + cmd
+        p = Proc(cmd, r"worker listening on https://(\S+)")
+        self.procs.append(p)
+        return p
+
+    def close(self):
+        for p in reversed(self.procs):
+            p.stop()
+        shutil.rmtree(self.base, ignore_errors=True)
+
+
+class Server:
+    def __init__(self, cluster, proc, data, hostport):
+        self.cluster, self.proc, self.data, self.hostport = cluster, proc, data, hostport
+        self.url = f"https://{hostport}"
+        self.cert = os.path.join(data, "tls", "cert.pem")
+        self.admin = open(os.path.join(data, "admin.key")).read().strip()
+        self.key = cluster.cli("keys", "create", "--scope", "infer", "--data-dir", data)
+        self.tls = ssl.create_default_context(cafile=self.cert)
+        self._join_token = None
+
+    def join_token(self):
+        if self._join_token is None:
+            self._join_token = self.cluster.cli("workers", "token", "create", "--data-dir", self.data)
+        return self._join_token
+
+    def call(self, method, path, key, body=None):
+        host, port = self.hostport.rsplit(":", 1)
+        c = http.client.HTTPSConnection(host, int(port), context=self.tls, timeout=30)
+        try:
+            c.request(method, path, body=json.dumps(body) if body is not None else None,
+                      headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"})
+            r = c.getresponse()
+            data = r.read()
+            if r.status != 200:
+                sys.exit(f"{method} {path}: {r.status} {data[:300]!r}")
+            return json.loads(data)
+        finally:
+            c.close()
+
+    def workers(self):
+        return self.call("GET", "/api/workers", self.admin)["workers"]
+
+    def holders(self, model):
+        """Ids of the ready workers that report `model` loaded."""
+        return sorted(w["id"] for w in self.workers()
+                      if w["state"] == "ready" and any(m["name"] == model for m in w["report"]["models"]))
+
+    def wait_workers(self, count, timeout=30):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if sum(w["state"] == "ready" for w in self.workers()) >= count:
+                return
+            time.sleep(0.1)
+        sys.exit(f"{count} ready workers not seen within {timeout} s: {self.workers()}")
+
+
+def kserve_body(model):
+    """The binary-tensor KServe v2 request for `model` (header JSON, then the raw tensors)."""
+    _, inputs, output, _ = SPECS[model]
+    header = {"inputs": [{"name": n, "shape": list(a.shape), "datatype": DTYPES[a.dtype],
+                          "parameters": {"binary_data_size": a.nbytes}} for n, a in inputs.items()],
+              "outputs": [{"name": output, "parameters": {"binary_data": True}}]}
+    head = json.dumps(header).encode()
+    return head, head + b"".join(a.tobytes() for a in inputs.values())
+
+
+class Target:
+    """Where one connection sends its requests: host:port, TLS trust, bearer."""
+
+    def __init__(self, hostport, tls, bearer, label):
+        self.host, port = hostport.rsplit(":", 1)
+        self.port, self.tls, self.bearer, self.label = int(port), tls, bearer, label
+
+
+def load(model, targets, seconds, midway=None):
+    """One connection per target (a thread each) sending `model` requests back to back for
+    `seconds`. `midway` runs once, halfway. Returns the figures: answers, failures (with a few
+    examples), requests/s, p50/p99 in µs, and the client's CPU seconds."""
+    head, body = kserve_body(model)
+    _, _, output, shape = SPECS[model]
+    lock = threading.Lock()
+    latencies, failures, examples, per_label = [], [0], [], {}
+    stop_at = time.monotonic() + seconds
+
+    def answer_ok(r, data):
+        if r.status != 200:
+            return f"{r.status} {data[:200]!r}"
+        n = int(r.getheader("Inference-Header-Content-Length", "0"))
+        outputs = json.loads(data[:n] if n else data)["outputs"]
+        if outputs[0]["name"] != output or outputs[0]["shape"] != shape:
+            return f"unexpected output {outputs[0]}"
+        return None
+
+    def connection(target):
+        headers = {"Authorization": f"Bearer {target.bearer}", "Content-Type": "application/octet-stream",
+                   "Inference-Header-Content-Length": str(len(head))}
+        mine, bad, ex = [], 0, []
+        c = None
+        while time.monotonic() < stop_at:
+            if c is None:
+                c = http.client.HTTPSConnection(target.host, target.port, context=target.tls, timeout=60)
+            t = time.perf_counter()
+            try:
+                c.request("POST", f"/v2/models/{model}/infer", body=body, headers=headers)
+                r = c.getresponse()
+                data = r.read()
+                problem = answer_ok(r, data)
+            except (OSError, http.client.HTTPException, ValueError) as e:
+                problem = f"{type(e).__name__}: {e}"
+                c.close()
+                c = None
+            if problem:
+                bad += 1
+                if len(ex) < 3:
+                    ex.append(problem)
+            else:
+                mine.append(time.perf_counter() - t)
+        if c is not None:
+            c.close()
+        with lock:
+            latencies.extend(mine)
+            failures[0] += bad
+            examples.extend(ex)
+            per_label[target.label] = per_label.get(target.label, 0) + len(mine)
+
+    cpu0 = time.process_time()
+    started = time.monotonic()
+    threads = [threading.Thread(target=connection, args=(t,)) for t in targets]
+    for t in threads:
+        t.start()
+    if midway:
+        time.sleep(seconds / 2)
+        midway()
+    for t in threads:
+        t.join(timeout=seconds + 120)
+    elapsed = time.monotonic() - started
+    lat = np.array(latencies) * 1e6 if latencies else np.array([float("nan")])
+    return {"ok": len(latencies), "failed": failures[0], "examples": examples[:6],
+            "rps": len(latencies) / elapsed, "p50_us": float(np.percentile(lat, 50)),
+            "p99_us": float(np.percentile(lat, 99)), "seconds": elapsed,
+            "client_cpu_s": time.process_time() - cpu0, "per_target": per_label}
+
+
+def measured(model, targets, seconds, procs):
+    """`load` plus the CPU each named process spent per answered request (ms)."""
+    before = {name: p.cpu_s() for name, p in procs.items()}
+    r = load(model, targets, seconds)
+    n = max(r["ok"], 1)
+    r["cpu_ms_per_request"] = {name: (p.cpu_s() - before[name]) * 1e3 / n for name, p in procs.items()}
+    r["cpu_ms_per_request"]["client"] = r["client_cpu_s"] * 1e3 / n
+    return r
+
+
+def describe(r):
+    cpu = ", ".join(f"{k} {v:.2f}" for k, v in r.get("cpu_ms_per_request", {}).items())
+    line = f"{r['rps']:.1f} req/s, p50 {r['p50_us'] / 1e3:.2f} ms, p99 {r['p99_us'] / 1e3:.2f} ms, {r['ok']} ok, {r['failed']} failed"
+    return line + (f"; CPU ms/request: {cpu}" if cpu else "")
+
+
+def through(server, concurrency):
+    return [Target(server.hostport, server.tls, server.key, "manager") for _ in range(concurrency)]
+
+
+def warm(model, targets, seconds=1.0):
+    r = load(model, targets, seconds)
+    if r["failed"]:
+        sys.exit(f"warm-up failed: {r['examples']}")
+
+
+def verdict(ok):
+    return "met" if ok else "NOT met"
+
+
+def hop(c, args, rep):
+    model = args.hop_model
+    rep.say(f"## (a) proxy hop: manager + 1 worker vs all-in-one ({model}, 1 instance x 1 intra-op thread)")
+    solo = c.serve("solo", [model], manager=False)
+    manager = c.serve("hop-manager", [model], manager=True)
+    worker = c.worker(manager, "hop-worker")
+    manager.wait_workers(1)
+    rows = {}
+    for name, server, procs in (("all-in-one", solo, {"server": solo.proc}),
+                                ("manager+worker", manager, {"manager": manager.proc, "worker": worker})):
+        warm(model, through(server, args.concurrency))
+        rows[name] = {conc: measured(model, through(server, conc), args.seconds, procs)
+                      for conc in (args.concurrency, 1)}
+        for conc, r in rows[name].items():
+            rep.say(f"  {name:15s} concurrency {conc}: {describe(r)}")
+    ratio = rows["manager+worker"][args.concurrency]["rps"] / rows["all-in-one"][args.concurrency]["rps"]
+    added1 = rows["manager+worker"][1]["p50_us"] - rows["all-in-one"][1]["p50_us"]
+    added8 = rows["manager+worker"][args.concurrency]["p50_us"] - rows["all-in-one"][args.concurrency]["p50_us"]
+    rep.say(f"  throughput ratio at concurrency {args.concurrency}: {ratio:.3f} (target >= 0.85: {verdict(ratio >= 0.85)})")
+    rep.say(f"  added p50 at concurrency 1: {added1:+.0f} us (target <= 300 us: {verdict(added1 <= 300)}); "
+            f"at concurrency {args.concurrency}: {added8:+.0f} us")
+    rep.figures["hop"] = {"model": model, "runs": rows, "ratio": ratio, "added_p50_us_c1": added1,
+                          f"added_p50_us_c{args.concurrency}": added8}
+    for p in (worker, manager.proc, solo.proc):
+        p.stop()
+
+
+def pinned_pair(c, args, rep):
+    """(b), and the two pinned workers (c) and (d) run on: the 1-worker figure only when the
+    scale phase was asked for."""
+    model = args.scale_model
+    cores = os.sched_getaffinity(0)
+    pins = sorted(cores)[:2] if len(cores) >= 2 else [None, None]
+    rep.say(f"## (b) scale: 2 workers vs 1 ({model}, each worker pinned to one core: "
+            f"taskset -c {pins[0]} / -c {pins[1]}, 1 instance x 1 intra-op thread; manager and client unpinned)")
+    manager = c.serve("manager", [model], manager=True)
+    a = c.worker(manager, "worker-a", pins[0])
+    manager.wait_workers(1)
+    warm(model, through(manager, args.concurrency), 2.0)
+    one = None
+    if "scale" in args.phases:
+        one = measured(model, through(manager, args.concurrency), args.seconds,
+                       {"manager": manager.proc, "worker-a": a})
+        rep.say(f"  1 worker : {describe(one)}")
+    b = c.worker(manager, "worker-b", pins[1])
+    manager.wait_workers(2)
+    # The second worker loads the model when the first one's queue delay passes the manager's
+    # scale-out threshold; keep the load on until both report it (bounded).
+    deadline = time.monotonic() + 30
+    while len(manager.holders(model)) < 2 and time.monotonic() < deadline:
+        load(model, through(manager, args.concurrency), 1.0)
+    holders = manager.holders(model)
+    if len(holders) < 2:
+        rep.say(f"  the second worker did not load {model} within 30 s (holders: {holders})")
+    procs = {"manager": manager.proc, "worker-a": a, "worker-b": b}
+    two = measured(model, through(manager, args.concurrency), args.seconds, procs)
+    rep.say(f"  2 workers: {describe(two)}")
+    rep.figures["scale"] = {"model": model, "one": one, "two": two, "holders": holders}
+    if one:
+        ratio = two["rps"] / one["rps"]
+        rep.say(f"  scale ratio 2/1: {ratio:.2f}x (target >= 1.7x: {verdict(ratio >= 1.7)})")
+        busy = sum(two["cpu_ms_per_request"].values())
+        workers_ms = two["cpu_ms_per_request"]["worker-a"] + two["cpu_ms_per_request"]["worker-b"]
+        rep.say(f"  CPU per request with 2 workers: {busy:.2f} ms in all ({workers_ms:.2f} ms in the workers, "
+                f"{busy - workers_ms:.2f} ms in the manager and the client); {len(cores)} cores give at most "
+                f"{len(cores) * 1000 / busy:.1f} req/s at that cost; 1 worker alone gave {one['rps']:.1f}")
+        rep.figures["scale"]["ratio"] = ratio
+    if "direct" in args.phases:
+        direct(manager, args, rep, model, two)
+    if "failover" in args.phases:
+        failover(manager, args, rep, model, a)
+
+
+def direct(manager, args, rep, model, through_manager):
+    rep.say(f"## (c) direct mode vs through the manager (same 2 pinned workers, {model})")
+    targets, cas = [], {}
+    for _ in range(args.concurrency):
+        grant = manager.call("POST", f"/v2/models/{model}/assign", manager.key, {})
+        if grant["ca_pem"] not in cas:
+            ca = os.path.join(manager.cluster.base, f"cluster-ca-{len(cas)}.pem")
+            with open(ca, "w") as f:
+                f.write(grant["ca_pem"])
+            cas[grant["ca_pem"]] = ssl.create_default_context(cafile=ca)
+        targets.append(Target(grant["worker"].removeprefix("https://"), cas[grant["ca_pem"]], grant["token"],
+                              grant["worker_id"]))
+    spread = {t.label: sum(x.label == t.label for x in targets) for t in targets}
+    rep.say(f"  connections per worker from /assign: {spread}")
+    if len(spread) == 1 and len(manager.holders(model)) > 1:
+        rep.say("  every grant named the same worker: the direct clients run on one worker's core")
+    warm(model, targets)
+    r = measured(model, targets, args.seconds, {"manager": manager.proc})
+    rep.say(f"  direct         : {describe(r)}")
+    rep.say(f"  through manager: {describe(through_manager)} (from (b))")
+    ratio = r["rps"] / through_manager["rps"]
+    rep.say(f"  direct / through the manager: {ratio:.2f}x throughput, p50 {r['p50_us'] / 1e3:.2f} vs "
+            f"{through_manager['p50_us'] / 1e3:.2f} ms")
+    rep.figures["direct"] = {"model": model, "direct": r, "through_manager": through_manager, "ratio": ratio,
+                             "connections_per_worker": spread}
+
+
+def failover(manager, args, rep, model, a):
+    rep.say(f"## (d) failover: kill -9 one of two workers under load ({args.concurrency} connections "
+            f"through the manager, {args.failover_seconds:g} s, the kill at half time; heartbeat {args.heartbeat_ms} ms, lost after 3 missed)")
+    ids = {w["advertise"]: w["id"] for w in manager.workers()}
+    victim_addr = a.match.group(1)
+    victim = ids.get(victim_addr, victim_addr)
+    killed, lost = {}, {}
+
+    def watch():
+        """Polls the manager from the kill on: when does it list the victim lost (or gone)?"""
+        deadline = killed["at"] + 20
+        while time.monotonic() < deadline:
+            state = {w["id"]: w["state"] for w in manager.workers()}.get(victim)
+            if state in ("lost", None):
+                lost["after"] = time.monotonic() - killed["at"]
+                return
+            time.sleep(0.05)
+    watcher = threading.Thread(target=watch)
+
+    def kill():
+        killed["at"] = time.monotonic()
+        a.kill9()
+        watcher.start()
+    before = {w["id"]: w for w in manager.workers()}
+    retries0 = metric(manager, "infergate_worker_retries_total") or 0
+    r = load(model, through(manager, args.concurrency), args.failover_seconds, midway=kill)
+    watcher.join()
+    lost_after = lost.get("after")
+    rep.say(f"  killed worker {victim} (pid {a.proc.pid}); both held the model before: "
+            f"{sorted(w for w in before if before[w]['report']['models'])}")
+    rep.say(f"  {describe(r)}")
+    for e in r["examples"]:
+        rep.say(f"    failure: {e}")
+    seen = "not within 20 s" if lost_after is None else f"{lost_after:.2f} s after the kill"
+    rep.say(f"  failed requests: {r['failed']} of {r['ok'] + r['failed']} (target 0: {verdict(r['failed'] == 0)}); "
+            f"the manager listed the victim lost {seen}")
+    retries = (metric(manager, "infergate_worker_retries_total") or 0) - retries0
+    rep.say(f"  requests the manager retried on the other worker (infergate_worker_retries_total): {retries:g}")
+    rep.figures["failover"] = {"model": model, "run": r, "victim": victim, "lost_seen_after_s": lost_after,
+                               "retries_total": retries}
+
+
+def metric(server, name):
+    host, port = server.hostport.rsplit(":", 1)
+    c = http.client.HTTPSConnection(host, int(port), context=server.tls, timeout=30)
+    try:
+        c.request("GET", "/metrics", headers={"Authorization": f"Bearer {server.admin}"})
+        text = c.getresponse().read().decode()
+    finally:
+        c.close()
+    values = [float(line.split()[-1]) for line in text.splitlines() if line.startswith(name)]
+    return sum(values) if values else None
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bin", default=os.environ.get("INFERGATE_BIN", os.path.join(ROOT, "target", "release", "infergate")),
+                    help="infergate binary [default: $INFERGATE_BIN or target/release/infergate]")
+    ap.add_argument("--seconds", type=float, default=5.0, help="length of one measurement")
+    ap.add_argument("--failover-seconds", type=float, default=8.0, help="length of the failover run")
+    ap.add_argument("--concurrency", type=int, default=8)
+    ap.add_argument("--heartbeat-ms", type=int, default=500,
+                    help="the manager's [cluster] heartbeat_ms (2000 by default in infergate; shorter here "
+                         "so that the second worker's model shows up quickly)")
+    ap.add_argument("--phases", default="hop,scale,direct,failover",
+                    help="comma-separated subset of hop,scale,direct,failover (direct and failover run "
+                         "on the scale phase's cluster)")
+    ap.add_argument("--hop-model", default="minilm", choices=sorted(SPECS))
+    ap.add_argument("--scale-model", default="effnet", choices=sorted(SPECS))
+    ap.add_argument("--label", default=time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()),
+                    help="results file name part [default: the UTC time]")
+    ap.add_argument("--note", default="", help="free text stored with the results (build, machine)")
+    ap.add_argument("--out", default=os.path.join(ROOT, "bench", "workers-results"))
+    args = ap.parse_args()
+    args.phases = args.phases.split(",")
+    if not os.access(args.bin, os.X_OK):
+        sys.exit(f"{args.bin}: not an executable (build it, or pass --bin)")
+    if not shutil.which("taskset") and "scale" in args.phases:
+        sys.exit("taskset (util-linux) is needed for the scale phase")
+    rep = Report()
+    version = subprocess.run([args.bin, "--version"], capture_output=True, text=True).stdout.strip()
+    cores = len(os.sched_getaffinity(0))
+    rep.say(f"# bench/workers.py: {version} ({args.bin})")
+    rep.say(f"# {cores} cores ({platform.processor() or platform.machine()}), load average at start "
+            f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}; the load generator (this Python process, "
+            f"{args.concurrency} connections) shares the cores with the servers")
+    if args.note:
+        rep.say(f"# {args.note}")
+    c = Cluster(args.bin, args.heartbeat_ms)
+    try:
+        if "hop" in args.phases:
+            hop(c, args, rep)
+        if {"scale", "direct", "failover"} & set(args.phases):
+            pinned_pair(c, args, rep)
+    finally:
+        c.close()
+    rep.say(f"# load average at the end {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    os.makedirs(args.out, exist_ok=True)
+    base = os.path.join(args.out, f"workers-{args.label}")
+    with open(base + ".json", "w") as f:
+        json.dump({"binary": args.bin, "version": version, "cores": cores, "note": args.note,
+                   "seconds": args.seconds, "concurrency": args.concurrency, "figures": rep.figures}, f, indent=1)
+    with open(base + ".txt", "w") as f:
+        f.write("\n".join(rep.lines) + "\n")
+    print(f"wrote {base}.json and {base}.txt")
+
+
+if __name__ == "__main__":
+    main()
