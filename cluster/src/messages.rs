@@ -107,7 +107,10 @@ impl Default for Report {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct GpuUsage {
+    /// Bytes in use on the device (all processes), from the CUDA driver.
     pub memory_used_bytes: u64,
+    /// Busy time in percent; 0 when not measured: it needs NVML, which workers do not link
+    /// yet (the CUDA driver API does not report it).
     pub utilisation_percent: f64,
 }
 

@@ -110,6 +110,8 @@ struct Node {
     latencies: Mutex<LatencyWindow>,
     /// Direct clients' rate limits, as their tokens grant (the key's limit on the manager).
     limiter: crate::ratelimit::Limiter,
+    /// What this host reported when it joined (its GPUs are asked for memory in each report).
+    devices: infergate_cluster::messages::Devices,
 }
 
 /// Who is on the other end of a connection: the manager (a cluster certificate) or a
@@ -172,6 +174,7 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
         last_used: Mutex::new(HashMap::new()),
         latencies: Mutex::new(LatencyWindow::new(Instant::now())),
         limiter: crate::ratelimit::Limiter::new(),
+        devices: request.devices.clone(),
         cache_bytes: args.cache_bytes,
         verifier: Verifier::new(
             &hex::decode(&joined.token_public_key).context("the manager's token key is not hex")?,
@@ -342,7 +345,7 @@ impl Node {
             p99_ms: latencies.p99_ms,
             cpu_percent: cpu.sample(),
             rss_bytes: host::rss_bytes(),
-            ..Report::default()
+            gpus: host::gpu_usage(&self.devices),
         }
     }
 

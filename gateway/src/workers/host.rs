@@ -1,7 +1,8 @@
 //! What a worker reports about its host: its devices when it joins, and its process's CPU and
 //! memory with each heartbeat (from `/proc`, Linux).
 
-use infergate_cluster::messages::Devices;
+use infergate_cluster::messages::{Devices, Gpu, GpuUsage};
+use infergate_engine::kernels::device::inventory;
 use std::time::Instant;
 
 /// CPU model, cores and RAM of this host.
@@ -17,7 +18,45 @@ pub fn devices() -> Devices {
         cpu_model,
         cores: u32::try_from(infergate_engine::sizing::available_cores()).unwrap_or(u32::MAX),
         ram_bytes: meminfo_kib("MemTotal:").unwrap_or(0) * 1024,
-        gpus: Vec::new(),
+        gpus: gpus(),
+    }
+}
+
+/// The GPUs the CUDA driver sees; none (and the reason logged) without a driver.
+fn gpus() -> Vec<Gpu> {
+    match inventory::list_gpus() {
+        Ok(gpus) => gpus
+            .into_iter()
+            .map(|g| Gpu {
+                name: g.name,
+                memory_bytes: g.memory_bytes,
+            })
+            .collect(),
+        Err(e) => {
+            tracing::info!(reason = %e, "no GPU reported to the manager");
+            Vec::new()
+        }
+    }
+}
+
+/// Memory in use on each GPU, for a heartbeat; empty on a host without GPUs (not asked then,
+/// so a host without a driver does not probe for one every interval).
+pub fn gpu_usage(devices: &Devices) -> Vec<GpuUsage> {
+    if devices.gpus.is_empty() {
+        return Vec::new();
+    }
+    match inventory::memory_in_use() {
+        Ok(used) => used
+            .into_iter()
+            .map(|memory_used_bytes| GpuUsage {
+                memory_used_bytes,
+                utilisation_percent: 0.0,
+            })
+            .collect(),
+        Err(e) => {
+            tracing::warn!(error = %e, "GPU memory query failed; heartbeat without GPU figures");
+            Vec::new()
+        }
     }
 }
 

@@ -7,6 +7,7 @@
 //! call runs under [`ptx::guarded`]. Launchers validate inputs with the same
 //! checks as the CPU ops, so a bad input is [`Error::InvalidInput`] on both.
 
+pub mod inventory;
 pub mod memory;
 pub mod pool;
 pub mod ptx;
