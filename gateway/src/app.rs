@@ -24,7 +24,7 @@ pub fn engine_config(config: &Config) -> anyhow::Result<EngineConfig> {
         max_queue_size: config.engine.max_queue_size.max(1),
         host_memory_budget: config.engine.host_memory_budget_bytes,
         memory_factor: EngineConfig::DEFAULT_MEMORY_FACTOR,
-        device: crate::config::parse_device(&config.engine.device).map_err(|e| anyhow!(e))?,
+        device: config.engine.device.0,
         // Compiled kernels are cached per NVRTC version and GPU architecture in the data dir.
         ptx_cache_dir: Some(config.data_dir.join("ptx-cache")),
         idle_spin: Duration::from_micros(config.engine.idle_spin_us),

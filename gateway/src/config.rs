@@ -2,6 +2,7 @@
 //! overridden by command-line flags (clap reads flags and `INFERGATE_*` variables together,
 //! flags first).
 
+use infergate_engine::kernels::DeviceChoice;
 use serde::Deserialize;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -234,7 +235,7 @@ pub struct EngineSettings {
     pub max_queue_size: usize,
     /// Where native ops run: `auto` (CUDA when a driver, a GPU and NVRTC are present, else the
     /// CPU, with the reason logged), `cpu`, or `cuda:N`.
-    pub device: String,
+    pub device: Device,
     /// Host memory all loaded model instances together may use, in bytes (estimated as the
     /// model file's size × 2 per instance); loading beyond it is refused with 503. None: no cap.
     pub host_memory_budget_bytes: Option<u64>,
@@ -335,22 +336,52 @@ impl Default for EngineSettings {
             host_memory_budget_bytes: None,
             idle_spin_us: infergate_engine::engine::EngineConfig::DEFAULT_IDLE_SPIN.as_micros()
                 as u64,
-            device: "auto".into(),
+            device: Device(DeviceChoice::Auto),
         }
     }
 }
 
-/// Parses `auto`, `cpu` or `cuda:N`.
-pub fn parse_device(text: &str) -> Result<infergate_engine::kernels::DeviceChoice, String> {
-    use infergate_engine::kernels::DeviceChoice;
-    match text {
-        "auto" => Ok(DeviceChoice::Auto),
-        "cpu" => Ok(DeviceChoice::Cpu),
-        _ => text
-            .strip_prefix("cuda:")
-            .and_then(|n| n.parse::<usize>().ok())
-            .map(DeviceChoice::Cuda)
-            .ok_or_else(|| format!("device must be auto, cpu or cuda:N, not '{text}'")),
+/// Where native ops run, parsed once where it is read (file, flag or environment):
+/// `auto`, `cpu` or `cuda:N`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Device(pub DeviceChoice);
+
+impl std::str::FromStr for Device {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Device, String> {
+        match text {
+            "auto" => Ok(Device(DeviceChoice::Auto)),
+            "cpu" => Ok(Device(DeviceChoice::Cpu)),
+            _ => text
+                .strip_prefix("cuda:")
+                .and_then(|n| n.parse::<usize>().ok())
+                .map(|n| Device(DeviceChoice::Cuda(n)))
+                .ok_or_else(|| format!("device must be auto, cpu or cuda:N, not '{text}'")),
+        }
+    }
+}
+
+impl std::fmt::Display for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            DeviceChoice::Auto => f.write_str("auto"),
+            DeviceChoice::Cpu => f.write_str("cpu"),
+            DeviceChoice::Cuda(n) => write!(f, "cuda:{n}"),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Device {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Device, D::Error> {
+        let text = String::deserialize(d)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+impl serde::Serialize for Device {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
     }
 }
 
@@ -427,13 +458,23 @@ mod tests {
     }
 
     #[test]
-    fn devices_parse() {
-        use infergate_engine::kernels::DeviceChoice;
-        assert_eq!(parse_device("auto").unwrap(), DeviceChoice::Auto);
-        assert_eq!(parse_device("cpu").unwrap(), DeviceChoice::Cpu);
-        assert_eq!(parse_device("cuda:1").unwrap(), DeviceChoice::Cuda(1));
-        assert!(parse_device("gpu").unwrap_err().contains("cuda:N"));
-        assert!(parse_device("cuda:x").is_err());
+    fn devices_parse_and_print_back() {
+        let parse = |t: &str| t.parse::<Device>().map(|d| d.0);
+        assert_eq!(parse("auto").unwrap(), DeviceChoice::Auto);
+        assert_eq!(parse("cpu").unwrap(), DeviceChoice::Cpu);
+        assert_eq!(parse("cuda:1").unwrap(), DeviceChoice::Cuda(1));
+        assert!(parse("gpu").unwrap_err().contains("cuda:N"));
+        assert!(parse("cuda:x").is_err());
+        for text in ["auto", "cpu", "cuda:3"] {
+            assert_eq!(text.parse::<Device>().unwrap().to_string(), text);
+        }
+        let file: EngineSettings = toml::from_str("device = \"cuda:0\"").unwrap();
+        assert_eq!(file.device.0, DeviceChoice::Cuda(0));
+        let refused = toml::from_str::<EngineSettings>("device = \"tpu\"").unwrap_err();
+        assert!(
+            refused.to_string().contains("auto, cpu or cuda:N"),
+            "{refused}"
+        );
     }
 
     #[test]

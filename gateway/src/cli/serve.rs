@@ -48,7 +48,7 @@ pub struct ServeArgs {
     intra_threads: Option<usize>,
     /// Where native ops (resize/normalize, softmax, NMS) run: auto, cpu or cuda:N [default: auto].
     #[arg(long, env = "INFERGATE_DEVICE")]
-    device: Option<String>,
+    device: Option<crate::config::Device>,
     /// Execution instances per model version [default: sized from the available cores:
     /// ceil(cores / 4), or cores / --intra-threads when that is given; 0 = that default].
     #[arg(long, env = "INFERGATE_INSTANCES")]
@@ -157,7 +157,6 @@ impl ServeArgs {
         set!(c.limits.max_connections, self.max_connections);
         set!(c.engine.intra_threads, self.intra_threads.map(Some));
         set!(c.engine.device, self.device);
-        crate::config::parse_device(&c.engine.device).map_err(|e| anyhow!(e))?;
         set!(c.engine.instances, self.instances.map(Some));
         set!(c.log_format, self.log_format);
         c.dashboard_dir = self.dashboard_dir.or(c.dashboard_dir);

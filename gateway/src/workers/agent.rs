@@ -70,7 +70,7 @@ pub struct WorkerArgs {
     ort_lib: Option<PathBuf>,
     /// Where native ops run: auto, cpu or cuda:N [default: auto].
     #[arg(long, env = "INFERGATE_DEVICE")]
-    device: Option<String>,
+    device: Option<crate::config::Device>,
     /// ONNX Runtime intra-op threads per instance [default: sized from the cores].
     #[arg(long, env = "INFERGATE_INTRA_THREADS")]
     intra_threads: Option<usize>,
@@ -131,8 +131,8 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
         ort_lib: args.ort_lib.clone(),
         ..Config::default()
     };
-    if let Some(device) = &args.device {
-        config.engine.device = device.clone();
+    if let Some(device) = args.device {
+        config.engine.device = device;
     }
     config.engine.intra_threads = args.intra_threads.or(config.engine.intra_threads);
     config.engine.instances = args.instances.or(config.engine.instances);
