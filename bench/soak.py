@@ -98,6 +98,8 @@ def main():
     ap.add_argument("--max-growth-mib", type=float, default=48.0)
     ap.add_argument("--fd-slack", type=int, default=4)
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "soak-out"))
+    ap.add_argument("--only", default="", help="comma-separated traffic kinds to run (default all), "
+                    "e.g. model-churn,keys: to find which kind a memory growth comes with")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
 
@@ -383,6 +385,12 @@ def soak(args, data, pid, addrs):
     workers += [(0, lambda: silent(http, "silent-tls", tls), "silent-tls") for _ in range(SILENT_CONNECTIONS // 2)]
     workers += [(0, lambda: silent(http, "silent-tcp", None), "silent-tcp") for _ in range(SILENT_CONNECTIONS // 4)]
     workers += [(0, lambda: silent(grpc_addr, "silent-grpc", h2), "silent-grpc") for _ in range(SILENT_CONNECTIONS // 4)]
+    if args.only:
+        wanted = set(args.only.split(","))
+        unknown = wanted - {kind for _, _, kind in workers}
+        if unknown:
+            raise SystemExit(f"--only: no traffic kind {sorted(unknown)}")
+        workers = [w for w in workers if w[2] in wanted]
     threads = [threading.Thread(target=paced, args=(stop, period, guarded(kind, fn)), daemon=True)
                for period, fn, kind in workers]
     started = time.monotonic()

@@ -198,7 +198,12 @@ impl InstancePool {
             let scheduler = self.scheduler.clone();
             let spawned = std::thread::Builder::new()
                 .name(format!("instance-{}-{index}", self.scheduler.label))
-                .spawn(move || run_instance(&scheduler));
+                .spawn(move || {
+                    run_instance(&scheduler);
+                    // This instance's session is dropped: give its memory back (crate::heap).
+                    drop(scheduler);
+                    crate::heap::release_free_memory();
+                });
             if let Err(e) = spawned {
                 self.scheduler.queue.lock().pool.threads -= 1;
                 return Err(EngineError::Internal(format!(

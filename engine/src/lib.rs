@@ -9,6 +9,7 @@
 //! - [`postprocess`]: native post-ops a config names (softmax top-k, NMS), adding outputs.
 //! - [`providers`]: ORT execution providers per model (CUDA, TensorRT) with CPU fallback.
 //! - [`runtime`]: the one ONNX Runtime environment of the process.
+//! - [`heap`]: freed memory back to the operating system after sessions are dropped.
 //! - [`session`]: running one ORT session on engine tensors.
 //! - `queue`: the bounded priority queue of a model version.
 //! - `batcher`: which queued requests run together; joining and splitting their tensors.
@@ -24,6 +25,7 @@ mod batcher;
 pub mod config;
 pub mod engine;
 pub mod error;
+pub mod heap;
 mod idle_spin;
 mod instance;
 mod lifecycle;
