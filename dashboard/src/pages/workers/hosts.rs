@@ -101,10 +101,12 @@ pub fn HostTable(
                         <tr class="host" class:selected=is_selected data-worker=id.clone() data-state=f.state.clone()
                             on:click=move |_| selected.set(Some(choose.clone()))>
                             <td data-label="Host">
-                                <button type="button" class="link host-link" title="Show this host's live charts">{id.clone()}</button>
-                                <div class="muted small">{h.advertise.clone()}</div>
+                                <div>
+                                    <button type="button" class="link host-link" title="Show this host's live charts">{id.clone()}</button>
+                                    <div class="muted small">{h.advertise.clone()}</div>
+                                </div>
                             </td>
-                            <td data-label="State" class="host-state"><Badge state=f.state.clone()/></td>
+                            <td data-label="State" class="host-state"><span><Badge state=f.state.clone()/></span></td>
                             <td data-label="Last seen" class="host-seen">{format::age_ms(f.last_seen_ms)}</td>
                             <td data-label="Version">{h.version.clone()}</td>
                             <td data-label="Devices" class="host-devices">{hardware(&h.devices)}</td>
