@@ -387,6 +387,8 @@ async fn events_report_model_state_and_throughput_to_admins() {
                     (&json!("local"), &json!("ready"))
                 );
                 assert_eq!(local["last_seen_ms"], 0);
+                // The address it listens on, the port it bound included.
+                assert_eq!(local["address"], s.addr.trim_start_matches("https://"));
                 assert!(local["rss_bytes"].as_u64().unwrap() > 0, "{local}");
                 assert!(local["cpu_percent"].as_f64().unwrap() >= 0.0, "{local}");
                 let rate = local["requests_per_s"].as_f64().unwrap();

@@ -186,7 +186,7 @@ fn local_view(state: &AppState) -> WorkerView {
     WorkerView {
         info: WorkerInfo {
             id: LOCAL.to_owned(),
-            advertise: state.config.listen.to_string(),
+            advertise: state.workers.local_address(state.config.listen),
             version: env!("CARGO_PKG_VERSION").to_owned(),
             devices: super::host::devices(),
         },
