@@ -12,6 +12,9 @@ use std::collections::BTreeMap;
 
 const RANGE_S: u64 = 300;
 
+/// A chart line: its label, its colour class and where its values are in [`Series`].
+type LineSpec = (&'static str, &'static str, fn(&Series) -> &Vec<f64>);
+
 /// Requests on an axis: whole numbers, halves where the axis ends at 1.
 fn count(v: f64) -> String {
     if v.fract() == 0.0 {
@@ -37,7 +40,7 @@ pub fn HostDetail(
         key.with_value(|id| live.with(|l| l.get(id).cloned().unwrap_or_default()))
     });
     let times = Signal::derive(move || series.with(|s| s.t.clone()));
-    let lines = move |spec: Vec<(&'static str, &'static str, fn(&Series) -> &Vec<f64>)>| {
+    let lines = move |spec: Vec<LineSpec>| {
         Signal::derive(move || {
             series.with(|s| {
                 spec.iter()
