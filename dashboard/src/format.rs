@@ -71,3 +71,14 @@ pub fn rate(v: f64) -> String {
 pub fn percent(fraction: f64) -> String {
     format!("{:.1}%", fraction * 100.0)
 }
+
+/// "now", "1.4 s ago", "3 min ago" for an age in milliseconds.
+pub fn age_ms(ms: u64) -> String {
+    match ms {
+        0..=499 => "now".into(),
+        500..=9_999 => format!("{:.1} s ago", ms as f64 / 1000.0),
+        10_000..=59_999 => format!("{} s ago", ms / 1000),
+        60_000..=3_599_999 => format!("{} min ago", ms / 60_000),
+        _ => format!("{} h ago", ms / 3_600_000),
+    }
+}

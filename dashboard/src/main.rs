@@ -3,6 +3,7 @@
 
 mod api;
 mod chart;
+mod events;
 mod format;
 mod pages;
 mod session;

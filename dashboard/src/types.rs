@@ -162,3 +162,128 @@ pub struct ModelStats {
 pub struct StatsList {
     pub model_stats: Vec<ModelStats>,
 }
+
+/// A host's hardware as it told the manager when it joined (`GET /api/workers`).
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct Devices {
+    pub cpu_model: String,
+    pub cores: u32,
+    pub ram_bytes: u64,
+    pub gpus: Vec<GpuDevice>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct GpuDevice {
+    pub name: String,
+    pub memory_bytes: u64,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct GpuUsage {
+    pub memory_used_bytes: u64,
+    pub utilisation_percent: f64,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+pub struct LoadedModel {
+    pub name: String,
+    pub version: u64,
+}
+
+/// What a worker said in its last heartbeat.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct WorkerReport {
+    pub models: Vec<LoadedModel>,
+    pub in_flight: u64,
+    pub queued: u64,
+    pub requests_per_s: f64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub cpu_percent: f64,
+    pub rss_bytes: u64,
+    pub gpus: Vec<GpuUsage>,
+}
+
+/// One host: a worker, or the server's own engine (`local`).
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+pub struct WorkerHost {
+    pub id: String,
+    pub advertise: String,
+    #[serde(default)]
+    pub version: String,
+    #[serde(default)]
+    pub devices: Devices,
+    /// ready, draining or lost, as the manager judges it.
+    pub state: String,
+    /// The age of its last heartbeat on the manager's clock.
+    #[serde(default)]
+    pub last_seen_ms: u64,
+    #[serde(default)]
+    pub report: WorkerReport,
+    #[serde(default)]
+    pub outstanding: u64,
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+pub struct WorkerList {
+    pub workers: Vec<WorkerHost>,
+}
+
+/// One worker in a `/v2/events` tick: the manager's judgement (`state`, `last_seen_ms`,
+/// `outstanding`) and what the worker measured over its last heartbeat interval (`None` while
+/// it is lost, and the percentiles in an interval without requests).
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+pub struct WorkerFigures {
+    pub id: String,
+    pub state: String,
+    #[serde(default)]
+    pub last_seen_ms: u64,
+    #[serde(default)]
+    pub outstanding: u64,
+    #[serde(default)]
+    pub models: Option<Vec<LoadedModel>>,
+    #[serde(default)]
+    pub in_flight: Option<u64>,
+    #[serde(default)]
+    pub queued: Option<u64>,
+    #[serde(default)]
+    pub requests_per_s: Option<f64>,
+    #[serde(default)]
+    pub p50_ms: Option<f64>,
+    #[serde(default)]
+    pub p99_ms: Option<f64>,
+    #[serde(default)]
+    pub cpu_percent: Option<f64>,
+    #[serde(default)]
+    pub rss_bytes: Option<u64>,
+    #[serde(default)]
+    pub gpus: Option<Vec<GpuUsage>>,
+}
+
+impl WorkerFigures {
+    /// The same figures from `/api/workers`, before the first tick arrives.
+    pub fn from_host(h: &WorkerHost) -> WorkerFigures {
+        let live = h.state != "lost";
+        let r = &h.report;
+        let measured = |v: f64| (live && r.requests_per_s > 0.0).then_some(v);
+        WorkerFigures {
+            id: h.id.clone(),
+            state: h.state.clone(),
+            last_seen_ms: h.last_seen_ms,
+            outstanding: h.outstanding,
+            models: live.then(|| r.models.clone()),
+            in_flight: live.then_some(r.in_flight),
+            queued: live.then_some(r.queued),
+            requests_per_s: live.then_some(r.requests_per_s),
+            p50_ms: measured(r.p50_ms),
+            p99_ms: measured(r.p99_ms),
+            cpu_percent: live.then_some(r.cpu_percent),
+            rss_bytes: live.then_some(r.rss_bytes),
+            gpus: live.then(|| r.gpus.clone()),
+        }
+    }
+}

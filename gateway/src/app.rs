@@ -127,6 +127,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         tls: tls.clone(),
     };
     let addr = listener.local_addr()?;
+    state.workers.set_local_address(addr);
     let scheme = if config.insecure_http {
         "http"
     } else {

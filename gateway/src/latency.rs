@@ -184,6 +184,20 @@ impl Counts {
         self.0.iter().sum()
     }
 
+    /// Adds `other`'s requests (another version's, for a whole engine's percentiles).
+    pub fn add(&mut self, other: &Counts) {
+        if self.0.len() < other.0.len() {
+            self.0.resize(other.0.len(), 0);
+        }
+        for (sum, n) in self.0.iter_mut().zip(&other.0) {
+            *sum += n;
+        }
+    }
+
+    pub fn empty() -> Counts {
+        Counts(vec![0; BUCKETS])
+    }
+
     /// The `q`-quantile (0 < q ≤ 1) in milliseconds, `None` when no request was counted.
     pub fn quantile_ms(&self, q: f64) -> Option<f64> {
         let total = self.total();
@@ -226,6 +240,24 @@ mod tests {
             let got = c.quantile_ms(q).unwrap();
             assert!((got / exact - 1.0).abs() < 0.1, "q{q}: {got} vs {exact}");
         }
+    }
+
+    #[test]
+    fn versions_add_up_to_one_engine_s_percentiles() {
+        let h = LatencyHistograms::default();
+        for _ in 0..90 {
+            h.record("a", "1", 200, ms(2.0));
+        }
+        for _ in 0..10 {
+            h.record("b", "1", 200, ms(500.0));
+        }
+        let mut all = Counts::empty();
+        assert_eq!(all.quantile_ms(0.5), None);
+        all.add(&h.counts("a", "1").unwrap());
+        all.add(&h.counts("b", "1").unwrap());
+        assert_eq!(all.total(), 100);
+        assert!((all.quantile_ms(0.5).unwrap() / 2.0 - 1.0).abs() < 0.1);
+        assert!((all.quantile_ms(0.99).unwrap() / 500.0 - 1.0).abs() < 0.1);
     }
 
     #[test]

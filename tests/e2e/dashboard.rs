@@ -18,7 +18,7 @@ fn repo() -> PathBuf {
         .to_path_buf()
 }
 
-fn dist() -> PathBuf {
+pub(crate) fn dist() -> PathBuf {
     let dir = repo().join("dashboard/dist");
     assert!(
         dir.join("index.html").is_file(),
@@ -117,7 +117,7 @@ fn text_image(lines: &[&str], out: &Path) {
 const PICK: &str = "const s = document.querySelector('#pg-model'); s.value = arguments[0]; \
     s.dispatchEvent(new Event('change'));";
 
-fn screenshots() -> PathBuf {
+pub(crate) fn screenshots() -> PathBuf {
     let dir = repo().join("target/dashboard-screenshots");
     std::fs::create_dir_all(&dir).unwrap();
     dir
@@ -126,7 +126,7 @@ fn screenshots() -> PathBuf {
 /// Console errors that are not the expected answers to the test's own bad requests (the
 /// wrong key, the garbage upload, the refused delete) or to probes for endpoints this server
 /// lacks.
-fn unexpected(logs: Vec<String>) -> Vec<String> {
+pub(crate) fn unexpected(logs: Vec<String>) -> Vec<String> {
     logs.into_iter()
         .filter(|l| {
             !(l.contains("Failed to load resource")

@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::{self, Message};
 
-type Ws =
+pub type Ws =
     tokio_tungstenite::WebSocketStream<tokio_rustls::client::TlsStream<tokio::net::TcpStream>>;
 type Handshake = http::Response<Option<Vec<u8>>>;
 
@@ -363,11 +363,43 @@ async fn events_report_model_state_and_throughput_to_admins() {
     }
     let mut loaded = false;
     let mut served = 0.0;
+    // The all-in-one server's own engine is the worker `local`, announced once.
+    let mut local_announced = 0;
+    let mut local_served = 0.0;
     for _ in 0..10 {
         let f = next_json(&mut ws).await;
         match f["type"].as_str().unwrap() {
             "model_state" => loaded |= f["model"] == "cls" && f["state"] == "loaded",
+            "worker_state" => {
+                assert_eq!(
+                    (&f["worker"], &f["state"], &f["previous"]),
+                    (&json!("local"), &json!("ready"), &Value::Null),
+                    "{f}"
+                );
+                local_announced += 1;
+            }
             "tick" => {
+                let workers = f["workers"].as_array().unwrap();
+                assert_eq!(workers.len(), 1, "{f}");
+                let local = &workers[0];
+                assert_eq!(
+                    (&local["id"], &local["state"]),
+                    (&json!("local"), &json!("ready"))
+                );
+                assert_eq!(local["last_seen_ms"], 0);
+                // The address it listens on, the port it bound included.
+                assert_eq!(local["address"], s.addr.trim_start_matches("https://"));
+                assert!(local["rss_bytes"].as_u64().unwrap() > 0, "{local}");
+                assert!(local["cpu_percent"].as_f64().unwrap() >= 0.0, "{local}");
+                let rate = local["requests_per_s"].as_f64().unwrap();
+                if rate > 0.0 {
+                    // Alone, the gateway's percentiles are the local engine's.
+                    let p50 = local["p50_ms"]
+                        .as_f64()
+                        .expect("p50 in a second with requests");
+                    assert!(local["p99_ms"].as_f64().unwrap() >= p50, "{local}");
+                }
+                local_served += rate;
                 let m = &f["models"][0];
                 assert_eq!(m["model"], "cls");
                 // No budget was set and the native ops run on the CPU here.
@@ -389,6 +421,11 @@ async fn events_report_model_state_and_throughput_to_admins() {
         }
     }
     assert!(loaded && served > 0.0, "loaded {loaded}, served {served}");
+    assert_eq!(local_announced, 1);
+    assert!(
+        local_served > 0.0,
+        "the local worker's rate: {local_served}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -904,3 +904,267 @@ async fn a_model_whose_copy_falls_behind_is_loaded_on_one_more_worker() {
     }
     assert_eq!(named.len(), 2, "grants named {named:?}");
 }
+
+/// The next `/v2/events` frame that `wanted` accepts, reading at most 40 frames (a tick a
+/// second, plus events).
+async fn frame_where(
+    ws: &mut crate::websocket::Ws,
+    what: &str,
+    wanted: impl Fn(&Value) -> bool,
+) -> Value {
+    for _ in 0..40 {
+        let f = crate::websocket::next_json(ws).await;
+        if wanted(&f) {
+            return f;
+        }
+    }
+    panic!("no frame with {what} among 40");
+}
+
+/// The next `worker_state` event for worker `id`: (state, previous).
+async fn next_state(ws: &mut crate::websocket::Ws, id: &str) -> (Value, Value) {
+    let f = frame_where(ws, &format!("a worker_state for {id}"), |f| {
+        f["type"] == "worker_state" && f["worker"] == id
+    })
+    .await;
+    (f["state"].clone(), f["previous"].clone())
+}
+
+/// A manager without an engine of its own, minilm registered, and fast heartbeats (a worker is
+/// lost after 3 × 0.5 s without one). Keep the config directory as long as the server.
+fn fast_manager(extra: &[String]) -> (tempfile::TempDir, tempfile::TempDir, Server) {
+    let config_dir = tempfile::tempdir().unwrap();
+    let config = config_dir.path().join("infergate.toml");
+    std::fs::write(&config, "[cluster]\nheartbeat_ms = 500\n").unwrap();
+    let mut args = vec!["--config".to_owned(), config.display().to_string()];
+    args.extend_from_slice(extra);
+    let (data, s) = manager(&[("minilm", "minilm.onnx")], &args);
+    (config_dir, data, s)
+}
+
+/// This worker in a tick.
+fn in_tick<'a>(tick: &'a Value, id: &str) -> Option<&'a Value> {
+    tick["workers"].as_array()?.iter().find(|w| w["id"] == id)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_follow_a_worker_that_joins_serves_is_lost_and_removed() {
+    let (_config, data, s) = fast_manager(&[]);
+    let key = s.key("infer");
+    let (mut ws, _) = crate::websocket::connect(&s, "/v2/events", &[("x-api-key", &s.admin_key)])
+        .await
+        .unwrap();
+    let is_tick = |f: &Value| f["type"] == "tick";
+    // A manager without a local engine and no worker yet: nobody to list.
+    let first = frame_where(&mut ws, "a tick", is_tick).await;
+    assert_eq!(first["workers"], json!([]), "{first}");
+
+    let dirs = tempfile::tempdir().unwrap();
+    let mut worker = Worker::start(&s.addr, &token(data.path()), &dirs.path().join("w"));
+    let joined = frame_where(&mut ws, "a worker_state", |f| f["type"] == "worker_state").await;
+    let id = std::fs::read_to_string(dirs.path().join("w/worker-id")).unwrap();
+    assert_eq!(joined["worker"], id.as_str(), "{joined}");
+    assert_eq!(
+        (&joined["state"], &joined["previous"]),
+        (&json!("ready"), &Value::Null)
+    );
+    let listed = workers(&s).await;
+    assert_eq!(joined["address"], listed[0]["advertise"], "{listed:#?}");
+    assert!(joined["time_ms"].as_u64().unwrap() > 0);
+
+    // Requests through the manager: the worker's heartbeats carry them into the ticks.
+    let mut measured = None;
+    for _ in 0..40 {
+        infer(&s, &key).await.expect("an answer from the worker");
+        let tick = frame_where(&mut ws, "a tick", is_tick).await;
+        let w = in_tick(&tick, &id)
+            .expect("the worker in every tick")
+            .clone();
+        assert_eq!(w["state"], "ready", "{w}");
+        // Ready means heard from within the three intervals, on the manager's clock.
+        assert!(w["last_seen_ms"].as_u64().unwrap() < 1500, "{w}");
+        assert!(
+            w["rss_bytes"].as_u64().is_some() && w["in_flight"].as_u64().is_some(),
+            "{w}"
+        );
+        if w["requests_per_s"].as_f64().unwrap() > 0.0 {
+            measured = Some(w);
+            break;
+        }
+    }
+    let w = measured.expect("a tick with the worker's request rate");
+    let p50 = w["p50_ms"].as_f64().expect("p50 with requests");
+    assert!(p50 > 0.0 && w["p99_ms"].as_f64().unwrap() >= p50, "{w}");
+    assert!(w["rss_bytes"].as_u64().unwrap() > 0, "{w}");
+    assert!(w["cpu_percent"].as_f64().unwrap() >= 0.0, "{w}");
+    assert_eq!(
+        w["models"],
+        json!([{"name": "minilm", "version": 1}]),
+        "{w}"
+    );
+
+    // kill -9: no more heartbeats; three missed intervals later the manager calls it lost.
+    worker.kill9();
+    assert_eq!(
+        next_state(&mut ws, &id).await,
+        (json!("lost"), json!("ready"))
+    );
+    let tick = frame_where(&mut ws, "a tick", is_tick).await;
+    let w = in_tick(&tick, &id).expect("a lost worker stays listed");
+    assert_eq!(w["state"], "lost");
+    assert!(w["last_seen_ms"].as_u64().unwrap() >= 1500, "{w}");
+    for stale in [
+        "requests_per_s",
+        "p50_ms",
+        "cpu_percent",
+        "in_flight",
+        "models",
+    ] {
+        assert!(w[stale].is_null(), "{stale} of a lost worker: {w}");
+    }
+    assert_eq!(w["outstanding"], 0);
+
+    // Removed by an operator: announced, and gone from the ticks.
+    let r = s
+        .client
+        .delete(s.url(&format!("/api/workers/{id}")))
+        .bearer_auth(&s.admin_key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        next_state(&mut ws, &id).await,
+        (json!("removed"), json!("lost"))
+    );
+    let tick = frame_where(&mut ws, "a tick", is_tick).await;
+    assert_eq!(tick["workers"], json!([]), "{tick}");
+}
+
+/// The Workers page in a real browser: a manager (no engine of its own) and two live workers,
+/// one killed with kill -9; the page shows that one lost and the other ready, and a host's
+/// detail charts its ticks. Screenshots go with the dashboard test's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dashboard_shows_live_workers_and_a_killed_one_as_lost() {
+    let (chromium, chromedriver) = crate::webdriver::browser_binaries();
+    let dist = crate::dashboard::dist();
+    let (_config, data, s) = fast_manager(&["--dashboard-dir".into(), dist.display().to_string()]);
+    let secret = token(data.path());
+    let dirs = tempfile::tempdir().unwrap();
+    let a = Worker::start(&s.addr, &secret, &dirs.path().join("a"));
+    let b = Worker::start(&s.addr, &secret, &dirs.path().join("b"));
+    until(&s, Duration::from_secs(10), "two ready workers", |l| {
+        l.len() == 2 && l.iter().all(|w| w["state"] == "ready")
+    })
+    .await;
+    // One request loads the model on one of them: that one serves and is charted, the other
+    // is killed.
+    let key = s.key("infer");
+    infer(&s, &key).await.expect("an answer");
+    let serving = holding_the_model(&s).await;
+    let id_a = std::fs::read_to_string(dirs.path().join("a/worker-id")).unwrap();
+    let (mut idle, idle_dir) = if serving == id_a { (b, "b") } else { (a, "a") };
+    let killed = std::fs::read_to_string(dirs.path().join(idle_dir).join("worker-id")).unwrap();
+
+    let cert = std::fs::read_to_string(s.data.join("tls/cert.pem")).unwrap();
+    let driver = crate::webdriver::Driver::start(&chromedriver).await;
+    let browser = driver
+        .session(&chromium, &crate::webdriver::spki_sha256(&cert))
+        .await;
+    let shots = crate::dashboard::screenshots();
+    browser.set_viewport(1400, 900).await;
+    browser.goto(&format!("{}/workers", s.addr)).await;
+    browser.type_into("#api-key", &s.admin_key).await;
+    browser.click("#sign-in").await;
+    browser
+        .wait_text(".page-header h1", |t| t == "Workers")
+        .await;
+    let row = |id: &str| format!("#hosts-table tr.host[data-worker='{id}']");
+    for w in [&serving, &killed] {
+        browser
+            .wait_text(&format!("{} .host-state", row(w)), |t| t == "ready")
+            .await;
+    }
+    let table = browser
+        .wait_text("#hosts-table", |t| t.contains("minilm v1"))
+        .await;
+    let version = workers(&s).await[0]["version"].as_str().unwrap().to_owned();
+    for shown in ["Last seen", "core", "RAM", "127.0.0.1:", &version] {
+        assert!(
+            table.contains(shown),
+            "'{shown}' missing from the hosts table:\n{table}"
+        );
+    }
+    browser
+        .screenshot(&shots.join("10-workers-hosts.png"))
+        .await;
+
+    // A host's detail: its live charts fill from the events ticks while requests flow (at most
+    // 200 of them, one after another).
+    browser
+        .click(&format!("{} .host-link", row(&serving)))
+        .await;
+    browser
+        .wait_text(&format!(".host-detail[data-worker='{serving}'] h2"), |t| {
+            t == serving
+        })
+        .await;
+    let charts = browser
+        .script(
+            "return document.querySelectorAll('.host-detail figure.chart').length",
+            json!([]),
+        )
+        .await;
+    assert_eq!(charts, json!(5));
+    let traffic = {
+        let (client, url) = (s.client.clone(), s.url("/v2/models/minilm/infer"));
+        tokio::spawn(async move {
+            for _ in 0..200 {
+                infer_at(&client, &url, &key).await.expect("an answer");
+            }
+        })
+    };
+    browser
+        .wait_text(".host-detail .chart .legend-value", |t| {
+            t.ends_with("/s") && t != "0.0/s"
+        })
+        .await;
+    traffic.abort();
+    match traffic.await {
+        Ok(()) => {}
+        Err(e) if e.is_cancelled() => {}
+        Err(e) => panic!("a request failed while the detail was open: {e}"),
+    }
+    browser
+        .screenshot(&shots.join("10b-workers-host-detail.png"))
+        .await;
+
+    // kill -9 one worker: three missed heartbeats later the page shows it lost, the other ready.
+    idle.kill9();
+    browser
+        .wait_text(&format!("{} .host-state", row(&killed)), |t| t == "lost")
+        .await;
+    assert_eq!(
+        browser
+            .text_of(&format!("{} .host-state", row(&serving)))
+            .await
+            .as_deref(),
+        Some("ready")
+    );
+    let lost_row = browser.text_of(&row(&killed)).await.unwrap_or_default();
+    assert!(
+        lost_row.contains("s ago"),
+        "last-seen age of a lost worker: {lost_row}"
+    );
+    browser
+        .wait_text(".host-feed", |t| {
+            t.contains(&killed) && t.contains("ready → lost")
+        })
+        .await;
+    browser
+        .screenshot(&shots.join("10c-workers-lost.png"))
+        .await;
+    let errors = crate::dashboard::unexpected(browser.severe_logs().await);
+    assert!(errors.is_empty(), "console errors: {errors:#?}");
+    browser.close().await;
+}

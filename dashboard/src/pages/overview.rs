@@ -15,8 +15,6 @@ use crate::widgets::{ErrorBox, PageHeader};
 use leptos::prelude::*;
 use serde_json::Value;
 use std::collections::BTreeMap;
-use wasm_bindgen::prelude::*;
-use wasm_bindgen::JsCast;
 
 /// The most the server keeps, and so the most the page holds.
 const KEEP: usize = 3600;
@@ -839,36 +837,14 @@ fn memory_text(memory: Option<Value>) -> String {
     }
 }
 
-/// Opens `/v2/events` (admin scope; the key offered as a subprotocol next to `infergate.v1`)
-/// for the memory figures of its ticks.
+/// Opens `/v2/events` for the memory figures of its ticks.
 fn connect_memory(
     memory: RwSignal<Option<Value>>,
     alive: StoredValue<bool>,
 ) -> Option<web_sys::WebSocket> {
-    let origin = web_sys::window()
-        .and_then(|w| w.location().origin().ok())
-        .unwrap_or_default();
-    let url = format!("{}/v2/events", origin.replacen("http", "ws", 1));
-    let key = session::stored_key().unwrap_or_default();
-    let protocols = js_sys::Array::of2(&"infergate.v1".into(), &key.into());
-    let ws = web_sys::WebSocket::new_with_str_sequence(&url, &protocols).ok()?;
-    let ws_msg = ws.clone();
-    let on_message =
-        Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |e: web_sys::MessageEvent| {
-            if !is_alive(alive) {
-                let _ = ws_msg.close();
-                return;
-            }
-            let Some(text) = e.data().as_string() else {
-                return;
-            };
-            if let Ok(v) = serde_json::from_str::<Value>(&text) {
-                if v["type"] == "tick" {
-                    memory.set(Some(v["memory"].clone()));
-                }
-            }
-        });
-    ws.set_onmessage(Some(on_message.as_ref().unchecked_ref()));
-    on_message.forget();
-    Some(ws)
+    crate::events::open(alive, move |v| {
+        if v["type"] == "tick" {
+            memory.set(Some(v["memory"].clone()));
+        }
+    })
 }

@@ -14,6 +14,21 @@
 //! "model", "version", "state", "reason"}` (loaded, loading, unloaded, failed; registered and
 //! removed versions included; `time_ms` is the server's clock).
 //!
+//! Workers (issue 14; the local engine of a server that runs one is the worker `local`): the
+//! tick's `"workers": [{"id", "address", "state", "last_seen_ms", "outstanding", "models",
+//! "in_flight", "queued", "requests_per_s", "p50_ms", "p99_ms", "cpu_percent", "rss_bytes",
+//! "gpus"}]`. `state` is ready, draining or lost as the manager judges it; `last_seen_ms` is
+//! the age of its last heartbeat on the manager's clock; `outstanding` counts the manager's
+//! requests there. The rest is what the worker measured over its last heartbeat interval
+//! (`p50_ms`/`p99_ms` null in one without requests), and all of it null while the worker is
+//! lost. For `local` they are this second's: requests the engine ran, this process's CPU (% of
+//! one core) and memory, and the gateway's percentiles while no worker shares the traffic (null
+//! once one does: they would mix in the workers' requests). And, when a worker joins, changes
+//! state or leaves, `{"type": "worker_state", "time_ms", "worker", "address", "state",
+//! "previous"}`: `state` ready, draining, lost or removed (removed by an operator or
+//! deregistered after draining); `previous` null for a worker first seen (joined, or already
+//! there when the connection opened).
+//!
 //! The client has nothing to send; what it sends anyway costs what it costs on `/v2/stream`:
 //! control frames beyond that endpoint's allowance close the connection with 1008, a frame
 //! over `[websocket] max_message_bytes` with 1009 before its payload is read.
@@ -26,11 +41,17 @@ use crate::error::{ApiError, ApiResult};
 use crate::history::{now_ms, state_name};
 use crate::latency::{Counts, StatusCounts};
 use crate::state::{model_key, AppState};
+use crate::workers::api::listing;
+use crate::workers::host::CpuSampler;
+use crate::workers::manager::LOCAL;
 use axum::extract::ws::{close_code, CloseFrame, Message, Utf8Bytes, WebSocket, WebSocketUpgrade};
 use axum::extract::State;
 use axum::response::Response;
 use futures_util::{SinkExt, StreamExt};
 use http::HeaderMap;
+use infergate_cluster::liveness::WorkerState;
+use infergate_cluster::messages::Report;
+use infergate_cluster::registry::WorkerView;
 use infergate_engine::kernels::device::pool::PoolStats;
 use infergate_engine::ModelStats;
 use serde_json::{json, Value};
@@ -62,8 +83,14 @@ struct Reading {
 
 type Versions = BTreeMap<(String, u64), Reading>;
 
-fn snapshot(state: &AppState) -> Versions {
-    state
+/// What one tick reads: every model version and every worker (the local engine included).
+struct Snapshot {
+    versions: Versions,
+    workers: BTreeMap<String, WorkerView>,
+}
+
+fn snapshot(state: &AppState) -> Snapshot {
+    let versions = state
         .catalog
         .all()
         .iter()
@@ -85,69 +112,113 @@ fn snapshot(state: &AppState) -> Versions {
             };
             ((r.name.clone(), r.version), reading)
         })
-        .collect()
+        .collect();
+    let workers = listing(state)
+        .into_iter()
+        .map(|w| (w.info.id.clone(), w))
+        .collect();
+    Snapshot { versions, workers }
 }
 
-/// The frames for one second: state changes first, then the tick.
-fn frames(state: &AppState, before: &Versions, now: &Versions, seconds: f64) -> Vec<Value> {
+/// The frames for one second: state changes first, then the tick. `local_cpu_percent`: this
+/// process's CPU over the second, the local engine's figure.
+fn frames(
+    state: &AppState,
+    before: &Snapshot,
+    now: &Snapshot,
+    seconds: f64,
+    local_cpu_percent: f64,
+) -> Vec<Value> {
     let mut out = Vec::new();
     let time_ms = now_ms();
-    for ((model, version), reading) in now {
+    for ((model, version), reading) in &now.versions {
         let changed = before
+            .versions
             .get(&(model.clone(), *version))
             .is_none_or(|old| old.state != reading.state);
         if changed {
             out.push(json!({"type": "model_state", "time_ms": time_ms, "model": model, "version": version, "state": reading.state, "reason": reading.reason}));
         }
     }
-    for (model, version) in before.keys().filter(|k| !now.contains_key(*k)) {
+    for (model, version) in before
+        .versions
+        .keys()
+        .filter(|k| !now.versions.contains_key(*k))
+    {
         out.push(json!({"type": "model_state", "time_ms": time_ms, "model": model, "version": version, "state": "removed", "reason": null}));
     }
-    let models: Vec<Value> = now
-        .iter()
-        .map(|((model, version), reading)| {
-            let zero = ModelStats::default();
-            // A version first seen at this tick (the connection's first tick included) has no
-            // window yet: its counters since start are not one second's worth.
-            let earlier = before.get(&(model.clone(), *version));
-            let old = earlier.map(|v| v.stats.clone().unwrap_or_default());
-            let new = reading.stats.as_ref().unwrap_or(&zero);
-            let window = earlier.and_then(|e| {
-                let now = reading.latency.as_ref()?;
-                Some(now.since(e.latency.as_ref()))
-            });
-            let quantile = |q: f64| window.as_ref().and_then(|w| w.quantile_ms(q));
-            let answers = earlier.and_then(|e| {
-                let now = reading.statuses.as_ref()?;
-                Some(now.since(e.statuses.as_ref()))
-            });
-            let errors = |range: std::ops::Range<u16>| {
-                answers.as_ref().map_or(0, |a| a.in_range(range)) as f64 / seconds
+    out.extend(worker_states(&before.workers, &now.workers, time_ms));
+    // The local engine's whole second: requests it ran, and their latencies.
+    let mut local_done = 0u64;
+    let mut local_window = Counts::empty();
+    let mut models = Vec::new();
+    for ((model, version), reading) in &now.versions {
+        let zero = ModelStats::default();
+        // A version first seen at this tick (the connection's first tick included) has no
+        // window yet: its counters since start are not one second's worth.
+        let earlier = before.versions.get(&(model.clone(), *version));
+        let old = earlier.map(|v| v.stats.clone().unwrap_or_default());
+        let new = reading.stats.as_ref().unwrap_or(&zero);
+        let window = earlier.and_then(|e| {
+            let now = reading.latency.as_ref()?;
+            Some(now.since(e.latency.as_ref()))
+        });
+        if let Some(w) = &window {
+            local_window.add(w);
+        }
+        let quantile = |q: f64| window.as_ref().and_then(|w| w.quantile_ms(q));
+        let answers = earlier.and_then(|e| {
+            let now = reading.statuses.as_ref()?;
+            Some(now.since(e.statuses.as_ref()))
+        });
+        let errors = |range: std::ops::Range<u16>| {
+            answers.as_ref().map_or(0, |a| a.in_range(range)) as f64 / seconds
+        };
+        let old = old.as_ref().unwrap_or(new);
+        let done = new.success.count.saturating_sub(old.success.count);
+        local_done += done;
+        let failed = new.fail.count.saturating_sub(old.fail.count);
+        let avg_ms = |ns_new: u64, ns_old: u64| {
+            (done > 0).then(|| ns_new.saturating_sub(ns_old) as f64 / done as f64 / 1e6)
+        };
+        let key = infergate_engine::ModelKey {
+            name: model.clone(),
+            version: *version,
+        };
+        models.push(json!({
+            "model": model,
+            "version": version,
+            "state": reading.state,
+            "in_flight": state.engine.in_flight(&key),
+            "requests_per_s": done as f64 / seconds,
+            "failures_per_s": failed as f64 / seconds,
+            "client_errors_per_s": errors(400..500),
+            "server_errors_per_s": errors(500..600),
+            "avg_latency_ms": avg_ms(new.success.ns, old.success.ns),
+            "avg_queue_ms": avg_ms(new.queue.ns, old.queue.ns),
+            "p50_ms": quantile(0.5),
+            "p99_ms": quantile(0.99),
+        }));
+    }
+    // The gateway's latency histograms count every request it answered, wherever it ran: they
+    // are the local engine's only while no worker shares the traffic.
+    let alone = now.workers.keys().all(|id| id == LOCAL);
+    let local = Figures {
+        requests_per_s: local_done as f64 / seconds,
+        p50_ms: local_window.quantile_ms(0.5).filter(|_| alone),
+        p99_ms: local_window.quantile_ms(0.99).filter(|_| alone),
+        cpu_percent: local_cpu_percent,
+    };
+    let workers: Vec<Value> = now
+        .workers
+        .values()
+        .map(|w| {
+            let figures = if w.info.id == LOCAL {
+                local
+            } else {
+                Figures::reported(&w.report)
             };
-            let old = old.as_ref().unwrap_or(new);
-            let done = new.success.count.saturating_sub(old.success.count);
-            let failed = new.fail.count.saturating_sub(old.fail.count);
-            let avg_ms = |ns_new: u64, ns_old: u64| {
-                (done > 0).then(|| ns_new.saturating_sub(ns_old) as f64 / done as f64 / 1e6)
-            };
-            let key = infergate_engine::ModelKey {
-                name: model.clone(),
-                version: *version,
-            };
-            json!({
-                "model": model,
-                "version": version,
-                "state": reading.state,
-                "in_flight": state.engine.in_flight(&key),
-                "requests_per_s": done as f64 / seconds,
-                "failures_per_s": failed as f64 / seconds,
-                "client_errors_per_s": errors(400..500),
-                "server_errors_per_s": errors(500..600),
-                "avg_latency_ms": avg_ms(new.success.ns, old.success.ns),
-                "avg_queue_ms": avg_ms(new.queue.ns, old.queue.ns),
-                "p50_ms": quantile(0.5),
-                "p99_ms": quantile(0.99),
-            })
+            worker_figures(w, figures)
         })
         .collect();
     out.push(json!({
@@ -156,8 +227,80 @@ fn frames(state: &AppState, before: &Versions, now: &Versions, seconds: f64) -> 
         "websocket_connections": state.drain.open_streams(),
         "memory": memory(state),
         "models": models,
+        "workers": workers,
     }));
     out
+}
+
+/// `worker_state` frames: a worker first seen (joined, or already there when the connection
+/// opened: `previous` is null), one whose state changed, one no longer listed (`removed`).
+fn worker_states(
+    before: &BTreeMap<String, WorkerView>,
+    now: &BTreeMap<String, WorkerView>,
+    time_ms: u64,
+) -> Vec<Value> {
+    let event = |w: &WorkerView, state: &str, previous: Option<WorkerState>| json!({"type": "worker_state", "time_ms": time_ms, "worker": w.info.id, "address": w.info.advertise, "state": state, "previous": previous.map(WorkerState::as_str)});
+    let mut out: Vec<Value> = now
+        .values()
+        .filter_map(|w| {
+            let previous = before.get(&w.info.id).map(|old| old.state);
+            (previous != Some(w.state)).then(|| event(w, w.state.as_str(), previous))
+        })
+        .collect();
+    out.extend(
+        before
+            .values()
+            .filter(|w| !now.contains_key(&w.info.id))
+            .map(|w| event(w, "removed", Some(w.state))),
+    );
+    out
+}
+
+/// A worker's rate, percentiles and CPU for a tick.
+#[derive(Clone, Copy)]
+struct Figures {
+    requests_per_s: f64,
+    p50_ms: Option<f64>,
+    p99_ms: Option<f64>,
+    cpu_percent: f64,
+}
+
+impl Figures {
+    /// What a worker measured over its last heartbeat interval (no percentiles in an interval
+    /// without requests).
+    fn reported(r: &Report) -> Figures {
+        let measured = |v: f64| (r.requests_per_s > 0.0).then_some(v);
+        Figures {
+            requests_per_s: r.requests_per_s,
+            p50_ms: measured(r.p50_ms),
+            p99_ms: measured(r.p99_ms),
+            cpu_percent: r.cpu_percent,
+        }
+    }
+}
+
+/// One worker in a tick. A lost worker's last report says nothing about now: its reported
+/// figures are null (the manager's own count of requests outstanding there stays).
+fn worker_figures(w: &WorkerView, f: Figures) -> Value {
+    let live = w.state != WorkerState::Lost;
+    let r = &w.report;
+    let now = |v: Value| if live { v } else { Value::Null };
+    json!({
+        "id": w.info.id,
+        "address": w.info.advertise,
+        "state": w.state.as_str(),
+        "last_seen_ms": w.last_seen_ms,
+        "outstanding": w.outstanding,
+        "models": now(json!(r.models)),
+        "in_flight": now(json!(r.in_flight)),
+        "queued": now(json!(r.queued)),
+        "requests_per_s": now(json!(f.requests_per_s)),
+        "p50_ms": now(json!(f.p50_ms)),
+        "p99_ms": now(json!(f.p99_ms)),
+        "cpu_percent": now(json!(f.cpu_percent)),
+        "rss_bytes": now(json!(r.rss_bytes)),
+        "gpus": now(json!(r.gpus)),
+    })
 }
 
 /// Host memory reserved by loaded model instances (and the budget, null when unlimited), and
@@ -190,7 +333,11 @@ async fn events(state: Arc<AppState>, socket: WebSocket) {
     let (mut sink, mut incoming) = socket.split();
     let mut ticker = tokio::time::interval(Duration::from_secs(1));
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut before = Versions::new();
+    let mut before = Snapshot {
+        versions: Versions::new(),
+        workers: BTreeMap::new(),
+    };
+    let mut cpu = CpuSampler::new();
     let mut last = tokio::time::Instant::now();
     let mut control = ControlBudget::new();
     let draining = state.drain.signal();
@@ -201,7 +348,7 @@ async fn events(state: Arc<AppState>, socket: WebSocket) {
                 let now = snapshot(&state);
                 let seconds = last.elapsed().as_secs_f64().max(1e-3);
                 last = tokio::time::Instant::now();
-                for f in frames(&state, &before, &now, seconds) {
+                for f in frames(&state, &before, &now, seconds, cpu.sample()) {
                     // A reader too slow for one frame a second is dropped rather than buffered.
                     let send = sink.send(Message::Text(Utf8Bytes::from(f.to_string())));
                     match tokio::time::timeout(Duration::from_secs(5), send).await {

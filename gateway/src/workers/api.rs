@@ -13,7 +13,9 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use http::{HeaderMap, StatusCode};
 use infergate_cluster::join::JoinSecret;
+use infergate_cluster::liveness::WorkerState;
 use infergate_cluster::messages::{JoinRequest, LoadedModel, Report};
+use infergate_cluster::registry::{WorkerInfo, WorkerView};
 use infergate_engine::ModelState;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -153,15 +155,22 @@ pub async fn blob(
 /// `GET /api/workers`: every live worker, and the local engine as one more.
 pub async fn list(State(state): S, headers: HeaderMap) -> ApiResult<Json<Value>> {
     state.authorize(&headers, Scope::Admin)?;
-    let mut workers: Vec<Value> = state.workers.view().iter().map(|w| json!(w)).collect();
-    if state.workers.config.local_engine {
-        workers.insert(0, local_view(&state));
-    }
-    Ok(Json(json!({ "workers": workers })))
+    Ok(Json(json!({ "workers": listing(&state) })))
 }
 
-/// The local engine shown as a worker.
-fn local_view(state: &AppState) -> Value {
+/// Every worker the manager knows, the local engine first when this server runs one (the list
+/// `/api/workers` and the `/v2/events` ticks show).
+pub fn listing(state: &AppState) -> Vec<WorkerView> {
+    let mut workers = state.workers.view();
+    if state.workers.config.local_engine {
+        workers.insert(0, local_view(state));
+    }
+    workers
+}
+
+/// The local engine shown as a worker: always ready, heard from now. Its request rate,
+/// percentiles and CPU are measured over a window by `/v2/events`, not here.
+fn local_view(state: &AppState) -> WorkerView {
     let mut models = Vec::new();
     let mut queued = 0;
     for record in state.catalog.all() {
@@ -174,22 +183,24 @@ fn local_view(state: &AppState) -> Value {
         }
         queued += state.engine.queued(&key);
     }
-    json!({
-        "id": LOCAL,
-        "advertise": state.config.listen.to_string(),
-        "version": env!("CARGO_PKG_VERSION"),
-        "devices": super::host::devices(),
-        "state": "ready",
-        "last_seen_ms": 0,
-        "report": Report {
+    WorkerView {
+        info: WorkerInfo {
+            id: LOCAL.to_owned(),
+            advertise: state.workers.local_address(state.config.listen),
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            devices: super::host::devices(),
+        },
+        state: WorkerState::Ready,
+        last_seen_ms: 0,
+        report: Report {
             models,
             in_flight: state.workers.local_outstanding(),
             queued: u32::try_from(queued).unwrap_or(u32::MAX),
             rss_bytes: super::host::rss_bytes(),
             ..Report::default()
         },
-        "outstanding": state.workers.local_outstanding(),
-    })
+        outstanding: state.workers.local_outstanding(),
+    }
 }
 
 #[derive(Deserialize, Default)]

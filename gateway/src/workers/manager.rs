@@ -36,6 +36,9 @@ pub struct Manager {
     counters: RoutingCounters,
     /// Scale-out loads under way (`worker model:version`), so one is asked once.
     warming: Arc<Mutex<HashSet<String>>>,
+    /// Where this server listens (bound, so a port 0 is the real one): the local engine's
+    /// address among the workers.
+    local_address: std::sync::OnceLock<String>,
 }
 
 /// Where a request goes.
@@ -65,6 +68,7 @@ impl Manager {
             local_outstanding: AtomicU32::new(0),
             counters: RoutingCounters::default(),
             warming: Arc::new(Mutex::new(HashSet::new())),
+            local_address: std::sync::OnceLock::new(),
             config,
         })
     }
@@ -349,6 +353,19 @@ impl Manager {
 
     pub fn counters(&self) -> &RoutingCounters {
         &self.counters
+    }
+
+    /// Records the address the server bound (once, at start).
+    pub fn set_local_address(&self, addr: std::net::SocketAddr) {
+        let _ = self.local_address.set(addr.to_string());
+    }
+
+    /// The local engine's address: the bound one, else (before the bind) `configured`.
+    pub fn local_address(&self, configured: std::net::SocketAddr) -> String {
+        self.local_address
+            .get()
+            .cloned()
+            .unwrap_or_else(|| configured.to_string())
     }
 
     pub fn local_outstanding(&self) -> u32 {

@@ -1,4 +1,5 @@
-//! Workers: the execution instances behind each model version, from what the API exposes —
+//! Model instances: the execution instances behind each model version on this server, from
+//! what the API exposes —
 //! state and in-flight requests (`/api/models`), instance groups (`/v2/models/{m}/config`),
 //! counters (`/v2/models/stats`) and the answers by status since start, 4xx and 5xx apart
 //! (`/api/metrics/history`). Refreshed every two seconds.
@@ -6,7 +7,7 @@
 use crate::api::{self, ApiError, Body};
 use crate::format;
 use crate::types::{ModelList, ModelStats, StatsList};
-use crate::widgets::{Badge, Empty, ErrorBox, PageHeader};
+use crate::widgets::{Badge, Empty, ErrorBox};
 use leptos::prelude::*;
 use std::collections::BTreeMap;
 
@@ -32,7 +33,7 @@ fn errors_by_model(history: &serde_json::Value) -> BTreeMap<String, (u64, u64)> 
 }
 
 #[derive(Clone, PartialEq)]
-struct Worker {
+struct Instance {
     model: String,
     version: u64,
     state: String,
@@ -46,8 +47,8 @@ struct Worker {
 }
 
 #[component]
-pub fn Workers() -> impl IntoView {
-    let workers = RwSignal::new(None::<Vec<Worker>>);
+pub fn Instances() -> impl IntoView {
+    let workers = RwSignal::new(None::<Vec<Instance>>);
     let error = RwSignal::new(None::<ApiError>);
     let groups: StoredValue<BTreeMap<String, (String, u64)>> = StoredValue::new(BTreeMap::new());
     let refresh = move || {
@@ -97,7 +98,7 @@ pub fn Workers() -> impl IntoView {
                     .iter()
                     .find(|s| s.name == m.name && s.version == m.version.to_string())
                     .cloned();
-                list.push(Worker {
+                list.push(Instance {
                     errors: errors.get(&m.name).copied().unwrap_or_default(),
                     model: m.name,
                     version: m.version,
@@ -121,7 +122,8 @@ pub fn Workers() -> impl IntoView {
         }
     });
     view! {
-        <PageHeader title="Workers" subtitle="Execution instances per model version: device, load state, queue and activity (refreshed every 2 s)."/>
+        <h2 class="section-title">"Model instances on this server"</h2>
+        <p class="muted">"Execution instances per model version: device, load state, queue and activity (refreshed every 2 s)."</p>
         <ErrorBox error=error/>
         {move || match workers.get() {
             None => view! { <div class="loading">"Loading workers…"</div> }.into_any(),
