@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
@@ -972,10 +972,31 @@ async fn events_follow_a_worker_that_joins_serves_is_lost_and_removed() {
     assert_eq!(joined["address"], listed[0]["advertise"], "{listed:#?}");
     assert!(joined["time_ms"].as_u64().unwrap() > 0);
 
-    // Requests through the manager: the worker's heartbeats carry them into the ticks.
+    // Requests through the manager: the worker's heartbeats carry them into the ticks. They
+    // are sent without a pause by a task of their own: one request per tick could fall, tick
+    // after tick, in the heartbeat window that the next tick no longer shows (the tick and
+    // heartbeat timers keep their phase).
+    infer(&s, &key).await.expect("an answer from the worker");
+    let sending = Arc::new(AtomicBool::new(true));
+    let sender = {
+        let (client, url, key, sending) = (
+            s.client.clone(),
+            s.url("/v2/models/minilm/infer"),
+            key.clone(),
+            sending.clone(),
+        );
+        tokio::spawn(async move {
+            let mut sent = 0u32;
+            while sending.load(Ordering::Relaxed) && sent < 2000 {
+                infer_at(&client, &url, &key)
+                    .await
+                    .expect("an answer from the worker");
+                sent += 1;
+            }
+        })
+    };
     let mut measured = None;
     for _ in 0..40 {
-        infer(&s, &key).await.expect("an answer from the worker");
         let tick = frame_where(&mut ws, "a tick", is_tick).await;
         let w = in_tick(&tick, &id)
             .expect("the worker in every tick")
@@ -992,6 +1013,8 @@ async fn events_follow_a_worker_that_joins_serves_is_lost_and_removed() {
             break;
         }
     }
+    sending.store(false, Ordering::Relaxed);
+    sender.await.unwrap();
     let w = measured.expect("a tick with the worker's request rate");
     let p50 = w["p50_ms"].as_f64().expect("p50 with requests");
     assert!(p50 > 0.0 && w["p99_ms"].as_f64().unwrap() >= p50, "{w}");
