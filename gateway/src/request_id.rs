@@ -62,15 +62,13 @@ pub async fn middleware(mut request: Request, next: Next) -> Response {
     let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
     let status = response.status().as_u16();
     // Errors are logged here, once, with their causes (the answer carries only the message).
-    match response.extensions_mut().remove::<crate::error::Logged>() {
-        Some(Logged(error)) if error.kind.is_server_fault() => span.in_scope(|| {
-            tracing::error!(status, elapsed_ms, kind = ?error.kind, error = %error.chain(), "request failed")
-        }),
-        Some(Logged(error)) => span.in_scope(|| {
-            tracing::debug!(status, elapsed_ms, kind = ?error.kind, error = %error.chain(), "request refused")
-        }),
-        None => span.in_scope(|| tracing::debug!(status, elapsed_ms, "request finished")),
-    }
+    let error = response.extensions_mut().remove::<Logged>();
+    span.in_scope(|| {
+        if let Some(Logged(error)) = error {
+            error.log("http");
+        }
+        tracing::debug!(status, elapsed_ms, "request finished")
+    });
     if let Ok(value) = HeaderValue::from_str(&id) {
         response.headers_mut().insert(HEADER, value);
     }

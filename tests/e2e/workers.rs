@@ -178,6 +178,18 @@ async fn workers(s: &Server) -> Vec<Value> {
     v["workers"].as_array().cloned().unwrap_or_default()
 }
 
+/// `DELETE /api/workers/{id}` as the admin: the answer's status.
+async fn remove(s: &Server, id: &str) -> u16 {
+    s.client
+        .delete(s.url(&format!("/api/workers/{id}")))
+        .bearer_auth(&s.admin_key)
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16()
+}
+
 /// Polls `/api/workers` until `done` holds (at most `timeout`).
 async fn until(
     s: &Server,
@@ -489,14 +501,7 @@ async fn workers_join_serve_fail_over_and_leave() {
     );
 
     // An operator removes the survivor: out at once, and its rejoin is refused (it stops).
-    let resp = s
-        .client
-        .delete(s.url(&format!("/api/workers/{survivor_id}")))
-        .bearer_auth(&s.admin_key)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200);
+    assert_eq!(remove(&s, survivor_id).await, 200);
     assert_eq!(state_of(&workers(&s).await, survivor_id), None);
     let survivor = if serving == id_a { &mut b } else { &mut a };
     let status = survivor
@@ -1048,14 +1053,7 @@ async fn events_follow_a_worker_that_joins_serves_is_lost_and_removed() {
     assert_eq!(w["outstanding"], 0);
 
     // Removed by an operator: announced, and gone from the ticks.
-    let r = s
-        .client
-        .delete(s.url(&format!("/api/workers/{id}")))
-        .bearer_auth(&s.admin_key)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
+    assert_eq!(remove(&s, &id).await, 200);
     assert_eq!(
         next_state(&mut ws, &id).await,
         (json!("removed"), json!("lost"))

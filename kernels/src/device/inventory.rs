@@ -22,15 +22,27 @@ pub struct GpuInfo {
     pub compute_capability: (i32, i32),
 }
 
+/// A context on every GPU the driver sees, made on first use. Call under [`guarded`].
+fn contexts() -> Result<&'static [Arc<CudaContext>]> {
+    if let Some(contexts) = CONTEXTS.get() {
+        return Ok(contexts);
+    }
+    let count = drv("cuDeviceGetCount", CudaContext::device_count())?;
+    let contexts = (0..usize::try_from(count).unwrap_or(0))
+        .map(|ordinal| drv("context creation", CudaContext::new(ordinal)))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(CONTEXTS.get_or_init(|| contexts))
+}
+
 /// Every GPU the driver sees (an empty list on a driver without devices), or why none can be
 /// listed (no driver, a driver that fails).
 pub fn list_gpus() -> Result<Vec<GpuInfo>> {
     driver_present()?;
     guarded("CUDA device query", || {
-        let count = drv("cuDeviceGetCount", CudaContext::device_count())?;
-        (0..usize::try_from(count).unwrap_or(0))
-            .map(|ordinal| {
-                let ctx = drv("context creation", CudaContext::new(ordinal))?;
+        contexts()?
+            .iter()
+            .enumerate()
+            .map(|(ordinal, ctx)| {
                 Ok(GpuInfo {
                     ordinal,
                     name: drv("cuDeviceGetName", ctx.name())?,
@@ -46,17 +58,7 @@ pub fn list_gpus() -> Result<Vec<GpuInfo>> {
 pub fn memory_in_use() -> Result<Vec<u64>> {
     driver_present()?;
     guarded("CUDA memory query", || {
-        let contexts = match CONTEXTS.get() {
-            Some(contexts) => contexts,
-            None => {
-                let count = drv("cuDeviceGetCount", CudaContext::device_count())?;
-                let contexts = (0..usize::try_from(count).unwrap_or(0))
-                    .map(|ordinal| drv("context creation", CudaContext::new(ordinal)))
-                    .collect::<Result<Vec<_>>>()?;
-                CONTEXTS.get_or_init(|| contexts)
-            }
-        };
-        contexts
+        contexts()?
             .iter()
             .map(|ctx| {
                 let (free, total) = drv("cuMemGetInfo", ctx.mem_get_info())?;
