@@ -231,13 +231,20 @@ async fn websocket_answers_out_of_order_survives_bad_messages_and_streams_tokens
     let (mut ws, _) = connect(&s, "/v2/stream", &[("x-api-key", &key)])
         .await
         .unwrap();
+    // A generation long enough (3000 tokens, seconds even on a fast machine) that it is
+    // still running when the short requests sent after its first token are answered; it is
+    // cancelled afterwards, and the cancel proves it had not finished. A fixed 150-token
+    // generation raced the classifier on a loaded CI machine.
     ws.send(Message::text(
         json!({"id": "g", "model": "textgen",
-               "generate": {"prompt": "Hello there", "max_tokens": 150, "temperature": 0}})
+               "generate": {"prompt": "Hello there", "max_tokens": 3000, "temperature": 0}})
         .to_string(),
     ))
     .await
     .unwrap();
+    let first = next_json(&mut ws).await;
+    assert_eq!(first["id"], "g", "{first}");
+    assert!(first.get("token").is_some(), "{first}");
     ws.send(Message::text("{not json")).await.unwrap();
     ws.send(cls_request(json!(1))).await.unwrap();
     ws.send(Message::text(
@@ -248,16 +255,11 @@ async fn websocket_answers_out_of_order_survives_bad_messages_and_streams_tokens
     ws.send(cls_request(json!("three"))).await.unwrap();
 
     let mut order = Vec::new();
-    let mut tokens = String::new();
-    let mut done = None;
-    while order.len() < 5 {
+    while order.len() < 4 {
         let f = next_json(&mut ws).await;
-        if f["id"] == "g" && f.get("token").is_some() {
-            tokens.push_str(f["token"].as_str().unwrap());
-            continue;
-        }
         if f["id"] == "g" {
-            done = Some(f.clone());
+            assert!(f.get("token").is_some(), "the generation ended early: {f}");
+            continue;
         }
         order.push(f);
     }
@@ -271,11 +273,37 @@ async fn websocket_answers_out_of_order_survives_bad_messages_and_streams_tokens
         assert_eq!(answer["model_name"], "cls", "{answer}");
         assert_eq!(answer["outputs"][0]["shape"], json!([1, 2]));
     }
-    // The generation was sent first and finished last: answers come as they are ready.
-    assert!(find(json!("g")) > find(json!(1)));
-    assert!(find(json!("g")) > find(json!("three")));
-    let done = done.unwrap();
-    assert_eq!(done["done"], true);
+    // The generation was sent first and is still running: answers come as they are ready.
+    ws.send(Message::text(json!({"cancel": "g"}).to_string()))
+        .await
+        .unwrap();
+    let cancelled = loop {
+        let f = next_json(&mut ws).await;
+        assert_eq!(f["id"], "g", "{f}");
+        if f.get("token").is_none() {
+            break f;
+        }
+    };
+    assert_eq!(cancelled, json!({"id": "g", "cancelled": true}));
+
+    // A generation that runs to its end streams its tokens and then one summary of them.
+    ws.send(Message::text(
+        json!({"id": "h", "model": "textgen",
+               "generate": {"prompt": "Hello there", "max_tokens": 40, "temperature": 0}})
+        .to_string(),
+    ))
+    .await
+    .unwrap();
+    let mut tokens = String::new();
+    let done = loop {
+        let f = next_json(&mut ws).await;
+        assert_eq!(f["id"], "h", "{f}");
+        match f["token"].as_str() {
+            Some(t) => tokens.push_str(t),
+            None => break f,
+        }
+    };
+    assert_eq!(done["done"], true, "{done}");
     assert_eq!(done["text"].as_str().unwrap(), tokens);
     assert_eq!(
         done["usage"]["completion_tokens"].as_u64().unwrap() as usize,
