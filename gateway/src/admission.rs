@@ -1,13 +1,16 @@
-//! The HTTP side of per-key limits: a middleware that admits or refuses each request carrying
-//! a valid key before its handler runs (a refused request starts no work; its body is only
+//! The HTTP side of keys and per-key limits: a middleware that authenticates each request's key
+//! once, leaves the record in the request's extensions for the handler's `Authorized` extractor
+//! (`api::authorized`), and admits or refuses the request before its handler runs (a refused request starts no work; its body is only
 //! drained, bounded, so the client can read the answer), answers 429 with `Retry-After` and
 //! the IETF `RateLimit`/`RateLimit-Policy` headers, and keeps the key's concurrency slot until
 //! the response body has been sent (a streamed response holds it until the stream ends).
 //!
-//! Requests without a key, or with an invalid one, pass through: their handler answers 401 with
-//! its own message, or serves them when the route needs no key.
+//! Requests without a key, or with an invalid one, pass through: their handler's extractor
+//! answers 401, or the handler serves them when the route needs no key. Any answer marked as
+//! given before the body was read has the body drained first (`api::unread`).
 
-use crate::api::body::reject_unread;
+use crate::api::authorized::{Authenticated, DrainRequestBody, RefusedUnread};
+use crate::api::unread::Unread;
 use crate::auth;
 use crate::error::{ApiError, Kind};
 use crate::ratelimit::{Admission, LimitKind, Limits, Quota, RateLimit, Rejection};
@@ -103,28 +106,38 @@ pub async fn middleware(
     request: Request,
     next: Next,
 ) -> Response {
+    let (request, unread) = Unread::keep(request);
+    let response = authenticate_and_admit(&state, request, next).await;
+    // An answer given before the body was read (a refused key, a limit): drain the body,
+    // bounded, so the client reads the answer rather than a reset connection.
+    if let Some(unread) = unread {
+        if response.extensions().get::<DrainRequestBody>().is_some() {
+            unread.drain().await;
+        }
+    }
+    response
+}
+
+async fn authenticate_and_admit(state: &AppState, mut request: Request, next: Next) -> Response {
     let Some(presented) = auth::presented_key(request.headers()) else {
         return next.run(request).await;
     };
     let key = match state.store.authenticate(presented) {
         Ok(Some(key)) => key,
-        // Unknown keys and store failures are the handler's to report.
+        // Unknown keys and store failures are the handler's extractor's to report.
         _ => return next.run(request).await,
     };
-    let presented = presented.to_owned();
-    match admit(&state, &key).await {
+    match admit(state, &key).await {
         Err(rejection) => {
-            // Let a client still sending its body read the 429 (bounded drain).
-            let (parts, body) = request.into_parts();
-            let error = reject_unread(rejection_error(&rejection), &parts.headers, body).await;
-            let mut response = error.into_response();
+            let mut response = RefusedUnread(rejection_error(&rejection)).into_response();
             if let Some(quota) = &rejection.quota {
                 set_quota_headers(response.headers_mut(), quota);
             }
             response
         }
         Ok(admission) => {
-            let response = crate::authenticated::with(&presented, key, next.run(request)).await;
+            request.extensions_mut().insert(Authenticated(key));
+            let response = next.run(request).await;
             let (mut parts, body) = response.into_parts();
             if let Some(quota) = &admission.quota {
                 set_quota_headers(&mut parts.headers, quota);

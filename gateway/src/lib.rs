@@ -15,7 +15,8 @@
 //! - [`pipeline`]: WebAssembly plugins and pipelines (pre-plugins → model → post-plugins).
 //! - [`store`]: SQLite and content-addressed files.
 //! - [`error`]: the one error type and its status mapping.
-//! - [`ratelimit`]: per-key GCRA rate limits and concurrency caps; [`admission`] applies them
+//! - [`ratelimit`]: per-key GCRA rate limits and concurrency caps; [`admission`] authenticates
+//!   keys (for `api::authorized`) and applies the limits
 //!   to HTTP requests; [`shared_limits`]: the rate limits shared by replicas through Redis.
 //! - [`metrics`]: Prometheus metrics; [`latency`]: per-model latency histograms for the live
 //!   dashboard.
@@ -35,7 +36,6 @@ pub mod admission;
 pub mod api;
 pub mod app;
 pub mod auth;
-pub mod authenticated;
 pub mod cli;
 pub mod coalesce;
 pub mod config;

@@ -106,29 +106,25 @@ impl AppState {
     }
 
     /// Authenticates the request's key and checks it has `scope`: 401 without a valid key,
-    /// 403 with a valid key lacking the scope.
+    /// 403 with a valid key lacking the scope. HTTP handlers take
+    /// [`crate::api::authorized::Authorized`] instead; this serves gRPC and WebSocket keys.
     pub fn authorize(&self, headers: &http::HeaderMap, scope: Scope) -> ApiResult<KeyRecord> {
+        let key = self.authenticate(headers)?;
+        check_scopes(&key, &[scope])?;
+        crate::connection::authenticated();
+        Ok(key)
+    }
+
+    /// The active key the request presents (from the in-memory key cache): 401 without one.
+    pub fn authenticate(&self, headers: &http::HeaderMap) -> ApiResult<KeyRecord> {
         let presented = auth::presented_key(headers).ok_or_else(|| {
             ApiError::unauthorized(
                 "missing API key: send 'Authorization: Bearer <key>' or 'X-API-Key: <key>'",
             )
         })?;
-        let key = match crate::authenticated::lookup(presented) {
-            Some(key) => key,
-            None => self
-                .store
-                .authenticate(presented)?
-                .ok_or_else(|| ApiError::unauthorized("invalid or revoked API key"))?,
-        };
-        if !key.scopes().allows(scope) {
-            return Err(ApiError::forbidden(format!(
-                "this key (scopes: {}) lacks the '{}' scope",
-                key.scopes().to_list(),
-                scope.as_str()
-            )));
-        }
-        crate::connection::authenticated();
-        Ok(key)
+        self.store
+            .authenticate(presented)?
+            .ok_or_else(|| ApiError::unauthorized("invalid or revoked API key"))
     }
 
     /// Hands every stored version's configuration to the engine (at start). A stored config the
@@ -291,6 +287,22 @@ pub fn parse_version(v: &str) -> ApiResult<u64> {
 /// 400.
 pub fn validate_name(kind: &str, name: &str) -> ApiResult<()> {
     Ok(infergate_protocol::names::check(kind, name)?)
+}
+
+/// 403 unless `key` holds one of `scopes` (`admin` implies every scope).
+pub fn check_scopes(key: &KeyRecord, scopes: &[Scope]) -> ApiResult<()> {
+    if scopes.iter().any(|&s| key.scopes().allows(s)) {
+        return Ok(());
+    }
+    let wanted: Vec<&str> = scopes.iter().map(|s| s.as_str()).collect();
+    let wanted = match wanted.as_slice() {
+        [one] => format!("the '{one}' scope"),
+        many => format!("any of the '{}' scopes", many.join("', '")),
+    };
+    Err(ApiError::forbidden(format!(
+        "this key (scopes: {}) lacks {wanted}",
+        key.scopes().to_list(),
+    )))
 }
 
 #[cfg(test)]

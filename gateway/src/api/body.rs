@@ -149,13 +149,6 @@ fn read_error(e: axum::Error) -> ApiError {
     ApiError::bad_request(format!("reading request body: {e}"))
 }
 
-/// How much of an unread body is drained before an early error answer, and for how long.
-/// HTTP/1.1 clients that are still sending when the server answers and closes see a reset
-/// (Python's `ssl.SSLEOFError`) instead of the error; draining a bounded amount lets them read
-/// the JSON error and keeps the connection reusable. Bigger or slower bodies are cut off.
-const DRAIN_MAX_BYTES: usize = 8 << 20;
-const DRAIN_DEADLINE: Duration = Duration::from_secs(5);
-
 fn too_large(limit: usize) -> ApiError {
     ApiError::too_large(format!("request body exceeds the {limit}-byte limit"))
 }
@@ -209,41 +202,12 @@ pub async fn stream_limited(
 }
 
 /// Answers `error` for a request whose body was not read yet: drains up to a bounded amount of
-/// the body first (see [`DRAIN_MAX_BYTES`]) so the client gets to read the answer.
+/// the body first (see [`super::unread::drain`]) so the client gets to read the answer.
 pub async fn reject_unread(error: ApiError, headers: &HeaderMap, body: Body) -> ApiError {
-    if check_declared_length(headers, DRAIN_MAX_BYTES).is_err() {
-        return error;
-    }
-    let drain = async {
-        let mut seen = 0usize;
-        let mut stream = body.into_data_stream();
-        while let Some(Ok(chunk)) = stream.next().await {
-            seen += chunk.len();
-            if seen > DRAIN_MAX_BYTES {
-                break;
-            }
-        }
-    };
-    let _ = tokio::time::timeout(DRAIN_DEADLINE, drain).await;
+    super::unread::drain(headers, body).await;
     error
 }
 
 /// The largest JSON body of a management call (keys, limits, repository index): these are a
 /// few hundred bytes in practice.
 pub const MAX_JSON_API_BYTES: usize = 1 << 20;
-
-/// Checks the key and its scope before a byte of the body is read, then reads at most `limit`
-/// bytes: a client without a valid key can never make the server buffer a body.
-pub async fn read_authorized(
-    state: &crate::state::AppState,
-    headers: &HeaderMap,
-    body: Body,
-    scope: crate::auth::Scope,
-    limit: usize,
-) -> ApiResult<(crate::store::keys::KeyRecord, Vec<u8>)> {
-    let key = match state.authorize(headers, scope) {
-        Ok(key) => key,
-        Err(e) => return Err(reject_unread(e, headers, body).await),
-    };
-    Ok((key, read_limited(headers, body, limit).await?))
-}

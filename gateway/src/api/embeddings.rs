@@ -3,8 +3,9 @@
 //! plugin → MiniLM → mean-pool plugin). Each input text runs through the pipeline as a raw
 //! `text/plain` body.
 
+use super::authorized::{Authorized, Infer};
+use super::body::read_limited;
 use super::openai_request::{parse, EmbeddingRequest};
-use crate::auth::Scope;
 use crate::error::{ApiError, ApiResult};
 use crate::pipeline::run::{self, PipelineInput, PipelineOutput};
 use crate::state::AppState;
@@ -43,13 +44,13 @@ fn vector(model: &str, output: PipelineOutput) -> ApiResult<Vec<f32>> {
 }
 
 pub async fn embeddings(
+    _: Authorized<Infer>,
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
     body: axum::body::Body,
 ) -> ApiResult<Json<Value>> {
     let limit = state.config.limits.max_request_bytes;
-    let (_, body) =
-        super::body::read_authorized(&state, &headers, body, Scope::Infer, limit).await?;
+    let body = read_limited(&headers, body, limit).await?;
     let req: EmbeddingRequest = parse(&body)?;
     let base64 = req.base64()?;
     let texts = req.texts()?;

@@ -15,13 +15,13 @@
 //! per second, oldest first; `null` where a second had no value (no successful request, no
 //! queued request). Totals count since the server started.
 
+use super::authorized::{Authorized, Infer};
 use crate::auth::Scope;
 use crate::error::{ApiError, ApiResult};
 use crate::history::{now_ms, Sample, CAPACITY};
 use crate::state::{model_key, AppState};
 use axum::extract::{Query, State};
 use axum::Json;
-use http::HeaderMap;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
@@ -96,11 +96,10 @@ fn totals(state: &AppState, names: &[String]) -> Value {
 }
 
 pub async fn history(
+    Authorized { key: caller, .. }: Authorized<Infer>,
     State(state): State<Arc<AppState>>,
     Query(query): Query<HistoryQuery>,
-    headers: HeaderMap,
 ) -> ApiResult<Json<Value>> {
-    let caller = state.authorize(&headers, Scope::Infer)?;
     let now = now_ms();
     let seconds = query.seconds.unwrap_or(CAPACITY as u64);
     if seconds == 0 || seconds > CAPACITY as u64 {

@@ -1,7 +1,9 @@
 //! API key management (admin scope), and `whoami` for any valid key.
 
-use crate::auth::{Scope, Scopes};
-use crate::error::{ApiError, ApiResult, Kind};
+use super::authorized::{Admin, AnyScope, Authorized};
+use super::body::read_limited;
+use crate::auth::Scopes;
+use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 use axum::extract::{Path, State};
 use axum::Json;
@@ -26,13 +28,13 @@ pub struct CreateKey {
 }
 
 pub async fn create(
+    _: Authorized<Admin>,
     State(state): S,
     headers: HeaderMap,
     body: axum::body::Body,
 ) -> ApiResult<(StatusCode, Json<Value>)> {
     let limit = super::body::MAX_JSON_API_BYTES;
-    let (_, body) =
-        super::body::read_authorized(&state, &headers, body, Scope::Admin, limit).await?;
+    let body = read_limited(&headers, body, limit).await?;
     let req: CreateKey = serde_json::from_slice(&body).map_err(|e| {
         ApiError::bad_request(format!(
             "expected {{\"name\": ..., \"scopes\": [...]}}: {e}"
@@ -64,8 +66,7 @@ pub async fn create(
 
 /// Every key with its effective limits (its own, else the server's defaults) and its usage
 /// since the server started, as `GET /api/keys/{id}/usage` gives them one at a time.
-pub async fn list(State(state): S, headers: HeaderMap) -> ApiResult<Json<Value>> {
-    state.authorize(&headers, Scope::Admin)?;
+pub async fn list(_: Authorized<Admin>, State(state): S) -> ApiResult<Json<Value>> {
     let mut keys = Vec::new();
     for key in state.store.list_keys()? {
         let limits = crate::admission::limits_for(&key, &state.default_limits);
@@ -80,11 +81,10 @@ pub async fn list(State(state): S, headers: HeaderMap) -> ApiResult<Json<Value>>
 }
 
 pub async fn revoke(
+    _: Authorized<Admin>,
     State(state): S,
     Path(id): Path<String>,
-    headers: HeaderMap,
 ) -> ApiResult<Json<Value>> {
-    state.authorize(&headers, Scope::Admin)?;
     let record = state
         .store
         .revoke_key(&id)?
@@ -95,18 +95,9 @@ pub async fn revoke(
     Ok(Json(json!({ "revoked": record })))
 }
 
-/// The calling key's identity and scopes (the dashboard uses it to show what is allowed).
-pub async fn whoami(State(state): S, headers: HeaderMap) -> ApiResult<Json<Value>> {
-    let key = state.authorize(&headers, Scope::Infer).or_else(|e| {
-        // A key with only upload or admin scope still may ask who it is.
-        if e.kind == Kind::Forbidden {
-            state
-                .authorize(&headers, Scope::Upload)
-                .or_else(|_| state.authorize(&headers, Scope::Admin))
-        } else {
-            Err(e)
-        }
-    })?;
+/// The calling key's identity and scopes (the dashboard uses it to show what is allowed). Any
+/// valid key may ask, whatever its scopes.
+pub async fn whoami(Authorized { key, .. }: Authorized<AnyScope>) -> ApiResult<Json<Value>> {
     Ok(Json(
         json!({"id": key.id, "public_id": key.public_id, "name": key.name, "scopes": key.scopes}),
     ))

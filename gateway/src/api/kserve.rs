@@ -1,9 +1,9 @@
 //! KServe v2 / Open Inference Protocol over HTTP: health, metadata and inference. Each handler
 //! decodes, calls the inference service (`crate::infer`) and encodes.
 
+use super::authorized::{Authorized, Infer};
 use super::body::{read_limited, reject_unread};
 use super::codec;
-use crate::auth::Scope;
 use crate::error::ApiResult;
 use crate::infer::{self, Description};
 use crate::state::{parse_version, AppState};
@@ -20,8 +20,7 @@ type S = State<Arc<AppState>>;
 
 pub const SERVER_NAME: &str = "infergate";
 
-pub async fn server_metadata(State(state): S, headers: HeaderMap) -> ApiResult<Json<Value>> {
-    state.authorize(&headers, Scope::Infer)?;
+pub async fn server_metadata(_: Authorized<Infer>, State(state): S) -> ApiResult<Json<Value>> {
     // Where native ops run, and why not on a GPU when they don't.
     let device = match state.ops.gpu() {
         Some(gpu) => json!({"kind": "cuda", "name": gpu.name(), "arch": gpu.arch()}),
@@ -84,64 +83,53 @@ fn description_json(d: &Description) -> Value {
     json
 }
 
-async fn describe(
-    state: &AppState,
-    headers: &HeaderMap,
-    name: &str,
-    version: Option<&str>,
-) -> ApiResult<Json<Value>> {
-    state.authorize(headers, Scope::Infer)?;
+async fn describe(state: &AppState, name: &str, version: Option<&str>) -> ApiResult<Json<Value>> {
     let version = version.map(parse_version).transpose()?;
     let target = infer::resolve(state, name, version)?;
     Ok(Json(description_json(&infer::describe(state, &target))))
 }
 
 pub async fn model_metadata(
+    _: Authorized<Infer>,
     State(state): S,
     Path(model): Path<String>,
-    headers: HeaderMap,
 ) -> ApiResult<Json<Value>> {
-    describe(&state, &headers, &model, None).await
+    describe(&state, &model, None).await
 }
 
 pub async fn model_version_metadata(
+    _: Authorized<Infer>,
     State(state): S,
     Path((model, version)): Path<(String, String)>,
-    headers: HeaderMap,
 ) -> ApiResult<Json<Value>> {
-    describe(&state, &headers, &model, Some(&version)).await
+    describe(&state, &model, Some(&version)).await
 }
 
 /// 200 when the target can serve, 503 when not (see [`infer::readiness`]).
-async fn readiness(
-    state: &AppState,
-    headers: &HeaderMap,
-    name: &str,
-    version: Option<&str>,
-) -> ApiResult<StatusCode> {
-    state.authorize(headers, Scope::Infer)?;
+async fn readiness(state: &AppState, name: &str, version: Option<&str>) -> ApiResult<StatusCode> {
     let version = version.map(parse_version).transpose()?;
     let target = infer::resolve(state, name, version)?;
     infer::readiness(state, &target).map(|()| StatusCode::OK)
 }
 
 pub async fn model_ready(
+    _: Authorized<Infer>,
     State(state): S,
     Path(model): Path<String>,
-    headers: HeaderMap,
 ) -> ApiResult<StatusCode> {
-    readiness(&state, &headers, &model, None).await
+    readiness(&state, &model, None).await
 }
 
 pub async fn model_version_ready(
+    _: Authorized<Infer>,
     State(state): S,
     Path((model, version)): Path<(String, String)>,
-    headers: HeaderMap,
 ) -> ApiResult<StatusCode> {
-    readiness(&state, &headers, &model, Some(&version)).await
+    readiness(&state, &model, Some(&version)).await
 }
 
 pub async fn infer(
+    _: Authorized<Infer>,
     State(state): S,
     Path(model): Path<String>,
     headers: HeaderMap,
@@ -151,6 +139,7 @@ pub async fn infer(
 }
 
 pub async fn infer_version(
+    _: Authorized<Infer>,
     State(state): S,
     Path((model, version)): Path<(String, String)>,
     headers: HeaderMap,
@@ -167,10 +156,7 @@ async fn run_infer(
     headers: HeaderMap,
     body: Body,
 ) -> ApiResult<Response> {
-    let target = match state
-        .authorize(&headers, Scope::Infer)
-        .and_then(|_| infer::resolve(&state, model, version))
-    {
+    let target = match infer::resolve(&state, model, version) {
         Ok(target) => target,
         Err(e) => return Err(reject_unread(e, &headers, body).await),
     };

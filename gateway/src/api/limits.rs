@@ -1,7 +1,8 @@
 //! Per-key limits (admin scope): change a key's limits, read its current usage.
 
+use super::authorized::{Admin, Authorized};
+use super::body::read_limited;
 use crate::admission::limits_for;
-use crate::auth::Scope;
 use crate::error::{ApiError, ApiResult};
 use crate::ratelimit::RateLimit;
 use crate::state::AppState;
@@ -78,14 +79,14 @@ fn find_key(state: &AppState, id: &str) -> ApiResult<KeyRecord> {
 
 /// `PATCH /api/keys/{id}`: `{"rate_limit": {...} | null, "max_concurrent": N | null}`.
 pub async fn update(
+    _: Authorized<Admin>,
     State(state): S,
     Path(id): Path<String>,
     headers: HeaderMap,
     body: axum::body::Body,
 ) -> ApiResult<Json<Value>> {
     let limit = super::body::MAX_JSON_API_BYTES;
-    let (_, body) =
-        super::body::read_authorized(&state, &headers, body, Scope::Admin, limit).await?;
+    let body = read_limited(&headers, body, limit).await?;
     let body: Map<String, Value> = serde_json::from_slice(&body).map_err(|e| {
         ApiError::bad_request(format!(
             "expected {{\"rate_limit\": {{\"rps\": N, \"burst\": N}} | null, \"max_concurrent\": N | null}}: {e}"
@@ -113,11 +114,10 @@ pub async fn update(
 /// in flight, the rate quota left now, and counters since the server started (`activity`:
 /// requests admitted and refused whatever the limits, and the last use in Unix ms).
 pub async fn usage(
+    _: Authorized<Admin>,
     State(state): S,
     Path(id): Path<String>,
-    headers: HeaderMap,
 ) -> ApiResult<Json<Value>> {
-    state.authorize(&headers, Scope::Admin)?;
     let key = find_key(&state, &id)?;
     let limits = limits_for(&key, &state.default_limits);
     let source = |own: bool, effective: bool| match (own, effective) {

@@ -2,12 +2,12 @@
 //! key (Prometheus sends it with `authorization: {credentials_file: ...}`); the optional
 //! `[metrics] listen` listener serves it without a key.
 
-use crate::auth::Scope;
+use super::authorized::{Admin, Authorized};
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
-use http::{header, HeaderMap, HeaderValue};
+use http::{header, HeaderValue};
 use std::sync::Arc;
 
 fn exposition(state: &AppState) -> ApiResult<Response> {
@@ -23,8 +23,10 @@ fn exposition(state: &AppState) -> ApiResult<Response> {
     Ok(response)
 }
 
-pub async fn scrape(State(state): State<Arc<AppState>>, headers: HeaderMap) -> ApiResult<Response> {
-    state.authorize(&headers, Scope::Admin)?;
+pub async fn scrape(
+    _: Authorized<Admin>,
+    State(state): State<Arc<AppState>>,
+) -> ApiResult<Response> {
     exposition(&state)
 }
 

@@ -1,5 +1,6 @@
 //! HTTP routes. Each module owns one protocol or resource; this file only wires them.
 
+pub mod authorized;
 pub mod body;
 pub mod codec;
 mod completion_stream;
@@ -19,6 +20,7 @@ pub mod pipelines;
 pub mod plugins;
 pub mod stream;
 pub mod triton;
+pub mod unread;
 
 use crate::state::AppState;
 use crate::workers::api as workers;

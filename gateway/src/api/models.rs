@@ -1,7 +1,7 @@
 //! Model management: upload versions (raw body or multipart), list, inspect, delete.
 
+use super::authorized::{Authorized, Infer, Upload};
 use super::body::{read_limited, reject_unread, stream_limited};
-use crate::auth::Scope;
 use crate::error::{ApiError, ApiResult};
 use crate::registry;
 use crate::state::{model_key, parse_version, validate_name, AppState};
@@ -47,8 +47,7 @@ pub fn view(state: &AppState, r: &ModelRecord) -> Value {
     })
 }
 
-pub async fn list(State(state): S, headers: HeaderMap) -> ApiResult<Json<Value>> {
-    state.authorize(&headers, Scope::Infer)?;
+pub async fn list(_: Authorized<Infer>, State(state): S) -> ApiResult<Json<Value>> {
     let models: Vec<Value> = state
         .catalog
         .all()
@@ -59,11 +58,10 @@ pub async fn list(State(state): S, headers: HeaderMap) -> ApiResult<Json<Value>>
 }
 
 pub async fn get(
+    _: Authorized<Infer>,
     State(state): S,
     Path(model): Path<String>,
-    headers: HeaderMap,
 ) -> ApiResult<Json<Value>> {
-    state.authorize(&headers, Scope::Infer)?;
     state.catalog.resolve(&model, None)?;
     let versions: Vec<Value> = state
         .catalog
@@ -75,11 +73,10 @@ pub async fn get(
 }
 
 pub async fn get_version(
+    _: Authorized<Infer>,
     State(state): S,
     Path((model, version)): Path<(String, String)>,
-    headers: HeaderMap,
 ) -> ApiResult<Json<Value>> {
-    state.authorize(&headers, Scope::Infer)?;
     let record = state
         .catalog
         .resolve(&model, Some(parse_version(&version)?))?;
@@ -89,15 +86,13 @@ pub async fn get_version(
 /// `POST /api/models/{name}/versions`: the body is the `.onnx` file, or multipart/form-data
 /// with a `file` part and an optional `config` part (JSON).
 pub async fn upload(
+    _: Authorized<Upload>,
     State(state): S,
     Path(model): Path<String>,
     request: Request,
 ) -> ApiResult<impl IntoResponse> {
     let headers = request.headers().clone();
-    if let Err(e) = state
-        .authorize(&headers, Scope::Upload)
-        .and_then(|_| validate_name("model", &model))
-        .and_then(|_| match state.pipelines.get(&model) {
+    if let Err(e) = validate_name("model", &model).and_then(|_| match state.pipelines.get(&model) {
             Some(_) => Err(ApiError::conflict(format!(
                 "'{model}' is already a pipeline name; pipelines and models share the /v2/models namespace"
             ))),
@@ -206,10 +201,10 @@ async fn put_config(
     headers: &HeaderMap,
     body: Body,
 ) -> ApiResult<Json<Value>> {
-    if let Err(e) = state.authorize(headers, Scope::Upload) {
-        return Err(reject_unread(e, headers, body).await);
-    }
-    let record = state.catalog.resolve(name, version)?;
+    let record = match state.catalog.resolve(name, version) {
+        Ok(record) => record,
+        Err(e) => return Err(reject_unread(e, headers, body).await),
+    };
     let bytes = read_limited(headers, body, 1 << 20).await?;
     let text = std::str::from_utf8(&bytes)
         .map_err(|_| ApiError::bad_request("config must be UTF-8 JSON"))?;
@@ -235,6 +230,7 @@ async fn put_config(
 }
 
 pub async fn put_latest_config(
+    _: Authorized<Upload>,
     State(state): S,
     Path(model): Path<String>,
     headers: HeaderMap,
@@ -244,6 +240,7 @@ pub async fn put_latest_config(
 }
 
 pub async fn put_version_config(
+    _: Authorized<Upload>,
     State(state): S,
     Path((model, version)): Path<(String, String)>,
     headers: HeaderMap,
@@ -321,21 +318,19 @@ async fn delete_one(state: &AppState, name: &str, version: u64) -> ApiResult<Val
 }
 
 pub async fn delete_version(
+    _: Authorized<Upload>,
     State(state): S,
     Path((model, version)): Path<(String, String)>,
-    headers: HeaderMap,
 ) -> ApiResult<Json<Value>> {
-    state.authorize(&headers, Scope::Upload)?;
     let version = parse_version(&version)?;
     Ok(Json(delete_one(&state, &model, version).await?))
 }
 
 pub async fn delete_all(
+    _: Authorized<Upload>,
     State(state): S,
     Path(model): Path<String>,
-    headers: HeaderMap,
 ) -> ApiResult<Json<Value>> {
-    state.authorize(&headers, Scope::Upload)?;
     state.catalog.resolve(&model, None)?;
     refuse_if_used_by_pipelines(&state, &model, None)?;
     let versions = state.catalog.versions(&model);

@@ -12,11 +12,12 @@
 //! `/v1/embeddings` is served by pipelines (see `embeddings.rs`). The bodies this module and
 //! `embeddings.rs` take are parsed and checked in `openai_request.rs`.
 
+use super::authorized::{Authorized, DrainRequestBody, Infer, RefusedUnread};
+use super::body::read_limited;
 use super::openai_llm;
 // `Stop` and `StreamOptions` are shared with the chat models' requests (openai_llm.rs).
 use super::openai_request::{parse, ChatRequest, Common, CompletionRequest, Sampling};
 pub(super) use super::openai_request::{Stop, StreamOptions};
-use crate::auth::Scope;
 use crate::error::{self, ApiError, ApiResult};
 use crate::request_id::RequestId;
 use crate::state::AppState;
@@ -64,8 +65,7 @@ pub(crate) fn generator(
     Ok((vocab, record))
 }
 
-pub async fn models(State(state): S, headers: HeaderMap) -> ApiResult<Json<Value>> {
-    state.authorize(&headers, Scope::Infer)?;
+pub async fn models(_: Authorized<Infer>, State(state): S) -> ApiResult<Json<Value>> {
     // Only what the OpenAI endpoints can run: chat models (GGUF), the character LSTM when its
     // vocabulary is configured, and pipelines (/v1/embeddings); other models are served through
     // KServe v2, where clients find them in /v2/models.
@@ -276,23 +276,39 @@ fn openai_error(e: ApiError) -> Response {
     response
 }
 
+/// A key refused before the body was read, answered in the OpenAI error shape and still
+/// marked for the middleware's bounded drain.
+fn refused_in_openai_shape(refused: RefusedUnread) -> Response {
+    let mut response = openai_error(refused.0);
+    response.extensions_mut().insert(DrainRequestBody);
+    response
+}
+
 pub async fn completions(
+    auth: Result<Authorized<Infer>, RefusedUnread>,
     state: S,
     request_id: Extension<RequestId>,
     headers: HeaderMap,
     body: axum::body::Body,
 ) -> Response {
+    if let Err(refused) = auth {
+        return refused_in_openai_shape(refused);
+    }
     completion(state, request_id, headers, body)
         .await
         .unwrap_or_else(openai_error)
 }
 
 pub async fn chat_completions(
+    auth: Result<Authorized<Infer>, RefusedUnread>,
     state: S,
     request_id: Extension<RequestId>,
     headers: HeaderMap,
     body: axum::body::Body,
 ) -> Response {
+    if let Err(refused) = auth {
+        return refused_in_openai_shape(refused);
+    }
     chat_completion(state, request_id, headers, body)
         .await
         .unwrap_or_else(openai_error)
@@ -305,8 +321,7 @@ async fn completion(
     body: axum::body::Body,
 ) -> ApiResult<Response> {
     let limit = state.config.limits.max_request_bytes;
-    let (_, body) =
-        super::body::read_authorized(&state, &headers, body, Scope::Infer, limit).await?;
+    let body = read_limited(&headers, body, limit).await?;
     if let Some(record) = openai_llm::chat_model(&state, &body)? {
         let id = format!("cmpl-{}", request_id.as_str());
         let kind = openai_llm::Kind::Completion;
@@ -332,8 +347,7 @@ async fn chat_completion(
     body: axum::body::Body,
 ) -> ApiResult<Response> {
     let limit = state.config.limits.max_request_bytes;
-    let (_, body) =
-        super::body::read_authorized(&state, &headers, body, Scope::Infer, limit).await?;
+    let body = read_limited(&headers, body, limit).await?;
     if let Some(record) = openai_llm::chat_model(&state, &body)? {
         let id = format!("chatcmpl-{}", request_id.as_str());
         let kind = openai_llm::Kind::Chat;

@@ -2,9 +2,9 @@
 //! image, text). Pipelines are also served through the KServe v2 routes under their name
 //! (`crate::infer`).
 
+use super::authorized::{Authorized, Infer, Upload};
 use super::body::{read_limited, reject_unread};
 use super::codec;
-use crate::auth::Scope;
 use crate::error::{ApiError, ApiResult};
 use crate::pipeline::run::{self, PipelineInput, PipelineOutput};
 use crate::pipeline::spec::PipelineSpec;
@@ -34,15 +34,13 @@ fn view(p: &Pipeline) -> Value {
 /// `PUT /api/pipelines/{name}`: creates or replaces a pipeline. Every plugin must exist in the
 /// right position and the model must exist; requests already running finish on the old spec.
 pub async fn put(
+    _: Authorized<Upload>,
     State(state): S,
     Path(name): Path<String>,
     headers: HeaderMap,
     body: Body,
 ) -> ApiResult<impl IntoResponse> {
-    if let Err(e) = state
-        .authorize(&headers, Scope::Upload)
-        .and_then(|_| validate_name("pipeline", &name))
-    {
+    if let Err(e) = validate_name("pipeline", &name) {
         return Err(reject_unread(e, &headers, body).await);
     }
     let bytes = read_limited(&headers, body, 1 << 20).await?;
@@ -68,8 +66,7 @@ pub async fn put(
     Ok((super::saved_status(created), Json(view(&pipeline))))
 }
 
-pub async fn list(State(state): S, headers: HeaderMap) -> ApiResult<Json<Value>> {
-    state.authorize(&headers, Scope::Infer)?;
+pub async fn list(_: Authorized<Infer>, State(state): S) -> ApiResult<Json<Value>> {
     let pipelines: Vec<Value> = state.pipelines.all().iter().map(|p| view(p)).collect();
     Ok(Json(json!({ "pipelines": pipelines })))
 }
@@ -82,21 +79,19 @@ fn find(state: &AppState, name: &str) -> ApiResult<Arc<Pipeline>> {
 }
 
 pub async fn get(
+    _: Authorized<Infer>,
     State(state): S,
     Path(name): Path<String>,
-    headers: HeaderMap,
 ) -> ApiResult<Json<Value>> {
-    state.authorize(&headers, Scope::Infer)?;
     let pipeline = find(&state, &name)?;
     Ok(Json(view(&pipeline)))
 }
 
 pub async fn delete(
+    _: Authorized<Upload>,
     State(state): S,
     Path(name): Path<String>,
-    headers: HeaderMap,
 ) -> ApiResult<Json<Value>> {
-    state.authorize(&headers, Scope::Upload)?;
     find(&state, &name)?;
     state.store.delete_pipeline(&name)?;
     state.pipelines.remove(&name);
@@ -107,16 +102,14 @@ pub async fn delete(
 /// its Content-Type; query parameters reach every plugin as metadata. The answer is the last
 /// post-plugin's JSON or bytes, or the output tensors as KServe JSON.
 pub async fn run_raw(
+    _: Authorized<Infer>,
     State(state): S,
     Path(name): Path<String>,
     Query(query): Query<BTreeMap<String, String>>,
     headers: HeaderMap,
     body: Body,
 ) -> ApiResult<Response> {
-    let pipeline = match state
-        .authorize(&headers, Scope::Infer)
-        .and_then(|_| find(&state, &name))
-    {
+    let pipeline = match find(&state, &name) {
         Ok(p) => p,
         Err(e) => return Err(reject_unread(e, &headers, body).await),
     };

@@ -1,8 +1,8 @@
 //! `/api/plugins`: upload (validated by compiling it against the plugin world before anything
 //! is stored), list, get and delete WebAssembly plugins.
 
-use super::body::{read_limited, reject_unread};
-use crate::auth::Scope;
+use super::authorized::{Authorized, Infer, Upload};
+use super::body::read_limited;
 use crate::error::{ApiError, ApiResult};
 use crate::pipeline::registry::LoadedPlugin;
 use crate::state::{validate_name, AppState};
@@ -38,13 +38,11 @@ fn view(p: &LoadedPlugin) -> Value {
 /// `POST /api/plugins`: the body is the component (`.wasm`). Its name and version come from
 /// its `describe` export.
 pub async fn upload(
+    _: Authorized<Upload>,
     State(state): S,
     headers: HeaderMap,
     body: Body,
 ) -> ApiResult<impl IntoResponse> {
-    if let Err(e) = state.authorize(&headers, Scope::Upload) {
-        return Err(reject_unread(e, &headers, body).await);
-    }
     let bytes = read_limited(&headers, body, state.config.plugins.max_upload_bytes).await?;
     let worker = state.clone();
     let (loaded, created) =
@@ -54,18 +52,16 @@ pub async fn upload(
     Ok((super::saved_status(created), Json(view(&loaded))))
 }
 
-pub async fn list(State(state): S, headers: HeaderMap) -> ApiResult<Json<Value>> {
-    state.authorize(&headers, Scope::Infer)?;
+pub async fn list(_: Authorized<Infer>, State(state): S) -> ApiResult<Json<Value>> {
     let plugins: Vec<Value> = state.plugins.all().iter().map(|p| view(p)).collect();
     Ok(Json(json!({ "plugins": plugins })))
 }
 
 pub async fn get(
+    _: Authorized<Infer>,
     State(state): S,
     Path(name): Path<String>,
-    headers: HeaderMap,
 ) -> ApiResult<Json<Value>> {
-    state.authorize(&headers, Scope::Infer)?;
     let versions: Vec<Value> = state
         .plugins
         .versions(&name)
@@ -114,34 +110,30 @@ async fn delete(
 }
 
 pub async fn delete_all(
+    _: Authorized<Upload>,
     State(state): S,
     Path(name): Path<String>,
-    headers: HeaderMap,
 ) -> ApiResult<Json<Value>> {
-    state.authorize(&headers, Scope::Upload)?;
     delete(&state, &name, None).await
 }
 
 pub async fn delete_version(
+    _: Authorized<Upload>,
     State(state): S,
     Path((name, version)): Path<(String, String)>,
-    headers: HeaderMap,
 ) -> ApiResult<Json<Value>> {
-    state.authorize(&headers, Scope::Upload)?;
     delete(&state, &name, Some(&version)).await
 }
 
 /// `PUT /api/plugins/{name}/versions/{version}/limits`: `{"deadline_ms", "memory_mib",
 /// "max_output_mib"}` (each optional; absent = the server's default), capped by the host.
 pub async fn put_limits(
+    _: Authorized<Upload>,
     State(state): S,
     Path((name, version)): Path<(String, String)>,
     headers: HeaderMap,
     body: Body,
 ) -> ApiResult<Json<Value>> {
-    if let Err(e) = state.authorize(&headers, Scope::Upload) {
-        return Err(reject_unread(e, &headers, body).await);
-    }
     let bytes = read_limited(&headers, body, 64 << 10).await?;
     let value: Value = serde_json::from_slice(&bytes)
         .map_err(|e| ApiError::bad_request(format!("invalid plugin limits JSON: {e}")))?;

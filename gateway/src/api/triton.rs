@@ -1,7 +1,8 @@
 //! Triton's HTTP extensions that its clients and perf_analyzer call: model configuration,
 //! statistics and the model repository (index, load, unload), in Triton's JSON shapes.
 
-use crate::auth::Scope;
+use super::authorized::{Authorized, Infer, Upload};
+use super::body::read_limited;
 use crate::error::ApiResult;
 use crate::state::{model_key, parse_version, AppState};
 use crate::store::models::ModelRecord;
@@ -23,21 +24,19 @@ pub fn triton_config(state: &AppState, record: &ModelRecord) -> Value {
 }
 
 pub async fn model_config(
+    _: Authorized<Infer>,
     State(state): S,
     Path(model): Path<String>,
-    headers: HeaderMap,
 ) -> ApiResult<Json<Value>> {
-    state.authorize(&headers, Scope::Infer)?;
     let record = state.catalog.resolve(&model, None)?;
     Ok(Json(triton_config(&state, &record)))
 }
 
 pub async fn model_version_config(
+    _: Authorized<Infer>,
     State(state): S,
     Path((model, version)): Path<(String, String)>,
-    headers: HeaderMap,
 ) -> ApiResult<Json<Value>> {
-    state.authorize(&headers, Scope::Infer)?;
     let record = state
         .catalog
         .resolve(&model, Some(parse_version(&version)?))?;
@@ -106,17 +105,15 @@ fn stats_json(state: &AppState, records: &[Arc<ModelRecord>]) -> Json<Value> {
     Json(json!({ "model_stats": entries }))
 }
 
-pub async fn all_stats(State(state): S, headers: HeaderMap) -> ApiResult<Json<Value>> {
-    state.authorize(&headers, Scope::Infer)?;
+pub async fn all_stats(_: Authorized<Infer>, State(state): S) -> ApiResult<Json<Value>> {
     Ok(stats_json(&state, &stats_records(&state, None, None)?))
 }
 
 pub async fn model_stats(
+    _: Authorized<Infer>,
     State(state): S,
     Path(model): Path<String>,
-    headers: HeaderMap,
 ) -> ApiResult<Json<Value>> {
-    state.authorize(&headers, Scope::Infer)?;
     Ok(stats_json(
         &state,
         &stats_records(&state, Some(&model), None)?,
@@ -124,11 +121,10 @@ pub async fn model_stats(
 }
 
 pub async fn model_version_stats(
+    _: Authorized<Infer>,
     State(state): S,
     Path((model, version)): Path<(String, String)>,
-    headers: HeaderMap,
 ) -> ApiResult<Json<Value>> {
-    state.authorize(&headers, Scope::Infer)?;
     let version = parse_version(&version)?;
     Ok(stats_json(
         &state,
@@ -137,13 +133,13 @@ pub async fn model_version_stats(
 }
 
 pub async fn repository_index(
+    _: Authorized<Infer>,
     State(state): S,
     headers: HeaderMap,
     body: axum::body::Body,
 ) -> ApiResult<Json<Value>> {
     let limit = super::body::MAX_JSON_API_BYTES;
-    let (_, body) =
-        super::body::read_authorized(&state, &headers, body, Scope::Infer, limit).await?;
+    let body = read_limited(&headers, body, limit).await?;
     let only_ready = serde_json::from_slice::<Value>(&body)
         .ok()
         .and_then(|v| v.get("ready").and_then(Value::as_bool))
@@ -168,11 +164,10 @@ pub async fn repository_index(
 
 /// Loads the latest version now rather than on first request.
 pub async fn load(
+    _: Authorized<Upload>,
     State(state): S,
     Path(model): Path<String>,
-    headers: HeaderMap,
 ) -> ApiResult<StatusCode> {
-    state.authorize(&headers, Scope::Upload)?;
     let record = state.catalog.resolve(&model, None)?;
     state
         .engine
@@ -183,11 +178,10 @@ pub async fn load(
 
 /// Unloads every loaded version; requests already queued finish.
 pub async fn unload(
+    _: Authorized<Upload>,
     State(state): S,
     Path(model): Path<String>,
-    headers: HeaderMap,
 ) -> ApiResult<StatusCode> {
-    state.authorize(&headers, Scope::Upload)?;
     state.catalog.resolve(&model, None)?;
     for record in state.catalog.versions(&model) {
         state.engine.unload(&model_key(&record));

@@ -3,7 +3,8 @@
 //! (`/api/workers...`, admin scope).
 
 use super::manager::LOCAL;
-use crate::auth::{self, Scope};
+use crate::api::authorized::{Admin, Authorized, Infer};
+use crate::auth;
 use crate::error::{ApiError, ApiResult};
 use crate::state::{parse_version, AppState};
 use crate::store::workers::WorkerRecord;
@@ -153,8 +154,7 @@ pub async fn blob(
 }
 
 /// `GET /api/workers`: every live worker, and the local engine as one more.
-pub async fn list(State(state): S, headers: HeaderMap) -> ApiResult<Json<Value>> {
-    state.authorize(&headers, Scope::Admin)?;
+pub async fn list(_: Authorized<Admin>, State(state): S) -> ApiResult<Json<Value>> {
     Ok(Json(json!({ "workers": listing(&state) })))
 }
 
@@ -213,11 +213,11 @@ pub struct TokenRequest {
 
 /// `POST /api/workers/tokens`: a new join secret, shown once.
 pub async fn create_token(
+    _: Authorized<Admin>,
     State(state): S,
     headers: HeaderMap,
     body: Body,
 ) -> ApiResult<(StatusCode, Json<Value>)> {
-    state.authorize(&headers, Scope::Admin)?;
     let ttl = options::<TokenRequest>(&headers, body).await?.ttl_s;
     let (secret, expires_at) = create_join_secret(&state.store, &state.workers.material().ca, ttl)?;
     Ok((
@@ -244,11 +244,10 @@ pub fn create_join_secret(
 
 /// `DELETE /api/workers/{id}`: out of routing at once; it cannot rejoin under this id.
 pub async fn remove(
+    _: Authorized<Admin>,
     State(state): S,
     Path(id): Path<String>,
-    headers: HeaderMap,
 ) -> ApiResult<Json<Value>> {
-    state.authorize(&headers, Scope::Admin)?;
     let removed = state.store.remove_worker(&id)?;
     let was_live = state.workers.forget(&id);
     if !removed && !was_live {
@@ -273,12 +272,12 @@ const MAX_DIRECT_TTL_S: u64 = 3600;
 /// the model's served version and a token the worker checks offline, then talks KServe v2 to
 /// the worker itself (trusting the cluster CA in `ca_pem`).
 pub async fn assign(
+    Authorized { key, .. }: Authorized<Infer>,
     State(state): S,
     Path(model): Path<String>,
     headers: HeaderMap,
     body: Body,
 ) -> ApiResult<Json<Value>> {
-    let key = state.authorize(&headers, Scope::Infer)?;
     let ttl = options::<AssignRequest>(&headers, body)
         .await?
         .ttl_s
@@ -331,11 +330,10 @@ pub async fn assign(
 /// `POST /api/workers/{id}/drain`: no new requests go to the worker; those running finish. It
 /// stays listed as draining until it joins again (a restart) or is removed.
 pub async fn drain(
+    _: Authorized<Admin>,
     State(state): S,
     Path(id): Path<String>,
-    headers: HeaderMap,
 ) -> ApiResult<Json<Value>> {
-    state.authorize(&headers, Scope::Admin)?;
     if !state.workers.drain(&id) {
         return Err(ApiError::not_found(format!("no live worker '{id}'")));
     }
@@ -345,11 +343,10 @@ pub async fn drain(
 
 /// `DELETE /api/workers/tokens/{id}`: the join secret admits nobody from now on.
 pub async fn revoke_token(
+    _: Authorized<Admin>,
     State(state): S,
     Path(id): Path<String>,
-    headers: HeaderMap,
 ) -> ApiResult<Json<Value>> {
-    state.authorize(&headers, Scope::Admin)?;
     if !state.store.revoke_join_secret(&id)? {
         return Err(ApiError::not_found(format!("no join secret '{id}'")));
     }

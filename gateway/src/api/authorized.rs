@@ -1,0 +1,105 @@
+//! Authentication as middleware and an extractor.
+//!
+//! The admission middleware authenticates a request's key once (it needs the record to apply
+//! the key's limits) and leaves it in the request's extensions as [`Authenticated`]. A handler
+//! states the scope it needs in its signature, `Authorized<Infer>`, and either gets the key's
+//! record or never runs: 401 without a valid key, 403 with a key that lacks the scope. The
+//! record comes from the in-memory key cache (`store::key_cache`), so no request waits on the
+//! database; a revocation is seen by the next request because the cache checks the database's
+//! version first.
+//!
+//! A refused request may still be sending its body, and an extractor sees only the request's
+//! head. The refusal is marked ([`RefusedUnread`]) and the middleware, which kept a handle on
+//! the body ([`crate::api::body::Unread`]), drains it (bounded) before answering, so that the
+//! client reads the 401 instead of a reset connection.
+
+use crate::auth::Scope;
+use crate::error::ApiError;
+use crate::state::AppState;
+use crate::store::keys::KeyRecord;
+use axum::extract::FromRequestParts;
+use axum::response::{IntoResponse, Response};
+use http::request::Parts;
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+/// The key the admission middleware authenticated for this request.
+#[derive(Clone)]
+pub struct Authenticated(pub KeyRecord);
+
+/// The scopes a route accepts: a key passes with any one of them (`admin` implies all).
+pub trait Required: Send + Sync + 'static {
+    const SCOPES: &'static [Scope];
+}
+
+/// Runs models and pipelines, reads their metadata.
+pub struct Infer;
+/// Uploads and configures models, plugins and pipelines.
+pub struct Upload;
+/// Manages keys, limits, workers and metrics.
+pub struct Admin;
+/// Any valid key (e.g. a key asking who it is).
+pub struct AnyScope;
+
+impl Required for Infer {
+    const SCOPES: &'static [Scope] = &[Scope::Infer];
+}
+impl Required for Upload {
+    const SCOPES: &'static [Scope] = &[Scope::Upload];
+}
+impl Required for Admin {
+    const SCOPES: &'static [Scope] = &[Scope::Admin];
+}
+impl Required for AnyScope {
+    const SCOPES: &'static [Scope] = &[Scope::Infer, Scope::Upload, Scope::Admin];
+}
+
+/// A request whose key holds one of `S::SCOPES`.
+pub struct Authorized<S> {
+    pub key: KeyRecord,
+    scope: PhantomData<S>,
+}
+
+impl<S: Required> FromRequestParts<Arc<AppState>> for Authorized<S> {
+    type Rejection = RefusedUnread;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &Arc<AppState>,
+    ) -> Result<Self, Self::Rejection> {
+        let key = match parts.extensions.get::<Authenticated>() {
+            Some(Authenticated(key)) => key.clone(),
+            // The middleware found no valid key (or could not ask the store): authenticating
+            // again gives the precise 401 (or the store's 503).
+            None => state.authenticate(&parts.headers).map_err(RefusedUnread)?,
+        };
+        crate::state::check_scopes(&key, S::SCOPES).map_err(RefusedUnread)?;
+        crate::connection::authenticated();
+        Ok(Authorized {
+            key,
+            scope: PhantomData,
+        })
+    }
+}
+
+/// An error answered before the request's body was read: the middleware drains the body
+/// (bounded) so that the client can read it.
+pub struct RefusedUnread(pub ApiError);
+
+/// The mark on such an answer, for the middleware.
+#[derive(Clone, Copy)]
+pub struct DrainRequestBody;
+
+impl IntoResponse for RefusedUnread {
+    fn into_response(self) -> Response {
+        let mut response = self.0.into_response();
+        response.extensions_mut().insert(DrainRequestBody);
+        response
+    }
+}
+
+impl From<ApiError> for RefusedUnread {
+    fn from(e: ApiError) -> Self {
+        RefusedUnread(e)
+    }
+}
