@@ -2,28 +2,15 @@
 //! here, `crate::test_postgres`). The replicas share one data directory for the model file and
 //! the admin key, as they would share a volume; keys, models and the rest live in PostgreSQL.
 
-use crate::harness::{model, Options, Server, BIN};
+use crate::harness::{model, register_with_env, Options, Server};
 use crate::test_postgres::PgServer;
 use serde_json::{json, Value};
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// Registers a model in the PostgreSQL store through the offline CLI (`INFERGATE_STORE`).
 fn register(data: &Path, pg: &PgServer, name: &str, file: &str) {
-    let out = Command::new(BIN)
-        .args(["models", "add", "--data-dir"])
-        .arg(data)
-        .args(["--name", name])
-        .arg(model(file))
-        .env("INFERGATE_STORE", pg.url())
-        .output()
-        .expect("run infergate models add");
-    assert!(
-        out.status.success(),
-        "models add failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    register_with_env(data, name, &model(file), &[("INFERGATE_STORE", &pg.url())]);
 }
 
 fn replica(data: &Path, pg: &PgServer, resync_s: u64) -> Server {
