@@ -172,9 +172,9 @@ impl Store {
     /// (`replica_keys`) follows the database's notifications and never waits for it.
     pub fn authenticate(&self, presented: &str) -> Result<Option<KeyRecord>, StoreError> {
         match &self.backend {
-            Backend::Sqlite { keys, .. } => keys.authenticate(presented, || {
-                self.with(|db| super::key_cache::load_active(db))
-            }),
+            Backend::Sqlite { keys, .. } => {
+                keys.authenticate(presented, || self.with(super::key_cache::load_active))
+            }
             Backend::Postgres(pg) => Ok(pg.keys.authenticate(presented)),
         }
     }

@@ -13,7 +13,7 @@
 //! not wait at all: API keys are authenticated from memory ([`super::replica_keys`]).
 
 use super::replica_keys::ReplicaKeys;
-use super::sql::{Db, Value};
+use super::sql::{vals, Db, Value};
 use super::StoreError;
 use deadpool_postgres::{ClientWrapper, Manager, ManagerConfig, Pool, RecyclingMethod};
 use std::future::Future;
@@ -164,9 +164,16 @@ impl Postgres {
         &self,
         f: impl FnOnce(&Db<'_>) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
+        self.with_client(|client| f(&Db::Postgres(self, client)))
+    }
+
+    fn with_client<T>(
+        &self,
+        f: impl FnOnce(&ClientWrapper) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
         self.run(|| {
             let client = futures_executor::block_on(self.pool.get()).map_err(pool_error)?;
-            f(&Db::Postgres(self, &client))
+            f(&client)
         })
     }
 
@@ -175,23 +182,26 @@ impl Postgres {
         &self,
         f: impl FnOnce(&Db<'_>) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        self.with(|db| {
-            let Db::Postgres(_, client) = db else {
-                unreachable!("a PostgreSQL store hands out PostgreSQL connections")
-            };
-            self.wait(client.batch_execute("BEGIN"))?;
-            match f(db) {
-                Ok(out) => {
-                    self.wait(client.batch_execute("COMMIT"))?;
-                    Ok(out)
-                }
-                Err(e) => {
-                    // A connection that cannot roll back is broken, and the pool drops it.
-                    let _ = self.wait(client.batch_execute("ROLLBACK"));
-                    Err(e)
-                }
+        self.with_client(|client| self.in_transaction(client, f))
+    }
+
+    fn in_transaction<T>(
+        &self,
+        client: &ClientWrapper,
+        f: impl FnOnce(&Db<'_>) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        self.batch(client, "BEGIN")?;
+        match f(&Db::Postgres(self, client)) {
+            Ok(out) => {
+                self.batch(client, "COMMIT")?;
+                Ok(out)
             }
-        })
+            Err(e) => {
+                // A connection that cannot roll back is broken, and the pool drops it.
+                let _ = self.batch(client, "ROLLBACK");
+                Err(e)
+            }
+        }
     }
 
     pub(super) fn execute(
@@ -218,78 +228,56 @@ impl Postgres {
         self.wait(client.query(&stmt, &params))
     }
 
-    pub(super) fn batch(&self, client: &ClientWrapper, sql: &str) -> Result<(), StoreError> {
+    fn batch(&self, client: &ClientWrapper, sql: &str) -> Result<(), StoreError> {
         self.wait(client.batch_execute(sql))
     }
 
     fn migrate(&self) -> Result<Vec<i64>, StoreError> {
-        self.with(|db| apply_migrations(self, db, MIGRATIONS))
+        self.with_client(|client| self.apply_migrations(client, MIGRATIONS))
             .map_err(|e| match e {
                 StoreError::Unavailable(_) => e,
                 e => StoreError::Migration(e.to_string()),
             })
     }
-}
 
-/// Applies what `list` holds and the database has not recorded, each migration in its own
-/// transaction under an advisory lock, so that replicas starting together apply each once.
-fn apply_migrations(
-    pg: &Postgres,
-    db: &Db<'_>,
-    list: &[(i64, &str, &str)],
-) -> Result<Vec<i64>, StoreError> {
-    let mut applied = Vec::new();
-    for &(version, name, sql) in list {
-        pg.batch_in(db, "BEGIN")?;
-        let step = (|| {
-            db.execute(
-                "SELECT pg_advisory_xact_lock(?1)",
-                super::sql::vals![MIGRATION_LOCK],
-            )?;
-            pg.batch_in(
-                db,
-                "CREATE TABLE IF NOT EXISTS schema_migrations (
-                    version BIGINT PRIMARY KEY, name TEXT NOT NULL, applied_at BIGINT NOT NULL)",
-            )?;
-            let done: bool = db
-                .query_one(
-                    "SELECT EXISTS(SELECT 1 FROM schema_migrations WHERE version = ?1)",
-                    super::sql::vals![version],
-                )?
-                .at(0)?;
-            if done {
-                return Ok(false);
-            }
-            pg.batch_in(db, sql)
-                .map_err(|e| StoreError::Migration(format!("migration {name} failed: {e}")))?;
-            db.execute(
-                "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?1, ?2, ?3)",
-                super::sql::vals![version, name, super::now_secs()],
-            )?;
-            Ok(true)
-        })();
-        match step {
-            Ok(fresh) => {
-                pg.batch_in(db, "COMMIT")?;
-                if fresh {
-                    applied.push(version);
+    /// Applies what `list` holds and the database has not recorded, each migration in its own
+    /// transaction under an advisory lock, so that replicas starting together apply each once.
+    fn apply_migrations(
+        &self,
+        client: &ClientWrapper,
+        list: &[(i64, &str, &str)],
+    ) -> Result<Vec<i64>, StoreError> {
+        let mut applied = Vec::new();
+        for &(version, name, sql) in list {
+            let fresh = self.in_transaction(client, |db| {
+                db.execute("SELECT pg_advisory_xact_lock(?1)", vals![MIGRATION_LOCK])?;
+                self.batch(
+                    client,
+                    "CREATE TABLE IF NOT EXISTS schema_migrations (
+                        version BIGINT PRIMARY KEY, name TEXT NOT NULL, applied_at BIGINT NOT NULL)",
+                )?;
+                let done: bool = db
+                    .query_one(
+                        "SELECT EXISTS(SELECT 1 FROM schema_migrations WHERE version = ?1)",
+                        vals![version],
+                    )?
+                    .at(0)?;
+                if done {
+                    return Ok(false);
                 }
-            }
-            Err(e) => {
-                let _ = pg.batch_in(db, "ROLLBACK");
-                return Err(e);
+                self.batch(client, sql)
+                    .map_err(|e| StoreError::Migration(format!("migration {name} failed: {e}")))?;
+                db.execute(
+                    "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?1, ?2, ?3)",
+                    vals![version, name, super::now_secs()],
+                )?;
+                Ok(true)
+            })?;
+            if fresh {
+                applied.push(version);
             }
         }
-    }
-    Ok(applied)
-}
-
-impl Postgres {
-    fn batch_in(&self, db: &Db<'_>, sql: &str) -> Result<(), StoreError> {
-        match db {
-            Db::Postgres(_, client) => self.batch(client, sql),
-            Db::Sqlite(_) => unreachable!("PostgreSQL migrations run on PostgreSQL"),
-        }
+        Ok(applied)
     }
 }
 
@@ -340,7 +328,7 @@ mod tests {
             "CREATE TABLE t2 (x BIGINT); SELEC oops;",
         )];
         let err = pg
-            .with(|db| apply_migrations(&pg, db, broken))
+            .with_client(|client| pg.apply_migrations(client, broken))
             .unwrap_err()
             .to_string();
         assert!(err.contains("0999_broken.sql"), "{err}");
