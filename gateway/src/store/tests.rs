@@ -395,3 +395,30 @@ fn a_stopped_database_keeps_cached_keys_and_refuses_writes_until_it_is_back() {
     assert!(within_10s(|| b.authenticate(&after).unwrap().is_some()).is_some());
     assert!(b.authenticate(&secret).unwrap().is_some());
 }
+
+/// A change whose notification never comes (here: the trigger switched off, as when a listener
+/// was reconnecting) reaches the other replica through the periodic full reload.
+#[test]
+fn the_resync_catches_a_change_that_sent_no_notification() {
+    let server = PgServer::start();
+    let (da, db) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let a = postgres_store(&server, da.path(), 3600);
+    let b = postgres_store(&server, db.path(), 1);
+    let (rec, secret) = a.create_key("quiet", &infer()).unwrap();
+    assert!(within_10s(|| b.authenticate(&secret).unwrap().is_some()).is_some());
+    a.with(|db| {
+        db.execute("ALTER TABLE api_keys DISABLE TRIGGER api_keys_notify", &[])?;
+        db.execute(
+            "UPDATE api_keys SET revoked_at = 1 WHERE id = ?1",
+            super::sql::vals![rec.id],
+        )?;
+        db.execute("ALTER TABLE api_keys ENABLE TRIGGER api_keys_notify", &[])
+    })
+    .unwrap();
+    let took = within_10s(|| b.authenticate(&secret).unwrap().is_none());
+    assert!(took.is_some(), "the resync never dropped the revoked key");
+    eprintln!(
+        "a change without notification arrived in {:?}",
+        took.unwrap()
+    );
+}
