@@ -32,6 +32,22 @@ if ! command -v redis-server >/dev/null; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
 fi
 
+# PostgreSQL from Debian: the store's tests (gateway/src/store/tests.rs, tests/e2e/replicas.rs)
+# initdb and start their own server (as the postgres user) on a random port. The package also
+# creates and starts a cluster on port 5432, which nothing here uses: stop it and keep it from
+# starting at boot.
+if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+  log "installing postgresql"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
+  if command -v pg_lsclusters >/dev/null; then
+    pg_lsclusters --no-header 2>/dev/null | while read -r version name _; do
+      pg_ctlcluster "$version" "$name" stop 2>/dev/null || true
+      echo manual > "/etc/postgresql/$version/$name/start.conf" 2>/dev/null || true
+    done
+  fi
+fi
+
 # 1. Rust targets for plugins (wasm32-unknown-unknown + wasm-tools) and the dashboard.
 if ! rustup target list --installed | grep -q wasm32-unknown-unknown \
   || ! rustup target list --installed | grep -q wasm32-wasip2; then

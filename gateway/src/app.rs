@@ -85,8 +85,17 @@ fn spawn_worker_sweep(state: &Arc<AppState>) {
 pub async fn serve(config: Config) -> anyhow::Result<()> {
     config.validate().map_err(|e| anyhow!(e))?;
     let store = Arc::new(
-        Store::open(&config.data_dir)
-            .with_context(|| format!("opening data directory {}", config.data_dir.display()))?,
+        Store::open_with(&config.data_dir, &config.store).with_context(|| {
+            format!(
+                "opening the store ({}, data directory {})",
+                if config.store.url.is_some() {
+                    "PostgreSQL"
+                } else {
+                    "SQLite"
+                },
+                config.data_dir.display()
+            )
+        })?,
     );
     // Before anything writes: what a crash left half-done is collected now.
     store

@@ -34,6 +34,8 @@ pub struct Config {
     pub llm: infergate_llm::LlmConfig,
     /// Workers on other hosts: see `workers`.
     pub cluster: crate::workers::ClusterConfig,
+    /// The database: SQLite in the data directory, or PostgreSQL shared by replicas.
+    pub store: crate::store::StoreConfig,
 }
 
 /// KServe v2 over gRPC (Triton's `GRPCInferenceService`) on its own port, with the same TLS,
@@ -296,6 +298,7 @@ impl Default for Config {
             grpc: GrpcConfig::default(),
             llm: infergate_llm::LlmConfig::default(),
             cluster: crate::workers::ClusterConfig::default(),
+            store: crate::store::StoreConfig::default(),
         }
     }
 }

@@ -247,10 +247,17 @@ impl From<PluginError> for ApiError {
     }
 }
 
-/// The store's text (SQL, paths) stays in the log.
+/// The store's text (SQL, paths) stays in the log. A database that cannot be reached now
+/// (PostgreSQL down) is 503: the request may succeed when it is back.
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> ApiError {
-        ApiError::internal("storage failure (see the server's log)").caused_by(e)
+        match e {
+            StoreError::Unavailable(_) => ApiError::unavailable(
+                "the store (database) is unavailable; try again when it is back",
+            )
+            .caused_by(e),
+            e => ApiError::internal("storage failure (see the server's log)").caused_by(e),
+        }
     }
 }
 

@@ -23,11 +23,17 @@ pub fn model(file: &str) -> PathBuf {
 }
 
 pub fn register(data: &Path, name: &str, file: &Path) {
+    register_with_env(data, name, file, &[]);
+}
+
+/// `register` with variables in the CLI's environment (`INFERGATE_STORE`: another store).
+pub fn register_with_env(data: &Path, name: &str, file: &Path, env: &[(&str, &str)]) {
     let out = Command::new(BIN)
         .args(["models", "add", "--data-dir"])
         .arg(data)
         .args(["--name", name])
         .arg(file)
+        .envs(env.iter().copied())
         .output()
         .expect("run infergate models add");
     assert!(

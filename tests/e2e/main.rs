@@ -3,6 +3,8 @@
 //! INFERGATE_MODELS).
 
 mod harness;
+#[path = "../../gateway/src/store/test_postgres.rs"]
+mod test_postgres;
 mod webdriver;
 
 mod auth;
@@ -18,6 +20,7 @@ mod limits;
 mod models;
 mod postops;
 mod rejected_input;
+mod replicas;
 mod restart;
 mod shared_limits;
 mod shutdown;

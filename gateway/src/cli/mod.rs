@@ -110,7 +110,17 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
+/// The store of the offline commands: the data directory's SQLite database, or the PostgreSQL
+/// database that `INFERGATE_STORE` names (as `serve --store` does), so that `keys create` and
+/// the like work against the database replicas share.
 pub(crate) fn open_store(dir: &Option<PathBuf>) -> anyhow::Result<Store> {
     let dir = dir.clone().unwrap_or_else(|| PathBuf::from("./data"));
-    Store::open(&dir).with_context(|| format!("opening data directory {}", dir.display()))
+    let config = crate::store::StoreConfig {
+        url: std::env::var("INFERGATE_STORE")
+            .ok()
+            .filter(|u| !u.is_empty()),
+        ..Default::default()
+    };
+    Store::open_with(&dir, &config)
+        .with_context(|| format!("opening data directory {}", dir.display()))
 }

@@ -56,10 +56,7 @@ pub enum PipelinesCommand {
 }
 
 fn open(data_dir: &Path) -> anyhow::Result<(Arc<Store>, PluginRegistry)> {
-    let store = Arc::new(
-        Store::open(data_dir)
-            .with_context(|| format!("opening data directory {}", data_dir.display()))?,
-    );
+    let store = Arc::new(super::open_store(&Some(data_dir.to_path_buf()))?);
     let host = Arc::new(crate::app::plugin_host(&Config::default(), &store)?);
     let registry = PluginRegistry::load(host, &store)?;
     Ok((store, registry))
@@ -154,8 +151,7 @@ pub fn pipelines(cmd: PipelinesCommand) -> anyhow::Result<()> {
             );
         }
         PipelinesCommand::List { data_dir } => {
-            let store = Store::open(&data_dir)
-                .with_context(|| format!("opening data directory {}", data_dir.display()))?;
+            let store = super::open_store(&Some(data_dir))?;
             for p in store.list_pipelines()? {
                 println!("{:<24} {}", p.name, p.spec);
             }

@@ -114,6 +114,16 @@ pub struct ServeArgs {
     /// Chat models: do not reuse the KV of shared prompt prefixes.
     #[arg(long, env = "INFERGATE_LLM_NO_PREFIX_CACHE")]
     llm_no_prefix_cache: bool,
+    /// Keep keys, models, plugins, pipelines and workers in this PostgreSQL database, shared by
+    /// every replica (postgres://user[:password]@host:port/db; no TLS to PostgreSQL yet) [default:
+    /// SQLite in the data directory]. Each replica caches API keys and follows changes through
+    /// LISTEN/NOTIFY; model and plugin files stay in each replica's data directory.
+    #[arg(long = "store", env = "INFERGATE_STORE", value_name = "POSTGRES_URL")]
+    store_url: Option<String>,
+    /// With --store: seconds between full reloads of the cached keys, the longest a change can
+    /// take to reach a replica whose notification was lost [default: 5].
+    #[arg(long, env = "INFERGATE_STORE_RESYNC_S")]
+    store_resync_s: Option<u64>,
     /// Run no requests on this server's engine: route every one to workers that joined.
     #[arg(long, env = "INFERGATE_NO_LOCAL_ENGINE")]
     no_local_engine: bool,
@@ -173,6 +183,10 @@ impl ServeArgs {
             c.limits.shared_url = self.ratelimit_url;
         }
         set!(c.limits.shared_failure, self.ratelimit_failure);
+        if self.store_url.is_some() {
+            c.store.url = self.store_url;
+        }
+        set!(c.store.resync_s, self.store_resync_s);
         if !self.cors_origins.is_empty() {
             c.cors.allowed_origins = self.cors_origins;
         }

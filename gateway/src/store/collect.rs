@@ -56,12 +56,11 @@ impl Store {
             .lock_blobs()
             .map_err(StoreError::io("locking blobs"))?;
         let referenced = |table: &str| -> Result<HashSet<String>, StoreError> {
-            self.with(|conn| {
-                let mut stmt = conn.prepare(&format!("SELECT DISTINCT sha256 FROM {table}"))?;
-                let rows = stmt
-                    .query_map([], |r| r.get::<_, String>(0))?
-                    .collect::<Result<HashSet<_>, _>>()?;
-                Ok(rows)
+            self.with(|db| {
+                db.query(&format!("SELECT DISTINCT sha256 FROM {table}"), &[])?
+                    .iter()
+                    .map(|r| r.at::<String>(0))
+                    .collect()
             })
         };
         let models = referenced("model_versions")?;
@@ -92,65 +91,8 @@ impl Store {
 
 #[cfg(test)]
 mod tests {
+    use super::super::tests::{signature, upload};
     use super::*;
-    use infergate_engine::ModelSignature;
-
-    fn signature() -> ModelSignature {
-        ModelSignature {
-            inputs: Vec::new(),
-            outputs: Vec::new(),
-            metadata: Default::default(),
-        }
-    }
-
-    /// A finished upload of `content`, as `BlobWriter` makes it.
-    fn upload(store: &Store, content: &[u8]) -> (String, tempfile::NamedTempFile) {
-        let mut w = super::super::files::BlobWriter::new(store.dir()).unwrap();
-        w.write(content).unwrap();
-        w.finish().unwrap()
-    }
-
-    #[test]
-    fn start_up_collection_keeps_referenced_files_and_drops_the_rest() {
-        let root = tempfile::tempdir().unwrap();
-        let store = Store::open(root.path()).unwrap();
-        let dir = store.dir().clone();
-        let (kept_sha, tmp) = upload(&store, b"kept model");
-        store
-            .add_model_version(
-                tmp,
-                "m",
-                &kept_sha,
-                10,
-                &signature(),
-                &serde_json::json!({}),
-            )
-            .unwrap();
-        // What a crash leaves: a persisted file without its row, an unfinished upload, the
-        // temporary files of atomic writes, in every directory they are written to.
-        let orphan = dir.model_file(&"a".repeat(64));
-        fs::write(&orphan, b"orphan").unwrap();
-        fs::write(dir.plugin_file(&"b".repeat(64)), b"orphan plugin").unwrap();
-        fs::write(dir.plugins().join(".tmp-x1"), b"half").unwrap();
-        fs::write(dir.tmp().join("upload-x2"), b"half").unwrap();
-        fs::write(dir.root().join(".tmp-x3"), b"key").unwrap();
-        fs::write(dir.tls().join(".tmp-x4"), b"pem").unwrap();
-
-        let collected = store.collect_orphans().unwrap();
-        assert_eq!(collected.files, 6, "{collected:?}");
-        assert!(
-            dir.model_file(&kept_sha).is_file(),
-            "a referenced file stays"
-        );
-        assert!(!orphan.exists());
-        assert_eq!(fs::read_dir(dir.tmp()).unwrap().count(), 0);
-        assert_eq!(fs::read_dir(dir.plugins()).unwrap().count(), 0);
-        assert!(
-            dir.database().is_file(),
-            "the database is not a temporary file"
-        );
-        assert_eq!(store.collect_orphans().unwrap(), Collected::default());
-    }
 
     /// The race of issue 13: deleting a model while the same bytes are uploaded under another
     /// name must never leave a row whose file is gone.

@@ -1,5 +1,7 @@
-//! The persistent store: one SQLite database (WAL, foreign keys on, schema from `migrations/`)
-//! and content-addressed files under the data directory.
+//! The persistent store: the database and content-addressed files under the data directory.
+//! The database is one SQLite file (WAL, foreign keys on, schema from `migrations/`), the
+//! default; or PostgreSQL (`--store postgres://...`, schema from `migrations/postgres/`), which
+//! several gateway replicas share. Every query is written once for both ([`sql`]).
 
 pub mod collect;
 pub mod files;
@@ -8,11 +10,20 @@ pub mod keys;
 pub mod migrate;
 pub mod models;
 pub mod plugins;
+mod postgres;
+mod replica_keys;
+mod sql;
+#[cfg(test)]
+pub(crate) mod test_postgres;
+#[cfg(test)]
+mod tests;
 pub mod workers;
 
 use parking_lot::Mutex;
 use rusqlite::Connection;
+use sql::Db;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 pub use files::DataDir;
 
@@ -26,13 +37,60 @@ pub enum StoreError {
     Migration(String),
     #[error("{0}")]
     Corrupt(String),
+    #[error("PostgreSQL error: {0}")]
+    Postgres(tokio_postgres::Error),
+    /// The database cannot be reached or takes no queries now (PostgreSQL down, restarting,
+    /// out of connections): the request may succeed later.
+    #[error("the store is unavailable: {0}")]
+    Unavailable(String),
+    /// A bad `--store` URL or setting.
+    #[error("{0}")]
+    Config(String),
 }
 
-/// The database. SQLite serialises writers anyway; one connection behind a mutex keeps
-/// transactions simple and is far from the bottleneck (an indexed read is a few µs).
+impl From<tokio_postgres::Error> for StoreError {
+    fn from(e: tokio_postgres::Error) -> StoreError {
+        if postgres::unavailable(&e) {
+            StoreError::Unavailable(e.to_string())
+        } else {
+            StoreError::Postgres(e)
+        }
+    }
+}
+
+/// Where the database is (`[store]` in the configuration file, `--store` flags).
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StoreConfig {
+    /// `postgres://user[:password]@host:port/db`; absent = SQLite in the data directory.
+    pub url: Option<String>,
+    /// PostgreSQL: seconds between full reloads of each replica's cached keys, which bound how
+    /// long a change whose notification was lost (listener reconnecting) takes to arrive.
+    pub resync_s: u64,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
+            url: None,
+            resync_s: 5,
+        }
+    }
+}
+
+enum Backend {
+    Sqlite {
+        conn: Mutex<Connection>,
+        keys: key_cache::KeyCache,
+    },
+    Postgres(postgres::Postgres),
+}
+
+/// The database and the data directory. SQLite serialises writers anyway; one connection
+/// behind a mutex keeps transactions simple and is far from the bottleneck (an indexed read is
+/// a few µs). PostgreSQL: a pool of connections (`postgres`).
 pub struct Store {
-    conn: Mutex<Connection>,
-    keys: key_cache::KeyCache,
+    backend: Backend,
     dir: DataDir,
 }
 
@@ -48,10 +106,34 @@ impl Store {
         migrate::apply(&mut conn).map_err(StoreError::Migration)?;
         let keys = key_cache::KeyCache::open(&dir.database())?;
         Ok(Store {
-            conn: Mutex::new(conn),
-            keys,
+            backend: Backend::Sqlite {
+                conn: Mutex::new(conn),
+                keys,
+            },
             dir,
         })
+    }
+
+    /// Opens the store `config` names: SQLite in `root` (as [`Store::open`]) or PostgreSQL, with
+    /// the files still under `root`.
+    pub fn open_with(root: &Path, config: &StoreConfig) -> Result<Store, StoreError> {
+        let Some(url) = &config.url else {
+            return Store::open(root);
+        };
+        let dir = DataDir::create(root).map_err(|e| StoreError::Io(e.to_string()))?;
+        let resync = Duration::from_secs(config.resync_s.max(1));
+        Ok(Store {
+            backend: Backend::Postgres(postgres::Postgres::connect(url, resync)?),
+            dir,
+        })
+    }
+
+    /// Which database this is, for logs: `sqlite` or `postgres`.
+    pub fn backend_name(&self) -> &'static str {
+        match self.backend {
+            Backend::Sqlite { .. } => "sqlite",
+            Backend::Postgres(_) => "postgres",
+        }
     }
 
     pub fn dir(&self) -> &DataDir {
@@ -62,11 +144,28 @@ impl Store {
         self.dir.root().to_path_buf()
     }
 
-    fn with<T>(
+    fn with<T>(&self, f: impl FnOnce(&Db<'_>) -> Result<T, StoreError>) -> Result<T, StoreError> {
+        match &self.backend {
+            Backend::Sqlite { conn, .. } => f(&Db::Sqlite(&conn.lock())),
+            Backend::Postgres(pg) => pg.with(f),
+        }
+    }
+
+    /// Runs `f` in one transaction, committed when it succeeds and rolled back otherwise.
+    fn transaction<T>(
         &self,
-        f: impl FnOnce(&mut Connection) -> Result<T, StoreError>,
+        f: impl FnOnce(&Db<'_>) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        f(&mut self.conn.lock())
+        match &self.backend {
+            Backend::Sqlite { conn, .. } => {
+                let mut conn = conn.lock();
+                let tx = conn.transaction()?;
+                let out = f(&Db::Sqlite(&tx))?;
+                tx.commit()?;
+                Ok(out)
+            }
+            Backend::Postgres(pg) => pg.transaction(f),
+        }
     }
 }
 

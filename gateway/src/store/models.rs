@@ -3,9 +3,9 @@
 //! blob lock, so a delete never removes a file that an upload has just stored for a new row.
 
 use super::files::persist;
+use super::sql::{vals, Row};
 use super::{now_secs, Store, StoreError};
 use infergate_engine::ModelSignature;
-use rusqlite::{params, OptionalExtension, Row};
 use serde::{Deserialize, Serialize};
 
 /// Also what a worker receives from its manager for a version it serves.
@@ -20,22 +20,19 @@ pub struct ModelRecord {
     pub created_at: i64,
 }
 
-fn record(row: &Row<'_>) -> rusqlite::Result<ModelRecord> {
-    let signature: String = row.get("signature")?;
-    let config: String = row.get("config")?;
-    let corrupt = |e: serde_json::Error| {
-        rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, Box::new(e))
-    };
+fn record(row: &Row) -> Result<ModelRecord, StoreError> {
     Ok(ModelRecord {
         name: row.get("name")?,
-        version: row.get::<_, i64>("version")? as u64,
+        version: row.get::<i64>("version")? as u64,
         sha256: row.get("sha256")?,
-        size_bytes: row.get::<_, i64>("size_bytes")? as u64,
-        signature: serde_json::from_str(&signature).map_err(corrupt)?,
-        config: serde_json::from_str(&config).map_err(corrupt)?,
+        size_bytes: row.get::<i64>("size_bytes")? as u64,
+        signature: row.json("signature")?,
+        config: row.json("config")?,
         created_at: row.get("created_at")?,
     })
 }
+
+const ONE: &str = "SELECT * FROM model_versions WHERE name = ?1 AND version = ?2";
 
 impl Store {
     /// Moves a finished upload to its content address and records it as the next version of
@@ -75,33 +72,28 @@ impl Store {
     ) -> Result<ModelRecord, StoreError> {
         let signature =
             serde_json::to_string(signature).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-        self.with(|conn| {
-            let tx = conn.transaction()?;
-            let version: i64 = tx.query_row(
-                "SELECT COALESCE(MAX(version), 0) + 1 FROM model_versions WHERE name = ?1",
-                [name],
-                |r| r.get(0),
-            )?;
-            tx.execute(
+        self.transaction(|db| {
+            let version: i64 = db
+                .query_one(
+                    "SELECT COALESCE(MAX(version), 0) + 1 FROM model_versions WHERE name = ?1",
+                    vals![name],
+                )?
+                .at(0)?;
+            db.execute(
                 "INSERT INTO model_versions (name, version, sha256, size_bytes, signature, config, created_at)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-                params![name, version, sha256, size_bytes as i64, signature, config.to_string(), now_secs()],
+                vals![name, version, sha256, size_bytes as i64, signature, config.to_string(), now_secs()],
             )?;
-            let rec = tx.query_row(
-                "SELECT * FROM model_versions WHERE name = ?1 AND version = ?2",
-                params![name, version],
-                record,
-            )?;
-            tx.commit()?;
-            Ok(rec)
+            record(&db.query_one(ONE, vals![name, version])?)
         })
     }
 
     pub fn list_model_versions(&self) -> Result<Vec<ModelRecord>, StoreError> {
-        self.with(|conn| {
-            let mut stmt = conn.prepare("SELECT * FROM model_versions ORDER BY name, version")?;
-            let rows = stmt.query_map([], record)?.collect::<Result<Vec<_>, _>>()?;
-            Ok(rows)
+        self.with(|db| {
+            db.query("SELECT * FROM model_versions ORDER BY name, version", &[])?
+                .iter()
+                .map(record)
+                .collect()
         })
     }
 
@@ -110,14 +102,11 @@ impl Store {
         name: &str,
         version: u64,
     ) -> Result<Option<ModelRecord>, StoreError> {
-        self.with(|conn| {
-            Ok(conn
-                .query_row(
-                    "SELECT * FROM model_versions WHERE name = ?1 AND version = ?2",
-                    params![name, version as i64],
-                    record,
-                )
-                .optional()?)
+        self.with(|db| {
+            db.query_opt(ONE, vals![name, version as i64])?
+                .as_ref()
+                .map(record)
+                .transpose()
         })
     }
 
@@ -133,28 +122,25 @@ impl Store {
             .dir
             .lock_blobs()
             .map_err(StoreError::io("locking blobs"))?;
-        let deleted = self.with(|conn| {
-            let tx = conn.transaction()?;
-            let Some(rec) = tx
-                .query_row(
-                    "SELECT * FROM model_versions WHERE name = ?1 AND version = ?2",
-                    params![name, version as i64],
-                    record,
-                )
-                .optional()?
+        let deleted = self.transaction(|db| {
+            let Some(rec) = db
+                .query_opt(ONE, vals![name, version as i64])?
+                .as_ref()
+                .map(record)
+                .transpose()?
             else {
                 return Ok(None);
             };
-            tx.execute(
+            db.execute(
                 "DELETE FROM model_versions WHERE name = ?1 AND version = ?2",
-                params![name, version as i64],
+                vals![name, version as i64],
             )?;
-            let shared: bool = tx.query_row(
-                "SELECT EXISTS(SELECT 1 FROM model_versions WHERE sha256 = ?1)",
-                [&rec.sha256],
-                |r| r.get(0),
-            )?;
-            tx.commit()?;
+            let shared: bool = db
+                .query_one(
+                    "SELECT EXISTS(SELECT 1 FROM model_versions WHERE sha256 = ?1)",
+                    vals![&rec.sha256],
+                )?
+                .at(0)?;
             Ok(Some((rec, shared)))
         })?;
         Ok(deleted.map(|(rec, shared)| {
@@ -171,10 +157,10 @@ impl Store {
         version: u64,
         config: &serde_json::Value,
     ) -> Result<bool, StoreError> {
-        self.with(|conn| {
-            Ok(conn.execute(
+        self.with(|db| {
+            Ok(db.execute(
                 "UPDATE model_versions SET config = ?3 WHERE name = ?1 AND version = ?2",
-                params![name, version as i64, config.to_string()],
+                vals![name, version as i64, config.to_string()],
             )? > 0)
         })
     }

@@ -3,8 +3,8 @@
 //! for models, a file and the rows that reference it change under the blob lock.
 
 use super::files::write_atomic;
+use super::sql::{vals, Db, Row};
 use super::{now_secs, Store, StoreError};
-use rusqlite::{params, OptionalExtension, Row};
 use serde::Serialize;
 
 #[derive(Debug, Clone, Serialize)]
@@ -30,33 +30,38 @@ pub struct PipelineRecord {
     pub updated_at: i64,
 }
 
-fn corrupt(e: serde_json::Error) -> rusqlite::Error {
-    rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, Box::new(e))
-}
-
-fn plugin_record(row: &Row<'_>) -> rusqlite::Result<PluginRecord> {
-    let description: String = row.get("description")?;
-    let limits: String = row.get("limits")?;
+fn plugin_record(row: &Row) -> Result<PluginRecord, StoreError> {
     Ok(PluginRecord {
         name: row.get("name")?,
         version: row.get("version")?,
         kind: row.get("kind")?,
         sha256: row.get("sha256")?,
-        size_bytes: row.get::<_, i64>("size_bytes")? as u64,
-        description: serde_json::from_str(&description).map_err(corrupt)?,
-        limits: serde_json::from_str(&limits).map_err(corrupt)?,
+        size_bytes: row.get::<i64>("size_bytes")? as u64,
+        description: row.json("description")?,
+        limits: row.json("limits")?,
         created_at: row.get("created_at")?,
     })
 }
 
-fn pipeline_record(row: &Row<'_>) -> rusqlite::Result<PipelineRecord> {
-    let spec: String = row.get("spec")?;
+fn pipeline_record(row: &Row) -> Result<PipelineRecord, StoreError> {
     Ok(PipelineRecord {
         name: row.get("name")?,
-        spec: serde_json::from_str(&spec).map_err(corrupt)?,
+        spec: row.json("spec")?,
         created_at: row.get("created_at")?,
         updated_at: row.get("updated_at")?,
     })
+}
+
+const PLUGIN: &str = "SELECT * FROM plugins WHERE name = ?1 AND version = ?2";
+const PIPELINE: &str = "SELECT * FROM pipelines WHERE name = ?1";
+
+/// Whether any stored plugin version is `sha256`.
+fn content_stored(db: &Db<'_>, sha256: &str) -> Result<bool, StoreError> {
+    db.query_one(
+        "SELECT EXISTS(SELECT 1 FROM plugins WHERE sha256 = ?1)",
+        vals![sha256],
+    )?
+    .at(0)
 }
 
 /// What deleting plugin versions did: the rows deleted, each with whether its file is still
@@ -122,13 +127,7 @@ impl Store {
 
     /// Whether any stored plugin version is this content.
     pub fn plugin_content_stored(&self, sha256: &str) -> Result<bool, StoreError> {
-        self.with(|conn| {
-            Ok(conn.query_row(
-                "SELECT EXISTS(SELECT 1 FROM plugins WHERE sha256 = ?1)",
-                [sha256],
-                |r| r.get(0),
-            )?)
-        })
+        self.with(|db| content_stored(db, sha256))
     }
 
     fn insert_plugin(
@@ -140,15 +139,12 @@ impl Store {
         size_bytes: u64,
         description: &serde_json::Value,
     ) -> Result<PluginInsert, StoreError> {
-        self.with(|conn| {
-            let tx = conn.transaction()?;
-            let existing = tx
-                .query_row(
-                    "SELECT * FROM plugins WHERE name = ?1 AND version = ?2",
-                    params![name, version],
-                    plugin_record,
-                )
-                .optional()?;
+        self.transaction(|db| {
+            let existing = db
+                .query_opt(PLUGIN, vals![name, version])?
+                .as_ref()
+                .map(plugin_record)
+                .transpose()?;
             if let Some(existing) = existing {
                 return Ok(if existing.sha256 == sha256 {
                     PluginInsert::Unchanged(existing)
@@ -156,18 +152,14 @@ impl Store {
                     PluginInsert::Conflict(existing)
                 });
             }
-            tx.execute(
+            db.execute(
                 "INSERT INTO plugins (name, version, kind, sha256, size_bytes, description, created_at)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-                params![name, version, kind, sha256, size_bytes as i64, description.to_string(), now_secs()],
+                vals![name, version, kind, sha256, size_bytes as i64, description.to_string(), now_secs()],
             )?;
-            let rec = tx.query_row(
-                "SELECT * FROM plugins WHERE name = ?1 AND version = ?2",
-                params![name, version],
-                plugin_record,
-            )?;
-            tx.commit()?;
-            Ok(PluginInsert::Created(rec))
+            Ok(PluginInsert::Created(plugin_record(
+                &db.query_one(PLUGIN, vals![name, version])?,
+            )?))
         })
     }
 
@@ -178,23 +170,24 @@ impl Store {
         version: &str,
         limits: &serde_json::Value,
     ) -> Result<bool, StoreError> {
-        self.with(|conn| {
-            Ok(conn.execute(
+        self.with(|db| {
+            Ok(db.execute(
                 "UPDATE plugins SET limits = ?3 WHERE name = ?1 AND version = ?2",
-                params![name, version, limits.to_string()],
+                vals![name, version, limits.to_string()],
             )? > 0)
         })
     }
 
     /// Every plugin version, oldest upload first within a name.
     pub fn list_plugins(&self) -> Result<Vec<PluginRecord>, StoreError> {
-        self.with(|conn| {
-            let mut stmt =
-                conn.prepare("SELECT * FROM plugins ORDER BY name, created_at, rowid")?;
-            let rows = stmt
-                .query_map([], plugin_record)?
-                .collect::<Result<Vec<_>, _>>()?;
-            Ok(rows)
+        self.with(|db| {
+            db.query(
+                "SELECT * FROM plugins ORDER BY name, created_at, rowid",
+                &[],
+            )?
+            .iter()
+            .map(plugin_record)
+            .collect()
         })
     }
 
@@ -211,40 +204,36 @@ impl Store {
             .dir
             .lock_blobs()
             .map_err(StoreError::io("locking blobs"))?;
-        let deletion = self.with(|conn| {
-            let tx = conn.transaction()?;
-            let all: Vec<PluginRecord> = {
-                let mut stmt =
-                    tx.prepare("SELECT * FROM plugins WHERE name = ?1 ORDER BY created_at, rowid")?;
-                let rows = stmt
-                    .query_map([name], plugin_record)?
-                    .collect::<Result<Vec<_>, _>>()?;
-                rows
-            };
+        let deletion = self.transaction(|db| {
+            let all = db
+                .query(
+                    "SELECT * FROM plugins WHERE name = ?1 ORDER BY created_at, rowid",
+                    vals![name],
+                )?
+                .iter()
+                .map(plugin_record)
+                .collect::<Result<Vec<_>, _>>()?;
             let newest = all.last().map(|r| r.version.clone());
             let doomed: Vec<PluginRecord> = all
                 .into_iter()
                 .filter(|r| version.is_none_or(|v| v == r.version))
                 .collect();
             let mut users: Vec<String> = Vec::new();
-            {
-                let mut stmt = tx.prepare(
-                    "SELECT pipeline, version FROM pipeline_plugins WHERE plugin = ?1 ORDER BY pipeline",
-                )?;
-                let refs = stmt
-                    .query_map([name], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))?
-                    .collect::<Result<Vec<_>, _>>()?;
-                for (pipeline, pinned) in refs {
-                    let runs = if pinned.is_empty() {
-                        newest.clone()
-                    } else {
-                        Some(pinned)
-                    };
-                    if doomed.iter().any(|d| Some(&d.version) == runs.as_ref())
-                        && !users.contains(&pipeline)
-                    {
-                        users.push(pipeline);
-                    }
+            let refs = db.query(
+                "SELECT pipeline, version FROM pipeline_plugins WHERE plugin = ?1 ORDER BY pipeline",
+                vals![name],
+            )?;
+            for row in refs {
+                let (pipeline, pinned): (String, String) = (row.at(0)?, row.at(1)?);
+                let runs = if pinned.is_empty() {
+                    newest.clone()
+                } else {
+                    Some(pinned)
+                };
+                if doomed.iter().any(|d| Some(&d.version) == runs.as_ref())
+                    && !users.contains(&pipeline)
+                {
+                    users.push(pipeline);
                 }
             }
             if !users.is_empty() {
@@ -252,18 +241,13 @@ impl Store {
             }
             let mut deleted = Vec::with_capacity(doomed.len());
             for rec in doomed {
-                tx.execute(
+                db.execute(
                     "DELETE FROM plugins WHERE name = ?1 AND version = ?2",
-                    params![rec.name, rec.version],
+                    vals![&rec.name, &rec.version],
                 )?;
-                let shared: bool = tx.query_row(
-                    "SELECT EXISTS(SELECT 1 FROM plugins WHERE sha256 = ?1)",
-                    [&rec.sha256],
-                    |r| r.get(0),
-                )?;
+                let shared = content_stored(db, &rec.sha256)?;
                 deleted.push((rec, shared));
             }
-            tx.commit()?;
             Ok(Ok(deleted))
         })?;
         if let Ok(deleted) = &deletion {
@@ -283,60 +267,56 @@ impl Store {
         spec: &serde_json::Value,
         plugins: &[(String, Option<String>)],
     ) -> Result<(PipelineRecord, bool), StoreError> {
-        self.with(|conn| {
-            let tx = conn.transaction()?;
+        self.transaction(|db| {
             let now = now_secs();
-            let created = tx.execute(
+            let created = db.execute(
                 "INSERT INTO pipelines (name, spec, created_at, updated_at) VALUES (?1, ?2, ?3, ?3)
                  ON CONFLICT (name) DO NOTHING",
-                params![name, spec.to_string(), now],
+                vals![name, spec.to_string(), now],
             )? > 0;
             if !created {
-                tx.execute(
+                db.execute(
                     "UPDATE pipelines SET spec = ?2, updated_at = ?3 WHERE name = ?1",
-                    params![name, spec.to_string(), now],
+                    vals![name, spec.to_string(), now],
                 )?;
             }
-            tx.execute("DELETE FROM pipeline_plugins WHERE pipeline = ?1", [name])?;
-            for (plugin, version) in plugins {
-                tx.execute(
-                    "INSERT OR IGNORE INTO pipeline_plugins (pipeline, plugin, version) VALUES (?1, ?2, ?3)",
-                    params![name, plugin, version.as_deref().unwrap_or("")],
-                )?;
-            }
-            let rec = tx.query_row(
-                "SELECT * FROM pipelines WHERE name = ?1",
-                [name],
-                pipeline_record,
+            db.execute(
+                "DELETE FROM pipeline_plugins WHERE pipeline = ?1",
+                vals![name],
             )?;
-            tx.commit()?;
-            Ok((rec, created))
+            for (plugin, version) in plugins {
+                db.execute(
+                    "INSERT INTO pipeline_plugins (pipeline, plugin, version) VALUES (?1, ?2, ?3)
+                     ON CONFLICT DO NOTHING",
+                    vals![name, plugin, version.as_deref().unwrap_or("")],
+                )?;
+            }
+            Ok((
+                pipeline_record(&db.query_one(PIPELINE, vals![name])?)?,
+                created,
+            ))
         })
     }
 
     pub fn list_pipelines(&self) -> Result<Vec<PipelineRecord>, StoreError> {
-        self.with(|conn| {
-            let mut stmt = conn.prepare("SELECT * FROM pipelines ORDER BY name")?;
-            let rows = stmt
-                .query_map([], pipeline_record)?
-                .collect::<Result<Vec<_>, _>>()?;
-            Ok(rows)
+        self.with(|db| {
+            db.query("SELECT * FROM pipelines ORDER BY name", &[])?
+                .iter()
+                .map(pipeline_record)
+                .collect()
         })
     }
 
     pub fn pipeline(&self, name: &str) -> Result<Option<PipelineRecord>, StoreError> {
-        self.with(|conn| {
-            Ok(conn
-                .query_row(
-                    "SELECT * FROM pipelines WHERE name = ?1",
-                    [name],
-                    pipeline_record,
-                )
-                .optional()?)
+        self.with(|db| {
+            db.query_opt(PIPELINE, vals![name])?
+                .as_ref()
+                .map(pipeline_record)
+                .transpose()
         })
     }
 
     pub fn delete_pipeline(&self, name: &str) -> Result<bool, StoreError> {
-        self.with(|conn| Ok(conn.execute("DELETE FROM pipelines WHERE name = ?1", [name])? > 0))
+        self.with(|db| Ok(db.execute("DELETE FROM pipelines WHERE name = ?1", vals![name])? > 0))
     }
 }

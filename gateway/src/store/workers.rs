@@ -2,10 +2,10 @@
 //! What workers report each heartbeat stays in the manager's memory
 //! (`infergate_cluster::registry`); identities, addresses and credentials live here.
 
+use super::sql::{vals, Row};
 use super::{now_secs, Store, StoreError};
 use infergate_cluster::join::StoredJoin;
 use infergate_cluster::messages::Devices;
-use rusqlite::{params, OptionalExtension, Row};
 use serde::Serialize;
 
 /// A worker as the store knows it.
@@ -23,7 +23,7 @@ pub struct WorkerRecord {
     pub removed_at: Option<i64>,
 }
 
-fn worker(row: &Row<'_>) -> rusqlite::Result<WorkerRecord> {
+fn worker(row: &Row) -> Result<WorkerRecord, StoreError> {
     let devices: String = row.get("devices")?;
     Ok(WorkerRecord {
         id: row.get("id")?,
@@ -40,13 +40,13 @@ fn worker(row: &Row<'_>) -> rusqlite::Result<WorkerRecord> {
 
 impl Store {
     pub fn add_join_secret(&self, stored: &StoredJoin) -> Result<(), StoreError> {
-        self.with(|conn| {
-            conn.execute(
+        self.with(|db| {
+            db.execute(
                 "INSERT INTO join_secrets (id, secret_sha256, created_at, expires_at)
                  VALUES (?1, ?2, ?3, ?4)",
-                params![
-                    stored.id,
-                    stored.secret_sha256,
+                vals![
+                    &stored.id,
+                    &stored.secret_sha256,
                     now_secs(),
                     stored.expires_at.map(|s| s as i64)
                 ],
@@ -57,31 +57,30 @@ impl Store {
 
     /// The join secret stored under `id`, unless revoked.
     pub fn join_secret(&self, id: &str) -> Result<Option<StoredJoin>, StoreError> {
-        self.with(|conn| {
-            Ok(conn
-                .query_row(
-                    "SELECT id, secret_sha256, expires_at FROM join_secrets
-                     WHERE id = ?1 AND revoked_at IS NULL",
-                    [id],
-                    |r| {
-                        Ok(StoredJoin {
-                            id: r.get(0)?,
-                            secret_sha256: r.get(1)?,
-                            expires_at: r.get::<_, Option<i64>>(2)?.map(|s| s.max(0) as u64),
-                        })
-                    },
-                )
-                .optional()?)
+        self.with(|db| {
+            db.query_opt(
+                "SELECT id, secret_sha256, expires_at FROM join_secrets
+                 WHERE id = ?1 AND revoked_at IS NULL",
+                vals![id],
+            )?
+            .map(|r| {
+                Ok(StoredJoin {
+                    id: r.at(0)?,
+                    secret_sha256: r.at(1)?,
+                    expires_at: r.at::<Option<i64>>(2)?.map(|s| s.max(0) as u64),
+                })
+            })
+            .transpose()
         })
     }
 
     /// Revokes a join secret: it admits nobody from now on (workers that joined with it keep
     /// their own credentials). Returns false when no such unrevoked secret.
     pub fn revoke_join_secret(&self, id: &str) -> Result<bool, StoreError> {
-        self.with(|conn| {
-            let n = conn.execute(
+        self.with(|db| {
+            let n = db.execute(
                 "UPDATE join_secrets SET revoked_at = ?2 WHERE id = ?1 AND revoked_at IS NULL",
-                params![id, now_secs()],
+                vals![id, now_secs()],
             )?;
             Ok(n == 1)
         })
@@ -92,8 +91,8 @@ impl Store {
     pub fn upsert_worker(&self, record: &WorkerRecord) -> Result<bool, StoreError> {
         let devices = serde_json::to_string(&record.devices)
             .map_err(|e| StoreError::Corrupt(format!("worker devices: {e}")))?;
-        self.with(|conn| {
-            let n = conn.execute(
+        self.with(|db| {
+            let n = db.execute(
                 "INSERT INTO workers (id, advertise, version, devices, credential_sha256, joined_with, joined_at)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
                  ON CONFLICT (id) DO UPDATE SET
@@ -101,13 +100,13 @@ impl Store {
                     devices = excluded.devices, credential_sha256 = excluded.credential_sha256,
                     joined_with = excluded.joined_with, joined_at = excluded.joined_at
                  WHERE workers.removed_at IS NULL",
-                params![
-                    record.id,
-                    record.advertise,
-                    record.version,
+                vals![
+                    &record.id,
+                    &record.advertise,
+                    &record.version,
                     devices,
-                    record.credential_sha256,
-                    record.joined_with,
+                    &record.credential_sha256,
+                    &record.joined_with,
                     record.joined_at
                 ],
             )?;
@@ -116,28 +115,30 @@ impl Store {
     }
 
     pub fn worker(&self, id: &str) -> Result<Option<WorkerRecord>, StoreError> {
-        self.with(|conn| {
-            Ok(conn
-                .query_row("SELECT * FROM workers WHERE id = ?1", [id], worker)
-                .optional()?)
+        self.with(|db| {
+            db.query_opt("SELECT * FROM workers WHERE id = ?1", vals![id])?
+                .as_ref()
+                .map(worker)
+                .transpose()
         })
     }
 
     pub fn list_workers(&self) -> Result<Vec<WorkerRecord>, StoreError> {
-        self.with(|conn| {
-            let mut stmt = conn.prepare("SELECT * FROM workers ORDER BY joined_at, id")?;
-            let rows = stmt.query_map([], worker)?.collect::<Result<Vec<_>, _>>()?;
-            Ok(rows)
+        self.with(|db| {
+            db.query("SELECT * FROM workers ORDER BY joined_at, id", &[])?
+                .iter()
+                .map(worker)
+                .collect()
         })
     }
 
     /// Marks a worker removed: its credential stops working at once and it cannot rejoin
     /// under this id. Returns false when no such worker (or it was removed already).
     pub fn remove_worker(&self, id: &str) -> Result<bool, StoreError> {
-        self.with(|conn| {
-            let n = conn.execute(
+        self.with(|db| {
+            let n = db.execute(
                 "UPDATE workers SET removed_at = ?2 WHERE id = ?1 AND removed_at IS NULL",
-                params![id, now_secs()],
+                vals![id, now_secs()],
             )?;
             Ok(n == 1)
         })
@@ -145,72 +146,12 @@ impl Store {
 
     /// A worker left on its own (drained and deregistered): forgotten, so it may join again.
     pub fn forget_worker(&self, id: &str) -> Result<(), StoreError> {
-        self.with(|conn| {
-            conn.execute(
+        self.with(|db| {
+            db.execute(
                 "DELETE FROM workers WHERE id = ?1 AND removed_at IS NULL",
-                [id],
+                vals![id],
             )?;
             Ok(())
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use infergate_cluster::join::JoinSecret;
-
-    fn record(id: &str, credential: &str) -> WorkerRecord {
-        WorkerRecord {
-            id: id.into(),
-            advertise: "127.0.0.1:9000".into(),
-            version: "0.1.0".into(),
-            devices: Devices {
-                cores: 4,
-                ..Devices::default()
-            },
-            credential_sha256: credential.into(),
-            joined_with: "abc".into(),
-            joined_at: 1,
-            removed_at: None,
-        }
-    }
-
-    #[test]
-    fn join_secrets_are_stored_hashed_and_found_by_id() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path()).unwrap();
-        let (join, stored) = JoinSecret::generate(&"a".repeat(64), Some(99));
-        store.add_join_secret(&stored).unwrap();
-        let back = store.join_secret(&join.id).unwrap().unwrap();
-        assert_eq!(back, stored);
-        assert!(store.join_secret("nope").unwrap().is_none());
-        assert_eq!(join.verify(Some(&back), 5), Ok(()));
-        assert!(store.revoke_join_secret(&join.id).unwrap());
-        assert!(!store.revoke_join_secret(&join.id).unwrap());
-        assert!(store.join_secret(&join.id).unwrap().is_none());
-    }
-
-    #[test]
-    fn a_removed_worker_stays_removed_and_a_deregistered_one_is_forgotten() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path()).unwrap();
-        assert!(store.upsert_worker(&record("w-1", "h1")).unwrap());
-        assert!(store.upsert_worker(&record("w-1", "h2")).unwrap());
-        let w = store.worker("w-1").unwrap().unwrap();
-        assert_eq!((w.credential_sha256.as_str(), w.devices.cores), ("h2", 4));
-        assert!(store.remove_worker("w-1").unwrap());
-        assert!(!store.remove_worker("w-1").unwrap());
-        // A rejoin under a removed id changes nothing.
-        assert!(!store.upsert_worker(&record("w-1", "h3")).unwrap());
-        let w = store.worker("w-1").unwrap().unwrap();
-        assert_eq!(w.credential_sha256, "h2");
-        assert!(w.removed_at.is_some());
-        store.forget_worker("w-1").unwrap();
-        assert!(store.worker("w-1").unwrap().is_some(), "removal sticks");
-        assert!(store.upsert_worker(&record("w-2", "h")).unwrap());
-        store.forget_worker("w-2").unwrap();
-        assert!(store.worker("w-2").unwrap().is_none());
-        assert_eq!(store.list_workers().unwrap().len(), 1);
     }
 }
