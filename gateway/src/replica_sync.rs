@@ -17,6 +17,7 @@
 
 use crate::pipeline::spec::PipelineSpec;
 use crate::state::{model_key, AppState};
+use crate::store::CatalogChanges;
 use infergate_engine::ModelConfig;
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -28,15 +29,20 @@ pub fn spawn(state: &Arc<AppState>) {
     };
     let state = state.clone();
     tokio::spawn(async move {
-        let mut seen = *changes.borrow_and_update();
-        while changes.changed().await.is_ok() {
+        // None: everything is re-read once now, for what changed between the start-up load
+        // and this subscription.
+        let mut seen: Option<CatalogChanges> = None;
+        loop {
             let now = *changes.borrow_and_update();
-            if now.models != seen.models {
+            let moved = |count: fn(&CatalogChanges) -> u64| {
+                seen.is_none_or(|seen| count(&seen) != count(&now))
+            };
+            if moved(|c| c.models) {
                 if let Err(e) = sync_models(&state).await {
                     tracing::warn!(error = %e, "could not re-read model versions changed by another replica; retrying at the next change or resync");
                 }
             }
-            if now.plugins != seen.plugins {
+            if moved(|c| c.plugins) {
                 let st = state.clone();
                 let synced = tokio::task::spawn_blocking(move || st.plugins.sync(&st.store)).await;
                 match synced {
@@ -47,12 +53,15 @@ pub fn spawn(state: &Arc<AppState>) {
                     Err(e) => tracing::error!(error = %e, "plugin re-read task failed"),
                 }
             }
-            if now.pipelines != seen.pipelines {
+            if moved(|c| c.pipelines) {
                 if let Err(e) = sync_pipelines(&state) {
                     tracing::warn!(error = %e, "could not re-read pipelines changed by another replica; retrying at the next change or resync");
                 }
             }
-            seen = now;
+            seen = Some(now);
+            if changes.changed().await.is_err() {
+                return;
+            }
         }
     });
 }
