@@ -7,6 +7,8 @@ use crate::harness::{model, register_with_env, Options, Server};
 use crate::test_postgres::PgServer;
 use serde_json::{json, Value};
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Registers a model in the PostgreSQL store through the offline CLI (`INFERGATE_STORE`).
@@ -302,4 +304,90 @@ async fn models_and_pipelines_changed_on_one_replica_are_served_by_the_other() {
          config {reconfigured:.1}, plugin upload {plugin_known:.1}, pipeline put {pipeline:.1}, pipeline delete {pipeline_gone:.1}, \
          model delete {model_gone:.1}"
     );
+}
+
+/// What clients see when one replica dies (SIGKILL) under load split across both: requests to
+/// the dead one fail (printed, not bounded: how many depends on timing), and the survivor
+/// answers every request sent to it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_one_replica_under_load_leaves_the_other_answering_every_request() {
+    const CLIENTS: usize = 8;
+    const PER_CLIENT: usize = 30;
+    let pg = PgServer::start();
+    let tmp = tempfile::tempdir().unwrap();
+    register(tmp.path(), &pg, "cls", "ocr-cls.onnx");
+    let a = replica(tmp.path(), &pg, 5);
+    let b = replica(tmp.path(), &pg, 5);
+    assert_eq!(infer_status(&a, "cls").await, 200);
+    assert_eq!(infer_status(&b, "cls").await, 200);
+
+    let targets = Arc::new([
+        (a.client.clone(), a.url("/v2/models/cls/infer")),
+        (b.client.clone(), b.url("/v2/models/cls/infer")),
+    ]);
+    let key = Arc::new(a.admin_key.clone());
+    let sent = Arc::new(AtomicUsize::new(0));
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|c| {
+            let (targets, key, sent) = (targets.clone(), key.clone(), sent.clone());
+            tokio::spawn(async move {
+                // Per replica: answered 200, answered otherwise, no answer.
+                let mut seen = [[0usize; 3]; 2];
+                for i in 0..PER_CLIENT {
+                    let replica = (c + i) % 2;
+                    let (client, url) = &targets[replica];
+                    let outcome = client
+                        .post(url)
+                        .bearer_auth(key.as_str())
+                        .json(&cls_body())
+                        .timeout(Duration::from_secs(10))
+                        .send()
+                        .await;
+                    let slot = match outcome {
+                        Ok(r) if r.status() == 200 => 0,
+                        Ok(_) => 1,
+                        Err(_) => 2,
+                    };
+                    seen[replica][slot] += 1;
+                    sent.fetch_add(1, Ordering::Relaxed);
+                }
+                seen
+            })
+        })
+        .collect();
+    // A quarter of the load done: replica A dies.
+    let start = Instant::now();
+    while sent.load(Ordering::Relaxed) < CLIENTS * PER_CLIENT / 4
+        && start.elapsed() < Duration::from_secs(60)
+    {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let before_kill = sent.load(Ordering::Relaxed);
+    a.stop();
+    let mut total = [[0usize; 3]; 2];
+    for client in clients {
+        let seen = client.await.unwrap();
+        for (replica, counts) in seen.iter().enumerate() {
+            for (slot, n) in counts.iter().enumerate() {
+                total[replica][slot] += n;
+            }
+        }
+    }
+    eprintln!(
+        "replica A killed (SIGKILL) after {before_kill} of {} requests; clients saw: \
+         A {} ok, {} error answers, {} without answer; B {} ok, {} error answers, {} without answer",
+        CLIENTS * PER_CLIENT,
+        total[0][0],
+        total[0][1],
+        total[0][2],
+        total[1][0],
+        total[1][1],
+        total[1][2]
+    );
+    assert_eq!(
+        total[1][0],
+        CLIENTS * PER_CLIENT / 2,
+        "the surviving replica failed requests"
+    );
+    assert!(total[0][0] > 0, "A answered nothing before it was killed");
 }
