@@ -126,6 +126,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     spawn_worker_sweep(&state);
     state.plugins.prune_cache(&state.store)?;
     state.apply_model_configs().await;
+    crate::replica_sync::spawn(&state);
     crate::llm::LlmModels::spawn_idle_unloader(&state);
     let router = api::router(state.clone());
     let listener = tokio::net::TcpListener::bind(config.listen)

@@ -14,6 +14,7 @@
 //! - [`registry`]: validating and storing model files.
 //! - [`pipeline`]: WebAssembly plugins and pipelines (pre-plugins → model → post-plugins).
 //! - [`store`]: SQLite and content-addressed files.
+//! - [`replica_sync`]: replicas on PostgreSQL follow each other's models, plugins, pipelines.
 //! - [`error`]: the one error type and its status mapping.
 //! - [`ratelimit`]: per-key GCRA rate limits and concurrency caps; [`admission`] authenticates
 //!   keys (for `api::authorized`) and applies the limits
@@ -55,6 +56,7 @@ pub mod peers;
 pub mod pipeline;
 pub mod ratelimit;
 pub mod registry;
+pub mod replica_sync;
 pub mod request_id;
 pub mod server;
 pub mod shared_limits;

@@ -2,10 +2,13 @@
 //! here, `crate::test_postgres`). The replicas share one data directory for the model file and
 //! the admin key, as they would share a volume; keys, models and the rest live in PostgreSQL.
 
+use crate::blobs::plugin_file;
 use crate::harness::{model, register_with_env, Options, Server};
 use crate::test_postgres::PgServer;
 use serde_json::{json, Value};
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Registers a model in the PostgreSQL store through the offline CLI (`INFERGATE_STORE`).
@@ -50,23 +53,24 @@ async fn status_with(s: &Server, key: &str) -> u16 {
         .as_u16()
 }
 
-/// Polls `s`'s `/api/whoami` (cheap: the poll's period is the measurement's resolution) with
-/// `key` every 2 ms for at most 10 s until it answers `status`; returns how long that took.
+/// Polls `s`'s `/api/whoami` (cheap) with `key` until it answers `status` (see [`until`]).
 async fn until_status(s: &Server, key: &str, status: u16) -> Option<Duration> {
-    let start = Instant::now();
-    while start.elapsed() < Duration::from_secs(10) {
-        let r = s
-            .client
-            .get(s.url("/api/whoami"))
-            .bearer_auth(key)
-            .send()
-            .await;
-        if r.is_ok_and(|r| r.status() == status) {
-            return Some(start.elapsed());
-        }
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
-    None
+    until(
+        || async {
+            match s
+                .client
+                .get(s.url("/api/whoami"))
+                .bearer_auth(key)
+                .send()
+                .await
+            {
+                Ok(r) => r.status().as_u16(),
+                Err(_) => 0,
+            }
+        },
+        status,
+    )
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -152,4 +156,238 @@ async fn with_postgres_down_cached_keys_infer_and_writes_get_503_until_it_is_bac
     let after = after["secret"].as_str().unwrap().to_string();
     assert_eq!(status_with(&a, &after).await, 200);
     assert_eq!(status_with(&a, &secret).await, 200);
+}
+
+/// Polls `s` with `request` every 2 ms for at most 10 s until it answers `status`; returns how
+/// long that took (the poll's period is the measurement's resolution).
+async fn until<F, Fut>(mut request: F, status: u16) -> Option<Duration>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = u16>,
+{
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(10) {
+        if request().await == status {
+            return Some(start.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    None
+}
+
+async fn infer_status(s: &Server, model: &str) -> u16 {
+    s.post_json(
+        &format!("/v2/models/{model}/infer"),
+        &s.admin_key,
+        &cls_body(),
+    )
+    .await
+    .status()
+    .as_u16()
+}
+
+/// How many outputs `s` answers for the classifier (1, or more with a post-op configured).
+async fn cls_outputs(s: &Server) -> usize {
+    let r = s
+        .post_json("/v2/models/cls/infer", &s.admin_key, &cls_body())
+        .await;
+    assert_eq!(r.status(), 200);
+    let v: Value = r.json().await.unwrap();
+    v["outputs"].as_array().map_or(0, Vec::len)
+}
+
+fn ms(d: Option<Duration>, what: &str) -> f64 {
+    d.unwrap_or_else(|| panic!("{what} did not happen within 10 s"))
+        .as_secs_f64()
+        * 1e3
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn models_and_pipelines_changed_on_one_replica_are_served_by_the_other() {
+    let pg = PgServer::start();
+    let tmp = tempfile::tempdir().unwrap();
+    // A long resync: only the notifications can carry the changes quickly.
+    let a = replica(tmp.path(), &pg, 60);
+    let b = replica(tmp.path(), &pg, 60);
+    assert_eq!(infer_status(&b, "cls").await, 404, "nothing uploaded yet");
+
+    let upload = a
+        .client
+        .post(a.url("/api/models/cls/versions"))
+        .bearer_auth(&a.admin_key)
+        .body(std::fs::read(model("ocr-cls.onnx")).unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(upload.status(), 201);
+    let uploaded = ms(
+        until(|| infer_status(&b, "cls"), 200).await,
+        "B serving a model uploaded on A",
+    );
+    assert_eq!(cls_outputs(&b).await, 1);
+
+    // Reconfigured on A (a post-op adds outputs): B's engine runs the new config.
+    let outputs: Value = a
+        .post_json("/v2/models/cls/infer", &a.admin_key, &cls_body())
+        .await
+        .json()
+        .await
+        .unwrap();
+    let output = outputs["outputs"][0]["name"].as_str().unwrap();
+    let post_op =
+        json!({"infergate": {"postprocess": {"op": "softmax_topk", "output": output, "k": 1}}});
+    let put = a
+        .client
+        .put(a.url("/api/models/cls/versions/1/config"))
+        .bearer_auth(&a.admin_key)
+        .body(post_op.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.status(), 200);
+    let start = Instant::now();
+    while cls_outputs(&b).await == 1 && start.elapsed() < Duration::from_secs(10) {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let reconfigured = start.elapsed().as_secs_f64() * 1e3;
+    assert!(cls_outputs(&b).await > 1, "B never applied A's new config");
+
+    // A plugin uploaded on A is known to B: a pipeline put on B may name it, and runs on A.
+    let plugin = a
+        .client
+        .post(a.url("/api/plugins"))
+        .bearer_auth(&a.admin_key)
+        .body(std::fs::read(plugin_file("passthrough")).unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(plugin.status(), 201);
+    let put_pipeline = || async {
+        b.client
+            .put(b.url("/api/pipelines/orient"))
+            .bearer_auth(&b.admin_key)
+            .json(&json!({"model": "cls", "pre": ["passthrough"]}))
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16()
+    };
+    let plugin_known = ms(
+        until(put_pipeline, 201).await,
+        "B accepting a pipeline that names a plugin uploaded on A",
+    );
+    let pipeline = ms(
+        until(|| infer_status(&a, "orient"), 200).await,
+        "A running a pipeline put on B",
+    );
+
+    // Deleted on A: B answers 404 for both.
+    let delete = |path: &str| {
+        a.client
+            .delete(a.url(path))
+            .bearer_auth(&a.admin_key)
+            .send()
+    };
+    assert_eq!(delete("/api/pipelines/orient").await.unwrap().status(), 200);
+    let pipeline_gone = ms(
+        until(|| infer_status(&b, "orient"), 404).await,
+        "B refusing a pipeline deleted on A",
+    );
+    assert_eq!(delete("/api/models/cls").await.unwrap().status(), 200);
+    let model_gone = ms(
+        until(|| infer_status(&b, "cls"), 404).await,
+        "B refusing a model deleted on A",
+    );
+    eprintln!(
+        "followed by the other replica (ms after the writer's answer): model upload {uploaded:.1}, \
+         config {reconfigured:.1}, plugin upload {plugin_known:.1}, pipeline put {pipeline:.1}, pipeline delete {pipeline_gone:.1}, \
+         model delete {model_gone:.1}"
+    );
+}
+
+/// What clients see when one replica dies (SIGKILL) under load split across both: requests to
+/// the dead one fail (printed, not bounded: how many depends on timing), and the survivor
+/// answers every request sent to it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_one_replica_under_load_leaves_the_other_answering_every_request() {
+    const CLIENTS: usize = 8;
+    const PER_CLIENT: usize = 30;
+    let pg = PgServer::start();
+    let tmp = tempfile::tempdir().unwrap();
+    register(tmp.path(), &pg, "cls", "ocr-cls.onnx");
+    let a = replica(tmp.path(), &pg, 5);
+    let b = replica(tmp.path(), &pg, 5);
+    assert_eq!(infer_status(&a, "cls").await, 200);
+    assert_eq!(infer_status(&b, "cls").await, 200);
+
+    let targets = Arc::new([
+        (a.client.clone(), a.url("/v2/models/cls/infer")),
+        (b.client.clone(), b.url("/v2/models/cls/infer")),
+    ]);
+    let key = Arc::new(a.admin_key.clone());
+    let sent = Arc::new(AtomicUsize::new(0));
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|c| {
+            let (targets, key, sent) = (targets.clone(), key.clone(), sent.clone());
+            tokio::spawn(async move {
+                // Per replica: answered 200, answered otherwise, no answer.
+                let mut seen = [[0usize; 3]; 2];
+                for i in 0..PER_CLIENT {
+                    let replica = (c + i) % 2;
+                    let (client, url) = &targets[replica];
+                    let outcome = client
+                        .post(url)
+                        .bearer_auth(key.as_str())
+                        .json(&cls_body())
+                        .timeout(Duration::from_secs(10))
+                        .send()
+                        .await;
+                    let slot = match outcome {
+                        Ok(r) if r.status() == 200 => 0,
+                        Ok(_) => 1,
+                        Err(_) => 2,
+                    };
+                    seen[replica][slot] += 1;
+                    sent.fetch_add(1, Ordering::Relaxed);
+                }
+                seen
+            })
+        })
+        .collect();
+    // A quarter of the load done: replica A dies.
+    let start = Instant::now();
+    while sent.load(Ordering::Relaxed) < CLIENTS * PER_CLIENT / 4
+        && start.elapsed() < Duration::from_secs(60)
+    {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let before_kill = sent.load(Ordering::Relaxed);
+    a.stop();
+    let mut total = [[0usize; 3]; 2];
+    for client in clients {
+        let seen = client.await.unwrap();
+        for (replica, counts) in seen.iter().enumerate() {
+            for (slot, n) in counts.iter().enumerate() {
+                total[replica][slot] += n;
+            }
+        }
+    }
+    eprintln!(
+        "replica A killed (SIGKILL) after {before_kill} of {} requests; clients saw: \
+         A {} ok, {} error answers, {} without answer; B {} ok, {} error answers, {} without answer",
+        CLIENTS * PER_CLIENT,
+        total[0][0],
+        total[0][1],
+        total[0][2],
+        total[1][0],
+        total[1][1],
+        total[1][2]
+    );
+    assert_eq!(
+        total[1][0],
+        CLIENTS * PER_CLIENT / 2,
+        "the surviving replica failed requests"
+    );
+    assert!(total[0][0] > 0, "A answered nothing before it was killed");
 }

@@ -116,12 +116,14 @@ pub struct ServeArgs {
     llm_no_prefix_cache: bool,
     /// Keep keys, models, plugins, pipelines and workers in this PostgreSQL database, shared by
     /// every replica (postgres://user[:password]@host:port/db; no TLS to PostgreSQL yet) [default:
-    /// SQLite in the data directory]. Each replica caches API keys and follows changes through
-    /// LISTEN/NOTIFY; model and plugin files stay in each replica's data directory.
+    /// SQLite in the data directory]. Each replica caches API keys, models, plugins and
+    /// pipelines and follows changes through LISTEN/NOTIFY; model and plugin files stay in each
+    /// replica's data directory.
     #[arg(long = "store", env = "INFERGATE_STORE", value_name = "POSTGRES_URL")]
     store_url: Option<String>,
-    /// With --store: seconds between full reloads of the cached keys, the longest a change can
-    /// take to reach a replica whose notification was lost [default: 5].
+    /// With --store: seconds between full reloads of the cached keys, models, plugins and
+    /// pipelines, the longest a change can take to reach a replica whose notification was lost
+    /// [default: 5].
     #[arg(long, env = "INFERGATE_STORE_RESYNC_S")]
     store_resync_s: Option<u64>,
     /// Run no requests on this server's engine: route every one to workers that joined.

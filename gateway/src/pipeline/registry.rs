@@ -99,24 +99,65 @@ impl PluginRegistry {
             broken: RwLock::new(BTreeMap::new()),
         };
         for record in store.list_plugins()? {
-            let path = store.dir().plugin_file(&record.sha256);
-            let compiled = std::fs::read(&path)
-                .map_err(|e| format!("reading {}: {e}", path.display()))
-                .and_then(|bytes| registry.host.compile(&bytes).map_err(|e| e.to_string()));
-            match compiled {
-                Ok(plugin) => {
-                    registry.insert(record, plugin);
-                }
-                Err(reason) => {
-                    tracing::error!(plugin = %record.name, version = %record.version, %reason, "stored plugin does not load");
-                    registry
-                        .broken
-                        .write()
-                        .insert((record.name.clone(), record.version.clone()), reason);
-                }
-            }
+            registry.load_stored(store, record);
         }
         Ok(registry)
+    }
+
+    /// Compiles a stored version from its file and serves it, or records why it does not load.
+    fn load_stored(&self, store: &Store, record: PluginRecord) {
+        let path = store.dir().plugin_file(&record.sha256);
+        let compiled = std::fs::read(&path)
+            .map_err(|e| format!("reading {}: {e}", path.display()))
+            .and_then(|bytes| self.host.compile(&bytes).map_err(|e| e.to_string()));
+        match compiled {
+            Ok(plugin) => {
+                self.insert(record, plugin);
+            }
+            Err(reason) => {
+                tracing::error!(plugin = %record.name, version = %record.version, %reason, "stored plugin does not load");
+                self.broken
+                    .write()
+                    .insert((record.name.clone(), record.version.clone()), reason);
+            }
+        }
+    }
+
+    /// Makes the served plugins what `store` holds now: versions another replica uploaded are
+    /// compiled and served, deleted ones dropped, changed limits applied. Blocking (compiles):
+    /// run it on a blocking thread. Only versions served before the store was read are dropped,
+    /// so an upload this replica makes meanwhile is never lost.
+    pub fn sync(&self, store: &Store) -> ApiResult<()> {
+        let before: Vec<(String, String)> = self
+            .all()
+            .iter()
+            .map(|p| (p.record.name.clone(), p.record.version.clone()))
+            .collect();
+        let stored = store.list_plugins()?;
+        let kept: HashSet<(String, String)> = stored
+            .iter()
+            .map(|r| (r.name.clone(), r.version.clone()))
+            .collect();
+        for record in stored {
+            let current = self
+                .versions(&record.name)
+                .into_iter()
+                .find(|p| p.record.version == record.version);
+            match current {
+                Some(c) if c.record.sha256 == record.sha256 => {
+                    if c.record.limits != record.limits {
+                        self.insert(record, c.plugin.clone());
+                    }
+                }
+                _ => self.load_stored(store, record),
+            }
+        }
+        for (name, version) in before {
+            if !kept.contains(&(name.clone(), version.clone())) {
+                self.remove(&name, &version);
+            }
+        }
+        Ok(())
     }
 
     pub fn host(&self) -> &PluginHost {
@@ -138,8 +179,15 @@ impl PluginRegistry {
         let entry = Arc::new(LoadedPlugin { record, plugin });
         let mut loaded = self.loaded.write();
         let versions = loaded.entry(entry.record.name.clone()).or_default();
-        versions.retain(|p| p.record.version != entry.record.version);
-        versions.push(entry.clone());
+        // A version already served keeps its place in upload order (new limits must not make
+        // it the newest).
+        match versions
+            .iter_mut()
+            .find(|p| p.record.version == entry.record.version)
+        {
+            Some(slot) => *slot = entry.clone(),
+            None => versions.push(entry.clone()),
+        }
         entry
     }
 

@@ -3,6 +3,7 @@
 //! default; or PostgreSQL (`--store postgres://...`, schema from `migrations/postgres/`), which
 //! several gateway replicas share. Every query is written once for both ([`sql`]).
 
+mod catalog_changes;
 pub mod collect;
 pub mod files;
 mod key_cache;
@@ -25,6 +26,7 @@ use sql::Db;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+pub use catalog_changes::CatalogChanges;
 pub use files::DataDir;
 
 #[derive(Debug, thiserror::Error)]
@@ -64,8 +66,9 @@ impl From<tokio_postgres::Error> for StoreError {
 pub struct StoreConfig {
     /// `postgres://user[:password]@host:port/db`; absent = SQLite in the data directory.
     pub url: Option<String>,
-    /// PostgreSQL: seconds between full reloads of each replica's cached keys, which bound how
-    /// long a change whose notification was lost (listener reconnecting) takes to arrive.
+    /// PostgreSQL: seconds between full reloads of each replica's cached keys, models, plugins
+    /// and pipelines, which bound how long a change whose notification was lost (listener
+    /// reconnecting) takes to arrive.
     pub resync_s: u64,
 }
 
@@ -133,6 +136,15 @@ impl Store {
         match self.backend {
             Backend::Sqlite { .. } => "sqlite",
             Backend::Postgres(_) => "postgres",
+        }
+    }
+
+    /// Changes of models, plugins and pipelines made by any replica (PostgreSQL); `None` for
+    /// SQLite, whose one process makes every change itself.
+    pub fn catalog_changes(&self) -> Option<tokio::sync::watch::Receiver<CatalogChanges>> {
+        match &self.backend {
+            Backend::Sqlite { .. } => None,
+            Backend::Postgres(pg) => Some(pg.catalog.subscribe()),
         }
     }
 

@@ -1,6 +1,7 @@
 //! The PostgreSQL backend (`--store postgres://...`): the database that several gateway replicas
 //! share. A pool of connections (deadpool-postgres) for the store's queries, a connection of
-//! its own that `LISTEN`s for key changes ([`super::replica_keys`]), and schema migrations from
+//! its own that `LISTEN`s for changes of keys ([`super::replica_keys`]) and of models, plugins
+//! and pipelines ([`super::catalog_changes`]), and schema migrations from
 //! `migrations/postgres/`, applied at start under an advisory lock.
 //!
 //! The rest of the gateway calls the store synchronously (from request handlers and from CLI
@@ -12,6 +13,7 @@
 //! connections' I/O is driven by the store's runtime, never the caller's. The hot path does
 //! not wait at all: API keys are authenticated from memory ([`super::replica_keys`]).
 
+use super::catalog_changes::CatalogSignal;
 use super::replica_keys::ReplicaKeys;
 use super::sql::{vals, Db, Value};
 use super::StoreError;
@@ -50,6 +52,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "0004_workers.sql",
         include_str!("../../../migrations/postgres/0004_workers.sql"),
     ),
+    (
+        5,
+        "0005_catalog_notify.sql",
+        include_str!("../../../migrations/postgres/0005_catalog_notify.sql"),
+    ),
 ];
 /// `pg_advisory_xact_lock` key that serialises migrations of replicas starting together
 /// ("infergat" in ASCII).
@@ -61,6 +68,8 @@ pub struct Postgres {
     runtime: Option<Runtime>,
     pool: Pool,
     pub(super) keys: Arc<ReplicaKeys>,
+    /// Changes of models, plugins and pipelines made anywhere (`super::catalog_changes`).
+    pub(super) catalog: Arc<CatalogSignal>,
 }
 
 impl Postgres {
@@ -110,6 +119,7 @@ impl Postgres {
             runtime: Some(runtime),
             pool,
             keys: Arc::new(ReplicaKeys::default()),
+            catalog: Arc::new(CatalogSignal::new()),
         };
         pg.migrate()?;
         pg.with(|db| pg.keys.reload(db, None))?;
@@ -117,6 +127,7 @@ impl Postgres {
             config,
             pg.pool.clone(),
             pg.keys.clone(),
+            pg.catalog.clone(),
             resync,
         ));
         Ok(pg)

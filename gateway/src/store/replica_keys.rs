@@ -11,6 +11,7 @@
 //!   notifications that were lost while the listener was disconnected, so a revocation reaches
 //!   every replica within the resync interval at worst while the database is up.
 
+use super::catalog_changes::{self, CatalogSignal};
 use super::key_cache::ActiveKey;
 use super::sql::{vals, Db, Row};
 use super::StoreError;
@@ -72,16 +73,18 @@ impl ReplicaKeys {
 
 /// The listener: runs on the store's runtime for the life of the store, reconnecting with a
 /// growing pause (up to 2 s) while the database is unreachable. Cached keys stay as they were
-/// meanwhile.
+/// meanwhile. It also listens for changes of models, plugins and pipelines and passes them on
+/// to `catalog` (with "everything" at each full reload of the keys).
 pub(super) async fn listen(
     config: tokio_postgres::Config,
     pool: Pool,
     keys: Arc<ReplicaKeys>,
+    catalog: Arc<CatalogSignal>,
     resync: Duration,
 ) {
     let mut pause = Duration::from_millis(100);
     loop {
-        let lost = session(&config, &pool, &keys, resync, &mut pause).await;
+        let lost = session(&config, &pool, &keys, &catalog, resync, &mut pause).await;
         tracing::warn!(error = %lost, "key change listener lost PostgreSQL; cached keys stay in use until it reconnects");
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(Duration::from_secs(2));
@@ -93,6 +96,7 @@ async fn session(
     config: &tokio_postgres::Config,
     pool: &Pool,
     keys: &ReplicaKeys,
+    catalog: &CatalogSignal,
     resync: Duration,
     pause: &mut Duration,
 ) -> StoreError {
@@ -108,7 +112,8 @@ async fn session(
         while let Some(message) = messages.next().await {
             match message {
                 Ok(AsyncMessage::Notification(n)) => {
-                    if notified.send(n.payload().to_owned()).is_err() {
+                    let message = (n.channel().to_owned(), n.payload().to_owned());
+                    if notified.send(message).is_err() {
                         break;
                     }
                 }
@@ -120,22 +125,32 @@ async fn session(
     });
     let ended = async {
         client
-            .batch_execute(&format!("LISTEN {CHANNEL}"))
+            .batch_execute(&format!(
+                "LISTEN {CHANNEL}; LISTEN {}",
+                catalog_changes::CHANNEL
+            ))
             .await
             .map_err(StoreError::from)?;
         // Listening from here on: a full reload now covers whatever changed while this replica
         // was not listening.
         reload(pool, keys, None).await?;
+        catalog.everything_changed();
         *pause = Duration::from_millis(100);
         let mut tick = tokio::time::interval(resync);
         tick.tick().await;
         loop {
             tokio::select! {
                 changed = notifications.recv() => match changed {
-                    Some(public_id) => reload(pool, keys, Some(public_id)).await?,
+                    Some((channel, table)) if channel == catalog_changes::CHANNEL => {
+                        catalog.table_changed(&table)
+                    }
+                    Some((_, public_id)) => reload(pool, keys, Some(public_id)).await?,
                     None => return Err(StoreError::Unavailable("the listening connection closed".into())),
                 },
-                _ = tick.tick() => reload(pool, keys, None).await?,
+                _ = tick.tick() => {
+                    reload(pool, keys, None).await?;
+                    catalog.everything_changed();
+                }
             }
         }
     };

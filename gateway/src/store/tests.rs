@@ -422,3 +422,35 @@ fn the_resync_catches_a_change_that_sent_no_notification() {
         took.unwrap()
     );
 }
+
+/// What the gateway follows besides keys: a model version or a pipeline written through one
+/// replica is announced to the other (resync set to an hour: only a notification explains it),
+/// and SQLite announces nothing.
+#[test]
+fn replicas_hear_of_each_others_model_and_pipeline_writes() {
+    let server = PgServer::start();
+    let (da, db) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let a = postgres_store(&server, da.path(), 3600);
+    let b = postgres_store(&server, db.path(), 3600);
+    let changes = b.catalog_changes().expect("PostgreSQL announces changes");
+    // B's listener announces "everything" once when it starts listening; wait for that first,
+    // so that what follows can only be A's notifications.
+    assert!(within_10s(|| changes.borrow().models > 0).is_some());
+    let before = *changes.borrow();
+    let (sha, file) = upload(&a, b"model bytes");
+    a.add_model_version(file, "m", &sha, 11, &signature(), &json!({}))
+        .unwrap();
+    let models = within_10s(|| changes.borrow().models > before.models);
+    assert!(models.is_some(), "B never heard of A's model version");
+    let before = *changes.borrow();
+    a.put_pipeline("p", &json!({"model": "m"}), &[]).unwrap();
+    let pipelines = within_10s(|| changes.borrow().pipelines > before.pipelines);
+    assert!(pipelines.is_some(), "B never heard of A's pipeline");
+    eprintln!(
+        "announced to the other replica: model version in {:?}, pipeline in {:?}",
+        models.unwrap(),
+        pipelines.unwrap()
+    );
+    let sqlite = Store::open(da.path().join("sqlite").as_path()).unwrap();
+    assert!(sqlite.catalog_changes().is_none());
+}
