@@ -54,6 +54,9 @@ pub struct EngineConfig {
     /// while requests keep arriving within that time (dependent chains such as token-by-token
     /// generation); zero never spins. See `idle_spin`.
     pub idle_spin: Duration,
+    /// Whether ORT's intra-op threads spin between operators (see
+    /// [`SessionOptions::intra_spinning`]).
+    pub intra_spinning: bool,
 }
 
 impl EngineConfig {
@@ -74,6 +77,7 @@ impl EngineConfig {
             device: DeviceChoice::Cpu,
             ptx_cache_dir: None,
             idle_spin: EngineConfig::DEFAULT_IDLE_SPIN,
+            intra_spinning: true,
         }
     }
 
@@ -242,6 +246,7 @@ impl Engine {
         // Intra-op threads are set per version when it loads (`EngineConfig::threads`).
         let session_options = SessionOptions {
             intra_threads: 1,
+            intra_spinning: config.intra_spinning,
             device,
             device_explicit: matches!(config.device, DeviceChoice::Cuda(_)),
         };

@@ -159,3 +159,32 @@ async fn config_changes_apply_while_requests_run() {
     assert_eq!(engine.model_config(&k).instance_count(1), 1);
     engine.infer(&k, &path, tokens(1, 8), vec![]).await.unwrap();
 }
+
+/// Sessions whose intra-op threads sleep instead of spinning (`intra_spinning: false`) load and
+/// give the same answers as spinning ones: the option changes scheduling only.
+#[tokio::test]
+async fn sessions_without_intra_op_spinning_answer_the_same() {
+    let (Some(spinning), Some(sleeping)) = (
+        engine(|c| c.intra_threads = Some(2)),
+        engine(|c| {
+            c.intra_threads = Some(2);
+            c.intra_spinning = false;
+        }),
+    ) else {
+        return;
+    };
+    let path = model("minilm.onnx");
+    let k = key("minilm-spin", 1);
+    let a = spinning
+        .infer(&k, &path, tokens(3, 8), vec![])
+        .await
+        .unwrap();
+    let b = sleeping
+        .infer(&k, &path, tokens(3, 8), vec![])
+        .await
+        .unwrap();
+    assert_eq!(a.len(), b.len());
+    for (x, y) in a.iter().zip(&b) {
+        assert!(max_diff(x, y) < 1e-5, "{}", max_diff(x, y));
+    }
+}

@@ -28,6 +28,7 @@ pub fn engine_config(config: &Config) -> anyhow::Result<EngineConfig> {
         // Compiled kernels are cached per NVRTC version and GPU architecture in the data dir.
         ptx_cache_dir: Some(config.data_dir.join("ptx-cache")),
         idle_spin: Duration::from_micros(config.engine.idle_spin_us),
+        intra_spinning: config.engine.ort_spinning,
     })
 }
 

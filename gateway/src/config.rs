@@ -244,6 +244,9 @@ pub struct EngineSettings {
     /// Microseconds an instance that ran out of work spins for the next request before it
     /// sleeps, while requests keep coming that fast (token-by-token generation); 0: never.
     pub idle_spin_us: u64,
+    /// Whether ONNX Runtime's intra-op threads spin for work between operators (ORT's own
+    /// default) rather than sleep at once.
+    pub ort_spinning: bool,
 }
 
 /// Limits every plugin call runs under (see plugins/README.md).
@@ -339,6 +342,7 @@ impl Default for EngineSettings {
             host_memory_budget_bytes: None,
             idle_spin_us: infergate_engine::engine::EngineConfig::DEFAULT_IDLE_SPIN.as_micros()
                 as u64,
+            ort_spinning: true,
             device: Device(DeviceChoice::Auto),
         }
     }

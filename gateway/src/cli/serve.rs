@@ -46,6 +46,11 @@ pub struct ServeArgs {
     /// instances × threads ≈ cores, at most 4 threads per instance; 0 = that default].
     #[arg(long, env = "INFERGATE_INTRA_THREADS")]
     intra_threads: Option<usize>,
+    /// Whether ONNX Runtime's intra-op threads spin for work between operators (true, ORT's
+    /// default: lowest latency) or sleep at once (false: no CPU burnt after each run)
+    /// [default: true].
+    #[arg(long, env = "INFERGATE_ORT_SPINNING")]
+    ort_spinning: Option<bool>,
     /// Where native ops (resize/normalize, softmax, NMS) run: auto, cpu or cuda:N [default: auto].
     #[arg(long, env = "INFERGATE_DEVICE")]
     device: Option<crate::config::Device>,
@@ -168,6 +173,7 @@ impl ServeArgs {
         set!(c.limits.max_upload_bytes, self.max_upload_bytes);
         set!(c.limits.max_connections, self.max_connections);
         set!(c.engine.intra_threads, self.intra_threads.map(Some));
+        set!(c.engine.ort_spinning, self.ort_spinning);
         set!(c.engine.device, self.device);
         set!(c.engine.instances, self.instances.map(Some));
         set!(c.log_format, self.log_format);
