@@ -165,7 +165,10 @@ async fn config_changes_apply_while_requests_run() {
 #[tokio::test]
 async fn sessions_without_intra_op_spinning_answer_the_same() {
     let (Some(spinning), Some(sleeping)) = (
-        engine(|c| c.intra_threads = Some(2)),
+        engine(|c| {
+            c.intra_threads = Some(2);
+            c.intra_spinning = true;
+        }),
         engine(|c| {
             c.intra_threads = Some(2);
             c.intra_spinning = false;

@@ -47,8 +47,7 @@ pub struct ServeArgs {
     #[arg(long, env = "INFERGATE_INTRA_THREADS")]
     intra_threads: Option<usize>,
     /// Whether ONNX Runtime's intra-op threads spin for work between operators (true, ORT's
-    /// default: lowest latency) or sleep at once (false: no CPU burnt after each run)
-    /// [default: true].
+    /// own default) or sleep at once (false: no CPU burnt after each run) [default: false].
     #[arg(long, env = "INFERGATE_ORT_SPINNING")]
     ort_spinning: Option<bool>,
     /// Where native ops (resize/normalize, softmax, NMS) run: auto, cpu or cuda:N [default: auto].
