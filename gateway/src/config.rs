@@ -24,7 +24,7 @@ pub struct Config {
     pub plugins: PluginSettings,
     /// Log format: "text" or "json".
     pub log_format: String,
-    /// The dashboard's built files [default: dashboard/dist].
+    /// The dashboard's built files, served instead of the copy embedded in the binary.
     pub dashboard_dir: Option<PathBuf>,
     pub cors: CorsConfig,
     pub metrics: MetricsConfig,

@@ -161,6 +161,70 @@ const WIDER_THAN_VIEWPORT: &str = "const d = document.documentElement, w = d.cli
     return [...document.querySelectorAll('body *')].filter(e => e.getBoundingClientRect().right > w + 1) \
     .slice(-5).map(e => e.tagName + '.' + e.className + ' ' + Math.round(e.getBoundingClientRect().right));";
 
+/// The binary carries the dashboard: started in an empty working directory, with neither
+/// --dashboard-dir nor its variable, it serves dashboard/dist's files byte for byte (the
+/// precompressed copy when the client takes gzip) with the same headers and SPA fallback.
+#[tokio::test]
+async fn the_binary_serves_its_embedded_dashboard_from_any_directory() {
+    let dist = dist();
+    let cwd = tempfile::tempdir().unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let s = Server::start_in(
+        data.path(),
+        Options {
+            cwd: Some(cwd.path().to_path_buf()),
+            env_remove: vec!["INFERGATE_DASHBOARD_DIR"],
+            ..Options::default()
+        },
+    );
+    let get = |path: &str, encoding: &str| {
+        s.client
+            .get(s.url(path))
+            .header("accept-encoding", encoding)
+            .send()
+    };
+    let index = get("/", "identity").await.unwrap();
+    assert_eq!(index.status(), 200);
+    assert_eq!(index.headers()["content-type"], "text/html; charset=utf-8");
+    assert_eq!(index.headers()["cache-control"], "no-cache");
+    assert!(index.headers().get("content-encoding").is_none());
+    let html = index.bytes().await.unwrap();
+    assert_eq!(html, std::fs::read(dist.join("index.html")).unwrap());
+
+    let script = std::fs::read_dir(dist.join("assets"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .find(|name| name.ends_with(".js") && dist.join(format!("assets/{name}.gz")).is_file())
+        .expect("a built script with its .gz");
+    let path = format!("/assets/{script}");
+    let plain = get(&path, "identity").await.unwrap();
+    assert_eq!(plain.status(), 200);
+    assert_eq!(
+        plain.headers()["content-type"],
+        "text/javascript; charset=utf-8"
+    );
+    assert_eq!(
+        plain.headers()["cache-control"],
+        "public, max-age=31536000, immutable"
+    );
+    let on_disk = std::fs::read(dist.join("assets").join(&script)).unwrap();
+    assert_eq!(plain.bytes().await.unwrap(), on_disk);
+    let gzipped = get(&path, "gzip, br").await.unwrap();
+    assert_eq!(gzipped.headers()["content-encoding"], "gzip");
+    let gz_on_disk = std::fs::read(dist.join(format!("assets/{script}.gz"))).unwrap();
+    assert_eq!(gzipped.bytes().await.unwrap(), gz_on_disk);
+
+    let spa = get("/keys", "identity").await.unwrap();
+    assert_eq!(spa.status(), 200);
+    assert_eq!(spa.bytes().await.unwrap(), html);
+    for path in ["/assets/missing.js", "/v2/nothing"] {
+        let r = get(path, "identity").await.unwrap();
+        assert_eq!(r.status(), 404, "{path}");
+        let body: Value = r.json().await.unwrap();
+        assert!(body["error"].is_string(), "{path}: {body}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dashboard_in_a_real_browser() {
     let (chromium, chromedriver) = browser_binaries();

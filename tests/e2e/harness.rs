@@ -60,6 +60,10 @@ pub struct Server {
 pub struct Options {
     pub extra_args: Vec<String>,
     pub insecure_http: bool,
+    /// The server's working directory (default: the test's).
+    pub cwd: Option<PathBuf>,
+    /// Environment variables the server must not inherit from the test.
+    pub env_remove: Vec<&'static str>,
 }
 
 impl Server {
@@ -92,6 +96,12 @@ impl Server {
         .stderr(Stdio::piped());
         if options.insecure_http {
             cmd.arg("--insecure-http");
+        }
+        if let Some(dir) = &options.cwd {
+            cmd.current_dir(dir);
+        }
+        for name in &options.env_remove {
+            cmd.env_remove(name);
         }
         let mut child = cmd.spawn().expect("start infergate");
         let stderr = child.stderr.take().expect("stderr");

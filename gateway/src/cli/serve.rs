@@ -60,7 +60,8 @@ pub struct ServeArgs {
     /// Log format: text or json [default: text].
     #[arg(long, env = "INFERGATE_LOG_FORMAT")]
     log_format: Option<String>,
-    /// Directory of the built dashboard (dashboard/build.sh) [default: dashboard/dist].
+    /// Directory of the built dashboard (dashboard/build.sh) to serve instead of the copy
+    /// embedded in the binary at build time.
     #[arg(long, env = "INFERGATE_DASHBOARD_DIR")]
     dashboard_dir: Option<PathBuf>,
     /// Rate limit (requests/s) for keys without their own [default: unlimited].
