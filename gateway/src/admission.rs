@@ -17,14 +17,11 @@ use crate::ratelimit::{Admission, LimitKind, Limits, Quota, RateLimit, Rejection
 use crate::shared_limits::{SharedLimits, Verdict};
 use crate::state::AppState;
 use crate::store::keys::KeyRecord;
-use axum::body::{Body, Bytes, HttpBody};
 use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use http::{HeaderMap, HeaderName, HeaderValue};
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
 pub const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
 pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
@@ -143,41 +140,11 @@ async fn authenticate_and_admit(state: &AppState, mut request: Request, next: Ne
                 set_quota_headers(&mut parts.headers, quota);
             }
             let body = if admission.holds_slot() {
-                Body::new(HoldUntilEnd {
-                    inner: body,
-                    _admission: admission,
-                })
+                crate::hold_body::hold(body, admission)
             } else {
                 body
             };
             Response::from_parts(parts, body)
         }
-    }
-}
-
-/// A response body that keeps the request's admission (its concurrency slot) until the body is
-/// finished or dropped.
-struct HoldUntilEnd {
-    inner: Body,
-    _admission: Admission,
-}
-
-impl HttpBody for HoldUntilEnd {
-    type Data = Bytes;
-    type Error = axum::Error;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<hyper::body::Frame<Bytes>, axum::Error>>> {
-        Pin::new(&mut self.get_mut().inner).poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> hyper::body::SizeHint {
-        self.inner.size_hint()
     }
 }

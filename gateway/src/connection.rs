@@ -18,9 +18,8 @@ use crate::state::AppState;
 use axum::body::Body;
 use axum::response::IntoResponse;
 use axum::Router;
-use bytes::Bytes;
 use http::{HeaderValue, Request, Response, Version};
-use hyper::body::{Frame, Incoming};
+use hyper::body::Incoming;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
@@ -146,32 +145,6 @@ impl Drop for InFlight {
     }
 }
 
-/// A response body that keeps its request counted as in flight until it ends or is dropped.
-struct InFlightBody {
-    inner: Body,
-    _in_flight: InFlight,
-}
-
-impl hyper::body::Body for InFlightBody {
-    type Data = Bytes;
-    type Error = axum::Error;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
-        Pin::new(&mut self.get_mut().inner).poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> hyper::body::SizeHint {
-        self.inner.size_hint()
-    }
-}
-
 /// The router behind one connection.
 #[derive(Clone)]
 pub struct ConnService {
@@ -226,12 +199,7 @@ impl hyper::service::Service<Request<Incoming>> for ConnService {
 }
 
 fn with_body(response: Response<Body>, in_flight: InFlight) -> Response<Body> {
-    response.map(|inner| {
-        Body::new(InFlightBody {
-            inner,
-            _in_flight: in_flight,
-        })
-    })
+    response.map(|body| crate::hold_body::hold(body, in_flight))
 }
 
 /// 414 or 431, with a JSON body, for a request target or header section over the limits.

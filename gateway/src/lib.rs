@@ -27,6 +27,7 @@
 //! - [`history`]: the last hour per model and pipeline, sampled each second, for the dashboard.
 //! - [`connection`]: one client connection's limits (caps, write deadline, request and body
 //!   limits); [`peers`]: the per-address cap on unauthenticated connections.
+//! - [`hold_body`]: response bodies that keep a slot or an in-flight count until sent.
 //! - [`textgen`]: character-level text generation (sampling, stop sequences) for the OpenAI API.
 //! - [`llm`]: chat models (GGUF, llama.cpp): lazy load, idle unload, upload validation.
 //! - [`workers`]: workers on other hosts: join, heartbeats, routing to them, the worker process.
@@ -46,6 +47,7 @@ pub mod drain;
 pub mod error;
 pub mod grpc;
 pub mod history;
+pub mod hold_body;
 pub mod infer;
 pub mod key_activity;
 pub mod latency;

@@ -73,6 +73,22 @@ pub async fn next_json(ws: &mut Ws) -> Value {
     }
 }
 
+/// Sends a `generate` request and reads its stream to the end: the tokens joined, and the final
+/// frame (its summary or its error). Every frame must carry the request's id.
+async fn generate_to_end(ws: &mut Ws, request: Value) -> (String, Value) {
+    let id = request["id"].clone();
+    ws.send(Message::text(request.to_string())).await.unwrap();
+    let mut tokens = String::new();
+    loop {
+        let f = next_json(ws).await;
+        assert_eq!(f["id"], id, "{f}");
+        match f["token"].as_str() {
+            Some(t) => tokens.push_str(t),
+            None => return (tokens, f),
+        }
+    }
+}
+
 /// The close frame's code, skipping other frames.
 async fn close_code(ws: &mut Ws) -> u16 {
     loop {
@@ -287,22 +303,12 @@ async fn websocket_answers_out_of_order_survives_bad_messages_and_streams_tokens
     assert_eq!(cancelled, json!({"id": "g", "cancelled": true}));
 
     // A generation that runs to its end streams its tokens and then one summary of them.
-    ws.send(Message::text(
+    let (tokens, done) = generate_to_end(
+        &mut ws,
         json!({"id": "h", "model": "textgen",
-               "generate": {"prompt": "Hello there", "max_tokens": 40, "temperature": 0}})
-        .to_string(),
-    ))
-    .await
-    .unwrap();
-    let mut tokens = String::new();
-    let done = loop {
-        let f = next_json(&mut ws).await;
-        assert_eq!(f["id"], "h", "{f}");
-        match f["token"].as_str() {
-            Some(t) => tokens.push_str(t),
-            None => break f,
-        }
-    };
+               "generate": {"prompt": "Hello there", "max_tokens": 40, "temperature": 0}}),
+    )
+    .await;
     assert_eq!(done["done"], true, "{done}");
     assert_eq!(done["text"].as_str().unwrap(), tokens);
     assert_eq!(
@@ -735,23 +741,13 @@ async fn websocket_generate_streams_a_chat_model() {
             .contains("n and logprobs"),
         "{refused}"
     );
-    ws.send(Message::text(
+    let (tokens, done) = generate_to_end(
+        &mut ws,
         json!({"id": "c", "model": "smollm2",
                "generate": {"messages": [{"role": "user", "content": question}],
-                            "max_tokens": 8, "temperature": 0}})
-        .to_string(),
-    ))
-    .await
-    .unwrap();
-    let mut tokens = String::new();
-    let done = loop {
-        let f = next_json(&mut ws).await;
-        assert_eq!(f["id"], "c", "{f}");
-        match f.get("token") {
-            Some(t) => tokens.push_str(t.as_str().unwrap()),
-            None => break f,
-        }
-    };
+                            "max_tokens": 8, "temperature": 0}}),
+    )
+    .await;
     assert_eq!(done["done"], true, "{done}");
     assert_eq!(done["text"].as_str().unwrap(), tokens);
     assert!(tokens.contains("Paris"), "{tokens:?}");
