@@ -1,7 +1,8 @@
 //! The HTTP side of keys and per-key limits: a middleware that authenticates each request's key
 //! once, leaves the record in the request's extensions for the handler's `Authorized` extractor
-//! (`api::authorized`), and admits or refuses the request before its handler runs (a refused request starts no work; its body is only
-//! drained, bounded, so the client can read the answer), answers 429 with `Retry-After` and
+//! (`api::authorized`), and admits or refuses the request before its handler runs (a refused
+//! request starts no work; its body is only drained, bounded, so the client can read the
+//! answer), answers 429 with `Retry-After` and
 //! the IETF `RateLimit`/`RateLimit-Policy` headers, and keeps the key's concurrency slot until
 //! the response body has been sent (a streamed response holds it until the stream ends).
 //!

@@ -67,8 +67,9 @@ impl<S: Required> FromRequestParts<Arc<AppState>> for Authorized<S> {
         parts: &mut Parts,
         state: &Arc<AppState>,
     ) -> Result<Self, Self::Rejection> {
-        let key = match parts.extensions.get::<Authenticated>() {
-            Some(Authenticated(key)) => key.clone(),
+        // Taken, not cloned: one extractor per handler uses it.
+        let key = match parts.extensions.remove::<Authenticated>() {
+            Some(Authenticated(key)) => key,
             // The middleware found no valid key (or could not ask the store): authenticating
             // again gives the precise 401 (or the store's 503).
             None => state.authenticate(&parts.headers).map_err(RefusedUnread)?,
@@ -90,16 +91,17 @@ pub struct RefusedUnread(pub ApiError);
 #[derive(Clone, Copy)]
 pub struct DrainRequestBody;
 
-impl IntoResponse for RefusedUnread {
-    fn into_response(self) -> Response {
-        let mut response = self.0.into_response();
+impl RefusedUnread {
+    /// The error as `render` answers it (a route's own error shape), marked for the drain.
+    pub fn into_response_with(self, render: impl FnOnce(ApiError) -> Response) -> Response {
+        let mut response = render(self.0);
         response.extensions_mut().insert(DrainRequestBody);
         response
     }
 }
 
-impl From<ApiError> for RefusedUnread {
-    fn from(e: ApiError) -> Self {
-        RefusedUnread(e)
+impl IntoResponse for RefusedUnread {
+    fn into_response(self) -> Response {
+        self.into_response_with(IntoResponse::into_response)
     }
 }

@@ -12,7 +12,7 @@
 //! `/v1/embeddings` is served by pipelines (see `embeddings.rs`). The bodies this module and
 //! `embeddings.rs` take are parsed and checked in `openai_request.rs`.
 
-use super::authorized::{Authorized, DrainRequestBody, Infer, RefusedUnread};
+use super::authorized::{Authorized, Infer, RefusedUnread};
 use super::body::read_limited;
 use super::openai_llm;
 // `Stop` and `StreamOptions` are shared with the chat models' requests (openai_llm.rs).
@@ -276,14 +276,6 @@ fn openai_error(e: ApiError) -> Response {
     response
 }
 
-/// A key refused before the body was read, answered in the OpenAI error shape and still
-/// marked for the middleware's bounded drain.
-fn refused_in_openai_shape(refused: RefusedUnread) -> Response {
-    let mut response = openai_error(refused.0);
-    response.extensions_mut().insert(DrainRequestBody);
-    response
-}
-
 pub async fn completions(
     auth: Result<Authorized<Infer>, RefusedUnread>,
     state: S,
@@ -292,7 +284,8 @@ pub async fn completions(
     body: axum::body::Body,
 ) -> Response {
     if let Err(refused) = auth {
-        return refused_in_openai_shape(refused);
+        // In the OpenAI error shape, still drained by the middleware.
+        return refused.into_response_with(openai_error);
     }
     completion(state, request_id, headers, body)
         .await
@@ -307,7 +300,8 @@ pub async fn chat_completions(
     body: axum::body::Body,
 ) -> Response {
     if let Err(refused) = auth {
-        return refused_in_openai_shape(refused);
+        // In the OpenAI error shape, still drained by the middleware.
+        return refused.into_response_with(openai_error);
     }
     chat_completion(state, request_id, headers, body)
         .await
