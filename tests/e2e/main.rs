@@ -24,6 +24,7 @@ mod replicas;
 mod restart;
 mod shared_limits;
 mod shutdown;
+mod store_tls;
 mod transport;
 mod websocket;
 mod workers;

@@ -120,7 +120,8 @@ pub struct ServeArgs {
     #[arg(long, env = "INFERGATE_LLM_NO_PREFIX_CACHE")]
     llm_no_prefix_cache: bool,
     /// Keep keys, models, plugins, pipelines and workers in this PostgreSQL database, shared by
-    /// every replica (postgres://user[:password]@host:port/db; no TLS to PostgreSQL yet) [default:
+    /// every replica (postgres://user[:password]@host:port/db; over TLS with
+    /// ?sslmode=require&sslrootcert=CA_FILE, the server's certificate always verified) [default:
     /// SQLite in the data directory]. Each replica caches API keys, models, plugins and
     /// pipelines and follows changes through LISTEN/NOTIFY; model and plugin files stay in each
     /// replica's data directory.

@@ -10,6 +10,7 @@ mod key_cache;
 pub mod keys;
 pub mod migrate;
 pub mod models;
+mod pg_tls;
 pub mod plugins;
 mod postgres;
 mod replica_keys;
@@ -53,7 +54,15 @@ pub enum StoreError {
 impl From<tokio_postgres::Error> for StoreError {
     fn from(e: tokio_postgres::Error) -> StoreError {
         if postgres::unavailable(&e) {
-            StoreError::Unavailable(e.to_string())
+            // With its causes: "error performing TLS handshake" alone does not say that the
+            // server's certificate was refused, and why.
+            let mut text = e.to_string();
+            let mut source = std::error::Error::source(&e);
+            while let Some(cause) = source {
+                text.push_str(&format!(": {cause}"));
+                source = cause.source();
+            }
+            StoreError::Unavailable(text)
         } else {
             StoreError::Postgres(e)
         }

@@ -22,8 +22,6 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::runtime::{Handle, Runtime, RuntimeFlavor};
-use tokio_postgres::config::SslMode;
-use tokio_postgres::NoTls;
 
 /// How long one round trip (or getting a connection) may take before the database counts as
 /// unavailable: a partitioned network otherwise hangs a request until TCP gives up.
@@ -76,16 +74,7 @@ impl Postgres {
     /// Connects, applies migrations, loads the API keys and starts listening for key changes
     /// (with a full reload every `resync`).
     pub fn connect(url: &str, resync: Duration) -> Result<Postgres, StoreError> {
-        let mut config: tokio_postgres::Config = url
-            .parse()
-            .map_err(|e| StoreError::Config(format!("--store: not a PostgreSQL URL: {e}")))?;
-        if config.get_ssl_mode() == SslMode::Require {
-            return Err(StoreError::Config(
-                "--store: sslmode=require is not supported yet: this build talks to PostgreSQL \
-                 without TLS (keep it on a private network, or use sslmode=disable)"
-                    .into(),
-            ));
-        }
+        let (mut config, tls) = super::pg_tls::parse(url)?;
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(ROUND_TRIP);
         }
@@ -100,7 +89,7 @@ impl Postgres {
             .map_err(StoreError::io("starting the store's runtime"))?;
         let manager = Manager::from_config(
             config.clone(),
-            NoTls,
+            tls.clone(),
             ManagerConfig {
                 // A connection that PostgreSQL closed (restart, failover) is noticed by its
                 // connection task and replaced when next taken from the pool.
@@ -125,6 +114,7 @@ impl Postgres {
         pg.with(|db| pg.keys.reload(db, None))?;
         pg.handle().spawn(super::replica_keys::listen(
             config,
+            tls,
             pg.pool.clone(),
             pg.keys.clone(),
             pg.catalog.clone(),

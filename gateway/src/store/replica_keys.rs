@@ -13,6 +13,7 @@
 
 use super::catalog_changes::{self, CatalogSignal};
 use super::key_cache::ActiveKey;
+use super::pg_tls::PgTls;
 use super::sql::{vals, Db, Row};
 use super::StoreError;
 use crate::auth;
@@ -22,7 +23,7 @@ use parking_lot::RwLock;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio_postgres::{AsyncMessage, NoTls};
+use tokio_postgres::AsyncMessage;
 
 /// The channel the key trigger of `migrations/postgres/0001_init.sql` notifies.
 const CHANNEL: &str = "infergate_keys";
@@ -77,6 +78,7 @@ impl ReplicaKeys {
 /// to `catalog` (with "everything" at each full reload of the keys).
 pub(super) async fn listen(
     config: tokio_postgres::Config,
+    tls: PgTls,
     pool: Pool,
     keys: Arc<ReplicaKeys>,
     catalog: Arc<CatalogSignal>,
@@ -84,7 +86,7 @@ pub(super) async fn listen(
 ) {
     let mut pause = Duration::from_millis(100);
     loop {
-        let lost = session(&config, &pool, &keys, &catalog, resync, &mut pause).await;
+        let lost = session(&config, &tls, &pool, &keys, &catalog, resync, &mut pause).await;
         tracing::warn!(error = %lost, "key change listener lost PostgreSQL; cached keys stay in use until it reconnects");
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(Duration::from_secs(2));
@@ -94,13 +96,14 @@ pub(super) async fn listen(
 /// One connection's worth of listening; returns why it ended.
 async fn session(
     config: &tokio_postgres::Config,
+    tls: &PgTls,
     pool: &Pool,
     keys: &ReplicaKeys,
     catalog: &CatalogSignal,
     resync: Duration,
     pause: &mut Duration,
 ) -> StoreError {
-    let (client, mut connection) = match config.connect(NoTls).await {
+    let (client, mut connection) = match config.connect(tls.clone()).await {
         Ok(c) => c,
         Err(e) => return e.into(),
     };

@@ -14,6 +14,9 @@ pub struct PgServer {
     dir: tempfile::TempDir,
     port: u16,
     child: Option<Child>,
+    /// `-c name=value` settings beyond the defaults (TLS).
+    settings: Vec<String>,
+    tls_files: Option<tempfile::TempDir>,
 }
 
 /// The newest `/usr/lib/postgresql/<version>/bin` holding `initdb` (or `$INFERGATE_PG_BIN`).
@@ -72,6 +75,45 @@ impl PgServer {
     /// initdb + start; panics (with the server's log) when it does not accept connections
     /// within 30 s.
     pub fn start() -> PgServer {
+        PgServer::start_with(Vec::new())
+    }
+
+    /// Like `start`, serving TLS (as well as plain connections) with this certificate and key.
+    pub fn start_with_tls(cert_pem: &str, key_pem: &str) -> PgServer {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let (cert, key) = (dir.path().join("server.crt"), dir.path().join("server.key"));
+        std::fs::write(&cert, cert_pem).expect("writing the server certificate");
+        std::fs::write(&key, key_pem).expect("writing the server key");
+        // PostgreSQL refuses a key that others can read, and must own it.
+        let chmod = Command::new("chmod").arg("600").arg(&key).status();
+        assert!(
+            chmod.is_ok_and(|s| s.success()),
+            "chmod 600 {}",
+            key.display()
+        );
+        if running_as_root() {
+            let chown = Command::new("chown")
+                .arg("-R")
+                .arg("postgres:")
+                .arg(dir.path())
+                .status();
+            assert!(
+                chown.is_ok_and(|s| s.success()),
+                "chown {}",
+                dir.path().display()
+            );
+        }
+        let mut server = PgServer::start_with(vec![
+            "ssl=on".into(),
+            format!("ssl_cert_file={}", cert.display()),
+            format!("ssl_key_file={}", key.display()),
+        ]);
+        // Kept (and removed) with the server.
+        server.tls_files = Some(dir);
+        server
+    }
+
+    fn start_with(settings: Vec<String>) -> PgServer {
         let bin = bin_dir();
         let dir = tempfile::tempdir().expect("a temporary directory");
         if running_as_root() {
@@ -107,6 +149,8 @@ impl PgServer {
             dir,
             port: free_port(),
             child: None,
+            settings,
+            tls_files: None,
         };
         server.resume();
         server
@@ -123,6 +167,7 @@ impl PgServer {
             .arg(self.dir.path())
             .args(["-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"])
             .args(["-c", "synchronous_commit=off", "-c", "full_page_writes=off"])
+            .args(self.settings.iter().flat_map(|s| ["-c", s.as_str()]))
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log file"))
             .stderr(log)
