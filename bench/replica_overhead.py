@@ -137,8 +137,9 @@ def main():
     work = tempfile.mkdtemp(prefix="infergate-replica-bench-")
     os.chmod(work, 0o711)  # PostgreSQL's own user must reach its directory inside
     redis, port = start_redis(work)
-    postgres, pg_url, pg_pid = start_postgres(work)
+    postgres = None
     try:
+        postgres, pg_url, pg_pid = start_postgres(work)
         model = os.path.join(work, "add.onnx")
         write_model(model)
         settings = {
@@ -174,12 +175,13 @@ def main():
     finally:
         redis.terminate()
         redis.wait(timeout=10)
-        # The postmaster (the child may be runuser): a fast shutdown.
-        try:
-            subprocess.run(["kill", "-INT", open(pg_pid).readline().strip()])
-        except OSError:
-            pass
-        postgres.wait(timeout=30)
+        if postgres is not None:
+            # The postmaster (the child may be runuser): a fast shutdown.
+            try:
+                subprocess.run(["kill", "-INT", open(pg_pid).readline().strip()])
+            except OSError:
+                pass
+            postgres.wait(timeout=30)
         subprocess.run(["rm", "-rf", work])
 
 
