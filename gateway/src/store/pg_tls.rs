@@ -134,22 +134,22 @@ where
     type TlsConnect = PgTlsConnect;
     type Error = io::Error;
 
+    /// tokio-postgres asks for a connector before it looks at `sslmode`: one without TLS is
+    /// handed out and never used (`sslmode=disable`), so it fails only if it ever were.
     fn make_tls_connect(&mut self, host: &str) -> io::Result<PgTlsConnect> {
-        let config = self.config.clone().ok_or_else(|| {
-            io::Error::other("TLS was not configured for this store (sslmode=require)")
-        })?;
+        let Some(config) = self.config.clone() else {
+            return Ok(PgTlsConnect { tls: None });
+        };
         let name = ServerName::try_from(host.to_owned())
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         Ok(PgTlsConnect {
-            connector: tokio_rustls::TlsConnector::from(config),
-            name,
+            tls: Some((tokio_rustls::TlsConnector::from(config), name)),
         })
     }
 }
 
 pub struct PgTlsConnect {
-    connector: tokio_rustls::TlsConnector,
-    name: ServerName<'static>,
+    tls: Option<(tokio_rustls::TlsConnector, ServerName<'static>)>,
 }
 
 impl<S> TlsConnect<S> for PgTlsConnect
@@ -162,8 +162,10 @@ where
 
     fn connect(self, stream: S) -> Self::Future {
         Box::pin(async move {
-            let stream = self.connector.connect(self.name, stream).await?;
-            Ok(PgTlsStream(stream))
+            let (connector, name) = self.tls.ok_or_else(|| {
+                io::Error::other("TLS was not configured for this store (sslmode=require)")
+            })?;
+            Ok(PgTlsStream(connector.connect(name, stream).await?))
         })
     }
 }
