@@ -250,7 +250,7 @@ pub fn plugin_output(data: &[u8]) {
         .collect();
     let tensor = plugin_types::Tensor {
         name: "t".into(),
-        datatype: plugin_types::Datatype::from_kserve_name(datatype.name())
+        datatype: plugin_types::DataType::from_name(datatype.name())
             .expect("the host knows every KServe datatype"),
         shape: shape.clone(),
         data: payload.to_vec(),

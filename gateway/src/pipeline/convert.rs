@@ -1,46 +1,12 @@
 //! Tensors between the engine's form and the plugin host's (KServe binary layout: little-endian
-//! elements, BYTES as 4-byte length-prefixed strings). Both sides already use the same bytes for
-//! fixed-size types, so this mostly moves buffers.
+//! elements, BYTES as 4-byte length-prefixed strings). Both sides share the protocol crate's
+//! `DataType` and the same bytes for fixed-size types, so this mostly moves buffers; only BYTES
+//! changes form (a list of strings in the engine, one length-prefixed buffer in a plugin, as the
+//! WIT interface passes it).
 
 use infergate_engine::{DataType, Tensor, TensorData};
 use infergate_plugin_host as host;
 use infergate_protocol::{binary, limits};
-
-fn datatype_to_host(d: DataType) -> host::Datatype {
-    match d {
-        DataType::Bool => host::Datatype::Bool,
-        DataType::Uint8 => host::Datatype::Uint8,
-        DataType::Uint16 => host::Datatype::Uint16,
-        DataType::Uint32 => host::Datatype::Uint32,
-        DataType::Uint64 => host::Datatype::Uint64,
-        DataType::Int8 => host::Datatype::Int8,
-        DataType::Int16 => host::Datatype::Int16,
-        DataType::Int32 => host::Datatype::Int32,
-        DataType::Int64 => host::Datatype::Int64,
-        DataType::Fp16 => host::Datatype::Fp16,
-        DataType::Fp32 => host::Datatype::Fp32,
-        DataType::Fp64 => host::Datatype::Fp64,
-        DataType::Bytes => host::Datatype::Bytes,
-    }
-}
-
-fn datatype_from_host(d: host::Datatype) -> DataType {
-    match d {
-        host::Datatype::Bool => DataType::Bool,
-        host::Datatype::Uint8 => DataType::Uint8,
-        host::Datatype::Uint16 => DataType::Uint16,
-        host::Datatype::Uint32 => DataType::Uint32,
-        host::Datatype::Uint64 => DataType::Uint64,
-        host::Datatype::Int8 => DataType::Int8,
-        host::Datatype::Int16 => DataType::Int16,
-        host::Datatype::Int32 => DataType::Int32,
-        host::Datatype::Int64 => DataType::Int64,
-        host::Datatype::Fp16 => DataType::Fp16,
-        host::Datatype::Fp32 => DataType::Fp32,
-        host::Datatype::Fp64 => DataType::Fp64,
-        host::Datatype::Bytes => DataType::Bytes,
-    }
-}
 
 pub fn to_host(t: Tensor) -> host::Tensor {
     let data = match t.data {
@@ -53,7 +19,7 @@ pub fn to_host(t: Tensor) -> host::Tensor {
     };
     host::Tensor {
         name: t.name,
-        datatype: datatype_to_host(t.datatype),
+        datatype: t.datatype,
         // Engine tensors that reach a plugin have concrete shapes.
         shape: t.shape.iter().map(|&d| d.max(0) as u64).collect(),
         data,
@@ -71,7 +37,7 @@ pub fn from_host(t: host::Tensor) -> Result<Tensor, String> {
             i64::try_from(d).map_err(|_| format!("tensor '{}': dimension {d} too large", t.name))
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let datatype = datatype_from_host(t.datatype);
+    let datatype = t.datatype;
     let data = if datatype == DataType::Bytes {
         let count =
             limits::declared_elements(&shape).map_err(|e| format!("tensor '{}': {e}", t.name))?;
@@ -110,7 +76,7 @@ mod tests {
     fn broken_bytes_framing_is_an_error() {
         let t = host::Tensor {
             name: "t".into(),
-            datatype: host::Datatype::Bytes,
+            datatype: host::DataType::Bytes,
             shape: vec![1],
             data: vec![9, 0, 0, 0, b'a'],
         };
@@ -120,11 +86,11 @@ mod tests {
     #[test]
     fn absurd_shapes_from_a_plugin_are_errors() {
         for (datatype, shape) in [
-            (host::Datatype::Fp32, vec![1 << 36, 16]),
-            (host::Datatype::Bytes, vec![1 << 36, 16]),
-            (host::Datatype::Fp32, vec![i64::MAX as u64, 4]),
-            (host::Datatype::Bytes, vec![i64::MAX as u64, 4]),
-            (host::Datatype::Uint8, vec![u64::MAX]),
+            (host::DataType::Fp32, vec![1 << 36, 16]),
+            (host::DataType::Bytes, vec![1 << 36, 16]),
+            (host::DataType::Fp32, vec![i64::MAX as u64, 4]),
+            (host::DataType::Bytes, vec![i64::MAX as u64, 4]),
+            (host::DataType::Uint8, vec![u64::MAX]),
         ] {
             let t = host::Tensor {
                 name: "t".into(),

@@ -13,7 +13,7 @@
 //! dropped. Cloning the input before and dropping the output after are not
 //! timed (a server parses the one and sends the other).
 
-use infergate_plugin_host::{Datatype, HostConfig, Plugin, PluginHost, PreInput, Tensor};
+use infergate_plugin_host::{DataType, HostConfig, Plugin, PluginHost, PreInput, Tensor};
 use std::hint::black_box;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -28,7 +28,7 @@ const BATCH: usize = 50;
 fn tensor(bytes: usize) -> Tensor {
     Tensor {
         name: "x".into(),
-        datatype: Datatype::Fp32,
+        datatype: DataType::Fp32,
         shape: vec![(bytes / 4) as u64],
         data: (0..bytes).map(|i| i as u8).collect(),
     }

@@ -5,15 +5,15 @@
 use crate::bindings::infergate::plugin::types as wit;
 use crate::lift::{RawDescription, RawPostOutput, RawTensor};
 use crate::lower::{Donated, InPreInput, InTensor};
-use crate::types::{Datatype, Description, PluginKind, PostOutput, PreInput, Tensor};
+use crate::types::{DataType, Description, PluginKind, PostOutput, PreInput, Tensor};
 
 macro_rules! datatypes {
     ($($name:ident),*) => {
-        fn datatype_to_wit(datatype: Datatype) -> wit::Datatype {
-            match datatype { $(Datatype::$name => wit::Datatype::$name,)* }
+        fn datatype_to_wit(datatype: DataType) -> wit::Datatype {
+            match datatype { $(DataType::$name => wit::Datatype::$name,)* }
         }
-        fn datatype_from_wit(datatype: wit::Datatype) -> Datatype {
-            match datatype { $(wit::Datatype::$name => Datatype::$name,)* }
+        fn datatype_from_wit(datatype: wit::Datatype) -> DataType {
+            match datatype { $(wit::Datatype::$name => DataType::$name,)* }
         }
     };
 }

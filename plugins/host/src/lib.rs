@@ -25,7 +25,7 @@ mod error; //    PluginError, FaultKind, PluginId
 mod host; //     PluginHost: engine, linker, compile
 mod metrics; //  MetricsSnapshot
 mod plugin; //   Plugin: calls under limits
-mod types; //    Tensor, Datatype, PreInput, PostOutput, Description
+mod types; //    Tensor, DataType, PreInput, PostOutput, Description
 
 // Internals.
 mod bindings; // generated from plugins/wit
@@ -43,7 +43,7 @@ pub use error::{FaultKind, PluginError, PluginFault, PluginId};
 pub use host::PluginHost;
 pub use metrics::MetricsSnapshot;
 pub use plugin::Plugin;
-pub use types::{Datatype, Description, Metadata, PluginKind, PostOutput, PreInput, Tensor};
+pub use types::{DataType, Description, Metadata, PluginKind, PostOutput, PreInput, Tensor};
 
 /// The WIT world plugins implement.
 pub const WORLD: &str = "infergate:plugin/plugin@0.1.0";

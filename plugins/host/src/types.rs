@@ -1,86 +1,16 @@
 //! The values exchanged with plugins, as plain Rust types (no wasmtime types
 //! in the public API).
 
-/// Element type of a tensor; one per KServe v2 datatype.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Datatype {
-    Bool,
-    Uint8,
-    Uint16,
-    Uint32,
-    Uint64,
-    Int8,
-    Int16,
-    Int32,
-    Int64,
-    Fp16,
-    Fp32,
-    Fp64,
-    Bytes,
-}
-
-impl Datatype {
-    /// Bytes per element; `None` for `Bytes`, whose elements vary in length.
-    pub fn element_size(self) -> Option<usize> {
-        match self {
-            Datatype::Bool | Datatype::Uint8 | Datatype::Int8 => Some(1),
-            Datatype::Uint16 | Datatype::Int16 | Datatype::Fp16 => Some(2),
-            Datatype::Uint32 | Datatype::Int32 | Datatype::Fp32 => Some(4),
-            Datatype::Uint64 | Datatype::Int64 | Datatype::Fp64 => Some(8),
-            Datatype::Bytes => None,
-        }
-    }
-
-    /// The KServe v2 name (`"FP32"`, `"BYTES"`...).
-    pub fn kserve_name(self) -> &'static str {
-        match self {
-            Datatype::Bool => "BOOL",
-            Datatype::Uint8 => "UINT8",
-            Datatype::Uint16 => "UINT16",
-            Datatype::Uint32 => "UINT32",
-            Datatype::Uint64 => "UINT64",
-            Datatype::Int8 => "INT8",
-            Datatype::Int16 => "INT16",
-            Datatype::Int32 => "INT32",
-            Datatype::Int64 => "INT64",
-            Datatype::Fp16 => "FP16",
-            Datatype::Fp32 => "FP32",
-            Datatype::Fp64 => "FP64",
-            Datatype::Bytes => "BYTES",
-        }
-    }
-
-    /// Parses a KServe v2 name.
-    pub fn from_kserve_name(name: &str) -> Option<Datatype> {
-        ALL_DATATYPES
-            .iter()
-            .copied()
-            .find(|d| d.kserve_name() == name)
-    }
-}
-
-const ALL_DATATYPES: [Datatype; 13] = [
-    Datatype::Bool,
-    Datatype::Uint8,
-    Datatype::Uint16,
-    Datatype::Uint32,
-    Datatype::Uint64,
-    Datatype::Int8,
-    Datatype::Int16,
-    Datatype::Int32,
-    Datatype::Int64,
-    Datatype::Fp16,
-    Datatype::Fp32,
-    Datatype::Fp64,
-    Datatype::Bytes,
-];
+/// Element type of a tensor: the protocol crate's, shared with the engine and the gateway, so a
+/// tensor crosses from a model to a plugin without a datatype translation.
+pub use infergate_protocol::tensor::DataType;
 
 /// A named tensor: row-major little-endian elements; `Bytes` elements are
 /// each a 4-byte little-endian length followed by the bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Tensor {
     pub name: String,
-    pub datatype: Datatype,
+    pub datatype: DataType,
     pub shape: Vec<u64>,
     pub data: Vec<u8>,
 }
@@ -93,7 +23,7 @@ impl Tensor {
             .iter()
             .try_fold(1u64, |n, d| n.checked_mul(*d))
             .ok_or_else(|| format!("tensor `{}`: shape {:?} overflows", self.name, self.shape))?;
-        match self.datatype.element_size() {
+        match self.datatype.size() {
             Some(size) => {
                 if count.checked_mul(size as u64) != Some(self.data.len() as u64) {
                     return Err(format!(
@@ -101,7 +31,7 @@ impl Tensor {
                         self.name,
                         self.data.len(),
                         count,
-                        self.datatype.kserve_name(),
+                        self.datatype.name(),
                         self.shape
                     ));
                 }

@@ -4,14 +4,14 @@
 mod common;
 
 use common::{host, load};
-use infergate_plugin_host::{Datatype, FaultKind, PluginError, PluginFault, PreInput, Tensor};
+use infergate_plugin_host::{DataType, FaultKind, PluginError, PluginFault, PreInput, Tensor};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 fn payload() -> Vec<Tensor> {
     vec![Tensor {
         name: "x".into(),
-        datatype: Datatype::Fp32,
+        datatype: DataType::Fp32,
         shape: vec![256],
         data: (0..1024u32).map(|i| i as u8).collect(),
     }]
@@ -139,7 +139,7 @@ fn malformed_output_tensors_are_the_plugins_fault() {
     // comes back malformed: the host checks every output.
     let bad = Tensor {
         name: "x".into(),
-        datatype: Datatype::Fp32,
+        datatype: DataType::Fp32,
         shape: vec![3],
         data: vec![0; 5],
     };

@@ -3,10 +3,10 @@
 mod common;
 
 use common::{host, load};
-use infergate_plugin_host::{Datatype, PluginFault, PostOutput, PreInput, Tensor};
+use infergate_plugin_host::{DataType, PluginFault, PostOutput, PreInput, Tensor};
 
 fn i64s(tensor: &Tensor) -> Vec<i64> {
-    assert_eq!(tensor.datatype, Datatype::Int64, "{}", tensor.name);
+    assert_eq!(tensor.datatype, DataType::Int64, "{}", tensor.name);
     tensor
         .data
         .chunks_exact(8)
@@ -17,7 +17,7 @@ fn i64s(tensor: &Tensor) -> Vec<i64> {
 fn f32_tensor(name: &str, shape: Vec<u64>, values: &[f32]) -> Tensor {
     Tensor {
         name: name.into(),
-        datatype: Datatype::Fp32,
+        datatype: DataType::Fp32,
         shape,
         data: values.iter().flat_map(|v| v.to_le_bytes()).collect(),
     }
@@ -31,7 +31,7 @@ fn bytes_tensor(name: &str, items: &[&str]) -> Tensor {
     }
     Tensor {
         name: name.into(),
-        datatype: Datatype::Bytes,
+        datatype: DataType::Bytes,
         shape: vec![items.len() as u64],
         data,
     }
@@ -124,7 +124,7 @@ fn ctc_decode_collapses_repeats_and_drops_blanks() {
     let PostOutput::Tensors(tensors) = out else {
         panic!("expected tensors")
     };
-    assert_eq!(tensors[0].datatype, Datatype::Bytes);
+    assert_eq!(tensors[0].datatype, DataType::Bytes);
     assert_eq!(tensors[0].data, b"\x05\0\0\0hello");
 }
 
@@ -172,7 +172,7 @@ fn image_decode_png_and_jpeg_to_rgb8() {
         .preprocess(PreInput::Bytes(hex::decode(PNG).expect("hex")), &vec![])
         .expect("decode png");
     assert_eq!(out[0].name, "image");
-    assert_eq!(out[0].datatype, Datatype::Uint8);
+    assert_eq!(out[0].datatype, DataType::Uint8);
     assert_eq!(out[0].shape, vec![2, 3, 3]);
     assert_eq!(
         out[0].data,
@@ -185,7 +185,7 @@ fn image_decode_png_and_jpeg_to_rgb8() {
     data.extend_from_slice(&jpeg);
     let tensor = Tensor {
         name: "image".into(),
-        datatype: Datatype::Bytes,
+        datatype: DataType::Bytes,
         shape: vec![1],
         data,
     };
@@ -234,7 +234,7 @@ fn passthrough_keeps_many_tensors_of_different_sizes_apart() {
         .enumerate()
         .map(|(i, &n)| Tensor {
             name: format!("t{i}"),
-            datatype: Datatype::Uint8,
+            datatype: DataType::Uint8,
             shape: vec![n as u64],
             data: (0..n).map(|j| (j * 7 + i * 13) as u8).collect(),
         })

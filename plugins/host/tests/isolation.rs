@@ -3,7 +3,7 @@
 mod common;
 
 use common::{host, load};
-use infergate_plugin_host::{Datatype, PreInput, Tensor};
+use infergate_plugin_host::{DataType, PreInput, Tensor};
 
 #[test]
 fn no_state_is_carried_between_calls() {
@@ -17,7 +17,7 @@ fn no_state_is_carried_between_calls() {
             out,
             vec![Tensor {
                 name: "count".into(),
-                datatype: Datatype::Int64,
+                datatype: DataType::Int64,
                 shape: vec![1],
                 data: 1i64.to_le_bytes().to_vec(),
             }],
