@@ -112,7 +112,7 @@ def main():
         served, base, threads = compute_bound(pa, args.seconds)
         print(f"| {run} | effnet c=4 at defaults ({threads}) vs ORT all cores | {served:.1f} inf/s | "
               f"{base:.1f} inf/s | {served / base:.3f} | {served / base >= 0.90} |", flush=True)
-        server_us, ort_us, done, _, intra = cpu_per_request.measure(pa, mlp_data, mlp, args.seconds, 8, [])
+        server_us, ort_us, done, _, intra, _ = cpu_per_request.measure(pa, mlp_data, mlp, args.seconds, 8, [])
         print(f"| {run} | MLP server CPU per inference (c=8, {done} inferences) | {server_us:.1f} µs | "
               f"ORT in process {ort_us:.1f} µs (intra {intra}) | {server_us / ort_us:.2f} | {server_us <= 75} |",
               flush=True)
