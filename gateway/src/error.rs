@@ -117,7 +117,15 @@ pub struct ApiError {
     pub retry_after: Option<u64>,
     /// The underlying error, kept for the log (may name paths or SQL the client must not see).
     cause: Option<Cause>,
+    /// Answered before the request's body was read ([`ApiError::before_body`]).
+    body_unread: bool,
 }
+
+/// The mark on an answer given before the request's body was read: the admission middleware
+/// drains the body, bounded, before sending it (`api::unread`), so a client still uploading
+/// reads this answer instead of a reset connection.
+#[derive(Clone, Copy)]
+pub struct DrainRequestBody;
 
 impl ApiError {
     pub fn new(kind: Kind, message: impl Into<String>) -> ApiError {
@@ -127,7 +135,15 @@ impl ApiError {
             message: message.into(),
             retry_after,
             cause: None,
+            body_unread: false,
         }
+    }
+
+    /// This error answers a request whose body was not read (and will not be): the response
+    /// carries [`DrainRequestBody`] for the admission middleware.
+    pub fn before_body(mut self) -> ApiError {
+        self.body_unread = true;
+        self
     }
     pub fn bad_request(m: impl Into<String>) -> ApiError {
         ApiError::new(Kind::Invalid, m)
@@ -274,6 +290,9 @@ impl IntoResponse for ApiError {
             response
                 .headers_mut()
                 .insert(http::header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        if self.body_unread {
+            response.extensions_mut().insert(DrainRequestBody);
         }
         response.extensions_mut().insert(Logged(Arc::new(self)));
         response

@@ -1,6 +1,6 @@
-"""Requests refused before their body is read are answered readably to clients that send the
-whole body before reading (Python's http.client, urllib3/requests): the server drains the body
-(bounded) before answering. Without that, the server's close reaches such a client mid-upload as
+"""Requests refused before their body is read (by the key check, the limiter or the handler) are
+answered readably to clients that send the whole body before reading (Python's http.client,
+urllib3/requests): the server drains the body (bounded) before answering. Without that, the server's close reaches such a client mid-upload as
 `ssl.SSLEOFError` instead of the JSON error that says what was wrong."""
 import http.client
 import json
@@ -34,11 +34,17 @@ def post(g, path, headers):
     ("/api/models/x/versions", "infer", 403, "'upload'"),
     ("/v1/embeddings", "limited", 429, "rate limit"),
     ("/v1/completions", None, 401, "missing API key"),
+    # Refused by the handler itself before it reads the body (ApiError::before_body).
+    ("/v2/models/nope/infer", "admin", 404, "nope"),
+    ("/api/pipelines/nope/run", "admin", 404, "nope"),
+    ("/api/models/bad%20name/versions", "admin", 400, "name"),
 ])
 def test_refused_uploads_read_the_error(gateway, path, key, status, says):
     headers = {}
     if key == "infer":
         headers["X-API-Key"] = gateway.key("infer")
+    elif key == "admin":
+        headers["X-API-Key"] = gateway.admin_key
     elif key == "limited":
         limited = gateway.key("infer", "--rps", "0.001", "--burst", "1")
         post(gateway, "/v2/models/cls/infer", {"X-API-Key": limited})  # spends the burst: 400

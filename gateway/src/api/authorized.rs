@@ -87,9 +87,8 @@ impl<S: Required> FromRequestParts<Arc<AppState>> for Authorized<S> {
 /// (bounded) so that the client can read it.
 pub struct RefusedUnread(pub ApiError);
 
-/// The mark on such an answer, for the middleware.
-#[derive(Clone, Copy)]
-pub struct DrainRequestBody;
+/// The mark on such an answer, for the middleware (also set by [`ApiError::before_body`]).
+pub use crate::error::DrainRequestBody;
 
 impl RefusedUnread {
     /// The error as `render` answers it (a route's own error shape), marked for the drain.

@@ -201,13 +201,6 @@ pub async fn stream_limited(
     Ok(total)
 }
 
-/// Answers `error` for a request whose body was not read yet: drains up to a bounded amount of
-/// the body first (see [`super::unread::drain`]) so the client gets to read the answer.
-pub async fn reject_unread(error: ApiError, headers: &HeaderMap, body: Body) -> ApiError {
-    super::unread::drain(headers, body).await;
-    error
-}
-
 /// The largest JSON body of a management call (keys, limits, repository index): these are a
 /// few hundred bytes in practice.
 pub const MAX_JSON_API_BYTES: usize = 1 << 20;

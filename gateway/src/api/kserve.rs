@@ -2,7 +2,7 @@
 //! decodes, calls the inference service (`crate::infer`) and encodes.
 
 use super::authorized::{Authorized, Infer};
-use super::body::{read_limited, reject_unread};
+use super::body::read_limited;
 use super::codec;
 use crate::error::ApiResult;
 use crate::infer::{self, Description};
@@ -158,7 +158,7 @@ async fn run_infer(
 ) -> ApiResult<Response> {
     let target = match infer::resolve(&state, model, version) {
         Ok(target) => target,
-        Err(e) => return Err(reject_unread(e, &headers, body).await),
+        Err(e) => return Err(e.before_body()),
     };
     // The body is freed once decoded: only the tensors stay while the model runs.
     let (request, inputs) = {

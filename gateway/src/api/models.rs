@@ -1,7 +1,7 @@
 //! Model management: upload versions (raw body or multipart), list, inspect, delete.
 
 use super::authorized::{Authorized, Infer, Upload};
-use super::body::{read_limited, reject_unread, stream_limited};
+use super::body::{read_limited, stream_limited};
 use crate::error::{ApiError, ApiResult};
 use crate::registry;
 use crate::state::{model_key, parse_version, validate_name, AppState};
@@ -99,7 +99,7 @@ pub async fn upload(
             None => Ok(()),
         })
     {
-        return Err(reject_unread(e, &headers, request.into_body()).await);
+        return Err(e.before_body());
     }
     let limit = state.config.limits.max_upload_bytes;
     let mut writer =
@@ -203,7 +203,7 @@ async fn put_config(
 ) -> ApiResult<Json<Value>> {
     let record = match state.catalog.resolve(name, version) {
         Ok(record) => record,
-        Err(e) => return Err(reject_unread(e, headers, body).await),
+        Err(e) => return Err(e.before_body()),
     };
     let bytes = read_limited(headers, body, 1 << 20).await?;
     let text = std::str::from_utf8(&bytes)

@@ -3,7 +3,7 @@
 //! (`crate::infer`).
 
 use super::authorized::{Authorized, Infer, Upload};
-use super::body::{read_limited, reject_unread};
+use super::body::read_limited;
 use super::codec;
 use crate::error::{ApiError, ApiResult};
 use crate::pipeline::run::{self, PipelineInput, PipelineOutput};
@@ -41,7 +41,7 @@ pub async fn put(
     body: Body,
 ) -> ApiResult<impl IntoResponse> {
     if let Err(e) = validate_name("pipeline", &name) {
-        return Err(reject_unread(e, &headers, body).await);
+        return Err(e.before_body());
     }
     let bytes = read_limited(&headers, body, 1 << 20).await?;
     let value: Value = serde_json::from_slice(&bytes)
@@ -111,7 +111,7 @@ pub async fn run_raw(
 ) -> ApiResult<Response> {
     let pipeline = match find(&state, &name) {
         Ok(p) => p,
-        Err(e) => return Err(reject_unread(e, &headers, body).await),
+        Err(e) => return Err(e.before_body()),
     };
     let data = read_limited(&headers, body, state.config.limits.max_request_bytes).await?;
     let content_type = headers

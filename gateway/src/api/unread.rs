@@ -24,7 +24,7 @@ const DRAIN_DEADLINE: Duration = Duration::from_secs(5);
 
 /// Reads and discards up to [`DRAIN_MAX_BYTES`] of `body`, for at most [`DRAIN_DEADLINE`];
 /// nothing when the declared length is already over that.
-pub async fn drain(headers: &HeaderMap, body: Body) {
+async fn drain(headers: &HeaderMap, body: Body) {
     if check_declared_length(headers, DRAIN_MAX_BYTES).is_err() {
         return;
     }
