@@ -49,15 +49,20 @@ pub fn plugin_host(config: &Config, store: &Store) -> anyhow::Result<PluginHost>
 }
 
 /// On the first start (no keys at all) creates an admin key, writes it to DATA/admin.key with
-/// mode 0600 and prints it once.
+/// mode 0600 and prints it once. Of replicas starting together on an empty database, exactly
+/// one creates it (`Store::create_first_key`).
 pub fn ensure_admin_key(store: &Store) -> anyhow::Result<()> {
     if store.key_count()? > 0 {
         return Ok(());
     }
-    let (record, secret) = store.create_key(
+    let created = store.create_first_key(
         "admin",
         &Scopes::parse_list("admin").map_err(|e| anyhow!(e))?,
     )?;
+    let Some((record, secret)) = created else {
+        tracing::info!("an API key already exists (created by another replica starting at the same time): no admin key created here");
+        return Ok(());
+    };
     let path = store.dir().admin_key();
     write_atomic(&path, format!("{secret}\n").as_bytes(), 0o600)
         .with_context(|| format!("writing {}", path.display()))?;

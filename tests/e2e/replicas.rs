@@ -1,6 +1,7 @@
 //! Gateway replicas on one PostgreSQL store (`--store postgres://...`; a real server started
-//! here, `crate::test_postgres`). The replicas share one data directory for the model file and
-//! the admin key, as they would share a volume; keys, models and the rest live in PostgreSQL.
+//! here, `crate::test_postgres`). Most tests give the replicas one data directory, as they
+//! would share a volume; the last gives each its own, and the files travel through
+//! PostgreSQL. Keys, models and the rest live in PostgreSQL.
 
 use crate::blobs::plugin_file;
 use crate::harness::{model, register_with_env, Options, Server};
@@ -390,4 +391,109 @@ async fn killing_one_replica_under_load_leaves_the_other_answering_every_request
         "the surviving replica failed requests"
     );
     assert!(total[0][0] > 0, "A answered nothing before it was killed");
+}
+
+/// The hex SHA-256 of `bytes`: the name a stored file has in every data directory.
+fn sha256(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(bytes))
+}
+
+/// Replicas without a shared volume: each has a data directory of its own (B gets only the
+/// admin key's file, as an operator would hand it out) and model and plugin files travel
+/// through PostgreSQL. B serves a model uploaded on A, replaces a damaged copy of it instead of
+/// loading it, and A runs a plugin uploaded on B.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_with_their_own_data_directories_share_files_through_postgres() {
+    let pg = PgServer::start();
+    let (da, db) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let a = replica(da.path(), &pg, 60);
+    std::fs::copy(da.path().join("admin.key"), db.path().join("admin.key")).unwrap();
+    let b = replica(db.path(), &pg, 60);
+
+    let model_bytes = std::fs::read(model("ocr-cls.onnx")).unwrap();
+    let started = Instant::now();
+    let upload = a
+        .client
+        .post(a.url("/api/models/cls/versions"))
+        .bearer_auth(&a.admin_key)
+        .body(model_bytes.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(upload.status(), 201);
+    let uploaded = started.elapsed().as_secs_f64() * 1e3;
+    let served = ms(
+        until(|| infer_status(&b, "cls"), 200).await,
+        "B serving a model uploaded on A",
+    );
+    let b_copy = db
+        .path()
+        .join("models")
+        .join(format!("{}.onnx", sha256(&model_bytes)));
+    assert!(
+        std::fs::read(&b_copy).unwrap() == model_bytes,
+        "B's copy differs from the upload"
+    );
+
+    // B's copy damaged while unloaded: the next load finds it out and fetches it again.
+    let unload = b
+        .client
+        .post(b.url("/v2/repository/models/cls/unload"))
+        .bearer_auth(&b.admin_key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unload.status(), 200);
+    let mut damaged = model_bytes.clone();
+    let middle = damaged.len() / 2;
+    damaged[middle] ^= 0xff;
+    std::fs::write(&b_copy, &damaged).unwrap();
+    assert_eq!(infer_status(&b, "cls").await, 200);
+    assert!(
+        b.wait_for_log("damaged", Duration::from_secs(10)).is_some(),
+        "B loaded a damaged file without a word"
+    );
+    assert!(
+        std::fs::read(&b_copy).unwrap() == model_bytes,
+        "B's damaged copy was not replaced"
+    );
+
+    // A plugin uploaded on B runs in A's pipeline.
+    let plugin_bytes = std::fs::read(plugin_file("passthrough")).unwrap();
+    let plugin = b
+        .client
+        .post(b.url("/api/plugins"))
+        .bearer_auth(&b.admin_key)
+        .body(plugin_bytes.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(plugin.status(), 201);
+    let put_pipeline = || async {
+        a.client
+            .put(a.url("/api/pipelines/orient"))
+            .bearer_auth(&a.admin_key)
+            .json(&json!({"model": "cls", "pre": ["passthrough"]}))
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16()
+    };
+    ms(
+        until(put_pipeline, 201).await,
+        "A accepting a pipeline that names a plugin uploaded on B",
+    );
+    assert_eq!(infer_status(&a, "orient").await, 200);
+    let a_copy = da
+        .path()
+        .join("plugins")
+        .join(format!("{}.wasm", sha256(&plugin_bytes)));
+    assert!(std::fs::read(&a_copy).unwrap() == plugin_bytes);
+    eprintln!(
+        "ocr-cls.onnx ({} bytes) uploaded on A in {uploaded:.1} ms (validated, stored in \
+         PostgreSQL); served by B {served:.1} ms after A's answer (fetched and loaded)",
+        model_bytes.len()
+    );
 }

@@ -5,7 +5,7 @@
 use super::spec::PluginRef;
 use crate::error::{ApiError, ApiResult};
 use crate::store::plugins::{PluginDescriptionRow, PluginInsert, PluginRecord};
-use crate::store::Store;
+use crate::store::{BlobKind, Store};
 use infergate_plugin_host::{Description, Limits, Plugin, PluginHost, PluginKind};
 use parking_lot::RwLock;
 use serde::{Deserialize, Serialize};
@@ -106,9 +106,13 @@ impl PluginRegistry {
 
     /// Compiles a stored version from its file and serves it, or records why it does not load.
     fn load_stored(&self, store: &Store, record: PluginRecord) {
-        let path = store.dir().plugin_file(&record.sha256);
-        let compiled = std::fs::read(&path)
-            .map_err(|e| format!("reading {}: {e}", path.display()))
+        // Checked against its sha256; with PostgreSQL fetched first when this replica lacks it.
+        let compiled = store
+            .local_blob(BlobKind::Plugin, &record.sha256)
+            .map_err(|e| e.to_string())
+            .and_then(|path| {
+                std::fs::read(&path).map_err(|e| format!("reading {}: {e}", path.display()))
+            })
             .and_then(|bytes| self.host.compile(&bytes).map_err(|e| e.to_string()));
         match compiled {
             Ok(plugin) => {

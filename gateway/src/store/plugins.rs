@@ -107,6 +107,7 @@ impl Store {
             write_atomic(&dest, bytes, 0o644).map_err(StoreError::io("storing the plugin file"))?;
         }
         let inserted = self.insert_plugin(
+            &dest,
             description.name,
             description.version,
             description.kind,
@@ -132,6 +133,7 @@ impl Store {
 
     fn insert_plugin(
         &self,
+        file: &std::path::Path,
         name: &str,
         version: &str,
         kind: &str,
@@ -147,11 +149,14 @@ impl Store {
                 .transpose()?;
             if let Some(existing) = existing {
                 return Ok(if existing.sha256 == sha256 {
+                    // Shares it when stored before the database kept files.
+                    super::blobs::put(db, sha256, file)?;
                     PluginInsert::Unchanged(existing)
                 } else {
                     PluginInsert::Conflict(existing)
                 });
             }
+            super::blobs::put(db, sha256, file)?;
             db.execute(
                 "INSERT INTO plugins (name, version, kind, sha256, size_bytes, description, created_at)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
@@ -246,6 +251,9 @@ impl Store {
                     vals![&rec.name, &rec.version],
                 )?;
                 let shared = content_stored(db, &rec.sha256)?;
+                if !shared {
+                    super::blobs::release(db, &rec.sha256)?;
+                }
                 deleted.push((rec, shared));
             }
             Ok(Ok(deleted))
