@@ -497,3 +497,154 @@ async fn replicas_with_their_own_data_directories_share_files_through_postgres()
         model_bytes.len()
     );
 }
+
+/// `infergate worker` joined to `manager` with `token`, its files under `data`; killed when
+/// dropped.
+struct WorkerProcess(std::process::Child);
+
+impl WorkerProcess {
+    fn start(manager: &str, token: &str, data: &Path) -> WorkerProcess {
+        use std::io::BufRead;
+        let mut child = std::process::Command::new(crate::harness::BIN)
+            .args(["worker", "--join", manager, "--join-token", token])
+            .args(["--listen", "127.0.0.1:0", "--instances", "1"])
+            .args(["--intra-threads", "1", "--data-dir"])
+            .arg(data)
+            .env("INFERGATE_LOG", "info")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("start infergate worker");
+        let stderr = child.stderr.take().expect("stderr");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+            {
+                // Keeps draining after the line sought, so the worker never blocks on its log.
+                let _ = tx.send(line);
+            }
+        });
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let left = deadline
+                .checked_duration_since(Instant::now())
+                .expect("the worker did not log 'worker listening on' within 60 s");
+            match rx.recv_timeout(left) {
+                Ok(line) if line.contains("worker listening on") => break,
+                Ok(_) => continue,
+                Err(e) => panic!("the worker did not start: {e}"),
+            }
+        }
+        WorkerProcess(child)
+    }
+}
+
+impl Drop for WorkerProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A worker fetches model files by sha256 from its manager; a manager replica that never
+/// received the upload (its own data directory, no local engine) gets the file from
+/// PostgreSQL for it. Also measures, for README, the upload of a 10 MB model on A and its first
+/// fetch by another replica (`ocr-rec.onnx`, 11 chunks).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_of_a_replica_that_never_received_the_upload_gets_the_file() {
+    let pg = PgServer::start();
+    let (da, db, dw) = (
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+    );
+    let a = replica(da.path(), &pg, 60);
+    std::fs::copy(da.path().join("admin.key"), db.path().join("admin.key")).unwrap();
+    let b = Server::start_in(
+        db.path(),
+        Options {
+            extra_args: vec![
+                "--store".into(),
+                pg.url(),
+                "--store-resync-s".into(),
+                "60".into(),
+                "--no-local-engine".into(),
+            ],
+            ..Options::default()
+        },
+    );
+    let token: Value = b
+        .post_json("/api/workers/tokens", &b.admin_key, &json!({}))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let _worker = WorkerProcess::start(&b.addr, token["token"].as_str().unwrap(), dw.path());
+
+    let upload = |a: &Server, name: &'static str, file: &'static str| {
+        let (client, url, key) = (
+            a.client.clone(),
+            a.url(&format!("/api/models/{name}/versions")),
+            a.admin_key.clone(),
+        );
+        async move {
+            let started = Instant::now();
+            let r = client
+                .post(url)
+                .bearer_auth(key)
+                .body(std::fs::read(model(file)).unwrap())
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 201);
+            started.elapsed()
+        }
+    };
+    upload(&a, "cls", "ocr-cls.onnx").await;
+    ms(
+        until(|| infer_status(&b, "cls"), 200).await,
+        "B's worker serving a model uploaded on A",
+    );
+    let models = std::fs::read_dir(dw.path().join("models")).unwrap().count();
+    assert_eq!(models, 1, "the worker holds the model file");
+
+    // The measurement: B fetches a new version in the background when A's notification
+    // arrives, and logs how long the download took.
+    let rec = std::fs::read(model("ocr-rec.onnx")).unwrap();
+    let (bytes, sha) = (rec.len(), sha256(&rec));
+    let uploaded = upload(&a, "rec", "ocr-rec.onnx").await;
+    let fetched = loop {
+        let line = b
+            .wait_for_log(&sha, Duration::from_secs(30))
+            .expect("B never fetched the model uploaded on A");
+        if line.contains("fetched a stored file from PostgreSQL") {
+            break line;
+        }
+    };
+    // `secs=0.123` in the log line, between colour codes (ESC [ ... m).
+    let mut parts = fetched.split('\x1b');
+    let first = parts.next();
+    let plain: String = first
+        .into_iter()
+        .chain(parts.map(|p| p.split_once('m').map_or(p, |(_, rest)| rest)))
+        .collect();
+    let secs: f64 = plain
+        .split("secs=")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no secs in {plain}"));
+    // The baseline, in the same run: the same upload to a gateway on SQLite (no shared copy).
+    let sqlite = Server::with_models(&[]);
+    let alone = upload(&sqlite, "rec", "ocr-rec.onnx").await;
+    eprintln!(
+        "ocr-rec.onnx ({bytes} bytes): upload on A answered in {:.1} ms (ORT validation, local \
+         file and PostgreSQL chunks; the same upload on SQLite {:.1} ms); B's first fetch from \
+         PostgreSQL took {:.1} ms",
+        uploaded.as_secs_f64() * 1e3,
+        alone.as_secs_f64() * 1e3,
+        secs * 1e3
+    );
+}

@@ -139,7 +139,10 @@ pub async fn blob(
             tracing::error!(sha256, error = %e, "registered model file unusable");
             match e {
                 StoreError::Unavailable(_) => ApiError::from(e),
-                _ => ApiError::internal("the model file is missing or damaged on the manager"),
+                _ => ApiError::internal(format!(
+                    "model file {sha256} is missing on the manager or does not match its sha256 \
+                     there (refused)"
+                )),
             }
         })?;
     let file = tokio::fs::File::open(&path).await.map_err(|e| {
