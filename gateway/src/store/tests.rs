@@ -574,24 +574,30 @@ fn replicas_starting_together_create_one_first_key() {
         .collect();
     let admin = Scopes::parse_list("admin").unwrap();
     let start = std::sync::Barrier::new(stores.len());
-    let created = std::thread::scope(|s| {
-        let racers: Vec<_> = stores
-            .iter()
-            .map(|store| {
-                s.spawn(|| {
-                    start.wait();
-                    store.create_first_key("admin", &admin).unwrap().is_some()
+    // A few rounds on an emptied table: without the lock, one round alone often passes.
+    for round in 0..5 {
+        stores[0]
+            .with(|db| db.execute("DELETE FROM api_keys", &[]))
+            .unwrap();
+        let created = std::thread::scope(|s| {
+            let racers: Vec<_> = stores
+                .iter()
+                .map(|store| {
+                    s.spawn(|| {
+                        start.wait();
+                        store.create_first_key("admin", &admin).unwrap().is_some()
+                    })
                 })
-            })
-            .collect();
-        racers
-            .into_iter()
-            .map(|r| r.join().unwrap())
-            .filter(|&created| created)
-            .count()
-    });
-    assert_eq!(created, 1);
-    assert_eq!(stores[0].key_count().unwrap(), 1);
+                .collect();
+            racers
+                .into_iter()
+                .map(|r| r.join().unwrap())
+                .filter(|&created| created)
+                .count()
+        });
+        assert_eq!(created, 1, "round {round}");
+        assert_eq!(stores[0].key_count().unwrap(), 1, "round {round}");
+    }
     assert!(stores[1]
         .create_first_key("admin", &admin)
         .unwrap()
