@@ -187,6 +187,49 @@ async fn infer_status(s: &Server, model: &str) -> u16 {
     .as_u16()
 }
 
+/// Uploads `file` from `$INFERGATE_MODELS` as a new version of `name` through `s` (as its
+/// admin), expecting 201; returns how long the answer took.
+async fn upload_model(s: &Server, name: &str, file: &str) -> Duration {
+    let bytes = std::fs::read(model(file)).unwrap();
+    let started = Instant::now();
+    let r = s
+        .client
+        .post(s.url(&format!("/api/models/{name}/versions")))
+        .bearer_auth(&s.admin_key)
+        .body(bytes)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    started.elapsed()
+}
+
+/// Uploads the `passthrough` plugin through `s`, expecting 201.
+async fn upload_passthrough(s: &Server) {
+    let r = s
+        .client
+        .post(s.url("/api/plugins"))
+        .bearer_auth(&s.admin_key)
+        .body(std::fs::read(plugin_file("passthrough")).unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+}
+
+/// Puts the pipeline `orient` (the passthrough plugin, then `cls`) through `s`: the status.
+async fn put_orient(s: &Server) -> u16 {
+    s.client
+        .put(s.url("/api/pipelines/orient"))
+        .bearer_auth(&s.admin_key)
+        .json(&json!({"model": "cls", "pre": ["passthrough"]}))
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16()
+}
+
 /// How many outputs `s` answers for the classifier (1, or more with a post-op configured).
 async fn cls_outputs(s: &Server) -> usize {
     let r = s
@@ -212,15 +255,7 @@ async fn models_and_pipelines_changed_on_one_replica_are_served_by_the_other() {
     let b = replica(tmp.path(), &pg, 60);
     assert_eq!(infer_status(&b, "cls").await, 404, "nothing uploaded yet");
 
-    let upload = a
-        .client
-        .post(a.url("/api/models/cls/versions"))
-        .bearer_auth(&a.admin_key)
-        .body(std::fs::read(model("ocr-cls.onnx")).unwrap())
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(upload.status(), 201);
+    upload_model(&a, "cls", "ocr-cls.onnx").await;
     let uploaded = ms(
         until(|| infer_status(&b, "cls"), 200).await,
         "B serving a model uploaded on A",
@@ -254,28 +289,9 @@ async fn models_and_pipelines_changed_on_one_replica_are_served_by_the_other() {
     assert!(cls_outputs(&b).await > 1, "B never applied A's new config");
 
     // A plugin uploaded on A is known to B: a pipeline put on B may name it, and runs on A.
-    let plugin = a
-        .client
-        .post(a.url("/api/plugins"))
-        .bearer_auth(&a.admin_key)
-        .body(std::fs::read(plugin_file("passthrough")).unwrap())
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(plugin.status(), 201);
-    let put_pipeline = || async {
-        b.client
-            .put(b.url("/api/pipelines/orient"))
-            .bearer_auth(&b.admin_key)
-            .json(&json!({"model": "cls", "pre": ["passthrough"]}))
-            .send()
-            .await
-            .unwrap()
-            .status()
-            .as_u16()
-    };
+    upload_passthrough(&a).await;
     let plugin_known = ms(
-        until(put_pipeline, 201).await,
+        until(|| put_orient(&b), 201).await,
         "B accepting a pipeline that names a plugin uploaded on A",
     );
     let pipeline = ms(
@@ -412,17 +428,7 @@ async fn replicas_with_their_own_data_directories_share_files_through_postgres()
     let b = replica(db.path(), &pg, 60);
 
     let model_bytes = std::fs::read(model("ocr-cls.onnx")).unwrap();
-    let started = Instant::now();
-    let upload = a
-        .client
-        .post(a.url("/api/models/cls/versions"))
-        .bearer_auth(&a.admin_key)
-        .body(model_bytes.clone())
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(upload.status(), 201);
-    let uploaded = started.elapsed().as_secs_f64() * 1e3;
+    let uploaded = upload_model(&a, "cls", "ocr-cls.onnx").await.as_secs_f64() * 1e3;
     let served = ms(
         until(|| infer_status(&b, "cls"), 200).await,
         "B serving a model uploaded on A",
@@ -461,28 +467,9 @@ async fn replicas_with_their_own_data_directories_share_files_through_postgres()
 
     // A plugin uploaded on B runs in A's pipeline.
     let plugin_bytes = std::fs::read(plugin_file("passthrough")).unwrap();
-    let plugin = b
-        .client
-        .post(b.url("/api/plugins"))
-        .bearer_auth(&b.admin_key)
-        .body(plugin_bytes.clone())
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(plugin.status(), 201);
-    let put_pipeline = || async {
-        a.client
-            .put(a.url("/api/pipelines/orient"))
-            .bearer_auth(&a.admin_key)
-            .json(&json!({"model": "cls", "pre": ["passthrough"]}))
-            .send()
-            .await
-            .unwrap()
-            .status()
-            .as_u16()
-    };
+    upload_passthrough(&b).await;
     ms(
-        until(put_pipeline, 201).await,
+        until(|| put_orient(&a), 201).await,
         "A accepting a pipeline that names a plugin uploaded on B",
     );
     assert_eq!(infer_status(&a, "orient").await, 200);
@@ -583,26 +570,7 @@ async fn a_worker_of_a_replica_that_never_received_the_upload_gets_the_file() {
         .unwrap();
     let _worker = WorkerProcess::start(&b.addr, token["token"].as_str().unwrap(), dw.path());
 
-    let upload = |a: &Server, name: &'static str, file: &'static str| {
-        let (client, url, key) = (
-            a.client.clone(),
-            a.url(&format!("/api/models/{name}/versions")),
-            a.admin_key.clone(),
-        );
-        async move {
-            let started = Instant::now();
-            let r = client
-                .post(url)
-                .bearer_auth(key)
-                .body(std::fs::read(model(file)).unwrap())
-                .send()
-                .await
-                .unwrap();
-            assert_eq!(r.status(), 201);
-            started.elapsed()
-        }
-    };
-    upload(&a, "cls", "ocr-cls.onnx").await;
+    upload_model(&a, "cls", "ocr-cls.onnx").await;
     ms(
         until(|| infer_status(&b, "cls"), 200).await,
         "B's worker serving a model uploaded on A",
@@ -614,7 +582,7 @@ async fn a_worker_of_a_replica_that_never_received_the_upload_gets_the_file() {
     // arrives, and logs how long the download took.
     let rec = std::fs::read(model("ocr-rec.onnx")).unwrap();
     let (bytes, sha) = (rec.len(), sha256(&rec));
-    let uploaded = upload(&a, "rec", "ocr-rec.onnx").await;
+    let uploaded = upload_model(&a, "rec", "ocr-rec.onnx").await;
     let fetched = loop {
         let line = b
             .wait_for_log(&sha, Duration::from_secs(30))
@@ -638,7 +606,7 @@ async fn a_worker_of_a_replica_that_never_received_the_upload_gets_the_file() {
         .unwrap_or_else(|| panic!("no secs in {plain}"));
     // The baseline, in the same run: the same upload to a gateway on SQLite (no shared copy).
     let sqlite = Server::with_models(&[]);
-    let alone = upload(&sqlite, "rec", "ocr-rec.onnx").await;
+    let alone = upload_model(&sqlite, "rec", "ocr-rec.onnx").await;
     eprintln!(
         "ocr-rec.onnx ({bytes} bytes): upload on A answered in {:.1} ms (ORT validation, local \
          file and PostgreSQL chunks; the same upload on SQLite {:.1} ms); B's first fetch from \

@@ -106,15 +106,7 @@ impl Store {
         if !existed {
             write_atomic(&dest, bytes, 0o644).map_err(StoreError::io("storing the plugin file"))?;
         }
-        let inserted = self.insert_plugin(
-            &dest,
-            description.name,
-            description.version,
-            description.kind,
-            sha256,
-            bytes.len() as u64,
-            description.json,
-        );
+        let inserted = self.insert_plugin(&dest, sha256, bytes.len() as u64, description);
         if !existed
             && !matches!(
                 inserted,
@@ -134,13 +126,11 @@ impl Store {
     fn insert_plugin(
         &self,
         file: &std::path::Path,
-        name: &str,
-        version: &str,
-        kind: &str,
         sha256: &str,
         size_bytes: u64,
-        description: &serde_json::Value,
+        row: &PluginDescriptionRow<'_>,
     ) -> Result<PluginInsert, StoreError> {
+        let (name, version, kind, description) = (row.name, row.version, row.kind, row.json);
         self.transaction(|db| {
             let existing = db
                 .query_opt(PLUGIN, vals![name, version])?
