@@ -52,18 +52,20 @@ pub fn plugin_host(config: &Config, store: &Store) -> anyhow::Result<PluginHost>
 /// mode 0600 and prints it once. Of replicas starting together on an empty database, exactly
 /// one creates it (`Store::create_first_key`).
 pub fn ensure_admin_key(store: &Store) -> anyhow::Result<()> {
-    if store.key_count()? > 0 {
-        return Ok(());
-    }
-    let created = store.create_first_key(
-        "admin",
-        &Scopes::parse_list("admin").map_err(|e| anyhow!(e))?,
-    )?;
+    let path = store.dir().admin_key();
+    let created = match store.key_count()? {
+        0 => store.create_first_key(
+            "admin",
+            &Scopes::parse_list("admin").map_err(|e| anyhow!(e))?,
+        )?,
+        _ => None,
+    };
     let Some((record, secret)) = created else {
-        tracing::info!("an API key already exists (created by another replica starting at the same time): no admin key created here");
+        if !path.exists() {
+            tracing::info!("an admin key already exists (created by another replica, or earlier): none created here; use the one its creator printed");
+        }
         return Ok(());
     };
-    let path = store.dir().admin_key();
     write_atomic(&path, format!("{secret}\n").as_bytes(), 0o600)
         .with_context(|| format!("writing {}", path.display()))?;
     println!(

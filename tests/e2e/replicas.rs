@@ -485,23 +485,23 @@ async fn replicas_with_their_own_data_directories_share_files_through_postgres()
     );
 }
 
-/// `infergate worker` joined to `manager` with `token`, its files under `data`; killed when
-/// dropped.
-struct WorkerProcess(std::process::Child);
+/// An infergate process started by hand, killed when dropped.
+struct Process(std::process::Child);
 
-impl WorkerProcess {
-    fn start(manager: &str, token: &str, data: &Path) -> WorkerProcess {
+impl Process {
+    /// Starts `infergate ARGS` and reads its log until a line contains `ready`; returns the
+    /// process and the lines read.
+    fn start(args: &[&str], data: &Path, ready: &str) -> (Process, Vec<String>) {
         use std::io::BufRead;
         let mut child = std::process::Command::new(crate::harness::BIN)
-            .args(["worker", "--join", manager, "--join-token", token])
-            .args(["--listen", "127.0.0.1:0", "--instances", "1"])
-            .args(["--intra-threads", "1", "--data-dir"])
+            .args(args)
+            .arg("--data-dir")
             .arg(data)
             .env("INFERGATE_LOG", "info")
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped())
             .spawn()
-            .expect("start infergate worker");
+            .expect("start infergate");
         let stderr = child.stderr.take().expect("stderr");
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
@@ -509,30 +509,73 @@ impl WorkerProcess {
                 .lines()
                 .map_while(Result::ok)
             {
-                // Keeps draining after the line sought, so the worker never blocks on its log.
+                // Keeps draining after the line sought, so the process never blocks on its log.
                 let _ = tx.send(line);
             }
         });
+        let process = Process(child);
         let deadline = Instant::now() + Duration::from_secs(60);
+        let mut lines = Vec::new();
         loop {
             let left = deadline
                 .checked_duration_since(Instant::now())
-                .expect("the worker did not log 'worker listening on' within 60 s");
+                .unwrap_or_else(|| panic!("no '{ready}' logged within 60 s: {lines:#?}"));
             match rx.recv_timeout(left) {
-                Ok(line) if line.contains("worker listening on") => break,
-                Ok(_) => continue,
-                Err(e) => panic!("the worker did not start: {e}"),
+                Ok(line) => {
+                    let done = line.contains(ready);
+                    lines.push(line);
+                    if done {
+                        return (process, lines);
+                    }
+                }
+                Err(e) => panic!("infergate {args:?} did not start ({e}): {lines:#?}"),
             }
         }
-        WorkerProcess(child)
     }
 }
 
-impl Drop for WorkerProcess {
+impl Drop for Process {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+/// Two replicas started together on an empty database: exactly one creates and prints the
+/// first admin key, the other says that one exists.
+#[test]
+fn replicas_starting_together_create_one_admin_key() {
+    let pg = PgServer::start();
+    let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    let url = pg.url();
+    let args = [
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--no-grpc",
+        "--store",
+        url.as_str(),
+    ];
+    let started: Vec<_> = std::thread::scope(|s| {
+        let racers: Vec<_> = dirs
+            .iter()
+            .map(|d| s.spawn(|| Process::start(&args, d.path(), "listening on")))
+            .collect();
+        racers.into_iter().map(|r| r.join().unwrap()).collect()
+    });
+    let with_key = dirs
+        .iter()
+        .filter(|d| d.path().join("admin.key").is_file())
+        .count();
+    assert_eq!(with_key, 1, "exactly one replica writes an admin key");
+    let told = started
+        .iter()
+        .filter(|(_, log)| {
+            log.iter()
+                .any(|l| l.contains("an admin key already exists"))
+        })
+        .count();
+    assert_eq!(told, 1, "the other replica says one exists");
 }
 
 /// A worker fetches model files by sha256 from its manager; a manager replica that never
@@ -568,7 +611,22 @@ async fn a_worker_of_a_replica_that_never_received_the_upload_gets_the_file() {
         .json()
         .await
         .unwrap();
-    let _worker = WorkerProcess::start(&b.addr, token["token"].as_str().unwrap(), dw.path());
+    let join = ["worker", "--join", &b.addr, "--join-token"];
+    let token = token["token"].as_str().unwrap();
+    let worker_args = [
+        &join[..],
+        &[
+            token,
+            "--listen",
+            "127.0.0.1:0",
+            "--instances",
+            "1",
+            "--intra-threads",
+            "1",
+        ],
+    ]
+    .concat();
+    let _worker = Process::start(&worker_args, dw.path(), "worker listening on");
 
     upload_model(&a, "cls", "ocr-cls.onnx").await;
     ms(

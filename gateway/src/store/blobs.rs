@@ -140,6 +140,21 @@ fn read_full(file: &mut File, buf: &mut [u8]) -> io::Result<usize> {
     Ok(filled)
 }
 
+/// Whether the data directory holds an intact copy of `sha256` at `path`, before an upload of
+/// the same bytes decides whether to store its own: a damaged copy is removed (with a warning),
+/// so that the upload takes its place rather than being dropped for it.
+pub(super) fn intact_copy(path: &Path, sha256: &str) -> bool {
+    match hash_file(path) {
+        Ok(actual) if actual == sha256 => true,
+        Ok(actual) => {
+            tracing::warn!(sha256, %actual, path = %path.display(), "a stored file was damaged; replaced by the new upload of its content");
+            super::remove_blob(path);
+            false
+        }
+        Err(_) => false,
+    }
+}
+
 /// The hex SHA-256 of a file, read in chunks.
 fn hash_file(path: &Path) -> io::Result<String> {
     let mut file = File::open(path)?;

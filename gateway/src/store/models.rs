@@ -52,7 +52,7 @@ impl Store {
             .lock_blobs()
             .map_err(StoreError::io("locking blobs"))?;
         let dest = self.dir.model_file(sha256);
-        let existed = dest.exists();
+        let existed = super::blobs::intact_copy(&dest, sha256);
         persist(upload, &dest).map_err(StoreError::io("storing the model file"))?;
         let inserted =
             self.insert_model_version(name, sha256, &dest, size_bytes, signature, config);

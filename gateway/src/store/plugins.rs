@@ -102,7 +102,7 @@ impl Store {
             .lock_blobs()
             .map_err(StoreError::io("locking blobs"))?;
         let dest = self.dir.plugin_file(sha256);
-        let existed = dest.exists();
+        let existed = super::blobs::intact_copy(&dest, sha256);
         if !existed {
             write_atomic(&dest, bytes, 0o644).map_err(StoreError::io("storing the plugin file"))?;
         }

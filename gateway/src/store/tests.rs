@@ -525,10 +525,13 @@ fn postgres_shares_multi_chunk_files_between_data_directories() {
     assert_eq!(std::fs::read_dir(b.dir().tmp()).unwrap().count(), 0);
     flip(&a);
 
-    // B stores the same bytes under another name: one copy, kept while either row exists.
+    // B stores the same bytes under another name over its damaged copy, which the upload
+    // replaces; one copy in PostgreSQL, kept while either row exists.
+    std::fs::write(&path, &damaged).unwrap();
     let (same, file) = upload(&b, &content);
     b.add_model_version(file, "n", &same, size, &signature(), &json!({}))
         .unwrap();
+    assert!(std::fs::read(&path).unwrap() == content, "not replaced");
     assert_eq!(count(&a, chunks, &sha), 3);
     a.delete_model_version("m", 1).unwrap().unwrap();
     assert_eq!(count(&a, blobs, &sha), 1, "'n' still references it");
