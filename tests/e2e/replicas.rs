@@ -478,6 +478,44 @@ async fn replicas_with_their_own_data_directories_share_files_through_postgres()
         .join("plugins")
         .join(format!("{}.wasm", sha256(&plugin_bytes)));
     assert!(std::fs::read(&a_copy).unwrap() == plugin_bytes);
+
+    // Deleted on one replica: the other's copies leave its data directory too.
+    let delete = |s: &Server, path: &str| {
+        s.client
+            .delete(s.url(path))
+            .bearer_auth(&s.admin_key)
+            .send()
+    };
+    assert_eq!(
+        delete(&a, "/api/pipelines/orient").await.unwrap().status(),
+        200
+    );
+    assert_eq!(
+        delete(&b, "/api/plugins/passthrough")
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    assert_eq!(delete(&a, "/api/models/cls").await.unwrap().status(), 200);
+    let gone = |path: &Path| {
+        let path = path.to_path_buf();
+        async move {
+            if path.exists() {
+                1
+            } else {
+                0
+            }
+        }
+    };
+    ms(
+        until(|| gone(&a_copy), 0).await,
+        "A dropping its copy of B's deleted plugin",
+    );
+    ms(
+        until(|| gone(&b_copy), 0).await,
+        "B dropping its copy of A's deleted model",
+    );
     eprintln!(
         "ocr-cls.onnx ({} bytes) uploaded on A in {uploaded:.1} ms (validated, stored in \
          PostgreSQL); served by B {served:.1} ms after A's answer (fetched and loaded)",

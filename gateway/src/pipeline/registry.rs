@@ -132,10 +132,13 @@ impl PluginRegistry {
     /// run it on a blocking thread. Only versions served before the store was read are dropped,
     /// so an upload this replica makes meanwhile is never lost.
     pub fn sync(&self, store: &Store) -> ApiResult<()> {
-        let before: Vec<(String, String)> = self
+        let before: Vec<(String, String, String)> = self
             .all()
             .iter()
-            .map(|p| (p.record.name.clone(), p.record.version.clone()))
+            .map(|p| {
+                let r = &p.record;
+                (r.name.clone(), r.version.clone(), r.sha256.clone())
+            })
             .collect();
         let stored = store.list_plugins()?;
         let kept: HashSet<(String, String)> = stored
@@ -156,9 +159,13 @@ impl PluginRegistry {
                 _ => self.load_stored(store, record),
             }
         }
-        for (name, version) in before {
+        for (name, version, sha256) in before {
             if !kept.contains(&(name.clone(), version.clone())) {
                 self.remove(&name, &version);
+                // Deleted by another replica: this replica's copy goes once nothing uses it.
+                if let Err(e) = store.drop_unreferenced_local_blob(BlobKind::Plugin, &sha256) {
+                    tracing::warn!(plugin = %name, %version, error = %e, "could not drop this replica's copy of a deleted plugin file; the next start collects it");
+                }
             }
         }
         Ok(())
