@@ -49,16 +49,23 @@ pub fn plugin_host(config: &Config, store: &Store) -> anyhow::Result<PluginHost>
 }
 
 /// On the first start (no keys at all) creates an admin key, writes it to DATA/admin.key with
-/// mode 0600 and prints it once.
+/// mode 0600 and prints it once. Of replicas starting together on an empty database, exactly
+/// one creates it (`Store::create_first_key`).
 pub fn ensure_admin_key(store: &Store) -> anyhow::Result<()> {
-    if store.key_count()? > 0 {
-        return Ok(());
-    }
-    let (record, secret) = store.create_key(
-        "admin",
-        &Scopes::parse_list("admin").map_err(|e| anyhow!(e))?,
-    )?;
     let path = store.dir().admin_key();
+    let created = match store.key_count()? {
+        0 => store.create_first_key(
+            "admin",
+            &Scopes::parse_list("admin").map_err(|e| anyhow!(e))?,
+        )?,
+        _ => None,
+    };
+    let Some((record, secret)) = created else {
+        if !path.exists() {
+            tracing::info!("an admin key already exists (created by another replica, or earlier): none created here; use the one its creator printed");
+        }
+        return Ok(());
+    };
     write_atomic(&path, format!("{secret}\n").as_bytes(), 0o600)
         .with_context(|| format!("writing {}", path.display()))?;
     println!(

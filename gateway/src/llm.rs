@@ -127,7 +127,6 @@ impl LlmModels {
     /// wait for it). Refused with 503 when it would exceed the host memory budget.
     pub async fn get(&self, state: &Arc<AppState>, record: &ModelRecord) -> ApiResult<LlmModel> {
         let key = model_key(record);
-        let path = state.model_path(record);
         let config = state.config.llm.clone();
         let entry = {
             let mut entries = self.entries.lock();
@@ -153,6 +152,7 @@ impl LlmModels {
             .model
             .get_or_try_init(|| async move {
                 self.check_budget(state, &key, bytes)?;
+                let path = state.model_file(record).await?;
                 tracing::info!(model = %key, "loading chat model");
                 let started = Instant::now();
                 let model = tokio::task::spawn_blocking(move || LlmModel::load(&path, config))

@@ -4,8 +4,9 @@
 //! table changed (`store::CatalogChanges`: a `NOTIFY` per write, and "everything" at every
 //! resync and reconnection), and the task re-reads that table and applies the difference:
 //! - model versions: new ones are served (their stored config handed to the engine first, as at
-//!   start), reconfigured ones get the new config the way `PUT .../config` applies it, deleted
-//!   ones are refused and unloaded;
+//!   start; their file fetched from PostgreSQL into the data directory in the background),
+//!   reconfigured ones get the new config the way `PUT .../config` applies it, deleted ones are
+//!   refused and unloaded and their file leaves the data directory when nothing references it;
 //! - plugins: new versions compiled and served, deleted ones dropped, new limits applied;
 //! - pipelines: new or changed specs used by new requests, deleted ones gone.
 //!
@@ -17,7 +18,8 @@
 
 use crate::pipeline::spec::PipelineSpec;
 use crate::state::{model_key, AppState};
-use crate::store::CatalogChanges;
+use crate::store::models::ModelRecord;
+use crate::store::{BlobKind, CatalogChanges};
 use infergate_engine::ModelConfig;
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -94,6 +96,9 @@ async fn sync_models(state: &AppState) -> Result<(), crate::store::StoreError> {
             tracing::error!(model = %key, error = %e, "model config stored by another replica refused; serving with defaults");
         }
         tracing::info!(model = %key, new = current.is_none(), "model version changed by another replica");
+        if current.is_none() {
+            prefetch(state, &record);
+        }
         state.catalog.insert(record);
     }
     for record in before {
@@ -103,9 +108,30 @@ async fn sync_models(state: &AppState) -> Result<(), crate::store::StoreError> {
             state.engine.unload(&key);
             state.llm.unload(&key);
             tracing::info!(model = %key, "model version deleted by another replica");
+            let (store, sha256) = (state.store.clone(), record.sha256.clone());
+            let dropped = tokio::task::spawn_blocking(move || {
+                store.drop_unreferenced_local_blob(BlobKind::Model, &sha256)
+            })
+            .await;
+            if let Ok(Err(e)) = dropped {
+                tracing::warn!(model = %key, error = %e, "could not drop this replica's copy of a deleted model file; the next start collects it");
+            }
         }
     }
     Ok(())
+}
+
+/// Fetches a version's file from PostgreSQL into this replica's data directory in the
+/// background, so that its first request does not wait for the download (a request that comes
+/// first fetches it itself: `AppState::model_file`).
+fn prefetch(state: &AppState, record: &ModelRecord) {
+    let store = state.store.clone();
+    let (key, sha256) = (model_key(record), record.sha256.clone());
+    tokio::task::spawn_blocking(move || {
+        if let Err(e) = store.local_blob(BlobKind::Model, &sha256) {
+            tracing::warn!(model = %key, error = %e, "could not fetch a model file uploaded on another replica; its first request tries again");
+        }
+    });
 }
 
 fn sync_pipelines(state: &AppState) -> Result<(), crate::store::StoreError> {

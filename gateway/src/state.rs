@@ -11,10 +11,10 @@ use crate::pipeline::Pipelines;
 use crate::ratelimit::{Limiter, Limits};
 use crate::store::keys::KeyRecord;
 use crate::store::models::ModelRecord;
-use crate::store::Store;
+use crate::store::{BlobKind, Store, StoreError};
 use crate::textgen::Vocab;
 use infergate_engine::kernels::Ops;
-use infergate_engine::{Engine, ModelConfig, ModelKey, VersionPolicy};
+use infergate_engine::{Engine, ModelConfig, ModelKey, ModelState, VersionPolicy};
 use infergate_plugin_host::PluginHost;
 use parking_lot::RwLock;
 use std::collections::BTreeMap;
@@ -142,8 +142,26 @@ impl AppState {
         }
     }
 
-    pub fn model_path(&self, record: &ModelRecord) -> PathBuf {
-        self.store.dir().model_file(&record.sha256)
+    /// The data directory's copy of a version's file, to load it from: checked against its
+    /// sha256 and, with PostgreSQL, fetched from the database when missing or damaged
+    /// (`Store::local_blob`). A version the engine serves already is not checked again.
+    pub async fn model_file(&self, record: &ModelRecord) -> ApiResult<PathBuf> {
+        if self.engine.state(&model_key(record)) == ModelState::Ready {
+            return Ok(self.store.dir().model_file(&record.sha256));
+        }
+        let store = self.store.clone();
+        let sha256 = record.sha256.clone();
+        tokio::task::spawn_blocking(move || store.local_blob(BlobKind::Model, &sha256))
+            .await
+            .map_err(|e| ApiError::internal(format!("model file task failed: {e}")))?
+            .map_err(|e| match e {
+                // Names the file and what is wrong with it, no SQL: the operator's answer.
+                StoreError::Corrupt(why) => ApiError::internal(format!(
+                    "model '{}' version {}: {why}",
+                    record.name, record.version
+                )),
+                e => ApiError::from(e),
+            })
     }
 }
 

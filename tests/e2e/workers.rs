@@ -611,7 +611,8 @@ async fn direct_tokens_are_checked_on_the_worker_and_tampered_model_files_refuse
         .iter()
         .any(|r| r.headers().contains_key("retry-after")));
 
-    // A model file altered on the manager after registration: the worker refuses it.
+    // A model file altered on the manager after registration: the manager checks it before
+    // sending it (and the worker would refuse it too): the worker cannot fetch it (503).
     let models: Value = s.get_json("/api/models/cls", &s.admin_key).await;
     let sha = models["versions"][0]["sha256"]
         .as_str()
@@ -629,7 +630,7 @@ async fn direct_tokens_are_checked_on_the_worker_and_tampered_model_files_refuse
         .send()
         .await
         .unwrap();
-    assert_eq!(resp.status(), 502);
+    assert_eq!(resp.status(), 503);
     let message: Value = resp.json().await.unwrap();
     assert!(
         message["error"].as_str().unwrap().contains("sha256"),

@@ -171,7 +171,7 @@ pub async fn load(
     let record = state.catalog.resolve(&model, None)?;
     state
         .engine
-        .load(&model_key(&record), &state.model_path(&record))
+        .load(&model_key(&record), &state.model_file(&record).await?)
         .await?;
     Ok(StatusCode::OK)
 }

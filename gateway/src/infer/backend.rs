@@ -49,9 +49,10 @@ pub async fn run_model(
         let (id, advertise) = match choice {
             Choice::Local => {
                 let _outstanding = manager.begin(crate::workers::manager::LOCAL);
+                let path = state.model_file(record).await?;
                 return Ok(state
                     .engine
-                    .infer_with(&key, &state.model_path(record), inputs, outputs, options)
+                    .infer_with(&key, &path, inputs, outputs, options)
                     .await?);
             }
             Choice::Worker { id, advertise } => (id, advertise),

@@ -5,7 +5,7 @@
 use super::spec::PluginRef;
 use crate::error::{ApiError, ApiResult};
 use crate::store::plugins::{PluginDescriptionRow, PluginInsert, PluginRecord};
-use crate::store::Store;
+use crate::store::{BlobKind, Store};
 use infergate_plugin_host::{Description, Limits, Plugin, PluginHost, PluginKind};
 use parking_lot::RwLock;
 use serde::{Deserialize, Serialize};
@@ -106,9 +106,13 @@ impl PluginRegistry {
 
     /// Compiles a stored version from its file and serves it, or records why it does not load.
     fn load_stored(&self, store: &Store, record: PluginRecord) {
-        let path = store.dir().plugin_file(&record.sha256);
-        let compiled = std::fs::read(&path)
-            .map_err(|e| format!("reading {}: {e}", path.display()))
+        // Checked against its sha256; with PostgreSQL fetched first when this replica lacks it.
+        let compiled = store
+            .local_blob(BlobKind::Plugin, &record.sha256)
+            .map_err(|e| e.to_string())
+            .and_then(|path| {
+                std::fs::read(&path).map_err(|e| format!("reading {}: {e}", path.display()))
+            })
             .and_then(|bytes| self.host.compile(&bytes).map_err(|e| e.to_string()));
         match compiled {
             Ok(plugin) => {
@@ -128,10 +132,13 @@ impl PluginRegistry {
     /// run it on a blocking thread. Only versions served before the store was read are dropped,
     /// so an upload this replica makes meanwhile is never lost.
     pub fn sync(&self, store: &Store) -> ApiResult<()> {
-        let before: Vec<(String, String)> = self
+        let before: Vec<(String, String, String)> = self
             .all()
             .iter()
-            .map(|p| (p.record.name.clone(), p.record.version.clone()))
+            .map(|p| {
+                let r = &p.record;
+                (r.name.clone(), r.version.clone(), r.sha256.clone())
+            })
             .collect();
         let stored = store.list_plugins()?;
         let kept: HashSet<(String, String)> = stored
@@ -152,9 +159,13 @@ impl PluginRegistry {
                 _ => self.load_stored(store, record),
             }
         }
-        for (name, version) in before {
+        for (name, version, sha256) in before {
             if !kept.contains(&(name.clone(), version.clone())) {
                 self.remove(&name, &version);
+                // Deleted by another replica: this replica's copy goes once nothing uses it.
+                if let Err(e) = store.drop_unreferenced_local_blob(BlobKind::Plugin, &sha256) {
+                    tracing::warn!(plugin = %name, %version, error = %e, "could not drop this replica's copy of a deleted plugin file; the next start collects it");
+                }
             }
         }
         Ok(())

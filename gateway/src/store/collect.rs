@@ -78,6 +78,7 @@ impl Store {
             Ok(())
         })();
         removed.map_err(StoreError::io("removing files a crash left behind"))?;
+        self.reconcile_shared_blobs()?;
         if collected.files > 0 {
             tracing::warn!(
                 files = collected.files,

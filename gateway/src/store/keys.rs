@@ -1,6 +1,6 @@
 //! API key rows.
 
-use super::sql::{vals, Row};
+use super::sql::{vals, Db, Row};
 use super::{now_secs, Backend, Store, StoreError};
 use crate::auth::{self, Scope, Scopes};
 use crate::ratelimit::RateLimit;
@@ -52,6 +52,37 @@ pub(super) fn record(row: &Row) -> Result<KeyRecord, StoreError> {
     })
 }
 
+/// `pg_advisory_xact_lock` key that orders replicas creating the first key ("firstkey").
+const FIRST_KEY_LOCK: i64 = 0x6669_7273_746b_6579;
+
+/// Inserts a key's row (the secret only as its hash) and reads it back.
+fn insert_key(
+    db: &Db<'_>,
+    key: &auth::NewKey,
+    name: &str,
+    scopes: &Scopes,
+    limits: &KeyLimits,
+) -> Result<KeyRecord, StoreError> {
+    db.execute(
+        "INSERT INTO api_keys (public_id, name, secret_hash, scopes, created_at, rate_rps, rate_burst, max_concurrent)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        vals![
+            &key.public_id,
+            name,
+            key.hash.as_slice(),
+            scopes.to_list(),
+            now_secs(),
+            limits.rate_limit.map(|r| r.rps),
+            limits.rate_limit.map(|r| r.burst),
+            limits.max_concurrent
+        ],
+    )?;
+    record(&db.query_one(
+        "SELECT * FROM api_keys WHERE public_id = ?1",
+        vals![&key.public_id],
+    )?)
+}
+
 const BY_ID_OR_PUBLIC: &str =
     "SELECT * FROM api_keys WHERE public_id = ?1 OR CAST(id AS TEXT) = ?1";
 
@@ -73,28 +104,35 @@ impl Store {
         limits: &KeyLimits,
     ) -> Result<(KeyRecord, String), StoreError> {
         let key = auth::generate();
-        let rec = self.with(|db| {
-            db.execute(
-                "INSERT INTO api_keys (public_id, name, secret_hash, scopes, created_at, rate_rps, rate_burst, max_concurrent)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-                vals![
-                    &key.public_id,
-                    name,
-                    key.hash.as_slice(),
-                    scopes.to_list(),
-                    now_secs(),
-                    limits.rate_limit.map(|r| r.rps),
-                    limits.rate_limit.map(|r| r.burst),
-                    limits.max_concurrent
-                ],
-            )?;
-            record(&db.query_one(
-                "SELECT * FROM api_keys WHERE public_id = ?1",
-                vals![&key.public_id],
-            )?)
-        })?;
+        let rec = self.with(|db| insert_key(db, &key, name, scopes, limits))?;
         self.key_written(&rec.public_id);
         Ok((rec, key.secret))
+    }
+
+    /// Creates a key unless any key exists, as one step even across replicas that start together
+    /// on an empty PostgreSQL database (a transaction-scoped advisory lock orders them; SQLite
+    /// has one writer): exactly one of them creates the first admin key. None: a key exists.
+    pub fn create_first_key(
+        &self,
+        name: &str,
+        scopes: &Scopes,
+    ) -> Result<Option<(KeyRecord, String)>, StoreError> {
+        let key = auth::generate();
+        let rec = self.transaction(|db| {
+            if let Db::Postgres(..) = db {
+                db.execute("SELECT pg_advisory_xact_lock(?1)", vals![FIRST_KEY_LOCK])?;
+            }
+            // A statement after the lock: it sees a key another replica committed under it.
+            let count: i64 = db.query_one("SELECT count(*) FROM api_keys", &[])?.at(0)?;
+            if count > 0 {
+                return Ok(None);
+            }
+            insert_key(db, &key, name, scopes, &KeyLimits::default()).map(Some)
+        })?;
+        Ok(rec.map(|rec| {
+            self.key_written(&rec.public_id);
+            (rec, key.secret)
+        }))
     }
 
     pub fn list_keys(&self) -> Result<Vec<KeyRecord>, StoreError> {

@@ -3,6 +3,7 @@
 //! default; or PostgreSQL (`--store postgres://...`, schema from `migrations/postgres/`), which
 //! several gateway replicas share. Every query is written once for both ([`sql`]).
 
+pub mod blobs;
 mod catalog_changes;
 pub mod collect;
 pub mod files;
@@ -27,6 +28,7 @@ use sql::Db;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+pub use blobs::BlobKind;
 pub use catalog_changes::CatalogChanges;
 pub use files::DataDir;
 

@@ -52,20 +52,23 @@ impl Store {
             .lock_blobs()
             .map_err(StoreError::io("locking blobs"))?;
         let dest = self.dir.model_file(sha256);
-        let existed = dest.exists();
+        let existed = super::blobs::intact_copy(&dest, sha256);
         persist(upload, &dest).map_err(StoreError::io("storing the model file"))?;
-        let inserted = self.insert_model_version(name, sha256, size_bytes, signature, config);
+        let inserted =
+            self.insert_model_version(name, sha256, &dest, size_bytes, signature, config);
         if inserted.is_err() && !existed {
             super::remove_blob(&dest);
         }
         inserted
     }
 
-    /// Records a new version (the next number for this name) in one transaction.
+    /// Records a new version (the next number for this name) in one transaction, with the
+    /// file's shared copy (PostgreSQL, `super::blobs`).
     fn insert_model_version(
         &self,
         name: &str,
         sha256: &str,
+        file: &std::path::Path,
         size_bytes: u64,
         signature: &ModelSignature,
         config: &serde_json::Value,
@@ -73,6 +76,7 @@ impl Store {
         let signature =
             serde_json::to_string(signature).map_err(|e| StoreError::Corrupt(e.to_string()))?;
         self.transaction(|db| {
+            super::blobs::put(db, sha256, file)?;
             let version: i64 = db
                 .query_one(
                     "SELECT COALESCE(MAX(version), 0) + 1 FROM model_versions WHERE name = ?1",
@@ -141,6 +145,9 @@ impl Store {
                     vals![&rec.sha256],
                 )?
                 .at(0)?;
+            if !shared {
+                super::blobs::release(db, &rec.sha256)?;
+            }
             Ok(Some((rec, shared)))
         })?;
         Ok(deleted.map(|(rec, shared)| {

@@ -102,18 +102,11 @@ impl Store {
             .lock_blobs()
             .map_err(StoreError::io("locking blobs"))?;
         let dest = self.dir.plugin_file(sha256);
-        let existed = dest.exists();
+        let existed = super::blobs::intact_copy(&dest, sha256);
         if !existed {
             write_atomic(&dest, bytes, 0o644).map_err(StoreError::io("storing the plugin file"))?;
         }
-        let inserted = self.insert_plugin(
-            description.name,
-            description.version,
-            description.kind,
-            sha256,
-            bytes.len() as u64,
-            description.json,
-        );
+        let inserted = self.insert_plugin(&dest, sha256, bytes.len() as u64, description);
         if !existed
             && !matches!(
                 inserted,
@@ -132,13 +125,12 @@ impl Store {
 
     fn insert_plugin(
         &self,
-        name: &str,
-        version: &str,
-        kind: &str,
+        file: &std::path::Path,
         sha256: &str,
         size_bytes: u64,
-        description: &serde_json::Value,
+        row: &PluginDescriptionRow<'_>,
     ) -> Result<PluginInsert, StoreError> {
+        let (name, version, kind, description) = (row.name, row.version, row.kind, row.json);
         self.transaction(|db| {
             let existing = db
                 .query_opt(PLUGIN, vals![name, version])?
@@ -147,11 +139,14 @@ impl Store {
                 .transpose()?;
             if let Some(existing) = existing {
                 return Ok(if existing.sha256 == sha256 {
+                    // Shares it when stored before the database kept files.
+                    super::blobs::put(db, sha256, file)?;
                     PluginInsert::Unchanged(existing)
                 } else {
                     PluginInsert::Conflict(existing)
                 });
             }
+            super::blobs::put(db, sha256, file)?;
             db.execute(
                 "INSERT INTO plugins (name, version, kind, sha256, size_bytes, description, created_at)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
@@ -246,6 +241,9 @@ impl Store {
                     vals![&rec.name, &rec.version],
                 )?;
                 let shared = content_stored(db, &rec.sha256)?;
+                if !shared {
+                    super::blobs::release(db, &rec.sha256)?;
+                }
                 deleted.push((rec, shared));
             }
             Ok(Ok(deleted))

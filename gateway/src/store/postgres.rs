@@ -55,6 +55,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "0005_catalog_notify.sql",
         include_str!("../../../migrations/postgres/0005_catalog_notify.sql"),
     ),
+    (
+        6,
+        "0006_blobs.sql",
+        include_str!("../../../migrations/postgres/0006_blobs.sql"),
+    ),
 ];
 /// `pg_advisory_xact_lock` key that serialises migrations of replicas starting together
 /// ("infergat" in ASCII).

@@ -182,7 +182,9 @@ fn plugin(store: &Store, version: &str, content: &[u8], sha: &str) -> PluginInse
 }
 
 fn plugins_and_pipelines_keep_versions_a_pipeline_runs(store: &Store) {
-    let (a, b) = ("a".repeat(64), "b".repeat(64));
+    // Content addresses: PostgreSQL refuses to share a file that does not hash to its own.
+    let address = |content: &[u8]| hex::encode(<sha2::Sha256 as sha2::Digest>::digest(content));
+    let (a, b) = (address(b"one"), address(b"two"));
     assert!(matches!(
         plugin(store, "1.0.0", b"one", &a),
         PluginInsert::Created(_)
@@ -453,4 +455,154 @@ fn replicas_hear_of_each_others_model_and_pipeline_writes() {
     );
     let sqlite = Store::open(da.path().join("sqlite").as_path()).unwrap();
     assert!(sqlite.catalog_changes().is_none());
+}
+
+/// The number of rows a `SELECT count(*) ... WHERE sha256 = ?1` finds.
+fn count(store: &Store, sql: &str, sha: &str) -> i64 {
+    store
+        .with(|db| db.query_one(sql, super::sql::vals![sha])?.at(0))
+        .unwrap()
+}
+
+/// Model files in PostgreSQL, for replicas without a shared volume: a file of two and a half
+/// chunks uploaded through A is fetched by B into its own data directory and checked; B's
+/// damaged copy is replaced; a damaged copy in the database is refused and leaves nothing
+/// behind; the chunks go with the last row that references them, whichever replica deletes it.
+#[test]
+fn postgres_shares_multi_chunk_files_between_data_directories() {
+    use super::blobs::CHUNK;
+    use super::sql::vals;
+    use super::BlobKind;
+    let server = PgServer::start();
+    let (da, db) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let a = postgres_store(&server, da.path(), 3600);
+    let b = postgres_store(&server, db.path(), 3600);
+    let content: Vec<u8> = (0..CHUNK * 5 / 2).map(|i| (i * 7 % 251) as u8).collect();
+    let size = content.len() as u64;
+    let (sha, file) = upload(&a, &content);
+    a.add_model_version(file, "m", &sha, size, &signature(), &json!({}))
+        .unwrap();
+    let chunks = "SELECT count(*) FROM blob_chunks WHERE sha256 = ?1";
+    let blobs = "SELECT count(*) FROM blobs WHERE sha256 = ?1";
+    assert_eq!(count(&a, chunks, &sha), 3);
+
+    let path = b.local_blob(BlobKind::Model, &sha).unwrap();
+    assert_eq!(path, b.dir().model_file(&sha));
+    assert!(std::fs::read(&path).unwrap() == content, "B's copy differs");
+
+    let mut damaged = content.clone();
+    damaged[CHUNK + 1] ^= 0xff;
+    std::fs::write(&path, &damaged).unwrap();
+    b.local_blob(BlobKind::Model, &sha).unwrap();
+    assert!(std::fs::read(&path).unwrap() == content, "not replaced");
+
+    // The database's copy damaged too (one byte of the second chunk): refused, not stored.
+    let flip = |store: &Store| {
+        store
+            .with(|db| {
+                let mut data: Vec<u8> = db
+                    .query_one(
+                        "SELECT data FROM blob_chunks WHERE sha256 = ?1 AND n = 1",
+                        vals![&sha],
+                    )?
+                    .at(0)?;
+                data[1] ^= 0xff;
+                db.execute(
+                    "UPDATE blob_chunks SET data = ?2 WHERE sha256 = ?1 AND n = 1",
+                    vals![&sha, data.as_slice()],
+                )
+            })
+            .unwrap()
+    };
+    flip(&a);
+    std::fs::write(&path, &damaged).unwrap();
+    let err = b.local_blob(BlobKind::Model, &sha).unwrap_err().to_string();
+    assert!(
+        err.contains("copy in PostgreSQL is damaged") && err.contains(&sha),
+        "{err}"
+    );
+    assert!(!path.exists(), "a damaged file was left to be loaded");
+    assert_eq!(std::fs::read_dir(b.dir().tmp()).unwrap().count(), 0);
+    flip(&a);
+
+    // B stores the same bytes under another name over its damaged copy, which the upload
+    // replaces; one copy in PostgreSQL, kept while either row exists.
+    std::fs::write(&path, &damaged).unwrap();
+    let (same, file) = upload(&b, &content);
+    b.add_model_version(file, "n", &same, size, &signature(), &json!({}))
+        .unwrap();
+    assert!(std::fs::read(&path).unwrap() == content, "not replaced");
+    assert_eq!(count(&a, chunks, &sha), 3);
+    a.delete_model_version("m", 1).unwrap().unwrap();
+    assert_eq!(count(&a, blobs, &sha), 1, "'n' still references it");
+    b.delete_model_version("n", 1).unwrap().unwrap();
+    assert_eq!((count(&a, blobs, &sha), count(&a, chunks, &sha)), (0, 0));
+    assert!(
+        !b.dir().model_file(&sha).exists(),
+        "B's copy goes with its row"
+    );
+    let err = b.local_blob(BlobKind::Model, &sha).unwrap_err().to_string();
+    assert!(
+        err.contains("neither in this replica's data directory nor in PostgreSQL"),
+        "{err}"
+    );
+}
+
+/// SQLite's data directory is the only copy: a damaged model file is refused, never loaded.
+#[test]
+fn sqlite_refuses_a_damaged_model_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path()).unwrap();
+    let (sha, file) = upload(&store, b"model bytes");
+    store
+        .add_model_version(file, "m", &sha, 11, &signature(), &json!({}))
+        .unwrap();
+    let path = store.local_blob(super::BlobKind::Model, &sha).unwrap();
+    std::fs::write(&path, b"model bytez").unwrap();
+    let err = store
+        .local_blob(super::BlobKind::Model, &sha)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("hashes to") && err.contains(&sha), "{err}");
+}
+
+/// Replicas starting together on an empty database: exactly one creates the first admin key.
+#[test]
+fn replicas_starting_together_create_one_first_key() {
+    let server = PgServer::start();
+    let dirs: Vec<_> = (0..4).map(|_| tempfile::tempdir().unwrap()).collect();
+    let stores: Vec<Store> = dirs
+        .iter()
+        .map(|d| postgres_store(&server, d.path(), 3600))
+        .collect();
+    let admin = Scopes::parse_list("admin").unwrap();
+    let start = std::sync::Barrier::new(stores.len());
+    // A few rounds on an emptied table: without the lock, one round alone often passes.
+    for round in 0..5 {
+        stores[0]
+            .with(|db| db.execute("DELETE FROM api_keys", &[]))
+            .unwrap();
+        let created = std::thread::scope(|s| {
+            let racers: Vec<_> = stores
+                .iter()
+                .map(|store| {
+                    s.spawn(|| {
+                        start.wait();
+                        store.create_first_key("admin", &admin).unwrap().is_some()
+                    })
+                })
+                .collect();
+            racers
+                .into_iter()
+                .map(|r| r.join().unwrap())
+                .filter(|&created| created)
+                .count()
+        });
+        assert_eq!(created, 1, "round {round}");
+        assert_eq!(stores[0].key_count().unwrap(), 1, "round {round}");
+    }
+    assert!(stores[1]
+        .create_first_key("admin", &admin)
+        .unwrap()
+        .is_none());
 }

@@ -8,6 +8,7 @@ use crate::auth;
 use crate::error::{ApiError, ApiResult};
 use crate::state::{parse_version, AppState};
 use crate::store::workers::WorkerRecord;
+use crate::store::{BlobKind, StoreError};
 use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
@@ -127,7 +128,23 @@ pub async fn blob(
             "no registered model file with sha256 {sha256}"
         )));
     }
-    let path = state.store.dir().model_file(&sha256);
+    // Checked against its sha256 first; with PostgreSQL fetched from the database when this
+    // replica never received the upload.
+    let store = state.store.clone();
+    let checked = sha256.clone();
+    let path = tokio::task::spawn_blocking(move || store.local_blob(BlobKind::Model, &checked))
+        .await
+        .map_err(|e| ApiError::internal(format!("model file task failed: {e}")))?
+        .map_err(|e| {
+            tracing::error!(sha256, error = %e, "registered model file unusable");
+            match e {
+                StoreError::Unavailable(_) => ApiError::from(e),
+                _ => ApiError::internal(format!(
+                    "model file {sha256} is missing on the manager or does not match its sha256 \
+                     there (refused)"
+                )),
+            }
+        })?;
     let file = tokio::fs::File::open(&path).await.map_err(|e| {
         tracing::error!(path = %path.display(), error = %e, "registered model file unreadable");
         ApiError::internal("the model file is missing on the manager")
