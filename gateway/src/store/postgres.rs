@@ -55,6 +55,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "0005_catalog_notify.sql",
         include_str!("../../../migrations/postgres/0005_catalog_notify.sql"),
     ),
+    (
+        7,
+        "0007_shared_workers.sql",
+        include_str!("../../../migrations/postgres/0007_shared_workers.sql"),
+    ),
 ];
 /// `pg_advisory_xact_lock` key that serialises migrations of replicas starting together
 /// ("infergat" in ASCII).

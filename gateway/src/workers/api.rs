@@ -74,7 +74,7 @@ pub async fn join(State(state): S, headers: HeaderMap, body: Body) -> ApiResult<
 pub async fn heartbeat(State(state): S, headers: HeaderMap, body: Body) -> ApiResult<StatusCode> {
     let record = worker(&state, &headers)?;
     let report: Report = message(&headers, body).await?;
-    state.workers.report(&record, report);
+    state.workers.report(&state.store, &record, report);
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -334,7 +334,7 @@ pub async fn drain(
     State(state): S,
     Path(id): Path<String>,
 ) -> ApiResult<Json<Value>> {
-    if !state.workers.drain(&id) {
+    if !state.workers.drain(&state.store, &id)? {
         return Err(ApiError::not_found(format!("no live worker '{id}'")));
     }
     tracing::info!(worker = %id, "worker drained by an operator");

@@ -1,23 +1,30 @@
 //! The manager's side of the cluster: admitting workers (join secrets, credentials, the cluster
 //! CA), keeping the live registry from their heartbeats, and choosing where a model version
 //! runs: the local engine (an all-in-one server counts it as one worker) or a worker.
+//!
+//! With a shared store (PostgreSQL, gateway replicas) every replica is the same manager: the
+//! cluster material comes from the store ([`super::material`]), a join, heartbeat or drain that
+//! lands on this replica is written there as well as applied here, and [`Manager::refresh`]
+//! brings this replica's registry up to date with what reached the others, each heartbeat
+//! interval. Routing still reads memory only. While the store is unreachable, each replica goes
+//! on with the heartbeats it receives itself.
 
 use super::material::Material;
 use super::metrics::RoutingCounters;
 use super::ClusterConfig;
 use crate::error::{ApiError, ApiResult};
 use crate::store::workers::WorkerRecord;
-use crate::store::{now_secs, Store};
+use crate::store::{now_secs, Store, StoreError};
 use infergate_cluster::credential;
 use infergate_cluster::join::JoinSecret;
 use infergate_cluster::liveness::{Heartbeat, WorkerState};
 use infergate_cluster::messages::{JoinRequest, JoinResponse, LoadedModel, Report};
-use infergate_cluster::registry::{Registry, Transition, WorkerInfo, WorkerView};
+use infergate_cluster::registry::{Observed, Registry, Transition, WorkerView};
 use infergate_cluster::routing::{self, Candidate, NoWorker, Policy};
 use parking_lot::Mutex;
 use rand::RngCore;
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -39,6 +46,10 @@ pub struct Manager {
     /// Where this server listens (bound, so a port 0 is the real one): the local engine's
     /// address among the workers.
     local_address: std::sync::OnceLock<String>,
+    /// Other replicas share the store: live status goes through it too.
+    shared: bool,
+    /// The shared store failed the last time it was asked (logged once until it answers).
+    store_failing: AtomicBool,
 }
 
 /// Where a request goes.
@@ -49,7 +60,7 @@ pub enum Choice {
 
 impl Manager {
     pub fn new(store: &Store, config: ClusterConfig) -> anyhow::Result<Manager> {
-        let material = Material::open(store.dir())?;
+        let material = Material::open(store)?;
         let client = reqwest::Client::builder()
             .use_preconfigured_tls(super::tls::manager_client_config(&material.ca)?)
             .connect_timeout(Duration::from_secs(3))
@@ -69,6 +80,8 @@ impl Manager {
             counters: RoutingCounters::default(),
             warming: Arc::new(Mutex::new(HashSet::new())),
             local_address: std::sync::OnceLock::new(),
+            shared: store.is_shared(),
+            store_failing: AtomicBool::new(false),
             config,
         })
     }
@@ -136,8 +149,21 @@ impl Manager {
         if !store.upsert_worker(&record)? {
             return Err(removed());
         }
-        let transition = self.registry.lock().join(info(&record), Instant::now());
-        log_transition(&transition);
+        if self.shared {
+            // Every replica learns of the join from the store; this one at once.
+            let observed = Observed {
+                info: record.info(),
+                report: Report::default(),
+                drained: false,
+                revision: store.worker_joined(&id)?,
+                age: Duration::ZERO,
+            };
+            let transition = self.registry.lock().apply(observed, Instant::now());
+            transition.iter().for_each(log_transition);
+        } else {
+            let transition = self.registry.lock().join(record.info(), Instant::now());
+            log_transition(&transition);
+        }
         tracing::info!(worker = %id, advertise = %request.advertise, version = %request.version, "worker joined");
         Ok(JoinResponse {
             worker_id: id,
@@ -169,19 +195,78 @@ impl Manager {
     }
 
     /// A heartbeat from an authenticated worker. One the live registry does not know (this
-    /// manager restarted since it joined) is registered again from the store.
-    pub fn report(&self, record: &WorkerRecord, report: Report) {
+    /// manager restarted since it joined, or it joined through another replica) is registered
+    /// again from the store. With a shared store the report goes there too, for the other
+    /// replicas; if it cannot, this replica still counts the worker alive.
+    pub fn report(&self, store: &Store, record: &WorkerRecord, report: Report) {
+        if self.shared {
+            match store.worker_reported(&record.id, &report) {
+                Ok(written) => {
+                    self.store_answered();
+                    let observed = Observed {
+                        info: record.info(),
+                        report,
+                        drained: written.drained,
+                        revision: written.revision,
+                        age: Duration::ZERO,
+                    };
+                    let transition = self.registry.lock().apply(observed, Instant::now());
+                    transition.iter().for_each(log_transition);
+                    return;
+                }
+                Err(e) => self.store_failed(
+                    &e,
+                    "a heartbeat could not be written to the shared store: only this replica knows of it",
+                ),
+            }
+        }
         let now = Instant::now();
         let mut registry = self.registry.lock();
         let transition = match registry.report(&record.id, report.clone(), now) {
             Ok(t) => t,
             Err(_) => {
-                log_transition(&registry.join(info(record), now));
+                log_transition(&registry.join(record.info(), now));
                 registry.report(&record.id, report, now).ok().flatten()
             }
         };
         if let Some(t) = transition {
             log_transition(&t);
+        }
+    }
+
+    /// Brings the registry up to date with the shared store: workers that joined or reported
+    /// through other replicas, drains and removals made there. Run each heartbeat interval; a
+    /// no-op without a shared store.
+    pub fn refresh(&self, store: &Store) {
+        if !self.shared {
+            return;
+        }
+        let taken = Instant::now();
+        match store.live_workers() {
+            Ok(snapshot) => {
+                self.store_answered();
+                for t in self.registry.lock().sync(snapshot, taken) {
+                    log_transition(&t);
+                }
+            }
+            Err(e) => self.store_failed(
+                &e,
+                "could not read the workers' status from the shared store: routing by what reached this replica",
+            ),
+        }
+    }
+
+    fn store_failed(&self, e: &StoreError, what: &str) {
+        if !self.store_failing.swap(true, Ordering::Relaxed) {
+            tracing::warn!(error = %e, "{what}");
+        }
+    }
+
+    fn store_answered(&self) {
+        if self.store_failing.swap(false, Ordering::Relaxed) {
+            tracing::info!(
+                "the shared store answers again: worker status shared with the other replicas"
+            );
         }
     }
 
@@ -194,16 +279,28 @@ impl Manager {
         transition.is_some()
     }
 
-    /// An operator drains a worker: no new requests; false when it is not registered.
-    pub fn drain(&self, id: &str) -> bool {
-        match self.registry.lock().drain(id, Instant::now()) {
+    /// An operator drains a worker: no new requests, here at once and on every replica from
+    /// its next refresh; false when it is not registered.
+    pub fn drain(&self, store: &Store, id: &str) -> ApiResult<bool> {
+        let revision = if self.shared {
+            store.worker_drained(id)?
+        } else {
+            None
+        };
+        let mut registry = self.registry.lock();
+        match registry.drain(id, Instant::now()) {
             Ok(transition) => {
                 if let Some(t) = &transition {
                     log_transition(t);
                 }
-                true
+                // A snapshot read before the drain was written must not undo it here.
+                if let Some(revision) = revision {
+                    registry.stamp(id, revision);
+                }
+                Ok(true)
             }
-            Err(_) => false,
+            // Live through another replica only: this one learns of it (drained) next refresh.
+            Err(_) => Ok(revision.is_some()),
         }
     }
 
@@ -373,6 +470,23 @@ impl Manager {
     }
 }
 
+/// Refreshes `workers` from a shared store each heartbeat interval (see [`Manager::refresh`]);
+/// nothing to do without one.
+pub fn spawn_refresh(workers: Arc<Manager>, store: Arc<Store>) {
+    if !workers.shared {
+        return;
+    }
+    let period = workers.heartbeat().interval;
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(period);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            workers.refresh(&store);
+        }
+    });
+}
+
 pub struct Outstanding<'a> {
     manager: &'a Manager,
     id: String,
@@ -399,15 +513,6 @@ fn no_worker(model: &LoadedModel, e: NoWorker) -> ApiError {
         "model '{}' version {}: {why}",
         model.name, model.version
     ))
-}
-
-fn info(record: &WorkerRecord) -> WorkerInfo {
-    WorkerInfo {
-        id: record.id.clone(),
-        advertise: record.advertise.clone(),
-        version: record.version.clone(),
-        devices: record.devices.clone(),
-    }
 }
 
 fn log_transition(t: &Transition) {
