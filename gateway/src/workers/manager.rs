@@ -23,7 +23,7 @@ use infergate_cluster::registry::{Observed, Registry, Transition, WorkerView};
 use infergate_cluster::routing::{self, Candidate, NoWorker, Policy};
 use parking_lot::Mutex;
 use rand::RngCore;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -50,6 +50,9 @@ pub struct Manager {
     shared: bool,
     /// The shared store failed the last time it was asked (logged once until it answers).
     store_failing: AtomicBool,
+    /// Workers whose credentials this manager checked against the store, by id: they are
+    /// admitted while the store is unreachable.
+    admitted: Mutex<HashMap<String, WorkerRecord>>,
 }
 
 /// Where a request goes.
@@ -82,6 +85,7 @@ impl Manager {
             local_address: std::sync::OnceLock::new(),
             shared: store.is_shared(),
             store_failing: AtomicBool::new(false),
+            admitted: Mutex::new(HashMap::new()),
             config,
         })
     }
@@ -184,13 +188,27 @@ impl Manager {
             )
         };
         let presented = credential::parse(presented).ok_or_else(refused)?;
-        match store.worker(presented.worker_id)? {
-            Some(record)
-                if record.removed_at.is_none() && presented.matches(&record.credential_sha256) =>
-            {
+        let id = presented.worker_id;
+        let record = match store.worker(id) {
+            Ok(record) => record.filter(|r| r.removed_at.is_none()),
+            // The store is down: a credential this replica checked while it was up still
+            // admits its worker (heartbeats and model fetches go on; nothing can be removed
+            // meanwhile, as removing is a write).
+            Err(StoreError::Unavailable(why)) => match self.admitted.lock().get(id) {
+                Some(known) => Some(known.clone()),
+                None => return Err(StoreError::Unavailable(why).into()),
+            },
+            Err(e) => return Err(e.into()),
+        };
+        match record {
+            Some(record) if presented.matches(&record.credential_sha256) => {
+                self.admitted.lock().insert(id.to_owned(), record.clone());
                 Ok(record)
             }
-            _ => Err(refused()),
+            _ => {
+                self.admitted.lock().remove(id);
+                Err(refused())
+            }
         }
     }
 
@@ -272,6 +290,7 @@ impl Manager {
 
     /// The worker leaves routing at once (operator removal or its own deregistration).
     pub fn forget(&self, id: &str) -> bool {
+        self.admitted.lock().remove(id);
         let transition = self.registry.lock().remove(id);
         if let Some(t) = &transition {
             log_transition(t);
@@ -570,5 +589,91 @@ mod tests {
         assert!(is_worker_id(&new_worker_id()));
         assert!(!is_worker_id(LOCAL));
         assert!(!is_worker_id("w-../../etc"));
+    }
+
+    fn replica(pg: &crate::store::test_postgres::PgServer) -> (tempfile::TempDir, Store, Manager) {
+        let dir = tempfile::tempdir().unwrap();
+        let config = crate::store::StoreConfig {
+            url: Some(pg.url()),
+            ..Default::default()
+        };
+        let store = Store::open_with(dir.path(), &config).unwrap();
+        let manager = Manager::new(&store, ClusterConfig::default()).unwrap();
+        (dir, store, manager)
+    }
+
+    fn states(manager: &Manager) -> Vec<(String, WorkerState)> {
+        manager
+            .view()
+            .into_iter()
+            .map(|v| (v.info.id, v.state))
+            .collect()
+    }
+
+    #[test]
+    fn replicas_share_joins_reports_drains_and_removals_and_go_on_alone_while_the_store_is_down() {
+        let mut pg = crate::store::test_postgres::PgServer::start();
+        let (_a_dir, a_store, a) = replica(&pg);
+        let (_b_dir, b_store, b) = replica(&pg);
+        // A secret made on A admits a worker through B: one cluster.
+        let (secret, _) =
+            crate::workers::api::create_join_secret(&a_store, &a.material().ca, None).unwrap();
+        assert_eq!(a.material().ca.pin(), b.material().ca.pin());
+        let request = JoinRequest {
+            worker_id: None,
+            advertise: "127.0.0.1:9".into(),
+            version: "0.1.0".into(),
+            devices: Default::default(),
+        };
+        let joined = b.join(&b_store, &secret.to_string(), request).unwrap();
+        let id = joined.worker_id.clone();
+        assert!(states(&a).is_empty(), "A has not refreshed yet");
+        a.refresh(&a_store);
+        assert_eq!(states(&a), [(id.clone(), WorkerState::Ready)]);
+
+        // A heartbeat on A reaches B's registry; a drain on B holds on A.
+        let record = a.authenticate(&a_store, &joined.credential).unwrap();
+        let loaded = LoadedModel {
+            name: "m".into(),
+            version: 1,
+        };
+        let report = Report {
+            models: vec![loaded.clone()],
+            ..Report::default()
+        };
+        a.report(&a_store, &record, report.clone());
+        b.refresh(&b_store);
+        assert_eq!(b.view()[0].report.models, [loaded.clone()]);
+        assert!(b.drain(&b_store, &id).unwrap());
+        a.refresh(&a_store);
+        assert_eq!(states(&a), [(id.clone(), WorkerState::Draining)]);
+        a.report(&a_store, &record, report.clone());
+        assert_eq!(
+            states(&a),
+            [(id.clone(), WorkerState::Draining)],
+            "a heartbeat does not undo the drain"
+        );
+
+        // PostgreSQL stopped: the credential A checked still admits the worker there, and its
+        // heartbeats keep it alive on A; an unknown credential is 503, not 401.
+        pg.stop();
+        let again = a.authenticate(&a_store, &joined.credential).unwrap();
+        assert_eq!(again.id, id);
+        let stranger = credential::issue("w-0123456789abcdef").text;
+        let err = a.authenticate(&a_store, &stranger).unwrap_err();
+        assert_eq!(err.status(), http::StatusCode::SERVICE_UNAVAILABLE);
+        a.report(&a_store, &record, Report::default());
+        a.refresh(&a_store);
+        assert!(a.view()[0].report.models.is_empty(), "applied here alone");
+        assert_eq!(a.view().len(), 1, "a failed refresh forgets nobody");
+
+        // Back: removed through B, A drops it at its next refresh.
+        pg.resume();
+        assert!(b_store.remove_worker(&id).unwrap());
+        assert!(b.forget(&id));
+        assert!(states(&b).is_empty(), "at once where it was removed");
+        a.refresh(&a_store);
+        assert!(states(&a).is_empty());
+        assert!(a.authenticate(&a_store, &joined.credential).is_err());
     }
 }
