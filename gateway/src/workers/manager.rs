@@ -643,7 +643,7 @@ mod tests {
         };
         a.report(&a_store, &record, report.clone());
         b.refresh(&b_store);
-        assert_eq!(b.view()[0].report.models, [loaded.clone()]);
+        assert_eq!(b.view()[0].report.models, [loaded]);
         assert!(b.drain(&b_store, &id).unwrap());
         a.refresh(&a_store);
         assert_eq!(states(&a), [(id.clone(), WorkerState::Draining)]);
