@@ -81,8 +81,9 @@ pub async fn heartbeat(State(state): S, headers: HeaderMap, body: Body) -> ApiRe
 /// `POST /cluster/v1/deregister`: a drained worker leaves; it may join again later.
 pub async fn deregister(State(state): S, headers: HeaderMap) -> ApiResult<StatusCode> {
     let record = worker(&state, &headers)?;
-    state.workers.forget(&record.id);
+    // The store first: a refresh from it must not find the worker again after it is gone here.
     state.store.forget_worker(&record.id)?;
+    state.workers.forget(&record.id);
     tracing::info!(worker = %record.id, "worker deregistered");
     Ok(StatusCode::NO_CONTENT)
 }

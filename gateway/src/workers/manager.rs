@@ -24,7 +24,7 @@ use infergate_cluster::routing::{self, Candidate, NoWorker, Policy};
 use parking_lot::Mutex;
 use rand::RngCore;
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -53,6 +53,9 @@ pub struct Manager {
     /// Workers whose credentials this manager checked against the store, by id: they are
     /// admitted while the store is unreachable.
     admitted: Mutex<HashMap<String, WorkerRecord>>,
+    /// Workers removed from this registry so far (counted under its lock): a snapshot of the
+    /// store read meanwhile may still hold one, and is not applied.
+    removals: AtomicU64,
 }
 
 /// Where a request goes.
@@ -86,6 +89,7 @@ impl Manager {
             shared: store.is_shared(),
             store_failing: AtomicBool::new(false),
             admitted: Mutex::new(HashMap::new()),
+            removals: AtomicU64::new(0),
             config,
         })
     }
@@ -260,10 +264,17 @@ impl Manager {
             return;
         }
         let taken = Instant::now();
+        let removals = self.removals.load(Ordering::Acquire);
         match store.live_workers() {
             Ok(snapshot) => {
                 self.store_answered();
-                for t in self.registry.lock().sync(snapshot, taken) {
+                let mut registry = self.registry.lock();
+                // A worker removed here while the snapshot was read may be in it: applying it
+                // would bring the worker back until the next refresh. The next one is current.
+                if self.removals.load(Ordering::Acquire) != removals {
+                    return;
+                }
+                for t in registry.sync(snapshot, taken) {
                     log_transition(&t);
                 }
             }
@@ -291,7 +302,9 @@ impl Manager {
     /// The worker leaves routing at once (operator removal or its own deregistration).
     pub fn forget(&self, id: &str) -> bool {
         self.admitted.lock().remove(id);
-        let transition = self.registry.lock().remove(id);
+        let mut registry = self.registry.lock();
+        self.removals.fetch_add(1, Ordering::AcqRel);
+        let transition = registry.remove(id);
         if let Some(t) = &transition {
             log_transition(t);
         }
