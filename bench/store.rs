@@ -6,6 +6,8 @@
 //! `cargo bench -p infergate --bench store` (release), or `cargo test --workspace --bench store`
 //! (debug, the same ratios less precisely).
 
+// The bench starts a plain server only; the TLS variant is for the tests.
+#[allow(dead_code)]
 #[path = "../gateway/src/store/test_postgres.rs"]
 mod test_postgres;
 

@@ -5,8 +5,15 @@
 //! store can hold it for several gateway replicas; this is the in-memory part each manager keeps
 //! and routes from. Every change that an operator would want to see comes back as a
 //! [`Transition`] for the events stream.
+//!
+//! Several gateway replicas on one shared store (PostgreSQL) also share what heartbeats report:
+//! the replica a heartbeat lands on writes it to the store, and every replica brings its registry
+//! up to date from the store each interval ([`Registry::sync`]), so that each routes to every
+//! live worker from memory. A row carries a revision (one sequence for the whole store) so that
+//! a replica never replaces what it knows with an older row, and the age of the last heartbeat
+//! by the store's clock, so that replicas whose clocks disagree still agree on who is lost.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -64,6 +71,26 @@ struct Entry {
     /// direct traffic; its clients show up in the worker's next report's in-flight count, and
     /// until then this keeps a burst of `/assign` calls from all naming the same worker.
     granted: u32,
+    /// The shared store's revision this entry reflects (0: none, a registry of its own).
+    revision: i64,
+    /// When this replica last wrote or learnt the entry: a snapshot of the store begun before
+    /// then may not hold it yet, so it cannot make the entry go.
+    stamped: Instant,
+}
+
+/// One worker as a shared store holds it (several gateway replicas on one PostgreSQL): what its
+/// last heartbeat said, whichever replica it reached.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Observed {
+    pub info: WorkerInfo,
+    pub report: Report,
+    /// An operator drained it, on any replica.
+    pub drained: bool,
+    /// Grows with every write of the worker's row (one sequence for the whole store).
+    pub revision: i64,
+    /// How long before the row was read (or written) its last heartbeat arrived, by the
+    /// store's clock.
+    pub age: Duration,
 }
 
 #[derive(Debug)]
@@ -104,6 +131,8 @@ impl Registry {
                 announced: WorkerState::Ready,
                 drained: false,
                 granted: 0,
+                revision: 0,
+                stamped: now,
             },
         );
         Transition {
@@ -127,6 +156,7 @@ impl Registry {
             .ok_or_else(|| UnknownWorker(id.to_owned()))?;
         entry.report = report;
         entry.last_seen = now;
+        entry.stamped = now;
         entry.granted = 0;
         let to = judge(self.heartbeat, entry, now);
         Ok(announce(id, entry, to))
@@ -141,6 +171,7 @@ impl Registry {
             .get_mut(id)
             .ok_or_else(|| UnknownWorker(id.to_owned()))?;
         entry.drained = true;
+        entry.stamped = now;
         let to = judge(heartbeat, entry, now);
         Ok(announce(id, entry, to))
     }
@@ -153,6 +184,81 @@ impl Registry {
             from: Some(e.announced),
             to: None,
         })
+    }
+
+    /// A worker as the shared store holds it, written or read at `at`. A row newer than what this
+    /// registry knows (by revision) replaces the report, the drain and the identity; the last
+    /// heartbeat is the later of the two; a worker not known here is added (it joined, or
+    /// reported, through another replica). Requests outstanding here keep being counted.
+    pub fn apply(&mut self, observed: Observed, at: Instant) -> Option<Transition> {
+        let heartbeat = self.heartbeat;
+        // An age older than this process's clock reaches (a worker silent since before the
+        // host booted) counts as long enough ago to be lost.
+        let seen = at
+            .checked_sub(observed.age)
+            .or_else(|| at.checked_sub(heartbeat.deadline()))
+            .unwrap_or(at);
+        let id = observed.info.id.clone();
+        let Some(entry) = self.entries.get_mut(&id) else {
+            let mut entry = Entry {
+                info: observed.info,
+                report: observed.report,
+                last_seen: seen,
+                outstanding: 0,
+                announced: WorkerState::Ready,
+                drained: observed.drained,
+                granted: 0,
+                revision: observed.revision,
+                stamped: at,
+            };
+            let to = judge(heartbeat, &entry, at);
+            entry.announced = to;
+            self.entries.insert(id.clone(), entry);
+            return Some(Transition {
+                worker: id,
+                from: None,
+                to: Some(to),
+            });
+        };
+        if observed.revision > entry.revision {
+            entry.info = observed.info;
+            entry.report = observed.report;
+            entry.drained = observed.drained;
+            entry.revision = observed.revision;
+            entry.granted = 0;
+        }
+        entry.last_seen = entry.last_seen.max(seen);
+        entry.stamped = entry.stamped.max(at);
+        let to = judge(heartbeat, entry, at);
+        announce(&id, entry, to)
+    }
+
+    /// Makes the registry what a snapshot of the shared store holds, the snapshot begun at
+    /// `taken`: its rows applied (see [`Registry::apply`]), and the workers it lacks (removed or
+    /// deregistered through any replica) forgotten, unless this replica wrote or learnt of them
+    /// after the snapshot began.
+    pub fn sync(&mut self, snapshot: Vec<Observed>, taken: Instant) -> Vec<Transition> {
+        let present: HashSet<String> = snapshot.iter().map(|o| o.info.id.clone()).collect();
+        let mut transitions: Vec<Transition> = snapshot
+            .into_iter()
+            .filter_map(|o| self.apply(o, taken))
+            .collect();
+        let gone: Vec<String> = self
+            .entries
+            .iter()
+            .filter(|(id, e)| !present.contains(*id) && e.stamped < taken)
+            .map(|(id, _)| id.clone())
+            .collect();
+        transitions.extend(gone.iter().filter_map(|id| self.remove(id)));
+        transitions
+    }
+
+    /// `id`'s entry reflects the store's `revision` (this replica just wrote it): a snapshot row
+    /// older than that no longer replaces it.
+    pub fn stamp(&mut self, id: &str, revision: i64) {
+        if let Some(e) = self.entries.get_mut(id) {
+            e.revision = e.revision.max(revision);
+        }
     }
 
     /// Workers whose heartbeats stopped: called on a timer, returns the ones that just became
@@ -428,5 +534,111 @@ mod tests {
         reg.report("a", busy, t0).unwrap();
         reg.report("b", holding("m"), t0).unwrap();
         assert_eq!(loads(reg.direct_candidates(&model("m"), t0)), vec![5, 1]);
+    }
+
+    fn observed(id: &str, revision: i64, age_ms: u64, report: Report) -> Observed {
+        Observed {
+            info: info(id),
+            report,
+            drained: false,
+            revision,
+            age: Duration::from_millis(age_ms),
+        }
+    }
+
+    #[test]
+    fn a_snapshot_adds_updates_and_forgets_workers_but_never_goes_back_in_revision() {
+        let t0 = Instant::now() + Duration::from_secs(60);
+        let s = Duration::from_secs;
+        let mut reg = Registry::new(Heartbeat::default());
+        // Two workers that heartbeat through other replicas; one silent for 7 s by the store's
+        // clock is lost at once.
+        let first = reg.sync(
+            vec![
+                observed("a", 5, 500, holding("m")),
+                observed("b", 6, 7_000, Report::default()),
+            ],
+            t0,
+        );
+        let states: Vec<_> = first
+            .iter()
+            .map(|t| (t.worker.as_str(), t.from, t.to))
+            .collect();
+        assert_eq!(
+            states,
+            vec![
+                ("a", None, Some(WorkerState::Ready)),
+                ("b", None, Some(WorkerState::Lost))
+            ]
+        );
+        assert_eq!(reg.view(t0)[0].last_seen_ms, 500);
+        assert!(reg.candidates(&model("m"), t0)[0].loaded);
+        reg.begin("a");
+        reg.grant("a");
+
+        // An older row (a snapshot begun before this replica's own write) changes nothing but
+        // cannot make the last heartbeat older either.
+        reg.stamp("a", 9);
+        assert_eq!(
+            reg.apply(observed("a", 8, 3_000, Report::default()), t0),
+            None
+        );
+        assert!(
+            reg.candidates(&model("m"), t0)[0].loaded,
+            "kept the newer report"
+        );
+        assert_eq!(reg.view(t0)[0].last_seen_ms, 500);
+
+        // A newer one replaces the report and the drain, and ends the grants; what this replica
+        // forwards there is still counted.
+        let mut drained = observed("a", 10, 0, Report::default());
+        drained.drained = true;
+        let t = reg.apply(drained, t0 + s(1)).unwrap();
+        assert_eq!(t.to, Some(WorkerState::Draining));
+        assert_eq!(reg.view(t0 + s(1))[0].outstanding, 1);
+        assert_eq!(
+            reg.direct_candidates(&model("m"), t0 + s(1))[0].outstanding,
+            1
+        );
+        assert!(!reg.candidates(&model("m"), t0 + s(1))[0].loaded);
+
+        // Gone from the store (removed through another replica): forgotten; "c", which this
+        // replica learnt of after the snapshot began, stays.
+        reg.join(info("c"), t0 + s(3));
+        let gone = reg.sync(vec![observed("b", 11, 9_000, Report::default())], t0 + s(2));
+        assert_eq!(
+            gone,
+            vec![Transition {
+                worker: "a".into(),
+                from: Some(WorkerState::Draining),
+                to: None
+            }]
+        );
+        let ids: Vec<String> = reg.view(t0 + s(3)).into_iter().map(|v| v.info.id).collect();
+        assert_eq!(ids, ["b", "c"]);
+        // The next snapshot without it forgets "c" as well.
+        assert_eq!(reg.sync(Vec::new(), t0 + s(4)).len(), 2);
+        assert!(reg.view(t0 + s(4)).is_empty());
+    }
+
+    #[test]
+    fn a_worker_heard_through_the_store_is_lost_when_its_age_passes_the_deadline() {
+        let t0 = Instant::now() + Duration::from_secs(60);
+        let mut reg = Registry::new(Heartbeat::default());
+        reg.sync(vec![observed("a", 1, 4_000, Report::default())], t0);
+        assert_eq!(reg.candidates(&model("m"), t0)[0].state, WorkerState::Ready);
+        // No newer heartbeat reaches the store: two seconds later it is lost here too.
+        let lost = reg.sweep(t0 + Duration::from_secs(2));
+        assert_eq!(lost.len(), 1);
+        assert_eq!(lost[0].to, Some(WorkerState::Lost));
+        // Reported again through another replica: ready.
+        let back = reg.sync(
+            vec![observed("a", 2, 100, Report::default())],
+            t0 + Duration::from_secs(3),
+        );
+        assert_eq!(back[0].to, Some(WorkerState::Ready));
+        // An age beyond what the monotonic clock reaches is long ago, not just now.
+        let ancient = observed("z", 3, u64::MAX / 4, Report::default());
+        assert_eq!(reg.apply(ancient, t0).unwrap().to, Some(WorkerState::Lost));
     }
 }

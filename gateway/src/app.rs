@@ -132,6 +132,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         None => None,
     };
     spawn_worker_sweep(&state);
+    crate::workers::manager::spawn_refresh(state.workers.clone(), state.store.clone());
     state.plugins.prune_cache(&state.store)?;
     state.apply_model_configs().await;
     crate::replica_sync::spawn(&state);

@@ -20,6 +20,7 @@ mod limits;
 mod models;
 mod postops;
 mod rejected_input;
+mod replica_workers;
 mod replicas;
 mod restart;
 mod shared_limits;

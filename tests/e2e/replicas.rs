@@ -18,15 +18,20 @@ fn register(data: &Path, pg: &PgServer, name: &str, file: &str) {
 }
 
 fn replica(data: &Path, pg: &PgServer, resync_s: u64) -> Server {
+    replica_with(
+        data,
+        pg,
+        vec!["--store-resync-s".into(), resync_s.to_string()],
+    )
+}
+
+/// A replica on `pg` with its files in `data` and more `serve` flags.
+pub(crate) fn replica_with(data: &Path, pg: &PgServer, mut extra_args: Vec<String>) -> Server {
+    extra_args.splice(0..0, ["--store".into(), pg.url()]);
     Server::start_in(
         data,
         Options {
-            extra_args: vec![
-                "--store".into(),
-                pg.url(),
-                "--store-resync-s".into(),
-                resync_s.to_string(),
-            ],
+            extra_args,
             ..Options::default()
         },
     )

@@ -12,14 +12,14 @@ use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 /// An infergate process (a worker, or a manager started by hand), killed when dropped.
-struct Worker {
+pub(crate) struct Worker {
     child: Child,
     logs: mpsc::Receiver<String>,
 }
 
 impl Worker {
     /// Starts `infergate worker` joined to `manager` and waits until it serves.
-    fn start(manager: &str, token: &str, data: &Path) -> Worker {
+    pub(crate) fn start(manager: &str, token: &str, data: &Path) -> Worker {
         let mut command = Command::new(BIN);
         command
             .args(["worker", "--join", manager, "--join-token", token])
@@ -53,7 +53,7 @@ impl Worker {
         process
     }
 
-    fn wait_for_log(&self, needle: &str, timeout: Duration) -> Option<String> {
+    pub(crate) fn wait_for_log(&self, needle: &str, timeout: Duration) -> Option<String> {
         let deadline = Instant::now() + timeout;
         loop {
             let left = deadline.checked_duration_since(Instant::now())?;
@@ -155,7 +155,7 @@ async fn two_workers(cluster: &str) -> Two {
 }
 
 /// Runs `infergate workers ARGS`, expecting success; its stdout.
-fn workers_cli(args: &[&str]) -> String {
+pub(crate) fn workers_cli(args: &[&str]) -> String {
     let out = Command::new(BIN)
         .arg("workers")
         .args(args)
@@ -191,7 +191,7 @@ async fn remove(s: &Server, id: &str) -> u16 {
 }
 
 /// Polls `/api/workers` until `done` holds (at most `timeout`).
-async fn until(
+pub(crate) async fn until(
     s: &Server,
     timeout: Duration,
     what: &str,
@@ -236,7 +236,7 @@ async fn until_state(s: &Server, id: &str, state: &str) -> Vec<Value> {
     .await
 }
 
-fn state_of<'a>(list: &'a [Value], id: &str) -> Option<&'a str> {
+pub(crate) fn state_of<'a>(list: &'a [Value], id: &str) -> Option<&'a str> {
     list.iter()
         .find(|w| w["id"] == id)
         .and_then(|w| w["state"].as_str())
@@ -254,7 +254,7 @@ async fn infer(s: &Server, key: &str) -> Result<Vec<f64>, (u16, String)> {
     infer_at(&s.client, &s.url("/v2/models/minilm/infer"), key).await
 }
 
-async fn infer_at(
+pub(crate) async fn infer_at(
     client: &reqwest::Client,
     url: &str,
     key: &str,
@@ -293,7 +293,7 @@ fn direct_client(grant: &Value) -> reqwest::Client {
         .unwrap()
 }
 
-fn close(a: &[f64], b: &[f64]) -> bool {
+pub(crate) fn close(a: &[f64], b: &[f64]) -> bool {
     a.len() == b.len() && a.iter().zip(b).all(|(x, y)| (x - y).abs() < 1e-3)
 }
 

@@ -5,6 +5,7 @@
 
 pub mod blobs;
 mod catalog_changes;
+mod cluster_material;
 pub mod collect;
 pub mod files;
 mod key_cache;
@@ -20,6 +21,7 @@ mod sql;
 pub(crate) mod test_postgres;
 #[cfg(test)]
 mod tests;
+mod worker_status;
 pub mod workers;
 
 use parking_lot::Mutex;
@@ -30,6 +32,7 @@ use std::time::Duration;
 
 pub use blobs::BlobKind;
 pub use catalog_changes::CatalogChanges;
+pub use cluster_material::StoredMaterial;
 pub use files::DataDir;
 
 #[derive(Debug, thiserror::Error)]
@@ -148,6 +151,12 @@ impl Store {
             Backend::Sqlite { .. } => "sqlite",
             Backend::Postgres(_) => "postgres",
         }
+    }
+
+    /// Whether other processes share this store (PostgreSQL: gateway replicas), so that what
+    /// one process keeps in files or memory alone would differ between them.
+    pub fn is_shared(&self) -> bool {
+        matches!(self.backend, Backend::Postgres(_))
     }
 
     /// Changes of models, plugins and pipelines made by any replica (PostgreSQL); `None` for

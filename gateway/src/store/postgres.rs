@@ -60,6 +60,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "0006_blobs.sql",
         include_str!("../../../migrations/postgres/0006_blobs.sql"),
     ),
+    (
+        7,
+        "0007_shared_workers.sql",
+        include_str!("../../../migrations/postgres/0007_shared_workers.sql"),
+    ),
 ];
 /// `pg_advisory_xact_lock` key that serialises migrations of replicas starting together
 /// ("infergat" in ASCII).

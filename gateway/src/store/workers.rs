@@ -1,11 +1,13 @@
 //! The durable half of the worker registry (issue 14): join secrets and the workers that joined.
 //! What workers report each heartbeat stays in the manager's memory
-//! (`infergate_cluster::registry`); identities, addresses and credentials live here.
+//! (`infergate_cluster::registry`), and with a shared store in [`super::worker_status`] too;
+//! identities, addresses and credentials live here.
 
 use super::sql::{vals, Row};
 use super::{now_secs, Store, StoreError};
 use infergate_cluster::join::StoredJoin;
 use infergate_cluster::messages::Devices;
+use infergate_cluster::registry::WorkerInfo;
 use serde::Serialize;
 
 /// A worker as the store knows it.
@@ -23,7 +25,19 @@ pub struct WorkerRecord {
     pub removed_at: Option<i64>,
 }
 
-fn worker(row: &Row) -> Result<WorkerRecord, StoreError> {
+impl WorkerRecord {
+    /// Who the worker is, as the live registry holds it.
+    pub fn info(&self) -> WorkerInfo {
+        WorkerInfo {
+            id: self.id.clone(),
+            advertise: self.advertise.clone(),
+            version: self.version.clone(),
+            devices: self.devices.clone(),
+        }
+    }
+}
+
+pub(super) fn worker_of(row: &Row) -> Result<WorkerRecord, StoreError> {
     let devices: String = row.get("devices")?;
     Ok(WorkerRecord {
         id: row.get("id")?,
@@ -118,7 +132,7 @@ impl Store {
         self.with(|db| {
             db.query_opt("SELECT * FROM workers WHERE id = ?1", vals![id])?
                 .as_ref()
-                .map(worker)
+                .map(worker_of)
                 .transpose()
         })
     }
@@ -127,19 +141,24 @@ impl Store {
         self.with(|db| {
             db.query("SELECT * FROM workers ORDER BY joined_at, id", &[])?
                 .iter()
-                .map(worker)
+                .map(worker_of)
                 .collect()
         })
     }
 
     /// Marks a worker removed: its credential stops working at once and it cannot rejoin
-    /// under this id. Returns false when no such worker (or it was removed already).
+    /// under this id; a shared store forgets its live status too, so every replica drops it.
+    /// Returns false when no such worker (or it was removed already).
     pub fn remove_worker(&self, id: &str) -> Result<bool, StoreError> {
-        self.with(|db| {
+        let shared = self.is_shared();
+        self.transaction(|db| {
             let n = db.execute(
                 "UPDATE workers SET removed_at = ?2 WHERE id = ?1 AND removed_at IS NULL",
                 vals![id, now_secs()],
             )?;
+            if shared {
+                db.execute("DELETE FROM worker_status WHERE worker_id = ?1", vals![id])?;
+            }
             Ok(n == 1)
         })
     }

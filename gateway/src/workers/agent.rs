@@ -2,7 +2,8 @@
 //!
 //! Start-up: bind the listener (so the advertised port is known), join the manager with the join
 //! secret, serve KServe v2 inference over mutual TLS with the certificate the manager issued.
-//! Then a heartbeat every interval; when the manager forgets this worker (restart with a lost
+//! Then a heartbeat every interval (to the next manager given when one does not answer: gateway
+//! replicas on one store); when the manager forgets this worker (restart with a lost
 //! registry, removal) it joins again on its own, and stops if the manager refuses (removed by
 //! an operator). Model versions are fetched by sha256 from the manager on first use, checked and
 //! cached in the data directory. SIGTERM: report draining, finish in-flight requests,
@@ -45,9 +46,12 @@ use tokio::sync::watch;
 
 #[derive(clap::Args)]
 pub struct WorkerArgs {
-    /// The manager's base URL (its HTTPS listener), e.g. https://manager:8443.
-    #[arg(long, env = "INFERGATE_JOIN")]
-    join: String,
+    /// The manager's base URL (its HTTPS listener), e.g. https://manager:8443. Gateway replicas
+    /// on one shared store (PostgreSQL) are one manager: give each (comma-separated, or the flag
+    /// repeated) or the load balancer in front of them; the worker talks to one and moves to the
+    /// next when it does not answer.
+    #[arg(long, env = "INFERGATE_JOIN", value_delimiter = ',', required = true)]
+    join: Vec<String>,
     /// Join secret from `infergate workers token create` on the manager.
     #[arg(long, env = "INFERGATE_JOIN_TOKEN", hide_env_values = true)]
     join_token: String,
@@ -267,6 +271,9 @@ async fn heartbeats(
 ) {
     let mut cpu = CpuSampler::new();
     let mut unreachable = false;
+    // Within one interval, so that a hung manager leaves time to reach the next before the
+    // worker is judged lost; never below a second (a busy manager answers in milliseconds).
+    let timeout = interval.max(Duration::from_secs(1));
     loop {
         let changed = tokio::select! {
             _ = tokio::time::sleep(interval) => false,
@@ -276,14 +283,14 @@ async fn heartbeats(
             node.draining.store(true, Ordering::Relaxed);
             let report = node.report(&mut cpu);
             let credential = node.credential.read().clone();
-            if let Err(e) = node.link.heartbeat(&credential, &report).await {
+            if let Err(e) = node.link.heartbeat(&credential, &report, timeout).await {
                 tracing::warn!(error = %e, "could not report draining");
             }
             return;
         }
         let report = node.report(&mut cpu);
         let credential = node.credential.read().clone();
-        match node.link.heartbeat(&credential, &report).await {
+        match node.link.heartbeat(&credential, &report, timeout).await {
             Ok(()) => {
                 if std::mem::take(&mut unreachable) {
                     tracing::info!("manager reachable again");

@@ -75,15 +75,16 @@ pub async fn join(State(state): S, headers: HeaderMap, body: Body) -> ApiResult<
 pub async fn heartbeat(State(state): S, headers: HeaderMap, body: Body) -> ApiResult<StatusCode> {
     let record = worker(&state, &headers)?;
     let report: Report = message(&headers, body).await?;
-    state.workers.report(&record, report);
+    state.workers.report(&state.store, &record, report);
     Ok(StatusCode::NO_CONTENT)
 }
 
 /// `POST /cluster/v1/deregister`: a drained worker leaves; it may join again later.
 pub async fn deregister(State(state): S, headers: HeaderMap) -> ApiResult<StatusCode> {
     let record = worker(&state, &headers)?;
-    state.workers.forget(&record.id);
+    // The store first: a refresh from it must not find the worker again after it is gone here.
     state.store.forget_worker(&record.id)?;
+    state.workers.forget(&record.id);
     tracing::info!(worker = %record.id, "worker deregistered");
     Ok(StatusCode::NO_CONTENT)
 }
@@ -351,7 +352,7 @@ pub async fn drain(
     State(state): S,
     Path(id): Path<String>,
 ) -> ApiResult<Json<Value>> {
-    if !state.workers.drain(&id) {
+    if !state.workers.drain(&state.store, &id)? {
         return Err(ApiError::not_found(format!("no live worker '{id}'")));
     }
     tracing::info!(worker = %id, "worker drained by an operator");

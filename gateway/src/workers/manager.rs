@@ -1,23 +1,30 @@
 //! The manager's side of the cluster: admitting workers (join secrets, credentials, the cluster
 //! CA), keeping the live registry from their heartbeats, and choosing where a model version
 //! runs: the local engine (an all-in-one server counts it as one worker) or a worker.
+//!
+//! With a shared store (PostgreSQL, gateway replicas) every replica is the same manager: the
+//! cluster material comes from the store ([`super::material`]), a join, heartbeat or drain that
+//! lands on this replica is written there as well as applied here, and [`Manager::refresh`]
+//! brings this replica's registry up to date with what reached the others, each heartbeat
+//! interval. Routing still reads memory only. While the store is unreachable, each replica goes
+//! on with the heartbeats it receives itself.
 
 use super::material::Material;
 use super::metrics::RoutingCounters;
 use super::ClusterConfig;
 use crate::error::{ApiError, ApiResult};
 use crate::store::workers::WorkerRecord;
-use crate::store::{now_secs, Store};
+use crate::store::{now_secs, Store, StoreError};
 use infergate_cluster::credential;
 use infergate_cluster::join::JoinSecret;
 use infergate_cluster::liveness::{Heartbeat, WorkerState};
 use infergate_cluster::messages::{JoinRequest, JoinResponse, LoadedModel, Report};
-use infergate_cluster::registry::{Registry, Transition, WorkerInfo, WorkerView};
+use infergate_cluster::registry::{Observed, Registry, Transition, WorkerView};
 use infergate_cluster::routing::{self, Candidate, NoWorker, Policy};
 use parking_lot::Mutex;
 use rand::RngCore;
-use std::collections::HashSet;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -39,6 +46,16 @@ pub struct Manager {
     /// Where this server listens (bound, so a port 0 is the real one): the local engine's
     /// address among the workers.
     local_address: std::sync::OnceLock<String>,
+    /// Other replicas share the store: live status goes through it too.
+    shared: bool,
+    /// The shared store failed the last time it was asked (logged once until it answers).
+    store_failing: AtomicBool,
+    /// Workers whose credentials this manager checked against the store, by id: they are
+    /// admitted while the store is unreachable.
+    admitted: Mutex<HashMap<String, WorkerRecord>>,
+    /// Workers removed from this registry so far (counted under its lock): a snapshot of the
+    /// store read meanwhile may still hold one, and is not applied.
+    removals: AtomicU64,
 }
 
 /// Where a request goes.
@@ -49,7 +66,7 @@ pub enum Choice {
 
 impl Manager {
     pub fn new(store: &Store, config: ClusterConfig) -> anyhow::Result<Manager> {
-        let material = Material::open(store.dir())?;
+        let material = Material::open(store)?;
         let client = reqwest::Client::builder()
             .use_preconfigured_tls(super::tls::manager_client_config(&material.ca)?)
             .connect_timeout(Duration::from_secs(3))
@@ -69,6 +86,10 @@ impl Manager {
             counters: RoutingCounters::default(),
             warming: Arc::new(Mutex::new(HashSet::new())),
             local_address: std::sync::OnceLock::new(),
+            shared: store.is_shared(),
+            store_failing: AtomicBool::new(false),
+            admitted: Mutex::new(HashMap::new()),
+            removals: AtomicU64::new(0),
             config,
         })
     }
@@ -136,8 +157,21 @@ impl Manager {
         if !store.upsert_worker(&record)? {
             return Err(removed());
         }
-        let transition = self.registry.lock().join(info(&record), Instant::now());
-        log_transition(&transition);
+        if self.shared {
+            // Every replica learns of the join from the store; this one at once.
+            let observed = Observed {
+                info: record.info(),
+                report: Report::default(),
+                drained: false,
+                revision: store.worker_joined(&id)?,
+                age: Duration::ZERO,
+            };
+            let transition = self.registry.lock().apply(observed, Instant::now());
+            transition.iter().for_each(log_transition);
+        } else {
+            let transition = self.registry.lock().join(record.info(), Instant::now());
+            log_transition(&transition);
+        }
         tracing::info!(worker = %id, advertise = %request.advertise, version = %request.version, "worker joined");
         Ok(JoinResponse {
             worker_id: id,
@@ -158,25 +192,62 @@ impl Manager {
             )
         };
         let presented = credential::parse(presented).ok_or_else(refused)?;
-        match store.worker(presented.worker_id)? {
-            Some(record)
-                if record.removed_at.is_none() && presented.matches(&record.credential_sha256) =>
-            {
+        let id = presented.worker_id;
+        let record = match store.worker(id) {
+            Ok(record) => record.filter(|r| r.removed_at.is_none()),
+            // The store is down: a credential this replica checked while it was up still
+            // admits its worker (heartbeats and model fetches go on; nothing can be removed
+            // meanwhile, as removing is a write).
+            Err(StoreError::Unavailable(why)) => match self.admitted.lock().get(id) {
+                Some(known) => Some(known.clone()),
+                None => return Err(StoreError::Unavailable(why).into()),
+            },
+            Err(e) => return Err(e.into()),
+        };
+        match record {
+            Some(record) if presented.matches(&record.credential_sha256) => {
+                self.admitted.lock().insert(id.to_owned(), record.clone());
                 Ok(record)
             }
-            _ => Err(refused()),
+            _ => {
+                self.admitted.lock().remove(id);
+                Err(refused())
+            }
         }
     }
 
     /// A heartbeat from an authenticated worker. One the live registry does not know (this
-    /// manager restarted since it joined) is registered again from the store.
-    pub fn report(&self, record: &WorkerRecord, report: Report) {
+    /// manager restarted since it joined, or it joined through another replica) is registered
+    /// again from the store. With a shared store the report goes there too, for the other
+    /// replicas; if it cannot, this replica still counts the worker alive.
+    pub fn report(&self, store: &Store, record: &WorkerRecord, report: Report) {
+        if self.shared {
+            match store.worker_reported(&record.id, &report) {
+                Ok(written) => {
+                    self.store_answered();
+                    let observed = Observed {
+                        info: record.info(),
+                        report,
+                        drained: written.drained,
+                        revision: written.revision,
+                        age: Duration::ZERO,
+                    };
+                    let transition = self.registry.lock().apply(observed, Instant::now());
+                    transition.iter().for_each(log_transition);
+                    return;
+                }
+                Err(e) => self.store_failed(
+                    &e,
+                    "a heartbeat could not be written to the shared store: only this replica knows of it",
+                ),
+            }
+        }
         let now = Instant::now();
         let mut registry = self.registry.lock();
         let transition = match registry.report(&record.id, report.clone(), now) {
             Ok(t) => t,
             Err(_) => {
-                log_transition(&registry.join(info(record), now));
+                log_transition(&registry.join(record.info(), now));
                 registry.report(&record.id, report, now).ok().flatten()
             }
         };
@@ -185,25 +256,83 @@ impl Manager {
         }
     }
 
+    /// Brings the registry up to date with the shared store: workers that joined or reported
+    /// through other replicas, drains and removals made there. Run each heartbeat interval; a
+    /// no-op without a shared store.
+    pub fn refresh(&self, store: &Store) {
+        if !self.shared {
+            return;
+        }
+        let taken = Instant::now();
+        let removals = self.removals.load(Ordering::Acquire);
+        match store.live_workers() {
+            Ok(snapshot) => {
+                self.store_answered();
+                let mut registry = self.registry.lock();
+                // A worker removed here while the snapshot was read may be in it: applying it
+                // would bring the worker back until the next refresh. The next one is current.
+                if self.removals.load(Ordering::Acquire) != removals {
+                    return;
+                }
+                for t in registry.sync(snapshot, taken) {
+                    log_transition(&t);
+                }
+            }
+            Err(e) => self.store_failed(
+                &e,
+                "could not read the workers' status from the shared store: routing by what reached this replica",
+            ),
+        }
+    }
+
+    fn store_failed(&self, e: &StoreError, what: &str) {
+        if !self.store_failing.swap(true, Ordering::Relaxed) {
+            tracing::warn!(error = %e, "{what}");
+        }
+    }
+
+    fn store_answered(&self) {
+        if self.store_failing.swap(false, Ordering::Relaxed) {
+            tracing::info!(
+                "the shared store answers again: worker status shared with the other replicas"
+            );
+        }
+    }
+
     /// The worker leaves routing at once (operator removal or its own deregistration).
     pub fn forget(&self, id: &str) -> bool {
-        let transition = self.registry.lock().remove(id);
+        self.admitted.lock().remove(id);
+        let mut registry = self.registry.lock();
+        self.removals.fetch_add(1, Ordering::AcqRel);
+        let transition = registry.remove(id);
         if let Some(t) = &transition {
             log_transition(t);
         }
         transition.is_some()
     }
 
-    /// An operator drains a worker: no new requests; false when it is not registered.
-    pub fn drain(&self, id: &str) -> bool {
-        match self.registry.lock().drain(id, Instant::now()) {
+    /// An operator drains a worker: no new requests, here at once and on every replica from
+    /// its next refresh; false when it is not registered.
+    pub fn drain(&self, store: &Store, id: &str) -> ApiResult<bool> {
+        let revision = if self.shared {
+            store.worker_drained(id)?
+        } else {
+            None
+        };
+        let mut registry = self.registry.lock();
+        match registry.drain(id, Instant::now()) {
             Ok(transition) => {
                 if let Some(t) = &transition {
                     log_transition(t);
                 }
-                true
+                // A snapshot read before the drain was written must not undo it here.
+                if let Some(revision) = revision {
+                    registry.stamp(id, revision);
+                }
+                Ok(true)
             }
-            Err(_) => false,
+            // Live through another replica only: this one learns of it (drained) next refresh.
+            Err(_) => Ok(revision.is_some()),
         }
     }
 
@@ -373,6 +502,23 @@ impl Manager {
     }
 }
 
+/// Refreshes `workers` from a shared store each heartbeat interval (see [`Manager::refresh`]);
+/// nothing to do without one.
+pub fn spawn_refresh(workers: Arc<Manager>, store: Arc<Store>) {
+    if !workers.shared {
+        return;
+    }
+    let period = workers.heartbeat().interval;
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(period);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            workers.refresh(&store);
+        }
+    });
+}
+
 pub struct Outstanding<'a> {
     manager: &'a Manager,
     id: String,
@@ -399,15 +545,6 @@ fn no_worker(model: &LoadedModel, e: NoWorker) -> ApiError {
         "model '{}' version {}: {why}",
         model.name, model.version
     ))
-}
-
-fn info(record: &WorkerRecord) -> WorkerInfo {
-    WorkerInfo {
-        id: record.id.clone(),
-        advertise: record.advertise.clone(),
-        version: record.version.clone(),
-        devices: record.devices.clone(),
-    }
 }
 
 fn log_transition(t: &Transition) {
@@ -465,5 +602,91 @@ mod tests {
         assert!(is_worker_id(&new_worker_id()));
         assert!(!is_worker_id(LOCAL));
         assert!(!is_worker_id("w-../../etc"));
+    }
+
+    fn replica(pg: &crate::store::test_postgres::PgServer) -> (tempfile::TempDir, Store, Manager) {
+        let dir = tempfile::tempdir().unwrap();
+        let config = crate::store::StoreConfig {
+            url: Some(pg.url()),
+            ..Default::default()
+        };
+        let store = Store::open_with(dir.path(), &config).unwrap();
+        let manager = Manager::new(&store, ClusterConfig::default()).unwrap();
+        (dir, store, manager)
+    }
+
+    fn states(manager: &Manager) -> Vec<(String, WorkerState)> {
+        manager
+            .view()
+            .into_iter()
+            .map(|v| (v.info.id, v.state))
+            .collect()
+    }
+
+    #[test]
+    fn replicas_share_joins_reports_drains_and_removals_and_go_on_alone_while_the_store_is_down() {
+        let mut pg = crate::store::test_postgres::PgServer::start();
+        let (_a_dir, a_store, a) = replica(&pg);
+        let (_b_dir, b_store, b) = replica(&pg);
+        // A secret made on A admits a worker through B: one cluster.
+        let (secret, _) =
+            crate::workers::api::create_join_secret(&a_store, &a.material().ca, None).unwrap();
+        assert_eq!(a.material().ca.pin(), b.material().ca.pin());
+        let request = JoinRequest {
+            worker_id: None,
+            advertise: "127.0.0.1:9".into(),
+            version: "0.1.0".into(),
+            devices: Default::default(),
+        };
+        let joined = b.join(&b_store, &secret.to_string(), request).unwrap();
+        let id = joined.worker_id.clone();
+        assert!(states(&a).is_empty(), "A has not refreshed yet");
+        a.refresh(&a_store);
+        assert_eq!(states(&a), [(id.clone(), WorkerState::Ready)]);
+
+        // A heartbeat on A reaches B's registry; a drain on B holds on A.
+        let record = a.authenticate(&a_store, &joined.credential).unwrap();
+        let loaded = LoadedModel {
+            name: "m".into(),
+            version: 1,
+        };
+        let report = Report {
+            models: vec![loaded.clone()],
+            ..Report::default()
+        };
+        a.report(&a_store, &record, report.clone());
+        b.refresh(&b_store);
+        assert_eq!(b.view()[0].report.models, [loaded]);
+        assert!(b.drain(&b_store, &id).unwrap());
+        a.refresh(&a_store);
+        assert_eq!(states(&a), [(id.clone(), WorkerState::Draining)]);
+        a.report(&a_store, &record, report.clone());
+        assert_eq!(
+            states(&a),
+            [(id.clone(), WorkerState::Draining)],
+            "a heartbeat does not undo the drain"
+        );
+
+        // PostgreSQL stopped: the credential A checked still admits the worker there, and its
+        // heartbeats keep it alive on A; an unknown credential is 503, not 401.
+        pg.stop();
+        let again = a.authenticate(&a_store, &joined.credential).unwrap();
+        assert_eq!(again.id, id);
+        let stranger = credential::issue("w-0123456789abcdef").text;
+        let err = a.authenticate(&a_store, &stranger).unwrap_err();
+        assert_eq!(err.status(), http::StatusCode::SERVICE_UNAVAILABLE);
+        a.report(&a_store, &record, Report::default());
+        a.refresh(&a_store);
+        assert!(a.view()[0].report.models.is_empty(), "applied here alone");
+        assert_eq!(a.view().len(), 1, "a failed refresh forgets nobody");
+
+        // Back: removed through B, A drops it at its next refresh.
+        pg.resume();
+        assert!(b_store.remove_worker(&id).unwrap());
+        assert!(b.forget(&id));
+        assert!(states(&b).is_empty(), "at once where it was removed");
+        a.refresh(&a_store);
+        assert!(states(&a).is_empty());
+        assert!(a.authenticate(&a_store, &joined.credential).is_err());
     }
 }
