@@ -11,7 +11,8 @@
 //! - [`infer`]: the one inference service every protocol calls (resolve, readiness, describe,
 //!   run), and the seam where a model version runs.
 //! - [`grpc`]: KServe v2 over gRPC (Triton's `GRPCInferenceService`), on its own listener.
-//! - [`registry`]: validating and storing model files.
+//! - [`model_repository`]: model versions' life cycle (upload, configuration, delete), for the
+//!   API and the CLI alike.
 //! - [`pipeline`]: WebAssembly plugins and pipelines (pre-plugins → model → post-plugins).
 //! - [`store`]: SQLite and content-addressed files.
 //! - [`replica_sync`]: replicas on PostgreSQL follow each other's models, plugins, pipelines.
@@ -53,11 +54,11 @@ pub mod key_activity;
 pub mod latency;
 pub mod llm;
 pub mod metrics;
+pub mod model_repository;
 pub mod own_thread;
 pub mod peers;
 pub mod pipeline;
 pub mod ratelimit;
-pub mod registry;
 pub mod replica_sync;
 pub mod request_id;
 pub mod server;

@@ -145,6 +145,11 @@ impl AppState {
     /// The data directory's copy of a version's file, to load it from: checked against its
     /// sha256 and, with PostgreSQL, fetched from the database when missing or damaged
     /// (`Store::local_blob`). A version the engine serves already is not checked again.
+    /// The model repository over this server's store and engine.
+    pub fn models(&self) -> crate::model_repository::ModelRepository {
+        crate::model_repository::ModelRepository::new(self.store.clone(), self.engine.clone())
+    }
+
     pub async fn model_file(&self, record: &ModelRecord) -> ApiResult<PathBuf> {
         if self.engine.state(&model_key(record)) == ModelState::Ready {
             return Ok(self.store.dir().model_file(&record.sha256));

@@ -3,7 +3,7 @@
 use super::authorized::{Authorized, Infer, Upload};
 use super::body::{read_limited, stream_limited};
 use crate::error::{ApiError, ApiResult};
-use crate::registry;
+use crate::model_repository::ParsedConfig;
 use crate::state::{model_key, parse_version, validate_name, AppState};
 use crate::store::files::BlobWriter;
 use crate::store::models::ModelRecord;
@@ -12,7 +12,7 @@ use axum::extract::{FromRequest, Multipart, Path, Request, State};
 use axum::response::IntoResponse;
 use axum::Json;
 use http::{HeaderMap, StatusCode};
-use infergate_engine::{ModelConfig, ModelState};
+use infergate_engine::ModelState;
 use serde_json::{json, Value};
 use std::sync::Arc;
 
@@ -104,7 +104,7 @@ pub async fn upload(
     let limit = state.config.limits.max_upload_bytes;
     let mut writer =
         BlobWriter::new(state.store.dir()).map_err(|e| ApiError::internal(e.to_string()))?;
-    let mut config = json!({});
+    let mut config = ParsedConfig::empty();
     let is_multipart = headers
         .get(http::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -141,7 +141,7 @@ pub async fn upload(
                         .text()
                         .await
                         .map_err(|e| ApiError::bad_request(format!("reading config part: {e}")))?;
-                    config = parse_config(&text)?;
+                    config = ParsedConfig::parse(&text)?;
                 }
                 _ => {}
             }
@@ -159,36 +159,21 @@ pub async fn upload(
         })
         .await?;
     }
-    let st = state.clone();
-    let record = tokio::task::spawn_blocking(move || {
-        registry::register(&st.store, &st.engine, &model, writer, &config)
-    })
-    .await
-    .map_err(|e| ApiError::internal(format!("upload task failed: {e}")))??;
+    let models = state.models();
+    let (record, config) = {
+        let models = models.clone();
+        tokio::task::spawn_blocking(move || {
+            models
+                .register(&model, writer, &config)
+                .map(|record| (record, config))
+        })
+        .await
+        .map_err(|e| ApiError::internal(format!("upload task failed: {e}")))??
+    };
     tracing::info!(model = %record.name, version = record.version, sha256 = %record.sha256, "model version registered");
-    apply_config(&state, &record).await?;
+    models.serve(&record, &config).await?;
     state.catalog.insert(record.clone());
     Ok((StatusCode::CREATED, Json(view(&state, &record))))
-}
-
-/// Parses a model configuration (Triton's field names: `max_batch_size`, `dynamic_batching`,
-/// `instance_group`, `version_policy`, `unload_after_s`, `model_warmup`, ...). Unknown fields
-/// and bad values are 400s naming the field.
-pub fn parse_config(text: &str) -> ApiResult<Value> {
-    let v: Value = serde_json::from_str(text)
-        .map_err(|e| ApiError::bad_request(format!("config is not JSON: {e}")))?;
-    if !v.is_object() {
-        return Err(ApiError::bad_request("config must be a JSON object"));
-    }
-    ModelConfig::from_json(&v).map_err(ApiError::from)?;
-    Ok(v)
-}
-
-/// Hands a version's stored configuration to the engine.
-async fn apply_config(state: &AppState, record: &ModelRecord) -> ApiResult<()> {
-    let config = ModelConfig::from_json(&record.config).map_err(ApiError::from)?;
-    state.engine.set_config(&model_key(record), config).await?;
-    Ok(())
 }
 
 /// `PUT /api/models/{name}/config` (newest version) and
@@ -208,23 +193,10 @@ async fn put_config(
     let bytes = read_limited(headers, body, 1 << 20).await?;
     let text = std::str::from_utf8(&bytes)
         .map_err(|_| ApiError::bad_request("config must be UTF-8 JSON"))?;
-    let value = parse_config(text)?;
-    let config = ModelConfig::from_json(&value).map_err(ApiError::from)?;
-    config
-        .validate_for(&record.signature)
-        .map_err(ApiError::from)?;
-    state.engine.set_config(&model_key(&record), config).await?;
-    if !state
-        .store
-        .set_model_config(&record.name, record.version, &value)?
-    {
-        return Err(ApiError::not_found(format!(
-            "model '{}' version {} was deleted meanwhile",
-            record.name, record.version
-        )));
-    }
-    let mut updated = (*record).clone();
-    updated.config = value;
+    let updated = state
+        .models()
+        .set_config(&record, ParsedConfig::parse(text)?)
+        .await?;
     state.catalog.insert(updated.clone());
     Ok(Json(view(state, &updated)))
 }
@@ -301,15 +273,10 @@ async fn delete_one(state: &AppState, name: &str, version: u64) -> ApiResult<Val
             "model '{name}' version {version} is in use by {busy} request(s); retry when idle"
         )));
     }
-    let store = state.store.clone();
-    let owned = name.to_string();
-    let deleted = tokio::task::spawn_blocking(move || store.delete_model_version(&owned, version))
-        .await
-        .map_err(|e| ApiError::internal(e.to_string()))??;
+    let deleted = state.models().delete(&record).await?;
     state.catalog.remove(name, version);
-    state.engine.unload(&key);
     state.llm.unload(&key);
-    if deleted.is_none() {
+    if !deleted {
         return Err(ApiError::not_found(format!(
             "model '{name}' version {version} was deleted meanwhile"
         )));
@@ -350,32 +317,4 @@ pub async fn delete_all(
         deleted.push(r.version);
     }
     Ok(Json(json!({"name": model, "deleted_versions": deleted})))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The model configuration example in README.md is accepted as documented.
-    #[test]
-    fn readme_model_config_example_parses() {
-        let readme = include_str!("../../../README.md");
-        let section = readme
-            .find("### Model configuration")
-            .expect("the README documents model configuration");
-        let start = readme[section..].find("```json\n").expect("a JSON example") + section + 8;
-        let len = readme[start..].find("```").expect("its end");
-        let value = parse_config(&readme[start..start + len]).unwrap();
-        let config = ModelConfig::from_json(&value).unwrap();
-        assert_eq!(config.max_batch_size, 16);
-        assert!(config.version_policy.is_some());
-    }
-
-    #[test]
-    fn unknown_config_fields_are_client_errors() {
-        let err = parse_config(r#"{"max_batch_size": 4, "dynamic_batchin": {}}"#).unwrap_err();
-        assert_eq!(err.status(), StatusCode::BAD_REQUEST);
-        assert!(err.message.contains("dynamic_batchin"), "{}", err.message);
-        assert!(parse_config("[1]").is_err());
-    }
 }

@@ -3,6 +3,7 @@
 use super::open_store;
 use super::table::Table;
 use crate::config::Config;
+use crate::model_repository::{ModelRepository, ParsedConfig};
 use anyhow::Context;
 use clap::Subcommand;
 use std::path::PathBuf;
@@ -49,8 +50,8 @@ pub(super) fn run(cmd: ModelsCommand) -> anyhow::Result<()> {
         } => {
             let store = std::sync::Arc::new(open_store(&Some(data_dir))?);
             let config = match config {
-                Some(text) => crate::api::models::parse_config(&text)?,
-                None => serde_json::json!({}),
+                Some(text) => ParsedConfig::parse(&text)?,
+                None => ParsedConfig::empty(),
             };
             if if_changed {
                 let bytes =
@@ -60,7 +61,8 @@ pub(super) fn run(cmd: ModelsCommand) -> anyhow::Result<()> {
                     .list_model_versions()?
                     .into_iter()
                     .rfind(|r| r.name == name);
-                if let Some(latest) = latest.filter(|r| r.sha256 == sha && r.config == config) {
+                if let Some(latest) = latest.filter(|r| r.sha256 == sha && r.config == config.value)
+                {
                     eprintln!(
                         "{name} version {} already has this file; skipped",
                         latest.version
@@ -73,7 +75,8 @@ pub(super) fn run(cmd: ModelsCommand) -> anyhow::Result<()> {
                 ..Config::default()
             };
             let engine = infergate_engine::Engine::new(crate::app::engine_config(&cfg)?)?;
-            let record = crate::registry::register_file(&store, &engine, &name, &file, &config)?;
+            let record = ModelRepository::new(store, std::sync::Arc::new(engine))
+                .register_file(&name, &file, &config)?;
             println!(
                 "{} version {} ({}, {} bytes)",
                 record.name, record.version, record.sha256, record.size_bytes
