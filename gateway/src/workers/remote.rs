@@ -302,4 +302,71 @@ mod tests {
         assert!(header_len.is_some());
         assert_eq!(decode(&body, header_len).unwrap(), vec![x]);
     }
+
+    #[test]
+    fn a_stage_request_carries_its_op_and_the_worker_reads_it_back() {
+        let image = Tensor {
+            name: "image".into(),
+            datatype: DataType::Uint8,
+            shape: vec![2, 3, 3],
+            data: TensorData::Raw((0u8..18).collect()),
+        };
+        let op: ResizeNormalize = serde_json::from_value(json!({
+            "output": "input", "width": 4, "height": 4,
+            "mean": [127, 127, 127], "std": [128, 128, 128], "mode": "letterbox", "pad": 9
+        }))
+        .unwrap();
+        let encoded = encode_stage(
+            std::slice::from_ref(&image),
+            &op,
+            &[],
+            InferOptions::default(),
+        );
+        assert!(encoded.stage);
+        assert!(!encode(std::slice::from_ref(&image), &[], InferOptions::default()).stage);
+        let mut headers = http::HeaderMap::new();
+        headers.insert(HEADER_LENGTH, encoded.header_len.into());
+        let (request, inputs) = crate::api::codec::decode(&headers, &encoded.body).unwrap();
+        assert_eq!(inputs, vec![image]);
+        assert_eq!(stage_ops(&request).unwrap(), op);
+        // The op's parameter is not a scalar: plugins and options never see it.
+        let parsed = crate::infer::Request::kserve(&request, inputs).unwrap();
+        assert!(
+            parsed
+                .parameters
+                .iter()
+                .all(|(k, _)| k != STAGE_OPS_PARAMETER),
+            "{:?}",
+            parsed.parameters
+        );
+    }
+
+    #[test]
+    fn a_stage_request_without_a_valid_op_is_refused() {
+        let request = |parameters: Value| InferRequest {
+            id: None,
+            parameters: parameters.as_object().unwrap().clone(),
+            inputs: Vec::new(),
+            outputs: Vec::new(),
+        };
+        let missing = stage_ops(&request(json!({}))).unwrap_err();
+        assert_eq!(missing.status(), StatusCode::BAD_REQUEST);
+        assert!(missing.message.contains(STAGE_OPS_PARAMETER), "{missing:?}");
+        let zero_std = json!({STAGE_OPS_PARAMETER: {"output": "x", "width": 4, "height": 4,
+            "mean": [0, 0, 0], "std": [1, 0, 1]}});
+        let e = stage_ops(&request(zero_std)).unwrap_err();
+        assert_eq!(e.status(), StatusCode::BAD_REQUEST);
+        assert!(e.message.contains("std"), "{e:?}");
+    }
+
+    #[test]
+    fn an_older_worker_without_the_stage_path_is_a_clear_error_not_a_retry() {
+        let old = unknown_stage("w:1", true, StatusCode::NOT_FOUND, true).unwrap();
+        assert_eq!(old.status(), StatusCode::BAD_GATEWAY);
+        assert!(old.message.contains("pipeline_ops"), "{old:?}");
+        // A model the worker cannot find answers JSON; a plain request's 404 is the model's.
+        assert!(unknown_stage("w:1", true, StatusCode::NOT_FOUND, false).is_none());
+        assert!(unknown_stage("w:1", false, StatusCode::NOT_FOUND, true).is_none());
+        assert!(unknown_stage("w:1", true, StatusCode::BAD_REQUEST, true).is_none());
+    }
 }
