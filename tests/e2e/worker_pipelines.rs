@@ -36,6 +36,16 @@ fn png(out: &Path) -> Vec<u8> {
     std::fs::read(out).unwrap()
 }
 
+/// Sends `request` with the admin key, expecting success.
+async fn as_admin(s: &Server, what: &str, request: reqwest::RequestBuilder) {
+    let r = request.bearer_auth(&s.admin_key).send().await.unwrap();
+    assert!(
+        r.status().is_success(),
+        "{what}: {}",
+        r.text().await.unwrap()
+    );
+}
+
 /// The demo `classify` pipeline (scripts/demo/classify.json) and `probabilities`: the same
 /// without its post-plugin, saved through the API.
 async fn save_pipelines(s: &Server) {
@@ -45,38 +55,15 @@ async fn save_pipelines(s: &Server) {
     for plugin in ["image-decode", "imagenet-topk"] {
         let wasm = std::fs::read(plugins.join(format!("{plugin}.wasm")))
             .unwrap_or_else(|e| panic!("{plugin}.wasm: {e}: run plugins/build.sh"));
-        let r = s
-            .client
-            .post(s.url("/api/plugins"))
-            .bearer_auth(&s.admin_key)
-            .body(wasm)
-            .send()
-            .await
-            .unwrap();
-        assert!(
-            r.status().is_success(),
-            "{plugin}: {}",
-            r.text().await.unwrap()
-        );
+        as_admin(s, plugin, s.client.post(s.url("/api/plugins")).body(wasm)).await;
     }
     let demo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/demo/classify.json");
     let classify: Value = serde_json::from_slice(&std::fs::read(demo).unwrap()).unwrap();
     let mut probabilities = classify.clone();
     probabilities["post"] = json!([]);
     for (name, spec) in [("classify", classify), ("probabilities", probabilities)] {
-        let r = s
-            .client
-            .put(s.url(&format!("/api/pipelines/{name}")))
-            .bearer_auth(&s.admin_key)
-            .json(&spec)
-            .send()
-            .await
-            .unwrap();
-        assert!(
-            r.status().is_success(),
-            "{name}: {}",
-            r.text().await.unwrap()
-        );
+        let url = s.url(&format!("/api/pipelines/{name}"));
+        as_admin(s, name, s.client.put(url).json(&spec)).await;
     }
 }
 
@@ -167,7 +154,7 @@ fn assert_same(what: &str, expected: &(Value, Vec<f64>), got: &(Value, Vec<f64>)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn pipelines_on_a_worker_answer_as_on_one_host_and_send_the_smaller_tensors() {
+async fn pipelines_on_a_worker_answer_as_on_one_host_and_send_the_pre_op_tensors() {
     let tmp = tempfile::tempdir().unwrap();
     let image = png(&tmp.path().join("test.png"));
 

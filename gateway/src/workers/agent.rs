@@ -510,7 +510,7 @@ fn router(node: Arc<Node>, max_request_bytes: usize) -> Router {
         .route("/v2/health/ready", get(ready))
         .route("/v2/models/{model}/infer", post(infer_newest))
         .route("/v2/models/{model}/versions/{version}/infer", post(infer))
-        .route(super::remote::STAGE_PATH, post(infer_stage))
+        .route(super::remote::STAGE_PATH, post(infer))
         .route(
             "/v2/repository/models/{model}/versions/{version}/load",
             post(load),
@@ -614,34 +614,23 @@ async fn infer_newest(
     run_infer(node, peer, model, None, headers, body, false).await
 }
 
-/// A pipeline's model stage from the manager: its native op, then the model (see
-/// [`super::remote`]).
-async fn infer_stage(
-    State(node): State<Arc<Node>>,
-    Extension(peer): Extension<Peer>,
-    Path((model, version)): Path<(String, String)>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    if !peer.cluster {
-        return ApiError::forbidden("only the manager sends pipeline stages to a worker")
-            .into_response();
-    }
-    match parse_version(&version) {
-        Ok(v) => run_infer(node, peer, model, Some(v), headers, body, true).await,
-        Err(e) => e.into_response(),
-    }
-}
-
+/// `POST /v2/models/{m}/versions/{v}/infer`, and on [`super::remote::STAGE_PATH`] a pipeline's
+/// model stage from the manager: its native op, then the model.
 async fn infer(
     State(node): State<Arc<Node>>,
     Extension(peer): Extension<Peer>,
     Path((model, version)): Path<(String, String)>,
+    uri: http::Uri,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    let stage = uri.path().starts_with("/cluster/");
+    if stage && !peer.cluster {
+        return ApiError::forbidden("only the manager sends pipeline stages to a worker")
+            .into_response();
+    }
     match parse_version(&version) {
-        Ok(v) => run_infer(node, peer, model, Some(v), headers, body, false).await,
+        Ok(v) => run_infer(node, peer, model, Some(v), headers, body, stage).await,
         Err(e) => e.into_response(),
     }
 }
