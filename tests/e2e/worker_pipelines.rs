@@ -153,6 +153,14 @@ fn assert_same(what: &str, expected: &(Value, Vec<f64>), got: &(Value, Vec<f64>)
     );
 }
 
+/// `sent` bytes are two requests of `payload` tensor bytes each, plus their JSON headers.
+fn assert_two_requests_of(what: &str, sent: f64, payload: f64) {
+    assert!(
+        (2.0 * payload..2.0 * (payload + 4096.0)).contains(&sent),
+        "{what}: {sent} bytes sent for two requests of {payload} tensor bytes"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn pipelines_on_a_worker_answer_as_on_one_host_and_send_the_pre_op_tensors() {
     let tmp = tempfile::tempdir().unwrap();
@@ -173,15 +181,9 @@ async fn pipelines_on_a_worker_answer_as_on_one_host_and_send_the_pre_op_tensors
     // Two requests, each the decoded image (3 bytes a pixel) and a JSON header: far less than
     // the model's FP32 input.
     let image_bytes = (WIDTH * HEIGHT * 3) as f64;
-    assert!(
-        sent >= 2.0 * image_bytes && sent < 2.0 * (image_bytes + 4096.0),
-        "op on the worker: {sent} bytes sent for two {image_bytes}-byte images"
-    );
+    assert_two_requests_of("op on the worker", sent, image_bytes);
 
     let (classify, probabilities, sent) = through_a_worker("manager", &image).await;
     assert_same("op on the manager", &expected, &(classify, probabilities));
-    assert!(
-        sent >= 2.0 * MODEL_INPUT_BYTES && sent < 2.0 * (MODEL_INPUT_BYTES + 4096.0),
-        "op on the manager: {sent} bytes sent for two FP32 inputs"
-    );
+    assert_two_requests_of("op on the manager", sent, MODEL_INPUT_BYTES);
 }

@@ -108,7 +108,7 @@ pub async fn run_stage(
         manager
             .counters()
             .sent_bytes
-            .fetch_add(body.len() as u64, Ordering::Relaxed);
+            .fetch_add(body.wire_bytes() as u64, Ordering::Relaxed);
         let timeout = Duration::from_secs(manager.config.request_timeout_s.max(1));
         let to = remote::Destination {
             advertise: &advertise,

@@ -49,7 +49,7 @@ pub struct Encoded {
 
 impl Encoded {
     /// Bytes on the wire for the body.
-    pub fn len(&self) -> usize {
+    pub fn wire_bytes(&self) -> usize {
         self.body.len()
     }
 }
