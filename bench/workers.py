@@ -232,15 +232,18 @@ class Target:
         self.port, self.tls, self.bearer, self.label = int(port), tls, bearer, label
 
 
-def load(model, targets, seconds, midway=None):
-    """One connection per target (a thread each) sending `model` requests back to back for
-    `seconds`. `midway` runs once, halfway. Returns the figures: answers, failures (with a few
-    examples), requests/s, p50/p99 in µs, and the client's CPU seconds."""
+class Call:
+    """One kind of request a load sends: path, body, headers, and a check of each answer that
+    returns a problem (text) or None."""
+
+    def __init__(self, path, body, headers, check):
+        self.path, self.body, self.headers, self.check = path, body, headers, check
+
+
+def kserve_call(model):
+    """A KServe v2 binary request for `model`, its answer checked for the output's shape."""
     head, body = kserve_body(model)
     _, _, output, shape = SPECS[model]
-    lock = threading.Lock()
-    latencies, failures, examples, per_label = [], [0], [], {}
-    stop_at = time.monotonic() + seconds
 
     def answer_ok(r, data):
         if r.status != 200:
@@ -250,10 +253,26 @@ def load(model, targets, seconds, midway=None):
         if outputs[0]["name"] != output or outputs[0]["shape"] != shape:
             return f"unexpected output {outputs[0]}"
         return None
+    return Call(f"/v2/models/{model}/infer", body,
+                {"Content-Type": "application/octet-stream", "Inference-Header-Content-Length": str(len(head))},
+                answer_ok)
+
+
+def load(model, targets, seconds, midway=None):
+    """One connection per target (a thread each) sending `model` requests back to back for
+    `seconds`. `midway` runs once, halfway. Returns the figures: answers, failures (with a few
+    examples), requests/s, p50/p99 in µs, and the client's CPU seconds."""
+    return load_calls(kserve_call(model), targets, seconds, midway)
+
+
+def load_calls(call, targets, seconds, midway=None):
+    """`load` for any `Call`."""
+    lock = threading.Lock()
+    latencies, failures, examples, per_label = [], [0], [], {}
+    stop_at = time.monotonic() + seconds
 
     def connection(target):
-        headers = {"Authorization": f"Bearer {target.bearer}", "Content-Type": "application/octet-stream",
-                   "Inference-Header-Content-Length": str(len(head))}
+        headers = {"Authorization": f"Bearer {target.bearer}", **call.headers}
         mine, bad, ex = [], 0, []
         c = None
         while time.monotonic() < stop_at:
@@ -261,10 +280,10 @@ def load(model, targets, seconds, midway=None):
                 c = http.client.HTTPSConnection(target.host, target.port, context=target.tls, timeout=60)
             t = time.perf_counter()
             try:
-                c.request("POST", f"/v2/models/{model}/infer", body=body, headers=headers)
+                c.request("POST", call.path, body=call.body, headers=headers)
                 r = c.getresponse()
                 data = r.read()
-                problem = answer_ok(r, data)
+                problem = call.check(r, data)
             except (OSError, http.client.HTTPException, ValueError) as e:
                 problem = f"{type(e).__name__}: {e}"
                 c.close()

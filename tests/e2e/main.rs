@@ -28,4 +28,5 @@ mod shutdown;
 mod store_tls;
 mod transport;
 mod websocket;
+mod worker_pipelines;
 mod workers;

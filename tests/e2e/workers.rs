@@ -97,7 +97,7 @@ impl Drop for Worker {
 }
 
 /// A manager that runs nothing itself (`--no-local-engine`) with these models registered.
-fn manager(models: &[(&str, &str)], extra: &[String]) -> (tempfile::TempDir, Server) {
+pub(crate) fn manager(models: &[(&str, &str)], extra: &[String]) -> (tempfile::TempDir, Server) {
     let data = tempfile::tempdir().unwrap();
     for (name, file) in models {
         crate::harness::register(data.path(), name, &crate::harness::model(file));
@@ -169,7 +169,7 @@ pub(crate) fn workers_cli(args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap().trim().to_owned()
 }
 
-fn token(data: &Path) -> String {
+pub(crate) fn token(data: &Path) -> String {
     workers_cli(&["token", "create", "--data-dir", &data.display().to_string()])
 }
 

@@ -3,14 +3,24 @@
 //! or a worker (`workers::Manager::choose`: power of two choices among the copies, rendezvous
 //! affinity); a unary request whose worker fails before answering is tried once more on
 //! another, so every protocol gains workers and failover at once.
+//!
+//! A pipeline's model stage comes with its native op ([`run_stage`]): it runs where the model
+//! runs, so on a worker next to its GPU, and the manager sends the smaller pre-op tensors
+//! (`[cluster] pipeline_ops = "worker"`, the default; `"manager"` runs it here and sends the
+//! model's inputs). Either way the same op runs on the same tensors, so the answer is the same.
 
 use crate::error::{ApiError, ApiResult, Kind};
 use crate::state::{model_key, AppState};
 use crate::store::models::ModelRecord;
 use crate::workers::manager::Choice;
 use crate::workers::remote::{self, Failure};
+use crate::workers::PipelineOps;
 use infergate_cluster::messages::LoadedModel;
+use infergate_engine::kernels::Ops;
+use infergate_engine::preprocess::ResizeNormalize;
 use infergate_engine::{InferOptions, ModelState, Tensor};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Workers tried for one request: the first choice and one retry.
@@ -26,6 +36,36 @@ pub async fn run_model(
     outputs: Vec<String>,
     options: InferOptions,
 ) -> ApiResult<Vec<Tensor>> {
+    run_stage(state, record, inputs, None, outputs, options).await
+}
+
+/// The native op (resize + normalize) on `tensors`, on a blocking thread: CPU-bound, or a GPU
+/// launch and wait when `ops` has a device.
+pub async fn preprocess(
+    ops: Arc<Ops>,
+    op: ResizeNormalize,
+    tensors: Vec<Tensor>,
+) -> ApiResult<Vec<Tensor>> {
+    tokio::task::spawn_blocking(move || op.apply(&ops, tensors))
+        .await
+        .map_err(|e| ApiError::internal(format!("preprocessing task failed: {e}")))?
+        .map_err(ApiError::from)
+}
+
+/// [`run_model`] for a pipeline stage: `op` (when given) turns `inputs` into the model's inputs
+/// where the model runs, or on this server when `[cluster] pipeline_ops = "manager"`.
+pub async fn run_stage(
+    state: &AppState,
+    record: &ModelRecord,
+    mut inputs: Vec<Tensor>,
+    mut op: Option<&ResizeNormalize>,
+    outputs: Vec<String>,
+    options: InferOptions,
+) -> ApiResult<Vec<Tensor>> {
+    if let Some(here) = op.filter(|_| state.workers.config.pipeline_ops == PipelineOps::Manager) {
+        inputs = preprocess(state.ops.clone(), here.clone(), inputs).await?;
+        op = None;
+    }
     let key = model_key(record);
     let model = LoadedModel {
         name: record.name.clone(),
@@ -50,6 +90,9 @@ pub async fn run_model(
             Choice::Local => {
                 let _outstanding = manager.begin(crate::workers::manager::LOCAL);
                 let path = state.model_file(record).await?;
+                if let Some(op) = op {
+                    inputs = preprocess(state.ops.clone(), op.clone(), inputs).await?;
+                }
                 return Ok(state
                     .engine
                     .infer_with(&key, &path, inputs, outputs, options)
@@ -57,8 +100,15 @@ pub async fn run_model(
             }
             Choice::Worker { id, advertise } => (id, advertise),
         };
-        let body = encoded.get_or_insert_with(|| remote::encode(&inputs, &outputs, options));
+        let body = encoded.get_or_insert_with(|| match op {
+            Some(op) => remote::encode_stage(&inputs, op, &outputs, options),
+            None => remote::encode(&inputs, &outputs, options),
+        });
         let _outstanding = manager.begin(&id);
+        manager
+            .counters()
+            .sent_bytes
+            .fetch_add(body.wire_bytes() as u64, Ordering::Relaxed);
         let timeout = Duration::from_secs(manager.config.request_timeout_s.max(1));
         let to = remote::Destination {
             advertise: &advertise,

@@ -9,8 +9,8 @@
 //! - [`request`]: a request as every protocol hands it over (tensors, outputs, parameters,
 //!   priority and queue timeout).
 //! - [`run`]: a request on a target: a pipeline's stages or one model version.
-//! - [`backend`]: where a model version runs. Today the local engine; remote workers (issue 14)
-//!   plug in there, behind every protocol at once.
+//! - [`backend`]: where a model version runs: the local engine or a worker (issue 14), behind
+//!   every protocol at once; a pipeline stage's native op goes with it.
 //!
 //! Cancellation is Rust's: dropping the future [`run`] returns takes a request that has not run
 //! out of its model's queue (a WebSocket cancel, a client gone).

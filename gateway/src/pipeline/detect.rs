@@ -114,7 +114,7 @@ fn normalize_for(
     })
 }
 
-/// Runs `record` on one image resized by `pre`; its first output as FP32 values with shape.
+/// Runs `record` on one image resized by `pre` (where the model runs); its first output as FP32 values with shape.
 async fn run_model(
     state: &AppState,
     record: &ModelRecord,
@@ -122,12 +122,16 @@ async fn run_model(
     image: Tensor,
     options: InferOptions,
 ) -> ApiResult<(Vec<f32>, Vec<i64>)> {
-    let ops = state.ops.clone();
-    let input = tokio::task::spawn_blocking(move || pre.apply(&ops, vec![image]))
-        .await
-        .map_err(|e| ApiError::internal(format!("resize task failed: {e}")))??;
-    let mut outputs =
-        crate::infer::backend::run_model(state, record, input, Vec::new(), options).await?;
+    // The resize goes with the model (to its worker when it runs on one).
+    let mut outputs = crate::infer::backend::run_stage(
+        state,
+        record,
+        vec![image],
+        Some(&pre),
+        Vec::new(),
+        options,
+    )
+    .await?;
     let Some(first) = outputs.drain(..).next() else {
         return Err(ApiError::internal(format!(
             "model '{}' returned no outputs",

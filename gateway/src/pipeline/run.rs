@@ -213,7 +213,6 @@ pub async fn run(
     let Some(stage) = &spec.detect else {
         times.pre = started.elapsed();
         let (output, tail) = tail.run(tensors).await?;
-        times.pre += tail.pre;
         times.model = tail.model;
         times.post = tail.post;
         return Ok((output, times));
@@ -235,14 +234,11 @@ pub async fn run(
     )
     .await?;
     let mut regions = Vec::with_capacity(outputs.len());
-    let mut slowest_resize = Duration::ZERO;
     for (found, (output, tail)) in detected.regions.iter().zip(outputs) {
-        slowest_resize = slowest_resize.max(tail.pre);
         times.model = times.model.max(tail.model);
         times.post = times.post.max(tail.post);
         regions.push(region_json(name, found, output)?);
     }
-    times.pre += slowest_resize;
     let answer = serde_json::json!({
         "width": detected.width,
         "height": detected.height,
@@ -299,8 +295,8 @@ struct Tail<'a> {
 }
 
 impl Tail<'_> {
-    /// The native pre-op, the model and the post-plugins on the pre-plugins' tensors.
-    async fn run(&self, mut tensors: Vec<Tensor>) -> ApiResult<(PipelineOutput, StageTimes)> {
+    /// The native pre-op with the model, then the post-plugins, on the pre-plugins' tensors.
+    async fn run(&self, tensors: Vec<Tensor>) -> ApiResult<(PipelineOutput, StageTimes)> {
         let Tail {
             state,
             name,
@@ -311,18 +307,14 @@ impl Tail<'_> {
             options,
         } = *self;
         let mut times = StageTimes::default();
+        // The native op goes with the model (to its worker when it runs on one), so its time
+        // counts in the model stage.
         let started = Instant::now();
-        if let Some(pre) = spec.preprocess.clone() {
-            let ops = state.ops.clone();
-            tensors = blocking(move || pre.apply(&ops, tensors)).await??;
-        }
-        times.pre = started.elapsed();
-
-        let started = Instant::now();
-        let outputs = crate::infer::backend::run_model(
+        let outputs = crate::infer::backend::run_stage(
             state,
             record,
             tensors,
+            spec.preprocess.as_ref(),
             spec.model_outputs.clone(),
             options,
         )

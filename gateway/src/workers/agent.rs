@@ -510,6 +510,7 @@ fn router(node: Arc<Node>, max_request_bytes: usize) -> Router {
         .route("/v2/health/ready", get(ready))
         .route("/v2/models/{model}/infer", post(infer_newest))
         .route("/v2/models/{model}/versions/{version}/infer", post(infer))
+        .route(super::remote::STAGE_PATH, post(infer))
         .route(
             "/v2/repository/models/{model}/versions/{version}/load",
             post(load),
@@ -610,18 +611,26 @@ async fn infer_newest(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    run_infer(node, peer, model, None, headers, body).await
+    run_infer(node, peer, model, None, headers, body, false).await
 }
 
+/// `POST /v2/models/{m}/versions/{v}/infer`, and on [`super::remote::STAGE_PATH`] a pipeline's
+/// model stage from the manager: its native op, then the model.
 async fn infer(
     State(node): State<Arc<Node>>,
     Extension(peer): Extension<Peer>,
     Path((model, version)): Path<(String, String)>,
+    uri: http::Uri,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    let stage = uri.path().starts_with("/cluster/");
+    if stage && !peer.cluster {
+        return ApiError::forbidden("only the manager sends pipeline stages to a worker")
+            .into_response();
+    }
     match parse_version(&version) {
-        Ok(v) => run_infer(node, peer, model, Some(v), headers, body).await,
+        Ok(v) => run_infer(node, peer, model, Some(v), headers, body, stage).await,
         Err(e) => e.into_response(),
     }
 }
@@ -633,6 +642,7 @@ async fn run_infer(
     version: Option<u64>,
     headers: HeaderMap,
     body: Bytes,
+    stage: bool,
 ) -> Response {
     node.in_flight.fetch_add(1, Ordering::Relaxed);
     let _counted = InFlight(&node.in_flight);
@@ -653,7 +663,13 @@ async fn run_infer(
             .lock()
             .insert(record.sha256.clone(), Instant::now());
         let (document, inputs) = codec::decode(&headers, &body)?;
-        let request = Request::kserve(&document, inputs)?;
+        let mut request = Request::kserve(&document, inputs)?;
+        if stage {
+            let op = super::remote::stage_ops(&document)?;
+            request.inputs =
+                crate::infer::backend::preprocess(node.engine.ops().clone(), op, request.inputs)
+                    .await?;
+        }
         let outputs = node
             .engine
             .infer_with(

@@ -16,6 +16,8 @@ pub struct RoutingCounters {
     pub retries: AtomicU64,
     pub no_worker: AtomicU64,
     pub direct_tokens: AtomicU64,
+    /// Request body bytes sent to workers (tensors and their description).
+    pub sent_bytes: AtomicU64,
 }
 
 impl RoutingCounters {
@@ -33,7 +35,7 @@ struct WorkerLabels {
 #[derive(Debug)]
 pub struct Snapshot {
     workers: Vec<WorkerView>,
-    counters: [u64; 3],
+    counters: [u64; 4],
 }
 
 impl Snapshot {
@@ -41,7 +43,7 @@ impl Snapshot {
         let c = manager.counters();
         Snapshot {
             workers: manager.view(),
-            counters: [&c.retries, &c.no_worker, &c.direct_tokens]
+            counters: [&c.retries, &c.no_worker, &c.direct_tokens, &c.sent_bytes]
                 .map(|a| a.load(Ordering::Relaxed)),
         }
     }
@@ -103,6 +105,10 @@ impl prometheus_client::collector::Collector for Snapshot {
             (
                 "direct_tokens_issued",
                 "Direct-mode tokens issued (POST /v2/models/{m}/assign)",
+            ),
+            (
+                "worker_request_bytes",
+                "Request body bytes the manager sent to workers (a retry counts again)",
             ),
         ];
         for ((name, help), value) in counters.into_iter().zip(self.counters) {

@@ -50,6 +50,19 @@ pub struct ClusterConfig {
     /// When a model's least loaded copy would keep a new request waiting longer than this,
     /// one more worker loads it.
     pub scale_out_queue_delay_ms: u64,
+    /// Where a pipeline's native ops (resize/normalize) run when its model stage goes to a
+    /// worker: on the worker, next to the model and its GPU (the manager sends the smaller
+    /// pre-op tensors), or on the manager (it sends the model's input tensors).
+    pub pipeline_ops: PipelineOps,
+}
+
+/// `[cluster] pipeline_ops`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PipelineOps {
+    #[default]
+    Worker,
+    Manager,
 }
 
 impl Default for ClusterConfig {
@@ -60,6 +73,7 @@ impl Default for ClusterConfig {
             missed_heartbeats: 3,
             request_timeout_s: 60,
             scale_out_queue_delay_ms: 50,
+            pipeline_ops: PipelineOps::Worker,
         }
     }
 }

@@ -1,9 +1,21 @@
 //! One inference on a worker: KServe v2 over HTTP with Triton's binary tensor extension (no
 //! JSON number formatting on either side), on the manager's mutual-TLS client.
+//!
+//! A pipeline's model stage may carry its native op (resize + normalize, `[cluster]
+//! pipeline_ops = "worker"`): the manager sends the pre-op tensors (a decoded RGB8 image, 3
+//! bytes a pixel at its own size, instead of the model's FP32 input) with the op's spec as the
+//! request parameter [`STAGE_OPS_PARAMETER`], to the worker's [`STAGE_PATH`]. The spec travels
+//! with each request rather than the worker resolving the pipeline from the manager's catalog:
+//! the worker runs exactly the op the manager resolved when the request started (a pipeline
+//! changed meanwhile affects only later requests, as on one host), with no catalog round trip
+//! or cache to invalidate, for a few hundred bytes of JSON. A separate path rather than a
+//! parameter on the usual one, so that a worker too old to know it answers 404 (turned into a
+//! clear error here) instead of ignoring the parameter and feeding the image to the model.
 
 use crate::error::{ApiError, Kind};
 use bytes::Bytes;
 use http::StatusCode;
+use infergate_engine::preprocess::ResizeNormalize;
 use infergate_engine::{InferOptions, Tensor};
 use infergate_protocol::kserve::{self, InferRequest, InputTensor, HEADER_LENGTH};
 use serde::Deserialize;
@@ -20,13 +32,50 @@ pub fn config_digest(config: &Value) -> String {
     hex::encode(&sha2::Sha256::digest(config.to_string().as_bytes())[..8])
 }
 
+/// The request parameter that carries a pipeline stage's native op (a [`ResizeNormalize`]).
+pub const STAGE_OPS_PARAMETER: &str = "infergate_preprocess";
+
+/// The worker's endpoint for a model stage with its native op (manager only), under
+/// `/cluster/v1/stage`; `{model}` and `{version}` as in KServe's infer path.
+pub const STAGE_PATH: &str = "/cluster/v1/stage/models/{model}/versions/{version}/infer";
+
 /// A request body, encoded once and sent to as many workers as it takes.
 pub struct Encoded {
     body: Bytes,
     header_len: usize,
+    /// Carries a native op: goes to [`STAGE_PATH`].
+    stage: bool,
 }
 
+impl Encoded {
+    /// Bytes on the wire for the body.
+    pub fn wire_bytes(&self) -> usize {
+        self.body.len()
+    }
+}
+
+/// A model's inputs, as a plain KServe request.
 pub fn encode(inputs: &[Tensor], outputs: &[String], options: InferOptions) -> Encoded {
+    encode_with(inputs, None, outputs, options)
+}
+
+/// A pipeline stage: `inputs` are the op's (pre-op tensors), the worker runs `ops` then the
+/// model.
+pub fn encode_stage(
+    inputs: &[Tensor],
+    ops: &ResizeNormalize,
+    outputs: &[String],
+    options: InferOptions,
+) -> Encoded {
+    encode_with(inputs, Some(ops), outputs, options)
+}
+
+fn encode_with(
+    inputs: &[Tensor],
+    ops: Option<&ResizeNormalize>,
+    outputs: &[String],
+    options: InferOptions,
+) -> Encoded {
     let mut binary = Vec::new();
     let described: Vec<Value> = inputs
         .iter()
@@ -50,6 +99,9 @@ pub fn encode(inputs: &[Tensor], outputs: &[String], options: InferOptions) -> E
         let micros = u64::try_from(timeout.as_micros()).unwrap_or(u64::MAX);
         parameters.insert("timeout".into(), micros.into());
     }
+    if let Some(ops) = ops {
+        parameters.insert(STAGE_OPS_PARAMETER.into(), json!(ops));
+    }
     let mut document = json!({"inputs": described, "parameters": parameters});
     if !outputs.is_empty() {
         document["outputs"] = outputs.iter().map(|name| json!({"name": name})).collect();
@@ -60,7 +112,25 @@ pub fn encode(inputs: &[Tensor], outputs: &[String], options: InferOptions) -> E
     Encoded {
         body: Bytes::from(body),
         header_len,
+        stage: ops.is_some(),
     }
+}
+
+/// The native op a stage request carries, checked as a saved pipeline's is (the worker's side
+/// of [`encode_stage`]). Its absence or a malformed spec is the manager's fault (400 here,
+/// relayed to the client as the worker's answer).
+pub fn stage_ops(request: &InferRequest) -> Result<ResizeNormalize, ApiError> {
+    let value = request.parameters.get(STAGE_OPS_PARAMETER).ok_or_else(|| {
+        ApiError::bad_request(format!(
+            "a pipeline stage request must carry its native op in the parameter '{STAGE_OPS_PARAMETER}'"
+        ))
+    })?;
+    let ops: ResizeNormalize = serde_json::from_value(value.clone()).map_err(|e| {
+        ApiError::bad_request(format!("invalid '{STAGE_OPS_PARAMETER}' parameter: {e}"))
+    })?;
+    ops.validate()
+        .map_err(|m| ApiError::bad_request(format!("invalid '{STAGE_OPS_PARAMETER}': {m}")))?;
+    Ok(ops)
 }
 
 /// Why a worker gave no answer: whether another worker may be tried.
@@ -101,7 +171,14 @@ pub async fn infer(
         version,
         ..
     } = *to;
-    let url = format!("https://{advertise}/v2/models/{model}/versions/{version}/infer");
+    let url = if request.stage {
+        let path = STAGE_PATH
+            .replace("{model}", model)
+            .replace("{version}", &version.to_string());
+        format!("https://{advertise}{path}")
+    } else {
+        format!("https://{advertise}/v2/models/{model}/versions/{version}/infer")
+    };
     let failed = |e: reqwest::Error| {
         if e.is_timeout() {
             Failure::TimedOut(format!(
@@ -136,8 +213,11 @@ pub async fn infer(
     if !status.is_success() {
         let message = serde_json::from_slice::<Value>(&body)
             .ok()
-            .and_then(|v| v["error"].as_str().map(str::to_owned))
-            .unwrap_or_else(|| format!("worker {advertise} answered {status}"));
+            .and_then(|v| v["error"].as_str().map(str::to_owned));
+        if let Some(error) = unknown_stage(advertise, request.stage, status, message.is_none()) {
+            return Err(Failure::Answered(error));
+        }
+        let message = message.unwrap_or_else(|| format!("worker {advertise} answered {status}"));
         if status == StatusCode::SERVICE_UNAVAILABLE {
             return Err(Failure::Unreachable(format!(
                 "worker {advertise}: {message}"
@@ -153,6 +233,22 @@ pub async fn infer(
             Kind::Upstream,
             format!("worker {advertise} sent an answer that does not decode: {e}"),
         ))
+    })
+}
+
+/// A stage request answered 404 without a JSON error is a worker whose router lacks
+/// [`STAGE_PATH`] (an older version; a missing model is a JSON 404): a clear error naming the
+/// way out, never a retry elsewhere or a fallback that would hide the version skew.
+fn unknown_stage(advertise: &str, stage: bool, status: StatusCode, bare: bool) -> Option<ApiError> {
+    (stage && bare && status == StatusCode::NOT_FOUND).then(|| {
+        ApiError::new(
+            Kind::Upstream,
+            format!(
+                "worker {advertise} cannot run a pipeline's native ops (it has no {STAGE_PATH}: \
+                 an older version?): upgrade it, or set [cluster] pipeline_ops = \"manager\" \
+                 on the manager"
+            ),
+        )
     })
 }
 
@@ -205,5 +301,72 @@ mod tests {
             kserve::encode_response(&request, "m", 1, std::slice::from_ref(&x)).unwrap();
         assert!(header_len.is_some());
         assert_eq!(decode(&body, header_len).unwrap(), vec![x]);
+    }
+
+    #[test]
+    fn a_stage_request_carries_its_op_and_the_worker_reads_it_back() {
+        let image = Tensor {
+            name: "image".into(),
+            datatype: DataType::Uint8,
+            shape: vec![2, 3, 3],
+            data: TensorData::Raw((0u8..18).collect()),
+        };
+        let op: ResizeNormalize = serde_json::from_value(json!({
+            "output": "input", "width": 4, "height": 4,
+            "mean": [127, 127, 127], "std": [128, 128, 128], "mode": "letterbox", "pad": 9
+        }))
+        .unwrap();
+        let encoded = encode_stage(
+            std::slice::from_ref(&image),
+            &op,
+            &[],
+            InferOptions::default(),
+        );
+        assert!(encoded.stage);
+        assert!(!encode(std::slice::from_ref(&image), &[], InferOptions::default()).stage);
+        let mut headers = http::HeaderMap::new();
+        headers.insert(HEADER_LENGTH, encoded.header_len.into());
+        let (request, inputs) = crate::api::codec::decode(&headers, &encoded.body).unwrap();
+        assert_eq!(inputs, vec![image]);
+        assert_eq!(stage_ops(&request).unwrap(), op);
+        // The op's parameter is not a scalar: plugins and options never see it.
+        let parsed = crate::infer::Request::kserve(&request, inputs).unwrap();
+        assert!(
+            parsed
+                .parameters
+                .iter()
+                .all(|(k, _)| k != STAGE_OPS_PARAMETER),
+            "{:?}",
+            parsed.parameters
+        );
+    }
+
+    #[test]
+    fn a_stage_request_without_a_valid_op_is_refused() {
+        let request = |parameters: Value| InferRequest {
+            id: None,
+            parameters: parameters.as_object().unwrap().clone(),
+            inputs: Vec::new(),
+            outputs: Vec::new(),
+        };
+        let missing = stage_ops(&request(json!({}))).unwrap_err();
+        assert_eq!(missing.status(), StatusCode::BAD_REQUEST);
+        assert!(missing.message.contains(STAGE_OPS_PARAMETER), "{missing:?}");
+        let zero_std = json!({STAGE_OPS_PARAMETER: {"output": "x", "width": 4, "height": 4,
+            "mean": [0, 0, 0], "std": [1, 0, 1]}});
+        let e = stage_ops(&request(zero_std)).unwrap_err();
+        assert_eq!(e.status(), StatusCode::BAD_REQUEST);
+        assert!(e.message.contains("std"), "{e:?}");
+    }
+
+    #[test]
+    fn an_older_worker_without_the_stage_path_is_a_clear_error_not_a_retry() {
+        let old = unknown_stage("w:1", true, StatusCode::NOT_FOUND, true).unwrap();
+        assert_eq!(old.status(), StatusCode::BAD_GATEWAY);
+        assert!(old.message.contains("pipeline_ops"), "{old:?}");
+        // A model the worker cannot find answers JSON; a plain request's 404 is the model's.
+        assert!(unknown_stage("w:1", true, StatusCode::NOT_FOUND, false).is_none());
+        assert!(unknown_stage("w:1", false, StatusCode::NOT_FOUND, true).is_none());
+        assert!(unknown_stage("w:1", true, StatusCode::BAD_REQUEST, true).is_none());
     }
 }
