@@ -85,6 +85,9 @@ pub struct Report {
     pub cpu_percent: f64,
     pub rss_bytes: u64,
     pub gpus: Vec<GpuUsage>,
+    /// `host:port` of the worker's KServe v2 gRPC listener (its advertised host, its gRPC
+    /// port), for direct-mode clients; `None` from a worker that serves no gRPC.
+    pub grpc: Option<String>,
 }
 
 impl Default for Report {
@@ -100,6 +103,7 @@ impl Default for Report {
             cpu_percent: 0.0,
             rss_bytes: 0,
             gpus: Vec::new(),
+            grpc: None,
         }
     }
 }
