@@ -111,11 +111,13 @@ impl Default for Report {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct GpuUsage {
-    /// Bytes in use on the device (all processes), from the CUDA driver.
+    /// Bytes in use on the device (all processes), from NVML when it answers, else from the
+    /// CUDA driver.
     pub memory_used_bytes: u64,
-    /// Busy time in percent; 0 when not measured: it needs NVML, which workers do not link
-    /// yet (the CUDA driver API does not report it).
-    pub utilisation_percent: f64,
+    /// Busy time in percent over NVML's last sample period; `None` (`null`) when not
+    /// measured: a host without NVML, or a device NVML does not answer for. Never 0 for
+    /// "unknown".
+    pub utilisation_percent: Option<f64>,
 }
 
 #[cfg(test)]

@@ -125,7 +125,10 @@ impl Nvml {
                 "nvmlDeviceGetUtilizationRates",
                 (self.utilization)(device, &mut rates),
             )?;
-            self.check("nvmlDeviceGetMemoryInfo", (self.memory)(device, &mut memory))?;
+            self.check(
+                "nvmlDeviceGetMemoryInfo",
+                (self.memory)(device, &mut memory),
+            )?;
         }
         Ok(NvmlUsage {
             utilisation_percent: rates.gpu.min(100),
