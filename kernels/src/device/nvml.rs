@@ -33,7 +33,8 @@ struct Memory {
     used: c_ulonglong,
 }
 
-/// The library and the functions used, resolved once.
+/// The library and the functions used, resolved once, then called from any thread (NVML is
+/// thread-safe after `nvmlInit`).
 struct Nvml {
     error_string: unsafe extern "C" fn(Return) -> *const c_char,
     by_pci_bus_id: unsafe extern "C" fn(*const c_char, *mut Device) -> Return,
@@ -42,11 +43,6 @@ struct Nvml {
     /// Kept loaded for the life of the process (the function pointers point into it).
     _library: libloading::Library,
 }
-
-// SAFETY: NVML is thread-safe (documented: all calls may be made from any thread after
-// `nvmlInit`); the struct holds only function pointers into the loaded library.
-unsafe impl Send for Nvml {}
-unsafe impl Sync for Nvml {}
 
 static NVML: OnceLock<std::result::Result<Nvml, String>> = OnceLock::new();
 
