@@ -604,7 +604,8 @@ async fn direct_tokens_are_checked_on_the_worker_and_tampered_model_files_refuse
     );
 
     // The same token over gRPC, on the worker's own gRPC listener (reported with its
-    // heartbeats): minilm runs; cls is PERMISSION_DENIED, no token UNAUTHENTICATED.
+    // heartbeats): minilm runs; cls is PERMISSION_DENIED, no token or an expired one
+    // UNAUTHENTICATED.
     until(
         &s,
         Duration::from_secs(10),
@@ -649,6 +650,12 @@ async fn direct_tokens_are_checked_on_the_worker_and_tampered_model_files_refuse
             None,
             tonic::Code::Unauthenticated,
             "missing direct token",
+        ),
+        (
+            "minilm",
+            short["token"].as_str(),
+            tonic::Code::Unauthenticated,
+            "expired",
         ),
     ] {
         let refused = grpc_call(model, token).await.unwrap();
