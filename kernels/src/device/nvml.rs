@@ -2,8 +2,9 @@
 //! with the NVIDIA driver): the CUDA driver API does not report how busy a device is.
 //!
 //! Five NVML calls, bound by hand with `libloading` (the version cudarc already loads the
-//! CUDA driver with) rather than a wrapper crate: the wrapper's proc-macro dependencies would
-//! change features shared with the rest of the build for a handful of C functions.
+//! CUDA driver with, so the build gains no crate) rather than `nvml-wrapper`, which would add
+//! itself, its `-sys` bindings and a proc-macro crate for these few C functions (cudarc
+//! 0.19.10 has no NVML module).
 //!
 //! NVML numbers devices in its own order (PCI order, ignoring `CUDA_VISIBLE_DEVICES`), so a
 //! CUDA device is found by its PCI bus id (`nvmlDeviceGetHandleByPciBusId_v2`), never by
