@@ -85,6 +85,9 @@ pub struct Report {
     pub cpu_percent: f64,
     pub rss_bytes: u64,
     pub gpus: Vec<GpuUsage>,
+    /// `host:port` of the worker's KServe v2 gRPC listener (its advertised host, its gRPC
+    /// port), for direct-mode clients; `None` from a worker that serves no gRPC.
+    pub grpc: Option<String>,
 }
 
 impl Default for Report {
@@ -100,6 +103,7 @@ impl Default for Report {
             cpu_percent: 0.0,
             rss_bytes: 0,
             gpus: Vec::new(),
+            grpc: None,
         }
     }
 }
@@ -107,11 +111,13 @@ impl Default for Report {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct GpuUsage {
-    /// Bytes in use on the device (all processes), from the CUDA driver.
+    /// Bytes in use on the device (all processes), from NVML when it answers, else from the
+    /// CUDA driver.
     pub memory_used_bytes: u64,
-    /// Busy time in percent; 0 when not measured: it needs NVML, which workers do not link
-    /// yet (the CUDA driver API does not report it).
-    pub utilisation_percent: f64,
+    /// Busy time in percent over NVML's last sample period; `None` (`null`) when not
+    /// measured: a host without NVML, or a device NVML does not answer for. Never 0 for
+    /// "unknown".
+    pub utilisation_percent: Option<f64>,
 }
 
 #[cfg(test)]

@@ -184,7 +184,8 @@ pub struct GpuDevice {
 #[serde(default)]
 pub struct GpuUsage {
     pub memory_used_bytes: u64,
-    pub utilisation_percent: f64,
+    /// `None` when the worker cannot measure it (no NVML).
+    pub utilisation_percent: Option<f64>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]

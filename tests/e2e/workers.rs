@@ -282,6 +282,32 @@ pub(crate) async fn infer_at(
 }
 
 /// A direct-mode client for an assign answer: it trusts the cluster CA the answer carries.
+/// minilm's three INT64 inputs for one four-token sentence, as a gRPC message.
+fn grpc_request(model: &str) -> infergate::grpc::proto::ModelInferRequest {
+    use infergate::grpc::proto::model_infer_request::InferInputTensor;
+    let tensor = |values: [i64; 4]| values.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let input = |name: &str| InferInputTensor {
+        name: name.into(),
+        datatype: "INT64".into(),
+        shape: vec![1, 4],
+        ..Default::default()
+    };
+    infergate::grpc::proto::ModelInferRequest {
+        model_name: model.into(),
+        inputs: vec![
+            input("input_ids"),
+            input("attention_mask"),
+            input("token_type_ids"),
+        ],
+        raw_input_contents: vec![
+            tensor([101, 7592, 2088, 102]),
+            tensor([1; 4]),
+            tensor([0; 4]),
+        ],
+        ..Default::default()
+    }
+}
+
 fn direct_client(grant: &Value) -> reqwest::Client {
     let ca = grant["ca_pem"]
         .as_str()
@@ -576,6 +602,67 @@ async fn direct_tokens_are_checked_on_the_worker_and_tampered_model_files_refuse
         message["error"].as_str().unwrap().contains("expired"),
         "{message}"
     );
+
+    // The same token over gRPC, on the worker's own gRPC listener (reported with its
+    // heartbeats): minilm runs; cls is PERMISSION_DENIED, no token or an expired one
+    // UNAUTHENTICATED.
+    until(
+        &s,
+        Duration::from_secs(10),
+        "the worker's gRPC address",
+        |l| l.len() == 1 && l[0]["report"]["grpc"].is_string(),
+    )
+    .await;
+    let grant = assign(key.clone(), 300).await;
+    let grpc = grant["grpc"].as_str().expect("a gRPC address").to_owned();
+    assert_ne!(format!("https://{grpc}"), grant["worker"].as_str().unwrap());
+    let token = grant["token"].as_str().unwrap();
+    let grpc_call = |model: &str, token: Option<&str>| {
+        let mut request = direct
+            .post(format!(
+                "https://{grpc}/inference.GRPCInferenceService/ModelInfer"
+            ))
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+            .body(crate::grpc::frame(&grpc_request(model)));
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        request.send()
+    };
+    let answer = grpc_call("minilm", Some(token)).await.unwrap();
+    assert_eq!(answer.version(), reqwest::Version::HTTP_2);
+    assert!(answer.headers().get("grpc-status").is_none(), "{answer:?}");
+    let bytes = answer.bytes().await.unwrap();
+    let decoded =
+        <infergate::grpc::proto::ModelInferResponse as prost::Message>::decode(&bytes[5..])
+            .expect("an inference answer");
+    assert_eq!(decoded.outputs[0].shape, [1, 4, 384]);
+    for (model, token, code, says) in [
+        (
+            "cls",
+            Some(token),
+            tonic::Code::PermissionDenied,
+            "direct token is for model 'minilm'",
+        ),
+        (
+            "minilm",
+            None,
+            tonic::Code::Unauthenticated,
+            "missing direct token",
+        ),
+        (
+            "minilm",
+            short["token"].as_str(),
+            tonic::Code::Unauthenticated,
+            "expired",
+        ),
+    ] {
+        let refused = grpc_call(model, token).await.unwrap();
+        let status = tonic::Status::from_header_map(refused.headers()).expect("a gRPC status");
+        assert_eq!(status.code(), code, "{model}: {status:?}");
+        assert!(status.message().contains(says), "{status:?}");
+    }
 
     // A key's rate limit travels in its token: the worker keeps the client to it.
     let limited = Command::new(BIN)

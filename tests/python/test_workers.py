@@ -173,3 +173,54 @@ def test_tritonclient_directly_on_a_worker_with_an_assigned_token(cluster):
     with pytest.raises(InferenceServerException, match="direct token"):
         c.infer("minilm", inputs, headers={"Authorization": "Bearer forged"})
     os.unlink(ca.name)
+
+
+def test_tritonclient_grpc_directly_on_a_worker_with_an_assigned_token(cluster):
+    """The worker's KServe gRPC listener (the grant's `grpc`), TLS with the cluster CA, the
+    token as `authorization` metadata: inference runs; a token for this model does not run
+    another, and a call without a token or with a forged one is refused, as over HTTP."""
+    import json
+    import time
+    import urllib.request
+    from tritonclient.utils import InferenceServerException
+
+    ctx = ssl.create_default_context(cafile=cluster.cert)
+    # A worker reports its gRPC address with its heartbeats (every 2 s): a grant made just
+    # after it joined may not have one yet.
+    deadline = time.monotonic() + 15
+    while True:
+        request = urllib.request.Request(f"{cluster.url}/v2/models/minilm/assign", data=b"{}", method="POST",
+                                         headers={"Authorization": f"Bearer {cluster.key()}"})
+        grant = json.load(urllib.request.urlopen(request, context=ctx))
+        if grant.get("grpc") or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert grant["grpc"], grant
+    assert grant["grpc"] != grant["worker"].removeprefix("https://"), "gRPC has a listener of its own"
+    ca = tempfile.NamedTemporaryFile("w", suffix=".pem", delete=False)
+    ca.write(grant["ca_pem"])
+    ca.close()
+    try:
+        c = grpcclient.InferenceServerClient(url=grant["grpc"], ssl=True, root_certificates=ca.name)
+        inputs = []
+        for name, arr in FEEDS.items():
+            i = grpcclient.InferInput(name, list(arr.shape), "INT64")
+            i.set_data_from_numpy(arr)
+            inputs.append(i)
+        h = {"authorization": f"Bearer {grant['token']}"}
+        got = c.infer("minilm", inputs, headers=h).as_numpy("last_hidden_state")
+        np.testing.assert_allclose(got, want(), rtol=1e-5, atol=1e-5)
+        assert c.is_model_ready("minilm", headers=h)
+
+        with pytest.raises(InferenceServerException, match="direct token is for model 'minilm'") as e:
+            c.infer("other", inputs, headers=h)
+        assert "PERMISSION_DENIED" in str(e.value.status())
+        with pytest.raises(InferenceServerException, match="missing direct token") as e:
+            c.infer("minilm", inputs)
+        assert "UNAUTHENTICATED" in str(e.value.status())
+        with pytest.raises(InferenceServerException, match="direct token") as e:
+            c.infer("minilm", inputs, headers={"authorization": "Bearer forged"})
+        assert "UNAUTHENTICATED" in str(e.value.status())
+        c.close()
+    finally:
+        os.unlink(ca.name)

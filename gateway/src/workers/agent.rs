@@ -63,6 +63,12 @@ pub struct WorkerArgs {
         default_value = "127.0.0.1:8445"
     )]
     listen: SocketAddr,
+    /// Address to serve KServe v2 over gRPC on (TLS with the same certificate; direct clients
+    /// send their token as `authorization: Bearer` metadata) [default: the --listen address
+    /// with the next port, or any free port when --listen has port 0]. Clients reach it at the
+    /// --advertise host with this port; `/assign` answers it as `grpc`.
+    #[arg(long, env = "INFERGATE_WORKER_GRPC_LISTEN")]
+    grpc_listen: Option<SocketAddr>,
     /// host:port the manager reaches this worker at [default: the --listen address].
     #[arg(long, env = "INFERGATE_ADVERTISE")]
     advertise: Option<String>,
@@ -94,7 +100,7 @@ pub struct WorkerArgs {
 }
 
 /// What the worker's request handlers and heartbeat share.
-struct Node {
+pub(super) struct Node {
     engine: Arc<Engine>,
     data: DataDir,
     link: ManagerLink,
@@ -116,13 +122,15 @@ struct Node {
     limiter: crate::ratelimit::Limiter,
     /// What this host reported when it joined (its GPUs are asked for memory in each report).
     devices: infergate_cluster::messages::Devices,
+    /// `host:port` of the gRPC listener as clients reach it (reported in each heartbeat).
+    grpc: String,
 }
 
 /// Who is on the other end of a connection: the manager (a cluster certificate) or a
 /// direct-mode client (none; a token per request).
 #[derive(Clone, Copy)]
-struct Peer {
-    cluster: bool,
+pub(super) struct Peer {
+    pub(super) cluster: bool,
 }
 
 pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
@@ -145,6 +153,13 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("binding {}", args.listen))?;
     let addr = listener.local_addr()?;
+    let grpc_listen = args.grpc_listen.unwrap_or_else(|| grpc_default(addr));
+    let grpc_listener = tokio::net::TcpListener::bind(grpc_listen)
+        .await
+        .with_context(|| {
+            format!("binding {grpc_listen} for gRPC (choose one with --grpc-listen)")
+        })?;
+    let grpc_addr = grpc_listener.local_addr()?;
     let id_file = data.root().join("worker-id");
     let request = JoinRequest {
         worker_id: std::fs::read_to_string(&id_file)
@@ -179,6 +194,7 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
         latencies: Mutex::new(LatencyWindow::new(Instant::now())),
         limiter: crate::ratelimit::Limiter::new(),
         devices: request.devices.clone(),
+        grpc: grpc_advertised(&request.advertise, grpc_addr.port()),
         cache_bytes: args.cache_bytes,
         verifier: Verifier::new(
             &hex::decode(&joined.token_public_key).context("the manager's token key is not hex")?,
@@ -208,17 +224,29 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
         });
     }
     tracing::info!("worker listening on https://{addr}");
+    tracing::info!("worker serving KServe gRPC on {grpc_addr} (TLS)");
     let router = router(node.clone(), args.max_request_bytes);
+    let grpc_router = super::grpc::router(node.clone(), args.max_request_bytes);
     let grace = Duration::from_secs(args.shutdown_grace_s);
-    serve(
-        listener,
-        tokio_rustls::TlsAcceptor::from(tls),
-        router,
-        stopped,
-        node.clone(),
-        grace,
-    )
-    .await;
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+    tokio::join!(
+        serve(
+            listener,
+            acceptor.clone(),
+            router,
+            stopped.clone(),
+            node.clone(),
+            grace,
+        ),
+        serve(
+            grpc_listener,
+            acceptor,
+            grpc_router,
+            stopped,
+            node.clone(),
+            grace
+        ),
+    );
     let _ = beats.await;
     if let Some(why) = fatal.lock().take() {
         return Err(anyhow!(why));
@@ -231,6 +259,25 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// The gRPC listener when none is given: the HTTP listener's address with the next port (any
+/// free port when that one is any free port).
+fn grpc_default(http: SocketAddr) -> SocketAddr {
+    let port = match http.port() {
+        0 => 0,
+        p => p.checked_add(1).unwrap_or(0),
+    };
+    SocketAddr::new(http.ip(), port)
+}
+
+/// Where clients reach the gRPC listener: the advertised host (the one the worker's certificate
+/// names) with the gRPC port.
+fn grpc_advertised(advertise: &str, port: u16) -> String {
+    match advertise.rsplit_once(':') {
+        Some((host, _)) => format!("{host}:{port}"),
+        None => format!("{advertise}:{port}"),
+    }
 }
 
 /// The first join: retried while the manager is unreachable (it may start after its workers),
@@ -353,6 +400,7 @@ impl Node {
             cpu_percent: cpu.sample(),
             rss_bytes: host::rss_bytes(),
             gpus: host::gpu_usage(&self.devices),
+            grpc: Some(self.grpc.clone()),
         }
     }
 
@@ -495,6 +543,79 @@ impl Node {
     }
 }
 
+impl Node {
+    /// The model version an inference request runs on, once its caller may run it: the
+    /// manager, or a direct client whose token names this model (HTTP and gRPC alike).
+    pub(super) async fn admit(
+        &self,
+        peer: Peer,
+        headers: &HeaderMap,
+        model: &str,
+        version: Option<u64>,
+    ) -> ApiResult<Arc<ModelRecord>> {
+        check_direct(self, peer, headers, model)?;
+        let mut record = self.record(model, version).await?;
+        // The manager's configuration of this version changed since it was learnt: learn it
+        // again before running.
+        let wanted = headers
+            .get(super::remote::CONFIG_HEADER)
+            .and_then(|v| v.to_str().ok());
+        if peer.cluster && wanted.is_some_and(|w| w != super::remote::config_digest(&record.config))
+        {
+            record = self.refresh(&record).await?;
+        }
+        self.last_used
+            .lock()
+            .insert(record.sha256.clone(), Instant::now());
+        Ok(record)
+    }
+
+    /// Runs a decoded request on a model version (loaded from the cache on first use).
+    pub(super) async fn execute(
+        &self,
+        record: &ModelRecord,
+        request: Request,
+    ) -> ApiResult<Inferred> {
+        let outputs = self
+            .engine
+            .infer_with(
+                &model_key(record),
+                &self.data.model_file(&record.sha256),
+                request.inputs,
+                request.outputs,
+                request.options,
+            )
+            .await?;
+        Ok(Inferred {
+            model: record.name.clone(),
+            version: record.version,
+            outputs,
+            served: None,
+            times: None,
+        })
+    }
+
+    /// Counts a request in flight until the guard drops.
+    pub(super) fn begin(&self) -> InFlight<'_> {
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        InFlight(&self.in_flight)
+    }
+
+    /// An answered request's latency, for the next heartbeat's figures.
+    pub(super) fn answered(&self, took: Duration) {
+        self.latencies.lock().record(took);
+    }
+
+    /// Whether a model version is loaded on this worker's engine.
+    pub(super) fn state(&self, record: &ModelRecord) -> ModelState {
+        self.engine.state(&model_key(record))
+    }
+
+    pub(super) fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Relaxed)
+    }
+}
+
 /// A failed record fetch as the request's answer: the manager does not have it (404), or could
 /// not be asked (503: the manager tries another worker).
 fn fetch_error(e: LinkError) -> ApiError {
@@ -520,7 +641,7 @@ fn router(node: Arc<Node>, max_request_bytes: usize) -> Router {
 }
 
 async fn ready(State(node): State<Arc<Node>>) -> StatusCode {
-    if node.draining.load(Ordering::Relaxed) {
+    if node.is_draining() {
         StatusCode::SERVICE_UNAVAILABLE
     } else {
         StatusCode::OK
@@ -528,7 +649,7 @@ async fn ready(State(node): State<Arc<Node>>) -> StatusCode {
 }
 
 /// Counts a request in flight until dropped.
-struct InFlight<'a>(&'a AtomicU32);
+pub(super) struct InFlight<'a>(&'a AtomicU32);
 
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
@@ -644,24 +765,10 @@ async fn run_infer(
     body: Bytes,
     stage: bool,
 ) -> Response {
-    node.in_flight.fetch_add(1, Ordering::Relaxed);
-    let _counted = InFlight(&node.in_flight);
+    let _counted = node.begin();
     let started = Instant::now();
     let answer = async {
-        check_direct(&node, peer, &headers, &model)?;
-        let mut record = node.record(&model, version).await?;
-        // The manager's configuration of this version changed since it was learnt: learn it
-        // again before running.
-        let wanted = headers
-            .get(super::remote::CONFIG_HEADER)
-            .and_then(|v| v.to_str().ok());
-        if peer.cluster && wanted.is_some_and(|w| w != super::remote::config_digest(&record.config))
-        {
-            record = node.refresh(&record).await?;
-        }
-        node.last_used
-            .lock()
-            .insert(record.sha256.clone(), Instant::now());
+        let record = node.admit(peer, &headers, &model, version).await?;
         let (document, inputs) = codec::decode(&headers, &body)?;
         let mut request = Request::kserve(&document, inputs)?;
         if stage {
@@ -670,30 +777,12 @@ async fn run_infer(
                 crate::infer::backend::preprocess(node.engine.ops().clone(), op, request.inputs)
                     .await?;
         }
-        let outputs = node
-            .engine
-            .infer_with(
-                &model_key(&record),
-                &node.data.model_file(&record.sha256),
-                request.inputs,
-                request.outputs,
-                request.options,
-            )
-            .await?;
-        codec::respond(
-            &document,
-            Inferred {
-                model: record.name.clone(),
-                version: record.version,
-                outputs,
-                served: None,
-                times: None,
-            },
-        )
+        let inferred = node.execute(&record, request).await?;
+        codec::respond(&document, inferred)
     };
     match answer.await {
         Ok(response) => {
-            node.latencies.lock().record(started.elapsed());
+            node.answered(started.elapsed());
             response
         }
         Err(e) => e.into_response(),

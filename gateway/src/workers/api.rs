@@ -310,7 +310,7 @@ pub async fn assign(
         name: record.name.clone(),
         version: u32::try_from(record.version).unwrap_or(u32::MAX),
     };
-    let (worker, advertise) = state.workers.choose_worker(&loaded)?;
+    let (worker, advertise, grpc) = state.workers.choose_worker(&loaded)?;
     let now = crate::store::now_secs().max(0) as u64;
     let claims = infergate_cluster::direct::DirectClaims {
         sub: key.public_id.clone(),
@@ -336,6 +336,9 @@ pub async fn assign(
     tracing::info!(key_id = key.id, model = %record.name, worker = %worker, "direct token issued");
     Ok(Json(json!({
         "worker": format!("https://{advertise}"),
+        // host:port for a KServe gRPC client (TLS, the same token); null from a worker that
+        // has not reported one.
+        "grpc": grpc,
         "worker_id": worker,
         "model": record.name,
         "version": record.version,

@@ -3,6 +3,7 @@
 
 use infergate_cluster::messages::{Devices, Gpu, GpuUsage};
 use infergate_engine::kernels::device::inventory;
+use infergate_engine::kernels::device::nvml::{self, NvmlUsage};
 use std::time::Instant;
 
 /// CPU model, cores and RAM of this host.
@@ -39,25 +40,49 @@ fn gpus() -> Vec<Gpu> {
     }
 }
 
-/// Memory in use on each GPU, for a heartbeat; empty on a host without GPUs (not asked then,
-/// so a host without a driver does not probe for one every interval).
+/// Memory in use and utilisation of each GPU, for a heartbeat; empty on a host without GPUs
+/// (not asked then, so a host without a driver does not probe for one every interval).
+/// Utilisation needs NVML: without it, it is absent and the reason is logged once.
 pub fn gpu_usage(devices: &Devices) -> Vec<GpuUsage> {
     if devices.gpus.is_empty() {
         return Vec::new();
     }
-    match inventory::memory_in_use() {
-        Ok(used) => used
-            .into_iter()
-            .map(|memory_used_bytes| GpuUsage {
-                memory_used_bytes,
-                utilisation_percent: 0.0,
-            })
-            .collect(),
+    let used = match inventory::memory_in_use() {
+        Ok(used) => used,
         Err(e) => {
             tracing::warn!(error = %e, "GPU memory query failed; heartbeat without GPU figures");
-            Vec::new()
+            return Vec::new();
         }
-    }
+    };
+    let measured = inventory::pci_bus_ids().and_then(|ids| nvml::usage(&ids));
+    let measured = match measured {
+        Ok(figures) => Some(figures),
+        Err(e) => {
+            static LOGGED: std::sync::Once = std::sync::Once::new();
+            LOGGED.call_once(|| {
+                tracing::info!(reason = %e, "GPU utilisation not reported (needs NVML)");
+            });
+            None
+        }
+    };
+    merge_usage(&used, measured.as_deref())
+}
+
+/// The CUDA driver's memory figures (ordinal order) with NVML's for the same devices (matched
+/// by PCI bus id, in the same order): NVML's memory and utilisation where it answered for a
+/// device, else the driver's memory and no utilisation.
+fn merge_usage(cuda_used: &[u64], nvml: Option<&[Option<NvmlUsage>]>) -> Vec<GpuUsage> {
+    cuda_used
+        .iter()
+        .enumerate()
+        .map(|(i, &used)| {
+            let measured = nvml.and_then(|n| n.get(i).copied().flatten());
+            GpuUsage {
+                memory_used_bytes: measured.map_or(used, |m| m.memory_used_bytes),
+                utilisation_percent: measured.map(|m| f64::from(m.utilisation_percent)),
+            }
+        })
+        .collect()
 }
 
 fn meminfo_kib(field: &str) -> Option<u64> {
@@ -155,5 +180,34 @@ mod tests {
         std::hint::black_box(x);
         assert!(cpu.sample() >= 0.0);
         assert_eq!(kib_field("VmRSS:\t  2048 kB\n", "VmRSS:"), Some(2048));
+    }
+
+    #[test]
+    fn nvml_figures_are_matched_per_device_and_absent_without_nvml() {
+        let cuda = [100, 200];
+        // No NVML: the driver's memory, utilisation absent (null in JSON, never 0).
+        let without = merge_usage(&cuda, None);
+        assert_eq!(without[0].memory_used_bytes, 100);
+        assert_eq!(without[1].utilisation_percent, None);
+        let json = serde_json::to_value(&without[0]).unwrap();
+        assert!(json["utilisation_percent"].is_null(), "{json}");
+        // NVML answered for the second device only (matched by bus id, in ordinal order).
+        let nvml = [
+            None,
+            Some(NvmlUsage {
+                utilisation_percent: 37,
+                memory_used_bytes: 250,
+            }),
+        ];
+        let with = merge_usage(&cuda, Some(&nvml));
+        assert_eq!(with[0].memory_used_bytes, 100);
+        assert_eq!(with[0].utilisation_percent, None);
+        assert_eq!(with[1].memory_used_bytes, 250);
+        assert_eq!(with[1].utilisation_percent, Some(37.0));
+        // Fewer NVML answers than devices: the rest stay unmeasured.
+        assert_eq!(
+            merge_usage(&cuda, Some(&nvml[..1]))[1].utilisation_percent,
+            None
+        );
     }
 }

@@ -368,10 +368,13 @@ impl Manager {
         self.pick(&registry, model, &candidates, &tried)
     }
 
-    /// A worker (never the local engine) for a direct-mode client of `model`: its id and
-    /// address. Direct traffic never passes the manager, so the load compared is what workers
+    /// A worker (never the local engine) for a direct-mode client of `model`: its id, its
+    /// address and its gRPC address (as its last heartbeat gave it). Direct traffic never passes the manager, so the load compared is what workers
     /// report in flight plus the grants since (see `Registry::direct_candidates`).
-    pub fn choose_worker(&self, model: &LoadedModel) -> ApiResult<(String, String)> {
+    pub fn choose_worker(
+        &self,
+        model: &LoadedModel,
+    ) -> ApiResult<(String, String, Option<String>)> {
         let mut registry = self.registry.lock();
         let choice = {
             let candidates = registry.direct_candidates(model, Instant::now());
@@ -380,7 +383,8 @@ impl Manager {
         match choice {
             Choice::Worker { id, advertise } => {
                 registry.grant(&id);
-                Ok((id, advertise))
+                let grpc = registry.report_of(&id).and_then(|r| r.grpc.clone());
+                Ok((id, advertise, grpc))
             }
             Choice::Local => Err(ApiError::internal(
                 "the local engine is not a direct-mode worker",

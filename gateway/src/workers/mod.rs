@@ -9,7 +9,8 @@
 //! - [`api`]: the manager's endpoints for workers (`/cluster/v1`) and operators (`/api/workers`).
 //! - [`remote`]: one inference on a worker (KServe v2 binary over HTTP, mutual TLS).
 //! - [`link`]: a worker's calls to its manager.
-//! - [`agent`]: the `infergate worker` process; [`cache`]: its model files under a disk budget.
+//! - [`agent`]: the `infergate worker` process; [`cache`]: its model files under a disk budget;
+//!   [`grpc`]: its KServe gRPC listener for direct clients.
 //! - [`host`]: a host's devices and a process's CPU and memory, for reports.
 //! - [`window`]: a worker's request rate and latency percentiles between heartbeats.
 //! - [`metrics`]: per-worker gauges and routing counters for `/metrics`.
@@ -21,6 +22,7 @@
 pub mod agent;
 pub mod api;
 pub mod cache;
+pub mod grpc;
 pub mod host;
 pub mod link;
 pub mod manager;

@@ -68,6 +68,26 @@ pub fn memory_in_use() -> Result<Vec<u64>> {
     })
 }
 
+/// Each GPU's PCI address in ordinal order, as NVML takes it (see [`super::nvml::pci_bus_id`]):
+/// how a CUDA device is matched to NVML's device, whose numbering differs.
+pub fn pci_bus_ids() -> Result<Vec<String>> {
+    use cudarc::driver::sys::CUdevice_attribute as A;
+    driver_present()?;
+    guarded("CUDA PCI address query", || {
+        contexts()?
+            .iter()
+            .map(|ctx| {
+                let attribute = |a| drv("cuDeviceGetAttribute (PCI)", ctx.attribute(a));
+                Ok(super::nvml::pci_bus_id(
+                    attribute(A::CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID)?,
+                    attribute(A::CU_DEVICE_ATTRIBUTE_PCI_BUS_ID)?,
+                    attribute(A::CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID)?,
+                ))
+            })
+            .collect()
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,6 +9,7 @@
 
 pub mod inventory;
 pub mod memory;
+pub mod nvml;
 pub mod pool;
 pub mod ptx;
 

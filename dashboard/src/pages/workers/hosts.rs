@@ -56,11 +56,11 @@ pub fn gpu_text(host: &WorkerHost, usage: &[crate::types::GpuUsage]) -> String {
         .enumerate()
         .map(|(i, g)| match usage.get(i) {
             Some(u) => format!(
-                "{}: {} of {}, {:.0}%",
+                "{}: {} of {}, {}",
                 g.name,
                 format::bytes(u.memory_used_bytes),
                 format::bytes(g.memory_bytes),
-                u.utilisation_percent
+                or_dash(u.utilisation_percent, |p| format!("{p:.0}%"))
             ),
             None => format!("{} ({})", g.name, format::bytes(g.memory_bytes)),
         })
