@@ -200,14 +200,13 @@ async fn in_process_state(data: &std::path::Path) -> Arc<AppState> {
         infergate_engine::Engine::new(infergate::app::engine_config(&config).expect("config"))
             .expect("engine"),
     );
-    infergate::registry::register_file(
-        &store,
-        &engine,
-        "textgen",
-        &model("textgen.onnx"),
-        &json!({}),
-    )
-    .expect("register");
+    infergate::model_repository::ModelRepository::new(store.clone(), engine.clone())
+        .register_file(
+            "textgen",
+            &model("textgen.onnx"),
+            &infergate::model_repository::ParsedConfig::empty(),
+        )
+        .expect("register");
     let plugin_host = Arc::new(infergate::app::plugin_host(&config, &store).expect("plugin host"));
     Arc::new(AppState::new(config, store, engine, plugin_host).expect("state"))
 }

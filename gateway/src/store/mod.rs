@@ -98,7 +98,9 @@ impl Default for StoreConfig {
 enum Backend {
     Sqlite {
         conn: Mutex<Connection>,
-        keys: key_cache::KeyCache,
+        // Boxed: the key cache (its snapshot and the WAL-index handle) would make every
+        // store as large as this variant.
+        keys: Box<key_cache::KeyCache>,
     },
     Postgres(postgres::Postgres),
 }
@@ -121,7 +123,7 @@ impl Store {
         conn.pragma_update(None, "synchronous", "NORMAL")?;
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
         migrate::apply(&mut conn).map_err(StoreError::Migration)?;
-        let keys = key_cache::KeyCache::open(&dir.database())?;
+        let keys = Box::new(key_cache::KeyCache::open(&dir.database())?);
         Ok(Store {
             backend: Backend::Sqlite {
                 conn: Mutex::new(conn),
