@@ -10,9 +10,10 @@
 //! answers 401, or the handler serves them when the route needs no key. Any answer marked as
 //! given before the body was read has the body drained first (`api::unread`).
 
-use crate::api::authorized::{Authenticated, DrainRequestBody, RefusedUnread};
+use crate::api::authorized::Authenticated;
 use crate::api::unread::Unread;
 use crate::auth;
+use crate::error::DrainRequestBody;
 use crate::error::{ApiError, Kind};
 use crate::ratelimit::{Admission, LimitKind, Limits, Quota, RateLimit, Rejection};
 use crate::shared_limits::{SharedLimits, Verdict};
@@ -127,7 +128,7 @@ async fn authenticate_and_admit(state: &AppState, mut request: Request, next: Ne
     };
     match admit(state, &key).await {
         Err(rejection) => {
-            let mut response = RefusedUnread(rejection_error(&rejection)).into_response();
+            let mut response = rejection_error(&rejection).before_body().into_response();
             if let Some(quota) = &rejection.quota {
                 set_quota_headers(response.headers_mut(), quota);
             }

@@ -282,9 +282,11 @@ impl From<StoreError> for ApiError {
 #[derive(Clone, Debug)]
 pub struct Logged(pub Arc<ApiError>);
 
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let body = serde_json::json!({ "error": self.message });
+impl ApiError {
+    /// `body` (the error in some route's shape) as this error's response: its status,
+    /// `Retry-After`, the drain mark when answered before the body was read, and the error for
+    /// the request's log line (`crate::request_id`). Every error shape goes through here.
+    pub fn respond_with(self, body: serde_json::Value) -> Response {
         let mut response = (self.status(), axum::Json(body)).into_response();
         if let Some(secs) = self.retry_after {
             response
@@ -296,6 +298,13 @@ impl IntoResponse for ApiError {
         }
         response.extensions_mut().insert(Logged(Arc::new(self)));
         response
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = serde_json::json!({ "error": self.message });
+        self.respond_with(body)
     }
 }
 

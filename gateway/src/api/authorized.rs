@@ -9,8 +9,8 @@
 //! version first.
 //!
 //! A refused request may still be sending its body, and an extractor sees only the request's
-//! head. The refusal is marked ([`RefusedUnread`]) and the middleware, which kept a handle on
-//! the body ([`crate::api::body::Unread`]), drains it (bounded) before answering, so that the
+//! head. The refusal is marked ([`ApiError::before_body`]) and the middleware, which kept a
+//! handle on the body ([`crate::api::unread::Unread`]), drains it (bounded) before answering, so that the
 //! client reads the 401 instead of a reset connection.
 
 use crate::auth::Scope;
@@ -18,7 +18,6 @@ use crate::error::ApiError;
 use crate::state::AppState;
 use crate::store::keys::KeyRecord;
 use axum::extract::FromRequestParts;
-use axum::response::{IntoResponse, Response};
 use http::request::Parts;
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -61,7 +60,9 @@ pub struct Authorized<S> {
 }
 
 impl<S: Required> FromRequestParts<Arc<AppState>> for Authorized<S> {
-    type Rejection = RefusedUnread;
+    /// Marked [`ApiError::before_body`]: the middleware drains the body (bounded) so that the
+    /// client can read the refusal.
+    type Rejection = ApiError;
 
     async fn from_request_parts(
         parts: &mut Parts,
@@ -72,35 +73,15 @@ impl<S: Required> FromRequestParts<Arc<AppState>> for Authorized<S> {
             Some(Authenticated(key)) => key,
             // The middleware found no valid key (or could not ask the store): authenticating
             // again gives the precise 401 (or the store's 503).
-            None => state.authenticate(&parts.headers).map_err(RefusedUnread)?,
+            None => state
+                .authenticate(&parts.headers)
+                .map_err(ApiError::before_body)?,
         };
-        crate::state::check_scopes(&key, S::SCOPES).map_err(RefusedUnread)?;
+        crate::state::check_scopes(&key, S::SCOPES).map_err(ApiError::before_body)?;
         crate::connection::authenticated();
         Ok(Authorized {
             key,
             scope: PhantomData,
         })
-    }
-}
-
-/// An error answered before the request's body was read: the middleware drains the body
-/// (bounded) so that the client can read it.
-pub struct RefusedUnread(pub ApiError);
-
-/// The mark on such an answer, for the middleware (also set by [`ApiError::before_body`]).
-pub use crate::error::DrainRequestBody;
-
-impl RefusedUnread {
-    /// The error as `render` answers it (a route's own error shape), marked for the drain.
-    pub fn into_response_with(self, render: impl FnOnce(ApiError) -> Response) -> Response {
-        let mut response = render(self.0);
-        response.extensions_mut().insert(DrainRequestBody);
-        response
-    }
-}
-
-impl IntoResponse for RefusedUnread {
-    fn into_response(self) -> Response {
-        self.into_response_with(IntoResponse::into_response)
     }
 }

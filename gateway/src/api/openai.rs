@@ -12,7 +12,7 @@
 //! `/v1/embeddings` is served by pipelines (see `embeddings.rs`). The bodies this module and
 //! `embeddings.rs` take are parsed and checked in `openai_request.rs`.
 
-use super::authorized::{Authorized, Infer, RefusedUnread};
+use super::authorized::{Authorized, Infer};
 use super::body::read_limited;
 use super::openai_llm;
 // `Stop` and `StreamOptions` are shared with the chat models' requests (openai_llm.rs).
@@ -263,29 +263,19 @@ fn openai_error(e: ApiError) -> Response {
         _ => "server_error",
     };
     let body = json!({"error": {"message": e.message, "type": kind, "param": null, "code": null}});
-    let mut response = (e.status(), Json(body)).into_response();
-    if let Some(secs) = e.retry_after {
-        response
-            .headers_mut()
-            .insert(http::header::RETRY_AFTER, http::HeaderValue::from(secs));
-    }
-    // For the request's log line (`crate::request_id`).
-    response
-        .extensions_mut()
-        .insert(error::Logged(std::sync::Arc::new(e)));
-    response
+    e.respond_with(body)
 }
 
 pub async fn completions(
-    auth: Result<Authorized<Infer>, RefusedUnread>,
+    auth: Result<Authorized<Infer>, ApiError>,
     state: S,
     request_id: Extension<RequestId>,
     headers: HeaderMap,
     body: axum::body::Body,
 ) -> Response {
     if let Err(refused) = auth {
-        // In the OpenAI error shape, still drained by the middleware.
-        return refused.into_response_with(openai_error);
+        // In the OpenAI error shape, still drained by the middleware (`before_body`).
+        return openai_error(refused);
     }
     completion(state, request_id, headers, body)
         .await
@@ -293,15 +283,15 @@ pub async fn completions(
 }
 
 pub async fn chat_completions(
-    auth: Result<Authorized<Infer>, RefusedUnread>,
+    auth: Result<Authorized<Infer>, ApiError>,
     state: S,
     request_id: Extension<RequestId>,
     headers: HeaderMap,
     body: axum::body::Body,
 ) -> Response {
     if let Err(refused) = auth {
-        // In the OpenAI error shape, still drained by the middleware.
-        return refused.into_response_with(openai_error);
+        // In the OpenAI error shape, still drained by the middleware (`before_body`).
+        return openai_error(refused);
     }
     chat_completion(state, request_id, headers, body)
         .await
