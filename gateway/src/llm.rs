@@ -152,7 +152,8 @@ impl LlmModels {
             .model
             .get_or_try_init(|| async move {
                 self.check_budget(state, &key, bytes)?;
-                let path = state.model_file(record).await?;
+                // Chat models are not the ONNX engine's: checked at each (one-time) load.
+                let path = state.model_file(record, false).await?;
                 tracing::info!(model = %key, "loading chat model");
                 let started = Instant::now();
                 let model = tokio::task::spawn_blocking(move || LlmModel::load(&path, config))

@@ -14,7 +14,7 @@ use crate::store::models::ModelRecord;
 use crate::store::{BlobKind, Store, StoreError};
 use crate::textgen::Vocab;
 use infergate_engine::kernels::Ops;
-use infergate_engine::{Engine, ModelConfig, ModelKey, ModelState, VersionPolicy};
+use infergate_engine::{Engine, ModelConfig, ModelKey, VersionPolicy};
 use infergate_plugin_host::PluginHost;
 use parking_lot::RwLock;
 use std::collections::BTreeMap;
@@ -142,16 +142,17 @@ impl AppState {
         }
     }
 
-    /// The data directory's copy of a version's file, to load it from: checked against its
-    /// sha256 and, with PostgreSQL, fetched from the database when missing or damaged
-    /// (`Store::local_blob`). A version the engine serves already is not checked again.
     /// The model repository over this server's store and engine.
     pub fn models(&self) -> crate::model_repository::ModelRepository {
         crate::model_repository::ModelRepository::new(self.store.clone(), self.engine.clone())
     }
 
-    pub async fn model_file(&self, record: &ModelRecord) -> ApiResult<PathBuf> {
-        if self.engine.state(&model_key(record)) == ModelState::Ready {
+    /// The data directory's copy of a version's file, to load it from: checked against its
+    /// sha256 and, with PostgreSQL, fetched from the database when missing or damaged
+    /// (`Store::local_blob`). `ready`: the engine serves the version already (the caller has
+    /// asked it), so its file is not checked again on every request.
+    pub async fn model_file(&self, record: &ModelRecord, ready: bool) -> ApiResult<PathBuf> {
+        if ready {
             return Ok(self.store.dir().model_file(&record.sha256));
         }
         let store = self.store.clone();

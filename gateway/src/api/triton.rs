@@ -169,9 +169,11 @@ pub async fn load(
     Path(model): Path<String>,
 ) -> ApiResult<StatusCode> {
     let record = state.catalog.resolve(&model, None)?;
+    let key = model_key(&record);
+    let ready = state.engine.state(&key) == ModelState::Ready;
     state
         .engine
-        .load(&model_key(&record), &state.model_file(&record).await?)
+        .load(&key, &state.model_file(&record, ready).await?)
         .await?;
     Ok(StatusCode::OK)
 }

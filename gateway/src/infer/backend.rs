@@ -89,7 +89,7 @@ pub async fn run_stage(
         let (id, advertise) = match choice {
             Choice::Local => {
                 let _outstanding = manager.begin(crate::workers::manager::LOCAL);
-                let path = state.model_file(record).await?;
+                let path = state.model_file(record, local_loaded).await?;
                 if let Some(op) = op {
                     inputs = preprocess(state.ops.clone(), op.clone(), inputs).await?;
                 }
