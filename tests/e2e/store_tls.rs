@@ -5,26 +5,19 @@
 
 use crate::harness::{model, register_with_env, Options, Server};
 use crate::test_postgres::PgServer;
-use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+use infergate_cluster::ca::ClusterCa;
 use serde_json::{json, Value};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gateway_runs_on_a_postgresql_store_reached_over_tls() {
-    // A CA of the test's own signs the server's certificate for 127.0.0.1.
-    let ca_key = KeyPair::generate().unwrap();
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca_cert = ca_params.self_signed(&ca_key).unwrap();
-    let issuer = rcgen::Issuer::from_params(&ca_params, &ca_key);
-    let server_key = KeyPair::generate().unwrap();
-    let server_cert = CertificateParams::new(vec!["127.0.0.1".to_string()])
-        .unwrap()
-        .signed_by(&server_key, &issuer)
-        .unwrap();
-    let pg = PgServer::start_with_tls(&server_cert.pem(), &server_key.serialize_pem());
+    // A CA of the test's own signs the server's certificate for 127.0.0.1 (the cluster CA's
+    // code, as in the connector's own test).
+    let ca = ClusterCa::generate("pg-test").unwrap();
+    let issued = ca.issue("postgres", &["127.0.0.1".into()]).unwrap();
+    let pg = PgServer::start_with_tls(&issued.cert_pem, &issued.key_pem);
     let tmp = tempfile::tempdir().unwrap();
     let ca_file = tmp.path().join("pg-ca.pem");
-    std::fs::write(&ca_file, ca_cert.pem()).unwrap();
+    std::fs::write(&ca_file, ca.cert_pem()).unwrap();
     let url = format!(
         "{}?sslmode=require&sslrootcert={}",
         pg.url(),
