@@ -320,6 +320,42 @@ def load_calls(call, targets, seconds, midway=None):
             "client_cpu_s": time.process_time() - cpu0, "per_target": per_label}
 
 
+def paired(model, base, other, seconds):
+    """Concurrency 1, interleaved: one thread sends `model` requests alternately to `base` and
+    to `other` (a keep-alive connection each), so both see the same machine, second by second.
+    Separate runs of a few seconds differ by several hundred microseconds on a small, shared
+    machine (other processes, CPU frequency, the page cache), which hides a difference of that
+    size; alternating cancels that drift. Returns each side's p50 (µs) and the median of the
+    per-pair differences (other - base)."""
+    call = kserve_call(model)
+    conns, times = {}, {"base": [], "other": []}
+    stop_at = time.monotonic() + seconds
+    try:
+        while time.monotonic() < stop_at:
+            for side, target in (("base", base), ("other", other)):
+                c = conns.get(side)
+                if c is None:
+                    c = conns[side] = http.client.HTTPSConnection(target.host, target.port,
+                                                                  context=target.tls, timeout=60)
+                t = time.perf_counter()
+                c.request("POST", call.path, body=call.body,
+                          headers={"Authorization": f"Bearer {target.bearer}", **call.headers})
+                r = c.getresponse()
+                data = r.read()
+                problem = call.check(r, data)
+                if problem:
+                    sys.exit(f"paired run: {side}: {problem}")
+                times[side].append(time.perf_counter() - t)
+    finally:
+        for c in conns.values():
+            c.close()
+    base_us, other_us = np.array(times["base"]) * 1e6, np.array(times["other"]) * 1e6
+    n = min(len(base_us), len(other_us))
+    return {"pairs": n, "base_p50_us": float(np.percentile(base_us, 50)),
+            "other_p50_us": float(np.percentile(other_us, 50)),
+            "median_pair_difference_us": float(np.median(other_us[:n] - base_us[:n]))}
+
+
 def measured(model, targets, seconds, procs):
     """`load` plus the CPU each named process spent per answered request (ms)."""
     before = {name: p.cpu_s() for name, p in procs.items()}
@@ -366,12 +402,20 @@ def hop(c, args, rep):
         for conc, r in rows[name].items():
             rep.say(f"  {name:15s} concurrency {conc}: {describe(r)}")
     ratio = rows["manager+worker"][args.concurrency]["rps"] / rows["all-in-one"][args.concurrency]["rps"]
-    added1 = rows["manager+worker"][1]["p50_us"] - rows["all-in-one"][1]["p50_us"]
+    separate1 = rows["manager+worker"][1]["p50_us"] - rows["all-in-one"][1]["p50_us"]
     added8 = rows["manager+worker"][args.concurrency]["p50_us"] - rows["all-in-one"][args.concurrency]["p50_us"]
+    # The added p50 at concurrency 1 is taken interleaved (see `paired`): the separate runs'
+    # difference is printed too, but drifts by more than the target between runs.
+    pair = paired(model, through(solo, 1)[0], through(manager, 1)[0], 2 * args.seconds)
+    added1 = pair["other_p50_us"] - pair["base_p50_us"]
+    rep.say(f"  interleaved at concurrency 1 ({pair['pairs']} pairs): all-in-one p50 {pair['base_p50_us'] / 1e3:.2f} ms, "
+            f"manager+worker p50 {pair['other_p50_us'] / 1e3:.2f} ms; median pair difference "
+            f"{pair['median_pair_difference_us']:+.0f} us")
     rep.say(f"  throughput ratio at concurrency {args.concurrency}: {ratio:.3f} (target >= 0.85: {verdict(ratio >= 0.85)})")
-    rep.say(f"  added p50 at concurrency 1: {added1:+.0f} us (target <= 300 us: {verdict(added1 <= 300)}); "
-            f"at concurrency {args.concurrency}: {added8:+.0f} us")
-    rep.figures["hop"] = {"model": model, "runs": rows, "ratio": ratio, "added_p50_us_c1": added1,
+    rep.say(f"  added p50 at concurrency 1 (interleaved): {added1:+.0f} us (target <= 300 us: {verdict(added1 <= 300)}); "
+            f"separate runs: {separate1:+.0f} us; at concurrency {args.concurrency}: {added8:+.0f} us")
+    rep.figures["hop"] = {"model": model, "runs": rows, "ratio": ratio, "paired_c1": pair,
+                          "added_p50_us_c1": added1, "added_p50_us_c1_separate_runs": separate1,
                           f"added_p50_us_c{args.concurrency}": added8}
     for p in (worker, manager.proc, solo.proc):
         p.stop()

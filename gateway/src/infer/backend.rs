@@ -116,7 +116,7 @@ pub async fn run_stage(
             version: record.version,
             config_digest: digest.get_or_insert_with(|| remote::config_digest(&record.config)),
         };
-        match remote::infer(&manager.client, &to, body, timeout).await {
+        match remote::infer(&manager.pool, &to, body, timeout).await {
             Ok(outputs) => return Ok(outputs),
             Err(Failure::Answered(e)) => return Err(e),
             Err(Failure::TimedOut(why)) => return Err(ApiError::new(Kind::Timeout, why)),

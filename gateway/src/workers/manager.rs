@@ -34,8 +34,10 @@ pub const LOCAL: &str = "local";
 pub struct Manager {
     material: Material,
     registry: Mutex<Registry>,
-    /// The mutual-TLS client for inference on workers.
+    /// The mutual-TLS client for calls to workers other than inference (loads).
     pub client: reqwest::Client,
+    /// Inference on workers: HTTP/1.1 over mutual TLS, driven by each request's task.
+    pub pool: super::pool::WorkerPool,
     pub config: ClusterConfig,
     policy: Policy,
     /// Requests running on the local engine, for routing.
@@ -67,9 +69,12 @@ pub enum Choice {
 impl Manager {
     pub fn new(store: &Store, config: ClusterConfig) -> anyhow::Result<Manager> {
         let material = Material::open(store)?;
+        let tls = super::tls::manager_client_config(&material.ca)?;
+        let connect_timeout = Duration::from_secs(3);
+        let pool = super::pool::WorkerPool::new(tls.clone(), connect_timeout);
         let client = reqwest::Client::builder()
-            .use_preconfigured_tls(super::tls::manager_client_config(&material.ca)?)
-            .connect_timeout(Duration::from_secs(3))
+            .use_preconfigured_tls(tls)
+            .connect_timeout(connect_timeout)
             .build()?;
         let heartbeat = Heartbeat {
             interval: Duration::from_millis(config.heartbeat_ms.max(100)),
@@ -79,6 +84,7 @@ impl Manager {
             material,
             registry: Mutex::new(Registry::new(heartbeat)),
             client,
+            pool,
             policy: Policy {
                 scale_out_queue_delay: Duration::from_millis(config.scale_out_queue_delay_ms),
             },

@@ -7,7 +7,8 @@
 //! - [`tls`]: certificates and verifiers between manager and workers (pinned CA, mutual TLS).
 //! - [`manager`]: admitting workers, the live registry, choosing where a request runs.
 //! - [`api`]: the manager's endpoints for workers (`/cluster/v1`) and operators (`/api/workers`).
-//! - [`remote`]: one inference on a worker (KServe v2 binary over HTTP, mutual TLS).
+//! - [`remote`]: one inference on a worker (KServe v2 binary over HTTP, mutual TLS), on
+//!   [`pool`]'s connections.
 //! - [`link`]: a worker's calls to its manager.
 //! - [`agent`]: the `infergate worker` process; [`cache`]: its model files under a disk budget;
 //!   [`grpc`]: its KServe gRPC listener for direct clients.
@@ -28,6 +29,7 @@ pub mod link;
 pub mod manager;
 pub mod material;
 pub mod metrics;
+pub mod pool;
 pub mod remote;
 pub mod tls;
 pub mod window;

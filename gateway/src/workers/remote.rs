@@ -160,7 +160,7 @@ pub struct Destination<'a> {
 }
 
 pub async fn infer(
-    client: &reqwest::Client,
+    pool: &super::pool::WorkerPool,
     to: &Destination<'_>,
     request: &Encoded,
     timeout: Duration,
@@ -169,47 +169,46 @@ pub async fn infer(
         advertise,
         model,
         version,
-        ..
+        config_digest,
     } = *to;
-    let url = if request.stage {
-        let path = STAGE_PATH
+    let path = if request.stage {
+        STAGE_PATH
             .replace("{model}", model)
-            .replace("{version}", &version.to_string());
-        format!("https://{advertise}{path}")
+            .replace("{version}", &version.to_string())
     } else {
-        format!("https://{advertise}/v2/models/{model}/versions/{version}/infer")
+        format!("/v2/models/{model}/versions/{version}/infer")
     };
-    let failed = |e: reqwest::Error| {
-        if e.is_timeout() {
-            Failure::TimedOut(format!(
+    let call = http::Request::post(path)
+        .header(HEADER_LENGTH, request.header_len)
+        .header(CONFIG_HEADER, config_digest)
+        .header(http::header::CONTENT_TYPE, "application/octet-stream")
+        .body(http_body_util::Full::new(request.body.clone()))
+        .map_err(|e| {
+            // Registered names and versions make valid paths: this is the server's bug.
+            Failure::Answered(ApiError::internal(format!(
+                "model '{model}' version {version}: no request to a worker can be made: {e}"
+            )))
+        })?;
+    let answer = match tokio::time::timeout(timeout, pool.send(advertise, call)).await {
+        Ok(Ok(answer)) => answer,
+        Ok(Err(why)) => return Err(Failure::Unreachable(format!("worker {advertise}: {why}"))),
+        Err(_) => {
+            return Err(Failure::TimedOut(format!(
                 "worker {advertise} did not answer within {timeout:?}"
-            ))
-        } else {
-            Failure::Unreachable(format!("worker {advertise}: {e}"))
+            )))
         }
     };
-    let response = client
-        .post(&url)
-        .header(HEADER_LENGTH, request.header_len)
-        .header(CONFIG_HEADER, to.config_digest)
-        .header(http::header::CONTENT_TYPE, "application/octet-stream")
-        .body(request.body.clone())
-        .timeout(timeout)
-        .send()
-        .await
-        .map_err(failed)?;
-    let status = response.status();
-    let header_len = response
-        .headers()
-        .get(HEADER_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok());
-    let retry_after = response
-        .headers()
-        .get(http::header::RETRY_AFTER)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    let body = response.bytes().await.map_err(failed)?;
+    let status = answer.status;
+    let header = |name| {
+        answer
+            .headers
+            .get(name)
+            .and_then(|v: &http::HeaderValue| v.to_str().ok())
+    };
+    let header_len = header(HEADER_LENGTH).and_then(|v| v.parse::<usize>().ok());
+    let retry_after =
+        header(http::header::RETRY_AFTER.as_str()).and_then(|v| v.parse::<u64>().ok());
+    let body = answer.body;
     if !status.is_success() {
         let message = serde_json::from_slice::<Value>(&body)
             .ok()
