@@ -791,8 +791,10 @@ async fn run_infer(
 
 /// Connections a worker serves at once (the manager's pooled ones and direct clients).
 const MAX_CONNECTIONS: usize = 4096;
-/// Time for a TLS handshake, and for a request's headers after it.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Time for a TLS handshake, and for a request's headers after it (hyper runs this timer while
+/// a kept-alive connection waits for its next request too: the manager's pool reuses a
+/// connection for half of it).
+pub(crate) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Accepts mutual-TLS connections until `stopped`, then lets open requests finish (up to
 /// `grace`).

@@ -38,9 +38,11 @@ use tokio_rustls::TlsConnector;
 /// more are closed when they come back.
 const IDLE_PER_WORKER: usize = 64;
 
-/// An idle connection older than this is closed rather than reused (below the idle timeouts
-/// servers and middleboxes commonly apply, so a reused one is very likely still open).
-const IDLE_FOR: Duration = Duration::from_secs(60);
+/// An idle connection older than this is closed rather than reused: half the time after which
+/// a worker closes a connection that sends no request (its header read timeout runs while a
+/// connection is idle), so that a request is never written to a connection the worker is
+/// closing at that moment (which fails it: once written, it is not sent again).
+const IDLE_FOR: Duration = Duration::from_secs(super::agent::HANDSHAKE_TIMEOUT.as_secs() / 2);
 
 type Io = TokioIo<TlsStream<TcpStream>>;
 
@@ -83,7 +85,7 @@ type Driver = http1::Connection<Io, Full<Bytes>>;
 /// How one exchange on a connection failed.
 enum Failed {
     /// The connection was closed before the request was written: safe to send again.
-    NotSent(Request<Full<Bytes>>, String),
+    NotSent(Box<Request<Full<Bytes>>>, String),
     Lost(String),
 }
 
@@ -123,7 +125,7 @@ impl WorkerPool {
                     self.checkin(advertise, conn);
                     return Ok(answer);
                 }
-                Err(Failed::NotSent(unsent, _)) if reused => request = unsent,
+                Err(Failed::NotSent(unsent, _)) if reused => request = *unsent,
                 Err(Failed::NotSent(_, why) | Failed::Lost(why)) => return Err(why),
             }
         }
@@ -224,13 +226,13 @@ async fn exchange(conn: &mut Conn, request: Request<Full<Bytes>>) -> Result<Answ
     })
     .await;
     if let Err(why) = ready {
-        return Err(Failed::NotSent(request, why));
+        return Err(Failed::NotSent(Box::new(request), why));
     }
     let mut answer = std::pin::pin!(async {
         let response = sender.try_send_request(request).await.map_err(|mut e| {
             let why = e.error().to_string();
             match e.take_message() {
-                Some(unsent) => Failed::NotSent(unsent, why),
+                Some(unsent) => Failed::NotSent(Box::new(unsent), why),
                 None => Failed::Lost(why),
             }
         })?;
