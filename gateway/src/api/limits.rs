@@ -4,12 +4,13 @@ use super::authorized::{Admin, Authorized};
 use super::body::read_limited;
 use crate::admission::limits_for;
 use crate::error::{ApiError, ApiResult};
-use crate::ratelimit::RateLimit;
+use crate::ratelimit::{Limits, RateLimit};
 use crate::state::AppState;
 use crate::store::keys::{KeyLimits, KeyRecord};
 use axum::extract::{Path, State};
 use axum::Json;
 use http::HeaderMap;
+use infergate_api_types::keys::{self as api, KeyUsageReport, LimitSources};
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
 
@@ -117,26 +118,63 @@ pub async fn usage(
     _: Authorized<Admin>,
     State(state): S,
     Path(id): Path<String>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<KeyUsageReport>> {
     let key = find_key(&state, &id)?;
     let limits = limits_for(&key, &state.default_limits);
-    let source = |own: bool, effective: bool| match (own, effective) {
-        (true, _) => "key",
-        (false, true) => "default",
-        (false, false) => "unlimited",
+    let source = |own: bool, effective: bool| {
+        match (own, effective) {
+            (true, _) => "key",
+            (false, true) => "default",
+            (false, false) => "unlimited",
+        }
+        .to_owned()
     };
-    Ok(Json(json!({
-        "key_id": key.id,
-        "public_id": key.public_id,
-        "limits": {
-            "rate_limit": limits.rate,
-            "rate_limit_source": source(key.rate_limit.is_some(), limits.rate.is_some()),
-            "max_concurrent": limits.max_concurrent,
-            "max_concurrent_source": source(key.max_concurrent.is_some(), limits.max_concurrent.is_some()),
+    Ok(Json(KeyUsageReport {
+        key_id: key.id,
+        public_id: key.public_id.clone(),
+        limits: LimitSources {
+            rate_limit: limits.rate.map(rate_limit),
+            rate_limit_source: source(key.rate_limit.is_some(), limits.rate.is_some()),
+            max_concurrent: limits.max_concurrent,
+            max_concurrent_source: source(
+                key.max_concurrent.is_some(),
+                limits.max_concurrent.is_some(),
+            ),
         },
-        "usage": state.limiter.usage(key.id, &limits),
-        "activity": state.metrics.keys.totals(key.id),
-    })))
+        usage: usage_of(&state, &key, &limits),
+        activity: activity_of(&state, &key),
+    }))
+}
+
+/// A rate limit as the API shows it.
+pub(super) fn rate_limit(r: RateLimit) -> api::RateLimit {
+    api::RateLimit {
+        rps: r.rps,
+        burst: r.burst,
+    }
+}
+
+/// The key's admission counters under its effective `limits`.
+pub(super) fn usage_of(state: &AppState, key: &KeyRecord, limits: &Limits) -> api::KeyUsage {
+    let u = state.limiter.usage(key.id, limits);
+    api::KeyUsage {
+        in_flight: u.in_flight,
+        remaining: u.remaining,
+        reset_s: u.reset_s,
+        allowed_total: u.allowed_total,
+        rejected_rate_total: u.rejected_rate_total,
+        rejected_concurrency_total: u.rejected_concurrency_total,
+    }
+}
+
+/// The key's requests since the server started.
+pub(super) fn activity_of(state: &AppState, key: &KeyRecord) -> api::KeyActivity {
+    let t = state.metrics.keys.totals(key.id);
+    api::KeyActivity {
+        admitted: t.admitted,
+        refused: t.refused,
+        last_used_ms: t.last_used_ms,
+    }
 }
 
 #[cfg(test)]
