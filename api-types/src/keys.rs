@@ -18,7 +18,7 @@ pub struct EffectiveLimits {
 
 /// A key's admission counters since the server started (`usage` in `GET /api/keys` and
 /// `GET /api/keys/{id}/usage`).
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq)]
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct KeyUsage {
     pub in_flight: u32,
     /// Requests the rate limit would allow right now (`null` without a rate limit).
@@ -32,7 +32,7 @@ pub struct KeyUsage {
 
 /// A key's requests since the server started, whatever its limits, and its last use
 /// (`activity` in `GET /api/keys` and `GET /api/keys/{id}/usage`).
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq)]
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct KeyActivity {
     pub admitted: u64,
     pub refused: u64,

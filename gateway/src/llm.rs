@@ -76,21 +76,11 @@ pub fn view(state: &AppState, r: &ModelRecord) -> ModelVersion {
     let key = model_key(r);
     let loaded = state.llm.is_loaded(&key);
     ModelVersion {
-        name: r.name.clone(),
-        version: r.version,
-        sha256: r.sha256.clone(),
-        size_bytes: r.size_bytes,
-        created_at: r.created_at,
         format: Some(GGUF.to_owned()),
-        inputs: Vec::new(),
-        outputs: Vec::new(),
-        metadata_keys: None,
         metadata: Some(r.signature.metadata.clone()),
-        config: r.config.clone(),
         state: if loaded { "loaded" } else { "unloaded" }.to_owned(),
-        reason: None,
         in_flight: state.llm.in_flight(&key),
-        execution: None,
+        ..crate::api::models::record_view(r)
     }
 }
 

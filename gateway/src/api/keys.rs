@@ -2,7 +2,7 @@
 
 use super::authorized::{Admin, AnyScope, Authorized};
 use super::body::read_limited;
-use super::limits::{activity_of, rate_limit, usage_of};
+use super::limits::rate_limit;
 use crate::auth::Scopes;
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
@@ -76,8 +76,8 @@ pub async fn list(_: Authorized<Admin>, State(state): S) -> ApiResult<Json<KeyLi
         .map(|key| {
             let limits = crate::admission::limits_for(&key, &state.default_limits);
             ApiKey {
-                usage: usage_of(&state, &key, &limits),
-                activity: activity_of(&state, &key),
+                usage: state.limiter.usage(key.id, &limits),
+                activity: state.metrics.keys.totals(key.id),
                 effective_limits: EffectiveLimits {
                     rate_limit: limits.rate.map(rate_limit),
                     max_concurrent: limits.max_concurrent,

@@ -4,7 +4,7 @@ use super::authorized::{Admin, Authorized};
 use super::body::read_limited;
 use crate::admission::limits_for;
 use crate::error::{ApiError, ApiResult};
-use crate::ratelimit::{Limits, RateLimit};
+use crate::ratelimit::RateLimit;
 use crate::state::AppState;
 use crate::store::keys::{KeyLimits, KeyRecord};
 use axum::extract::{Path, State};
@@ -141,8 +141,8 @@ pub async fn usage(
                 limits.max_concurrent.is_some(),
             ),
         },
-        usage: usage_of(&state, &key, &limits),
-        activity: activity_of(&state, &key),
+        usage: state.limiter.usage(key.id, &limits),
+        activity: state.metrics.keys.totals(key.id),
     }))
 }
 
@@ -151,29 +151,6 @@ pub(super) fn rate_limit(r: RateLimit) -> api::RateLimit {
     api::RateLimit {
         rps: r.rps,
         burst: r.burst,
-    }
-}
-
-/// The key's admission counters under its effective `limits`.
-pub(super) fn usage_of(state: &AppState, key: &KeyRecord, limits: &Limits) -> api::KeyUsage {
-    let u = state.limiter.usage(key.id, limits);
-    api::KeyUsage {
-        in_flight: u.in_flight,
-        remaining: u.remaining,
-        reset_s: u.reset_s,
-        allowed_total: u.allowed_total,
-        rejected_rate_total: u.rejected_rate_total,
-        rejected_concurrency_total: u.rejected_concurrency_total,
-    }
-}
-
-/// The key's requests since the server started.
-pub(super) fn activity_of(state: &AppState, key: &KeyRecord) -> api::KeyActivity {
-    let t = state.metrics.keys.totals(key.id);
-    api::KeyActivity {
-        admitted: t.admitted,
-        refused: t.refused,
-        last_used_ms: t.last_used_ms,
     }
 }
 

@@ -32,22 +32,36 @@ pub fn view(state: &AppState, r: &ModelRecord) -> ModelVersion {
         ModelState::Failed(reason) => ("failed", Some(reason)),
     };
     ModelVersion {
+        inputs: tensor_specs(&r.signature.inputs),
+        outputs: tensor_specs(&r.signature.outputs),
+        metadata_keys: Some(r.signature.metadata.keys().cloned().collect()),
+        state: st.to_owned(),
+        reason,
+        in_flight: state.engine.in_flight(&key) as u64,
+        // Execution providers of the loaded version and why not the requested ones.
+        execution: Some(json!(state.engine.execution(&key))),
+        ..record_view(r)
+    }
+}
+
+/// What the catalog record says of a version, whatever its format: no tensors, unloaded.
+pub fn record_view(r: &ModelRecord) -> ModelVersion {
+    ModelVersion {
         name: r.name.clone(),
         version: r.version,
         sha256: r.sha256.clone(),
         size_bytes: r.size_bytes,
         created_at: r.created_at,
         format: None,
-        inputs: tensor_specs(&r.signature.inputs),
-        outputs: tensor_specs(&r.signature.outputs),
-        metadata_keys: Some(r.signature.metadata.keys().cloned().collect()),
+        inputs: Vec::new(),
+        outputs: Vec::new(),
+        metadata_keys: None,
         metadata: None,
         config: r.config.clone(),
-        state: st.to_owned(),
-        reason,
-        in_flight: state.engine.in_flight(&key) as u64,
-        // Execution providers of the loaded version and why not the requested ones.
-        execution: Some(json!(state.engine.execution(&key))),
+        state: "unloaded".to_owned(),
+        reason: None,
+        in_flight: 0,
+        execution: None,
     }
 }
 
