@@ -5,6 +5,7 @@
 //! no longer sends fails to read or comes back as a default: either way the test fails.
 
 use crate::harness::{model, register, Options, Server};
+use crate::replicas::cls_body;
 use crate::websocket::{connect, next_json};
 use infergate_api_types::keys::{KeyList, KeyUsageReport};
 use infergate_api_types::models::{ModelList, ModelVersion, ModelVersions};
@@ -12,7 +13,7 @@ use infergate_api_types::stats::StatsList;
 use infergate_api_types::workers::{WorkerFigures, WorkerList};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 /// `answer` read as `T` and written again, which must give `answer` back.
 fn same_as<T: DeserializeOwned + Serialize>(what: &str, answer: &Value) -> T {
@@ -34,20 +35,19 @@ async fn typed<T: DeserializeOwned + Serialize>(s: &Server, path: &str) -> T {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_dashboard_routes_answer_exactly_their_shared_types() {
     let tmp = tempfile::tempdir().unwrap();
-    // An ONNX model that serves and a chat model that stays unloaded: the two shapes of a
-    // model version.
+    // An ONNX model that serves, one that stays unloaded (its `execution` is null) and a chat
+    // model (no `execution` at all): the shapes of a model version.
     register(tmp.path(), "cls", &model("ocr-cls.onnx"));
+    register(tmp.path(), "idle", &model("ocr-cls.onnx"));
     register(tmp.path(), "smollm2", &model("smollm2.gguf"));
     let s = Server::start_in(tmp.path(), Options::default());
     // A key with its own limits next to the admin key on the server's defaults.
     let infer = s.key_with("infer", &["--rps", "5", "--burst", "10"]);
-    let body = json!({"inputs": [{"name": "x", "shape": [1, 3, 48, 192], "datatype": "FP32",
-                                   "data": vec![0.0f32; 3 * 48 * 192]}]});
     let r = s
         .client
         .post(s.url("/v2/models/cls/infer"))
         .bearer_auth(&infer)
-        .json(&body)
+        .json(&cls_body())
         .send()
         .await
         .unwrap();
@@ -59,7 +59,9 @@ async fn the_dashboard_routes_answer_exactly_their_shared_types() {
         (cls.state.as_str(), cls.inputs[0].datatype.as_str()),
         ("loaded", "FP32")
     );
-    assert!(cls.execution.is_some() && cls.metadata_keys.is_some());
+    assert!(cls.execution.as_ref().is_some_and(Value::is_object) && cls.metadata_keys.is_some());
+    let idle = models.models.iter().find(|m| m.name == "idle").unwrap();
+    assert_eq!(idle.execution, Some(Value::Null));
     let chat = models.models.iter().find(|m| m.name == "smollm2").unwrap();
     assert_eq!(chat.format.as_deref(), Some("gguf"));
     assert!(chat.execution.is_none() && chat.metadata.is_some());
