@@ -7,42 +7,8 @@
 
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-
-/// What a worker says about itself in its heartbeat.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Reported {
-    /// Serving, accepting new requests.
-    Ready,
-    /// Finishing in-flight work before it exits: no new requests.
-    Draining,
-}
-
-/// The state the manager routes by.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum WorkerState {
-    Ready,
-    Draining,
-    /// No heartbeat for `missed` intervals: out of routing until it reports again.
-    Lost,
-}
-
-impl WorkerState {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            WorkerState::Ready => "ready",
-            WorkerState::Draining => "draining",
-            WorkerState::Lost => "lost",
-        }
-    }
-
-    /// Whether new requests may go to a worker in this state.
-    pub fn routable(self) -> bool {
-        self == WorkerState::Ready
-    }
-}
+// The states a worker reports and the manager routes by are part of the API's answers.
+pub use infergate_api_types::workers::{Reported, WorkerState};
 
 /// How often workers report and how many reports may be missed before a worker is lost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -6,24 +6,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::liveness::Reported;
-
-/// The hardware a worker offers.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct Devices {
-    pub cpu_model: String,
-    pub cores: u32,
-    pub ram_bytes: u64,
-    pub gpus: Vec<Gpu>,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct Gpu {
-    pub name: String,
-    pub memory_bytes: u64,
-}
+// What the dashboard shows of a worker is defined once, with the API's answers.
+pub use infergate_api_types::workers::{Devices, Gpu, GpuUsage, LoadedModel, Report};
 
 /// `POST /cluster/v1/join`, with the join secret as the bearer credential.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -64,65 +48,10 @@ impl std::fmt::Debug for JoinResponse {
     }
 }
 
-/// A model version a worker holds in memory.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct LoadedModel {
-    pub name: String,
-    pub version: u32,
-}
-
-/// `POST /cluster/v1/heartbeat`, every interval.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct Report {
-    pub state: Reported,
-    pub models: Vec<LoadedModel>,
-    pub in_flight: u32,
-    pub queued: u32,
-    pub requests_per_s: f64,
-    pub p50_ms: f64,
-    pub p99_ms: f64,
-    pub cpu_percent: f64,
-    pub rss_bytes: u64,
-    pub gpus: Vec<GpuUsage>,
-    /// `host:port` of the worker's KServe v2 gRPC listener (its advertised host, its gRPC
-    /// port), for direct-mode clients; `None` from a worker that serves no gRPC.
-    pub grpc: Option<String>,
-}
-
-impl Default for Report {
-    fn default() -> Self {
-        Report {
-            state: Reported::Ready,
-            models: Vec::new(),
-            in_flight: 0,
-            queued: 0,
-            requests_per_s: 0.0,
-            p50_ms: 0.0,
-            p99_ms: 0.0,
-            cpu_percent: 0.0,
-            rss_bytes: 0,
-            gpus: Vec::new(),
-            grpc: None,
-        }
-    }
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct GpuUsage {
-    /// Bytes in use on the device (all processes), from NVML when it answers, else from the
-    /// CUDA driver.
-    pub memory_used_bytes: u64,
-    /// Busy time in percent over NVML's last sample period; `None` (`null`) when not
-    /// measured: a host without NVML, or a device NVML does not answer for. Never 0 for
-    /// "unknown".
-    pub utilisation_percent: Option<f64>,
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::liveness::Reported;
 
     #[test]
     fn an_older_or_newer_peer_still_understands_a_heartbeat() {

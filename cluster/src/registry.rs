@@ -19,17 +19,11 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::liveness::{Heartbeat, Reported, WorkerState};
-use crate::messages::{Devices, LoadedModel, Report};
+use crate::messages::{LoadedModel, Report};
 use crate::routing::Candidate;
 
-/// Who a worker is: what it said when it joined.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct WorkerInfo {
-    pub id: String,
-    pub advertise: String,
-    pub version: String,
-    pub devices: Devices,
-}
+// A worker as `GET /api/workers` lists it is part of the API's answers.
+pub use infergate_api_types::workers::{WorkerInfo, WorkerView};
 
 /// A worker's state changed (`None`: not registered).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -37,18 +31,6 @@ pub struct Transition {
     pub worker: String,
     pub from: Option<WorkerState>,
     pub to: Option<WorkerState>,
-}
-
-/// One worker as the dashboard and `infergate workers list` show it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct WorkerView {
-    #[serde(flatten)]
-    pub info: WorkerInfo,
-    pub state: WorkerState,
-    /// How long ago the manager last heard from it, by the manager's clock.
-    pub last_seen_ms: u64,
-    pub report: Report,
-    pub outstanding: u32,
 }
 
 /// A heartbeat or request for a worker the registry does not know: removed, or never joined.
@@ -383,6 +365,7 @@ fn millis(d: Duration) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::messages::Devices;
 
     fn info(id: &str) -> WorkerInfo {
         WorkerInfo {

@@ -5,7 +5,6 @@
 //! traffic per key. Memory is one entry per key that made a request; a revoked key's entry goes.
 
 use parking_lot::RwLock;
-use serde::Serialize;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -17,15 +16,8 @@ struct Entry {
     last_used_ms: AtomicU64,
 }
 
-/// One key's activity, as the API shows it.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct KeyTotals {
-    pub admitted: u64,
-    pub refused: u64,
-    /// Unix milliseconds of the key's last request (admitted or refused); `None` when it made
-    /// none since the server started.
-    pub last_used_ms: Option<u64>,
-}
+/// One key's activity, in the API's own type.
+pub use infergate_api_types::keys::KeyActivity as KeyTotals;
 
 #[derive(Default)]
 pub struct KeyActivity {

@@ -6,6 +6,7 @@
 use crate::error::{ApiError, ApiResult};
 use crate::state::{model_key, AppState};
 use crate::store::models::ModelRecord;
+use infergate_api_types::models::ModelVersion;
 use infergate_engine::{ModelConfig, ModelKey, ModelSignature};
 use infergate_llm::{Fault, GgufInfo, LlmConfig, LlmError, LlmModel};
 use parking_lot::Mutex;
@@ -71,24 +72,16 @@ pub fn validate_upload(path: &Path) -> ApiResult<Option<ModelSignature>> {
 
 /// A GGUF version in the model API's shape: no tensors; its description, load state and the
 /// sequences it is serving.
-pub fn view(state: &AppState, r: &ModelRecord) -> serde_json::Value {
+pub fn view(state: &AppState, r: &ModelRecord) -> ModelVersion {
     let key = model_key(r);
     let loaded = state.llm.is_loaded(&key);
-    serde_json::json!({
-        "name": r.name,
-        "version": r.version,
-        "sha256": r.sha256,
-        "size_bytes": r.size_bytes,
-        "created_at": r.created_at,
-        "format": GGUF,
-        "inputs": [],
-        "outputs": [],
-        "metadata": r.signature.metadata,
-        "config": r.config,
-        "state": if loaded { "loaded" } else { "unloaded" },
-        "reason": null,
-        "in_flight": state.llm.in_flight(&key),
-    })
+    ModelVersion {
+        format: Some(GGUF.to_owned()),
+        metadata: Some(r.signature.metadata.clone()),
+        state: if loaded { "loaded" } else { "unloaded" }.to_owned(),
+        in_flight: state.llm.in_flight(&key),
+        ..crate::api::models::record_view(r)
+    }
 }
 
 /// An LLM error as the gateway answers it.

@@ -184,17 +184,8 @@ impl Drop for Slot {
     }
 }
 
-/// A key's counters for the admin API.
-#[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct Usage {
-    pub in_flight: u32,
-    /// Requests the rate limit would allow right now (null without a rate limit).
-    pub remaining: Option<u64>,
-    pub reset_s: Option<u64>,
-    pub allowed_total: u64,
-    pub rejected_rate_total: u64,
-    pub rejected_concurrency_total: u64,
-}
+/// A key's counters for the admin API, in the API's own type.
+pub use infergate_api_types::keys::KeyUsage as Usage;
 
 type Shard = RwLock<HashMap<i64, Arc<KeyState>>>;
 

@@ -7,6 +7,7 @@ mod harness;
 mod test_postgres;
 mod webdriver;
 
+mod api_types;
 mod auth;
 mod blobs;
 mod crash;

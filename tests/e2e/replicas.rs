@@ -37,7 +37,7 @@ pub(crate) fn replica_with(data: &Path, pg: &PgServer, mut extra_args: Vec<Strin
     )
 }
 
-fn cls_body() -> Value {
+pub(crate) fn cls_body() -> Value {
     json!({"inputs": [{"name": "x", "shape": [1, 3, 48, 192], "datatype": "FP32",
                        "data": vec![0.0f32; 3 * 48 * 192]}]})
 }

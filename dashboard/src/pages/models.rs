@@ -205,7 +205,7 @@ fn tensors(specs: &[TensorSpec]) -> impl IntoView {
                 <div class="tensor">
                     <code class="tensor-name">{t.name.clone()}</code>
                     <span class="tensor-type">{t.datatype.clone()}</span>
-                    <span class="tensor-shape">{t.shape_text()}</span>
+                    <span class="tensor-shape">{crate::types::shape_text(t)}</span>
                 </div>
             }
         })

@@ -428,7 +428,7 @@ fn TensorRun(model: ModelVersion, pipelines: Vec<String>) -> impl IntoView {
                     <div class="input-head">
                         <code>{f.spec.name.clone()}</code>
                         <span class="tensor-type">{f.spec.datatype.clone()}</span>
-                        <span class="tensor-shape">{f.spec.shape_text()}</span>
+                        <span class="tensor-shape">{crate::types::shape_text(&f.spec)}</span>
                     </div>
                     <div class="form-grid">
                         <div class="field">
@@ -454,7 +454,7 @@ fn TensorRun(model: ModelVersion, pipelines: Vec<String>) -> impl IntoView {
             format!(
                 "Input '{}' {}: the image is resized here to fit.",
                 s.name,
-                s.shape_text()
+                crate::types::shape_text(s)
             )
         })
         .unwrap_or_default();

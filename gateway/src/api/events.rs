@@ -49,6 +49,7 @@ use axum::extract::State;
 use axum::response::Response;
 use futures_util::{SinkExt, StreamExt};
 use http::HeaderMap;
+use infergate_api_types::workers::WorkerFigures;
 use infergate_cluster::liveness::WorkerState;
 use infergate_cluster::messages::Report;
 use infergate_cluster::registry::WorkerView;
@@ -209,7 +210,7 @@ fn frames(
         p99_ms: local_window.quantile_ms(0.99).filter(|_| alone),
         cpu_percent: local_cpu_percent,
     };
-    let workers: Vec<Value> = now
+    let workers: Vec<WorkerFigures> = now
         .workers
         .values()
         .map(|w| {
@@ -281,26 +282,25 @@ impl Figures {
 
 /// One worker in a tick. A lost worker's last report says nothing about now: its reported
 /// figures are null (the manager's own count of requests outstanding there stays).
-fn worker_figures(w: &WorkerView, f: Figures) -> Value {
+fn worker_figures(w: &WorkerView, f: Figures) -> WorkerFigures {
     let live = w.state != WorkerState::Lost;
     let r = &w.report;
-    let now = |v: Value| if live { v } else { Value::Null };
-    json!({
-        "id": w.info.id,
-        "address": w.info.advertise,
-        "state": w.state.as_str(),
-        "last_seen_ms": w.last_seen_ms,
-        "outstanding": w.outstanding,
-        "models": now(json!(r.models)),
-        "in_flight": now(json!(r.in_flight)),
-        "queued": now(json!(r.queued)),
-        "requests_per_s": now(json!(f.requests_per_s)),
-        "p50_ms": now(json!(f.p50_ms)),
-        "p99_ms": now(json!(f.p99_ms)),
-        "cpu_percent": now(json!(f.cpu_percent)),
-        "rss_bytes": now(json!(r.rss_bytes)),
-        "gpus": now(json!(r.gpus)),
-    })
+    WorkerFigures {
+        id: w.info.id.clone(),
+        address: w.info.advertise.clone(),
+        state: w.state,
+        last_seen_ms: w.last_seen_ms,
+        outstanding: w.outstanding,
+        models: live.then(|| r.models.clone()),
+        in_flight: live.then_some(r.in_flight),
+        queued: live.then_some(r.queued),
+        requests_per_s: live.then_some(f.requests_per_s),
+        p50_ms: f.p50_ms.filter(|_| live),
+        p99_ms: f.p99_ms.filter(|_| live),
+        cpu_percent: live.then_some(f.cpu_percent),
+        rss_bytes: live.then_some(r.rss_bytes),
+        gpus: live.then(|| r.gpus.clone()),
+    }
 }
 
 /// Host memory reserved by loaded model instances (and the budget, null when unlimited), and

@@ -2,12 +2,14 @@
 
 use super::authorized::{Admin, AnyScope, Authorized};
 use super::body::read_limited;
+use super::limits::rate_limit;
 use crate::auth::Scopes;
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 use axum::extract::{Path, State};
 use axum::Json;
 use http::{HeaderMap, StatusCode};
+use infergate_api_types::keys::{ApiKey, EffectiveLimits, KeyList};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -66,18 +68,32 @@ pub async fn create(
 
 /// Every key with its effective limits (its own, else the server's defaults) and its usage
 /// since the server started, as `GET /api/keys/{id}/usage` gives them one at a time.
-pub async fn list(_: Authorized<Admin>, State(state): S) -> ApiResult<Json<Value>> {
-    let mut keys = Vec::new();
-    for key in state.store.list_keys()? {
-        let limits = crate::admission::limits_for(&key, &state.default_limits);
-        let mut v = serde_json::to_value(&key).map_err(|e| ApiError::internal(e.to_string()))?;
-        v["effective_limits"] =
-            json!({"rate_limit": limits.rate, "max_concurrent": limits.max_concurrent});
-        v["usage"] = json!(state.limiter.usage(key.id, &limits));
-        v["activity"] = json!(state.metrics.keys.totals(key.id));
-        keys.push(v);
-    }
-    Ok(Json(json!({ "keys": keys })))
+pub async fn list(_: Authorized<Admin>, State(state): S) -> ApiResult<Json<KeyList>> {
+    let keys = state
+        .store
+        .list_keys()?
+        .into_iter()
+        .map(|key| {
+            let limits = crate::admission::limits_for(&key, &state.default_limits);
+            ApiKey {
+                usage: state.limiter.usage(key.id, &limits),
+                activity: state.metrics.keys.totals(key.id),
+                effective_limits: EffectiveLimits {
+                    rate_limit: limits.rate.map(rate_limit),
+                    max_concurrent: limits.max_concurrent,
+                },
+                scopes: key.scopes.iter().map(|s| s.as_str().to_owned()).collect(),
+                rate_limit: key.rate_limit.map(rate_limit),
+                max_concurrent: key.max_concurrent,
+                created_at: key.created_at,
+                revoked_at: key.revoked_at,
+                id: key.id,
+                public_id: key.public_id,
+                name: key.name,
+            }
+        })
+        .collect();
+    Ok(Json(KeyList { keys }))
 }
 
 pub async fn revoke(

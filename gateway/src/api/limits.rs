@@ -10,6 +10,7 @@ use crate::store::keys::{KeyLimits, KeyRecord};
 use axum::extract::{Path, State};
 use axum::Json;
 use http::HeaderMap;
+use infergate_api_types::keys::{self as api, KeyUsageReport, LimitSources};
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
 
@@ -117,26 +118,40 @@ pub async fn usage(
     _: Authorized<Admin>,
     State(state): S,
     Path(id): Path<String>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<KeyUsageReport>> {
     let key = find_key(&state, &id)?;
     let limits = limits_for(&key, &state.default_limits);
-    let source = |own: bool, effective: bool| match (own, effective) {
-        (true, _) => "key",
-        (false, true) => "default",
-        (false, false) => "unlimited",
+    let source = |own: bool, effective: bool| {
+        match (own, effective) {
+            (true, _) => "key",
+            (false, true) => "default",
+            (false, false) => "unlimited",
+        }
+        .to_owned()
     };
-    Ok(Json(json!({
-        "key_id": key.id,
-        "public_id": key.public_id,
-        "limits": {
-            "rate_limit": limits.rate,
-            "rate_limit_source": source(key.rate_limit.is_some(), limits.rate.is_some()),
-            "max_concurrent": limits.max_concurrent,
-            "max_concurrent_source": source(key.max_concurrent.is_some(), limits.max_concurrent.is_some()),
+    Ok(Json(KeyUsageReport {
+        key_id: key.id,
+        public_id: key.public_id.clone(),
+        limits: LimitSources {
+            rate_limit: limits.rate.map(rate_limit),
+            rate_limit_source: source(key.rate_limit.is_some(), limits.rate.is_some()),
+            max_concurrent: limits.max_concurrent,
+            max_concurrent_source: source(
+                key.max_concurrent.is_some(),
+                limits.max_concurrent.is_some(),
+            ),
         },
-        "usage": state.limiter.usage(key.id, &limits),
-        "activity": state.metrics.keys.totals(key.id),
-    })))
+        usage: state.limiter.usage(key.id, &limits),
+        activity: state.metrics.keys.totals(key.id),
+    }))
+}
+
+/// A rate limit as the API shows it.
+pub(super) fn rate_limit(r: RateLimit) -> api::RateLimit {
+    api::RateLimit {
+        rps: r.rps,
+        burst: r.burst,
+    }
 }
 
 #[cfg(test)]

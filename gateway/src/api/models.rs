@@ -12,13 +12,15 @@ use axum::extract::{FromRequest, Multipart, Path, Request, State};
 use axum::response::IntoResponse;
 use axum::Json;
 use http::{HeaderMap, StatusCode};
+use infergate_api_types::models::{ModelList, ModelVersion, ModelVersions, TensorSpec};
 use infergate_engine::ModelState;
 use serde_json::{json, Value};
 use std::sync::Arc;
 
 type S = State<Arc<AppState>>;
 
-pub fn view(state: &AppState, r: &ModelRecord) -> Value {
+/// One version as the model routes answer it.
+pub fn view(state: &AppState, r: &ModelRecord) -> ModelVersion {
     let key = model_key(r);
     if crate::llm::is_gguf(r) {
         return crate::llm::view(state, r);
@@ -29,54 +31,85 @@ pub fn view(state: &AppState, r: &ModelRecord) -> Value {
         ModelState::Unloaded => ("unloaded", None),
         ModelState::Failed(reason) => ("failed", Some(reason)),
     };
-    json!({
-        "name": r.name,
-        "version": r.version,
-        "sha256": r.sha256,
-        "size_bytes": r.size_bytes,
-        "created_at": r.created_at,
-        "inputs": r.signature.inputs,
-        "outputs": r.signature.outputs,
-        "metadata_keys": r.signature.metadata.keys().collect::<Vec<_>>(),
-        "config": r.config,
-        "state": st,
-        "reason": reason,
-        "in_flight": state.engine.in_flight(&key),
+    ModelVersion {
+        inputs: tensor_specs(&r.signature.inputs),
+        outputs: tensor_specs(&r.signature.outputs),
+        metadata_keys: Some(r.signature.metadata.keys().cloned().collect()),
+        state: st.to_owned(),
+        reason,
+        in_flight: state.engine.in_flight(&key) as u64,
         // Execution providers of the loaded version and why not the requested ones.
-        "execution": state.engine.execution(&key),
-    })
+        execution: Some(json!(state.engine.execution(&key))),
+        ..record_view(r)
+    }
 }
 
-pub async fn list(_: Authorized<Infer>, State(state): S) -> ApiResult<Json<Value>> {
-    let models: Vec<Value> = state
+/// What the catalog record says of a version, whatever its format: no tensors, unloaded.
+pub fn record_view(r: &ModelRecord) -> ModelVersion {
+    ModelVersion {
+        name: r.name.clone(),
+        version: r.version,
+        sha256: r.sha256.clone(),
+        size_bytes: r.size_bytes,
+        created_at: r.created_at,
+        format: None,
+        inputs: Vec::new(),
+        outputs: Vec::new(),
+        metadata_keys: None,
+        metadata: None,
+        config: r.config.clone(),
+        state: "unloaded".to_owned(),
+        reason: None,
+        in_flight: 0,
+        execution: None,
+    }
+}
+
+/// A signature's tensors as the API shows them.
+fn tensor_specs(specs: &[infergate_engine::TensorSpec]) -> Vec<TensorSpec> {
+    specs
+        .iter()
+        .map(|t| TensorSpec {
+            name: t.name.clone(),
+            datatype: t.datatype.name().to_owned(),
+            shape: t.shape.clone(),
+        })
+        .collect()
+}
+
+pub async fn list(_: Authorized<Infer>, State(state): S) -> ApiResult<Json<ModelList>> {
+    let models = state
         .catalog
         .all()
         .iter()
         .map(|r| view(&state, r))
         .collect();
-    Ok(Json(json!({ "models": models })))
+    Ok(Json(ModelList { models }))
 }
 
 pub async fn get(
     _: Authorized<Infer>,
     State(state): S,
     Path(model): Path<String>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<ModelVersions>> {
     state.catalog.resolve(&model, None)?;
-    let versions: Vec<Value> = state
+    let versions = state
         .catalog
         .versions(&model)
         .iter()
         .map(|r| view(&state, r))
         .collect();
-    Ok(Json(json!({ "name": model, "versions": versions })))
+    Ok(Json(ModelVersions {
+        name: model,
+        versions,
+    }))
 }
 
 pub async fn get_version(
     _: Authorized<Infer>,
     State(state): S,
     Path((model, version)): Path<(String, String)>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<ModelVersion>> {
     let record = state
         .catalog
         .resolve(&model, Some(parse_version(&version)?))?;
@@ -185,7 +218,7 @@ async fn put_config(
     version: Option<u64>,
     headers: &HeaderMap,
     body: Body,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<ModelVersion>> {
     let record = match state.catalog.resolve(name, version) {
         Ok(record) => record,
         Err(e) => return Err(e.before_body()),
@@ -207,7 +240,7 @@ pub async fn put_latest_config(
     Path(model): Path<String>,
     headers: HeaderMap,
     body: Body,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<ModelVersion>> {
     put_config(&state, &model, None, &headers, body).await
 }
 
@@ -217,7 +250,7 @@ pub async fn put_version_config(
     Path((model, version)): Path<(String, String)>,
     headers: HeaderMap,
     body: Body,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<ModelVersion>> {
     let version = parse_version(&version)?;
     put_config(&state, &model, Some(version), &headers, body).await
 }

@@ -9,6 +9,7 @@ use crate::store::models::ModelRecord;
 use axum::extract::{Path, State};
 use axum::Json;
 use http::{HeaderMap, StatusCode};
+use infergate_api_types::stats::{BatchStats, InferenceStats, ModelStats, StatDuration, StatsList};
 use infergate_engine::ModelState;
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -43,44 +44,46 @@ pub async fn model_version_config(
     Ok(Json(triton_config(&state, &record)))
 }
 
-fn duration(d: infergate_engine::stats::StatDuration) -> Value {
-    json!({"count": d.count, "ns": d.ns})
+fn duration(d: infergate_engine::stats::StatDuration) -> StatDuration {
+    StatDuration {
+        count: d.count,
+        ns: d.ns,
+    }
 }
 
-fn stats_entry(state: &AppState, record: &ModelRecord) -> Value {
+fn stats_entry(state: &AppState, record: &ModelRecord) -> ModelStats {
     let s = state.engine.stats(&model_key(record)).unwrap_or_default();
-    let batch_stats: Vec<Value> = s
+    let batch_stats = s
         .batch_stats
         .iter()
-        .map(|b| {
-            json!({
-                "batch_size": b.batch_size,
-                "compute_input": duration(b.compute_input),
-                "compute_infer": duration(b.compute_infer),
-                "compute_output": duration(b.compute_output),
-            })
+        .map(|b| BatchStats {
+            batch_size: b.batch_size,
+            compute_input: duration(b.compute_input),
+            compute_infer: duration(b.compute_infer),
+            compute_output: duration(b.compute_output),
         })
         .collect();
-    json!({
-        "name": record.name,
-        "version": record.version.to_string(),
-        "last_inference": s.last_inference,
-        "inference_count": s.inference_count,
-        "execution_count": s.execution_count,
-        "inference_stats": {
-            "success": duration(s.success),
-            "fail": duration(s.fail),
-            "queue": duration(s.queue),
-            "compute_input": duration(s.compute_input),
-            "compute_infer": duration(s.compute_infer),
-            "compute_output": duration(s.compute_output),
-            "cache_hit": {"count": 0, "ns": 0},
-            "cache_miss": {"count": 0, "ns": 0},
+    ModelStats {
+        name: record.name.clone(),
+        version: record.version.to_string(),
+        last_inference: s.last_inference,
+        inference_count: s.inference_count,
+        execution_count: s.execution_count,
+        inference_stats: InferenceStats {
+            success: duration(s.success),
+            fail: duration(s.fail),
+            queue: duration(s.queue),
+            compute_input: duration(s.compute_input),
+            compute_infer: duration(s.compute_infer),
+            compute_output: duration(s.compute_output),
+            // No response cache: Triton's clients expect the entries.
+            cache_hit: StatDuration::default(),
+            cache_miss: StatDuration::default(),
         },
-        "response_stats": {},
-        "batch_stats": batch_stats,
-        "memory_usage": [],
-    })
+        response_stats: Default::default(),
+        batch_stats,
+        memory_usage: Vec::new(),
+    }
 }
 
 /// The versions a statistics request covers: every model's, one model's (404 if unknown), or
@@ -100,12 +103,12 @@ pub fn stats_records(
     }
 }
 
-fn stats_json(state: &AppState, records: &[Arc<ModelRecord>]) -> Json<Value> {
-    let entries: Vec<Value> = records.iter().map(|r| stats_entry(state, r)).collect();
-    Json(json!({ "model_stats": entries }))
+fn stats_json(state: &AppState, records: &[Arc<ModelRecord>]) -> Json<StatsList> {
+    let model_stats = records.iter().map(|r| stats_entry(state, r)).collect();
+    Json(StatsList { model_stats })
 }
 
-pub async fn all_stats(_: Authorized<Infer>, State(state): S) -> ApiResult<Json<Value>> {
+pub async fn all_stats(_: Authorized<Infer>, State(state): S) -> ApiResult<Json<StatsList>> {
     Ok(stats_json(&state, &stats_records(&state, None, None)?))
 }
 
@@ -113,7 +116,7 @@ pub async fn model_stats(
     _: Authorized<Infer>,
     State(state): S,
     Path(model): Path<String>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<StatsList>> {
     Ok(stats_json(
         &state,
         &stats_records(&state, Some(&model), None)?,
@@ -124,7 +127,7 @@ pub async fn model_version_stats(
     _: Authorized<Infer>,
     State(state): S,
     Path((model, version)): Path<(String, String)>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<StatsList>> {
     let version = parse_version(&version)?;
     Ok(stats_json(
         &state,

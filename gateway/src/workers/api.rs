@@ -14,6 +14,7 @@ use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use http::{HeaderMap, StatusCode};
+use infergate_api_types::workers::WorkerList;
 use infergate_cluster::join::JoinSecret;
 use infergate_cluster::liveness::WorkerState;
 use infergate_cluster::messages::{JoinRequest, LoadedModel, Report};
@@ -172,8 +173,10 @@ pub async fn blob(
 }
 
 /// `GET /api/workers`: every live worker, and the local engine as one more.
-pub async fn list(_: Authorized<Admin>, State(state): S) -> ApiResult<Json<Value>> {
-    Ok(Json(json!({ "workers": listing(&state) })))
+pub async fn list(_: Authorized<Admin>, State(state): S) -> ApiResult<Json<WorkerList>> {
+    Ok(Json(WorkerList {
+        workers: listing(&state),
+    }))
 }
 
 /// Every worker the manager knows, the local engine first when this server runs one (the list

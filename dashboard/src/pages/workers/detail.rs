@@ -34,7 +34,7 @@ pub fn HostDetail(
 ) -> impl IntoView {
     let key = StoredValue::new(id.clone());
     let host = Memo::new(move |_| {
-        key.with_value(|id| hosts.with(|h| h.as_ref()?.iter().find(|h| &h.id == id).cloned()))
+        key.with_value(|id| hosts.with(|h| h.as_ref()?.iter().find(|h| &h.info.id == id).cloned()))
     });
     let series = Memo::new(move |_| {
         key.with_value(|id| live.with(|l| l.get(id).cloned().unwrap_or_default()))
@@ -63,15 +63,15 @@ pub fn HostDetail(
     let state = move || {
         figures
             .get()
-            .map_or_else(|| "removed".to_string(), |f| f.state)
+            .map_or_else(|| "removed".to_string(), |f| f.state.as_str().to_string())
     };
     let facts = move || {
         let (host, f) = (host.get()?, figures.get()?);
         Some(view! {
             <dl class="facts host-facts">
-                <dt>"Address"</dt><dd>{host.advertise.clone()}</dd>
-                <dt>"Version"</dt><dd>{host.version.clone()}</dd>
-                <dt>"Devices"</dt><dd>{hardware(&host.devices)}</dd>
+                <dt>"Address"</dt><dd>{host.info.advertise.clone()}</dd>
+                <dt>"Version"</dt><dd>{host.info.version.clone()}</dd>
+                <dt>"Devices"</dt><dd>{hardware(&host.info.devices)}</dd>
                 <dt>"GPU"</dt><dd>{gpu_text(&host, f.gpus.as_deref().unwrap_or_default())}</dd>
                 <dt>"Last seen"</dt><dd class="detail-seen">{format::age_ms(f.last_seen_ms)}</dd>
                 <dt>"Models loaded"</dt><dd>{f.models.as_deref().map(model_names).unwrap_or_else(|| "–".into())}</dd>

@@ -47,10 +47,11 @@ fn or_dash<T>(v: Option<T>, f: impl Fn(T) -> String) -> String {
 
 /// GPU memory and utilisation, one entry per GPU ("–" without one).
 pub fn gpu_text(host: &WorkerHost, usage: &[crate::types::GpuUsage]) -> String {
-    if host.devices.gpus.is_empty() {
+    if host.info.devices.gpus.is_empty() {
         return "–".into();
     }
-    host.devices
+    host.info
+        .devices
         .gpus
         .iter()
         .enumerate()
@@ -86,7 +87,7 @@ pub fn HostTable(
                 .iter()
                 .map(|h| {
                     let f = current(h, live);
-                    let id = h.id.clone();
+                    let id = h.info.id.clone();
                     let choose = id.clone();
                     let is_selected = {
                         let id = id.clone();
@@ -98,18 +99,18 @@ pub fn HostTable(
                         _ => "–".into(),
                     };
                     view! {
-                        <tr class="host" class:selected=is_selected data-worker=id.clone() data-state=f.state.clone()
+                        <tr class="host" class:selected=is_selected data-worker=id.clone() data-state=f.state.as_str()
                             on:click=move |_| selected.set(Some(choose.clone()))>
                             <td data-label="Host">
                                 <div>
                                     <button type="button" class="link host-link" title="Show this host's live charts">{id.clone()}</button>
-                                    <div class="muted small">{h.advertise.clone()}</div>
+                                    <div class="muted small">{h.info.advertise.clone()}</div>
                                 </div>
                             </td>
-                            <td data-label="State" class="host-state"><span><Badge state=f.state.clone()/></span></td>
+                            <td data-label="State" class="host-state"><span><Badge state=f.state.as_str().to_string()/></span></td>
                             <td data-label="Last seen" class="host-seen">{format::age_ms(f.last_seen_ms)}</td>
-                            <td data-label="Version">{h.version.clone()}</td>
-                            <td data-label="Devices" class="host-devices">{hardware(&h.devices)}</td>
+                            <td data-label="Version">{h.info.version.clone()}</td>
+                            <td data-label="Devices" class="host-devices">{hardware(&h.info.devices)}</td>
                             <td data-label="Models" class="host-models">{or_dash(f.models.as_deref(), model_names)}</td>
                             <td data-label="In flight" class="num host-in-flight" title="reported by the host / sent by the manager">
                                 {format!("{} / {}", or_dash(f.in_flight, |v| v.to_string()), f.outstanding)}

@@ -137,7 +137,7 @@ pub fn Instances() -> impl IntoView {
                             "loading" => "loading",
                             _ => "idle",
                         };
-                        let st = w.stats.clone().unwrap_or_else(|| ModelStats { name: w.model.clone(), version: w.version.to_string(), last_inference: 0, inference_count: 0, execution_count: 0, inference_stats: Default::default() });
+                        let st = w.stats.clone().unwrap_or_else(|| ModelStats { name: w.model.clone(), version: w.version.to_string(), ..Default::default() });
                         let q = st.inference_stats.queue;
                         let mean_queue = if q.count > 0 { format::ms(q.ns as f64 / q.count as f64 / 1e6) } else { "–".into() };
                         let last = if st.last_inference > 0 { format::ago((st.last_inference / 1000) as i64) } else { "never".into() };

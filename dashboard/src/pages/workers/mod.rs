@@ -78,9 +78,9 @@ pub struct StateChange {
 /// What the page shows for a host now: the latest tick's figures, or `/api/workers`'s before
 /// the first tick.
 pub fn current(host: &WorkerHost, live: &BTreeMap<String, Series>) -> WorkerFigures {
-    live.get(&host.id)
+    live.get(&host.info.id)
         .and_then(|s| s.last.clone())
-        .unwrap_or_else(|| WorkerFigures::from_host(host))
+        .unwrap_or_else(|| crate::types::figures_of(host))
 }
 
 #[component]

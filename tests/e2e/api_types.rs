@@ -1,0 +1,103 @@
+//! The gateway's answers and the shared answer types (`infergate-api-types`, which the
+//! dashboard reads them with) must not drift: each answer of the routes the dashboard reads is
+//! read into its type and written back, and must come back as the same JSON. A field the
+//! server adds that the type lacks is dropped on the way, one the type expects that the server
+//! no longer sends fails to read or comes back as a default: either way the test fails.
+
+use crate::harness::{model, register, Options, Server};
+use crate::replicas::cls_body;
+use crate::websocket::{connect, next_json};
+use infergate_api_types::keys::{KeyList, KeyUsageReport};
+use infergate_api_types::models::{ModelList, ModelVersion, ModelVersions};
+use infergate_api_types::stats::StatsList;
+use infergate_api_types::workers::{WorkerFigures, WorkerList};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::Value;
+
+/// `answer` read as `T` and written again, which must give `answer` back.
+fn same_as<T: DeserializeOwned + Serialize>(what: &str, answer: &Value) -> T {
+    let typed: T = serde_json::from_value(answer.clone())
+        .unwrap_or_else(|e| panic!("{what}: the answer does not read as its type: {e}\n{answer}"));
+    let written = serde_json::to_value(&typed).unwrap();
+    assert_eq!(
+        &written, answer,
+        "{what}: the type writes a different JSON than the server answered"
+    );
+    typed
+}
+
+async fn typed<T: DeserializeOwned + Serialize>(s: &Server, path: &str) -> T {
+    let answer = s.get_json(path, &s.admin_key).await;
+    same_as(path, &answer)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_routes_answer_exactly_their_shared_types() {
+    let tmp = tempfile::tempdir().unwrap();
+    // An ONNX model that serves, one that stays unloaded (its `execution` is null) and a chat
+    // model (no `execution` at all): the shapes of a model version.
+    register(tmp.path(), "cls", &model("ocr-cls.onnx"));
+    register(tmp.path(), "idle", &model("ocr-cls.onnx"));
+    register(tmp.path(), "smollm2", &model("smollm2.gguf"));
+    let s = Server::start_in(tmp.path(), Options::default());
+    // A key with its own limits next to the admin key on the server's defaults.
+    let infer = s.key_with("infer", &["--rps", "5", "--burst", "10"]);
+    let r = s
+        .client
+        .post(s.url("/v2/models/cls/infer"))
+        .bearer_auth(&infer)
+        .json(&cls_body())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+
+    let models: ModelList = typed(&s, "/api/models").await;
+    let cls = models.models.iter().find(|m| m.name == "cls").unwrap();
+    assert_eq!(
+        (cls.state.as_str(), cls.inputs[0].datatype.as_str()),
+        ("loaded", "FP32")
+    );
+    assert!(cls.execution.as_ref().is_some_and(Value::is_object) && cls.metadata_keys.is_some());
+    let idle = models.models.iter().find(|m| m.name == "idle").unwrap();
+    assert_eq!(idle.execution, Some(Value::Null));
+    let chat = models.models.iter().find(|m| m.name == "smollm2").unwrap();
+    assert_eq!(chat.format.as_deref(), Some("gguf"));
+    assert!(chat.execution.is_none() && chat.metadata.is_some());
+    let versions: ModelVersions = typed(&s, "/api/models/cls").await;
+    assert_eq!(versions.versions.len(), 1);
+    let _: ModelVersion = typed(&s, "/api/models/smollm2/versions/1").await;
+
+    let keys: KeyList = typed(&s, "/api/keys").await;
+    let limited = keys
+        .keys
+        .iter()
+        .find(|k| k.rate_limit.is_some())
+        .expect("the key with its own limits is listed");
+    assert_eq!(limited.activity.admitted, 1);
+    assert_eq!(limited.scopes, ["infer"]);
+    let usage: KeyUsageReport = typed(&s, &format!("/api/keys/{}/usage", limited.id)).await;
+    assert_eq!(usage.limits.rate_limit_source, "key");
+
+    let stats: StatsList = typed(&s, "/v2/models/stats").await;
+    let served = stats.model_stats.iter().find(|m| m.name == "cls").unwrap();
+    assert_eq!(served.inference_stats.success.count, 1);
+    let _: StatsList = typed(&s, "/v2/models/cls/versions/1/stats").await;
+
+    let workers: WorkerList = typed(&s, "/api/workers").await;
+    assert_eq!(workers.workers[0].info.id, "local");
+
+    // The workers of a `/v2/events` tick.
+    let (mut ws, _) = connect(&s, "/v2/events", &[("x-api-key", &s.admin_key)])
+        .await
+        .unwrap();
+    let tick = loop {
+        let frame = next_json(&mut ws).await;
+        if frame["type"] == "tick" {
+            break frame;
+        }
+    };
+    let figures: Vec<WorkerFigures> = same_as("a /v2/events tick's workers", &tick["workers"]);
+    assert_eq!(figures[0].id, "local");
+}
