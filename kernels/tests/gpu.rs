@@ -209,3 +209,32 @@ fn gpu_ops_reuse_pooled_buffers_after_warm_up() {
     assert!(after.device.hits >= warm.device.hits + 3 * warm.device.misses);
     assert!(after.device.held_bytes <= after.device.limit_bytes);
 }
+
+/// What a worker reports of its GPUs, on a real one: the driver's listing (name, memory,
+/// compute capability), memory in use, and NVML's figures for the same device, matched by
+/// PCI bus id. A GPU machine has NVML beside its driver, so here an answer of `None` (NVML
+/// could not match the device) is a bug, not an absence.
+#[test]
+fn gpu_inventory_and_nvml_figures_describe_the_same_device() {
+    use infergate_kernels::device::{inventory, nvml};
+    if gpu_or_skip().is_none() {
+        return;
+    }
+    let gpus = inventory::list_gpus().unwrap_or_else(|e| panic!("{e}"));
+    assert!(!gpus.is_empty(), "the driver lists no GPU");
+    let used = inventory::memory_in_use().unwrap_or_else(|e| panic!("{e}"));
+    let bus_ids = inventory::pci_bus_ids().unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!((used.len(), bus_ids.len()), (gpus.len(), gpus.len()));
+    let figures = nvml::usage(&bus_ids).unwrap_or_else(|e| panic!("NVML on a GPU host: {e}"));
+    for (((gpu, used), bus_id), nvml) in gpus.iter().zip(&used).zip(&bus_ids).zip(&figures) {
+        eprintln!("{gpu:?} bus {bus_id}: {used} bytes in use (driver), NVML {nvml:?}");
+        assert!(!gpu.name.is_empty() && gpu.memory_bytes > 0, "{gpu:?}");
+        assert!(*used > 0 && *used <= gpu.memory_bytes, "{gpu:?}: {used}");
+        let nvml = nvml.unwrap_or_else(|| panic!("NVML does not know {bus_id} ({gpu:?})"));
+        assert!(nvml.utilisation_percent <= 100, "{nvml:?}");
+        // Both count every process's allocations; they differ by what each reserves for
+        // itself, far less than a tenth of the device.
+        let gap = nvml.memory_used_bytes.abs_diff(*used);
+        assert!(gap < gpu.memory_bytes / 10, "driver {used} vs NVML {nvml:?}");
+    }
+}
