@@ -115,17 +115,44 @@ pub fn upload_parts<'p>(
     let mut device = pools.device.take(len)?;
     guarded("upload", || {
         let pinned = drv("pinned access", staging.block_mut().as_mut_slice())?;
-        let mut offset = 0;
-        for part in parts {
-            pinned[offset..offset + part.len()].copy_from_slice(part);
-            offset += part.len();
-        }
+        fill_staging(&mut pinned[..len], parts);
         drv(
             "memcpy htod",
             stream.memcpy_htod(staging.block(), device.block_mut()),
         )
     })?;
     Ok(device)
+}
+
+/// Below this many bytes one thread copies into the staging buffer; above it the copy is
+/// spread over rayon's threads in [`STAGING_CHUNK`] pieces.
+const PARALLEL_STAGING_BYTES: usize = 4 << 20;
+const STAGING_CHUNK: usize = 1 << 20;
+
+/// Copies `parts` back to back into `staging` (exactly their total length). A batch of 1080p
+/// images is 6.2 MB each: one thread's memcpy (~5 GB/s) took longer than the transfer itself
+/// and than the kernel 50 times over (H200: 1.39 ms/image end to end at batch 8 against
+/// 0.023 ms in the kernel), so large batches are copied by every core.
+fn fill_staging(staging: &mut [u8], parts: &[&[u8]]) {
+    use rayon::prelude::*;
+    let mut pieces = Vec::with_capacity(parts.len());
+    let mut rest = staging;
+    for part in parts {
+        let (head, tail) = rest.split_at_mut(part.len());
+        pieces.push((head, *part));
+        rest = tail;
+    }
+    if pieces.iter().map(|(d, _)| d.len()).sum::<usize>() < PARALLEL_STAGING_BYTES {
+        pieces.into_iter().for_each(|(d, s)| d.copy_from_slice(s));
+        return;
+    }
+    pieces
+        .into_par_iter()
+        .flat_map(|(d, s)| {
+            d.par_chunks_mut(STAGING_CHUNK)
+                .zip(s.par_chunks(STAGING_CHUNK))
+        })
+        .for_each(|(d, s)| d.copy_from_slice(s));
 }
 
 /// A pooled device buffer of at least `bytes`, zeroed on `stream` (for kernels that
@@ -181,4 +208,29 @@ pub fn typed_mut<'a, T>(lease: &'a mut DeviceLease<'_>, len: usize) -> Result<Cu
     // SAFETY: as in `typed`.
     unsafe { lease.block_mut().transmute_mut::<T>(len) }
         .ok_or_else(|| Error::device("pool", "pooled buffer smaller than requested"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Small batches (one thread) and large ones (split across threads, parts not multiples
+    /// of the chunk) both end up as the parts back to back.
+    #[test]
+    fn staging_holds_the_parts_back_to_back() {
+        for sizes in [
+            vec![3usize, 0, 5],
+            vec![STAGING_CHUNK * 3 + 7, 11, PARALLEL_STAGING_BYTES + 1],
+        ] {
+            let parts: Vec<Vec<u8>> = sizes
+                .iter()
+                .enumerate()
+                .map(|(p, &n)| (0..n).map(|i| (i * 31 + p * 7) as u8).collect())
+                .collect();
+            let refs: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
+            let mut staging = vec![0xAA; sizes.iter().sum()];
+            fill_staging(&mut staging, &refs);
+            assert_eq!(staging, parts.concat(), "{sizes:?}");
+        }
+    }
 }
