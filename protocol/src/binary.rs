@@ -56,6 +56,15 @@ pub fn decode(datatype: DataType, count: usize, bytes: &[u8]) -> Result<TensorDa
     Ok(TensorData::Bytes(items))
 }
 
+/// The bytes [`encode`] appends for `tensor`, known before encoding it (a request's JSON
+/// header, which gives each tensor's size, comes before the tensors).
+pub fn encoded_len(tensor: &Tensor) -> usize {
+    match &tensor.data {
+        TensorData::Raw(raw) => raw.len(),
+        TensorData::Bytes(items) => items.iter().map(|item| 4 + item.len()).sum(),
+    }
+}
+
 /// Appends a tensor's binary encoding to `out`.
 pub fn encode(tensor: &Tensor, out: &mut Vec<u8>) {
     match &tensor.data {
@@ -74,6 +83,24 @@ pub fn encode(tensor: &Tensor, out: &mut Vec<u8>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_encoded_length_is_known_before_encoding() {
+        for data in [
+            TensorData::Raw(vec![1, 2, 3, 4, 5, 6, 7, 8]),
+            TensorData::Bytes(vec![b"ab".to_vec(), Vec::new(), b"xyz".to_vec()]),
+        ] {
+            let tensor = Tensor {
+                name: "t".into(),
+                datatype: DataType::Bytes,
+                shape: vec![3],
+                data,
+            };
+            let mut out = Vec::new();
+            encode(&tensor, &mut out);
+            assert_eq!(encoded_len(&tensor), out.len());
+        }
+    }
 
     #[test]
     fn bytes_framing_errors_are_reported() {

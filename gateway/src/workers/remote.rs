@@ -76,17 +76,14 @@ fn encode_with(
     outputs: &[String],
     options: InferOptions,
 ) -> Encoded {
-    let mut binary = Vec::new();
     let described: Vec<Value> = inputs
         .iter()
         .map(|t| {
-            let before = binary.len();
-            infergate_protocol::binary::encode(t, &mut binary);
             json!({
                 "name": t.name,
                 "shape": t.shape,
                 "datatype": t.datatype.name(),
-                "parameters": {"binary_data_size": binary.len() - before},
+                "parameters": {"binary_data_size": infergate_protocol::binary::encoded_len(t)},
             })
         })
         .collect();
@@ -106,9 +103,19 @@ fn encode_with(
     if !outputs.is_empty() {
         document["outputs"] = outputs.iter().map(|name| json!({"name": name})).collect();
     }
+    // The tensors go straight after the header, in one allocation: no second copy of them
+    // (a 224x224 image is 602,112 bytes).
     let mut body = document.to_string().into_bytes();
     let header_len = body.len();
-    body.extend_from_slice(&binary);
+    body.reserve_exact(
+        inputs
+            .iter()
+            .map(infergate_protocol::binary::encoded_len)
+            .sum(),
+    );
+    for tensor in inputs {
+        infergate_protocol::binary::encode(tensor, &mut body);
+    }
     Encoded {
         body: Bytes::from(body),
         header_len,
