@@ -27,11 +27,13 @@ Needs: scripts/setup.sh (models, ORT library, Python venv); `taskset` (util-linu
 Results: printed, and written to OUT/workers-LABEL.json and OUT/workers-LABEL.txt.
 """
 import argparse
+import array
 import http.client
 import json
 import os
 import platform
 import queue
+import random
 import re
 import shutil
 import signal
@@ -42,25 +44,60 @@ import tempfile
 import threading
 import time
 
-import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODELS = os.environ.get("INFERGATE_MODELS", os.path.join(ROOT, ".cache", "models"))
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
-# name -> (file, inputs {name: array}, the output asked for, its shape)
-IDS = np.array([[101, 1037, 2204, 2154, 2000, 2022, 6517, 102]], dtype=np.int64)
+class Tensor:
+    """A little-endian tensor's shape, KServe datatype and raw bytes (the standard library's
+    `array`, so the script needs nothing beyond Python: it also runs on a bare GPU host)."""
+
+    def __init__(self, shape, datatype, typecode, values):
+        self.shape, self.datatype = list(shape), datatype
+        count = 1
+        for d in shape:
+            count *= d
+        values = list(values)
+        assert len(values) == count, (shape, len(values))
+        self.raw = array.array(typecode, values)
+        if sys.byteorder != "little":
+            self.raw.byteswap()
+
+    def tobytes(self):
+        return self.raw.tobytes()
+
+
+def ids(values):
+    return Tensor([1, len(values)], "INT64", "q", values)
+
+
+# name -> (file, inputs {name: tensor}, the output asked for, its shape)
+IDS = [101, 1037, 2204, 2154, 2000, 2022, 6517, 102]
+_rng = random.Random(0)
 SPECS = {
     "minilm": ("minilm.onnx",
-               {"input_ids": IDS, "attention_mask": np.ones_like(IDS), "token_type_ids": np.zeros_like(IDS)},
+               {"input_ids": ids(IDS), "attention_mask": ids([1] * len(IDS)),
+                "token_type_ids": ids([0] * len(IDS))},
                "last_hidden_state", [1, 8, 384]),
-    "cls": ("ocr-cls.onnx", {"x": np.full((1, 3, 48, 192), 0.5, np.float32)},
+    "cls": ("ocr-cls.onnx", {"x": Tensor([1, 3, 48, 192], "FP32", "f", [0.5] * (3 * 48 * 192))},
             "save_infer_model/scale_0.tmp_1", [1, 2]),
     "effnet": ("efficientnet-lite0.onnx",
-               {"input": np.random.default_rng(0).random((1, 3, 224, 224), dtype=np.float32)},
+               {"input": Tensor([1, 3, 224, 224], "FP32", "f",
+                                (_rng.random() for _ in range(3 * 224 * 224)))},
                "probabilities", [1, 1000]),
 }
-DTYPES = {np.dtype(np.int64): "INT64", np.dtype(np.float32): "FP32"}
+
+
+def percentile(values, q):
+    """Linear interpolation between closest ranks (numpy's default)."""
+    if not values:
+        return float("nan")
+    v = sorted(values)
+    k = (len(v) - 1) * q / 100
+    lo = int(k)
+    hi = min(lo + 1, len(v) - 1)
+    return v[lo] + (v[hi] - v[lo]) * (k - lo)
 
 
 class Report:
@@ -217,8 +254,8 @@ class Server:
 def kserve_body(model):
     """The binary-tensor KServe v2 request for `model` (header JSON, then the raw tensors)."""
     _, inputs, output, _ = SPECS[model]
-    header = {"inputs": [{"name": n, "shape": list(a.shape), "datatype": DTYPES[a.dtype],
-                          "parameters": {"binary_data_size": a.nbytes}} for n, a in inputs.items()],
+    header = {"inputs": [{"name": n, "shape": a.shape, "datatype": a.datatype,
+                          "parameters": {"binary_data_size": len(a.tobytes())}} for n, a in inputs.items()],
               "outputs": [{"name": output, "parameters": {"binary_data": True}}]}
     head = json.dumps(header).encode()
     return head, head + b"".join(a.tobytes() for a in inputs.values())
@@ -313,10 +350,10 @@ def load_calls(call, targets, seconds, midway=None):
     for t in threads:
         t.join(timeout=seconds + 120)
     elapsed = time.monotonic() - started
-    lat = np.array(latencies) * 1e6 if latencies else np.array([float("nan")])
+    lat = [x * 1e6 for x in latencies]
     return {"ok": len(latencies), "failed": failures[0], "examples": examples[:6],
-            "rps": len(latencies) / elapsed, "p50_us": float(np.percentile(lat, 50)),
-            "p99_us": float(np.percentile(lat, 99)), "seconds": elapsed,
+            "rps": len(latencies) / elapsed, "p50_us": percentile(lat, 50),
+            "p99_us": percentile(lat, 99), "seconds": elapsed,
             "client_cpu_s": time.process_time() - cpu0, "per_target": per_label}
 
 
@@ -349,11 +386,11 @@ def paired(model, base, other, seconds):
     finally:
         for c in conns.values():
             c.close()
-    base_us, other_us = np.array(times["base"]) * 1e6, np.array(times["other"]) * 1e6
+    base_us, other_us = [x * 1e6 for x in times["base"]], [x * 1e6 for x in times["other"]]
     n = min(len(base_us), len(other_us))
-    return {"pairs": n, "base_p50_us": float(np.percentile(base_us, 50)),
-            "other_p50_us": float(np.percentile(other_us, 50)),
-            "median_pair_difference_us": float(np.median(other_us[:n] - base_us[:n]))}
+    return {"pairs": n, "base_p50_us": percentile(base_us, 50),
+            "other_p50_us": percentile(other_us, 50),
+            "median_pair_difference_us": percentile([o - b for b, o in zip(base_us, other_us)], 50)}
 
 
 def measured(model, targets, seconds, procs):
