@@ -44,8 +44,10 @@ def in_process_all_cores(model, feeds, seconds):
     return n / (time.perf_counter() - start)
 
 
-def compute_bound(pa, seconds):
-    data = tempfile.mkdtemp(prefix="infergate-targets-")
+def effnet_data(prefix):
+    """A data directory with EfficientNet-Lite0 registered as `effnet`, and one random image as
+    perf_analyzer input: (data dir, model path, image, input file)."""
+    data = tempfile.mkdtemp(prefix=prefix)
     model = os.path.join(serving.MODELS, "efficientnet-lite0.onnx")
     subprocess.run([serving.BIN, "models", "add", "--data-dir", data, "--name", "effnet", model],
                    check=True, capture_output=True)
@@ -53,6 +55,11 @@ def compute_bound(pa, seconds):
     data_file = os.path.join(data, "input.json")
     with open(data_file, "w") as f:
         json.dump({"data": [{"input": {"content": image.flatten().tolist(), "shape": [1, 3, 224, 224]}}]}, f)
+    return data, model, image, data_file
+
+
+def compute_bound(pa, seconds):
+    data, model, image, data_file = effnet_data("infergate-targets-")
     base = in_process_all_cores(model, {"input": image}, seconds)
     proc, addrs = serving.start_server(data)
     try:

@@ -10,14 +10,9 @@ Needs: scripts/setup.sh, bench/setup-perf-analyzer.sh, a release build (INFERGAT
 target/release/infergate).
 """
 import argparse
-import json
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
-
-import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cpu_per_request_targets as targets  # noqa: E402
@@ -32,14 +27,7 @@ def main():
                     help="instances x intra-op threads, comma-separated")
     args = ap.parse_args()
     pa = serving.perf_analyzer_command()
-    data = tempfile.mkdtemp(prefix="infergate-sizing-")
-    model = os.path.join(serving.MODELS, "efficientnet-lite0.onnx")
-    subprocess.run([serving.BIN, "models", "add", "--data-dir", data, "--name", "effnet", model],
-                   check=True, capture_output=True)
-    image = np.random.default_rng(0).random((1, 3, 224, 224), dtype=np.float32)
-    data_file = os.path.join(data, "input.json")
-    with open(data_file, "w") as f:
-        json.dump({"data": [{"input": {"content": image.flatten().tolist(), "shape": [1, 3, 224, 224]}}]}, f)
+    data, model, image, data_file = targets.effnet_data("infergate-sizing-")
     splits = [tuple(int(x) for x in s.split("x")) for s in args.splits.split(",")]
     results = {s: {1: [], 4: []} for s in splits}
     base = []

@@ -18,10 +18,11 @@ mod harness;
 
 use futures_util::{SinkExt, StreamExt};
 use harness::{model, Options, Server};
+use infergate::api::openai::start_generation;
 use infergate::config::Config;
 use infergate::state::AppState;
 use infergate::store::Store;
-use infergate::textgen::{Generation, Sampling};
+use infergate::textgen::Sampling;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use serde_json::{json, Value};
@@ -225,11 +226,10 @@ fn sampling(seed: u64) -> Sampling {
 
 /// One seeded generation in process: (time, tokens).
 async fn in_process_one(state: &Arc<AppState>, seed: u64) -> (Duration, u64) {
-    let record = state.catalog.resolve("textgen", None).expect("record");
-    let vocab = state.textgen_vocab.clone().expect("vocab");
+    let record = state.catalog().resolve("textgen", None).expect("record");
+    let vocab = state.textgen_vocab().cloned().expect("vocab");
     let start = Instant::now();
-    let mut g =
-        Generation::new(state.clone(), vocab, record, PROMPT, sampling(seed)).expect("generation");
+    let mut g = start_generation(state, vocab, record, PROMPT, sampling(seed)).expect("generation");
     while let Some(step) = g.next().await.expect("step") {
         if step.finish.is_some() {
             break;

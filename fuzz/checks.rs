@@ -14,7 +14,7 @@ use infergate_protocol::{binary, limits};
 // without them: the gateway's dependencies are too heavy for sanitizer builds. Only the
 // parsing and checking parts are used here.
 #[allow(dead_code)]
-#[path = "../gateway/src/api/openai_request.rs"]
+#[path = "../gateway/src/openai_request.rs"]
 mod openai;
 #[allow(dead_code)]
 #[path = "../gateway/src/pipeline/spec.rs"]

@@ -79,7 +79,7 @@ pub fn ensure_admin_key(store: &Store) -> anyhow::Result<()> {
 
 /// Turns workers whose heartbeats stopped into `lost`, twice per heartbeat interval.
 fn spawn_worker_sweep(state: &Arc<AppState>) {
-    let workers = state.workers.clone();
+    let workers = state.workers().clone();
     let period = (workers.heartbeat().interval / 2).max(Duration::from_millis(50));
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(period);
@@ -126,17 +126,17 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         Some(acceptor) => Some(tokio_rustls::TlsAcceptor::from(
             crate::workers::tls::manager_server_config(
                 acceptor.config(),
-                &state.workers.material().ca,
+                &state.workers().material().ca,
             )?,
         )),
         None => None,
     };
     spawn_worker_sweep(&state);
-    crate::workers::manager::spawn_refresh(state.workers.clone(), state.store.clone());
-    state.plugins.prune_cache(&state.store)?;
+    crate::workers::manager::spawn_refresh(state.workers().clone(), state.store().clone());
+    state.plugins().prune_cache(state.store())?;
     state.apply_model_configs().await;
     crate::replica_sync::spawn(&state);
-    crate::llm::LlmModels::spawn_idle_unloader(&state);
+    crate::llm::LlmModels::spawn_idle_unloader(state.llm());
     let router = api::router(state.clone());
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
@@ -146,7 +146,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         tls: tls.clone(),
     };
     let addr = listener.local_addr()?;
-    state.workers.set_local_address(addr);
+    state.workers().set_local_address(addr);
     let scheme = if config.insecure_http {
         "http"
     } else {
@@ -167,7 +167,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
             }
         });
     }
-    crate::history::spawn_sampler(state.clone());
+    spawn_history_sampler(state.clone());
     let grpc_listener = if config.grpc.enabled {
         let listener = tokio::net::TcpListener::bind(config.grpc.listen)
             .await
@@ -192,7 +192,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         }
     };
     tracing::info!(
-        models = state.catalog.all().len(),
+        models = state.catalog().all().len(),
         "listening on {scheme}://{addr}"
     );
     // Logged after the HTTP line, which clients that wait for `listening on` read first.
@@ -214,4 +214,28 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         let _ = grpc.await;
     }
     Ok(())
+}
+
+/// Samples the history once a second for as long as the process runs.
+fn spawn_history_sampler(state: Arc<AppState>) {
+    tokio::spawn(async move {
+        let mut ticker = tokio::time::interval(Duration::from_secs(1));
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut last = tokio::time::Instant::now();
+        loop {
+            ticker.tick().await;
+            let seconds = last.elapsed().as_secs_f64().max(1e-3);
+            last = tokio::time::Instant::now();
+            let s = &state;
+            let now = crate::history::now_ms();
+            s.history().sample(
+                s.catalog(),
+                s.pipelines(),
+                s.engine(),
+                s.metrics(),
+                seconds,
+                now,
+            );
+        }
+    });
 }

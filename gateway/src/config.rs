@@ -2,6 +2,7 @@
 //! overridden by command-line flags (clap reads flags and `INFERGATE_*` variables together,
 //! flags first).
 
+use crate::cors::CorsConfig;
 use infergate_engine::kernels::DeviceChoice;
 use serde::Deserialize;
 use std::net::SocketAddr;
@@ -33,7 +34,7 @@ pub struct Config {
     pub grpc: GrpcConfig,
     pub llm: infergate_llm::LlmConfig,
     /// Workers on other hosts: see `workers`.
-    pub cluster: crate::workers::ClusterConfig,
+    pub cluster: ClusterConfig,
     /// The database: SQLite in the data directory, or PostgreSQL shared by replicas.
     pub store: crate::store::StoreConfig,
 }
@@ -56,16 +57,48 @@ impl Default for GrpcConfig {
     }
 }
 
-/// Cross-origin access for browser clients on other origins.
-#[derive(Debug, Clone, Default, Deserialize)]
+/// `[cluster]` in the configuration file.
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct CorsConfig {
-    /// Allowed origins (`https://app.example.com`), or `["*"]` for any; empty = no CORS.
-    pub allowed_origins: Vec<String>,
-    /// Send `Access-Control-Allow-Credentials: true` (refused with `*`).
-    pub allow_credentials: bool,
-    /// Seconds a browser may cache a preflight answer.
-    pub max_age_s: u64,
+pub struct ClusterConfig {
+    /// Run requests on this server's own engine too (one more worker); false: route to workers
+    /// only.
+    pub local_engine: bool,
+    /// How often workers report.
+    pub heartbeat_ms: u64,
+    /// Reports a worker may miss before it is lost (out of routing).
+    pub missed_heartbeats: u32,
+    /// How long the manager waits for a worker's answer to one request.
+    pub request_timeout_s: u64,
+    /// When a model's least loaded copy would keep a new request waiting longer than this,
+    /// one more worker loads it.
+    pub scale_out_queue_delay_ms: u64,
+    /// Where a pipeline's native ops (resize/normalize) run when its model stage goes to a
+    /// worker: on the worker, next to the model and its GPU (the manager sends the smaller
+    /// pre-op tensors), or on the manager (it sends the model's input tensors).
+    pub pipeline_ops: PipelineOps,
+}
+
+/// `[cluster] pipeline_ops`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PipelineOps {
+    #[default]
+    Worker,
+    Manager,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        ClusterConfig {
+            local_engine: true,
+            heartbeat_ms: 2000,
+            missed_heartbeats: 3,
+            request_timeout_s: 60,
+            scale_out_queue_delay_ms: 50,
+            pipeline_ops: PipelineOps::Worker,
+        }
+    }
 }
 
 /// Prometheus metrics. `/metrics` on the main listener needs an admin-scoped key; `listen`
@@ -300,7 +333,7 @@ impl Default for Config {
             websocket: WebSocketConfig::default(),
             grpc: GrpcConfig::default(),
             llm: infergate_llm::LlmConfig::default(),
-            cluster: crate::workers::ClusterConfig::default(),
+            cluster: ClusterConfig::default(),
             store: crate::store::StoreConfig::default(),
         }
     }

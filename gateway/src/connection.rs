@@ -11,10 +11,10 @@
 //!   until their response body ends, puts the body read deadline on request bodies, and adds
 //!   `Connection: close` to HTTP/1 responses while the server drains.
 
-use crate::api::body::ReadDeadline;
 use crate::config::Limits;
+use crate::drain::Draining;
 use crate::error::ApiError;
-use crate::state::AppState;
+use crate::read_deadline::ReadDeadline;
 use axum::body::Body;
 use axum::response::IntoResponse;
 use axum::Router;
@@ -150,7 +150,8 @@ impl Drop for InFlight {
 pub struct ConnService {
     pub router: Router,
     pub connection: Arc<Connection>,
-    pub state: Arc<AppState>,
+    pub limits: Arc<Limits>,
+    pub draining: Draining,
 }
 
 /// gRPC's bidirectional streaming method: its request body stays open between messages by
@@ -168,7 +169,7 @@ impl hyper::service::Service<Request<Incoming>> for ConnService {
         if !http1 {
             self.connection.set_http2();
         }
-        let limits = &self.state.config.limits;
+        let limits = &self.limits;
         if let Some(error) = head_over_limits(&request, limits) {
             let response = with_body(error.into_response(), in_flight);
             return Box::pin(async move { Ok(response) });
@@ -183,11 +184,11 @@ impl hyper::service::Service<Request<Incoming>> for ConnService {
             request.map(Body::new)
         };
         let router = self.router.clone();
-        let state = self.state.clone();
+        let draining = self.draining.clone();
         let connection = self.connection.clone();
         Box::pin(CURRENT.scope(connection, async move {
             let Ok(mut response) = router.oneshot(request).await;
-            if http1 && state.drain.is_draining() {
+            if http1 && draining.is_draining() {
                 // The client learns before its next request that this connection ends.
                 response
                     .headers_mut()

@@ -3,10 +3,22 @@
 //! (`OPTIONS` with `Access-Control-Request-Method`) is answered here, before authentication,
 //! as browsers send it without the API key.
 
-use crate::config::CorsConfig;
 use http::{header, HeaderName, HeaderValue, Method};
+use serde::Deserialize;
 use std::time::Duration;
 use tower_http::cors::{AllowOrigin, CorsLayer};
+
+/// Cross-origin access for browser clients on other origins.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CorsConfig {
+    /// Allowed origins (`https://app.example.com`), or `["*"]` for any; empty = no CORS.
+    pub allowed_origins: Vec<String>,
+    /// Send `Access-Control-Allow-Credentials: true` (refused with `*`).
+    pub allow_credentials: bool,
+    /// Seconds a browser may cache a preflight answer.
+    pub max_age_s: u64,
+}
 
 /// Request headers a browser client may send.
 const ALLOWED_HEADERS: [HeaderName; 5] = [

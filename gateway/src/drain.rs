@@ -23,6 +23,16 @@ impl Default for Drain {
     }
 }
 
+/// Whether the server drains, for what only asks (a connection's service): cheap to clone.
+#[derive(Clone)]
+pub struct Draining(watch::Receiver<bool>);
+
+impl Draining {
+    pub fn is_draining(&self) -> bool {
+        *self.0.borrow()
+    }
+}
+
 /// Held by an open stream; dropping it tells a waiting shutdown.
 pub struct StreamGuard {
     open: Arc<AtomicUsize>,
@@ -45,6 +55,10 @@ impl Drain {
 
     pub fn is_draining(&self) -> bool {
         *self.draining.borrow()
+    }
+
+    pub fn draining(&self) -> Draining {
+        Draining(self.draining.subscribe())
     }
 
     /// Resolves when draining starts (at once if it has).

@@ -11,15 +11,16 @@
 //! from [`crate::key_activity`]) while they were used within the hour, for at most
 //! [`MAX_KEYS`] keys (the most recently used).
 
+use crate::catalog::Catalog;
 use crate::key_activity::KeyTotals;
 use crate::latency::{Counts, StatusCounts};
-use crate::state::{model_key, AppState};
-use infergate_engine::ModelState;
+use crate::metrics::Metrics;
+use crate::pipeline::Pipelines;
+use crate::store::models::model_key;
+use infergate_engine::{Engine, ModelState};
 use parking_lot::Mutex;
 use serde::Serialize;
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::Arc;
-use std::time::Duration;
 
 /// One hour of one-second samples per name.
 pub const CAPACITY: usize = 3600;
@@ -99,9 +100,8 @@ struct Reading {
 
 impl Reading {
     /// The gateway's counters of `name` (all versions); the engine's are added per version.
-    fn answers(state: &AppState, name: &str) -> Reading {
-        let (latency, statuses) = state
-            .metrics
+    fn answers(metrics: &Metrics, name: &str) -> Reading {
+        let (latency, statuses) = metrics
             .latency
             .model_totals(name)
             .map_or((None, None), |(l, s)| (Some(l), Some(s)));
@@ -167,53 +167,47 @@ pub fn state_name(s: &ModelState) -> (&'static str, Option<String>) {
     }
 }
 
-/// Samples once a second for as long as the process runs.
-pub fn spawn_sampler(state: Arc<AppState>) {
-    tokio::spawn(async move {
-        let mut ticker = tokio::time::interval(Duration::from_secs(1));
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut last = tokio::time::Instant::now();
-        loop {
-            ticker.tick().await;
-            let seconds = last.elapsed().as_secs_f64().max(1e-3);
-            last = tokio::time::Instant::now();
-            state.metrics.history.sample(&state, seconds, now_ms());
-        }
-    });
-}
-
 impl History {
-    /// Reads every counter now and appends one sample per name, covering `seconds`.
-    pub fn sample(&self, state: &AppState, seconds: f64, t_ms: u64) {
-        let records = state.catalog.all();
+    /// Reads every counter now (the catalog's versions on `engine`, `pipelines`, the gateway's
+    /// `metrics`) and appends one sample per name, covering `seconds`.
+    pub fn sample(
+        &self,
+        catalog: &Catalog,
+        pipelines: &Pipelines,
+        engine: &Engine,
+        metrics: &Metrics,
+        seconds: f64,
+        t_ms: u64,
+    ) {
+        let records = catalog.all();
         let mut readings: BTreeMap<String, (Kind, Reading)> = BTreeMap::new();
         let mut states = BTreeMap::new();
         for r in &records {
             let key = model_key(r);
-            let (st, reason) = state_name(&state.engine.state(&key));
+            let (st, reason) = state_name(&engine.state(&key));
             states.insert((r.name.clone(), r.version), (st, reason));
             let entry = readings
                 .entry(r.name.clone())
-                .or_insert_with(|| (Kind::Model, Reading::answers(state, &r.name)));
+                .or_insert_with(|| (Kind::Model, Reading::answers(metrics, &r.name)));
             let reading = &mut entry.1;
             if reading.llm.is_none() && crate::llm::is_gguf(r) {
-                reading.llm = Some(state.metrics.llm_totals(&r.name));
+                reading.llm = Some(metrics.llm_totals(&r.name));
             }
-            reading.in_flight += state.engine.in_flight(&key) as u64;
-            if let Some(stats) = state.engine.stats(&key) {
+            reading.in_flight += engine.in_flight(&key) as u64;
+            if let Some(stats) = engine.stats(&key) {
                 reading.queue.0 += stats.queue.count;
                 reading.queue.1 += stats.queue.ns;
                 reading.executions += stats.execution_count;
                 reading.inferences += stats.inference_count;
             }
         }
-        for p in state.pipelines.all() {
+        for p in pipelines.all() {
             let name = p.record.name.clone();
-            let reading = Reading::answers(state, &name);
+            let reading = Reading::answers(metrics, &name);
             readings.entry(name).or_insert((Kind::Pipeline, reading));
         }
 
-        let keys = state.metrics.keys.all();
+        let keys = metrics.keys.all();
 
         let mut inner = self.inner.lock();
         inner.record_keys(keys, seconds, t_ms);

@@ -1,6 +1,6 @@
 //! What each API key did since the server started: requests admitted and refused by its limits,
 //! and when it was last used (server time). Recorded where every request with a valid key is
-//! admitted ([`crate::admission::admit`]: HTTP, gRPC and WebSocket messages alike), whether or
+//! admitted ([`crate::api::admission::admit`]: HTTP, gRPC and WebSocket messages alike), whether or
 //! not the key has limits, so the keys table can say "last used" and the history can chart
 //! traffic per key. Memory is one entry per key that made a request; a revoked key's entry goes.
 

@@ -4,14 +4,14 @@
 //! budget.
 
 use crate::error::{ApiError, ApiResult};
-use crate::state::{model_key, AppState};
+use crate::store::models::model_key;
 use crate::store::models::ModelRecord;
-use infergate_api_types::models::ModelVersion;
-use infergate_engine::{ModelConfig, ModelKey, ModelSignature};
+use infergate_engine::{Engine, ModelConfig, ModelKey, ModelSignature};
 use infergate_llm::{Fault, GgufInfo, LlmConfig, LlmError, LlmModel};
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap};
-use std::path::Path;
+use std::future::Future;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::OnceCell;
@@ -70,20 +70,6 @@ pub fn validate_upload(path: &Path) -> ApiResult<Option<ModelSignature>> {
     Ok(Some(signature(&info)))
 }
 
-/// A GGUF version in the model API's shape: no tensors; its description, load state and the
-/// sequences it is serving.
-pub fn view(state: &AppState, r: &ModelRecord) -> ModelVersion {
-    let key = model_key(r);
-    let loaded = state.llm.is_loaded(&key);
-    ModelVersion {
-        format: Some(GGUF.to_owned()),
-        metadata: Some(r.signature.metadata.clone()),
-        state: if loaded { "loaded" } else { "unloaded" }.to_owned(),
-        in_flight: state.llm.in_flight(&key),
-        ..crate::api::models::record_view(r)
-    }
-}
-
 /// An LLM error as the gateway answers it.
 pub fn api_error(e: LlmError) -> ApiError {
     let message = e.to_string();
@@ -110,17 +96,33 @@ struct Entry {
 }
 
 /// The loaded chat models, by version.
-#[derive(Default)]
 pub struct LlmModels {
     entries: Mutex<HashMap<ModelKey, Arc<Entry>>>,
+    /// `[llm]`: what each model is loaded with.
+    config: LlmConfig,
+    /// Whose host memory budget the chat models share.
+    engine: Arc<Engine>,
 }
 
 impl LlmModels {
+    pub fn new(config: LlmConfig, engine: Arc<Engine>) -> LlmModels {
+        LlmModels {
+            entries: Mutex::default(),
+            config,
+            engine,
+        }
+    }
+
     /// The running model of `record`, loading it on first use (once, however many requests
-    /// wait for it). Refused with 503 when it would exceed the host memory budget.
-    pub async fn get(&self, state: &Arc<AppState>, record: &ModelRecord) -> ApiResult<LlmModel> {
+    /// wait for it) from the file `file` resolves to. Refused with 503 when it would exceed the
+    /// host memory budget.
+    pub async fn get(
+        &self,
+        record: &ModelRecord,
+        file: impl Future<Output = ApiResult<PathBuf>>,
+    ) -> ApiResult<LlmModel> {
         let key = model_key(record);
-        let config = state.config.llm.clone();
+        let config = self.config.clone();
         let entry = {
             let mut entries = self.entries.lock();
             entries
@@ -144,9 +146,9 @@ impl LlmModels {
         let model = entry
             .model
             .get_or_try_init(|| async move {
-                self.check_budget(state, &key, bytes)?;
+                self.check_budget(&key, bytes)?;
                 // Chat models are not the ONNX engine's: checked at each (one-time) load.
-                let path = state.model_file(record, false).await?;
+                let path = file.await?;
                 tracing::info!(model = %key, "loading chat model");
                 let started = Instant::now();
                 let model = tokio::task::spawn_blocking(move || LlmModel::load(&path, config))
@@ -167,8 +169,8 @@ impl LlmModels {
 
     /// Refuses a load that would take the gateway over `host_memory_budget_bytes`, counting
     /// ONNX instances (the engine's reservation) and loaded chat models.
-    fn check_budget(&self, state: &AppState, key: &ModelKey, bytes: u64) -> ApiResult<()> {
-        let (onnx, budget) = state.engine.memory();
+    fn check_budget(&self, key: &ModelKey, bytes: u64) -> ApiResult<()> {
+        let (onnx, budget) = self.engine.memory();
         let Some(budget) = budget else {
             return Ok(());
         };
@@ -239,15 +241,15 @@ impl LlmModels {
         });
     }
 
-    /// Runs [`LlmModels::unload_idle`] every second until the state is dropped.
-    pub fn spawn_idle_unloader(state: &Arc<AppState>) {
-        let weak = Arc::downgrade(state);
+    /// Runs [`LlmModels::unload_idle`] every second until the models are dropped.
+    pub fn spawn_idle_unloader(models: &Arc<LlmModels>) {
+        let weak = Arc::downgrade(models);
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_secs(1));
             loop {
                 tick.tick().await;
                 match weak.upgrade() {
-                    Some(state) => state.llm.unload_idle(),
+                    Some(models) => models.unload_idle(),
                     None => return,
                 }
             }

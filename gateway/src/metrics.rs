@@ -31,10 +31,13 @@
 //! `infergate_llm_generation_tokens_total`, `infergate_llm_prefix_cache_queries_total` and
 //! `infergate_llm_prefix_cache_hits_total` (prompt tokens looked up / found in the cache).
 
+use crate::catalog::Catalog;
 use crate::latency::LatencyHistograms;
-use crate::state::{model_key, AppState};
+use crate::llm::LlmModels;
+use crate::store::models::model_key;
 use infergate_engine::kernels::device::memory::MemoryStats;
 use infergate_engine::kernels::device::pool::PoolStats;
+use infergate_engine::Engine;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{
     DescriptorEncoder, EncodeLabelSet, EncodeMetric, MetricEncoder, NoLabelSet,
@@ -126,8 +129,6 @@ pub struct Metrics {
     /// Successful inference latencies and answer statuses per model version, for
     /// `/v2/events` and the history.
     pub latency: LatencyHistograms,
-    /// The last hour per model and pipeline (`/api/metrics/history`).
-    pub history: crate::history::History,
     /// Requests and last use per API key (`/api/keys`, the history's per-key traffic).
     pub keys: crate::key_activity::KeyActivity,
 }
@@ -222,7 +223,6 @@ impl Metrics {
             plugin_calls,
             websocket_connections,
             latency: LatencyHistograms::default(),
-            history: Default::default(),
             keys: Default::default(),
         }
     }
@@ -323,17 +323,22 @@ impl Metrics {
         GaugeGuard(self.generations.clone())
     }
 
-    /// The whole exposition: the gateway's metrics, then the engine's read now.
-    pub fn render(&self, state: &AppState) -> Result<String, std::fmt::Error> {
+    /// The whole exposition: the gateway's metrics, then what is read now: the engine's
+    /// versions (the catalog's), the loaded chat models' and the workers'.
+    pub fn render(
+        &self,
+        catalog: &Catalog,
+        engine: &Engine,
+        llm: &LlmModels,
+        workers: &crate::workers::Manager,
+    ) -> Result<String, std::fmt::Error> {
         let mut out = String::new();
         prometheus_client::encoding::text::encode_registry(&mut out, &self.registry)?;
-        let mut engine = Registry::with_prefix("infergate");
-        engine.register_collector(Box::new(EngineSnapshot::read(state)));
-        engine.register_collector(Box::new(LlmSnapshot::read(state)));
-        engine.register_collector(Box::new(crate::workers::metrics::Snapshot::read(
-            &state.workers,
-        )));
-        prometheus_client::encoding::text::encode_registry(&mut out, &engine)?;
+        let mut scraped = Registry::with_prefix("infergate");
+        scraped.register_collector(Box::new(EngineSnapshot::read(catalog, engine)));
+        scraped.register_collector(Box::new(LlmSnapshot::read(llm)));
+        scraped.register_collector(Box::new(crate::workers::metrics::Snapshot::read(workers)));
+        prometheus_client::encoding::text::encode_registry(&mut out, &scraped)?;
         prometheus_client::encoding::text::encode_eof(&mut out)?;
         Ok(out)
     }
@@ -365,9 +370,8 @@ struct VersionSnapshot {
 }
 
 impl EngineSnapshot {
-    fn read(state: &AppState) -> EngineSnapshot {
-        let versions = state
-            .catalog
+    fn read(catalog: &Catalog, engine: &Engine) -> EngineSnapshot {
+        let versions = catalog
             .all()
             .iter()
             .map(|record| {
@@ -377,16 +381,16 @@ impl EngineSnapshot {
                         model: record.name.clone(),
                         version: record.version.to_string(),
                     },
-                    loaded: state.engine.state(&key) == infergate_engine::ModelState::Ready,
-                    in_flight: state.engine.in_flight(&key) as u64,
-                    stats: state.engine.stats(&key),
+                    loaded: engine.state(&key) == infergate_engine::ModelState::Ready,
+                    in_flight: engine.in_flight(&key) as u64,
+                    stats: engine.stats(&key),
                 }
             })
             .collect();
         EngineSnapshot {
             versions,
-            host_memory: state.engine.memory(),
-            gpu_memory: state.engine.gpu_memory(),
+            host_memory: engine.memory(),
+            gpu_memory: engine.gpu_memory(),
         }
     }
 }
@@ -649,69 +653,6 @@ impl EncodeMetric for BatchSizes {
     }
 }
 
-/// Counts every HTTP request by route template, and KServe v2 inference requests by model.
-pub async fn middleware(
-    axum::extract::State(state): axum::extract::State<std::sync::Arc<AppState>>,
-    request: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> axum::response::Response {
-    let route = request
-        .extensions()
-        .get::<axum::extract::MatchedPath>()
-        .map(|p| p.as_str().to_string());
-    let method = request.method().clone();
-    let path = request.uri().path().to_string();
-    let started = std::time::Instant::now();
-    let response = next.run(request).await;
-    let status = response.status().as_u16();
-    let route = route.unwrap_or_else(|| "unmatched".into());
-    state.metrics.http_request(method.as_str(), &route, status);
-    if route == "/api/pipelines/{pipeline}/run" {
-        // Raw-body pipeline runs count under the pipeline's name (registered names only).
-        let name = path.split('/').nth(3).unwrap_or_default();
-        if state.pipelines.get(name).is_some() {
-            state
-                .metrics
-                .inference(name, "", "pipeline", status, started.elapsed());
-        }
-    } else if route.starts_with("/v2/models/{model}") && route.ends_with("/infer") {
-        let (model, version) = match response.extensions().get::<Served>() {
-            Some(served) => (served.model.clone(), served.version.to_string()),
-            None => kserve_labels(&state, &path),
-        };
-        state
-            .metrics
-            .inference(&model, &version, "kserve_http", status, started.elapsed());
-    }
-    response
-}
-
-/// Labels for a KServe inference request that failed before a version was resolved: only
-/// registered names become label values, so random paths cannot grow the metrics. A request
-/// without a version counts against the version it would have gone to, and one to a pipeline
-/// under the pipeline's name, so that its errors show where people look for them.
-fn kserve_labels(state: &AppState, path: &str) -> (String, String) {
-    let segments: Vec<&str> = path.split('/').collect();
-    // ["", "v2", "models", MODEL, ("versions", VERSION,)? "infer"]
-    let Some(&name) = segments.get(3) else {
-        return (String::new(), String::new());
-    };
-    if state.pipelines.get(name).is_some() {
-        return (name.to_string(), String::new());
-    }
-    let Ok(default) = state.catalog.resolve(name, None) else {
-        return (String::new(), String::new());
-    };
-    let version = match (segments.get(4), segments.get(5)) {
-        (Some(&"versions"), Some(v)) => match v.parse::<u64>() {
-            Ok(v) => v.to_string(),
-            Err(_) => String::new(),
-        },
-        _ => default.version.to_string(),
-    };
-    (name.to_string(), version)
-}
-
 /// The loaded chat models' scheduler state and counters, read once per scrape.
 #[derive(Debug)]
 struct LlmSnapshot {
@@ -719,9 +660,8 @@ struct LlmSnapshot {
 }
 
 impl LlmSnapshot {
-    fn read(state: &AppState) -> LlmSnapshot {
-        let mut versions: Vec<_> = state
-            .llm
+    fn read(llm: &LlmModels) -> LlmSnapshot {
+        let mut versions: Vec<_> = llm
             .loaded()
             .into_iter()
             .map(|(key, model)| {

@@ -9,8 +9,8 @@
 //! row behind.
 
 use crate::error::{ApiError, ApiResult};
-use crate::state::model_key;
 use crate::store::files::BlobWriter;
+use crate::store::models::model_key;
 use crate::store::models::ModelRecord;
 use crate::store::Store;
 use infergate_engine::{Engine, EngineError, ModelConfig};
@@ -109,7 +109,7 @@ impl ModelRepository {
         path: &std::path::Path,
         config: &ParsedConfig,
     ) -> ApiResult<ModelRecord> {
-        crate::state::validate_name("model", name)?;
+        crate::names::validate_name("model", name)?;
         let bytes = std::fs::read(path)
             .map_err(|e| ApiError::bad_request(format!("reading {}: {e}", path.display())))?;
         let mut upload =

@@ -17,7 +17,8 @@
 //! makes every change itself.
 
 use crate::pipeline::spec::PipelineSpec;
-use crate::state::{model_key, AppState};
+use crate::state::AppState;
+use crate::store::models::model_key;
 use crate::store::models::ModelRecord;
 use crate::store::{BlobKind, CatalogChanges};
 use infergate_engine::ModelConfig;
@@ -26,7 +27,7 @@ use std::sync::Arc;
 
 /// Starts following other replicas' changes when the store is shared (PostgreSQL).
 pub fn spawn(state: &Arc<AppState>) {
-    let Some(mut changes) = state.store.catalog_changes() else {
+    let Some(mut changes) = state.store().catalog_changes() else {
         return;
     };
     let state = state.clone();
@@ -46,7 +47,7 @@ pub fn spawn(state: &Arc<AppState>) {
             }
             if moved(|c| c.plugins) {
                 let st = state.clone();
-                let synced = tokio::task::spawn_blocking(move || st.plugins.sync(&st.store)).await;
+                let synced = tokio::task::spawn_blocking(move || st.plugins().sync(st.store())).await;
                 match synced {
                     Ok(Ok(())) => {}
                     Ok(Err(e)) => {
@@ -69,12 +70,12 @@ pub fn spawn(state: &Arc<AppState>) {
 }
 
 async fn sync_models(state: &AppState) -> Result<(), crate::store::StoreError> {
-    let before = state.catalog.all();
-    let stored = state.store.list_model_versions()?;
+    let before = state.catalog().all();
+    let stored = state.store().list_model_versions()?;
     let kept: HashSet<(String, u64)> = stored.iter().map(|r| (r.name.clone(), r.version)).collect();
     for record in stored {
         let current = state
-            .catalog
+            .catalog()
             .versions(&record.name)
             .into_iter()
             .find(|r| r.version == record.version);
@@ -83,13 +84,13 @@ async fn sync_models(state: &AppState) -> Result<(), crate::store::StoreError> {
             Some(c) if c.sha256 == record.sha256 && c.config == record.config => continue,
             // Deleted and uploaded again under the same version elsewhere: other bytes.
             Some(c) if c.sha256 != record.sha256 => {
-                state.engine.unload(&key);
-                state.llm.unload(&key);
+                state.engine().unload(&key);
+                state.llm().unload(&key);
             }
             _ => {}
         }
         let applied = match ModelConfig::from_json(&record.config) {
-            Ok(config) => state.engine.set_config(&key, config).await,
+            Ok(config) => state.engine().set_config(&key, config).await,
             Err(e) => Err(e),
         };
         if let Err(e) = applied {
@@ -99,16 +100,16 @@ async fn sync_models(state: &AppState) -> Result<(), crate::store::StoreError> {
         if current.is_none() {
             prefetch(state, &record);
         }
-        state.catalog.insert(record);
+        state.catalog().insert(record);
     }
     for record in before {
         if !kept.contains(&(record.name.clone(), record.version)) {
             let key = model_key(&record);
-            state.catalog.remove(&record.name, record.version);
-            state.engine.unload(&key);
-            state.llm.unload(&key);
+            state.catalog().remove(&record.name, record.version);
+            state.engine().unload(&key);
+            state.llm().unload(&key);
             tracing::info!(model = %key, "model version deleted by another replica");
-            let (store, sha256) = (state.store.clone(), record.sha256.clone());
+            let (store, sha256) = (state.store().clone(), record.sha256.clone());
             let dropped = tokio::task::spawn_blocking(move || {
                 store.drop_unreferenced_local_blob(BlobKind::Model, &sha256)
             })
@@ -125,7 +126,7 @@ async fn sync_models(state: &AppState) -> Result<(), crate::store::StoreError> {
 /// background, so that its first request does not wait for the download (a request that comes
 /// first fetches it itself: `AppState::model_file`).
 fn prefetch(state: &AppState, record: &ModelRecord) {
-    let store = state.store.clone();
+    let store = state.store().clone();
     let (key, sha256) = (model_key(record), record.sha256.clone());
     tokio::task::spawn_blocking(move || {
         if let Err(e) = store.local_blob(BlobKind::Model, &sha256) {
@@ -136,15 +137,15 @@ fn prefetch(state: &AppState, record: &ModelRecord) {
 
 fn sync_pipelines(state: &AppState) -> Result<(), crate::store::StoreError> {
     let before: Vec<String> = state
-        .pipelines
+        .pipelines()
         .all()
         .iter()
         .map(|p| p.record.name.clone())
         .collect();
-    let stored = state.store.list_pipelines()?;
+    let stored = state.store().list_pipelines()?;
     let kept: HashSet<String> = stored.iter().map(|r| r.name.clone()).collect();
     for record in stored {
-        if state.pipelines.get(&record.name).is_some_and(|p| {
+        if state.pipelines().get(&record.name).is_some_and(|p| {
             p.record.updated_at == record.updated_at && p.record.spec == record.spec
         }) {
             continue;
@@ -152,17 +153,17 @@ fn sync_pipelines(state: &AppState) -> Result<(), crate::store::StoreError> {
         match PipelineSpec::from_json(&record.spec) {
             Ok(spec) => {
                 tracing::info!(pipeline = %record.name, "pipeline changed by another replica");
-                state.pipelines.insert(record, spec);
+                state.pipelines().insert(record, spec);
             }
             Err(e) => {
                 tracing::error!(pipeline = %record.name, error = %e, "pipeline saved by another replica is invalid here");
-                state.pipelines.remove(&record.name);
+                state.pipelines().remove(&record.name);
             }
         }
     }
     for name in before {
         if !kept.contains(&name) {
-            state.pipelines.remove(&name);
+            state.pipelines().remove(&name);
             tracing::info!(pipeline = %name, "pipeline deleted by another replica");
         }
     }

@@ -16,6 +16,7 @@
 //! - an idle close is a graceful one (HTTP/2 GOAWAY) given `header_timeout_s` more, then the
 //!   socket is dropped.
 
+use crate::config::Limits;
 use crate::connection::{ConnIo, ConnService, Connection};
 use crate::peers::PeerLimit;
 use crate::state::AppState;
@@ -46,7 +47,7 @@ impl Listener {
 const HYPER_DEFAULT_MAX_BUF: usize = 8192 + 4096 * 100;
 
 fn http_builder(state: &AppState) -> Builder<TokioExecutor> {
-    let limits = &state.config.limits;
+    let limits = &state.config().limits;
     let mut builder = Builder::new(TokioExecutor::new());
     // hyper answers requests over its own limits with an empty body; ours (checked in
     // `connection::ConnService`, answered with JSON) are lower, so only requests far beyond
@@ -79,6 +80,7 @@ struct ListenerSetup {
     builder: Builder<TokioExecutor>,
     router: Router,
     state: Arc<AppState>,
+    limits: Arc<Limits>,
 }
 
 /// Serves until `shutdown` resolves, then stops accepting, drains (see [`watch_connection`]),
@@ -89,7 +91,7 @@ pub async fn run(
     state: Arc<AppState>,
     shutdown: impl Future<Output = ()>,
 ) {
-    let limits = state.config.limits.clone();
+    let limits = state.config().limits.clone();
     let cap = limits.max_connections.clamp(1, Semaphore::MAX_PERMITS);
     let permits = Arc::new(Semaphore::new(cap));
     let peers = PeerLimit::new(limits.max_unauthenticated_connections_per_ip);
@@ -97,6 +99,7 @@ pub async fn run(
         builder: http_builder(&state),
         router,
         state: state.clone(),
+        limits: Arc::new(limits.clone()),
     });
     let handshake_timeout = Duration::from_secs(limits.handshake_timeout_s.max(1));
     let send_timeout = Duration::from_secs(limits.send_timeout_s.max(1));
@@ -155,12 +158,12 @@ pub async fn run(
         }
     }
     state.set_ready(false);
-    state.drain.start();
+    state.drain().start();
     drop(listener);
     let grace = Duration::from_secs(limits.shutdown_grace_s);
     tracing::info!(
         grace_s = grace.as_secs(),
-        streams = state.drain.open_streams(),
+        streams = state.drain().open_streams(),
         "shutting down: draining in-flight requests and streams"
     );
     // Every connection holds a permit until its socket closes, so all of them back means all
@@ -194,7 +197,7 @@ async fn watch_connection<I>(
 ) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let limits = &setup.state.config.limits;
+    let limits = &setup.limits;
     let header = Duration::from_secs(limits.header_timeout_s.max(1));
     let idle = Duration::from_secs(limits.idle_timeout_s.max(1));
     let keepalive_on_drain =
@@ -202,7 +205,8 @@ async fn watch_connection<I>(
     let service = ConnService {
         router: setup.router.clone(),
         connection: connection.clone(),
-        state: setup.state.clone(),
+        limits: setup.limits.clone(),
+        draining: setup.state.drain().draining(),
     };
     let conn = setup
         .builder
@@ -210,7 +214,7 @@ async fn watch_connection<I>(
         .into_owned();
     tokio::pin!(conn);
     let closing = async {
-        let drain = setup.state.drain.signal();
+        let drain = setup.state.drain().signal();
         tokio::select! {
             _ = connection.idle_expired(header, idle) => Closing::Idle,
             _ = drain => {

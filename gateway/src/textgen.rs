@@ -8,15 +8,15 @@
 //! it, so a client that goes away stops generation at the next character.
 
 use crate::error::{ApiError, ApiResult};
-use crate::state::AppState;
 use crate::store::models::ModelRecord;
-use infergate_engine::{InferOptions, Tensor};
+use infergate_engine::Tensor;
 #[cfg(test)]
 use infergate_llm::output::longest_suffix_prefix;
 use infergate_llm::output::release;
 pub use infergate_llm::Finish;
 // The sampling parameters as requests give them (OpenAI bodies, WebSocket `generate`).
-pub use crate::api::openai_request::Sampling;
+pub use crate::openai_request::Sampling;
+use futures_util::future::BoxFuture;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::Deserialize;
@@ -172,9 +172,16 @@ pub struct Step {
     pub finish: Option<Finish>,
 }
 
+/// Runs the generator's model on its inputs, answering the named outputs: the inference
+/// service, handed in, so that text generation knows the model's contract (a window of
+/// characters in, next-character probabilities out) and not the server.
+pub type RunModel = Box<
+    dyn Fn(Vec<Tensor>, Vec<String>) -> BoxFuture<'static, ApiResult<Vec<Tensor>>> + Send + Sync,
+>;
+
 /// A generation in progress.
 pub struct Generation {
-    state: Arc<AppState>,
+    run: RunModel,
     vocab: Arc<Vocab>,
     record: Arc<ModelRecord>,
     params: Sampling,
@@ -189,7 +196,7 @@ pub struct Generation {
 
 impl Generation {
     pub fn new(
-        state: Arc<AppState>,
+        run: RunModel,
         vocab: Arc<Vocab>,
         record: Arc<ModelRecord>,
         prompt: &str,
@@ -202,7 +209,7 @@ impl Generation {
             None => StdRng::from_rng(&mut rand::rng()),
         };
         Ok(Generation {
-            state,
+            run,
             vocab,
             record,
             params,
@@ -234,14 +241,7 @@ impl Generation {
         let window = self.vocab.window(&self.context);
         let input = Tensor::from_i64(INPUT, vec![1, window.len() as i64], &window)
             .map_err(|e| ApiError::internal(e.to_string()))?;
-        let mut outputs = crate::infer::backend::run_model(
-            &self.state,
-            &self.record,
-            vec![input],
-            vec![OUTPUT.to_string()],
-            InferOptions::default(),
-        )
-        .await?;
+        let mut outputs = (self.run)(vec![input], vec![OUTPUT.to_string()]).await?;
         let probs = outputs
             .pop()
             .and_then(|t| t.to_f32())

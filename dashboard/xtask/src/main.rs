@@ -4,6 +4,8 @@
 //! for `--target web` with the same wasm-bindgen version the app links (pinned in the lock
 //! file), because `cargo install wasm-bindgen-cli` does not build here.
 
+#![forbid(unsafe_code)]
+
 use anyhow::{bail, Context};
 use std::path::PathBuf;
 

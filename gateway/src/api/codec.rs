@@ -4,8 +4,8 @@
 //! in `Inference-Header-Content-Length`, read and written only here).
 
 use crate::error::{ApiError, ApiResult};
+use crate::infer::pipeline::StageTimes;
 use crate::infer::Inferred;
-use crate::pipeline::run::StageTimes;
 use axum::body::Body;
 use axum::response::Response;
 use http::{HeaderMap, HeaderValue};

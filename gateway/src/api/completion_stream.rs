@@ -144,7 +144,7 @@ pub(super) fn response(
 ) -> Response {
     let meta = Arc::new(meta);
     let mut coalescer = Coalescer::new(Duration::from_micros(
-        state.config.openai.stream_coalesce_us,
+        state.config().openai.stream_coalesce_us,
     ));
     let tracked = Tracked::new(&state, &generation);
     let mut producer = Producer {

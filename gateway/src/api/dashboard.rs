@@ -144,7 +144,7 @@ pub async fn fallback(
     if is_api(path) || (method != Method::GET && method != Method::HEAD) {
         return not_found(path).into_response();
     }
-    let files = match state.config.dashboard_dir.as_deref() {
+    let files = match state.config().dashboard_dir.as_deref() {
         Some(dir) => Files::Dir(dir),
         None => Files::Embedded(embedded::FILES),
     };

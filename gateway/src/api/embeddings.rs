@@ -5,9 +5,9 @@
 
 use super::authorized::{Authorized, Infer};
 use super::body::read_limited;
-use super::openai_request::{parse, EmbeddingRequest};
 use crate::error::{ApiError, ApiResult};
-use crate::pipeline::run::{self, PipelineInput, PipelineOutput};
+use crate::infer::pipeline::{self, PipelineInput, PipelineOutput};
+use crate::openai_request::{parse, EmbeddingRequest};
 use crate::state::AppState;
 use axum::extract::State;
 use axum::Json;
@@ -49,12 +49,12 @@ pub async fn embeddings(
     headers: HeaderMap,
     body: axum::body::Body,
 ) -> ApiResult<Json<Value>> {
-    let limit = state.config.limits.max_request_bytes;
+    let limit = state.config().limits.max_request_bytes;
     let body = read_limited(&headers, body, limit).await?;
     let req: EmbeddingRequest = parse(&body)?;
     let base64 = req.base64()?;
     let texts = req.texts()?;
-    let pipeline = state.pipelines.get(&req.model).ok_or_else(|| {
+    let pipeline = state.pipelines().get(&req.model).ok_or_else(|| {
         ApiError::not_found(format!(
             "no pipeline named '{}' (embeddings are served by pipelines, e.g. 'embed')",
             req.model
@@ -64,7 +64,7 @@ pub async fn embeddings(
     let mut chars = 0usize;
     for (index, text) in texts.into_iter().enumerate() {
         chars += text.chars().count();
-        let (output, _) = run::run(
+        let (output, _) = pipeline::run(
             &state,
             &req.model,
             &pipeline.spec,

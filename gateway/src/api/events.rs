@@ -36,12 +36,13 @@
 use super::stream::{
     limited, read_failure_close, too_many_control_frames, upgrade_key, ControlBudget, SUBPROTOCOL,
 };
+use super::workers::listing;
 use crate::auth::Scope;
 use crate::error::{ApiError, ApiResult};
 use crate::history::{now_ms, state_name};
 use crate::latency::{Counts, StatusCounts};
-use crate::state::{model_key, AppState};
-use crate::workers::api::listing;
+use crate::state::AppState;
+use crate::store::models::model_key;
 use crate::workers::host::CpuSampler;
 use crate::workers::manager::LOCAL;
 use axum::extract::ws::{close_code, CloseFrame, Message, Utf8Bytes, WebSocket, WebSocketUpgrade};
@@ -92,22 +93,22 @@ struct Snapshot {
 
 fn snapshot(state: &AppState) -> Snapshot {
     let versions = state
-        .catalog
+        .catalog()
         .all()
         .iter()
         .map(|r| {
             let key = model_key(r);
-            let (name, reason) = state_name(&state.engine.state(&key));
+            let (name, reason) = state_name(&state.engine().state(&key));
             let reading = Reading {
                 state: name,
                 reason,
-                stats: state.engine.stats(&key),
+                stats: state.engine().stats(&key),
                 latency: state
-                    .metrics
+                    .metrics()
                     .latency
                     .counts(&r.name, &r.version.to_string()),
                 statuses: state
-                    .metrics
+                    .metrics()
                     .latency
                     .statuses(&r.name, &r.version.to_string()),
             };
@@ -190,7 +191,7 @@ fn frames(
             "model": model,
             "version": version,
             "state": reading.state,
-            "in_flight": state.engine.in_flight(&key),
+            "in_flight": state.engine().in_flight(&key),
             "requests_per_s": done as f64 / seconds,
             "failures_per_s": failed as f64 / seconds,
             "client_errors_per_s": errors(400..500),
@@ -225,7 +226,7 @@ fn frames(
     out.push(json!({
         "type": "tick",
         "time_ms": time_ms,
-        "websocket_connections": state.drain.open_streams(),
+        "websocket_connections": state.drain().open_streams(),
         "memory": memory(state),
         "models": models,
         "workers": workers,
@@ -306,7 +307,7 @@ fn worker_figures(w: &WorkerView, f: Figures) -> WorkerFigures {
 /// Host memory reserved by loaded model instances (and the budget, null when unlimited), and
 /// the native ops' GPU memory pools (null when they run on the CPU).
 fn memory(state: &AppState) -> Value {
-    let (reserved, budget) = state.engine.memory();
+    let (reserved, budget) = state.engine().memory();
     let pool = |p: &PoolStats| {
         json!({
             "held_bytes": p.held_bytes,
@@ -317,7 +318,7 @@ fn memory(state: &AppState) -> Value {
         })
     };
     let gpu = state
-        .engine
+        .engine()
         .gpu_memory()
         .map(|m| json!({"device": pool(&m.device), "pinned": pool(&m.pinned)}));
     json!({
@@ -328,8 +329,8 @@ fn memory(state: &AppState) -> Value {
 }
 
 async fn events(state: Arc<AppState>, socket: WebSocket) {
-    let _open = state.metrics.websocket_opened();
-    let _stream = state.drain.stream_opened();
+    let _open = state.metrics().websocket_opened();
+    let _stream = state.drain().stream_opened();
     let (mut sink, mut incoming) = socket.split();
     let mut ticker = tokio::time::interval(Duration::from_secs(1));
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -340,7 +341,7 @@ async fn events(state: Arc<AppState>, socket: WebSocket) {
     let mut cpu = CpuSampler::new();
     let mut last = tokio::time::Instant::now();
     let mut control = ControlBudget::new();
-    let draining = state.drain.signal();
+    let draining = state.drain().signal();
     tokio::pin!(draining);
     loop {
         tokio::select! {
@@ -361,7 +362,7 @@ async fn events(state: Arc<AppState>, socket: WebSocket) {
             message = incoming.next() => {
                 let refusal = match message {
                     None | Some(Ok(Message::Close(_))) => return,
-                    Some(Err(e)) => read_failure_close(&e, state.config.websocket.max_message_bytes),
+                    Some(Err(e)) => read_failure_close(&e, state.config().websocket.max_message_bytes),
                     Some(Ok(Message::Ping(_) | Message::Pong(_))) if !control.take() => {
                         Some(too_many_control_frames())
                     }

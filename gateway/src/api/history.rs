@@ -19,7 +19,8 @@ use super::authorized::{Authorized, Infer};
 use crate::auth::Scope;
 use crate::error::{ApiError, ApiResult};
 use crate::history::{now_ms, Sample, CAPACITY};
-use crate::state::{model_key, AppState};
+use crate::state::AppState;
+use crate::store::models::model_key;
 use axum::extract::{Query, State};
 use axum::Json;
 use serde::Deserialize;
@@ -61,12 +62,12 @@ fn statuses(counts: impl IntoIterator<Item = (u16, u64)>) -> Value {
 /// Answers by status and executions by batch size since start, per name.
 fn totals(state: &AppState, names: &[String]) -> Value {
     let mut batches: BTreeMap<&str, BTreeMap<u64, u64>> = BTreeMap::new();
-    for r in state.catalog.all().iter() {
+    for r in state.catalog().all().iter() {
         let Some(name) = names.iter().find(|n| **n == r.name) else {
             continue;
         };
         let sizes = batches.entry(name.as_str()).or_default();
-        if let Some(stats) = state.engine.stats(&model_key(r)) {
+        if let Some(stats) = state.engine().stats(&model_key(r)) {
             for b in &stats.batch_stats {
                 *sizes.entry(b.batch_size).or_default() += b.compute_infer.count;
             }
@@ -75,7 +76,7 @@ fn totals(state: &AppState, names: &[String]) -> Value {
     let mut out = Map::new();
     for name in names {
         let answered = state
-            .metrics
+            .metrics()
             .latency
             .model_totals(name)
             .map(|(_, s)| s.nonzero())
@@ -111,7 +112,7 @@ pub async fn history(
         .after_ms
         .unwrap_or(0)
         .max(now.saturating_sub(seconds * 1000));
-    let history = &state.metrics.history;
+    let history = state.history();
     let series = history.read(after, query.model.as_deref());
     if let Some(name) = &query.model {
         if series.is_empty() {
@@ -162,12 +163,12 @@ pub async fn history(
 /// Requests per second of each charted key, with its name (admin callers only: key names and
 /// traffic are not every application's business).
 fn key_traffic(state: &AppState, after: u64) -> ApiResult<Vec<Value>> {
-    let series = state.metrics.history.read_keys(after);
+    let series = state.history().read_keys(after);
     if series.is_empty() {
         return Ok(Vec::new());
     }
     let records: BTreeMap<i64, _> = state
-        .store
+        .store()
         .list_keys()?
         .into_iter()
         .map(|k| (k.id, k))

@@ -58,7 +58,7 @@ pub async fn create(
     }
     let limits = super::limits::parse_limits(&limit_fields, Default::default())?;
     let (record, secret) = state
-        .store
+        .store()
         .create_key_with_limits(&name, &scopes, &limits)?;
     tracing::info!(key_id = record.id, public_id = %record.public_id, scopes = %scopes.to_list(), "API key created");
     let mut body = serde_json::to_value(&record).map_err(|e| ApiError::internal(e.to_string()))?;
@@ -70,14 +70,14 @@ pub async fn create(
 /// since the server started, as `GET /api/keys/{id}/usage` gives them one at a time.
 pub async fn list(_: Authorized<Admin>, State(state): S) -> ApiResult<Json<KeyList>> {
     let keys = state
-        .store
+        .store()
         .list_keys()?
         .into_iter()
         .map(|key| {
-            let limits = crate::admission::limits_for(&key, &state.default_limits);
+            let limits = crate::api::admission::limits_for(&key, state.default_limits());
             ApiKey {
-                usage: state.limiter.usage(key.id, &limits),
-                activity: state.metrics.keys.totals(key.id),
+                usage: state.limiter().usage(key.id, &limits),
+                activity: state.metrics().keys.totals(key.id),
                 effective_limits: EffectiveLimits {
                     rate_limit: limits.rate.map(rate_limit),
                     max_concurrent: limits.max_concurrent,
@@ -102,11 +102,11 @@ pub async fn revoke(
     Path(id): Path<String>,
 ) -> ApiResult<Json<Value>> {
     let record = state
-        .store
+        .store()
         .revoke_key(&id)?
         .ok_or_else(|| ApiError::not_found(format!("no API key '{id}'")))?;
-    state.limiter.forget(record.id);
-    state.metrics.keys.forget(record.id);
+    state.limiter().forget(record.id);
+    state.metrics().keys.forget(record.id);
     tracing::info!(key_id = record.id, public_id = %record.public_id, "API key revoked");
     Ok(Json(json!({ "revoked": record })))
 }

@@ -6,7 +6,8 @@ use super::body::read_limited;
 use super::codec;
 use crate::error::ApiResult;
 use crate::infer::{self, Description};
-use crate::state::{parse_version, AppState};
+use crate::names::parse_version;
+use crate::state::AppState;
 use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::response::Response;
@@ -22,9 +23,9 @@ pub const SERVER_NAME: &str = "infergate";
 
 pub async fn server_metadata(_: Authorized<Infer>, State(state): S) -> ApiResult<Json<Value>> {
     // Where native ops run, and why not on a GPU when they don't.
-    let device = match state.ops.gpu() {
+    let device = match state.ops().gpu() {
         Some(gpu) => json!({"kind": "cuda", "name": gpu.name(), "arch": gpu.arch()}),
-        None => json!({"kind": "cpu", "requested": state.config.engine.device}),
+        None => json!({"kind": "cpu", "requested": state.config().engine.device}),
     };
     Ok(Json(json!({
         "name": SERVER_NAME,
@@ -162,7 +163,7 @@ async fn run_infer(
     };
     // The body is freed once decoded: only the tensors stay while the model runs.
     let (request, inputs) = {
-        let body = read_limited(&headers, body, state.config.limits.max_request_bytes).await?;
+        let body = read_limited(&headers, body, state.config().limits.max_request_bytes).await?;
         codec::decode(&headers, &body)?
     };
     let inferred = infer::run(&state, target, infer::Request::kserve(&request, inputs)?).await?;

@@ -2,7 +2,7 @@
 
 use super::authorized::{Admin, Authorized};
 use super::body::read_limited;
-use crate::admission::limits_for;
+use crate::api::admission::limits_for;
 use crate::error::{ApiError, ApiResult};
 use crate::ratelimit::RateLimit;
 use crate::state::AppState;
@@ -73,7 +73,7 @@ fn key_limits(key: &KeyRecord) -> KeyLimits {
 
 fn find_key(state: &AppState, id: &str) -> ApiResult<KeyRecord> {
     state
-        .store
+        .store()
         .get_key(id)?
         .ok_or_else(|| ApiError::not_found(format!("no API key '{id}'")))
 }
@@ -104,7 +104,7 @@ pub async fn update(
     let key = find_key(&state, &id)?;
     let limits = parse_limits(&body, key_limits(&key))?;
     let updated = state
-        .store
+        .store()
         .set_key_limits(&key.id.to_string(), &limits)?
         .ok_or_else(|| ApiError::not_found(format!("no API key '{id}'")))?;
     tracing::info!(key_id = updated.id, rate_limit = ?updated.rate_limit, max_concurrent = ?updated.max_concurrent, "API key limits changed");
@@ -120,7 +120,7 @@ pub async fn usage(
     Path(id): Path<String>,
 ) -> ApiResult<Json<KeyUsageReport>> {
     let key = find_key(&state, &id)?;
-    let limits = limits_for(&key, &state.default_limits);
+    let limits = limits_for(&key, state.default_limits());
     let source = |own: bool, effective: bool| {
         match (own, effective) {
             (true, _) => "key",
@@ -141,8 +141,8 @@ pub async fn usage(
                 limits.max_concurrent.is_some(),
             ),
         },
-        usage: state.limiter.usage(key.id, &limits),
-        activity: state.metrics.keys.totals(key.id),
+        usage: state.limiter().usage(key.id, &limits),
+        activity: state.metrics().keys.totals(key.id),
     }))
 }
 

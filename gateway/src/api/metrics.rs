@@ -1,6 +1,7 @@
 //! `GET /metrics`: Prometheus/OpenMetrics text. On the main listener it needs an admin-scoped
 //! key (Prometheus sends it with `authorization: {credentials_file: ...}`); the optional
-//! `[metrics] listen` listener serves it without a key.
+//! `[metrics] listen` listener serves it without a key. And the middleware that counts every HTTP
+//! request ([`middleware`]).
 
 use super::authorized::{Admin, Authorized};
 use crate::error::{ApiError, ApiResult};
@@ -12,8 +13,13 @@ use std::sync::Arc;
 
 fn exposition(state: &AppState) -> ApiResult<Response> {
     let text = state
-        .metrics
-        .render(state)
+        .metrics()
+        .render(
+            state.catalog(),
+            state.engine(),
+            state.llm(),
+            state.workers(),
+        )
         .map_err(|e| ApiError::internal(format!("encoding metrics: {e}")))?;
     let mut response = text.into_response();
     response.headers_mut().insert(
@@ -40,4 +46,69 @@ pub fn router(state: Arc<AppState>) -> axum::Router {
     axum::Router::new()
         .route("/metrics", axum::routing::get(scrape_open))
         .with_state(state)
+}
+
+/// Counts every HTTP request by route template, and KServe v2 inference requests by model.
+pub async fn middleware(
+    State(state): State<Arc<AppState>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let route = request
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map(|p| p.as_str().to_string());
+    let method = request.method().clone();
+    let path = request.uri().path().to_string();
+    let started = std::time::Instant::now();
+    let response = next.run(request).await;
+    let status = response.status().as_u16();
+    let route = route.unwrap_or_else(|| "unmatched".into());
+    state
+        .metrics()
+        .http_request(method.as_str(), &route, status);
+    if route == "/api/pipelines/{pipeline}/run" {
+        // Raw-body pipeline runs count under the pipeline's name (registered names only).
+        let name = path.split('/').nth(3).unwrap_or_default();
+        if state.pipelines().get(name).is_some() {
+            state
+                .metrics()
+                .inference(name, "", "pipeline", status, started.elapsed());
+        }
+    } else if route.starts_with("/v2/models/{model}") && route.ends_with("/infer") {
+        let (model, version) = match response.extensions().get::<crate::metrics::Served>() {
+            Some(served) => (served.model.clone(), served.version.to_string()),
+            None => kserve_labels(&state, &path),
+        };
+        state
+            .metrics()
+            .inference(&model, &version, "kserve_http", status, started.elapsed());
+    }
+    response
+}
+
+/// Labels for a KServe inference request that failed before a version was resolved: only
+/// registered names become label values, so random paths cannot grow the metrics. A request
+/// without a version counts against the version it would have gone to, and one to a pipeline
+/// under the pipeline's name, so that its errors show where people look for them.
+fn kserve_labels(state: &AppState, path: &str) -> (String, String) {
+    let segments: Vec<&str> = path.split('/').collect();
+    // ["", "v2", "models", MODEL, ("versions", VERSION,)? "infer"]
+    let Some(&name) = segments.get(3) else {
+        return (String::new(), String::new());
+    };
+    if state.pipelines().get(name).is_some() {
+        return (name.to_string(), String::new());
+    }
+    let Ok(default) = state.catalog().resolve(name, None) else {
+        return (String::new(), String::new());
+    };
+    let version = match (segments.get(4), segments.get(5)) {
+        (Some(&"versions"), Some(v)) => match v.parse::<u64>() {
+            Ok(v) => v.to_string(),
+            Err(_) => String::new(),
+        },
+        _ => default.version.to_string(),
+    };
+    (name.to_string(), version)
 }

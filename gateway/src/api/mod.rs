@@ -1,5 +1,6 @@
 //! HTTP routes. Each module owns one protocol or resource; this file only wires them.
 
+pub mod admission;
 pub mod authorized;
 pub mod body;
 pub mod codec;
@@ -15,15 +16,14 @@ pub mod metrics;
 pub mod models;
 pub mod openai;
 pub mod openai_llm;
-pub mod openai_request;
 pub mod pipelines;
 pub mod plugins;
 pub mod stream;
 pub mod triton;
 pub mod unread;
+pub mod workers;
 
 use crate::state::AppState;
-use crate::workers::api as workers;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{delete, get, post, put};
 use axum::Router;
@@ -32,7 +32,7 @@ use std::sync::Arc;
 /// The routes and, outermost first, the layers every request passes: request id, CORS
 /// (answers preflight itself), metrics, per-key admission.
 pub fn router(state: Arc<AppState>) -> Router {
-    let cors = crate::cors::layer(&state.config.cors).unwrap_or_else(|e| {
+    let cors = crate::cors::layer(&state.config().cors).unwrap_or_else(|e| {
         // Config::validate refused this at start; a router built without it gets no CORS.
         tracing::error!(error = %e, "CORS disabled");
         None
@@ -40,11 +40,11 @@ pub fn router(state: Arc<AppState>) -> Router {
     let router = routes(state.clone())
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
-            crate::admission::middleware,
+            crate::api::admission::middleware,
         ))
         .layer(axum::middleware::from_fn_with_state(
             state,
-            crate::metrics::middleware,
+            metrics::middleware,
         ));
     let router = match cors {
         Some(cors) => router.layer(cors),

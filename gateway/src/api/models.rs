@@ -4,8 +4,10 @@ use super::authorized::{Authorized, Infer, Upload};
 use super::body::{read_limited, stream_limited};
 use crate::error::{ApiError, ApiResult};
 use crate::model_repository::ParsedConfig;
-use crate::state::{model_key, parse_version, validate_name, AppState};
+use crate::names::{parse_version, validate_name};
+use crate::state::AppState;
 use crate::store::files::BlobWriter;
+use crate::store::models::model_key;
 use crate::store::models::ModelRecord;
 use axum::body::Body;
 use axum::extract::{FromRequest, Multipart, Path, Request, State};
@@ -19,13 +21,27 @@ use std::sync::Arc;
 
 type S = State<Arc<AppState>>;
 
+/// A GGUF version in the model API's shape: no tensors; its description, load state and the
+/// sequences it is serving.
+fn llm_view(state: &AppState, r: &ModelRecord) -> ModelVersion {
+    let key = model_key(r);
+    let loaded = state.llm().is_loaded(&key);
+    ModelVersion {
+        format: Some(crate::llm::GGUF.to_owned()),
+        metadata: Some(r.signature.metadata.clone()),
+        state: if loaded { "loaded" } else { "unloaded" }.to_owned(),
+        in_flight: state.llm().in_flight(&key),
+        ..record_view(r)
+    }
+}
+
 /// One version as the model routes answer it.
 pub fn view(state: &AppState, r: &ModelRecord) -> ModelVersion {
     let key = model_key(r);
     if crate::llm::is_gguf(r) {
-        return crate::llm::view(state, r);
+        return llm_view(state, r);
     }
-    let (st, reason) = match state.engine.state(&key) {
+    let (st, reason) = match state.engine().state(&key) {
         ModelState::Ready => ("loaded", None),
         ModelState::Loading => ("loading", None),
         ModelState::Unloaded => ("unloaded", None),
@@ -37,9 +53,9 @@ pub fn view(state: &AppState, r: &ModelRecord) -> ModelVersion {
         metadata_keys: Some(r.signature.metadata.keys().cloned().collect()),
         state: st.to_owned(),
         reason,
-        in_flight: state.engine.in_flight(&key) as u64,
+        in_flight: state.engine().in_flight(&key) as u64,
         // Execution providers of the loaded version and why not the requested ones.
-        execution: Some(json!(state.engine.execution(&key))),
+        execution: Some(json!(state.engine().execution(&key))),
         ..record_view(r)
     }
 }
@@ -79,7 +95,7 @@ fn tensor_specs(specs: &[infergate_engine::TensorSpec]) -> Vec<TensorSpec> {
 
 pub async fn list(_: Authorized<Infer>, State(state): S) -> ApiResult<Json<ModelList>> {
     let models = state
-        .catalog
+        .catalog()
         .all()
         .iter()
         .map(|r| view(&state, r))
@@ -92,9 +108,9 @@ pub async fn get(
     State(state): S,
     Path(model): Path<String>,
 ) -> ApiResult<Json<ModelVersions>> {
-    state.catalog.resolve(&model, None)?;
+    state.catalog().resolve(&model, None)?;
     let versions = state
-        .catalog
+        .catalog()
         .versions(&model)
         .iter()
         .map(|r| view(&state, r))
@@ -111,7 +127,7 @@ pub async fn get_version(
     Path((model, version)): Path<(String, String)>,
 ) -> ApiResult<Json<ModelVersion>> {
     let record = state
-        .catalog
+        .catalog()
         .resolve(&model, Some(parse_version(&version)?))?;
     Ok(Json(view(&state, &record)))
 }
@@ -125,7 +141,7 @@ pub async fn upload(
     request: Request,
 ) -> ApiResult<impl IntoResponse> {
     let headers = request.headers().clone();
-    if let Err(e) = validate_name("model", &model).and_then(|_| match state.pipelines.get(&model) {
+    if let Err(e) = validate_name("model", &model).and_then(|_| match state.pipelines().get(&model) {
             Some(_) => Err(ApiError::conflict(format!(
                 "'{model}' is already a pipeline name; pipelines and models share the /v2/models namespace"
             ))),
@@ -134,9 +150,9 @@ pub async fn upload(
     {
         return Err(e.before_body());
     }
-    let limit = state.config.limits.max_upload_bytes;
+    let limit = state.config().limits.max_upload_bytes;
     let mut writer =
-        BlobWriter::new(state.store.dir()).map_err(|e| ApiError::internal(e.to_string()))?;
+        BlobWriter::new(state.store().dir()).map_err(|e| ApiError::internal(e.to_string()))?;
     let mut config = ParsedConfig::empty();
     let is_multipart = headers
         .get(http::header::CONTENT_TYPE)
@@ -205,7 +221,7 @@ pub async fn upload(
     };
     tracing::info!(model = %record.name, version = record.version, sha256 = %record.sha256, "model version registered");
     models.serve(&record, &config).await?;
-    state.catalog.insert(record.clone());
+    state.catalog().insert(record.clone());
     Ok((StatusCode::CREATED, Json(view(&state, &record))))
 }
 
@@ -219,7 +235,7 @@ async fn put_config(
     headers: &HeaderMap,
     body: Body,
 ) -> ApiResult<Json<ModelVersion>> {
-    let record = match state.catalog.resolve(name, version) {
+    let record = match state.catalog().resolve(name, version) {
         Ok(record) => record,
         Err(e) => return Err(e.before_body()),
     };
@@ -230,7 +246,7 @@ async fn put_config(
         .models()
         .set_config(&record, ParsedConfig::parse(text)?)
         .await?;
-    state.catalog.insert(updated.clone());
+    state.catalog().insert(updated.clone());
     Ok(Json(view(state, &updated)))
 }
 
@@ -263,9 +279,9 @@ fn refuse_if_used_by_pipelines(
     name: &str,
     version: Option<u64>,
 ) -> ApiResult<()> {
-    let last_left = state.catalog.versions(name).len() <= 1;
+    let last_left = state.catalog().versions(name).len() <= 1;
     let mut users: Vec<String> = state
-        .pipelines
+        .pipelines()
         .all()
         .iter()
         .filter(|p| {
@@ -297,18 +313,18 @@ fn refuse_if_used_by_pipelines(
 }
 
 async fn delete_one(state: &AppState, name: &str, version: u64) -> ApiResult<Value> {
-    let record = state.catalog.resolve(name, Some(version))?;
+    let record = state.catalog().resolve(name, Some(version))?;
     refuse_if_used_by_pipelines(state, name, Some(version))?;
     let key = model_key(&record);
-    let busy = state.engine.in_flight(&key) as u64 + state.llm.in_flight(&key);
+    let busy = state.engine().in_flight(&key) as u64 + state.llm().in_flight(&key);
     if busy > 0 {
         return Err(ApiError::conflict(format!(
             "model '{name}' version {version} is in use by {busy} request(s); retry when idle"
         )));
     }
     let deleted = state.models().delete(&record).await?;
-    state.catalog.remove(name, version);
-    state.llm.unload(&key);
+    state.catalog().remove(name, version);
+    state.llm().unload(&key);
     if !deleted {
         return Err(ApiError::not_found(format!(
             "model '{name}' version {version} was deleted meanwhile"
@@ -331,12 +347,12 @@ pub async fn delete_all(
     State(state): S,
     Path(model): Path<String>,
 ) -> ApiResult<Json<Value>> {
-    state.catalog.resolve(&model, None)?;
+    state.catalog().resolve(&model, None)?;
     refuse_if_used_by_pipelines(&state, &model, None)?;
-    let versions = state.catalog.versions(&model);
+    let versions = state.catalog().versions(&model);
     for r in &versions {
         let busy =
-            state.engine.in_flight(&model_key(r)) as u64 + state.llm.in_flight(&model_key(r));
+            state.engine().in_flight(&model_key(r)) as u64 + state.llm().in_flight(&model_key(r));
         if busy > 0 {
             return Err(ApiError::conflict(format!(
                 "model '{model}' version {} is in use by {busy} request(s); retry when idle",

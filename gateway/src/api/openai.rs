@@ -10,21 +10,22 @@
 //! continues text, it does not follow instructions.
 //!
 //! `/v1/embeddings` is served by pipelines (see `embeddings.rs`). The bodies this module and
-//! `embeddings.rs` take are parsed and checked in `openai_request.rs`.
+//! `embeddings.rs` take are parsed and checked in `crate::openai_request`.
 
 use super::authorized::{Authorized, Infer};
 use super::body::read_limited;
 use super::openai_llm;
 // `Stop` and `StreamOptions` are shared with the chat models' requests (openai_llm.rs).
-use super::openai_request::{parse, ChatRequest, Common, CompletionRequest, Sampling};
-pub(super) use super::openai_request::{Stop, StreamOptions};
 use crate::error::{self, ApiError, ApiResult};
+use crate::openai_request::{parse, ChatRequest, Common, CompletionRequest, Sampling};
+pub(super) use crate::openai_request::{Stop, StreamOptions};
 use crate::request_id::RequestId;
 use crate::state::AppState;
-use crate::textgen::{Generation, Step, Vocab};
+use crate::textgen::{Generation, RunModel, Step, Vocab};
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
+use futures_util::future::BoxFuture;
 use http::HeaderMap;
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -50,19 +51,38 @@ pub(crate) fn generator(
     state: &AppState,
     model: &str,
 ) -> ApiResult<(Arc<Vocab>, Arc<crate::store::models::ModelRecord>)> {
-    let configured = &state.config.openai.textgen_model;
+    let configured = &state.config().openai.textgen_model;
     if model != configured {
         return Err(ApiError::not_found(format!(
             "model '{model}' does not exist or does not generate text; GET /v1/models lists the models"
         )));
     }
-    let vocab = state.textgen_vocab.clone().ok_or_else(|| {
+    let vocab = state.textgen_vocab().cloned().ok_or_else(|| {
         ApiError::unavailable(
             "text generation is not configured: set [openai] vocab (or --openai-vocab) to the model's vocabulary",
         )
     })?;
-    let record = state.catalog.resolve(model, None)?;
+    let record = state.catalog().resolve(model, None)?;
     Ok((vocab, record))
+}
+
+/// A generation whose model runs through the inference service.
+pub fn start_generation(
+    state: &Arc<AppState>,
+    vocab: Arc<Vocab>,
+    record: Arc<crate::store::models::ModelRecord>,
+    prompt: &str,
+    sampling: Sampling,
+) -> ApiResult<Generation> {
+    let (state, model) = (state.clone(), record.clone());
+    let run: RunModel = Box::new(move |inputs, outputs| -> BoxFuture<'static, _> {
+        let (state, model) = (state.clone(), model.clone());
+        Box::pin(async move {
+            let options = infergate_engine::InferOptions::default();
+            crate::infer::backend::run_model(&state, &model, inputs, outputs, options).await
+        })
+    });
+    Generation::new(run, vocab, record, prompt, sampling)
 }
 
 pub async fn models(_: Authorized<Infer>, State(state): S) -> ApiResult<Json<Value>> {
@@ -70,17 +90,17 @@ pub async fn models(_: Authorized<Infer>, State(state): S) -> ApiResult<Json<Val
     // vocabulary is configured, and pipelines (/v1/embeddings); other models are served through
     // KServe v2, where clients find them in /v2/models.
     let mut first_seen: BTreeMap<String, (i64, Option<u32>)> = BTreeMap::new();
-    for record in state.catalog.all() {
+    for record in state.catalog().all() {
         let chat = crate::llm::is_gguf(&record);
         let textgen =
-            state.textgen_vocab.is_some() && record.name == state.config.openai.textgen_model;
+            state.textgen_vocab().is_some() && record.name == state.config().openai.textgen_model;
         if chat || textgen {
             let context = record
                 .signature
                 .metadata
                 .get("context_length")
                 .and_then(|n| n.parse::<u32>().ok())
-                .map(|n| n.min(state.config.llm.context_per_sequence));
+                .map(|n| n.min(state.config().llm.context_per_sequence));
             let entry = first_seen
                 .entry(record.name.clone())
                 .or_insert((record.created_at, context));
@@ -98,7 +118,7 @@ pub async fn models(_: Authorized<Infer>, State(state): S) -> ApiResult<Json<Val
             model
         })
         .collect();
-    for pipeline in state.pipelines.all() {
+    for pipeline in state.pipelines().all() {
         data.push(json!({
             "id": pipeline.record.name,
             "object": "model",
@@ -107,7 +127,7 @@ pub async fn models(_: Authorized<Infer>, State(state): S) -> ApiResult<Json<Val
         }));
     }
     // The default model first, as clients that take the first entry expect.
-    let default = &state.config.openai.completions_model;
+    let default = &state.config().openai.completions_model;
     data.sort_by_key(|m| m["id"].as_str() != Some(default.as_str()));
     Ok(Json(json!({"object": "list", "data": data})))
 }
@@ -304,7 +324,7 @@ async fn completion(
     headers: HeaderMap,
     body: axum::body::Body,
 ) -> ApiResult<Response> {
-    let limit = state.config.limits.max_request_bytes;
+    let limit = state.config().limits.max_request_bytes;
     let body = read_limited(&headers, body, limit).await?;
     if let Some(record) = openai_llm::chat_model(&state, &body)? {
         let id = format!("cmpl-{}", request_id.as_str());
@@ -313,7 +333,7 @@ async fn completion(
     }
     let req: CompletionRequest = parse(&body)?;
     let prompt = req.prompt()?;
-    let limit = state.config.openai.max_tokens_limit;
+    let limit = state.config().openai.max_tokens_limit;
     let sampling = req.common.sampling(DEFAULT_COMPLETION_TOKENS, limit)?;
     let meta = Meta {
         kind: Kind::Completion,
@@ -330,7 +350,7 @@ async fn chat_completion(
     headers: HeaderMap,
     body: axum::body::Body,
 ) -> ApiResult<Response> {
-    let limit = state.config.limits.max_request_bytes;
+    let limit = state.config().limits.max_request_bytes;
     let body = read_limited(&headers, body, limit).await?;
     if let Some(record) = openai_llm::chat_model(&state, &body)? {
         let id = format!("chatcmpl-{}", request_id.as_str());
@@ -339,7 +359,7 @@ async fn chat_completion(
     }
     let req: ChatRequest = parse(&body)?;
     let prompt = req.prompt()?;
-    let limit = state.config.openai.max_tokens_limit;
+    let limit = state.config().openai.max_tokens_limit;
     let sampling = req.common.sampling(DEFAULT_CHAT_TOKENS, limit)?;
     let meta = Meta {
         kind: Kind::Chat,
@@ -358,7 +378,7 @@ async fn run(
     sampling: Sampling,
 ) -> ApiResult<Response> {
     let (vocab, record) = generator(&state, &common.model)?;
-    let generation = Generation::new(state.clone(), vocab, record, prompt, sampling)?;
+    let generation = start_generation(&state, vocab, record, prompt, sampling)?;
     let include_usage = common
         .stream_options
         .as_ref()
@@ -396,8 +416,8 @@ impl Tracked {
             version: g.model_version().to_string(),
             started: Instant::now(),
             ended: false,
-            tokens: state.metrics.token_counter(g.model_name(), PROTOCOL),
-            _in_progress: state.metrics.generation_started(),
+            tokens: state.metrics().token_counter(g.model_name(), PROTOCOL),
+            _in_progress: state.metrics().generation_started(),
         }
     }
 
@@ -410,7 +430,7 @@ impl Tracked {
             self.ended = true;
             let elapsed = self.started.elapsed();
             self.state
-                .metrics
+                .metrics()
                 .inference(&self.model, &self.version, PROTOCOL, status, elapsed);
         }
     }

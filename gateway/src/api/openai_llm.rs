@@ -112,11 +112,11 @@ pub(super) fn chat_model(state: &AppState, body: &[u8]) -> ApiResult<Option<Arc<
     let named: ModelOnly = serde_json::from_slice(body)
         .map_err(|e| ApiError::bad_request(format!("invalid request: {e}")))?;
     let name = match named.model {
-        None | Some(Value::Null) => state.config.openai.completions_model.clone(),
+        None | Some(Value::Null) => state.config().openai.completions_model.clone(),
         Some(Value::String(s)) => s,
         Some(_) => return Err(bad("model", "must be a string")),
     };
-    match state.catalog.resolve(&name, None) {
+    match state.catalog().resolve(&name, None) {
         Ok(record) if crate::llm::is_gguf(&record) => Ok(Some(record)),
         _ => Ok(None),
     }
@@ -464,10 +464,10 @@ impl Tracked {
         started: Instant,
     ) -> Tracked {
         Tracked {
-            tokens: state.metrics.token_counter(&record.name, PROTOCOL),
-            ttft: state.metrics.llm_time_to_first_token(&record.name),
-            itl: state.metrics.llm_inter_token_latency(&record.name),
-            _in_progress: state.metrics.generation_started(),
+            tokens: state.metrics().token_counter(&record.name, PROTOCOL),
+            ttft: state.metrics().llm_time_to_first_token(&record.name),
+            itl: state.metrics().llm_inter_token_latency(&record.name),
+            _in_progress: state.metrics().generation_started(),
             state: state.clone(),
             record: record.clone(),
             started,
@@ -490,7 +490,7 @@ impl Tracked {
     fn end(&mut self, status: u16) {
         if !self.ended {
             self.ended = true;
-            self.state.metrics.inference(
+            self.state.metrics().inference(
                 &self.record.name,
                 &self.record.version.to_string(),
                 PROTOCOL,
@@ -521,8 +521,11 @@ pub(super) async fn respond(
         let path = e.path().to_string();
         ApiError::bad_request(format!("invalid request: {path}: {}", e.into_inner()))
     })?;
-    let model = state.llm.get(&state, &record).await?;
-    let plan = request.plan(kind, &model, state.config.openai.max_tokens_limit)?;
+    let model = state
+        .llm()
+        .get(&record, state.model_file(&record, false))
+        .await?;
+    let plan = request.plan(kind, &model, state.config().openai.max_tokens_limit)?;
     let generations = model
         .generate_n(
             &plan.prompt,
@@ -764,8 +767,11 @@ pub(crate) async fn websocket_generate(
     } else {
         Kind::Completion
     };
-    let model = state.llm.get(state, &record).await?;
-    let plan = request.plan(kind, &model, state.config.openai.max_tokens_limit)?;
+    let model = state
+        .llm()
+        .get(&record, state.model_file(&record, false))
+        .await?;
+    let plan = request.plan(kind, &model, state.config().openai.max_tokens_limit)?;
     if plan.n != 1 || plan.params.logprobs.is_some() {
         return Err(bad(
             "generate",
@@ -775,8 +781,8 @@ pub(crate) async fn websocket_generate(
     let mut generation = model
         .generate(&plan.prompt, &plan.params, plan.grammar.as_deref())
         .map_err(api_error)?;
-    let tokens = state.metrics.token_counter(&record.name, "websocket");
-    let _in_progress = state.metrics.generation_started();
+    let tokens = state.metrics().token_counter(&record.name, "websocket");
+    let _in_progress = state.metrics().generation_started();
     let send = |v: Value| out.send(Frame::Text(v.to_string().into()));
     let mut text = String::new();
     while let Some(event) = generation.events.recv().await {

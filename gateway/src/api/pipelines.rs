@@ -6,10 +6,11 @@ use super::authorized::{Authorized, Infer, Upload};
 use super::body::read_limited;
 use super::codec;
 use crate::error::{ApiError, ApiResult};
-use crate::pipeline::run::{self, PipelineInput, PipelineOutput};
+use crate::infer::pipeline::{self, PipelineInput, PipelineOutput};
+use crate::names::validate_name;
 use crate::pipeline::spec::PipelineSpec;
 use crate::pipeline::Pipeline;
-use crate::state::{validate_name, AppState};
+use crate::state::AppState;
 use axum::body::Body;
 use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Response};
@@ -47,12 +48,12 @@ pub async fn put(
     let value: Value = serde_json::from_slice(&bytes)
         .map_err(|e| ApiError::bad_request(format!("invalid pipeline JSON: {e}")))?;
     let spec = PipelineSpec::from_json(&value)?;
-    if !state.catalog.versions(&name).is_empty() {
+    if !state.catalog().versions(&name).is_empty() {
         return Err(ApiError::conflict(format!(
             "'{name}' is already a model name; pipelines and models share the /v2/models namespace"
         )));
     }
-    run::check(&state, &spec)?;
+    pipeline::check(&state, &spec)?;
     let refs: Vec<(String, Option<String>)> = spec
         .pre_refs()?
         .into_iter()
@@ -60,20 +61,20 @@ pub async fn put(
         .map(|r| (r.name, r.version))
         .collect();
     let normalized = serde_json::to_value(&spec).map_err(|e| ApiError::internal(e.to_string()))?;
-    let (record, created) = state.store.put_pipeline(&name, &normalized, &refs)?;
-    let pipeline = state.pipelines.insert(record, spec);
+    let (record, created) = state.store().put_pipeline(&name, &normalized, &refs)?;
+    let pipeline = state.pipelines().insert(record, spec);
     tracing::info!(pipeline = %name, created, "pipeline saved");
     Ok((super::saved_status(created), Json(view(&pipeline))))
 }
 
 pub async fn list(_: Authorized<Infer>, State(state): S) -> ApiResult<Json<Value>> {
-    let pipelines: Vec<Value> = state.pipelines.all().iter().map(|p| view(p)).collect();
+    let pipelines: Vec<Value> = state.pipelines().all().iter().map(|p| view(p)).collect();
     Ok(Json(json!({ "pipelines": pipelines })))
 }
 
 fn find(state: &AppState, name: &str) -> ApiResult<Arc<Pipeline>> {
     state
-        .pipelines
+        .pipelines()
         .get(name)
         .ok_or_else(|| ApiError::not_found(format!("pipeline '{name}' not found")))
 }
@@ -93,8 +94,8 @@ pub async fn delete(
     Path(name): Path<String>,
 ) -> ApiResult<Json<Value>> {
     find(&state, &name)?;
-    state.store.delete_pipeline(&name)?;
-    state.pipelines.remove(&name);
+    state.store().delete_pipeline(&name)?;
+    state.pipelines().remove(&name);
     Ok(Json(json!({ "deleted": name })))
 }
 
@@ -113,12 +114,12 @@ pub async fn run_raw(
         Ok(p) => p,
         Err(e) => return Err(e.before_body()),
     };
-    let data = read_limited(&headers, body, state.config.limits.max_request_bytes).await?;
+    let data = read_limited(&headers, body, state.config().limits.max_request_bytes).await?;
     let content_type = headers
         .get(http::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
-    let (output, times) = run::run(
+    let (output, times) = pipeline::run(
         &state,
         &name,
         &pipeline.spec,

@@ -4,8 +4,9 @@
 use super::authorized::{Authorized, Infer, Upload};
 use super::body::read_limited;
 use crate::error::{ApiError, ApiResult};
+use crate::names::validate_name;
 use crate::pipeline::registry::LoadedPlugin;
-use crate::state::{validate_name, AppState};
+use crate::state::AppState;
 use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::response::IntoResponse;
@@ -43,17 +44,17 @@ pub async fn upload(
     headers: HeaderMap,
     body: Body,
 ) -> ApiResult<impl IntoResponse> {
-    let bytes = read_limited(&headers, body, state.config.plugins.max_upload_bytes).await?;
+    let bytes = read_limited(&headers, body, state.config().plugins.max_upload_bytes).await?;
     let worker = state.clone();
     let (loaded, created) =
-        tokio::task::spawn_blocking(move || worker.plugins.register(&worker.store, &bytes))
+        tokio::task::spawn_blocking(move || worker.plugins().register(worker.store(), &bytes))
             .await
             .map_err(|e| ApiError::internal(format!("plugin registration task failed: {e}")))??;
     Ok((super::saved_status(created), Json(view(&loaded))))
 }
 
 pub async fn list(_: Authorized<Infer>, State(state): S) -> ApiResult<Json<Value>> {
-    let plugins: Vec<Value> = state.plugins.all().iter().map(|p| view(p)).collect();
+    let plugins: Vec<Value> = state.plugins().all().iter().map(|p| view(p)).collect();
     Ok(Json(json!({ "plugins": plugins })))
 }
 
@@ -63,7 +64,7 @@ pub async fn get(
     Path(name): Path<String>,
 ) -> ApiResult<Json<Value>> {
     let versions: Vec<Value> = state
-        .plugins
+        .plugins()
         .versions(&name)
         .iter()
         .map(|p| view(p))
@@ -84,8 +85,8 @@ async fn delete(
     let (owned_name, owned_version) = (name.to_string(), version.map(str::to_string));
     let deleted = tokio::task::spawn_blocking(move || {
         worker
-            .plugins
-            .delete(&worker.store, &owned_name, owned_version.as_deref())
+            .plugins()
+            .delete(worker.store(), &owned_name, owned_version.as_deref())
     })
     .await
     .map_err(|e| ApiError::internal(format!("plugin deletion task failed: {e}")))??;
@@ -138,7 +139,7 @@ pub async fn put_limits(
     let value: Value = serde_json::from_slice(&bytes)
         .map_err(|e| ApiError::bad_request(format!("invalid plugin limits JSON: {e}")))?;
     let updated = state
-        .plugins
-        .set_limits(&state.store, &name, &version, &value)?;
+        .plugins()
+        .set_limits(state.store(), &name, &version, &value)?;
     Ok(Json(view(&updated)))
 }

@@ -38,14 +38,14 @@
 //! authentication failed or too many control frames, 1009 message too large, 4408 idle
 //! timeout.
 
-use crate::admission;
+use crate::api::admission;
 use crate::auth::{self, Scope};
 use crate::coalesce::Coalescer;
 use crate::error::{ApiError, ApiResult};
 use crate::infer::{self, Target};
 use crate::state::AppState;
 use crate::store::keys::KeyRecord;
-use crate::textgen::{Generation, Sampling};
+use crate::textgen::Sampling;
 use axum::extract::ws::{close_code, CloseFrame, Message, Utf8Bytes, WebSocket, WebSocketUpgrade};
 use axum::extract::State;
 use axum::response::Response;
@@ -162,7 +162,7 @@ pub async fn upgrade(
     ws: WebSocketUpgrade,
 ) -> ApiResult<Response> {
     let key = upgrade_key(&state, &headers, &ws, Scope::Infer)?;
-    if state.drain.is_draining() {
+    if state.drain().is_draining() {
         return Err(ApiError::unavailable("the server is shutting down"));
     }
     // A key offered as the first message leaves the per-address cap of unauthenticated
@@ -175,7 +175,7 @@ pub async fn upgrade(
 /// frame or message over `[websocket] max_message_bytes` refused before its payload is read
 /// (see [`read_failure_close`]).
 pub(super) fn limited(ws: WebSocketUpgrade, state: &AppState) -> WebSocketUpgrade {
-    let limit = state.config.websocket.max_message_bytes;
+    let limit = state.config().websocket.max_message_bytes;
     ws.protocols([SUBPROTOCOL])
         .max_message_size(limit)
         .max_frame_size(limit)
@@ -209,8 +209,8 @@ async fn first_message_key(
     control: &mut ControlBudget,
 ) -> Result<String, Message> {
     let deadline = tokio::time::Instant::now()
-        + Duration::from_secs(state.config.limits.header_timeout_s.max(1));
-    let limit = state.config.websocket.max_message_bytes;
+        + Duration::from_secs(state.config().limits.header_timeout_s.max(1));
+    let limit = state.config().websocket.max_message_bytes;
     let first = loop {
         match tokio::time::timeout_at(deadline, socket.next()).await {
             Err(_) => {
@@ -260,9 +260,9 @@ async fn connection(
     key: Option<String>,
     client: Option<Arc<crate::connection::Connection>>,
 ) {
-    let _open = state.metrics.websocket_opened();
-    let _stream = state.drain.stream_opened();
-    let config = state.config.websocket.clone();
+    let _open = state.metrics().websocket_opened();
+    let _stream = state.drain().stream_opened();
+    let config = state.config().websocket.clone();
     let in_flight = config.max_in_flight.max(1);
     let (mut sink, mut incoming) = socket.split();
     // Answers queue here for the writer; bounded, so a slow reader blocks its own requests.
@@ -318,7 +318,7 @@ async fn connection(
     ping.tick().await;
     let idle = Duration::from_secs(config.idle_timeout_s.max(1));
     let mut last_seen = tokio::time::Instant::now();
-    let draining = state.drain.signal();
+    let draining = state.drain().signal();
     tokio::pin!(draining);
     // Some(close frame) to close politely once in-flight work is done; None when the client left.
     let ending: Option<Message> = loop {
@@ -506,7 +506,7 @@ async fn handle(
         let _ = out.send(error_frame(&id, &e)).await;
     }
     // A pipeline is recorded without a model label, as over HTTP and gRPC.
-    state.metrics.inference(
+    state.metrics().inference(
         &labels.model,
         &labels.version,
         PROTOCOL_LABEL,
@@ -534,7 +534,7 @@ async fn run(
     };
     let version = match body.remove("model_version") {
         None | Some(Value::Null) => None,
-        Some(Value::String(v)) => Some(crate::state::parse_version(&v)?),
+        Some(Value::String(v)) => Some(crate::names::parse_version(&v)?),
         Some(Value::Number(n)) => Some(
             n.as_u64()
                 .ok_or_else(|| ApiError::bad_request("model_version must be a positive integer"))?,
@@ -607,7 +607,7 @@ async fn generate_stream(
     out: &mpsc::Sender<Message>,
 ) -> ApiResult<()> {
     let (vocab, record) = crate::api::openai::generator(state, model)?;
-    let limit = state.config.openai.max_tokens_limit;
+    let limit = state.config().openai.max_tokens_limit;
     let max_tokens = generate.max_tokens.unwrap_or(16);
     if max_tokens > limit {
         return Err(ApiError::bad_request(format!(
@@ -621,10 +621,11 @@ async fn generate_stream(
         max_tokens,
         stop: generate.stop,
     };
-    let mut g = Generation::new(state.clone(), vocab, record, &generate.prompt, sampling)?;
-    let _in_progress = state.metrics.generation_started();
-    let tokens = state.metrics.token_counter(model, PROTOCOL_LABEL);
-    let mut coalescer = Coalescer::new(Duration::from_micros(state.config.websocket.coalesce_us));
+    let mut g =
+        crate::api::openai::start_generation(state, vocab, record, &generate.prompt, sampling)?;
+    let _in_progress = state.metrics().generation_started();
+    let tokens = state.metrics().token_counter(model, PROTOCOL_LABEL);
+    let mut coalescer = Coalescer::new(Duration::from_micros(state.config().websocket.coalesce_us));
     let mut text = String::new();
     loop {
         let before = g.completion_tokens;

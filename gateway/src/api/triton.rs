@@ -4,7 +4,9 @@
 use super::authorized::{Authorized, Infer, Upload};
 use super::body::read_limited;
 use crate::error::ApiResult;
-use crate::state::{model_key, parse_version, AppState};
+use crate::names::parse_version;
+use crate::state::AppState;
+use crate::store::models::model_key;
 use crate::store::models::ModelRecord;
 use axum::extract::{Path, State};
 use axum::Json;
@@ -20,7 +22,7 @@ type S = State<Arc<AppState>>;
 /// defaults derived from its signature.
 pub fn triton_config(state: &AppState, record: &ModelRecord) -> Value {
     state
-        .engine
+        .engine()
         .triton_config(&model_key(record), &record.signature)
 }
 
@@ -29,7 +31,7 @@ pub async fn model_config(
     State(state): S,
     Path(model): Path<String>,
 ) -> ApiResult<Json<Value>> {
-    let record = state.catalog.resolve(&model, None)?;
+    let record = state.catalog().resolve(&model, None)?;
     Ok(Json(triton_config(&state, &record)))
 }
 
@@ -39,7 +41,7 @@ pub async fn model_version_config(
     Path((model, version)): Path<(String, String)>,
 ) -> ApiResult<Json<Value>> {
     let record = state
-        .catalog
+        .catalog()
         .resolve(&model, Some(parse_version(&version)?))?;
     Ok(Json(triton_config(&state, &record)))
 }
@@ -52,7 +54,7 @@ fn duration(d: infergate_engine::stats::StatDuration) -> StatDuration {
 }
 
 fn stats_entry(state: &AppState, record: &ModelRecord) -> ModelStats {
-    let s = state.engine.stats(&model_key(record)).unwrap_or_default();
+    let s = state.engine().stats(&model_key(record)).unwrap_or_default();
     let batch_stats = s
         .batch_stats
         .iter()
@@ -94,12 +96,12 @@ pub fn stats_records(
     version: Option<u64>,
 ) -> ApiResult<Vec<Arc<ModelRecord>>> {
     match (model, version) {
-        (None, _) => Ok(state.catalog.all()),
+        (None, _) => Ok(state.catalog().all()),
         (Some(model), None) => {
-            state.catalog.resolve(model, None)?;
-            Ok(state.catalog.versions(model))
+            state.catalog().resolve(model, None)?;
+            Ok(state.catalog().versions(model))
         }
-        (Some(model), Some(version)) => Ok(vec![state.catalog.resolve(model, Some(version))?]),
+        (Some(model), Some(version)) => Ok(vec![state.catalog().resolve(model, Some(version))?]),
     }
 }
 
@@ -148,11 +150,11 @@ pub async fn repository_index(
         .and_then(|v| v.get("ready").and_then(Value::as_bool))
         .unwrap_or(false);
     let entries: Vec<Value> = state
-        .catalog
+        .catalog()
         .all()
         .iter()
         .filter_map(|r| {
-            let (st, reason) = match state.engine.state(&model_key(r)) {
+            let (st, reason) = match state.engine().state(&model_key(r)) {
                 ModelState::Ready => ("READY", String::new()),
                 ModelState::Loading => ("LOADING", String::new()),
                 ModelState::Unloaded => ("UNAVAILABLE", "unloaded".to_string()),
@@ -171,11 +173,11 @@ pub async fn load(
     State(state): S,
     Path(model): Path<String>,
 ) -> ApiResult<StatusCode> {
-    let record = state.catalog.resolve(&model, None)?;
+    let record = state.catalog().resolve(&model, None)?;
     let key = model_key(&record);
-    let ready = state.engine.state(&key) == ModelState::Ready;
+    let ready = state.engine().state(&key) == ModelState::Ready;
     state
-        .engine
+        .engine()
         .load(&key, &state.model_file(&record, ready).await?)
         .await?;
     Ok(StatusCode::OK)
@@ -187,9 +189,9 @@ pub async fn unload(
     State(state): S,
     Path(model): Path<String>,
 ) -> ApiResult<StatusCode> {
-    state.catalog.resolve(&model, None)?;
-    for record in state.catalog.versions(&model) {
-        state.engine.unload(&model_key(&record));
+    state.catalog().resolve(&model, None)?;
+    for record in state.catalog().versions(&model) {
+        state.engine().unload(&model_key(&record));
     }
     Ok(StatusCode::OK)
 }

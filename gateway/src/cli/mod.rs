@@ -48,7 +48,7 @@ enum Command {
     #[command(subcommand)]
     Pipelines(pipelines::PipelinesCommand),
     /// Run a worker: join a manager (`infergate serve`) and run model versions for it.
-    Worker(Box<crate::workers::agent::WorkerArgs>),
+    Worker(Box<crate::worker::agent::WorkerArgs>),
     /// Join secrets for workers, and the workers that joined.
     #[command(subcommand)]
     Workers(workers::WorkersCommand),
@@ -104,7 +104,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 .enable_all()
                 .build()
                 .context("starting the async runtime")?;
-            runtime.block_on(crate::workers::agent::run(*args))
+            runtime.block_on(crate::worker::agent::run(*args))
         }
         Command::Workers(cmd) => workers::run(cmd),
     }

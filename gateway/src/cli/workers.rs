@@ -78,7 +78,7 @@ pub(super) fn run(cmd: WorkersCommand) -> anyhow::Result<()> {
                 None => {
                     let store = open_store(&target.data_dir)?;
                     let material = Material::open(&store)?;
-                    crate::workers::api::create_join_secret(&store, &material.ca, ttl_s)?
+                    crate::workers::manager::create_join_secret(&store, &material.ca, ttl_s)?
                         .0
                         .to_string()
                 }

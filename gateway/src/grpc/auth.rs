@@ -3,7 +3,7 @@
 //! limit and concurrency cap apply (429 → RESOURCE_EXHAUSTED) as the HTTP admission
 //! middleware applies them.
 
-use crate::admission;
+use crate::api::admission;
 use crate::auth::Scope;
 use crate::error::ApiResult;
 use crate::ratelimit::Admission;

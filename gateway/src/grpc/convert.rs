@@ -19,7 +19,7 @@ pub fn version(text: &str) -> ApiResult<Option<u64>> {
     if text.is_empty() {
         Ok(None)
     } else {
-        crate::state::parse_version(text).map(Some)
+        crate::names::parse_version(text).map(Some)
     }
 }
 

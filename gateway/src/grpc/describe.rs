@@ -10,7 +10,8 @@ use super::proto::{
     ModelStatistics, ModelVersionPolicy, StatisticDuration,
 };
 use crate::infer::Description;
-use crate::state::{model_key, AppState};
+use crate::state::AppState;
+use crate::store::models::model_key;
 use crate::store::models::ModelRecord;
 use infergate_engine::stats::StatDuration;
 use infergate_engine::TensorSpec;
@@ -183,7 +184,7 @@ fn duration(d: StatDuration) -> Option<StatisticDuration> {
 
 /// One version's cumulative statistics, as `GET /v2/models/{m}/stats` reports them.
 pub fn statistics(state: &AppState, record: &Arc<ModelRecord>) -> ModelStatistics {
-    let s = state.engine.stats(&model_key(record)).unwrap_or_default();
+    let s = state.engine().stats(&model_key(record)).unwrap_or_default();
     ModelStatistics {
         name: record.name.clone(),
         version: record.version.to_string(),

@@ -11,7 +11,7 @@ use std::sync::Arc;
 pub fn router(state: Arc<AppState>) -> axum::Router {
     // A request message may be as large as an HTTP inference body; answers are not capped
     // (what a model returns is bounded by the model).
-    let max_request = state.config.limits.max_request_bytes;
+    let max_request = state.config().limits.max_request_bytes;
     let service = GrpcInferenceServiceServer::new(InferenceService::new(state))
         .max_decoding_message_size(max_request)
         .max_encoding_message_size(usize::MAX);

@@ -59,7 +59,7 @@ pub async fn infer(
         Ok((_, None)) => (String::new(), String::new(), 200),
         Err(e) => {
             // Only registered names become label values, so clients cannot grow the metrics.
-            let known = state.catalog.resolve(&name, None).is_ok();
+            let known = state.catalog().resolve(&name, None).is_ok();
             let version = if known && version.parse::<u64>().is_ok() {
                 version
             } else {
@@ -70,7 +70,7 @@ pub async fn infer(
         }
     };
     state
-        .metrics
+        .metrics()
         .inference(&model, &version, PROTOCOL_LABEL, code, started.elapsed());
     result.map(|(response, _)| response)
 }
@@ -190,7 +190,7 @@ impl GrpcInferenceService for InferenceService {
         let _admission = self.admit(&request).await?;
         let r = request.get_ref();
         let record = convert::version(&r.version)
-            .and_then(|version| self.state.catalog.resolve(&r.name, version))
+            .and_then(|version| self.state.catalog().resolve(&r.name, version))
             .map_err(status)?;
         let config = describe::config(&triton::triton_config(&self.state, &record));
         Ok(Response::new(ModelConfigResponse {

@@ -28,7 +28,7 @@ pub fn open(
     headers: HeaderMap,
     requests: Streaming<ModelInferRequest>,
 ) -> ResponseStream {
-    let in_flight = state.config.websocket.max_in_flight.max(1);
+    let in_flight = state.config().websocket.max_in_flight.max(1);
     let (tx, rx) = mpsc::channel(in_flight);
     tokio::spawn(read(state, headers, requests, tx, in_flight));
     Box::pin(futures_util::stream::unfold(rx, |mut rx| async move {
@@ -43,9 +43,9 @@ async fn read(
     tx: mpsc::Sender<Result<ModelStreamInferResponse, Status>>,
     in_flight: usize,
 ) {
-    let _open = state.drain.stream_opened();
+    let _open = state.drain().stream_opened();
     let slots = Arc::new(Semaphore::new(in_flight));
-    let draining = state.drain.signal();
+    let draining = state.drain().signal();
     tokio::pin!(draining);
     let mut failure = None;
     loop {

@@ -9,12 +9,13 @@
 //! (`[cluster] pipeline_ops = "worker"`, the default; `"manager"` runs it here and sends the
 //! model's inputs). Either way the same op runs on the same tensors, so the answer is the same.
 
+use crate::config::PipelineOps;
 use crate::error::{ApiError, ApiResult, Kind};
-use crate::state::{model_key, AppState};
+use crate::state::AppState;
+use crate::store::models::model_key;
 use crate::store::models::ModelRecord;
 use crate::workers::manager::Choice;
 use crate::workers::remote::{self, Failure};
-use crate::workers::PipelineOps;
 use infergate_cluster::messages::LoadedModel;
 use infergate_engine::kernels::Ops;
 use infergate_engine::preprocess::ResizeNormalize;
@@ -62,8 +63,8 @@ pub async fn run_stage(
     outputs: Vec<String>,
     options: InferOptions,
 ) -> ApiResult<Vec<Tensor>> {
-    if let Some(here) = op.filter(|_| state.workers.config.pipeline_ops == PipelineOps::Manager) {
-        inputs = preprocess(state.ops.clone(), here.clone(), inputs).await?;
+    if let Some(here) = op.filter(|_| state.workers().config.pipeline_ops == PipelineOps::Manager) {
+        inputs = preprocess(state.ops().clone(), here.clone(), inputs).await?;
         op = None;
     }
     let key = model_key(record);
@@ -71,13 +72,13 @@ pub async fn run_stage(
         name: record.name.clone(),
         version: u32::try_from(record.version).unwrap_or(u32::MAX),
     };
-    let manager = &state.workers;
+    let manager = state.workers();
     let mut tried: Vec<String> = Vec::new();
     let mut encoded = None;
     let mut digest = None;
     let mut last_failure = String::new();
     for _ in 0..ATTEMPTS {
-        let local_loaded = state.engine.state(&key) == ModelState::Ready;
+        let local_loaded = state.engine().state(&key) == ModelState::Ready;
         let choice = match manager.choose(&model, local_loaded, &tried) {
             Ok(choice) => choice,
             Err(e) if tried.is_empty() => return Err(e),
@@ -91,10 +92,10 @@ pub async fn run_stage(
                 let _outstanding = manager.begin(crate::workers::manager::LOCAL);
                 let path = state.model_file(record, local_loaded).await?;
                 if let Some(op) = op {
-                    inputs = preprocess(state.ops.clone(), op.clone(), inputs).await?;
+                    inputs = preprocess(state.ops().clone(), op.clone(), inputs).await?;
                 }
                 return Ok(state
-                    .engine
+                    .engine()
                     .infer_with(&key, &path, inputs, outputs, options)
                     .await?);
             }

@@ -2,7 +2,8 @@
 
 use super::Target;
 use crate::pipeline::Pipeline;
-use crate::state::{model_key, AppState};
+use crate::state::AppState;
+use crate::store::models::model_key;
 use crate::store::models::ModelRecord;
 use infergate_engine::TensorSpec;
 use serde_json::{json, Value};
@@ -28,7 +29,7 @@ pub fn describe(state: &AppState, target: &Target) -> Description {
 /// The model's outputs and those its configured post-ops add.
 fn served_outputs(state: &AppState, record: &ModelRecord) -> Vec<TensorSpec> {
     state
-        .engine
+        .engine()
         .model_config(&model_key(record))
         .served_outputs(&record.signature)
 }
@@ -37,7 +38,7 @@ fn model(state: &AppState, record: &ModelRecord) -> Description {
     Description {
         name: record.name.clone(),
         versions: state
-            .catalog
+            .catalog()
             .versions(&record.name)
             .iter()
             .map(|r| r.version.to_string())
@@ -45,7 +46,7 @@ fn model(state: &AppState, record: &ModelRecord) -> Description {
         platform: "onnxruntime_onnx",
         inputs: record.signature.inputs.clone(),
         outputs: served_outputs(state, record),
-        execution: Some(json!(state.engine.execution(&model_key(record)))),
+        execution: Some(json!(state.engine().execution(&model_key(record)))),
     }
 }
 
@@ -53,7 +54,10 @@ fn model(state: &AppState, record: &ModelRecord) -> Description {
 /// otherwise what the plugins describe is in `/api/pipelines`.
 fn pipeline_description(state: &AppState, pipeline: &Pipeline) -> Description {
     let spec = &pipeline.spec;
-    let model = state.catalog.resolve(&spec.model, spec.model_version).ok();
+    let model = state
+        .catalog()
+        .resolve(&spec.model, spec.model_version)
+        .ok();
     let inputs = match &model {
         Some(m) if spec.pre.is_empty() => m.signature.inputs.clone(),
         _ => Vec::new(),

@@ -9,6 +9,9 @@
 //! - [`request`]: a request as every protocol hands it over (tensors, outputs, parameters,
 //!   priority and queue timeout).
 //! - [`run`]: a request on a target: a pipeline's stages or one model version.
+//! - [`pipeline`]: executing one request through a pipeline's stages (plugins, native ops, the
+//!   model), with stage timings; [`detect`]: the text-detection stage, which runs the rest once
+//!   per text region found.
 //! - [`backend`]: where a model version runs: the local engine or a worker (issue 14), behind
 //!   every protocol at once; a pipeline stage's native op goes with it.
 //!
@@ -17,6 +20,8 @@
 
 pub mod backend;
 pub mod describe;
+pub mod detect;
+pub mod pipeline;
 pub mod readiness;
 pub mod request;
 pub mod run;

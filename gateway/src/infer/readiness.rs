@@ -2,7 +2,8 @@
 
 use super::Target;
 use crate::error::{ApiError, ApiResult};
-use crate::state::{model_key, AppState};
+use crate::state::AppState;
+use crate::store::models::model_key;
 use infergate_engine::ModelState;
 
 /// A registered version is ready unless its last load failed (503): it loads on first
@@ -11,18 +12,18 @@ pub fn readiness(state: &AppState, target: &Target) -> ApiResult<()> {
     let record = match target {
         Target::Model(record) => record.clone(),
         Target::Pipeline(pipeline) => {
-            crate::pipeline::run::check(state, &pipeline.spec).map_err(|e| {
+            super::pipeline::check(state, &pipeline.spec).map_err(|e| {
                 ApiError::unavailable(format!(
                     "pipeline '{}' is not ready: {}",
                     pipeline.record.name, e.message
                 ))
             })?;
             state
-                .catalog
+                .catalog()
                 .resolve(&pipeline.spec.model, pipeline.spec.model_version)?
         }
     };
-    match state.engine.state(&model_key(&record)) {
+    match state.engine().state(&model_key(&record)) {
         ModelState::Failed(reason) => Err(ApiError::unavailable(format!(
             "model '{}' version {} failed to load: {reason}",
             record.name, record.version

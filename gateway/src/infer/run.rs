@@ -1,9 +1,9 @@
 //! A request on a target: a pipeline's stages, or one model version through the backend.
 
+use super::pipeline::{PipelineInput, PipelineOutput, StageTimes};
 use super::{backend, Request, Target};
 use crate::error::{ApiError, ApiResult};
 use crate::metrics::Served;
-use crate::pipeline::run::{PipelineInput, PipelineOutput, StageTimes};
 use crate::pipeline::Pipeline;
 use crate::state::AppState;
 use infergate_engine::{DataType, Tensor, TensorData};
@@ -53,7 +53,7 @@ async fn pipeline_tensors(
     request: Request,
 ) -> ApiResult<Inferred> {
     let name = &pipeline.record.name;
-    let (output, times) = crate::pipeline::run::run(
+    let (output, times) = super::pipeline::run(
         state,
         name,
         &pipeline.spec,

@@ -15,10 +15,10 @@ pub enum Target {
 /// A model version (the one its policy serves when `version` is None), else a pipeline of that
 /// name (pipelines have the one version 1).
 pub fn resolve(state: &AppState, name: &str, version: Option<u64>) -> ApiResult<Target> {
-    match state.catalog.resolve(name, version) {
+    match state.catalog().resolve(name, version) {
         Ok(record) => Ok(Target::Model(record)),
         Err(e) if e.kind == Kind::NotFound && matches!(version, None | Some(1)) => {
-            state.pipelines.get(name).map(Target::Pipeline).ok_or(e)
+            state.pipelines().get(name).map(Target::Pipeline).ok_or(e)
         }
         Err(e) => Err(e),
     }

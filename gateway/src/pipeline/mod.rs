@@ -1,17 +1,14 @@
-//! Pipelines: pre-plugins (WebAssembly) → model → post-plugins, served like a model.
+//! Pipelines: pre-plugins (WebAssembly) → model → post-plugins, served like a model. What a
+//! pipeline is and holds; running one is the inference service's (`crate::infer::pipeline`).
 //!
 //! - [`spec`]: the JSON a user PUTs (with the engine's resize + normalize pre-op, when named),
 //!   and plugin references (`name` or `name@version`).
 //! - [`registry`]: compiled plugins in memory, upload validation and storage.
-//! - [`detect`]: the text-detection stage, which runs the rest once per text region found.
 //! - [`text_regions`]: regions from a detector's probability map; crops and reading order.
-//! - [`run`]: executing one request through a pipeline, with stage timings.
 //! - [`convert`]: tensors between the engine's and the plugin host's form.
 
 pub mod convert;
-pub mod detect;
 pub mod registry;
-pub mod run;
 pub mod spec;
 pub mod text_regions;
 

@@ -226,7 +226,7 @@ impl PluginRegistry {
     ) -> ApiResult<(Arc<LoadedPlugin>, bool)> {
         let plugin = self.host.compile(bytes)?;
         let description = plugin.description().clone();
-        crate::state::validate_name("plugin", &description.name).map_err(|e| {
+        crate::names::validate_name("plugin", &description.name).map_err(|e| {
             ApiError::bad_request(format!(
                 "the plugin describes itself with a bad name: {}",
                 e.message

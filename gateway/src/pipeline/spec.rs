@@ -58,7 +58,7 @@ pub struct PipelineSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preprocess: Option<ResizeNormalize>,
     /// Text detection after the pre-plugins: the rest of the pipeline then runs once per
-    /// text region found (see [`super::detect`]).
+    /// text region found (see `crate::infer::detect`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detect: Option<TextDetection>,
     /// The model the pre-plugins feed.

@@ -5,7 +5,7 @@
 use super::files::persist;
 use super::sql::{vals, Row};
 use super::{now_secs, Store, StoreError};
-use infergate_engine::ModelSignature;
+use infergate_engine::{ModelKey, ModelSignature};
 use serde::{Deserialize, Serialize};
 
 /// Also what a worker receives from its manager for a version it serves.
@@ -18,6 +18,14 @@ pub struct ModelRecord {
     pub signature: ModelSignature,
     pub config: serde_json::Value,
     pub created_at: i64,
+}
+
+/// The engine's key for a stored version.
+pub fn model_key(record: &ModelRecord) -> ModelKey {
+    ModelKey {
+        name: record.name.clone(),
+        version: record.version,
+    }
 }
 
 fn record(row: &Row) -> Result<ModelRecord, StoreError> {

@@ -11,7 +11,7 @@
 
 use super::material::Material;
 use super::metrics::RoutingCounters;
-use super::ClusterConfig;
+use crate::config::ClusterConfig;
 use crate::error::{ApiError, ApiResult};
 use crate::store::workers::WorkerRecord;
 use crate::store::{now_secs, Store, StoreError};
@@ -597,6 +597,22 @@ fn advertised_host(advertise: &str) -> ApiResult<String> {
     Ok(host.to_owned())
 }
 
+/// Makes and stores a join secret for this cluster (the CLI offline and the API alike).
+pub fn create_join_secret(
+    store: &crate::store::Store,
+    ca: &infergate_cluster::ca::ClusterCa,
+    ttl_s: Option<u64>,
+) -> ApiResult<(JoinSecret, Option<u64>)> {
+    if ttl_s == Some(0) {
+        return Err(ApiError::bad_request("ttl_s must be at least 1 second"));
+    }
+    let expires_at = ttl_s.map(|ttl| (crate::store::now_secs().max(0) as u64).saturating_add(ttl));
+    let (secret, stored) = JoinSecret::generate(&ca.pin(), expires_at);
+    store.add_join_secret(&stored)?;
+    tracing::info!(id = %secret.id, "join secret created");
+    Ok((secret, expires_at))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -639,8 +655,7 @@ mod tests {
         let (_a_dir, a_store, a) = replica(&pg);
         let (_b_dir, b_store, b) = replica(&pg);
         // A secret made on A admits a worker through B: one cluster.
-        let (secret, _) =
-            crate::workers::api::create_join_secret(&a_store, &a.material().ca, None).unwrap();
+        let (secret, _) = create_join_secret(&a_store, &a.material().ca, None).unwrap();
         assert_eq!(a.material().ca.pin(), b.material().ca.pin());
         let request = JoinRequest {
             worker_id: None,

@@ -42,7 +42,7 @@ const IDLE_PER_WORKER: usize = 64;
 /// a worker closes a connection that sends no request (its header read timeout runs while a
 /// connection is idle), so that a request is never written to a connection the worker is
 /// closing at that moment (which fails it: once written, it is not sent again).
-const IDLE_FOR: Duration = Duration::from_secs(super::agent::HANDSHAKE_TIMEOUT.as_secs() / 2);
+const IDLE_FOR: Duration = Duration::from_secs(super::HANDSHAKE_TIMEOUT.as_secs() / 2);
 
 type Io = TokioIo<TlsStream<TcpStream>>;
 

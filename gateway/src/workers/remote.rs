@@ -41,10 +41,11 @@ pub const STAGE_PATH: &str = "/cluster/v1/stage/models/{model}/versions/{version
 
 /// A request body, encoded once and sent to as many workers as it takes.
 pub struct Encoded {
-    body: Bytes,
-    header_len: usize,
+    pub(crate) body: Bytes,
+    /// The JSON header's length (`Inference-Header-Content-Length`).
+    pub(crate) header_len: usize,
     /// Carries a native op: goes to [`STAGE_PATH`].
-    stage: bool,
+    pub(crate) stage: bool,
 }
 
 impl Encoded {
@@ -258,7 +259,7 @@ fn unknown_stage(advertise: &str, stage: bool, status: StatusCode, bare: bool) -
     })
 }
 
-fn decode(body: &[u8], header_len: Option<usize>) -> Result<Vec<Tensor>, String> {
+pub(crate) fn decode(body: &[u8], header_len: Option<usize>) -> Result<Vec<Tensor>, String> {
     let (document, binary) =
         infergate_protocol::binary::split_body(body, header_len).map_err(|e| e.0)?;
     let answer: Answer = serde_json::from_slice(document).map_err(|e| e.to_string())?;
@@ -275,77 +276,6 @@ fn decode(body: &[u8], header_len: Option<usize>) -> Result<Vec<Tensor>, String>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use infergate_engine::{DataType, TensorData};
-
-    #[test]
-    fn an_encoded_request_decodes_on_the_worker_and_an_answer_decodes_back() {
-        let x = Tensor {
-            name: "x".into(),
-            datatype: DataType::Fp32,
-            shape: vec![1, 2],
-            data: TensorData::Raw(
-                [1.5f32, -2.0]
-                    .iter()
-                    .flat_map(|f| f.to_le_bytes())
-                    .collect(),
-            ),
-        };
-        let options = InferOptions {
-            priority: 2,
-            timeout: Some(Duration::from_millis(5)),
-        };
-        let encoded = encode(std::slice::from_ref(&x), &["y".into()], options);
-        let mut headers = http::HeaderMap::new();
-        headers.insert(HEADER_LENGTH, encoded.header_len.into());
-        let (request, inputs) = crate::api::codec::decode(&headers, &encoded.body).unwrap();
-        assert_eq!(inputs, vec![x.clone()]);
-        let parsed = crate::infer::Request::kserve(&request, inputs).unwrap();
-        assert_eq!(parsed.options, options);
-        assert_eq!(parsed.outputs, ["y"]);
-        // The worker answers in binary, as asked; the manager decodes the same tensors.
-        let (body, header_len) =
-            kserve::encode_response(&request, "m", 1, std::slice::from_ref(&x)).unwrap();
-        assert!(header_len.is_some());
-        assert_eq!(decode(&body, header_len).unwrap(), vec![x]);
-    }
-
-    #[test]
-    fn a_stage_request_carries_its_op_and_the_worker_reads_it_back() {
-        let image = Tensor {
-            name: "image".into(),
-            datatype: DataType::Uint8,
-            shape: vec![2, 3, 3],
-            data: TensorData::Raw((0u8..18).collect()),
-        };
-        let op: ResizeNormalize = serde_json::from_value(json!({
-            "output": "input", "width": 4, "height": 4,
-            "mean": [127, 127, 127], "std": [128, 128, 128], "mode": "letterbox", "pad": 9
-        }))
-        .unwrap();
-        let encoded = encode_stage(
-            std::slice::from_ref(&image),
-            &op,
-            &[],
-            InferOptions::default(),
-        );
-        assert!(encoded.stage);
-        assert!(!encode(std::slice::from_ref(&image), &[], InferOptions::default()).stage);
-        let mut headers = http::HeaderMap::new();
-        headers.insert(HEADER_LENGTH, encoded.header_len.into());
-        let (request, inputs) = crate::api::codec::decode(&headers, &encoded.body).unwrap();
-        assert_eq!(inputs, vec![image]);
-        assert_eq!(stage_ops(&request).unwrap(), op);
-        // The op's parameter is not a scalar: plugins and options never see it.
-        let parsed = crate::infer::Request::kserve(&request, inputs).unwrap();
-        assert!(
-            parsed
-                .parameters
-                .iter()
-                .all(|(k, _)| k != STAGE_OPS_PARAMETER),
-            "{:?}",
-            parsed.parameters
-        );
-    }
 
     #[test]
     fn a_stage_request_without_a_valid_op_is_refused() {

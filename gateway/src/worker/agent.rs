@@ -10,17 +10,18 @@
 //! deregister, exit.
 
 use super::cache::{evict, Cached};
-use super::host::{self, CpuSampler};
 use super::link::{LinkError, ManagerLink};
 use super::window::LatencyWindow;
 use crate::api::codec;
 use crate::config::Config;
 use crate::error::{ApiError, ApiResult, Kind};
 use crate::infer::{Inferred, Request};
-use crate::state::{model_key, parse_version};
+use crate::names::parse_version;
 use crate::store::files::{persist, write_atomic, BlobWriter};
+use crate::store::models::model_key;
 use crate::store::models::ModelRecord;
 use crate::store::DataDir;
+use crate::workers::host::{self, CpuSampler};
 use anyhow::{anyhow, Context};
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Path, State};
@@ -174,7 +175,7 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
     write_atomic(&id_file, joined.worker_id.as_bytes(), 0o644)
         .with_context(|| format!("writing {}", id_file.display()))?;
     tracing::info!(worker = %joined.worker_id, manager = %link.shown(), "joined the manager");
-    let tls = super::tls::worker_server_config(
+    let tls = crate::workers::tls::worker_server_config(
         &Issued {
             cert_pem: joined.cert_pem.clone(),
             key_pem: joined.key_pem.clone(),
@@ -558,9 +559,10 @@ impl Node {
         // The manager's configuration of this version changed since it was learnt: learn it
         // again before running.
         let wanted = headers
-            .get(super::remote::CONFIG_HEADER)
+            .get(crate::workers::remote::CONFIG_HEADER)
             .and_then(|v| v.to_str().ok());
-        if peer.cluster && wanted.is_some_and(|w| w != super::remote::config_digest(&record.config))
+        if peer.cluster
+            && wanted.is_some_and(|w| w != crate::workers::remote::config_digest(&record.config))
         {
             record = self.refresh(&record).await?;
         }
@@ -631,7 +633,7 @@ fn router(node: Arc<Node>, max_request_bytes: usize) -> Router {
         .route("/v2/health/ready", get(ready))
         .route("/v2/models/{model}/infer", post(infer_newest))
         .route("/v2/models/{model}/versions/{version}/infer", post(infer))
-        .route(super::remote::STAGE_PATH, post(infer))
+        .route(crate::workers::remote::STAGE_PATH, post(infer))
         .route(
             "/v2/repository/models/{model}/versions/{version}/load",
             post(load),
@@ -711,7 +713,7 @@ fn check_direct(node: &Node, peer: Peer, headers: &HeaderMap, model: &str) -> Ap
         };
         node.limiter
             .check(limiter_key(&claims.sub), &limits)
-            .map_err(|r| crate::admission::rejection_error(&r))?;
+            .map_err(|r| crate::api::admission::rejection_error(&r))?;
     }
     Ok(())
 }
@@ -735,7 +737,7 @@ async fn infer_newest(
     run_infer(node, peer, model, None, headers, body, false).await
 }
 
-/// `POST /v2/models/{m}/versions/{v}/infer`, and on [`super::remote::STAGE_PATH`] a pipeline's
+/// `POST /v2/models/{m}/versions/{v}/infer`, and on [`crate::workers::remote::STAGE_PATH`] a pipeline's
 /// model stage from the manager: its native op, then the model.
 async fn infer(
     State(node): State<Arc<Node>>,
@@ -772,7 +774,7 @@ async fn run_infer(
         let (document, inputs) = codec::decode(&headers, &body)?;
         let mut request = Request::kserve(&document, inputs)?;
         if stage {
-            let op = super::remote::stage_ops(&document)?;
+            let op = crate::workers::remote::stage_ops(&document)?;
             request.inputs =
                 crate::infer::backend::preprocess(node.engine.ops().clone(), op, request.inputs)
                     .await?;
@@ -791,11 +793,6 @@ async fn run_infer(
 
 /// Connections a worker serves at once (the manager's pooled ones and direct clients).
 const MAX_CONNECTIONS: usize = 4096;
-/// Time for a TLS handshake, and for a request's headers after it (hyper runs this timer while
-/// a kept-alive connection waits for its next request too: the manager's pool reuses a
-/// connection for half of it).
-pub(crate) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-
 /// Accepts mutual-TLS connections until `stopped`, then lets open requests finish (up to
 /// `grace`).
 async fn serve(
@@ -813,7 +810,7 @@ async fn serve(
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(HANDSHAKE_TIMEOUT);
+        .header_read_timeout(crate::workers::HANDSHAKE_TIMEOUT);
     let builder = Arc::new(builder);
     let permits = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
@@ -839,7 +836,12 @@ async fn serve(
         let watcher = graceful.watcher();
         tokio::spawn(async move {
             let _permit = permit;
-            let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+            let tls = match tokio::time::timeout(
+                crate::workers::HANDSHAKE_TIMEOUT,
+                acceptor.accept(stream),
+            )
+            .await
+            {
                 Ok(Ok(tls)) => tls,
                 Ok(Err(e)) => {
                     tracing::debug!(%peer, error = %e, "TLS handshake refused");

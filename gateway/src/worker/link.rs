@@ -1,11 +1,11 @@
 //! A worker's connection to its manager: join, heartbeats, deregistration and model files, over
 //! the manager's HTTPS port with the manager's certificate checked against the join secret's
-//! pin (see [`super::tls`]). Given several managers (gateway replicas on one shared store, any of
+//! pin (see [`crate::workers::tls`]). Given several managers (gateway replicas on one shared store, any of
 //! which serves a worker alike), it talks to one and moves on to the next when that one does not
 //! answer.
 
-use super::tls::{worker_client_config, MANAGER_NAME};
 use crate::store::models::ModelRecord;
+use crate::workers::tls::{worker_client_config, MANAGER_NAME};
 use anyhow::{anyhow, bail, Context};
 use infergate_cluster::messages::{JoinRequest, JoinResponse, Report};
 use serde::de::DeserializeOwned;

@@ -2,12 +2,12 @@
 //! starts (so a plugin swapped meanwhile affects only later requests), then pre-plugins run on
 //! blocking threads, the model runs in the engine, and post-plugins shape the answer.
 
-use super::convert::{from_host, to_host};
 use super::detect;
-use super::registry::LoadedPlugin;
-use super::spec::PipelineSpec;
 use crate::error::{ApiError, ApiResult};
 use crate::metrics::PluginLabels;
+use crate::pipeline::convert::{from_host, to_host};
+use crate::pipeline::registry::LoadedPlugin;
+use crate::pipeline::spec::PipelineSpec;
 use crate::state::AppState;
 use crate::store::models::ModelRecord;
 use futures_util::future::try_join_all;
@@ -63,14 +63,14 @@ struct Resolved {
 }
 
 fn resolve(state: &AppState, spec: &PipelineSpec) -> ApiResult<Resolved> {
-    let pick = |refs: Vec<super::spec::PluginRef>, kind: PluginKind| {
+    let pick = |refs: Vec<crate::pipeline::spec::PluginRef>, kind: PluginKind| {
         refs.iter()
             .map(|r| {
-                let p = state.plugins.resolve(r)?;
+                let p = state.plugins().resolve(r)?;
                 if p.plugin.description().kind != kind {
                     return Err(ApiError::bad_request(format!(
                         "plugin {r} is a {}-plugin and cannot run in this position",
-                        super::registry::kind_name(p.plugin.description().kind)
+                        crate::pipeline::registry::kind_name(p.plugin.description().kind)
                     )));
                 }
                 Ok(p)
@@ -87,9 +87,9 @@ fn resolve(state: &AppState, spec: &PipelineSpec) -> ApiResult<Resolved> {
 /// position, the model exists. Used when a pipeline is saved.
 pub fn check(state: &AppState, spec: &PipelineSpec) -> ApiResult<()> {
     resolve(state, spec)?;
-    state.catalog.resolve(&spec.model, spec.model_version)?;
+    state.catalog().resolve(&spec.model, spec.model_version)?;
     for model in spec.stage_models() {
-        state.catalog.resolve(model, None)?;
+        state.catalog().resolve(model, None)?;
     }
     Ok(())
 }
@@ -111,7 +111,7 @@ async fn call<T: Send + 'static>(
         Err(host::PluginError::Fault { kind, .. }) => kind.as_str(),
         Err(_) => "internal",
     };
-    state.metrics.plugin_call(
+    state.metrics().plugin_call(
         PluginLabels {
             plugin: plugin.record.name.clone(),
             version: plugin.record.version.clone(),
@@ -152,7 +152,7 @@ pub async fn run(
     options: InferOptions,
 ) -> ApiResult<(PipelineOutput, StageTimes)> {
     let resolved = resolve(state, spec)?;
-    let record = state.catalog.resolve(&spec.model, spec.model_version)?;
+    let record = state.catalog().resolve(&spec.model, spec.model_version)?;
     let mut metadata: host::Metadata = vec![
         ("pipeline".into(), name.to_string()),
         ("model".into(), record.name.clone()),
@@ -263,7 +263,7 @@ fn region_json(
         PipelineOutput::Tensors(tensors) => serde_json::Value::Array(
             tensors
                 .iter()
-                .map(|t| serde_json::json!({"name": t.name, "datatype": t.datatype.name(), "shape": t.shape, "data": crate::api::codec::to_json(t)}))
+                .map(|t| serde_json::json!({"name": t.name, "datatype": t.datatype.name(), "shape": t.shape, "data": infergate_protocol::json::encode(t)}))
                 .collect(),
         ),
         PipelineOutput::Bytes(_) => {
@@ -310,7 +310,7 @@ impl Tail<'_> {
         // The native op goes with the model (to its worker when it runs on one), so its time
         // counts in the model stage.
         let started = Instant::now();
-        let outputs = crate::infer::backend::run_stage(
+        let outputs = super::backend::run_stage(
             state,
             record,
             tensors,

@@ -40,15 +40,15 @@ pub fn limits_for(key: &KeyRecord, default: &Limits) -> Limits {
 /// in the metrics. With a shared limiter the rate is checked there and the concurrency cap
 /// here (caps hold per replica).
 pub async fn admit(state: &AppState, key: &KeyRecord) -> Result<Admission, Rejection> {
-    let limits = limits_for(key, &state.default_limits);
-    let admitted = match (&state.shared_limits, &limits.rate) {
+    let limits = limits_for(key, state.default_limits());
+    let admitted = match (state.shared_limits(), &limits.rate) {
         (Some(shared), Some(rate)) => admit_shared(state, shared, key, &limits, rate).await,
-        _ => state.limiter.check(key.id, &limits),
+        _ => state.limiter().check(key.id, &limits),
     };
     let now = crate::history::now_ms();
-    state.metrics.keys.record(key.id, admitted.is_ok(), now);
+    state.metrics().keys.record(key.id, admitted.is_ok(), now);
     admitted.inspect_err(|r| {
-        state.metrics.rate_limited(key.id, r.kind.as_str());
+        state.metrics().rate_limited(key.id, r.kind.as_str());
         tracing::debug!(
             key_id = key.id,
             reason = r.kind.as_str(),
@@ -69,13 +69,13 @@ async fn admit_shared(
         rate: None,
         max_concurrent: limits.max_concurrent,
     };
-    let admission = state.limiter.check(key.id, &local)?;
+    let admission = state.limiter().check(key.id, &local)?;
     match shared.check(key.id, rate).await {
         Verdict::Allowed(quota) => Ok(admission.with_quota(quota)),
         Verdict::Refused(rejection) => Err(rejection),
         Verdict::Fallback => {
             drop(admission);
-            state.limiter.check(key.id, limits)
+            state.limiter().check(key.id, limits)
         }
     }
 }
@@ -121,7 +121,7 @@ async fn authenticate_and_admit(state: &AppState, mut request: Request, next: Ne
     let Some(presented) = auth::presented_key(request.headers()) else {
         return next.run(request).await;
     };
-    let key = match state.store.authenticate(presented) {
+    let key = match state.store().authenticate(presented) {
         Ok(Some(key)) => key,
         // Unknown keys and store failures are the handler's extractor's to report.
         _ => return next.run(request).await,

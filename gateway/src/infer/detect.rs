@@ -8,9 +8,9 @@
 //! [1, 3, H, W] → probability map [1, 1, H, W]; a 0°/180° classifier, FP32 [N, 3, 48, 192] →
 //! [N, 2] softmax. Both take pixels normalised as `(p - 127.5) / 127.5`.
 
-use super::spec::{TextDetection, STRIDE};
-use super::text_regions::{self, MapReading, Region, RgbImage};
 use crate::error::{ApiError, ApiResult};
+use crate::pipeline::spec::{TextDetection, STRIDE};
+use crate::pipeline::text_regions::{self, MapReading, Region, RgbImage};
 use crate::state::AppState;
 use crate::store::models::ModelRecord;
 use futures_util::future::try_join_all;
@@ -123,15 +123,9 @@ async fn run_model(
     options: InferOptions,
 ) -> ApiResult<(Vec<f32>, Vec<i64>)> {
     // The resize goes with the model (to its worker when it runs on one).
-    let mut outputs = crate::infer::backend::run_stage(
-        state,
-        record,
-        vec![image],
-        Some(&pre),
-        Vec::new(),
-        options,
-    )
-    .await?;
+    let mut outputs =
+        super::backend::run_stage(state, record, vec![image], Some(&pre), Vec::new(), options)
+            .await?;
     let Some(first) = outputs.drain(..).next() else {
         return Err(ApiError::internal(format!(
             "model '{}' returned no outputs",
@@ -162,9 +156,9 @@ pub async fn detect(
     options: InferOptions,
 ) -> ApiResult<Detected> {
     let (name, image) = image_of(tensors)?;
-    let detector = state.catalog.resolve(&stage.model, None)?;
+    let detector = state.catalog().resolve(&stage.model, None)?;
     let classifier = match &stage.angle_model {
-        Some(m) => Some(state.catalog.resolve(m, None)?),
+        Some(m) => Some(state.catalog().resolve(m, None)?),
         None => None,
     };
     let (width, height) = (image.width, image.height);
@@ -193,7 +187,7 @@ pub async fn detect(
         unclip_ratio: stage.unclip_ratio,
         max_candidates: 1000,
     };
-    let ops = state.ops.clone();
+    let ops = state.ops().clone();
     let (iou, score, max) = (stage.iou_threshold, stage.box_threshold, stage.max_regions);
     let regions = tokio::task::spawn_blocking(move || -> ApiResult<Vec<Region>> {
         let candidates =

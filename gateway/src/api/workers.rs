@@ -2,20 +2,20 @@
 //! worker's join secret or its own credential, never by an API key) and for operators
 //! (`/api/workers...`, admin scope).
 
-use super::manager::LOCAL;
 use crate::api::authorized::{Admin, Authorized, Infer};
 use crate::auth;
 use crate::error::{ApiError, ApiResult};
-use crate::state::{parse_version, AppState};
+use crate::names::parse_version;
+use crate::state::AppState;
 use crate::store::workers::WorkerRecord;
 use crate::store::{BlobKind, StoreError};
+use crate::workers::manager::LOCAL;
 use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use http::{HeaderMap, StatusCode};
 use infergate_api_types::workers::WorkerList;
-use infergate_cluster::join::JoinSecret;
 use infergate_cluster::liveness::WorkerState;
 use infergate_cluster::messages::{JoinRequest, LoadedModel, Report};
 use infergate_cluster::registry::{WorkerInfo, WorkerView};
@@ -35,7 +35,9 @@ fn bearer(headers: &HeaderMap) -> ApiResult<&str> {
 
 /// The worker whose credential the request carries.
 fn worker(state: &AppState, headers: &HeaderMap) -> ApiResult<WorkerRecord> {
-    let record = state.workers.authenticate(&state.store, bearer(headers)?)?;
+    let record = state
+        .workers()
+        .authenticate(state.store(), bearer(headers)?)?;
     crate::connection::authenticated();
     Ok(record)
 }
@@ -67,7 +69,7 @@ async fn options<T: serde::de::DeserializeOwned + Default>(
 pub async fn join(State(state): S, headers: HeaderMap, body: Body) -> ApiResult<Json<Value>> {
     let secret = bearer(&headers)?;
     let request: JoinRequest = message(&headers, body).await?;
-    let answer = state.workers.join(&state.store, secret, request)?;
+    let answer = state.workers().join(state.store(), secret, request)?;
     crate::connection::authenticated();
     Ok(Json(json!(answer)))
 }
@@ -76,7 +78,7 @@ pub async fn join(State(state): S, headers: HeaderMap, body: Body) -> ApiResult<
 pub async fn heartbeat(State(state): S, headers: HeaderMap, body: Body) -> ApiResult<StatusCode> {
     let record = worker(&state, &headers)?;
     let report: Report = message(&headers, body).await?;
-    state.workers.report(&state.store, &record, report);
+    state.workers().report(state.store(), &record, report);
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -84,8 +86,8 @@ pub async fn heartbeat(State(state): S, headers: HeaderMap, body: Body) -> ApiRe
 pub async fn deregister(State(state): S, headers: HeaderMap) -> ApiResult<StatusCode> {
     let record = worker(&state, &headers)?;
     // The store first: a refresh from it must not find the worker again after it is gone here.
-    state.store.forget_worker(&record.id)?;
-    state.workers.forget(&record.id);
+    state.store().forget_worker(&record.id)?;
+    state.workers().forget(&record.id);
     tracing::info!(worker = %record.id, "worker deregistered");
     Ok(StatusCode::NO_CONTENT)
 }
@@ -98,7 +100,7 @@ pub async fn model_version(
 ) -> ApiResult<Json<Value>> {
     worker(&state, &headers)?;
     let record = state
-        .catalog
+        .catalog()
         .resolve(&model, Some(parse_version(&version)?))?;
     Ok(Json(json!(*record)))
 }
@@ -111,7 +113,7 @@ pub async fn model_latest(
     headers: HeaderMap,
 ) -> ApiResult<Json<Value>> {
     worker(&state, &headers)?;
-    Ok(Json(json!(*state.catalog.resolve(&model, None)?)))
+    Ok(Json(json!(*state.catalog().resolve(&model, None)?)))
 }
 
 /// `GET /cluster/v1/blobs/{sha256}`: a registered model file, streamed.
@@ -124,7 +126,7 @@ pub async fn blob(
     // Only files the catalog references; the name is checked before it becomes a path.
     let known = sha256.len() == 64
         && sha256.bytes().all(|b| b.is_ascii_hexdigit())
-        && state.catalog.all().iter().any(|r| r.sha256 == sha256);
+        && state.catalog().all().iter().any(|r| r.sha256 == sha256);
     if !known {
         return Err(ApiError::not_found(format!(
             "no registered model file with sha256 {sha256}"
@@ -132,7 +134,7 @@ pub async fn blob(
     }
     // Checked against its sha256 first; with PostgreSQL fetched from the database when this
     // replica never received the upload.
-    let store = state.store.clone();
+    let store = state.store().clone();
     let checked = sha256.clone();
     let path = tokio::task::spawn_blocking(move || store.local_blob(BlobKind::Model, &checked))
         .await
@@ -182,8 +184,8 @@ pub async fn list(_: Authorized<Admin>, State(state): S) -> ApiResult<Json<Worke
 /// Every worker the manager knows, the local engine first when this server runs one (the list
 /// `/api/workers` and the `/v2/events` ticks show).
 pub fn listing(state: &AppState) -> Vec<WorkerView> {
-    let mut workers = state.workers.view();
-    if state.workers.config.local_engine {
+    let mut workers = state.workers().view();
+    if state.workers().config.local_engine {
         workers.insert(0, local_view(state));
     }
     workers
@@ -194,33 +196,33 @@ pub fn listing(state: &AppState) -> Vec<WorkerView> {
 fn local_view(state: &AppState) -> WorkerView {
     let mut models = Vec::new();
     let mut queued = 0;
-    for record in state.catalog.all() {
-        let key = crate::state::model_key(&record);
-        if state.engine.state(&key) == ModelState::Ready {
+    for record in state.catalog().all() {
+        let key = crate::store::models::model_key(&record);
+        if state.engine().state(&key) == ModelState::Ready {
             models.push(LoadedModel {
                 name: record.name.clone(),
                 version: u32::try_from(record.version).unwrap_or(u32::MAX),
             });
         }
-        queued += state.engine.queued(&key);
+        queued += state.engine().queued(&key);
     }
     WorkerView {
         info: WorkerInfo {
             id: LOCAL.to_owned(),
-            advertise: state.workers.local_address(state.config.listen),
+            advertise: state.workers().local_address(state.config().listen),
             version: env!("CARGO_PKG_VERSION").to_owned(),
-            devices: super::host::devices(),
+            devices: crate::workers::host::devices(),
         },
         state: WorkerState::Ready,
         last_seen_ms: 0,
         report: Report {
             models,
-            in_flight: state.workers.local_outstanding(),
+            in_flight: state.workers().local_outstanding(),
             queued: u32::try_from(queued).unwrap_or(u32::MAX),
-            rss_bytes: super::host::rss_bytes(),
+            rss_bytes: crate::workers::host::rss_bytes(),
             ..Report::default()
         },
-        outstanding: state.workers.local_outstanding(),
+        outstanding: state.workers().local_outstanding(),
     }
 }
 
@@ -240,27 +242,15 @@ pub async fn create_token(
     body: Body,
 ) -> ApiResult<(StatusCode, Json<Value>)> {
     let ttl = options::<TokenRequest>(&headers, body).await?.ttl_s;
-    let (secret, expires_at) = create_join_secret(&state.store, &state.workers.material().ca, ttl)?;
+    let (secret, expires_at) = crate::workers::manager::create_join_secret(
+        state.store(),
+        &state.workers().material().ca,
+        ttl,
+    )?;
     Ok((
         StatusCode::CREATED,
         Json(json!({"id": secret.id, "token": secret.to_string(), "expires_at": expires_at})),
     ))
-}
-
-/// Makes and stores a join secret for this cluster (the CLI offline and the API alike).
-pub fn create_join_secret(
-    store: &crate::store::Store,
-    ca: &infergate_cluster::ca::ClusterCa,
-    ttl_s: Option<u64>,
-) -> ApiResult<(JoinSecret, Option<u64>)> {
-    if ttl_s == Some(0) {
-        return Err(ApiError::bad_request("ttl_s must be at least 1 second"));
-    }
-    let expires_at = ttl_s.map(|ttl| (crate::store::now_secs().max(0) as u64).saturating_add(ttl));
-    let (secret, stored) = JoinSecret::generate(&ca.pin(), expires_at);
-    store.add_join_secret(&stored)?;
-    tracing::info!(id = %secret.id, "join secret created");
-    Ok((secret, expires_at))
 }
 
 /// `DELETE /api/workers/{id}`: out of routing at once; it cannot rejoin under this id.
@@ -269,8 +259,8 @@ pub async fn remove(
     State(state): S,
     Path(id): Path<String>,
 ) -> ApiResult<Json<Value>> {
-    let removed = state.store.remove_worker(&id)?;
-    let was_live = state.workers.forget(&id);
+    let removed = state.store().remove_worker(&id)?;
+    let was_live = state.workers().forget(&id);
     if !removed && !was_live {
         return Err(ApiError::not_found(format!("no worker '{id}'")));
     }
@@ -308,12 +298,12 @@ pub async fn assign(
             "ttl_s must be between 1 and {MAX_DIRECT_TTL_S}"
         )));
     }
-    let record = state.catalog.resolve(&model, None)?;
+    let record = state.catalog().resolve(&model, None)?;
     let loaded = LoadedModel {
         name: record.name.clone(),
         version: u32::try_from(record.version).unwrap_or(u32::MAX),
     };
-    let (worker, advertise, grpc) = state.workers.choose_worker(&loaded)?;
+    let (worker, advertise, grpc) = state.workers().choose_worker(&loaded)?;
     let now = crate::store::now_secs().max(0) as u64;
     let claims = infergate_cluster::direct::DirectClaims {
         sub: key.public_id.clone(),
@@ -322,7 +312,7 @@ pub async fn assign(
         aud: worker.clone(),
         iat: now,
         exp: now + ttl,
-        rate: crate::admission::limits_for(&key, &state.default_limits)
+        rate: crate::api::admission::limits_for(&key, state.default_limits())
             .rate
             .map(|r| infergate_cluster::direct::RateGrant {
                 per_second: r.rps,
@@ -330,12 +320,12 @@ pub async fn assign(
             }),
     };
     let token = state
-        .workers
+        .workers()
         .material()
         .signer
         .sign(&claims)
         .map_err(|e| ApiError::internal(e.to_string()))?;
-    super::metrics::RoutingCounters::count(&state.workers.counters().direct_tokens);
+    crate::workers::metrics::RoutingCounters::count(&state.workers().counters().direct_tokens);
     tracing::info!(key_id = key.id, model = %record.name, worker = %worker, "direct token issued");
     Ok(Json(json!({
         "worker": format!("https://{advertise}"),
@@ -347,7 +337,7 @@ pub async fn assign(
         "version": record.version,
         "token": token,
         "expires_at": claims.exp,
-        "ca_pem": state.workers.material().ca.cert_pem(),
+        "ca_pem": state.workers().material().ca.cert_pem(),
     })))
 }
 
@@ -358,7 +348,7 @@ pub async fn drain(
     State(state): S,
     Path(id): Path<String>,
 ) -> ApiResult<Json<Value>> {
-    if !state.workers.drain(&state.store, &id)? {
+    if !state.workers().drain(state.store(), &id)? {
         return Err(ApiError::not_found(format!("no live worker '{id}'")));
     }
     tracing::info!(worker = %id, "worker drained by an operator");
@@ -371,7 +361,7 @@ pub async fn revoke_token(
     State(state): S,
     Path(id): Path<String>,
 ) -> ApiResult<Json<Value>> {
-    if !state.store.revoke_join_secret(&id)? {
+    if !state.store().revoke_join_secret(&id)? {
         return Err(ApiError::not_found(format!("no join secret '{id}'")));
     }
     tracing::info!(id = %id, "join secret revoked");
