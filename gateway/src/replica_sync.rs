@@ -47,7 +47,8 @@ pub fn spawn(state: &Arc<AppState>) {
             }
             if moved(|c| c.plugins) {
                 let st = state.clone();
-                let synced = tokio::task::spawn_blocking(move || st.plugins().sync(st.store())).await;
+                let synced =
+                    tokio::task::spawn_blocking(move || st.plugins().sync(st.store())).await;
                 match synced {
                     Ok(Ok(())) => {}
                     Ok(Err(e)) => {
