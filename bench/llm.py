@@ -152,7 +152,10 @@ async def load(server, concurrency, requests, max_tokens, system=None):
             ttfts.append(ttft)
             total += tokens
 
-    limits = httpx.Limits(max_connections=concurrency)
+    # A connection per request, for both servers: llama-server sometimes closes a kept-alive
+    # connection after a streamed answer without saying so, and the next request sent on it
+    # failed with "Server disconnected without sending a response".
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=0)
     async with httpx.AsyncClient(timeout=300, limits=limits) as client:
         # Warm-up: loads the model (infergate loads on first use) and fills caches.
         await one_stream(client, server, [{"role": "user", "content": "Hi"}], 4)

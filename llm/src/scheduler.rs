@@ -8,23 +8,35 @@
 //! (the lowest `priority` value first, then first come; prompts are computed in that order too);
 //! a finished one leaves at once. A sequence whose client went away (its event receiver
 //! dropped) is freed at the next step. A request with `n` choices computes its prompt once:
-//! the other choices then take a copy of its KV and sample from the same logits.
+//! the other choices then take a copy of its KV and sample from the same logits. The step that
+//! computes a prompt's last token samples its first token.
 //!
-//! Prefix cache: each slot has a KV stream of its own (`n_ctx / n_seq` cells) and keeps the KV
-//! of its last sequence after it finishes. A new sequence reuses the longest prefix of its
-//! prompt found in any slot: its own (trimmed to the common prefix) or another's, copied with
-//! `llama_memory_seq_cp` (llama.cpp copies a stream whole, at the next decode) and trimmed.
+//! Batch order: each sequence has a KV stream of its own, and llama.cpp then splits a batch into
+//! micro-batches (one graph computation each) that hold the same number of tokens of every
+//! sequence in them, for consecutive sequence ids only, taken in batch order. So the batch lists
+//! its tokens by sequence id, and a new sequence takes the lowest free slot among equals: the
+//! one-token rows of all running sequences then form one micro-batch (a sequence out of order
+//! or a hole in the ids would split them into several), and a prompt chunk adds one more.
+//!
+//! Prefix cache: each slot keeps the KV of its last sequence after it finishes. A new sequence
+//! reuses the longest prefix of its prompt found in any slot: its own (trimmed to the common
+//! prefix) or another's, copied with `llama_memory_seq_cp` (llama.cpp copies a stream whole, at
+//! the next decode) and trimmed.
 //!
 //! Reproducibility: a seeded request repeated on an idle server gives the same tokens. That
 //! needs bit-identical logits, since a quantised model rounds its activations to 8 bits at
-//! every layer and so turns the smallest difference into a visible one. llama.cpp's CPU
-//! attention sums a sequence's cells in cell order (in f16), and splits or tiles that sum by
-//! cell index for single-token and 64-token batches, so:
+//! every layer and so turns the smallest difference into a visible one. A row (token) of a
+//! batch is computed independently of the other rows (the matrix products and norms work row
+//! by row), except by llama.cpp's CPU attention, which sums a sequence's cells in cell order (in
+//! f16) along one of three paths chosen by how many rows of that sequence the micro-batch holds
+//! ([`RowPath`]). So:
 //! - streams are not unified: in a shared (unified) cache the cells of a repeated request land
-//!   wherever earlier sequences left holes, in another order than on its first run;
-//! - the last prompt token is always decoded in a step of its own, so its logits (which give
-//!   the first token) are computed the same way whether the rest of the prompt was computed
-//!   just before or found in the cache.
+//!   wherever earlier sequences left holes, in another order than on its first run, and the
+//!   attention path would depend on the other sequences' rows;
+//! - each slot records the path every position of its KV was computed on, and a prompt found
+//!   whole in the cache recomputes its last tokens on the path its last token took the first
+//!   time (1, 2 or 64 rows: the fewest that path takes), so its first token's logits are the
+//!   ones its first run computed, with no step of its own before the first token.
 
 use crate::output::{Pushed, TextOutput};
 use crate::stats::Stats;
@@ -108,9 +120,68 @@ struct Slot {
     seq: i32,
     /// The tokens whose KV this sequence holds, positions 0..len.
     tokens: Vec<LlamaToken>,
+    /// The attention path each of those positions was computed on.
+    paths: Vec<RowPath>,
     active: Option<Active>,
-    /// When the slot was last used, to keep recent prefixes longest.
-    last_used: u64,
+}
+
+/// The path llama.cpp's CPU attention takes for the rows of one sequence in a micro-batch
+/// (`ggml_compute_forward_flash_attn_ext_f16`): one row alone (split over the threads by cell
+/// index once the stream holds 512 cells), fewer rows than its query tile (row by row), or a tile
+/// or more (tiles of 64 cells and 64 rows). Each sums in its own order, so the same row on
+/// another path gives other bits; on the same path a row's result depends only on its inputs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RowPath {
+    Single,
+    Rows,
+    Tiled,
+}
+
+/// ggml's `GGML_FA_TILE_Q`: from this many rows of one sequence on, the attention is tiled.
+const ATTENTION_TILE_ROWS: usize = 64;
+
+impl RowPath {
+    /// The path of a chunk of `rows` tokens of one sequence.
+    fn of(rows: usize) -> RowPath {
+        match rows {
+            0 | 1 => RowPath::Single,
+            n if n < ATTENTION_TILE_ROWS => RowPath::Rows,
+            _ => RowPath::Tiled,
+        }
+    }
+
+    /// The fewest rows computed on this path.
+    fn min_rows(self) -> usize {
+        match self {
+            RowPath::Single => 1,
+            RowPath::Rows => 2,
+            RowPath::Tiled => ATTENTION_TILE_ROWS,
+        }
+    }
+}
+
+impl Slot {
+    /// How many of `prompt`'s tokens to take from this slot's KV. A prompt found only in part
+    /// takes the common prefix; its last token is then computed in the chunk that computes the
+    /// rest. A prompt found whole recomputes its last rows on the path its last token took (the
+    /// fewest rows of that path), so its first token comes from the logits its earlier run
+    /// computed (see "Reproducibility"); when those rows were computed on different paths (the
+    /// prompt ends inside a longer chunk of another prompt), its last token alone.
+    fn reusable(&self, prompt: &[LlamaToken]) -> usize {
+        let len = prompt.len();
+        let common = common_prefix(&self.tokens, prompt);
+        if common < len {
+            return common;
+        }
+        let Some(&path) = len.checked_sub(1).and_then(|last| self.paths.get(last)) else {
+            return len.saturating_sub(1);
+        };
+        let rows = path.min_rows();
+        match self.paths.get(len.saturating_sub(rows)..len) {
+            Some(tail) if rows <= len && tail.iter().all(|&p| p == path) => len - rows,
+            _ => len - 1,
+        }
+    }
 }
 
 /// Tokens of one slot in the batch being built.
@@ -148,8 +219,8 @@ impl<'m> Scheduler<'m> {
                 .map(|i| Slot {
                     seq: i as i32,
                     tokens: Vec::new(),
+                    paths: Vec::new(),
                     active: None,
-                    last_used: 0,
                 })
                 .collect(),
             waiting: VecDeque::new(),
@@ -236,25 +307,24 @@ impl<'m> Scheduler<'m> {
     }
 
     /// The free slot to use for a prompt: the one whose kept KV shares the longest prefix with
-    /// it, else the least recently used.
+    /// it, the lowest among equals (running sequences stay packed at the low ids, so their
+    /// one-token rows form one micro-batch: see "Batch order").
     fn free_slot(&self, prompt: &[LlamaToken]) -> Option<usize> {
         self.slots
             .iter()
             .enumerate()
             .filter(|(_, s)| s.active.is_none())
-            .max_by_key(|(_, s)| (common_prefix(&s.tokens, prompt), u64::MAX - s.last_used))
+            .max_by_key(|&(i, s)| (common_prefix(&s.tokens, prompt), std::cmp::Reverse(i)))
             .map(|(i, _)| i)
     }
 
     fn start(&mut self, i: usize, req: Request) {
         self.clock += 1;
         let prompt = &req.prompt;
-        // The last prompt token is always computed: its logits give the first token.
-        let usable = prompt.len() - 1;
-        let (mut source, mut best) = (i, common_prefix(&self.slots[i].tokens, prompt).min(usable));
+        let (mut source, mut best) = (i, self.slots[i].reusable(prompt));
         if self.limits.prefix_cache {
             for (j, s) in self.slots.iter().enumerate() {
-                let n = common_prefix(&s.tokens, prompt).min(usable);
+                let n = s.reusable(prompt);
                 if n > best {
                     (source, best) = (j, n);
                 }
@@ -275,9 +345,7 @@ impl<'m> Scheduler<'m> {
 
     /// Puts a sequence into slot `i`, its first `fed` prompt tokens already in the KV cache.
     fn occupy(&mut self, i: usize, req: Request, fed: usize, cached: u32) {
-        let slot = &mut self.slots[i];
-        slot.last_used = self.clock;
-        slot.active = Some(Active {
+        self.slots[i].active = Some(Active {
             output: TextOutput::new(req.stop.clone()),
             req,
             fed,
@@ -298,6 +366,7 @@ impl<'m> Scheduler<'m> {
             return false;
         }
         self.slots[to].tokens = self.slots[from].tokens.clone();
+        self.slots[to].paths = self.slots[from].paths.clone();
         self.remove_kv(to, keep);
         self.slots[to].tokens.len() == keep
     }
@@ -315,6 +384,7 @@ impl<'m> Scheduler<'m> {
             slot.tokens.clear();
         }
         slot.tokens.truncate(keep);
+        slot.paths.truncate(slot.tokens.len());
     }
 
     /// Ends slot `i`'s sequence; its KV stays for the prefix cache when that is on.
@@ -369,10 +439,7 @@ impl<'m> Scheduler<'m> {
             let Some(a) = self.slots[i].active.as_ref() else {
                 continue;
             };
-            // The last prompt token goes alone, in a step of its own (see the module's
-            // "Reproducibility").
-            let left = a.req.prompt.len() - a.fed;
-            let take = if left == 1 { 1 } else { (left - 1).min(budget) };
+            let take = (a.req.prompt.len() - a.fed).min(budget);
             budget -= take;
             plan.push(Planned {
                 slot: i,
@@ -380,6 +447,9 @@ impl<'m> Scheduler<'m> {
                 logits_row: None,
             });
         }
+        // By sequence id, so llama.cpp's split keeps every sequence's one-token rows in one
+        // micro-batch (see "Batch order").
+        plan.sort_unstable_by_key(|p| p.slot);
         plan
     }
 
@@ -403,6 +473,8 @@ impl<'m> Scheduler<'m> {
         for p in plan {
             let slot = &mut self.slots[p.slot];
             slot.tokens.extend_from_slice(&p.tokens);
+            let path = RowPath::of(p.tokens.len());
+            slot.paths.resize(slot.tokens.len(), path);
             let Some(a) = slot.active.as_mut() else {
                 continue;
             };

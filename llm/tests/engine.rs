@@ -398,3 +398,47 @@ fn a_seeded_request_repeats_exactly_from_the_prefix_cache() {
         assert_ne!(first[0], first[1], "choices are seeded apart");
     }
 }
+
+#[test]
+fn a_repeat_recomputes_its_last_rows_on_the_path_they_took() {
+    let _serial = serial();
+    // A model of its own, whose 256-token steps compute a prompt of up to 256 tokens in one
+    // chunk. Each prompt is computed whole from position 0 first; the repeat finds it whole in
+    // the cache and recomputes only its last rows, on the path (see the scheduler's `RowPath`)
+    // its last token took: 2 of a 40-row chunk, 64 of a 200-row chunk (tiled attention), the
+    // last token alone after 256 + 1. Equal log probabilities, bit for bit, show that the rows
+    // kept and the rows recomputed in a smaller chunk are those of the first run; recomputing
+    // the last token alone after the 200-row chunk gives other bits and another text.
+    let model = LlmModel::load(
+        &model_path(),
+        LlmConfig {
+            max_sequences: 2,
+            context_per_sequence: 512,
+            batch_tokens: 256,
+            threads: 1,
+            queue_capacity: 8,
+            ..LlmConfig::default()
+        },
+    )
+    .expect("the demo model loads");
+    let text = "Once upon a time a fox lived by the river and ran to the hill every morning. ";
+    let tokens = model.tokenize(&text.repeat(30));
+    let params = SamplingParams {
+        temperature: 1.0,
+        seed: Some(5),
+        max_tokens: 8,
+        logprobs: Some(1),
+        ..SamplingParams::default()
+    };
+    // Each case starts with another token, so none finds another's prefix.
+    for (skip, len, recomputed) in [(0, 40, 2), (1, 200, 64), (2, 257, 1)] {
+        assert!(tokens.len() >= skip + len, "{} tokens", tokens.len());
+        let prompt = &tokens[skip..skip + len];
+        let first = logprobs(model.generate(prompt, &params, None).unwrap());
+        let before = model.stats().prefix_cache_hits;
+        let again = logprobs(model.generate(prompt, &params, None).unwrap());
+        let hits = model.stats().prefix_cache_hits - before;
+        assert_eq!(first, again, "{len} tokens");
+        assert_eq!(hits, (len - recomputed) as u64, "{len} tokens");
+    }
+}
