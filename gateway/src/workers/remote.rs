@@ -77,14 +77,19 @@ fn encode_with(
     outputs: &[String],
     options: InferOptions,
 ) -> Encoded {
+    let sizes: Vec<usize> = inputs
+        .iter()
+        .map(infergate_protocol::binary::encoded_len)
+        .collect();
     let described: Vec<Value> = inputs
         .iter()
-        .map(|t| {
+        .zip(&sizes)
+        .map(|(t, size)| {
             json!({
                 "name": t.name,
                 "shape": t.shape,
                 "datatype": t.datatype.name(),
-                "parameters": {"binary_data_size": infergate_protocol::binary::encoded_len(t)},
+                "parameters": {"binary_data_size": size},
             })
         })
         .collect();
@@ -108,12 +113,7 @@ fn encode_with(
     // (a 224x224 image is 602,112 bytes).
     let mut body = document.to_string().into_bytes();
     let header_len = body.len();
-    body.reserve_exact(
-        inputs
-            .iter()
-            .map(infergate_protocol::binary::encoded_len)
-            .sum(),
-    );
+    body.reserve_exact(sizes.iter().sum());
     for tensor in inputs {
         infergate_protocol::binary::encode(tensor, &mut body);
     }

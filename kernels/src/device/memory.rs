@@ -135,6 +135,7 @@ const STAGING_CHUNK: usize = 1 << 20;
 /// 0.023 ms in the kernel), so large batches are copied by every core.
 fn fill_staging(staging: &mut [u8], parts: &[&[u8]]) {
     use rayon::prelude::*;
+    let parallel = staging.len() >= PARALLEL_STAGING_BYTES;
     let mut pieces = Vec::with_capacity(parts.len());
     let mut rest = staging;
     for part in parts {
@@ -142,7 +143,7 @@ fn fill_staging(staging: &mut [u8], parts: &[&[u8]]) {
         pieces.push((head, *part));
         rest = tail;
     }
-    if pieces.iter().map(|(d, _)| d.len()).sum::<usize>() < PARALLEL_STAGING_BYTES {
+    if !parallel {
         pieces.into_iter().for_each(|(d, s)| d.copy_from_slice(s));
         return;
     }
