@@ -84,14 +84,20 @@ impl EngineConfig {
     }
 
     /// Instances and intra-op threads of a version with `config`: its `instance_group` count
-    /// when it names one, else the engine's setting, the rest sized from the cores.
+    /// when it names one, else the engine's setting, the rest sized from the cores (and from
+    /// whether the version batches: [`sizing`]).
     pub fn threads(&self, config: &ModelConfig) -> Threads {
         let instances = if config.instance_group.is_empty() {
             self.instances
         } else {
             Some(config.instance_count(1))
         };
-        sizing::plan(self.cores, instances, self.intra_threads)
+        sizing::plan(
+            self.cores,
+            instances,
+            self.intra_threads,
+            config.max_batch_size > 0,
+        )
     }
 }
 
@@ -239,11 +245,17 @@ impl Engine {
             DeviceChoice::Auto => ops.gpu().is_some().then_some(0),
         };
         let defaults = config.threads(&ModelConfig::default());
+        let batching = config.threads(&ModelConfig {
+            max_batch_size: 1,
+            ..ModelConfig::default()
+        });
         tracing::info!(
             cores = config.cores,
             instances = defaults.instances,
             intra_threads = defaults.intra_threads,
-            "engine threads per model version (unless set)"
+            batching_instances = batching.instances,
+            batching_intra_threads = batching.intra_threads,
+            "engine threads per model version (unless set; a version that batches: batching_*)"
         );
         // Intra-op threads are set per version when it loads (`EngineConfig::threads`).
         let session_options = SessionOptions {
@@ -326,11 +338,9 @@ impl Engine {
 
     /// Triton's config JSON for a version (`GET /v2/models/{m}/config`).
     pub fn triton_config(&self, key: &ModelKey, signature: &ModelSignature) -> serde_json::Value {
-        self.model_config(key).to_triton_json(
-            &key.name,
-            signature,
-            self.inner.config.threads(&ModelConfig::default()).instances,
-        )
+        let config = self.model_config(key);
+        let instances = self.inner.config.threads(&config).instances;
+        config.to_triton_json(&key.name, signature, instances)
     }
 
     /// Loads a model version ahead of traffic.

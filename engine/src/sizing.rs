@@ -2,7 +2,20 @@
 //! each gets, when the operator did not say.
 //!
 //! Policy: a version left at the defaults gets the machine's cores, split as instances ×
-//! intra-op threads ≈ cores, with at most [`INTRA_THREADS_PER_INSTANCE`] threads per instance.
+//! intra-op threads ≈ cores, with at most [`INTRA_THREADS_PER_INSTANCE`] threads per instance,
+//! and at least [`MIN_INSTANCES`] instances (on 2 cores or more) when it does not batch.
+//! - Concurrent requests are served either as one batch (a version with `max_batch_size` > 0)
+//!   or by several instances. A version that cannot batch and has one instance runs them one at
+//!   a time, on intra-op threads alone: so it gets two instances at least, as Triton gives a CPU
+//!   model by default. On 2 cores (`bench/sizing.py`, EfficientNet-Lite0, batch 1, concurrency
+//!   4) 2 × 1 served 0.84–0.90 of ONNX Runtime in process on both cores where 1 × 2 served
+//!   0.70–0.80, and spent 0.6–1.0 ms of server CPU per inference beyond the model's own against
+//!   1.7–2.5 ms. The price: a lone request runs on fewer threads (at concurrency 1, 2 × 1 served
+//!   0.37–0.43 of in process against 0.60–0.65), and the model's sessions take twice its memory
+//!   (the budget counts each instance). `--instances 1` restores one instance on all cores.
+//! - A version that batches keeps one instance per four cores: a second instance would halve
+//!   its batches (the MLP of `bench/cpu_per_request.py`, batches up to 16 at concurrency 8, cost
+//!   5–10 % more server CPU per inference with 2 × 1 than with 1 × 2).
 //! - One compute-bound model at concurrency 1 runs on up to four cores (ORT's intra-op speed-up
 //!   for one small batch flattens beyond that while its synchronisation cost grows); on a big
 //!   machine the rest of the cores go to more instances, which serve concurrent requests
@@ -17,6 +30,9 @@
 //! `std::thread::available_parallelism`, which honours the process's CPU affinity and its
 //! cgroup CPU quota (a container limited to 2 CPUs on a 64-core host sees 2).
 
+/// The fewest instances a defaulted version that does not batch gets on 2 cores or more.
+pub const MIN_INSTANCES: usize = 2;
+
 /// The most intra-op threads a defaulted instance gets; more cores mean more instances.
 pub const INTRA_THREADS_PER_INSTANCE: usize = 4;
 
@@ -28,8 +44,14 @@ pub struct Threads {
 }
 
 /// The split for `cores` cores. `instances` and `intra_threads` are the operator's explicit
-/// choices (`None` or 0: size it from the cores).
-pub fn plan(cores: usize, instances: Option<usize>, intra_threads: Option<usize>) -> Threads {
+/// choices (`None` or 0: size it from the cores); `batches`: the version serves concurrent
+/// requests as batches (`max_batch_size` > 0).
+pub fn plan(
+    cores: usize,
+    instances: Option<usize>,
+    intra_threads: Option<usize>,
+    batches: bool,
+) -> Threads {
     let cores = cores.max(1);
     let instances = instances.filter(|&n| n > 0);
     let intra = intra_threads.filter(|&n| n > 0);
@@ -47,7 +69,11 @@ pub fn plan(cores: usize, instances: Option<usize>, intra_threads: Option<usize>
             intra_threads,
         },
         (None, None) => {
-            let instances = cores.div_ceil(INTRA_THREADS_PER_INSTANCE);
+            let least = if batches { 1 } else { MIN_INSTANCES };
+            let instances = cores
+                .div_ceil(INTRA_THREADS_PER_INSTANCE)
+                .max(least)
+                .min(cores);
             Threads {
                 instances,
                 intra_threads: cores / instances,
@@ -74,39 +100,69 @@ mod tests {
 
     #[test]
     fn defaults_use_every_core_with_at_most_four_threads_per_instance() {
-        for (cores, want) in [
-            (1, t(1, 1)),
-            (2, t(1, 2)),
-            (3, t(1, 3)),
-            (4, t(1, 4)),
-            (5, t(2, 2)),
-            (6, t(2, 3)),
-            (8, t(2, 4)),
-            (12, t(3, 4)),
-            (32, t(8, 4)),
-            (64, t(16, 4)),
+        // (cores, a version that cannot batch, one that batches)
+        for (cores, unbatched, batched) in [
+            (1, t(1, 1), t(1, 1)),
+            (2, t(2, 1), t(1, 2)),
+            (3, t(2, 1), t(1, 3)),
+            (4, t(2, 2), t(1, 4)),
+            (5, t(2, 2), t(2, 2)),
+            (6, t(2, 3), t(2, 3)),
+            (8, t(2, 4), t(2, 4)),
+            (12, t(3, 4), t(3, 4)),
+            (32, t(8, 4), t(8, 4)),
+            (64, t(16, 4), t(16, 4)),
         ] {
-            let got = plan(cores, None, None);
-            assert_eq!(got, want, "{cores} cores");
-            assert!(got.instances * got.intra_threads <= cores);
-            // Never more than one instance's worth of threads left idle.
-            assert!(cores - got.instances * got.intra_threads < got.instances.max(2));
+            for (batches, want) in [(false, unbatched), (true, batched)] {
+                let got = plan(cores, None, None, batches);
+                assert_eq!(got, want, "{cores} cores, batches: {batches}");
+                assert!(got.instances * got.intra_threads <= cores);
+                // Never more than one instance's worth of threads left idle.
+                assert!(cores - got.instances * got.intra_threads < got.instances.max(2));
+            }
         }
         // Zero cores cannot be reported, but a zero must not divide by zero.
-        assert_eq!(plan(0, None, None), t(1, 1));
+        assert_eq!(plan(0, None, None, false), t(1, 1));
+        assert_eq!(plan(0, None, None, true), t(1, 1));
     }
 
     #[test]
     fn explicit_settings_win_and_the_other_figure_fills_the_cores() {
-        assert_eq!(plan(16, Some(3), Some(7)), t(3, 7), "both given: as is");
-        assert_eq!(plan(2, Some(4), Some(4)), t(4, 4), "even oversubscribed");
-        assert_eq!(plan(16, Some(2), None), t(2, 8));
-        assert_eq!(plan(16, Some(32), None), t(32, 1), "at least one thread");
-        assert_eq!(plan(16, None, Some(2)), t(8, 2));
-        assert_eq!(plan(2, None, Some(8)), t(1, 8), "at least one instance");
         assert_eq!(
-            plan(8, Some(0), Some(0)),
-            plan(8, None, None),
+            plan(16, Some(3), Some(7), false),
+            t(3, 7),
+            "both given: as is"
+        );
+        assert_eq!(
+            plan(2, Some(4), Some(4), false),
+            t(4, 4),
+            "even oversubscribed"
+        );
+        assert_eq!(plan(16, Some(2), None, false), t(2, 8));
+        assert_eq!(
+            plan(2, Some(1), None, false),
+            t(1, 2),
+            "--instances 1: all the cores"
+        );
+        assert_eq!(
+            plan(2, None, Some(1), true),
+            t(2, 1),
+            "--intra-threads 1 on a batcher"
+        );
+        assert_eq!(
+            plan(16, Some(32), None, false),
+            t(32, 1),
+            "at least one thread"
+        );
+        assert_eq!(plan(16, None, Some(2), false), t(8, 2));
+        assert_eq!(
+            plan(2, None, Some(8), false),
+            t(1, 8),
+            "at least one instance"
+        );
+        assert_eq!(
+            plan(8, Some(0), Some(0), false),
+            plan(8, None, None, false),
             "0 means automatic"
         );
     }

@@ -54,7 +54,8 @@ pub struct ServeArgs {
     #[arg(long, env = "INFERGATE_DEVICE")]
     device: Option<crate::config::Device>,
     /// Execution instances per model version [default: sized from the available cores:
-    /// ceil(cores / 4), or cores / --intra-threads when that is given; 0 = that default].
+    /// ceil(cores / 4), at least 2 for a version that does not batch (max_batch_size 0) on 2
+    /// cores or more; or cores / --intra-threads when that is given; 0 = that default].
     #[arg(long, env = "INFERGATE_INSTANCES")]
     instances: Option<usize>,
     /// Log format: text or json [default: text].
