@@ -1,15 +1,22 @@
 //! The scheduler: one thread per loaded model owning its llama.cpp context, running continuous
 //! batching over up to `n_seq` sequences.
 //!
-//! Every step builds one batch: first the next token of every sequence that is generating (so a
-//! running stream advances each step), then prompt tokens of sequences still in prefill, up to
-//! `n_batch` tokens in all (chunked prefill: a long prompt takes several steps instead of
-//! stalling the streams). A request waiting in the queue takes a free slot at the next step
-//! (the lowest `priority` value first, then first come; prompts are computed in that order too);
-//! a finished one leaves at once. A sequence whose client went away (its event receiver
-//! dropped) is freed at the next step. A request with `n` choices computes its prompt once:
-//! the other choices then take a copy of its KV and sample from the same logits. The step that
-//! computes a prompt's last token samples its first token.
+//! Every step computes the next token of every sequence that is generating (so a running
+//! stream advances each step) and prompt tokens of sequences still in prefill, up to `n_batch`
+//! tokens in all (chunked prefill: a long prompt takes several steps instead of stalling the
+//! streams). A request waiting in the queue takes a free slot at the next step (the lowest
+//! `priority` value first, then first come; prompts are computed in that order too); a finished
+//! one leaves at once. A sequence whose client went away (its event receiver dropped) is freed
+//! at the next step. A request with `n` choices computes its prompt once: the other choices then
+//! take a copy of its KV and sample from the same logits. The step that computes a prompt's last
+//! token samples its first token.
+//!
+//! Time to first token: a step decodes its prompt chunks first, then the running sequences'
+//! next tokens, in two `llama_decode` calls, sampling after each. llama.cpp computes the two
+//! apart anyway (below: a prompt chunk and the one-token rows are separate micro-batches), so the
+//! running streams wait as long as in one call, while a prompt's first token comes out after
+//! its own chunk instead of after the whole step (with the chunk listed after the running rows
+//! in one call, a request joining 7 running streams waited for their micro-batch too).
 //!
 //! Batch order: each sequence has a KV stream of its own, and llama.cpp then splits a batch into
 //! micro-batches (one graph computation each) that hold the same number of tokens of every
@@ -404,7 +411,8 @@ impl<'m> Scheduler<'m> {
         Stats::set(&self.stats.kv_usage_milli, usage);
     }
 
-    /// One batch: every generating sequence's next token, then prompt chunks.
+    /// What one step computes: every generating sequence's next token, then prompt chunks in
+    /// the tokens left of `n_batch`.
     fn plan(&self) -> Vec<Planned> {
         let mut plan = Vec::new();
         let mut budget = self.limits.n_batch;
@@ -453,11 +461,26 @@ impl<'m> Scheduler<'m> {
         plan
     }
 
+    /// One step: the prompt chunks, then the running sequences' next tokens, each a
+    /// `llama_decode` of its own (see "Time to first token").
     fn step(&mut self) {
-        let mut plan = self.plan();
-        if plan.is_empty() {
-            return;
+        let (prompts, generating): (Vec<Planned>, Vec<Planned>) =
+            self.plan().into_iter().partition(|p| {
+                self.slots[p.slot]
+                    .active
+                    .as_ref()
+                    .is_some_and(|a| a.next.is_none())
+            });
+        for part in [prompts, generating] {
+            if !part.is_empty() {
+                self.run_batch(part);
+            }
         }
+    }
+
+    /// Decodes one batch, records what each slot's KV now holds and samples the rows that
+    /// want a token.
+    fn run_batch(&mut self, mut plan: Vec<Planned>) {
         if let Err(e) = self.decode(&mut plan) {
             let message = match e {
                 StepError::NoKvSlot => "the KV cache is full".to_string(),
