@@ -21,7 +21,7 @@ pub fn engine_config(config: &Config) -> anyhow::Result<EngineConfig> {
         intra_threads: config.engine.intra_threads,
         instances: config.engine.instances,
         cores: infergate_engine::sizing::available_cores(),
-        max_queue_size: config.engine.max_queue_size.max(1),
+        max_queue_size: config.engine.max_queue_size.get(),
         host_memory_budget: config.engine.host_memory_budget_bytes,
         memory_factor: EngineConfig::DEFAULT_MEMORY_FACTOR,
         device: config.engine.device.0,
@@ -43,7 +43,7 @@ pub fn plugin_host(config: &Config, store: &Store) -> anyhow::Result<PluginHost>
         output_bytes: settings.max_output_mib.max(1) << 20,
         ..Limits::default()
     };
-    host_config.max_concurrent_compiles = settings.max_concurrent_compiles.max(1);
+    host_config.max_concurrent_compiles = settings.max_concurrent_compiles.get();
     host_config.compile_wait = Duration::from_secs(settings.compile_wait_s);
     PluginHost::new(host_config).map_err(|e| anyhow!("starting the plugin host: {e}"))
 }

@@ -6,7 +6,24 @@ use crate::cors::CorsConfig;
 use infergate_engine::kernels::DeviceChoice;
 use serde::Deserialize;
 use std::net::SocketAddr;
+use std::num::{NonZeroU32, NonZeroUsize};
 use std::path::{Path, PathBuf};
+
+/// A default that cannot be zero, checked when the crate compiles (used in `const` blocks).
+const fn nonzero(n: usize) -> NonZeroUsize {
+    match NonZeroUsize::new(n) {
+        Some(n) => n,
+        None => panic!("a default of zero where zero is invalid"),
+    }
+}
+
+/// [`nonzero`] for `u32` settings.
+const fn nonzero_u32(n: u32) -> NonZeroU32 {
+    match NonZeroU32::new(n) {
+        Some(n) => n,
+        None => panic!("a default of zero where zero is invalid"),
+    }
+}
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -67,7 +84,7 @@ pub struct ClusterConfig {
     /// How often workers report.
     pub heartbeat_ms: u64,
     /// Reports a worker may miss before it is lost (out of routing).
-    pub missed_heartbeats: u32,
+    pub missed_heartbeats: NonZeroU32,
     /// How long the manager waits for a worker's answer to one request.
     pub request_timeout_s: u64,
     /// When a model's least loaded copy would keep a new request waiting longer than this,
@@ -93,7 +110,7 @@ impl Default for ClusterConfig {
         ClusterConfig {
             local_engine: true,
             heartbeat_ms: 2000,
-            missed_heartbeats: 3,
+            missed_heartbeats: const { nonzero_u32(3) },
             request_timeout_s: 60,
             scale_out_queue_delay_ms: 50,
             pipeline_ops: PipelineOps::Worker,
@@ -133,7 +150,7 @@ pub struct OpenAiConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct WebSocketConfig {
     /// Requests in flight per connection; further messages wait (backpressure).
-    pub max_in_flight: usize,
+    pub max_in_flight: NonZeroUsize,
     /// Seconds without any message from the client before the server closes.
     pub idle_timeout_s: u64,
     /// Seconds between server pings.
@@ -167,7 +184,7 @@ impl Default for OpenAiConfig {
 impl Default for WebSocketConfig {
     fn default() -> Self {
         WebSocketConfig {
-            max_in_flight: 16,
+            max_in_flight: const { nonzero(16) },
             idle_timeout_s: 300,
             ping_interval_s: 30,
             max_message_bytes: 16 << 20,
@@ -197,7 +214,7 @@ pub struct Limits {
     /// Largest model or plugin upload, in bytes.
     pub max_upload_bytes: usize,
     /// Concurrent connections, WebSockets included; more wait in the kernel's accept queue.
-    pub max_connections: usize,
+    pub max_connections: NonZeroUsize,
     /// Connections from one IP address that have not yet presented a valid API key (in the TLS
     /// handshake, before their first request, or having sent only unauthenticated ones); more
     /// are closed at accept, so that one address cannot take the whole `max_connections`.
@@ -240,7 +257,7 @@ pub struct Limits {
     /// Burst for `default_rps` (default: the rate rounded up).
     pub default_burst: Option<u32>,
     /// Concurrent requests per key for keys without their own cap (absent = unlimited).
-    pub default_max_concurrent: Option<u32>,
+    pub default_max_concurrent: Option<NonZeroU32>,
     /// Redis URL (`redis://host:port/db`, `rediss://` with TLS) holding the per-key rate limits
     /// that every gateway replica shares; absent = limits per process.
     pub shared_url: Option<String>,
@@ -267,7 +284,7 @@ pub struct EngineSettings {
     /// Execution instances per model version; absent or 0: sized from the available cores.
     pub instances: Option<usize>,
     /// Queued requests per model version before 503 (unless its config sets one).
-    pub max_queue_size: usize,
+    pub max_queue_size: NonZeroUsize,
     /// Where native ops run: `auto` (CUDA when a driver, a GPU and NVRTC are present, else the
     /// CPU, with the reason logged), `cpu`, or `cuda:N`.
     pub device: Device,
@@ -296,7 +313,7 @@ pub struct PluginSettings {
     pub max_output_mib: usize,
     /// Uploads compiled (Cranelift) at once; each compile uses every core and, for a large
     /// component, hundreds of MB. More wait for a slot.
-    pub max_concurrent_compiles: usize,
+    pub max_concurrent_compiles: NonZeroUsize,
     /// Seconds an upload waits for a compile slot before it is answered 503 with Retry-After.
     pub compile_wait_s: u64,
 }
@@ -308,7 +325,7 @@ impl Default for PluginSettings {
             deadline_ms: 2000,
             memory_mib: 256,
             max_output_mib: 64,
-            max_concurrent_compiles: 2,
+            max_concurrent_compiles: const { nonzero(2) },
             compile_wait_s: 30,
         }
     }
@@ -344,7 +361,7 @@ impl Default for Limits {
         Limits {
             max_request_bytes: 64 << 20,
             max_upload_bytes: 1 << 30,
-            max_connections: 4096,
+            max_connections: const { nonzero(4096) },
             max_unauthenticated_connections_per_ip: 256,
             handshake_timeout_s: 10,
             header_timeout_s: 10,
@@ -371,7 +388,7 @@ impl Default for EngineSettings {
         EngineSettings {
             intra_threads: None,
             instances: None,
-            max_queue_size: 1024,
+            max_queue_size: const { nonzero(1024) },
             host_memory_budget_bytes: None,
             idle_spin_us: infergate_engine::engine::EngineConfig::DEFAULT_IDLE_SPIN.as_micros()
                 as u64,
@@ -446,12 +463,9 @@ impl Config {
             }
             None => None,
         };
-        if self.limits.default_max_concurrent == Some(0) {
-            return Err("[limits] default_max_concurrent must be at least 1".into());
-        }
         Ok(crate::ratelimit::Limits {
             rate,
-            max_concurrent: self.limits.default_max_concurrent,
+            max_concurrent: self.limits.default_max_concurrent.map(NonZeroU32::get),
         })
     }
 
@@ -482,7 +496,7 @@ mod tests {
                 .unwrap();
         assert_eq!(c.listen.port(), 9000);
         assert_eq!(c.limits.max_request_bytes, 10);
-        assert_eq!(c.limits.max_connections, 4096);
+        assert_eq!(c.limits.max_connections.get(), 4096);
         assert!(toml::from_str::<Config>("lisen = \"x\"").is_err());
     }
 
@@ -518,6 +532,29 @@ mod tests {
     }
 
     #[test]
+    fn zero_is_refused_where_it_is_invalid() {
+        // Each of these was clamped to 1 (or 100 ms) in silence before: a config error now.
+        for (section, key) in [
+            ("limits", "max_connections"),
+            ("limits", "default_max_concurrent"),
+            ("websocket", "max_in_flight"),
+            ("engine", "max_queue_size"),
+            ("plugins", "max_concurrent_compiles"),
+            ("cluster", "missed_heartbeats"),
+        ] {
+            let text = format!("[{section}]\n{key} = 0\n");
+            let refused = toml::from_str::<Config>(&text).unwrap_err().to_string();
+            assert!(refused.contains("nonzero"), "{section}.{key}: {refused}");
+            assert!(refused.contains(key), "{section}.{key}: {refused}");
+            let one = format!("[{section}]\n{key} = 1\n");
+            assert!(
+                toml::from_str::<Config>(&one).is_ok(),
+                "{section}.{key} = 1"
+            );
+        }
+    }
+
+    #[test]
     fn default_limits_are_checked() {
         let mut c = Config::default();
         assert!(c.default_key_limits().unwrap().is_unlimited());
@@ -525,7 +562,5 @@ mod tests {
         assert!(c.validate().is_err(), "burst without rps");
         c.limits.default_rps = Some(2.0);
         assert_eq!(c.default_key_limits().unwrap().rate.unwrap().burst, 3);
-        c.limits.default_max_concurrent = Some(0);
-        assert!(c.validate().is_err());
     }
 }

@@ -92,7 +92,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) {
     let limits = state.config().limits.clone();
-    let cap = limits.max_connections.clamp(1, Semaphore::MAX_PERMITS);
+    let cap = limits.max_connections.get().min(Semaphore::MAX_PERMITS);
     let permits = Arc::new(Semaphore::new(cap));
     let peers = PeerLimit::new(limits.max_unauthenticated_connections_per_ip);
     let setup = Arc::new(ListenerSetup {

@@ -263,7 +263,7 @@ async fn connection(
     let _open = state.metrics().websocket_opened();
     let _stream = state.drain().stream_opened();
     let config = state.config().websocket.clone();
-    let in_flight = config.max_in_flight.max(1);
+    let in_flight = config.max_in_flight.get();
     let (mut sink, mut incoming) = socket.split();
     // Answers queue here for the writer; bounded, so a slow reader blocks its own requests.
     let (out, mut outgoing) = mpsc::channel::<Message>(in_flight * 2);

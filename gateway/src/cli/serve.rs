@@ -41,7 +41,7 @@ pub struct ServeArgs {
     max_upload_bytes: Option<usize>,
     /// Maximum concurrent connections [default: 4096].
     #[arg(long, env = "INFERGATE_MAX_CONNECTIONS")]
-    max_connections: Option<usize>,
+    max_connections: Option<std::num::NonZeroUsize>,
     /// ONNX Runtime intra-op threads per instance [default: sized from the available cores:
     /// instances × threads ≈ cores, at most 4 threads per instance; 0 = that default].
     #[arg(long, env = "INFERGATE_INTRA_THREADS")]
@@ -73,7 +73,7 @@ pub struct ServeArgs {
     default_burst: Option<u32>,
     /// Concurrent requests per key for keys without their own cap [default: unlimited].
     #[arg(long, env = "INFERGATE_DEFAULT_MAX_CONCURRENT")]
-    default_max_concurrent: Option<u32>,
+    default_max_concurrent: Option<std::num::NonZeroU32>,
     /// Share per-key rate limits with other replicas through this Redis
     /// (redis://host:port/db) [default: limits per process].
     #[arg(

@@ -28,7 +28,7 @@ pub fn open(
     headers: HeaderMap,
     requests: Streaming<ModelInferRequest>,
 ) -> ResponseStream {
-    let in_flight = state.config().websocket.max_in_flight.max(1);
+    let in_flight = state.config().websocket.max_in_flight.get();
     let (tx, rx) = mpsc::channel(in_flight);
     tokio::spawn(read(state, headers, requests, tx, in_flight));
     Box::pin(futures_util::stream::unfold(rx, |mut rx| async move {

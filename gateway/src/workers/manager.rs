@@ -78,7 +78,7 @@ impl Manager {
             .build()?;
         let heartbeat = Heartbeat {
             interval: Duration::from_millis(config.heartbeat_ms.max(100)),
-            missed: config.missed_heartbeats.max(1),
+            missed: config.missed_heartbeats.get(),
         };
         Ok(Manager {
             material,
