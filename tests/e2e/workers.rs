@@ -46,11 +46,31 @@ impl Worker {
                 }
             }
         });
-        let process = Worker { child, logs };
-        process
-            .wait_for_log(ready, Duration::from_secs(60))
-            .unwrap_or_else(|| panic!("no '{ready}' logged within 60 s"));
-        process
+        let mut process = Worker { child, logs };
+        // Until `ready`, keep the last lines: a worker that exits or stalls on its way up is
+        // reported with what it logged and how it ended, not as a bare timeout.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut seen = std::collections::VecDeque::new();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match process.logs.recv_timeout(left) {
+                Ok(line) if line.contains(ready) => return process,
+                Ok(line) => {
+                    if seen.len() == 30 {
+                        seen.pop_front();
+                    }
+                    seen.push_back(line);
+                }
+                Err(_) => {
+                    let ended = process.child.try_wait().ok().flatten();
+                    panic!(
+                        "no '{ready}' logged within 60 s (process {}); its last lines:\n{}",
+                        ended.map_or("still running".to_string(), |s| format!("exited: {s}")),
+                        Vec::from(seen).join("\n")
+                    );
+                }
+            }
+        }
     }
 
     pub(crate) fn wait_for_log(&self, needle: &str, timeout: Duration) -> Option<String> {
