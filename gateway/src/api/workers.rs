@@ -76,9 +76,11 @@ pub async fn join(State(state): S, headers: HeaderMap, body: Body) -> ApiResult<
 
 /// `POST /cluster/v1/heartbeat`.
 pub async fn heartbeat(State(state): S, headers: HeaderMap, body: Body) -> ApiResult<StatusCode> {
+    // Before the credential check: a removal after it must keep this report out of routing.
+    let seen = state.workers().removals();
     let record = worker(&state, &headers)?;
     let report: Report = message(&headers, body).await?;
-    state.workers().report(state.store(), &record, report);
+    state.workers().report(state.store(), &record, report, seen);
     Ok(StatusCode::NO_CONTENT)
 }
 

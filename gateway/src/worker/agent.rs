@@ -154,7 +154,9 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("binding {}", args.listen))?;
     let addr = listener.local_addr()?;
-    let grpc_listen = args.grpc_listen.unwrap_or_else(|| grpc_default(addr));
+    let grpc_listen = args
+        .grpc_listen
+        .unwrap_or_else(|| grpc_default(args.listen));
     let grpc_listener = tokio::net::TcpListener::bind(grpc_listen)
         .await
         .with_context(|| {

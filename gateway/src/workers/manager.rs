@@ -226,7 +226,13 @@ impl Manager {
     /// manager restarted since it joined, or it joined through another replica) is registered
     /// again from the store. With a shared store the report goes there too, for the other
     /// replicas; if it cannot, this replica still counts the worker alive.
-    pub fn report(&self, store: &Store, record: &WorkerRecord, report: Report) {
+    ///
+    /// `seen`: [`Manager::removals`] read before the worker's credential was checked. A worker
+    /// removed (or deregistered) between that check and this report must not come back into
+    /// routing: so when any removal happened meanwhile, the store is asked again before the
+    /// registry takes the report, and the registry takes it only if no removal happened since
+    /// that answer (both under the registry's lock, which removals also take).
+    pub fn report(&self, store: &Store, record: &WorkerRecord, report: Report, seen: u64) {
         if self.shared {
             match store.worker_reported(&record.id, &report) {
                 Ok(written) => {
@@ -238,7 +244,11 @@ impl Manager {
                         revision: written.revision,
                         age: Duration::ZERO,
                     };
-                    let transition = self.registry.lock().apply(observed, Instant::now());
+                    let Some(mut registry) = self.registry_unless_removed(store, &record.id, seen)
+                    else {
+                        return;
+                    };
+                    let transition = registry.apply(observed, Instant::now());
                     transition.iter().for_each(log_transition);
                     return;
                 }
@@ -248,8 +258,10 @@ impl Manager {
                 ),
             }
         }
+        let Some(mut registry) = self.registry_unless_removed(store, &record.id, seen) else {
+            return;
+        };
         let now = Instant::now();
-        let mut registry = self.registry.lock();
         let transition = match registry.report(&record.id, report.clone(), now) {
             Ok(t) => t,
             Err(_) => {
@@ -259,6 +271,36 @@ impl Manager {
         };
         if let Some(t) = transition {
             log_transition(&t);
+        }
+    }
+
+    /// How many workers were removed from this registry so far; see [`Manager::report`].
+    pub fn removals(&self) -> u64 {
+        self.removals.load(Ordering::Acquire)
+    }
+
+    /// The registry, locked, when worker `id` was not removed since `seen`; None when it was.
+    fn registry_unless_removed(
+        &self,
+        store: &Store,
+        id: &str,
+        mut seen: u64,
+    ) -> Option<parking_lot::MutexGuard<'_, Registry>> {
+        loop {
+            let registry = self.registry.lock();
+            if self.removals.load(Ordering::Acquire) == seen {
+                return Some(registry);
+            }
+            drop(registry);
+            // Some worker was removed meanwhile; the store says whether it was this one (the
+            // removal is written there before it reaches the registry).
+            seen = self.removals.load(Ordering::Acquire);
+            match store.worker(id) {
+                Ok(Some(record)) if record.removed_at.is_none() => {}
+                Ok(_) => return None,
+                // The store is down: nothing can be removed while it is (removing is a write).
+                Err(_) => {}
+            }
         }
     }
 
@@ -679,13 +721,13 @@ mod tests {
             models: vec![loaded.clone()],
             ..Report::default()
         };
-        a.report(&a_store, &record, report.clone());
+        a.report(&a_store, &record, report.clone(), a.removals());
         b.refresh(&b_store);
         assert_eq!(b.view()[0].report.models, [loaded]);
         assert!(b.drain(&b_store, &id).unwrap());
         a.refresh(&a_store);
         assert_eq!(states(&a), [(id.clone(), WorkerState::Draining)]);
-        a.report(&a_store, &record, report.clone());
+        a.report(&a_store, &record, report.clone(), a.removals());
         assert_eq!(
             states(&a),
             [(id.clone(), WorkerState::Draining)],
@@ -700,16 +742,25 @@ mod tests {
         let stranger = credential::issue("w-0123456789abcdef").text;
         let err = a.authenticate(&a_store, &stranger).unwrap_err();
         assert_eq!(err.status(), http::StatusCode::SERVICE_UNAVAILABLE);
-        a.report(&a_store, &record, Report::default());
+        a.report(&a_store, &record, Report::default(), a.removals());
         a.refresh(&a_store);
         assert!(a.view()[0].report.models.is_empty(), "applied here alone");
         assert_eq!(a.view().len(), 1, "a failed refresh forgets nobody");
 
         // Back: removed through B, A drops it at its next refresh.
         pg.resume();
+        // A heartbeat whose credential B checked just before the removal reaches the registry
+        // after it: it must not bring the worker back.
+        let seen = b.removals();
+        let late = b.authenticate(&b_store, &joined.credential).unwrap();
         assert!(b_store.remove_worker(&id).unwrap());
         assert!(b.forget(&id));
         assert!(states(&b).is_empty(), "at once where it was removed");
+        b.report(&b_store, &late, Report::default(), seen);
+        assert!(
+            states(&b).is_empty(),
+            "a heartbeat checked before the removal"
+        );
         a.refresh(&a_store);
         assert!(states(&a).is_empty());
         assert!(a.authenticate(&a_store, &joined.credential).is_err());
