@@ -9,22 +9,6 @@ use std::net::SocketAddr;
 use std::num::{NonZeroU32, NonZeroUsize};
 use std::path::{Path, PathBuf};
 
-/// A default that cannot be zero, checked when the crate compiles (used in `const` blocks).
-const fn nonzero(n: usize) -> NonZeroUsize {
-    match NonZeroUsize::new(n) {
-        Some(n) => n,
-        None => panic!("a default of zero where zero is invalid"),
-    }
-}
-
-/// [`nonzero`] for `u32` settings.
-const fn nonzero_u32(n: u32) -> NonZeroU32 {
-    match NonZeroU32::new(n) {
-        Some(n) => n,
-        None => panic!("a default of zero where zero is invalid"),
-    }
-}
-
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
@@ -110,7 +94,7 @@ impl Default for ClusterConfig {
         ClusterConfig {
             local_engine: true,
             heartbeat_ms: 2000,
-            missed_heartbeats: const { nonzero_u32(3) },
+            missed_heartbeats: const { NonZeroU32::new(3).expect("not zero") },
             request_timeout_s: 60,
             scale_out_queue_delay_ms: 50,
             pipeline_ops: PipelineOps::Worker,
@@ -184,7 +168,7 @@ impl Default for OpenAiConfig {
 impl Default for WebSocketConfig {
     fn default() -> Self {
         WebSocketConfig {
-            max_in_flight: const { nonzero(16) },
+            max_in_flight: const { NonZeroUsize::new(16).expect("not zero") },
             idle_timeout_s: 300,
             ping_interval_s: 30,
             max_message_bytes: 16 << 20,
@@ -325,7 +309,7 @@ impl Default for PluginSettings {
             deadline_ms: 2000,
             memory_mib: 256,
             max_output_mib: 64,
-            max_concurrent_compiles: const { nonzero(2) },
+            max_concurrent_compiles: const { NonZeroUsize::new(2).expect("not zero") },
             compile_wait_s: 30,
         }
     }
@@ -361,7 +345,7 @@ impl Default for Limits {
         Limits {
             max_request_bytes: 64 << 20,
             max_upload_bytes: 1 << 30,
-            max_connections: const { nonzero(4096) },
+            max_connections: const { NonZeroUsize::new(4096).expect("not zero") },
             max_unauthenticated_connections_per_ip: 256,
             handshake_timeout_s: 10,
             header_timeout_s: 10,
@@ -388,7 +372,7 @@ impl Default for EngineSettings {
         EngineSettings {
             intra_threads: None,
             instances: None,
-            max_queue_size: const { nonzero(1024) },
+            max_queue_size: const { NonZeroUsize::new(1024).expect("not zero") },
             host_memory_budget_bytes: None,
             idle_spin_us: infergate_engine::engine::EngineConfig::DEFAULT_IDLE_SPIN.as_micros()
                 as u64,
@@ -533,7 +517,7 @@ mod tests {
 
     #[test]
     fn zero_is_refused_where_it_is_invalid() {
-        // Each of these was clamped to 1 (or 100 ms) in silence before: a config error now.
+        // Each of these was clamped to 1 in silence before: a config error now.
         for (section, key) in [
             ("limits", "max_connections"),
             ("limits", "default_max_concurrent"),

@@ -47,40 +47,46 @@ impl Worker {
             }
         });
         let mut process = Worker { child, logs };
-        // Until `ready`, keep the last lines: a worker that exits or stalls on its way up is
-        // reported with what it logged and how it ended, not as a bare timeout.
-        let deadline = Instant::now() + Duration::from_secs(60);
-        let mut seen = std::collections::VecDeque::new();
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match process.logs.recv_timeout(left) {
-                Ok(line) if line.contains(ready) => return process,
-                Ok(line) => {
-                    if seen.len() == 30 {
-                        seen.pop_front();
-                    }
-                    seen.push_back(line);
-                }
-                Err(_) => {
-                    let ended = process.child.try_wait().ok().flatten();
-                    panic!(
-                        "no '{ready}' logged within 60 s (process {}); its last lines:\n{}",
-                        ended.map_or("still running".to_string(), |s| format!("exited: {s}")),
-                        Vec::from(seen).join("\n")
-                    );
-                }
-            }
+        // A worker that exits or stalls on its way up is reported with what it logged last and
+        // how it ended, not as a bare timeout.
+        if let Err(last) = process.log_line(ready, Duration::from_secs(60), 30) {
+            // Its log closed when it exited: give the exit a moment to be collected.
+            let ended = process.wait(Duration::from_secs(2));
+            panic!(
+                "no '{ready}' logged within 60 s (process {}); its last lines:\n{}",
+                ended.map_or("still running".to_string(), |s| format!("exited: {s}")),
+                last.join("\n")
+            );
         }
+        process
     }
 
     pub(crate) fn wait_for_log(&self, needle: &str, timeout: Duration) -> Option<String> {
+        self.log_line(needle, timeout, 0).ok()
+    }
+
+    /// The first log line containing `needle` within `timeout`; without one, the last `keep`
+    /// lines read (the log ended or the time ran out).
+    fn log_line(
+        &self,
+        needle: &str,
+        timeout: Duration,
+        keep: usize,
+    ) -> Result<String, Vec<String>> {
         let deadline = Instant::now() + timeout;
+        let mut last = std::collections::VecDeque::with_capacity(keep);
         loop {
-            let left = deadline.checked_duration_since(Instant::now())?;
+            let left = deadline.saturating_duration_since(Instant::now());
             match self.logs.recv_timeout(left) {
-                Ok(line) if line.contains(needle) => return Some(line),
-                Ok(_) => continue,
-                Err(_) => return None,
+                Ok(line) if line.contains(needle) => return Ok(line),
+                Ok(line) if keep > 0 => {
+                    if last.len() == keep {
+                        last.pop_front();
+                    }
+                    last.push_back(line);
+                }
+                Ok(_) => {}
+                Err(_) => return Err(last.into()),
             }
         }
     }
