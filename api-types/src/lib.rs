@@ -8,6 +8,8 @@
 
 #![forbid(unsafe_code)]
 
+pub mod events;
+pub mod history;
 pub mod keys;
 pub mod models;
 pub mod stats;

@@ -38,7 +38,7 @@ pub struct ModelVersion {
     #[serde(default)]
     pub config: Value,
     /// loaded, loading, unloaded or failed.
-    pub state: String,
+    pub state: crate::history::VersionState,
     /// Why it failed to load (`null` otherwise).
     #[serde(default)]
     pub reason: Option<String>,

@@ -3,15 +3,16 @@
 //! wants and closes it when the page goes away (`alive` turns false).
 
 use crate::session;
+use crate::types::Event;
 use leptos::prelude::*;
-use serde_json::Value;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 
-/// Opens the feed and hands every frame (parsed JSON) to `on_frame` while `alive` holds.
+/// Opens the feed and hands every frame to `on_frame` while `alive` holds. A frame this build
+/// does not know (a newer server's event type) is skipped.
 pub fn open(
     alive: StoredValue<bool>,
-    mut on_frame: impl FnMut(Value) + 'static,
+    mut on_frame: impl FnMut(Event) + 'static,
 ) -> Option<web_sys::WebSocket> {
     let origin = web_sys::window()
         .and_then(|w| w.location().origin().ok())
@@ -30,7 +31,7 @@ pub fn open(
             let Some(text) = e.data().as_string() else {
                 return;
             };
-            if let Ok(v) = serde_json::from_str::<Value>(&text) {
+            if let Ok(v) = serde_json::from_str::<Event>(&text) {
                 on_frame(v);
             }
         });

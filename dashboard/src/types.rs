@@ -1,6 +1,10 @@
 //! The API's JSON shapes the dashboard reads: the gateway's own answer types
 //! (`infergate-api-types`), plus what the pages compute from them.
 
+pub use infergate_api_types::events::{Event, Memory};
+pub use infergate_api_types::history::{
+    Activity, History, KeyTraffic, Series as HistorySeries, SeriesKind, Totals, VersionState,
+};
 pub use infergate_api_types::keys::{ApiKey, KeyList, RateLimit};
 pub use infergate_api_types::models::{ModelList, ModelVersion, TensorSpec};
 pub use infergate_api_types::stats::{InferenceStats, ModelStats, StatDuration, StatsList};

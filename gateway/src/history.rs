@@ -19,7 +19,6 @@ use crate::pipeline::Pipelines;
 use crate::store::models::model_key;
 use infergate_engine::{Engine, ModelState};
 use parking_lot::Mutex;
-use serde::Serialize;
 use std::collections::{BTreeMap, VecDeque};
 
 /// One hour of one-second samples per name.
@@ -30,15 +29,11 @@ const ACTIVITY: usize = 200;
 pub const MAX_KEYS: usize = 100;
 
 /// What a name in the history is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Kind {
-    Model,
-    Pipeline,
-}
+pub use infergate_api_types::history::SeriesKind as Kind;
+pub use infergate_api_types::history::{Activity, VersionState};
 
 /// One second of one model or pipeline.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone)]
 pub struct Sample {
     /// The end of the second, Unix milliseconds (server clock).
     pub t_ms: u64,
@@ -66,23 +61,12 @@ pub struct Sample {
 }
 
 /// One second of one API key.
-#[derive(Debug, Clone, Copy, Serialize)]
+#[derive(Debug, Clone, Copy)]
 pub struct KeySample {
     pub t_ms: u64,
     pub requests_per_s: f64,
     /// Refused by the key's rate limit or concurrency cap.
     pub refused_per_s: f64,
-}
-
-/// A model version that changed state, with the server's time.
-#[derive(Debug, Clone, Serialize)]
-pub struct Activity {
-    pub time_ms: u64,
-    pub model: String,
-    pub version: u64,
-    /// loaded, loading, unloaded, failed, registered or removed.
-    pub state: &'static str,
-    pub reason: Option<String>,
 }
 
 /// Cumulative counters of one name, read at one moment.
@@ -132,7 +116,7 @@ struct KeySeries {
 struct Inner {
     keys: BTreeMap<i64, KeySeries>,
     series: BTreeMap<String, Series>,
-    states: BTreeMap<(String, u64), &'static str>,
+    states: BTreeMap<(String, u64), VersionState>,
     activity: VecDeque<Activity>,
     started: bool,
 }
@@ -142,8 +126,7 @@ pub struct History {
     inner: Mutex<Inner>,
 }
 
-/// What `GET /api/metrics/history` returns for one name.
-#[derive(Serialize)]
+/// One name's samples, as `GET /api/metrics/history` reads them.
 pub struct SeriesView {
     pub name: String,
     pub kind: Kind,
@@ -158,12 +141,12 @@ pub fn now_ms() -> u64 {
 }
 
 /// A model state as the API names it, and the reason of a failure.
-pub fn state_name(s: &ModelState) -> (&'static str, Option<String>) {
+pub fn state_name(s: &ModelState) -> (VersionState, Option<String>) {
     match s {
-        ModelState::Unloaded => ("unloaded", None),
-        ModelState::Loading => ("loading", None),
-        ModelState::Ready => ("loaded", None),
-        ModelState::Failed(reason) => ("failed", Some(reason.clone())),
+        ModelState::Unloaded => (VersionState::Unloaded, None),
+        ModelState::Loading => (VersionState::Loading, None),
+        ModelState::Ready => (VersionState::Loaded, None),
+        ModelState::Failed(reason) => (VersionState::Failed, Some(reason.clone())),
     }
 }
 
@@ -315,7 +298,7 @@ impl Inner {
     /// already past "unloaded" are worth a line (a fresh start has every version unloaded).
     fn record_states(
         &mut self,
-        now: BTreeMap<(String, u64), (&'static str, Option<String>)>,
+        now: BTreeMap<(String, u64), (VersionState, Option<String>)>,
         t_ms: u64,
     ) {
         let first = !self.started;
@@ -325,21 +308,21 @@ impl Inner {
             let before = self.states.get(&(model.clone(), *version)).copied();
             let changed = match before {
                 Some(old) => old != *st,
-                None if first => *st != "unloaded",
+                None if first => *st != VersionState::Unloaded,
                 None => true,
             };
             if changed {
-                let state = if before.is_none() && !first && *st == "unloaded" {
-                    "registered"
+                let state = if before.is_none() && !first && *st == VersionState::Unloaded {
+                    VersionState::Registered
                 } else {
-                    st
+                    *st
                 };
                 log.push((model.clone(), *version, state, reason.clone()));
             }
         }
         for (model, version) in self.states.keys() {
             if !now.contains_key(&(model.clone(), *version)) {
-                log.push((model.clone(), *version, "removed", None));
+                log.push((model.clone(), *version, VersionState::Removed, None));
             }
         }
         for (model, version, state, reason) in log {

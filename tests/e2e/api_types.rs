@@ -7,10 +7,12 @@
 use crate::harness::{model, register, Options, Server};
 use crate::replicas::cls_body;
 use crate::websocket::{connect, next_json};
+use infergate_api_types::events::Event;
+use infergate_api_types::history::{History, SeriesKind, VersionState};
 use infergate_api_types::keys::{KeyList, KeyUsageReport};
 use infergate_api_types::models::{ModelList, ModelVersion, ModelVersions};
 use infergate_api_types::stats::StatsList;
-use infergate_api_types::workers::{WorkerFigures, WorkerList};
+use infergate_api_types::workers::WorkerList;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
@@ -88,16 +90,46 @@ async fn the_dashboard_routes_answer_exactly_their_shared_types() {
     let workers: WorkerList = typed(&s, "/api/workers").await;
     assert_eq!(workers.workers[0].info.id, "local");
 
-    // The workers of a `/v2/events` tick.
+    // Every `/v2/events` frame up to the first tick: the connection's first second reports
+    // each version's state (`model_state`) and the local engine (`worker_state`) as new.
     let (mut ws, _) = connect(&s, "/v2/events", &[("x-api-key", &s.admin_key)])
         .await
         .unwrap();
+    let mut changes = Vec::new();
     let tick = loop {
-        let frame = next_json(&mut ws).await;
-        if frame["type"] == "tick" {
-            break frame;
+        match same_as::<Event>("a /v2/events frame", &next_json(&mut ws).await) {
+            Event::Tick(tick) => break tick,
+            change => changes.push(change),
         }
     };
-    let figures: Vec<WorkerFigures> = same_as("a /v2/events tick's workers", &tick["workers"]);
-    assert_eq!(figures[0].id, "local");
+    assert_eq!(tick.workers[0].id, "local");
+    let served = tick.models.iter().find(|m| m.model == "cls").unwrap();
+    assert_eq!(served.state, VersionState::Loaded);
+    assert!(changes.iter().any(|c| matches!(c,
+        Event::ModelState(m) if m.model == "idle" && m.state == VersionState::Unloaded)));
+    assert!(changes.iter().any(|c| matches!(c,
+        Event::WorkerState(w) if w.worker == "local" && w.previous.is_none())));
+
+    // The history, once its sampler has taken a second with the request in it and a second
+    // with the admin key's own requests (a key's first sample is its baseline, not a rate).
+    let counted = |h: &History| {
+        h.totals
+            .get("cls")
+            .is_some_and(|t| t.statuses.get(&200) == Some(&1))
+            && h.keys
+                .iter()
+                .any(|k| k.requests_per_s.iter().any(|r| *r > 0.0))
+    };
+    let mut history: History = typed(&s, "/api/metrics/history?seconds=60").await;
+    for _ in 0..50 {
+        if counted(&history) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        history = typed(&s, "/api/metrics/history?seconds=60").await;
+    }
+    assert!(counted(&history), "the history never counted the requests");
+    let cls = history.models.iter().find(|m| m.name == "cls").unwrap();
+    assert_eq!(cls.kind, SeriesKind::Model);
+    assert!(cls.t_ms.len() == cls.p50_ms.len() && cls.t_ms.len() == cls.statuses.len());
 }

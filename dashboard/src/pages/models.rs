@@ -5,7 +5,7 @@
 use crate::api::{self, ApiError, Body, UploadBody};
 use crate::format;
 use crate::session::use_session;
-use crate::types::{group_models, ModelList, ModelVersion, TensorSpec};
+use crate::types::{group_models, ModelList, ModelVersion, TensorSpec, VersionState};
 use crate::widgets::{Badge, Empty, ErrorBox, PageHeader, Progress};
 use batching::BatchingEditor;
 use leptos::html;
@@ -242,10 +242,10 @@ fn ModelCard(
     };
     let (load, unload) = (action.clone(), action);
     let latest = move || versions.with(|v| v.first().cloned());
-    let any_loaded = move || versions.with(|v| v.iter().any(|v| v.state == "loaded"));
+    let any_loaded = move || versions.with(|v| v.iter().any(|v| v.state == VersionState::Loaded));
     // Load acts on the newest version: nothing to do when it is loaded or loading already.
     let newest_state =
-        move || versions.with(|v| v.first().map(|l| l.state.clone()).unwrap_or_default());
+        move || versions.with(|v| v.first().map(|l| l.state.as_str()).unwrap_or_default());
     let loading =
         move || newest_state() == "loading" || (busy.get() && pending.get() == Some("load"));
     let started = RwSignal::new(None::<f64>);
@@ -292,7 +292,7 @@ fn ModelCard(
                 </div>
                 <Show when=move || session.can("upload")>
                     <div class="row-actions">
-                        <button class="btn small load" disabled=move || busy.get() || matches!(newest_state().as_str(), "loaded" | "loading")
+                        <button class="btn small load" disabled=move || busy.get() || matches!(newest_state(), "loaded" | "loading")
                             title=move || if newest_state() == "loaded" { "The newest version is loaded" } else { "" }
                             on:click={ let load = load.clone(); move |_| load("load") }>
                             {move || if loading() { "Loading…" } else { "Load" }}
@@ -360,7 +360,7 @@ fn VersionRow(
     view! {
         <tr data-version=v.version.to_string()>
             <td data-label="Version">{format!("v{}", v.version)}</td>
-            <td data-label="State"><Badge state=v.state.clone()/>{v.reason.clone().map(|r| view! { <div class="error-inline">{r}</div> })}</td>
+            <td data-label="State"><Badge state=v.state.as_str()/>{v.reason.clone().map(|r| view! { <div class="error-inline">{r}</div> })}</td>
             <td data-label="Size">{format::bytes(v.size_bytes)}</td>
             <td data-label="SHA-256"><code class="sha" title=v.sha256.clone()>{v.sha256.chars().take(12).collect::<String>()}</code></td>
             <td data-label="Configuration">{match config {

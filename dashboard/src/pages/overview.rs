@@ -10,10 +10,11 @@ use crate::api::{self, Body};
 use crate::chart::{Chart, Line, Scale};
 use crate::format;
 use crate::session;
-use crate::types::ModelList;
+use crate::types::{
+    Activity, Event, History, HistorySeries, KeyTraffic, Memory, ModelList, Totals, VersionState,
+};
 use crate::widgets::{ErrorBox, PageHeader};
 use leptos::prelude::*;
-use serde_json::Value;
 use std::collections::BTreeMap;
 
 /// The most the server keeps, and so the most the page holds.
@@ -39,42 +40,42 @@ struct Series {
     tokens: Vec<f64>,
 }
 
-fn column(v: &Value, key: &str) -> Vec<f64> {
-    v[key]
-        .as_array()
-        .map(|a| a.iter().map(|x| x.as_f64().unwrap_or(f64::NAN)).collect())
-        .unwrap_or_default()
+/// Appends `new` to a column and keeps its newest [`KEEP`] values.
+fn extend_kept<T>(dest: &mut Vec<T>, new: impl IntoIterator<Item = T>) {
+    dest.extend(new);
+    let extra = dest.len().saturating_sub(KEEP);
+    dest.drain(..extra);
+}
+
+/// A column with gaps: `NaN` where a second had no value (charts skip it).
+fn gaps(column: &[Option<f64>]) -> impl Iterator<Item = f64> + '_ {
+    column.iter().map(|v| v.unwrap_or(f64::NAN))
+}
+
+fn floats<T: Copy + Into<f64>>(column: &[T]) -> impl Iterator<Item = f64> + '_ {
+    column.iter().map(|v| (*v).into())
 }
 
 impl Series {
-    fn append(&mut self, v: &Value) {
-        self.kind = v["kind"].as_str().unwrap_or("model").to_string();
-        for (dest, key) in [
-            (&mut self.t, "t_ms"),
-            (&mut self.rps, "requests_per_s"),
-            (&mut self.client_errors, "client_errors_per_s"),
-            (&mut self.server_errors, "server_errors_per_s"),
-            (&mut self.p50, "p50_ms"),
-            (&mut self.p99, "p99_ms"),
-            (&mut self.queue, "avg_queue_ms"),
-            (&mut self.batch, "avg_batch"),
-            (&mut self.in_flight, "in_flight"),
-            (&mut self.ttft, "ttft_ms"),
-            (&mut self.tokens, "tokens_per_s"),
-        ] {
-            dest.extend(column(v, key));
-            let extra = dest.len().saturating_sub(KEEP);
-            dest.drain(..extra);
+    fn append(&mut self, v: &HistorySeries) {
+        self.kind = match v.kind {
+            crate::types::SeriesKind::Model => "model",
+            crate::types::SeriesKind::Pipeline => "pipeline",
         }
-        self.statuses.extend(
-            v["statuses"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .map(statuses_of),
-        );
-        let extra = self.statuses.len().saturating_sub(KEEP);
-        self.statuses.drain(..extra);
+        .to_string();
+        // Milliseconds and counts are far below 2^53: exact as f64.
+        extend_kept(&mut self.t, v.t_ms.iter().map(|t| *t as f64));
+        extend_kept(&mut self.in_flight, v.in_flight.iter().map(|n| *n as f64));
+        extend_kept(&mut self.rps, floats(&v.requests_per_s));
+        extend_kept(&mut self.client_errors, floats(&v.client_errors_per_s));
+        extend_kept(&mut self.server_errors, floats(&v.server_errors_per_s));
+        extend_kept(&mut self.p50, gaps(&v.p50_ms));
+        extend_kept(&mut self.p99, gaps(&v.p99_ms));
+        extend_kept(&mut self.queue, gaps(&v.avg_queue_ms));
+        extend_kept(&mut self.batch, gaps(&v.avg_batch));
+        extend_kept(&mut self.ttft, gaps(&v.ttft_ms));
+        extend_kept(&mut self.tokens, gaps(&v.tokens_per_s));
+        extend_kept(&mut self.statuses, v.statuses.iter().cloned());
     }
 
     /// The index of the first sample inside the range.
@@ -133,17 +134,11 @@ struct KeySeries {
 }
 
 impl KeySeries {
-    fn append(&mut self, v: &Value) {
-        self.name = v["name"].as_str().unwrap_or("?").to_string();
-        for (dest, key) in [
-            (&mut self.t, "t_ms"),
-            (&mut self.rps, "requests_per_s"),
-            (&mut self.refused, "refused_per_s"),
-        ] {
-            dest.extend(column(v, key));
-            let extra = dest.len().saturating_sub(KEEP);
-            dest.drain(..extra);
-        }
+    fn append(&mut self, v: &KeyTraffic) {
+        self.name = v.name.clone();
+        extend_kept(&mut self.t, v.t_ms.iter().map(|t| *t as f64));
+        extend_kept(&mut self.rps, floats(&v.requests_per_s));
+        extend_kept(&mut self.refused, floats(&v.refused_per_s));
     }
 
     /// Requests in the range.
@@ -191,14 +186,6 @@ fn key_lines(keys: &BTreeMap<i64, KeySeries>, since_ms: f64) -> (Vec<f64>, Vec<L
     (times, lines)
 }
 
-fn statuses_of(v: &Value) -> BTreeMap<u16, u64> {
-    v.as_object()
-        .into_iter()
-        .flatten()
-        .filter_map(|(k, n)| Some((k.parse().ok()?, n.as_u64()?)))
-        .collect()
-}
-
 /// What the range holds for one name: requests by status, the share that failed.
 #[derive(Clone, Debug, Default, PartialEq)]
 struct RangeSummary {
@@ -231,21 +218,6 @@ impl RangeSummary {
     }
 }
 
-#[derive(Clone, Debug, PartialEq)]
-struct Activity {
-    time_ms: f64,
-    model: String,
-    version: u64,
-    state: String,
-    reason: Option<String>,
-}
-
-#[derive(Clone, Debug, Default, PartialEq)]
-struct Totals {
-    statuses: BTreeMap<u16, u64>,
-    batch_sizes: Vec<(u64, u64)>,
-}
-
 #[component]
 pub fn Overview() -> impl IntoView {
     let series = RwSignal::new(BTreeMap::<String, Series>::new());
@@ -258,7 +230,7 @@ pub fn Overview() -> impl IntoView {
     let models = RwSignal::new((0usize, 0usize, 0u64, BTreeMap::<String, String>::new()));
     let server = RwSignal::new(None::<String>);
     let device = RwSignal::new(None::<String>);
-    let memory = RwSignal::new(None::<Value>);
+    let memory = RwSignal::new(None::<Memory>);
     let keys = RwSignal::new(BTreeMap::<i64, KeySeries>::new());
     let alive = StoredValue::new(true);
     let socket: StoredValue<Option<web_sys::WebSocket>, LocalStorage> =
@@ -296,13 +268,17 @@ pub fn Overview() -> impl IntoView {
             if let Ok(list) = api::get::<ModelList>("/api/models").await {
                 let mut names: Vec<&str> = list.models.iter().map(|m| m.name.as_str()).collect();
                 names.dedup();
-                let loaded = list.models.iter().filter(|m| m.state == "loaded").count();
+                let loaded = list
+                    .models
+                    .iter()
+                    .filter(|m| m.state == VersionState::Loaded)
+                    .count();
                 let in_flight = list.models.iter().map(|m| m.in_flight).sum();
                 let mut states = BTreeMap::new();
                 for m in &list.models {
                     let e: &mut String = states.entry(m.name.clone()).or_default();
-                    if e.is_empty() || m.state == "loaded" {
-                        *e = m.state.clone();
+                    if e.is_empty() || m.state == VersionState::Loaded {
+                        *e = m.state.as_str().to_string();
                     }
                 }
                 models.set((names.len(), loaded, in_flight, states));
@@ -481,9 +457,9 @@ pub fn Overview() -> impl IntoView {
                         <ul class="activity">
                             {list.into_iter().rev().take(30).map(|a| view! {
                                 <li>
-                                    <time class="muted" title=format::date((a.time_ms / 1000.0) as i64)>{format::clock(a.time_ms)}</time>" "
+                                    <time class="muted" title=format::date((a.time_ms / 1000) as i64)>{format::clock(a.time_ms as f64)}</time>" "
                                     <strong>{format!("{} v{}", a.model, a.version)}</strong>" → "
-                                    <span class=format!("badge badge-{}", a.state)>{a.state.clone()}</span>
+                                    <span class=format!("badge badge-{}", a.state.as_str())>{a.state.as_str()}</span>
                                     {a.reason.map(|r| view! { <span class="error-inline">" "{r}</span> })}
                                 </li>
                             }).collect_view()}
@@ -725,74 +701,40 @@ fn poll_history(
                 None => format!("/api/metrics/history?seconds={KEEP}"),
                 Some(t) => format!("/api/metrics/history?after_ms={t}"),
             };
-            match api::call("GET", &path, Body::None).await {
+            match api::get::<History>(&path).await {
                 Ok(v) if is_alive(alive) => {
                     error.set(None);
                     live.set(true);
-                    let list = v["models"].as_array().cloned().unwrap_or_default();
                     series.update(|all| {
-                        all.retain(|name, _| list.iter().any(|m| m["name"] == name.as_str()));
-                        for m in &list {
-                            let name = m["name"].as_str().unwrap_or_default().to_string();
-                            all.entry(name).or_default().append(m);
+                        all.retain(|name, _| v.models.iter().any(|m| m.name == *name));
+                        for m in &v.models {
+                            all.entry(m.name.clone()).or_default().append(m);
                         }
                     });
-                    let key_list = v["keys"].as_array().cloned().unwrap_or_default();
                     keys.update(|all| {
-                        all.retain(|id, _| key_list.iter().any(|k| k["id"].as_i64() == Some(*id)));
-                        for k in &key_list {
-                            if let Some(id) = k["id"].as_i64() {
-                                all.entry(id).or_default().append(k);
-                            }
+                        all.retain(|id, _| v.keys.iter().any(|k| k.id == *id));
+                        for k in &v.keys {
+                            all.entry(k.id).or_default().append(k);
                         }
                     });
-                    let newest = list
+                    let newest = v
+                        .models
                         .iter()
-                        .chain(key_list.iter())
-                        .filter_map(|m| m["t_ms"].as_array()?.last()?.as_u64())
-                        .max();
+                        .filter_map(|m| m.t_ms.last())
+                        .chain(v.keys.iter().filter_map(|k| k.t_ms.last()))
+                        .max()
+                        .copied();
                     if let Some(t) = newest {
                         after = Some(after.map_or(t, |a| a.max(t)));
                     } else if after.is_none() {
-                        after = v["now_ms"].as_u64().map(|n| n.saturating_sub(1000));
+                        after = Some(v.now_ms.saturating_sub(1000));
                     }
-                    end_ms.set(v["now_ms"].as_f64().unwrap_or_else(format::now_ms));
-                    totals.set(
-                        v["totals"]
-                            .as_object()
-                            .into_iter()
-                            .flatten()
-                            .map(|(name, t)| {
-                                (
-                                    name.clone(),
-                                    Totals {
-                                        statuses: statuses_of(&t["statuses"]),
-                                        batch_sizes: t["batch_sizes"]
-                                            .as_array()
-                                            .into_iter()
-                                            .flatten()
-                                            .filter_map(|p| Some((p[0].as_u64()?, p[1].as_u64()?)))
-                                            .collect(),
-                                    },
-                                )
-                            })
-                            .collect(),
-                    );
-                    let new: Vec<Activity> = v["activity"]
-                        .as_array()
-                        .into_iter()
-                        .flatten()
-                        .map(|a| Activity {
-                            time_ms: a["time_ms"].as_f64().unwrap_or(0.0),
-                            model: a["model"].as_str().unwrap_or("?").to_string(),
-                            version: a["version"].as_u64().unwrap_or(0),
-                            state: a["state"].as_str().unwrap_or("?").to_string(),
-                            reason: a["reason"].as_str().map(str::to_string),
-                        })
-                        .collect();
+                    end_ms.set(v.now_ms as f64);
+                    totals.set(v.totals);
+                    let new = v.activity;
                     if !new.is_empty() {
                         activity.update(|all| {
-                            let newest = all.last().map_or(0.0, |a| a.time_ms);
+                            let newest = all.last().map_or(0, |a| a.time_ms);
                             all.extend(new.into_iter().filter(|a| a.time_ms > newest));
                             let extra = all.len().saturating_sub(100);
                             all.drain(..extra);
@@ -822,29 +764,32 @@ async fn sleep_ms(ms: i32) {
 
 /// Host memory reserved by loaded models (of the budget, when one is set), and the GPU pool's
 /// holding when the native ops run on a GPU; from the latest events tick.
-fn memory_text(memory: Option<Value>) -> String {
+fn memory_text(memory: Option<Memory>) -> String {
     let Some(m) = memory else {
         return "–".into();
     };
-    let reserved = format::bytes(m["host_reserved_bytes"].as_u64().unwrap_or(0));
-    let host = match m["host_budget_bytes"].as_u64() {
+    let reserved = format::bytes(m.host_reserved_bytes);
+    let host = match m.host_budget_bytes {
         Some(budget) => format!("{reserved} of {}", format::bytes(budget)),
         None => format!("{reserved} reserved"),
     };
-    match m["gpu_pools"]["device"]["held_bytes"].as_u64() {
-        Some(held) => format!("{host} · GPU pool {}", format::bytes(held)),
+    match m.gpu_pools {
+        Some(pools) => format!(
+            "{host} · GPU pool {}",
+            format::bytes(pools.device.held_bytes)
+        ),
         None => host,
     }
 }
 
 /// Opens `/v2/events` for the memory figures of its ticks.
 fn connect_memory(
-    memory: RwSignal<Option<Value>>,
+    memory: RwSignal<Option<Memory>>,
     alive: StoredValue<bool>,
 ) -> Option<web_sys::WebSocket> {
-    crate::events::open(alive, move |v| {
-        if v["type"] == "tick" {
-            memory.set(Some(v["memory"].clone()));
+    crate::events::open(alive, move |frame| {
+        if let Event::Tick(tick) = frame {
+            memory.set(Some(tick.memory));
         }
     })
 }

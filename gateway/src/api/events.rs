@@ -50,13 +50,16 @@ use axum::extract::State;
 use axum::response::Response;
 use futures_util::{SinkExt, StreamExt};
 use http::HeaderMap;
+use infergate_api_types::events::{
+    Event, GpuPools, Memory, ModelFigures, Pool, Tick, WorkerChange, WorkerStateChange,
+};
+use infergate_api_types::history::{Activity, VersionState};
 use infergate_api_types::workers::WorkerFigures;
 use infergate_cluster::liveness::WorkerState;
 use infergate_cluster::messages::Report;
 use infergate_cluster::registry::WorkerView;
 use infergate_engine::kernels::device::pool::PoolStats;
 use infergate_engine::ModelStats;
-use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -76,7 +79,7 @@ pub async fn upgrade(
 
 /// One version as read at a tick.
 struct Reading {
-    state: &'static str,
+    state: VersionState,
     reason: Option<String>,
     stats: Option<ModelStats>,
     latency: Option<Counts>,
@@ -130,7 +133,7 @@ fn frames(
     now: &Snapshot,
     seconds: f64,
     local_cpu_percent: f64,
-) -> Vec<Value> {
+) -> Vec<Event> {
     let mut out = Vec::new();
     let time_ms = now_ms();
     for ((model, version), reading) in &now.versions {
@@ -139,7 +142,13 @@ fn frames(
             .get(&(model.clone(), *version))
             .is_none_or(|old| old.state != reading.state);
         if changed {
-            out.push(json!({"type": "model_state", "time_ms": time_ms, "model": model, "version": version, "state": reading.state, "reason": reading.reason}));
+            out.push(Event::ModelState(Activity {
+                time_ms,
+                model: model.clone(),
+                version: *version,
+                state: reading.state,
+                reason: reading.reason.clone(),
+            }));
         }
     }
     for (model, version) in before
@@ -147,7 +156,13 @@ fn frames(
         .keys()
         .filter(|k| !now.versions.contains_key(*k))
     {
-        out.push(json!({"type": "model_state", "time_ms": time_ms, "model": model, "version": version, "state": "removed", "reason": null}));
+        out.push(Event::ModelState(Activity {
+            time_ms,
+            model: model.clone(),
+            version: *version,
+            state: VersionState::Removed,
+            reason: None,
+        }));
     }
     out.extend(worker_states(&before.workers, &now.workers, time_ms));
     // The local engine's whole second: requests it ran, and their latencies.
@@ -187,20 +202,20 @@ fn frames(
             name: model.clone(),
             version: *version,
         };
-        models.push(json!({
-            "model": model,
-            "version": version,
-            "state": reading.state,
-            "in_flight": state.engine().in_flight(&key),
-            "requests_per_s": done as f64 / seconds,
-            "failures_per_s": failed as f64 / seconds,
-            "client_errors_per_s": errors(400..500),
-            "server_errors_per_s": errors(500..600),
-            "avg_latency_ms": avg_ms(new.success.ns, old.success.ns),
-            "avg_queue_ms": avg_ms(new.queue.ns, old.queue.ns),
-            "p50_ms": quantile(0.5),
-            "p99_ms": quantile(0.99),
-        }));
+        models.push(ModelFigures {
+            model: model.clone(),
+            version: *version,
+            state: reading.state,
+            in_flight: state.engine().in_flight(&key) as u64,
+            requests_per_s: done as f64 / seconds,
+            failures_per_s: failed as f64 / seconds,
+            client_errors_per_s: errors(400..500),
+            server_errors_per_s: errors(500..600),
+            avg_latency_ms: avg_ms(new.success.ns, old.success.ns),
+            avg_queue_ms: avg_ms(new.queue.ns, old.queue.ns),
+            p50_ms: quantile(0.5),
+            p99_ms: quantile(0.99),
+        });
     }
     // The gateway's latency histograms count every request it answered, wherever it ran: they
     // are the local engine's only while no worker shares the traffic.
@@ -223,13 +238,12 @@ fn frames(
             worker_figures(w, figures)
         })
         .collect();
-    out.push(json!({
-        "type": "tick",
-        "time_ms": time_ms,
-        "websocket_connections": state.drain().open_streams(),
-        "memory": memory(state),
-        "models": models,
-        "workers": workers,
+    out.push(Event::Tick(Tick {
+        time_ms,
+        websocket_connections: state.drain().open_streams() as u64,
+        memory: memory(state),
+        models,
+        workers,
     }));
     out
 }
@@ -240,20 +254,28 @@ fn worker_states(
     before: &BTreeMap<String, WorkerView>,
     now: &BTreeMap<String, WorkerView>,
     time_ms: u64,
-) -> Vec<Value> {
-    let event = |w: &WorkerView, state: &str, previous: Option<WorkerState>| json!({"type": "worker_state", "time_ms": time_ms, "worker": w.info.id, "address": w.info.advertise, "state": state, "previous": previous.map(WorkerState::as_str)});
-    let mut out: Vec<Value> = now
+) -> Vec<Event> {
+    let event = |w: &WorkerView, state: WorkerChange, previous: Option<WorkerState>| {
+        Event::WorkerState(WorkerStateChange {
+            time_ms,
+            worker: w.info.id.clone(),
+            address: w.info.advertise.clone(),
+            state,
+            previous,
+        })
+    };
+    let mut out: Vec<Event> = now
         .values()
         .filter_map(|w| {
             let previous = before.get(&w.info.id).map(|old| old.state);
-            (previous != Some(w.state)).then(|| event(w, w.state.as_str(), previous))
+            (previous != Some(w.state)).then(|| event(w, w.state.into(), previous))
         })
         .collect();
     out.extend(
         before
             .values()
             .filter(|w| !now.contains_key(&w.info.id))
-            .map(|w| event(w, "removed", Some(w.state))),
+            .map(|w| event(w, WorkerChange::Removed, Some(w.state))),
     );
     out
 }
@@ -306,26 +328,24 @@ fn worker_figures(w: &WorkerView, f: Figures) -> WorkerFigures {
 
 /// Host memory reserved by loaded model instances (and the budget, null when unlimited), and
 /// the native ops' GPU memory pools (null when they run on the CPU).
-fn memory(state: &AppState) -> Value {
+fn memory(state: &AppState) -> Memory {
     let (reserved, budget) = state.engine().memory();
-    let pool = |p: &PoolStats| {
-        json!({
-            "held_bytes": p.held_bytes,
-            "free_bytes": p.free_bytes,
-            "limit_bytes": p.limit_bytes,
-            "hits": p.hits,
-            "misses": p.misses,
-        })
+    let pool = |p: &PoolStats| Pool {
+        held_bytes: p.held_bytes as u64,
+        free_bytes: p.free_bytes as u64,
+        limit_bytes: p.limit_bytes as u64,
+        hits: p.hits,
+        misses: p.misses,
     };
-    let gpu = state
-        .engine()
-        .gpu_memory()
-        .map(|m| json!({"device": pool(&m.device), "pinned": pool(&m.pinned)}));
-    json!({
-        "host_reserved_bytes": reserved,
-        "host_budget_bytes": budget,
-        "gpu_pools": gpu,
-    })
+    let gpu_pools = state.engine().gpu_memory().map(|m| GpuPools {
+        device: pool(&m.device),
+        pinned: pool(&m.pinned),
+    });
+    Memory {
+        host_reserved_bytes: reserved,
+        host_budget_bytes: budget,
+        gpu_pools,
+    }
 }
 
 async fn events(state: Arc<AppState>, socket: WebSocket) {
@@ -350,8 +370,10 @@ async fn events(state: Arc<AppState>, socket: WebSocket) {
                 let seconds = last.elapsed().as_secs_f64().max(1e-3);
                 last = tokio::time::Instant::now();
                 for f in frames(&state, &before, &now, seconds, cpu.sample()) {
+                    // Plain data (strings, numbers, options): serializing it cannot fail.
+                    let Ok(text) = serde_json::to_string(&f) else { continue };
                     // A reader too slow for one frame a second is dropped rather than buffered.
-                    let send = sink.send(Message::Text(Utf8Bytes::from(f.to_string())));
+                    let send = sink.send(Message::Text(Utf8Bytes::from(text)));
                     match tokio::time::timeout(Duration::from_secs(5), send).await {
                         Ok(Ok(())) => {}
                         _ => return,

@@ -23,8 +23,8 @@ use crate::state::AppState;
 use crate::store::models::model_key;
 use axum::extract::{Query, State};
 use axum::Json;
+use infergate_api_types::history::{History, KeyTraffic, Series, Statuses, Totals};
 use serde::Deserialize;
-use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -37,30 +37,20 @@ pub struct HistoryQuery {
 }
 
 /// Three decimals are plenty for a chart and keep the answer small.
-fn round(v: f64) -> Value {
-    json!((v * 1000.0).round() / 1000.0)
+fn round(v: f64) -> f64 {
+    (v * 1000.0).round() / 1000.0
 }
 
-fn column(samples: &[Sample], read: impl Fn(&Sample) -> Option<f64>) -> Value {
-    Value::Array(
-        samples
-            .iter()
-            .map(|s| read(s).map_or(Value::Null, round))
-            .collect(),
-    )
+fn column(samples: &[Sample], read: impl Fn(&Sample) -> f64) -> Vec<f64> {
+    samples.iter().map(|s| round(read(s))).collect()
 }
 
-fn statuses(counts: impl IntoIterator<Item = (u16, u64)>) -> Value {
-    Value::Object(
-        counts
-            .into_iter()
-            .map(|(status, n)| (status.to_string(), json!(n)))
-            .collect::<Map<_, _>>(),
-    )
+fn gappy_column(samples: &[Sample], read: impl Fn(&Sample) -> Option<f64>) -> Vec<Option<f64>> {
+    samples.iter().map(|s| read(s).map(round)).collect()
 }
 
 /// Answers by status and executions by batch size since start, per name.
-fn totals(state: &AppState, names: &[String]) -> Value {
+fn totals(state: &AppState, names: &[String]) -> BTreeMap<String, Totals> {
     let mut batches: BTreeMap<&str, BTreeMap<u64, u64>> = BTreeMap::new();
     for r in state.catalog().all().iter() {
         let Some(name) = names.iter().find(|n| **n == r.name) else {
@@ -73,34 +63,58 @@ fn totals(state: &AppState, names: &[String]) -> Value {
             }
         }
     }
-    let mut out = Map::new();
-    for name in names {
-        let answered = state
-            .metrics()
-            .latency
-            .model_totals(name)
-            .map(|(_, s)| s.nonzero())
-            .unwrap_or_default();
-        let sizes: Vec<Value> = batches
-            .get(name.as_str())
-            .into_iter()
-            .flatten()
-            .filter(|(_, n)| **n > 0)
-            .map(|(size, n)| json!([size, n]))
-            .collect();
-        out.insert(
-            name.clone(),
-            json!({"statuses": statuses(answered), "batch_sizes": sizes}),
-        );
+    names
+        .iter()
+        .map(|name| {
+            let statuses: Statuses = state
+                .metrics()
+                .latency
+                .model_totals(name)
+                .map(|(_, s)| s.nonzero())
+                .unwrap_or_default()
+                .into_iter()
+                .collect();
+            let batch_sizes = batches
+                .get(name.as_str())
+                .into_iter()
+                .flatten()
+                .filter(|(_, n)| **n > 0)
+                .map(|(size, n)| (*size, *n))
+                .collect();
+            let totals = Totals {
+                statuses,
+                batch_sizes,
+            };
+            (name.clone(), totals)
+        })
+        .collect()
+}
+
+fn series(s: crate::history::SeriesView) -> Series {
+    let x = &s.samples;
+    Series {
+        t_ms: x.iter().map(|s| s.t_ms).collect(),
+        requests_per_s: column(x, |s| s.requests_per_s),
+        client_errors_per_s: column(x, |s| s.client_errors_per_s),
+        server_errors_per_s: column(x, |s| s.server_errors_per_s),
+        p50_ms: gappy_column(x, |s| s.p50_ms),
+        p99_ms: gappy_column(x, |s| s.p99_ms),
+        avg_queue_ms: gappy_column(x, |s| s.avg_queue_ms),
+        avg_batch: gappy_column(x, |s| s.avg_batch),
+        in_flight: x.iter().map(|s| s.in_flight).collect(),
+        statuses: x.iter().map(|s| s.statuses.clone()).collect(),
+        ttft_ms: gappy_column(x, |s| s.ttft_ms),
+        tokens_per_s: gappy_column(x, |s| s.tokens_per_s),
+        name: s.name,
+        kind: s.kind,
     }
-    Value::Object(out)
 }
 
 pub async fn history(
     Authorized { key: caller, .. }: Authorized<Infer>,
     State(state): State<Arc<AppState>>,
     Query(query): Query<HistoryQuery>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<History>> {
     let now = now_ms();
     let seconds = query.seconds.unwrap_or(CAPACITY as u64);
     if seconds == 0 || seconds > CAPACITY as u64 {
@@ -113,56 +127,34 @@ pub async fn history(
         .unwrap_or(0)
         .max(now.saturating_sub(seconds * 1000));
     let history = state.history();
-    let series = history.read(after, query.model.as_deref());
+    let read = history.read(after, query.model.as_deref());
     if let Some(name) = &query.model {
-        if series.is_empty() {
+        if read.is_empty() {
             return Err(ApiError::not_found(format!(
                 "no model or pipeline '{name}' in the history"
             )));
         }
     }
-    let names: Vec<String> = series.iter().map(|s| s.name.clone()).collect();
-    let models: Vec<Value> = series
-        .into_iter()
-        .map(|s| {
-            let x = &s.samples;
-            json!({
-                "name": s.name,
-                "kind": s.kind,
-                "t_ms": x.iter().map(|s| s.t_ms).collect::<Vec<_>>(),
-                "requests_per_s": column(x, |s| Some(s.requests_per_s)),
-                "client_errors_per_s": column(x, |s| Some(s.client_errors_per_s)),
-                "server_errors_per_s": column(x, |s| Some(s.server_errors_per_s)),
-                "p50_ms": column(x, |s| s.p50_ms),
-                "p99_ms": column(x, |s| s.p99_ms),
-                "avg_queue_ms": column(x, |s| s.avg_queue_ms),
-                "avg_batch": column(x, |s| s.avg_batch),
-                "in_flight": x.iter().map(|s| s.in_flight).collect::<Vec<_>>(),
-                "statuses": x.iter().map(|s| statuses(s.statuses.clone())).collect::<Vec<_>>(),
-                "ttft_ms": column(x, |s| s.ttft_ms),
-                "tokens_per_s": column(x, |s| s.tokens_per_s),
-            })
-        })
-        .collect();
+    let names: Vec<String> = read.iter().map(|s| s.name.clone()).collect();
     let keys = if caller.scopes().allows(Scope::Admin) {
         key_traffic(&state, after)?
     } else {
         Vec::new()
     };
-    Ok(Json(json!({
-        "interval_s": 1,
-        "capacity_s": CAPACITY,
-        "now_ms": now,
-        "models": models,
-        "totals": totals(&state, &names),
-        "activity": history.activity(after),
-        "keys": keys,
-    })))
+    Ok(Json(History {
+        interval_s: 1,
+        capacity_s: CAPACITY as u64,
+        now_ms: now,
+        models: read.into_iter().map(series).collect(),
+        totals: totals(&state, &names),
+        activity: history.activity(after),
+        keys,
+    }))
 }
 
 /// Requests per second of each charted key, with its name (admin callers only: key names and
 /// traffic are not every application's business).
-fn key_traffic(state: &AppState, after: u64) -> ApiResult<Vec<Value>> {
+fn key_traffic(state: &AppState, after: u64) -> ApiResult<Vec<KeyTraffic>> {
     let series = state.history().read_keys(after);
     if series.is_empty() {
         return Ok(Vec::new());
@@ -177,14 +169,14 @@ fn key_traffic(state: &AppState, after: u64) -> ApiResult<Vec<Value>> {
         .into_iter()
         .filter_map(|(id, samples)| {
             let key = records.get(&id)?;
-            Some(json!({
-                "id": id,
-                "public_id": key.public_id,
-                "name": key.name,
-                "t_ms": samples.iter().map(|s| s.t_ms).collect::<Vec<_>>(),
-                "requests_per_s": samples.iter().map(|s| round(s.requests_per_s)).collect::<Vec<_>>(),
-                "refused_per_s": samples.iter().map(|s| round(s.refused_per_s)).collect::<Vec<_>>(),
-            }))
+            Some(KeyTraffic {
+                id,
+                public_id: key.public_id.clone(),
+                name: key.name.clone(),
+                t_ms: samples.iter().map(|s| s.t_ms).collect(),
+                requests_per_s: samples.iter().map(|s| round(s.requests_per_s)).collect(),
+                refused_per_s: samples.iter().map(|s| round(s.refused_per_s)).collect(),
+            })
         })
         .collect())
 }

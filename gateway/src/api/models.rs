@@ -3,6 +3,7 @@
 use super::authorized::{Authorized, Infer, Upload};
 use super::body::{read_limited, stream_limited};
 use crate::error::{ApiError, ApiResult};
+use crate::history::state_name;
 use crate::model_repository::ParsedConfig;
 use crate::names::{parse_version, validate_name};
 use crate::state::AppState;
@@ -14,8 +15,8 @@ use axum::extract::{FromRequest, Multipart, Path, Request, State};
 use axum::response::IntoResponse;
 use axum::Json;
 use http::{HeaderMap, StatusCode};
+use infergate_api_types::history::VersionState;
 use infergate_api_types::models::{ModelList, ModelVersion, ModelVersions, TensorSpec};
-use infergate_engine::ModelState;
 use serde_json::{json, Value};
 use std::sync::Arc;
 
@@ -29,7 +30,11 @@ fn llm_view(state: &AppState, r: &ModelRecord) -> ModelVersion {
     ModelVersion {
         format: Some(crate::llm::GGUF.to_owned()),
         metadata: Some(r.signature.metadata.clone()),
-        state: if loaded { "loaded" } else { "unloaded" }.to_owned(),
+        state: if loaded {
+            VersionState::Loaded
+        } else {
+            VersionState::Unloaded
+        },
         in_flight: state.llm().in_flight(&key),
         ..record_view(r)
     }
@@ -41,17 +46,12 @@ pub fn view(state: &AppState, r: &ModelRecord) -> ModelVersion {
     if crate::llm::is_gguf(r) {
         return llm_view(state, r);
     }
-    let (st, reason) = match state.engine().state(&key) {
-        ModelState::Ready => ("loaded", None),
-        ModelState::Loading => ("loading", None),
-        ModelState::Unloaded => ("unloaded", None),
-        ModelState::Failed(reason) => ("failed", Some(reason)),
-    };
+    let (st, reason) = state_name(&state.engine().state(&key));
     ModelVersion {
         inputs: tensor_specs(&r.signature.inputs),
         outputs: tensor_specs(&r.signature.outputs),
         metadata_keys: Some(r.signature.metadata.keys().cloned().collect()),
-        state: st.to_owned(),
+        state: st,
         reason,
         in_flight: state.engine().in_flight(&key) as u64,
         // Execution providers of the loaded version and why not the requested ones.
@@ -74,7 +74,7 @@ pub fn record_view(r: &ModelRecord) -> ModelVersion {
         metadata_keys: None,
         metadata: None,
         config: r.config.clone(),
-        state: "unloaded".to_owned(),
+        state: VersionState::Unloaded,
         reason: None,
         in_flight: 0,
         execution: None,

@@ -6,22 +6,20 @@
 
 use crate::api::{self, ApiError, Body};
 use crate::format;
-use crate::types::{ModelList, ModelStats, StatsList};
+use crate::types::{History, ModelList, ModelStats, StatsList};
 use crate::widgets::{Badge, Empty, ErrorBox};
 use leptos::prelude::*;
 use std::collections::BTreeMap;
 
 /// Answers of one model (all versions) since the server started: (4xx, 5xx).
-fn errors_by_model(history: &serde_json::Value) -> BTreeMap<String, (u64, u64)> {
-    history["totals"]
-        .as_object()
-        .into_iter()
-        .flatten()
+fn errors_by_model(history: &History) -> BTreeMap<String, (u64, u64)> {
+    history
+        .totals
+        .iter()
         .map(|(name, t)| {
             let mut sums = (0, 0);
-            for (status, n) in t["statuses"].as_object().into_iter().flatten() {
-                let n = n.as_u64().unwrap_or(0);
-                match status.parse::<u16>().unwrap_or(0) {
+            for (status, n) in &t.statuses {
+                match status {
                     400..=499 => sums.0 += n,
                     500..=599 => sums.1 += n,
                     _ => {}
@@ -65,7 +63,7 @@ pub fn Instances() -> impl IntoView {
                 }
             };
             error.set(None);
-            let errors = api::call("GET", "/api/metrics/history?seconds=1", Body::None)
+            let errors = api::get::<History>("/api/metrics/history?seconds=1")
                 .await
                 .map(|v| errors_by_model(&v))
                 .unwrap_or_default();
@@ -102,7 +100,7 @@ pub fn Instances() -> impl IntoView {
                     errors: errors.get(&m.name).copied().unwrap_or_default(),
                     model: m.name,
                     version: m.version,
-                    state: m.state,
+                    state: m.state.as_str().to_string(),
                     reason: m.reason,
                     in_flight: m.in_flight,
                     kind,

@@ -12,10 +12,9 @@ mod instances;
 use crate::api::{self, ApiError};
 use crate::format;
 use crate::session;
-use crate::types::{WorkerFigures, WorkerHost, WorkerList};
+use crate::types::{Event, WorkerFigures, WorkerHost, WorkerList};
 use crate::widgets::{ErrorBox, PageHeader};
 use leptos::prelude::*;
-use serde_json::Value;
 use std::collections::BTreeMap;
 
 /// Seconds of ticks a host's charts hold.
@@ -123,35 +122,33 @@ fn Hosts() -> impl IntoView {
     refresh();
     let timer = set_interval_with_handle(refresh, std::time::Duration::from_secs(2)).ok();
     let alive = StoredValue::new(true);
-    let socket = crate::events::open(alive, move |frame: Value| match frame["type"].as_str() {
-        Some("tick") => {
-            let time_ms = frame["time_ms"].as_f64().unwrap_or_else(format::now_ms);
-            let figures: Vec<WorkerFigures> =
-                serde_json::from_value(frame["workers"].clone()).unwrap_or_default();
+    let socket = crate::events::open(alive, move |frame| match frame {
+        Event::Tick(tick) => {
+            let time_ms = tick.time_ms as f64;
             live.update(|all| {
-                all.retain(|id, _| figures.iter().any(|f| &f.id == id));
-                for f in figures {
+                all.retain(|id, _| tick.workers.iter().any(|f| &f.id == id));
+                for f in tick.workers {
                     all.entry(f.id.clone()).or_default().push(time_ms, f);
                 }
             });
             end_ms.set(time_ms);
         }
-        Some("worker_state") => {
+        Event::WorkerState(change) => {
             changes.update(|c| {
                 c.insert(
                     0,
                     StateChange {
-                        time_ms: frame["time_ms"].as_f64().unwrap_or_else(format::now_ms),
-                        worker: frame["worker"].as_str().unwrap_or_default().to_string(),
-                        state: frame["state"].as_str().unwrap_or_default().to_string(),
-                        previous: frame["previous"].as_str().map(str::to_string),
+                        time_ms: change.time_ms as f64,
+                        worker: change.worker,
+                        state: change.state.as_str().to_string(),
+                        previous: change.previous.map(|p| p.as_str().to_string()),
                     },
                 );
                 c.truncate(20);
             });
             refresh();
         }
-        _ => {}
+        Event::ModelState(_) => {}
     });
     let socket = StoredValue::new_local(socket);
     on_cleanup(move || {
