@@ -12,7 +12,9 @@ pub mod events;
 pub mod history;
 pub mod keys;
 pub mod models;
+pub mod openai;
 pub mod stats;
+pub mod stream;
 pub mod workers;
 
 /// Deserializes a field that is present (`null` included) as `Some`, for answers that carry a

@@ -7,6 +7,10 @@ pub use infergate_api_types::history::{
 };
 pub use infergate_api_types::keys::{ApiKey, KeyList, RateLimit};
 pub use infergate_api_types::models::{ModelList, ModelVersion, TensorSpec};
+pub use infergate_api_types::openai::{
+    ChatChunkChoice, Embedding, EmbeddingList, EmbeddingVector, ModelCardList, StreamEvent,
+    TextChoice,
+};
 pub use infergate_api_types::stats::{InferenceStats, ModelStats, StatDuration, StatsList};
 pub use infergate_api_types::workers::{
     Devices, GpuUsage, LoadedModel, WorkerFigures, WorkerList, WorkerState,

@@ -286,7 +286,7 @@ impl ApiError {
     /// `body` (the error in some route's shape) as this error's response: its status,
     /// `Retry-After`, the drain mark when answered before the body was read, and the error for
     /// the request's log line (`crate::request_id`). Every error shape goes through here.
-    pub fn respond_with(self, body: serde_json::Value) -> Response {
+    pub fn respond_with(self, body: impl serde::Serialize) -> Response {
         let mut response = (self.status(), axum::Json(body)).into_response();
         if let Some(secs) = self.retry_after {
             response

@@ -7,15 +7,21 @@
 use crate::harness::{model, register, Options, Server};
 use crate::replicas::cls_body;
 use crate::websocket::{connect, next_json};
+use futures_util::SinkExt;
 use infergate_api_types::events::Event;
 use infergate_api_types::history::{History, SeriesKind, VersionState};
 use infergate_api_types::keys::{KeyList, KeyUsageReport};
 use infergate_api_types::models::{ModelList, ModelVersion, ModelVersions};
+use infergate_api_types::openai::{
+    ChatCompletion, ChatCompletionChunk, ErrorBody, ModelCardList, TextCompletion,
+};
 use infergate_api_types::stats::StatsList;
+use infergate_api_types::stream::{GeneratedToken, GenerationDone};
 use infergate_api_types::workers::WorkerList;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use serde_json::Value;
+use serde_json::{json, Value};
+use tokio_tungstenite::tungstenite::Message;
 
 /// `answer` read as `T` and written again, which must give `answer` back.
 fn same_as<T: DeserializeOwned + Serialize>(what: &str, answer: &Value) -> T {
@@ -132,4 +138,110 @@ async fn the_dashboard_routes_answer_exactly_their_shared_types() {
     let cls = history.models.iter().find(|m| m.name == "cls").unwrap();
     assert_eq!(cls.kind, SeriesKind::Model);
     assert!(cls.t_ms.len() == cls.p50_ms.len() && cls.t_ms.len() == cls.statuses.len());
+}
+
+/// The `data:` payloads of a streamed answer, `[DONE]` left out.
+async fn events(r: reqwest::Response) -> Vec<Value> {
+    assert_eq!(r.status(), 200);
+    let text = r.text().await.unwrap();
+    text.lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter(|d| *d != "[DONE]")
+        .map(|d| serde_json::from_str(d).unwrap_or_else(|e| panic!("{e}: {d}")))
+        .collect()
+}
+
+/// Every chunk of a streamed answer read as `T` and written again.
+async fn typed_chunks<T: DeserializeOwned + Serialize>(what: &str, r: reqwest::Response) -> Vec<T> {
+    let chunks: Vec<T> = events(r).await.iter().map(|e| same_as(what, e)).collect();
+    assert!(!chunks.is_empty(), "{what}: no chunks");
+    chunks
+}
+
+/// The frames of a `generate` message over `/v2/stream`, each read as its type and written again.
+async fn typed_generation(s: &Server, key: &str, model: &str) -> GenerationDone<'static> {
+    let (mut ws, _) = connect(s, "/v2/stream", &[("x-api-key", key)])
+        .await
+        .unwrap();
+    let message = json!({"id": "g", "model": model,
+                         "generate": {"prompt": "Once", "max_tokens": 4, "temperature": 0}});
+    ws.send(Message::text(message.to_string())).await.unwrap();
+    loop {
+        let frame = next_json(&mut ws).await;
+        if frame.get("done").is_some() {
+            return same_as("a generation's last frame", &frame);
+        }
+        let _: GeneratedToken = same_as("a generated token's frame", &frame);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_openai_routes_answer_exactly_their_shared_types() {
+    let tmp = tempfile::tempdir().unwrap();
+    // A chat model (log probabilities, `system_fingerprint`, cached tokens) and the character
+    // model (none of them).
+    register(tmp.path(), "smollm2", &model("smollm2.gguf"));
+    register(tmp.path(), "textgen", &model("textgen.onnx"));
+    let vocab = model("textgen-vocab.json").display().to_string();
+    let options = Options {
+        extra_args: vec!["--openai-vocab".into(), vocab],
+        ..Options::default()
+    };
+    let s = Server::start_in(tmp.path(), options);
+    let key = s.key("infer");
+    let post = |path: &'static str, body: Value| {
+        let (s, key) = (&s, &key);
+        async move { s.post_json(path, key, &body).await }
+    };
+
+    let models: ModelCardList = same_as("/v1/models", &s.get_json("/v1/models", &key).await);
+    let context = |id: &str| {
+        models
+            .data
+            .iter()
+            .find(|m| m.id == id)
+            .unwrap()
+            .max_model_len
+    };
+    assert!(context("smollm2").is_some() && context("textgen").is_none());
+
+    let messages = json!([{"role": "user", "content": "What is the capital of France?"}]);
+    for model in ["smollm2", "textgen"] {
+        let chat = json!({"model": model, "messages": messages, "max_tokens": 4, "temperature": 0});
+        let mut completion = json!({"model": model, "prompt": "The capital of France is",
+                                    "max_tokens": 4, "temperature": 0});
+        let mut chat_with_logprobs = chat.clone();
+        if model == "smollm2" {
+            chat_with_logprobs["logprobs"] = json!(true);
+            chat_with_logprobs["top_logprobs"] = json!(2);
+            completion["logprobs"] = json!(2);
+        }
+        let answer = post("/v1/chat/completions", chat_with_logprobs.clone()).await;
+        let answer: ChatCompletion = same_as("a chat answer", &answer.json().await.unwrap());
+        assert_eq!(answer.system_fingerprint.is_some(), model == "smollm2");
+        let answer = post("/v1/completions", completion.clone()).await;
+        let answer: TextCompletion = same_as("a completion", &answer.json().await.unwrap());
+        assert_eq!(answer.choices[0].logprobs.is_some(), model == "smollm2");
+
+        let mut stream = chat_with_logprobs;
+        stream["stream"] = json!(true);
+        stream["stream_options"] = json!({"include_usage": true});
+        let r = post("/v1/chat/completions", stream).await;
+        let chunks: Vec<ChatCompletionChunk> = typed_chunks("a chat chunk", r).await;
+        assert!(chunks.last().unwrap().usage.is_some());
+        let mut stream = completion;
+        stream["stream"] = json!(true);
+        let r = post("/v1/completions", stream).await;
+        let chunks: Vec<TextCompletion> = typed_chunks("a completion chunk", r).await;
+        assert!(chunks.last().unwrap().choices[0].finish_reason.is_some());
+
+        let done = typed_generation(&s, &key, model).await;
+        assert!(done.done && done.usage.completion_tokens > 0);
+    }
+
+    let unknown = json!({"model": "nope", "messages": messages});
+    let r = post("/v1/chat/completions", unknown).await;
+    assert_eq!(r.status(), 404);
+    let error: ErrorBody = same_as("an error answer", &r.json().await.unwrap());
+    assert_eq!(error.error.kind, "invalid_request_error");
 }

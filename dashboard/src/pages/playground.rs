@@ -9,7 +9,9 @@ use crate::api::{self, ApiError, Body};
 use crate::format;
 use crate::session::{self, use_session};
 use crate::tensor::{self, Preprocess, Scoring, Summary};
-use crate::types::{ModelList, ModelVersion, StatsList, TensorSpec};
+use crate::types::{
+    ModelCardList, ModelList, ModelVersion, StatsList, StreamEvent, TensorSpec, TextChoice,
+};
 use crate::widgets::{CopyButton, Empty, ErrorBox, PageHeader};
 use leptos::html;
 use leptos::prelude::*;
@@ -101,16 +103,8 @@ pub fn Playground() -> impl IntoView {
             }
             Err(e) => error.set(Some(e)),
         }
-        if let Ok(v) = api::call("GET", "/v1/models", Body::None).await {
-            let ids = v["data"]
-                .as_array()
-                .map(|d| {
-                    d.iter()
-                        .filter_map(|m| m["id"].as_str().map(str::to_string))
-                        .collect()
-                })
-                .unwrap_or_default();
-            completions.set(ids);
+        if let Ok(list) = api::get::<ModelCardList>("/v1/models").await {
+            completions.set(list.data.into_iter().map(|m| m.id).collect());
         }
         has_ws.set(api::has_extension("infergate_websocket_stream").await);
     });
@@ -808,24 +802,27 @@ fn TextGeneration(model: String, has_ws: bool) -> impl IntoView {
                             if data == "[DONE]" {
                                 return;
                             }
-                            let Ok(v) = serde_json::from_str::<Value>(data) else {
-                                return;
-                            };
-                            let choice = &v["choices"][0];
-                            if let Some(t) = choice["text"].as_str() {
-                                if !t.is_empty() {
-                                    first.get_or_insert(now() - start);
-                                    count += 1;
-                                    output.update(|o| o.push_str(t));
+                            // Not JSON: `[DONE]`.
+                            match serde_json::from_str::<StreamEvent<TextChoice>>(data) {
+                                Ok(StreamEvent::Chunk(chunk)) => {
+                                    // The usage chunk has no choice.
+                                    let Some(choice) = chunk.choices.first() else {
+                                        return;
+                                    };
+                                    if !choice.text.is_empty() {
+                                        first.get_or_insert(now() - start);
+                                        count += 1;
+                                        output.update(|o| o.push_str(&choice.text));
+                                    }
+                                    if let Some(f) = &choice.finish_reason {
+                                        finish = Some(f.to_string());
+                                    }
                                 }
-                                if let Some(f) = choice["finish_reason"].as_str() {
-                                    finish = Some(f.to_string());
+                                Ok(StreamEvent::Error(e)) => {
+                                    error.set(Some(ApiError::client(e.error.message)));
+                                    failed.set(true);
                                 }
-                            } else if let Some(e) =
-                                v["error"]["message"].as_str().or(v["error"].as_str())
-                            {
-                                error.set(Some(ApiError::client(e.to_string())));
-                                failed.set(true);
+                                Err(_) => {}
                             }
                         })
                         .await;

@@ -12,14 +12,15 @@
 //! Dropping the response (client gone) closes the channel, which stops the generation at its
 //! next step, dropping the model call in progress.
 
-use super::openai::{Meta, Tracked};
+use super::openai::Tracked;
+use super::openai_answer::{stream_error, Meta};
 use crate::coalesce::Coalescer;
 use crate::state::AppState;
 use crate::textgen::Generation;
 use axum::body::{Body, Bytes};
 use axum::response::{IntoResponse, Response};
 use futures_util::stream;
-use serde_json::json;
+use infergate_api_types::openai::Usage;
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
@@ -63,7 +64,7 @@ impl Producer {
                 Phase::Start => {
                     self.phase = Phase::Generating;
                     if self.meta.is_chat() {
-                        return Some(Piece::Event(self.meta.chunk(Some(""), None, true)));
+                        return Some(Piece::Event(self.meta.role_chunk(0)));
                     }
                 }
                 Phase::Generating => {
@@ -85,30 +86,23 @@ impl Producer {
                             } else {
                                 Phase::Done
                             };
-                            let text = (!step.text.is_empty()).then_some(step.text.as_str());
-                            return Some(Piece::Event(self.meta.chunk(
-                                text,
-                                Some(finish.as_str()),
-                                false,
-                            )));
+                            let last = self.meta.chunk(0, &step.text, None, Some(finish));
+                            return Some(Piece::Event(last));
                         }
                         Ok(None) => self.phase = Phase::Done,
                         Err(e) => {
                             e.log("sse");
                             self.tracked.end(e.status().as_u16());
                             self.phase = Phase::Done;
-                            let error = json!({"error": {
-                                "message": e.message,
-                                "type": "server_error",
-                                "code": e.status().as_u16(),
-                            }});
-                            return Some(Piece::Event(error.to_string()));
+                            let status = e.status().as_u16();
+                            return Some(Piece::Event(stream_error(e.message, status)));
                         }
                     }
                 }
                 Phase::Usage => {
                     self.phase = Phase::Done;
-                    return Some(Piece::Event(self.meta.usage_chunk(&self.g)));
+                    let usage = Usage::new(self.g.prompt_tokens, self.g.completion_tokens);
+                    return Some(Piece::Event(self.meta.usage_chunk(usage)));
                 }
                 Phase::Done => {
                     self.phase = Phase::Over;
@@ -127,7 +121,7 @@ fn write_burst(meta: &Meta, burst: Vec<Piece>, out: &mut Vec<u8>) {
         out.extend_from_slice(b"data: ");
         match piece {
             Piece::Token(text) => {
-                out.extend_from_slice(meta.chunk(Some(&text), None, false).as_bytes())
+                out.extend_from_slice(meta.chunk(0, &text, None, None).as_bytes())
             }
             Piece::Event(payload) => out.extend_from_slice(payload.as_bytes()),
         }

@@ -13,8 +13,10 @@ use axum::extract::State;
 use axum::Json;
 use base64::Engine as _;
 use http::HeaderMap;
+use infergate_api_types::openai::{
+    Embedding, EmbeddingList, EmbeddingUsage, EmbeddingVector, Object,
+};
 use infergate_engine::{DataType, InferOptions, TensorData};
-use serde_json::{json, Value};
 use std::sync::Arc;
 
 /// The one FP32 vector a pipeline answered for one text.
@@ -48,7 +50,7 @@ pub async fn embeddings(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
     body: axum::body::Body,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<EmbeddingList>> {
     let limit = state.config().limits.max_request_bytes;
     let body = read_limited(&headers, body, limit).await?;
     let req: EmbeddingRequest = parse(&body)?;
@@ -77,20 +79,33 @@ pub async fn embeddings(
         )
         .await?;
         let embedding = vector(&req.model, output)?;
-        let embedding = if base64 {
-            let bytes: Vec<u8> = embedding.iter().flat_map(|v| v.to_le_bytes()).collect();
-            Value::from(base64::engine::general_purpose::STANDARD.encode(bytes))
-        } else {
-            json!(embedding)
-        };
-        data.push(json!({"object": "embedding", "index": index, "embedding": embedding}));
+        data.push(Embedding {
+            object: Object::Embedding,
+            index: index as u32,
+            embedding: encoded(&embedding, base64),
+        });
     }
     // The pipeline does not report its token count; characters are an upper bound of the
     // WordPiece tokens (each token covers at least one character).
-    Ok(Json(json!({
-        "object": "list",
-        "data": data,
-        "model": req.model,
-        "usage": {"prompt_tokens": chars, "total_tokens": chars},
-    })))
+    let chars = chars as u64;
+    Ok(Json(EmbeddingList {
+        object: Object::List,
+        data,
+        model: req.model,
+        usage: EmbeddingUsage {
+            prompt_tokens: chars,
+            total_tokens: chars,
+        },
+    }))
+}
+
+/// A vector as the request's `encoding_format` asks: the little-endian bytes of its FP32 values
+/// in base64, or numbers (each FP32 value as the FP64 it converts to, as JSON numbers are).
+fn encoded(embedding: &[f32], base64: bool) -> EmbeddingVector {
+    if base64 {
+        let bytes: Vec<u8> = embedding.iter().flat_map(|v| v.to_le_bytes()).collect();
+        EmbeddingVector::Base64(base64::engine::general_purpose::STANDARD.encode(bytes))
+    } else {
+        EmbeddingVector::Float(embedding.iter().copied().map(f64::from).collect())
+    }
 }

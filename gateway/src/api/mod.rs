@@ -15,6 +15,7 @@ pub mod limits;
 pub mod metrics;
 pub mod models;
 pub mod openai;
+mod openai_answer;
 pub mod openai_llm;
 pub mod pipelines;
 pub mod plugins;

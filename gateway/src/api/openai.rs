@@ -14,6 +14,7 @@
 
 use super::authorized::{Authorized, Infer};
 use super::body::read_limited;
+use super::openai_answer::{Generated, Kind, Meta};
 use super::openai_llm;
 // `Stop` and `StreamOptions` are shared with the chat models' requests (openai_llm.rs).
 use crate::error::{self, ApiError, ApiResult};
@@ -23,12 +24,13 @@ use crate::request_id::RequestId;
 use crate::state::AppState;
 use crate::textgen::{Generation, RunModel, Step, Vocab};
 use axum::extract::State;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use axum::{Extension, Json};
 use futures_util::future::BoxFuture;
 use http::HeaderMap;
-use serde::Serialize;
-use serde_json::{json, Value};
+use infergate_api_types::openai::{
+    ErrorBody, ErrorDetail, ModelCard, ModelCardList, Object, Usage,
+};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
@@ -85,7 +87,7 @@ pub fn start_generation(
     Generation::new(run, vocab, record, prompt, sampling)
 }
 
-pub async fn models(_: Authorized<Infer>, State(state): S) -> ApiResult<Json<Value>> {
+pub async fn models(_: Authorized<Infer>, State(state): S) -> ApiResult<Json<ModelCardList>> {
     // Only what the OpenAI endpoints can run: chat models (GGUF), the character LSTM when its
     // vocabulary is configured, and pipelines (/v1/embeddings); other models are served through
     // KServe v2, where clients find them in /v2/models.
@@ -107,166 +109,32 @@ pub async fn models(_: Authorized<Infer>, State(state): S) -> ApiResult<Json<Val
             entry.0 = entry.0.min(record.created_at);
         }
     }
-    let mut data: Vec<Value> = first_seen
+    let mut data: Vec<ModelCard> = first_seen
         .into_iter()
-        .map(|(id, (created, context))| {
-            let mut model =
-                json!({"id": id, "object": "model", "created": created, "owned_by": "infergate"});
-            if let Some(n) = context {
-                model["max_model_len"] = json!(n);
-            }
-            model
-        })
+        .map(|(id, (created, context))| model_card(id, created, context))
         .collect();
     for pipeline in state.pipelines().all() {
-        data.push(json!({
-            "id": pipeline.record.name,
-            "object": "model",
-            "created": pipeline.record.created_at,
-            "owned_by": "infergate",
-        }));
+        let record = &pipeline.record;
+        data.push(model_card(record.name.clone(), record.created_at, None));
     }
     // The default model first, as clients that take the first entry expect.
     let default = &state.config().openai.completions_model;
-    data.sort_by_key(|m| m["id"].as_str() != Some(default.as_str()));
-    Ok(Json(json!({"object": "list", "data": data})))
+    data.sort_by_key(|m| m.id != *default);
+    Ok(Json(ModelCardList {
+        object: Object::List,
+        data,
+    }))
 }
 
-/// What differs between the two endpoints' answers.
-#[derive(Clone, Copy, PartialEq)]
-enum Kind {
-    Completion,
-    Chat,
-}
-
-pub(super) struct Meta {
-    kind: Kind,
-    id: String,
-    created: u64,
-    model: String,
-}
-
-impl Meta {
-    fn usage(g: &Generation) -> Value {
-        json!({
-            "prompt_tokens": g.prompt_tokens,
-            "completion_tokens": g.completion_tokens,
-            "total_tokens": g.prompt_tokens + g.completion_tokens,
-        })
+/// One model of `GET /v1/models`; `max_model_len` is a chat model's context per sequence.
+fn model_card(id: String, created: i64, max_model_len: Option<u32>) -> ModelCard {
+    ModelCard {
+        id,
+        object: Object::Model,
+        created,
+        owned_by: "infergate".into(),
+        max_model_len,
     }
-
-    fn full(&self, g: &Generation, text: String, finish: &str) -> Value {
-        let choice = match self.kind {
-            Kind::Completion => {
-                json!({"index": 0, "text": text, "logprobs": null, "finish_reason": finish})
-            }
-            Kind::Chat => json!({
-                "index": 0,
-                "message": {"role": "assistant", "content": text},
-                "logprobs": null,
-                "finish_reason": finish,
-            }),
-        };
-        json!({
-            "id": self.id,
-            "object": match self.kind { Kind::Completion => "text_completion", Kind::Chat => "chat.completion" },
-            "created": self.created,
-            "model": self.model,
-            "choices": [choice],
-            "usage": Meta::usage(g),
-        })
-    }
-
-    pub(super) fn is_chat(&self) -> bool {
-        self.kind == Kind::Chat
-    }
-
-    /// One streamed chunk as JSON; `first` adds the chat's `role`. Called once per token, so it
-    /// serializes borrowed fields directly instead of building a `Value`.
-    pub(super) fn chunk(&self, text: Option<&str>, finish: Option<&str>, first: bool) -> String {
-        let choice = match self.kind {
-            Kind::Completion => ChunkChoice::Text {
-                index: 0,
-                text: text.unwrap_or(""),
-                logprobs: None,
-                finish_reason: finish,
-            },
-            Kind::Chat => ChunkChoice::Delta {
-                index: 0,
-                delta: Delta {
-                    role: first.then_some("assistant"),
-                    content: text,
-                },
-                logprobs: None,
-                finish_reason: finish,
-            },
-        };
-        let chunk = Chunk {
-            id: &self.id,
-            object: self.chunk_object(),
-            created: self.created,
-            model: &self.model,
-            choices: [choice],
-        };
-        serde_json::to_string(&chunk).unwrap_or_else(|e| {
-            json!({"error": {"message": format!("encoding a chunk: {e}"), "type": "server_error"}})
-                .to_string()
-        })
-    }
-
-    fn chunk_object(&self) -> &'static str {
-        match self.kind {
-            Kind::Completion => "text_completion",
-            Kind::Chat => "chat.completion.chunk",
-        }
-    }
-
-    /// The last chunk when `stream_options.include_usage` is set: no choices, the counts.
-    pub(super) fn usage_chunk(&self, g: &Generation) -> String {
-        json!({
-            "id": self.id,
-            "object": self.chunk_object(),
-            "created": self.created,
-            "model": self.model,
-            "choices": [],
-            "usage": Meta::usage(g),
-        })
-        .to_string()
-    }
-}
-
-#[derive(Serialize)]
-struct Chunk<'a> {
-    id: &'a str,
-    object: &'static str,
-    created: u64,
-    model: &'a str,
-    choices: [ChunkChoice<'a>; 1],
-}
-
-#[derive(Serialize)]
-#[serde(untagged)]
-enum ChunkChoice<'a> {
-    Text {
-        index: u32,
-        text: &'a str,
-        logprobs: Option<()>,
-        finish_reason: Option<&'a str>,
-    },
-    Delta {
-        index: u32,
-        delta: Delta<'a>,
-        logprobs: Option<()>,
-        finish_reason: Option<&'a str>,
-    },
-}
-
-#[derive(Serialize)]
-struct Delta<'a> {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    role: Option<&'static str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    content: Option<&'a str>,
 }
 
 /// An error in OpenAI's shape (`{"error": {"message", "type", "param", "code"}}`), which the
@@ -282,7 +150,14 @@ fn openai_error(e: ApiError) -> Response {
         error::Kind::RateLimited => "rate_limit_error",
         _ => "server_error",
     };
-    let body = json!({"error": {"message": e.message, "type": kind, "param": null, "code": null}});
+    let body = ErrorBody {
+        error: ErrorDetail {
+            message: e.message.clone(),
+            kind: kind.into(),
+            param: Some(None),
+            code: Some(None),
+        },
+    };
     e.respond_with(body)
 }
 
@@ -328,8 +203,7 @@ async fn completion(
     let body = read_limited(&headers, body, limit).await?;
     if let Some(record) = openai_llm::chat_model(&state, &body)? {
         let id = format!("cmpl-{}", request_id.as_str());
-        let kind = openai_llm::Kind::Completion;
-        return openai_llm::respond(state, record, kind, id, unix_now(), &body).await;
+        return openai_llm::respond(state, record, Kind::Completion, id, unix_now(), &body).await;
     }
     let req: CompletionRequest = parse(&body)?;
     let prompt = req.prompt()?;
@@ -340,6 +214,7 @@ async fn completion(
         id: format!("cmpl-{}", request_id.as_str()),
         created: unix_now(),
         model: req.common.model.clone(),
+        chat_model: false,
     };
     run(state, meta, &req.common, &prompt, sampling).await
 }
@@ -354,8 +229,7 @@ async fn chat_completion(
     let body = read_limited(&headers, body, limit).await?;
     if let Some(record) = openai_llm::chat_model(&state, &body)? {
         let id = format!("chatcmpl-{}", request_id.as_str());
-        let kind = openai_llm::Kind::Chat;
-        return openai_llm::respond(state, record, kind, id, unix_now(), &body).await;
+        return openai_llm::respond(state, record, Kind::Chat, id, unix_now(), &body).await;
     }
     let req: ChatRequest = parse(&body)?;
     let prompt = req.prompt()?;
@@ -366,6 +240,7 @@ async fn chat_completion(
         id: format!("chatcmpl-{}", request_id.as_str()),
         created: unix_now(),
         model: req.common.model.clone(),
+        chat_model: false,
     };
     run(state, meta, &req.common, &prompt, sampling).await
 }
@@ -455,9 +330,15 @@ async fn complete(state: Arc<AppState>, meta: Meta, mut g: Generation) -> ApiRes
                     tracked.token();
                 }
                 text.push_str(&t);
-                if let Some(reason) = finish {
+                if let Some(finish) = finish {
                     tracked.end(200);
-                    return Ok(Json(meta.full(&g, text, reason.as_str())).into_response());
+                    let whole = Generated {
+                        text,
+                        logprobs: Vec::new(),
+                        finish,
+                    };
+                    let usage = Usage::new(g.prompt_tokens, g.completion_tokens);
+                    return Ok(meta.answer(vec![whole], usage));
                 }
             }
             Ok(None) => {

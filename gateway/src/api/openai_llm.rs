@@ -12,22 +12,26 @@
 //! scheduler frees them at its next step.
 
 use super::openai::{Stop, StreamOptions};
+use super::openai_answer::{stream_error, Generated, Kind, Meta};
+use super::stream::encoded;
 use crate::error::{ApiError, ApiResult};
 use crate::llm::api_error;
 use crate::state::AppState;
 use crate::store::models::ModelRecord;
 use axum::body::{Body, Bytes};
 use axum::response::{IntoResponse, Response};
-use axum::Json;
 use futures_util::stream::{self, BoxStream, StreamExt};
 use futures_util::FutureExt;
+use infergate_api_types::openai::{PromptTokensDetails, Usage};
+use infergate_api_types::stream::{GeneratedToken, GenerationDone};
 use infergate_llm::{
     ChatMessage, Constraint, Done, Event, Generation, LlmModel, SamplingParams, TokenLogprob,
 };
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::histogram::Histogram;
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::Value;
+use std::borrow::Cow;
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Instant;
@@ -39,12 +43,6 @@ const DEFAULT_COMPLETION_TOKENS: u32 = 16;
 const MAX_CHOICES: u32 = 16;
 /// Completions' `logprobs` is at most 5 (OpenAI's limit).
 const MAX_COMPLETION_LOGPROBS: u32 = 5;
-
-#[derive(Clone, Copy, PartialEq)]
-pub(super) enum Kind {
-    Completion,
-    Chat,
-}
 
 #[derive(Debug, Deserialize)]
 struct JsonSchemaFormat {
@@ -336,96 +334,7 @@ fn token_ids(model: &LlmModel, tokens: &[Value]) -> ApiResult<Vec<i32>> {
         .collect()
 }
 
-/// What every response of one request shares.
-struct Meta {
-    kind: Kind,
-    id: String,
-    created: u64,
-    model: String,
-}
-
-impl Meta {
-    fn object(&self, chunk: bool) -> &'static str {
-        match (self.kind, chunk) {
-            (Kind::Completion, _) => "text_completion",
-            (Kind::Chat, false) => "chat.completion",
-            (Kind::Chat, true) => "chat.completion.chunk",
-        }
-    }
-
-    fn envelope(&self, chunk: bool, choices: Vec<Value>) -> Value {
-        json!({
-            "id": self.id,
-            "object": self.object(chunk),
-            "created": self.created,
-            "model": self.model,
-            "system_fingerprint": null,
-            "choices": choices,
-        })
-    }
-
-    /// Log probabilities in each endpoint's format.
-    fn logprobs(&self, tokens: &[TokenLogprob], offset: usize) -> Value {
-        match self.kind {
-            Kind::Chat => json!({"content": tokens.iter().map(|t| json!({
-                "token": t.token,
-                "logprob": t.logprob,
-                "bytes": t.bytes,
-                "top_logprobs": t.top.iter().map(|a| json!({
-                    "token": a.token, "logprob": a.logprob, "bytes": a.bytes,
-                })).collect::<Vec<_>>(),
-            })).collect::<Vec<_>>()}),
-            Kind::Completion => {
-                let mut at = offset;
-                let offsets: Vec<usize> = tokens
-                    .iter()
-                    .map(|t| {
-                        let here = at;
-                        at += t.token.len();
-                        here
-                    })
-                    .collect();
-                json!({
-                    "tokens": tokens.iter().map(|t| &t.token).collect::<Vec<_>>(),
-                    "token_logprobs": tokens.iter().map(|t| t.logprob).collect::<Vec<_>>(),
-                    "top_logprobs": tokens.iter().map(|t| t.top.iter()
-                        .map(|a| (a.token.clone(), json!(a.logprob)))
-                        .collect::<serde_json::Map<_, _>>()).collect::<Vec<_>>(),
-                    "text_offset": offsets,
-                })
-            }
-        }
-    }
-
-    fn choice(
-        &self,
-        index: usize,
-        text: &str,
-        logprobs: Value,
-        finish: Option<&str>,
-        chunk: bool,
-    ) -> Value {
-        match (self.kind, chunk) {
-            (Kind::Completion, _) => json!({
-                "index": index, "text": text, "logprobs": logprobs, "finish_reason": finish,
-            }),
-            (Kind::Chat, false) => json!({
-                "index": index,
-                "message": {"role": "assistant", "content": text},
-                "logprobs": logprobs,
-                "finish_reason": finish,
-            }),
-            (Kind::Chat, true) => json!({
-                "index": index,
-                "delta": if text.is_empty() { json!({}) } else { json!({"content": text}) },
-                "logprobs": logprobs,
-                "finish_reason": finish,
-            }),
-        }
-    }
-}
-
-fn usage(prompt_tokens: u32, done: &[Option<Done>]) -> Value {
+fn usage(prompt_tokens: u32, done: &[Option<Done>]) -> Usage {
     let completion: u32 = done.iter().flatten().map(|d| d.completion_tokens).sum();
     let cached = done
         .iter()
@@ -433,12 +342,12 @@ fn usage(prompt_tokens: u32, done: &[Option<Done>]) -> Value {
         .map(|d| d.cached_tokens)
         .max()
         .unwrap_or(0);
-    json!({
-        "prompt_tokens": prompt_tokens,
-        "completion_tokens": completion,
-        "total_tokens": prompt_tokens + completion,
-        "prompt_tokens_details": {"cached_tokens": cached},
-    })
+    Usage {
+        prompt_tokens_details: Some(PromptTokensDetails {
+            cached_tokens: cached,
+        }),
+        ..Usage::new(prompt_tokens, completion)
+    }
 }
 
 /// Metrics of one request: counted while it runs, recorded when it ends (499 when the client
@@ -539,6 +448,7 @@ pub(super) async fn respond(
         id,
         created,
         model: record.name.clone(),
+        chat_model: true,
     };
     let tracked = Tracked::new(&state, &record, generations.len(), started);
     let prompt_tokens = plan.prompt.len() as u32;
@@ -595,28 +505,23 @@ async fn complete(
             }
         }
     }
-    if choices.iter().any(|c| c.done.is_none()) {
+    let done: Vec<Option<Done>> = choices.iter().map(|c| c.done).collect();
+    let Some(finished) = choices
+        .into_iter()
+        .map(|c| {
+            c.done.map(|d| Generated {
+                text: c.text,
+                logprobs: c.logprobs,
+                finish: d.finish,
+            })
+        })
+        .collect::<Option<Vec<_>>>()
+    else {
         tracked.end(500);
         return Err(ApiError::internal("a generation ended without finishing"));
-    }
+    };
     tracked.end(200);
-    let done: Vec<Option<Done>> = choices.iter().map(|c| c.done).collect();
-    let body_choices = choices
-        .iter()
-        .enumerate()
-        .map(|(i, c)| {
-            let logprobs = if c.logprobs.is_empty() {
-                Value::Null
-            } else {
-                meta.logprobs(&c.logprobs, 0)
-            };
-            let finish = c.done.map(|d| d.finish.as_str());
-            meta.choice(i, &c.text, logprobs, finish, false)
-        })
-        .collect();
-    let mut body = meta.envelope(false, body_choices);
-    body["usage"] = usage(prompt_tokens, &done);
-    Ok(Json(body).into_response())
+    Ok(meta.answer(finished, usage(prompt_tokens, &done)))
 }
 
 /// Where a streamed response is.
@@ -633,20 +538,17 @@ struct Streaming {
 }
 
 impl Streaming {
-    fn sse(out: &mut Vec<u8>, payload: &Value) {
+    fn sse(out: &mut Vec<u8>, payload: &str) {
         out.extend_from_slice(b"data: ");
-        // Values built here always serialize.
-        out.extend_from_slice(payload.to_string().as_bytes());
+        out.extend_from_slice(payload.as_bytes());
         out.extend_from_slice(b"\n\n");
     }
 
     fn first_chunks(&self) -> Vec<u8> {
         let mut out = Vec::new();
-        if self.meta.kind == Kind::Chat {
+        if self.meta.is_chat() {
             for i in 0..self.done.len() {
-                let choice = json!({"index": i, "delta": {"role": "assistant", "content": ""},
-                    "logprobs": null, "finish_reason": null});
-                Streaming::sse(&mut out, &self.meta.envelope(true, vec![choice]));
+                Streaming::sse(&mut out, &self.meta.role_chunk(i as u32));
             }
         }
         out
@@ -657,20 +559,14 @@ impl Streaming {
         match event {
             Event::Text { text, logprob } => {
                 self.tracked.token(i);
-                let logprobs = match &logprob {
-                    Some(lp) => self.meta.logprobs(std::slice::from_ref(lp), self.sent[i]),
-                    None => Value::Null,
-                };
+                let logprob = logprob.map(|lp| (lp, self.sent[i]));
                 self.sent[i] += text.len();
-                let choice = self.meta.choice(i, &text, logprobs, None, true);
-                Streaming::sse(out, &self.meta.envelope(true, vec![choice]));
+                Streaming::sse(out, &self.meta.chunk(i as u32, &text, logprob, None));
             }
             Event::Done(done) => {
                 self.done[i] = Some(done);
-                let choice = self
-                    .meta
-                    .choice(i, "", Value::Null, Some(done.finish.as_str()), true);
-                Streaming::sse(out, &self.meta.envelope(true, vec![choice]));
+                let last = self.meta.chunk(i as u32, "", None, Some(done.finish));
+                Streaming::sse(out, &last);
                 if self.done.iter().all(Option::is_some) {
                     self.tracked.end(200);
                     self.finish(out);
@@ -678,10 +574,7 @@ impl Streaming {
             }
             Event::Error(message) => {
                 self.tracked.end(500);
-                Streaming::sse(
-                    out,
-                    &json!({"error": {"message": message, "type": "server_error", "code": 500}}),
-                );
+                Streaming::sse(out, &stream_error(message, 500));
                 self.finish(out);
             }
         }
@@ -689,9 +582,8 @@ impl Streaming {
 
     fn finish(&mut self, out: &mut Vec<u8>) {
         if self.include_usage {
-            let mut last = self.meta.envelope(true, vec![]);
-            last["usage"] = usage(self.prompt_tokens, &self.done);
-            Streaming::sse(out, &last);
+            let usage = usage(self.prompt_tokens, &self.done);
+            Streaming::sse(out, &self.meta.usage_chunk(usage));
         }
         out.extend_from_slice(b"data: [DONE]\n\n");
         self.over = true;
@@ -760,7 +652,6 @@ pub(crate) async fn websocket_generate(
     id: &Value,
     out: &tokio::sync::mpsc::Sender<axum::extract::ws::Message>,
 ) -> ApiResult<()> {
-    use axum::extract::ws::Message as Frame;
     let request: Request = serde_json::from_value(generate).map_err(|e| bad("generate", e))?;
     let kind = if request.messages.is_some() {
         Kind::Chat
@@ -783,7 +674,6 @@ pub(crate) async fn websocket_generate(
         .map_err(api_error)?;
     let tokens = state.metrics().token_counter(&record.name, "websocket");
     let _in_progress = state.metrics().generation_started();
-    let send = |v: Value| out.send(Frame::Text(v.to_string().into()));
     let mut text = String::new();
     while let Some(event) = generation.events.recv().await {
         match event {
@@ -793,17 +683,23 @@ pub(crate) async fn websocket_generate(
                     continue;
                 }
                 text.push_str(&piece);
-                if send(json!({"id": id, "token": piece})).await.is_err() {
+                let token = GeneratedToken {
+                    id: Cow::Borrowed(id),
+                    token: piece.into(),
+                };
+                if out.send(encoded(&token)?).await.is_err() {
                     return Ok(());
                 }
             }
             Event::Done(done) => {
-                let usage = usage(generation.prompt_tokens, &[Some(done)]);
-                let _ = send(
-                    json!({"id": id, "done": true, "finish_reason": done.finish.as_str(),
-                    "text": text, "usage": usage}),
-                )
-                .await;
+                let last = GenerationDone {
+                    id: Cow::Borrowed(id),
+                    done: true,
+                    finish_reason: done.finish.as_str().into(),
+                    text: text.into(),
+                    usage: usage(generation.prompt_tokens, &[Some(done)]),
+                };
+                let _ = out.send(encoded(&last)?).await;
                 return Ok(());
             }
             Event::Error(message) => return Err(ApiError::internal(message)),

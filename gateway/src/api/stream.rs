@@ -51,10 +51,13 @@ use axum::extract::State;
 use axum::response::Response;
 use futures_util::{SinkExt, StreamExt};
 use http::{HeaderMap, HeaderValue};
+use infergate_api_types::openai::Usage;
+use infergate_api_types::stream::{GeneratedToken, GenerationDone};
 use infergate_protocol::kserve;
 use infergate_protocol::message::Incoming;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -190,6 +193,13 @@ fn close(code: u16, reason: &str) -> Message {
 
 fn frame(v: Value) -> Message {
     Message::Text(Utf8Bytes::from(v.to_string()))
+}
+
+/// A typed answer as a frame.
+pub(super) fn encoded(answer: &impl Serialize) -> ApiResult<Message> {
+    let text = serde_json::to_string(answer)
+        .map_err(|e| ApiError::internal(format!("encoding the answer: {e}")))?;
+    Ok(Message::Text(Utf8Bytes::from(text)))
 }
 
 fn error_frame(id: &Value, e: &ApiError) -> Message {
@@ -583,10 +593,9 @@ async fn run(
             "a WebSocket answer came out with binary tensor data",
         ));
     }
-    let answer = serde_json::to_string(&Answer { id, response })
-        .map_err(|e| ApiError::internal(format!("encoding the answer: {e}")))?;
+    let answer = encoded(&Answer { id, response })?;
     // A failed send means the connection is gone: nobody is left to tell.
-    let _ = out.send(Message::Text(Utf8Bytes::from(answer))).await;
+    let _ = out.send(answer).await;
     Ok(())
 }
 
@@ -649,21 +658,24 @@ async fn generate_stream(
         }
         if !step.text.is_empty() {
             text.push_str(&step.text);
-            for message in coalescer.token(frame(json!({"id": id, "token": step.text}))) {
+            let token = GeneratedToken {
+                id: Cow::Borrowed(id),
+                token: step.text.into(),
+            };
+            for message in coalescer.token(encoded(&token)?) {
                 if out.send(message).await.is_err() {
                     return Ok(());
                 }
             }
         }
         if let Some(finish) = step.finish {
-            let usage = json!({
-                "prompt_tokens": g.prompt_tokens,
-                "completion_tokens": g.completion_tokens,
-                "total_tokens": g.prompt_tokens + g.completion_tokens,
-            });
-            let done = frame(json!({
-                "id": id, "done": true, "finish_reason": finish.as_str(), "text": text, "usage": usage,
-            }));
+            let done = encoded(&GenerationDone {
+                id: Cow::Borrowed(id),
+                done: true,
+                finish_reason: finish.as_str().into(),
+                text: text.into(),
+                usage: Usage::new(g.prompt_tokens, g.completion_tokens),
+            })?;
             for message in coalescer.urgent(done) {
                 if out.send(message).await.is_err() {
                     break;

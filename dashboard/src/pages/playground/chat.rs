@@ -6,6 +6,7 @@
 use super::{finish_text, generation_settings, now, origin};
 use crate::api::{self, ApiError};
 use crate::format;
+use crate::types::{ChatChunkChoice, StreamEvent};
 use crate::widgets::{CopyButton, ErrorBox};
 use leptos::prelude::*;
 use serde_json::{json, Value};
@@ -101,23 +102,24 @@ pub fn ChatRun(model: String) -> impl IntoView {
             let (mut first, mut count, mut finish) = (None, 0usize, None);
             let signal = controller.as_ref().map(|c| c.signal());
             let result = api::stream_sse("/v1/chat/completions", body, signal.as_ref(), |data| {
-                let Ok(v) = serde_json::from_str::<Value>(data) else {
-                    return;
-                };
-                let choice = &v["choices"][0];
-                if let Some(t) = choice["delta"]["content"]
-                    .as_str()
-                    .filter(|t| !t.is_empty())
-                {
-                    first.get_or_insert(now() - start);
-                    count += 1;
-                    answer.update(|a| a.push_str(t));
-                }
-                if let Some(f) = choice["finish_reason"].as_str() {
-                    finish = Some(f.to_string());
-                }
-                if let Some(e) = v["error"]["message"].as_str() {
-                    error.set(Some(ApiError::client(e.to_string())));
+                // Not JSON: `[DONE]`.
+                match serde_json::from_str::<StreamEvent<ChatChunkChoice>>(data) {
+                    Ok(StreamEvent::Chunk(chunk)) => {
+                        // The usage chunk has no choice.
+                        let Some(choice) = chunk.choices.first() else {
+                            return;
+                        };
+                        if let Some(t) = choice.delta.content.as_deref().filter(|t| !t.is_empty()) {
+                            first.get_or_insert(now() - start);
+                            count += 1;
+                            answer.update(|a| a.push_str(t));
+                        }
+                        if let Some(f) = &choice.finish_reason {
+                            finish = Some(f.to_string());
+                        }
+                    }
+                    Ok(StreamEvent::Error(e)) => error.set(Some(ApiError::client(e.error.message))),
+                    Err(_) => {}
                 }
             })
             .await;

@@ -4,6 +4,7 @@
 use super::{now, origin};
 use crate::api::{self, ApiError, Body};
 use crate::format;
+use crate::types::{Embedding, EmbeddingList, EmbeddingVector};
 use crate::widgets::{CopyButton, ErrorBox};
 use leptos::prelude::*;
 use serde_json::{json, Value};
@@ -18,14 +19,16 @@ fn cosine(a: &[f64], b: &[f64]) -> Option<f64> {
     (denominator > 0.0).then(|| dot / denominator)
 }
 
-fn vector(item: &Value) -> Vec<f64> {
-    item["embedding"]
-        .as_array()
-        .map(|a| a.iter().filter_map(Value::as_f64).collect())
-        .unwrap_or_default()
+/// A vector's values; none when it came as base64 (this page asks for numbers).
+fn vector(item: &Embedding) -> &[f64] {
+    match &item.embedding {
+        EmbeddingVector::Float(values) => values,
+        EmbeddingVector::Base64(_) => &[],
+    }
 }
 
-/// The response with each vector cut to its first values, for display.
+/// The response as the page shows it: each vector cut to its first values and a note of how
+/// many more (which the answer's type cannot hold, so this edits its JSON).
 fn abbreviated(v: &Value) -> Value {
     let mut v = v.clone();
     for item in v["data"].as_array_mut().into_iter().flatten() {
@@ -92,12 +95,12 @@ pub fn EmbeddingCompare(pipeline: String) -> impl IntoView {
             busy.set(false);
             match answer {
                 Ok(v) => {
-                    let data = v["data"].as_array().cloned().unwrap_or_default();
-                    let (va, vb) = match data.as_slice() {
-                        [x, y] => (vector(x), vector(y)),
-                        _ => (Vec::new(), Vec::new()),
+                    let list = serde_json::from_value::<EmbeddingList>(v.clone()).ok();
+                    let (va, vb) = match list.as_ref().map(|l| l.data.as_slice()) {
+                        Some([x, y]) => (vector(x), vector(y)),
+                        _ => (&[][..], &[][..]),
                     };
-                    match cosine(&va, &vb) {
+                    match cosine(va, vb) {
                         Some(similarity) => result.set(Some(Comparison {
                             similarity,
                             dimensions: va.len(),
