@@ -43,17 +43,8 @@ pub struct KeyActivity {
 /// One key of `GET /api/keys` (never its secret).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct ApiKey {
-    pub id: i64,
-    pub public_id: String,
-    pub name: String,
-    /// infer, upload, admin.
-    pub scopes: Vec<String>,
-    /// Unix seconds.
-    pub created_at: i64,
-    pub revoked_at: Option<i64>,
-    /// The key's own limits; `null` means the server's default.
-    pub rate_limit: Option<RateLimit>,
-    pub max_concurrent: Option<u32>,
+    #[serde(flatten)]
+    pub key: KeyInfo,
     pub effective_limits: EffectiveLimits,
     pub usage: KeyUsage,
     pub activity: KeyActivity,
@@ -83,4 +74,57 @@ pub struct KeyUsageReport {
     pub limits: LimitSources,
     pub usage: KeyUsage,
     pub activity: KeyActivity,
+}
+
+/// A key as stored, without its usage: what `POST /api/keys` (with its secret),
+/// `DELETE /api/keys/{id}` and `PUT /api/keys/{id}/limits` answer about it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct KeyInfo {
+    pub id: i64,
+    pub public_id: String,
+    pub name: String,
+    /// infer, upload, admin.
+    pub scopes: Vec<String>,
+    /// Unix seconds.
+    pub created_at: i64,
+    pub revoked_at: Option<i64>,
+    /// The key's own limits; `null`: the server's defaults.
+    pub rate_limit: Option<RateLimit>,
+    pub max_concurrent: Option<u32>,
+}
+
+/// `POST /api/keys`: the new key and its secret, shown this once.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct KeyCreated {
+    #[serde(flatten)]
+    pub key: KeyInfo,
+    pub secret: String,
+}
+
+/// `DELETE /api/keys/{id}`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct KeyRevoked {
+    pub revoked: KeyInfo,
+}
+
+/// `PUT /api/keys/{id}/limits`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct KeyUpdated {
+    pub key: KeyInfo,
+}
+
+/// `GET /api/whoami`: the calling key's identity and scopes.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct Identity {
+    pub id: i64,
+    pub public_id: String,
+    pub name: String,
+    pub scopes: Vec<String>,
+}
+
+impl Identity {
+    /// Whether the key holds `scope`; `admin` implies every scope, as on the server.
+    pub fn can(&self, scope: &str) -> bool {
+        self.scopes.iter().any(|s| s == scope || s == "admin")
+    }
 }

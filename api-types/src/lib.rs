@@ -11,6 +11,7 @@
 pub mod events;
 pub mod history;
 pub mod keys;
+pub mod kserve;
 pub mod models;
 pub mod openai;
 pub mod stats;
@@ -26,4 +27,11 @@ where
     T: serde::Deserialize<'de>,
 {
     T::deserialize(deserializer).map(Some)
+}
+
+/// The body of every error answer outside the OpenAI routes (which answer OpenAI's
+/// [`openai::ErrorBody`]): `{"error": "..."}`, the message saying whose fault it is.
+#[derive(serde::Serialize, serde::Deserialize, Clone, Debug, PartialEq)]
+pub struct ErrorBody {
+    pub error: String,
 }

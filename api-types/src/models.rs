@@ -67,6 +67,22 @@ pub struct ModelVersions {
     pub versions: Vec<ModelVersion>,
 }
 
+/// `DELETE /api/models/{name}/versions/{version}`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct VersionDeleted {
+    pub name: String,
+    pub version: u64,
+    /// Always `true`.
+    pub deleted: bool,
+}
+
+/// `DELETE /api/models/{name}`: every version.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct ModelDeleted {
+    pub name: String,
+    pub deleted_versions: Vec<u64>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -167,6 +167,53 @@ pub struct WorkerFigures {
     pub gpus: Option<Vec<GpuUsage>>,
 }
 
+/// `POST /api/workers/tokens`: a new join secret, shown once.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct JoinTokenCreated {
+    pub id: String,
+    /// What `infergate worker --join-token` takes.
+    pub token: String,
+    /// Unix seconds; `null`: until revoked.
+    pub expires_at: Option<u64>,
+}
+
+/// `POST /v2/models/{model}/assign`: the worker a direct client talks to, and its token.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct Assignment {
+    /// `https://host:port` of the worker's KServe v2 HTTP endpoints.
+    pub worker: String,
+    /// `host:port` for a KServe gRPC client (TLS, the same token); `null` from a worker that
+    /// has not reported one.
+    pub grpc: Option<String>,
+    pub worker_id: String,
+    pub model: String,
+    pub version: u64,
+    /// The bearer token the worker verifies offline.
+    pub token: String,
+    /// Unix seconds.
+    pub expires_at: u64,
+    /// The cluster CA that signed the worker's certificate, for the client to pin.
+    pub ca_pem: String,
+}
+
+/// `DELETE /api/workers/{id}`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct WorkerRemoved {
+    pub removed: String,
+}
+
+/// `POST /api/workers/{id}/drain`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct WorkerDraining {
+    pub draining: String,
+}
+
+/// `DELETE /api/workers/tokens/{id}`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct TokenRevoked {
+    pub revoked: String,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -70,10 +70,9 @@ impl ApiError {
 pub type ApiResult<T> = Result<T, ApiError>;
 
 fn error_from(status: u16, text: &str) -> ApiError {
-    let message = serde_json::from_str::<Value>(text)
-        .ok()
-        .and_then(|v| v.get("error").and_then(Value::as_str).map(str::to_string))
-        .unwrap_or_else(|| {
+    let message = serde_json::from_str::<infergate_api_types::ErrorBody>(text)
+        .map(|body| body.error)
+        .unwrap_or_else(|_| {
             let t = text.trim();
             if t.is_empty() {
                 format!("HTTP {status}")
@@ -238,7 +237,12 @@ pub fn server_timing(header: &str) -> Vec<(String, f64)> {
 }
 
 pub async fn get<T: DeserializeOwned>(path: &str) -> ApiResult<T> {
-    let v = call("GET", path, Body::None).await?;
+    send("GET", path, Body::None).await
+}
+
+/// `call`, its answer read as the route's answer type.
+pub async fn send<T: DeserializeOwned>(method: &str, path: &str, body: Body) -> ApiResult<T> {
+    let v = call(method, path, body).await?;
     serde_json::from_value(v)
         .map_err(|e| ApiError::client(format!("unexpected answer from {path}: {e}")))
 }
@@ -246,10 +250,8 @@ pub async fn get<T: DeserializeOwned>(path: &str) -> ApiResult<T> {
 /// Whether the server lists `name` among the `extensions` of `GET /v2` (how features such as
 /// the WebSocket routes are discovered without requests that would log errors).
 pub async fn has_extension(name: &str) -> bool {
-    match call("GET", "/v2", Body::None).await {
-        Ok(v) => v["extensions"]
-            .as_array()
-            .is_some_and(|list| list.iter().any(|e| e.as_str() == Some(name))),
+    match get::<crate::types::ServerMetadata>("/v2").await {
+        Ok(server) => server.has_extension(name),
         Err(_) => false,
     }
 }

@@ -2,24 +2,10 @@
 //! in local storage) and its scopes, from `/api/whoami`, decide what the pages offer.
 
 use leptos::prelude::*;
-use serde::Deserialize;
 
 const STORAGE_KEY: &str = "infergate.api_key";
 
-#[derive(Clone, Debug, Deserialize, PartialEq)]
-pub struct Identity {
-    pub id: i64,
-    pub public_id: String,
-    pub name: String,
-    pub scopes: Vec<String>,
-}
-
-impl Identity {
-    /// `admin` implies every scope, as on the server.
-    pub fn can(&self, scope: &str) -> bool {
-        self.scopes.iter().any(|s| s == scope || s == "admin")
-    }
-}
+pub use infergate_api_types::keys::Identity;
 
 fn storage() -> Option<web_sys::Storage> {
     web_sys::window()?.session_storage().ok()?

@@ -303,7 +303,9 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = serde_json::json!({ "error": self.message });
+        let body = infergate_api_types::ErrorBody {
+            error: self.message.clone(),
+        };
         self.respond_with(body)
     }
 }

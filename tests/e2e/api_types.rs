@@ -10,14 +10,20 @@ use crate::websocket::{connect, next_json};
 use futures_util::SinkExt;
 use infergate_api_types::events::Event;
 use infergate_api_types::history::{History, SeriesKind, VersionState};
-use infergate_api_types::keys::{KeyList, KeyUsageReport};
-use infergate_api_types::models::{ModelList, ModelVersion, ModelVersions};
+use infergate_api_types::keys::{
+    Identity, KeyCreated, KeyList, KeyRevoked, KeyUpdated, KeyUsageReport,
+};
+use infergate_api_types::kserve::{ModelMetadata, RepositoryEntry, ServerDevice, ServerMetadata};
+use infergate_api_types::models::{
+    ModelDeleted, ModelList, ModelVersion, ModelVersions, VersionDeleted,
+};
 use infergate_api_types::openai::{
     ChatCompletion, ChatCompletionChunk, ErrorBody, ModelCardList, TextCompletion,
 };
 use infergate_api_types::stats::StatsList;
 use infergate_api_types::stream::{GeneratedToken, GenerationDone};
-use infergate_api_types::workers::WorkerList;
+use infergate_api_types::workers::{JoinTokenCreated, TokenRevoked, WorkerList};
+
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -81,11 +87,11 @@ async fn the_dashboard_routes_answer_exactly_their_shared_types() {
     let limited = keys
         .keys
         .iter()
-        .find(|k| k.rate_limit.is_some())
+        .find(|k| k.key.rate_limit.is_some())
         .expect("the key with its own limits is listed");
     assert_eq!(limited.activity.admitted, 1);
-    assert_eq!(limited.scopes, ["infer"]);
-    let usage: KeyUsageReport = typed(&s, &format!("/api/keys/{}/usage", limited.id)).await;
+    assert_eq!(limited.key.scopes, ["infer"]);
+    let usage: KeyUsageReport = typed(&s, &format!("/api/keys/{}/usage", limited.key.id)).await;
     assert_eq!(usage.limits.rate_limit_source, "key");
 
     let stats: StatsList = typed(&s, "/v2/models/stats").await;
@@ -244,4 +250,132 @@ async fn the_openai_routes_answer_exactly_their_shared_types() {
     assert_eq!(r.status(), 404);
     let error: ErrorBody = same_as("an error answer", &r.json().await.unwrap());
     assert_eq!(error.error.kind, "invalid_request_error");
+}
+
+/// `answer`'s JSON body read as `T` and written back (any status).
+async fn typed_answer<T: DeserializeOwned + Serialize>(
+    what: &str,
+    answer: reqwest::Response,
+) -> (u16, T) {
+    let status = answer.status().as_u16();
+    let body: Value = answer.json().await.expect("a JSON body");
+    (status, same_as(what, &body))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_and_metadata_routes_answer_exactly_their_shared_types() {
+    let tmp = tempfile::tempdir().unwrap();
+    register(tmp.path(), "cls", &model("ocr-cls.onnx"));
+    register(tmp.path(), "gone", &model("ocr-cls.onnx"));
+    let s = Server::start_in(tmp.path(), Options::default());
+    let admin = &s.admin_key;
+    let send = |method: reqwest::Method, path: &str, body: Option<Value>| {
+        let mut r = s.client.request(method, s.url(path)).bearer_auth(admin);
+        if let Some(body) = body {
+            r = r.json(&body);
+        }
+        r.send()
+    };
+
+    let server: ServerMetadata = typed(&s, "/v2").await;
+    assert!(server.has_extension("openai"));
+    assert!(matches!(server.device, ServerDevice::Cpu { .. }));
+    let meta: ModelMetadata = typed(&s, "/v2/models/cls").await;
+    assert_eq!(
+        (meta.name.as_str(), meta.inputs[0].datatype.as_str()),
+        ("cls", "FP32")
+    );
+    let (_, index): (_, Vec<RepositoryEntry>) = typed_answer(
+        "repository index",
+        send(
+            reqwest::Method::POST,
+            "/v2/repository/index",
+            Some(json!({})),
+        )
+        .await
+        .unwrap(),
+    )
+    .await;
+    assert!(index
+        .iter()
+        .any(|e| e.name == "gone" && e.state == "UNAVAILABLE"));
+
+    let me: Identity = typed(&s, "/api/whoami").await;
+    assert!(me.can("upload"));
+    let (status, created): (_, KeyCreated) = typed_answer(
+        "key created",
+        send(
+            reqwest::Method::POST,
+            "/api/keys",
+            Some(json!({"name": "typed", "scopes": ["infer"], "max_concurrent": 2})),
+        )
+        .await
+        .unwrap(),
+    )
+    .await;
+    assert_eq!((status, created.key.max_concurrent), (201, Some(2)));
+    let path = format!("/api/keys/{}", created.key.id);
+    let (_, updated): (_, KeyUpdated) = typed_answer(
+        "key limits changed",
+        send(
+            reqwest::Method::PATCH,
+            &path,
+            Some(json!({"rate_limit": {"rps": 3}})),
+        )
+        .await
+        .unwrap(),
+    )
+    .await;
+    assert_eq!(updated.key.rate_limit.map(|r| r.rps), Some(3.0));
+    let (_, revoked): (_, KeyRevoked) = typed_answer(
+        "key revoked",
+        send(reqwest::Method::DELETE, &path, None).await.unwrap(),
+    )
+    .await;
+    assert!(revoked.revoked.revoked_at.is_some());
+
+    let (status, token): (_, JoinTokenCreated) = typed_answer(
+        "join secret",
+        send(
+            reqwest::Method::POST,
+            "/api/workers/tokens",
+            Some(json!({"ttl_s": 60})),
+        )
+        .await
+        .unwrap(),
+    )
+    .await;
+    assert!(status == 201 && token.expires_at.is_some());
+    let path = format!("/api/workers/tokens/{}", token.id);
+    let (_, revoked): (_, TokenRevoked) = typed_answer(
+        "join secret revoked",
+        send(reqwest::Method::DELETE, &path, None).await.unwrap(),
+    )
+    .await;
+    assert_eq!(revoked.revoked, token.id);
+
+    let (_, deleted): (_, VersionDeleted) = typed_answer(
+        "version deleted",
+        send(reqwest::Method::DELETE, "/api/models/gone/versions/1", None)
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert!(deleted.deleted);
+    let (status, error): (_, infergate_api_types::ErrorBody) = typed_answer(
+        "an error",
+        send(reqwest::Method::DELETE, "/api/models/gone", None)
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 404, "{}", error.error);
+    let (_, all): (_, ModelDeleted) = typed_answer(
+        "model deleted",
+        send(reqwest::Method::DELETE, "/api/models/cls", None)
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(all.deleted_versions, [1]);
 }

@@ -5,7 +5,7 @@
 use crate::api::{self, ApiError, Body};
 use crate::format;
 use crate::session::use_session;
-use crate::types::{ApiKey, KeyList, RateLimit};
+use crate::types::{ApiKey, KeyCreated, KeyList, RateLimit};
 use crate::widgets::{Badge, CopyButton, Empty, ErrorBox, PageHeader};
 use leptos::prelude::*;
 use serde_json::{json, Map, Value};
@@ -121,8 +121,8 @@ fn KeysAdmin() -> impl IntoView {
         keys.with(|k| {
             k.as_ref().map(|list| {
                 list.iter()
-                    .filter(|k| show_revoked.get() || k.revoked_at.is_none())
-                    .map(|k| (k.id, k.revoked_at.is_some()))
+                    .filter(|k| show_revoked.get() || k.key.revoked_at.is_none())
+                    .map(|k| (k.key.id, k.key.revoked_at.is_some()))
                     .collect::<Vec<_>>()
             })
         })
@@ -150,7 +150,7 @@ fn KeysAdmin() -> impl IntoView {
                                 // Keyed by id (and revocation): a row being edited survives the refreshes.
                                 <For each=move || ids.get().unwrap_or_default() key=|entry| *entry let:entry>
                                     <KeyRow
-                                        k=Signal::derive(move || keys.with(|k| k.as_ref().and_then(|k| k.iter().find(|k| k.id == entry.0).cloned())))
+                                        k=Signal::derive(move || keys.with(|k| k.as_ref().and_then(|k| k.iter().find(|k| k.key.id == entry.0).cloned())))
                                         own=own_id() == Some(entry.0)
                                         on_change=Callback::new(move |_| reload())
                                         error/>
@@ -180,7 +180,7 @@ fn KeyRow(
     let Some(first) = k.get_untracked() else {
         return ().into_any();
     };
-    let id = first.id;
+    let id = first.key.id;
     let revoke = move |_| {
         leptos::task::spawn_local(async move {
             match api::call("DELETE", &format!("/api/keys/{id}"), Body::None).await {
@@ -192,13 +192,24 @@ fn KeyRow(
     };
     let start_edit = move |_| {
         if let Some(k) = k.get_untracked() {
-            rps.set(k.rate_limit.map(|l| trim_number(l.rps)).unwrap_or_default());
+            rps.set(
+                k.key
+                    .rate_limit
+                    .map(|l| trim_number(l.rps))
+                    .unwrap_or_default(),
+            );
             burst.set(
-                k.rate_limit
+                k.key
+                    .rate_limit
                     .map(|l| l.burst.to_string())
                     .unwrap_or_default(),
             );
-            concurrent.set(k.max_concurrent.map(|c| c.to_string()).unwrap_or_default());
+            concurrent.set(
+                k.key
+                    .max_concurrent
+                    .map(|c| c.to_string())
+                    .unwrap_or_default(),
+            );
         }
         row_error.set(None);
         editing.set(true);
@@ -235,16 +246,16 @@ fn KeyRow(
     };
     let field =
         move |f: fn(&ApiKey) -> String| move || k.with(|k| k.as_ref().map(f).unwrap_or_default());
-    let revoked = first.revoked_at.is_some();
+    let revoked = first.key.revoked_at.is_some();
     view! {
-        <tr data-key-name=first.name.clone() class:revoked=revoked>
-            <td data-label="Name">{first.name.clone()}{own.then(|| view! { <span class="chip you">"this session"</span> })}</td>
-            <td data-label="Public id"><code>{first.public_id.clone()}</code></td>
-            <td data-label="Scopes">{first.scopes.iter().map(|s| view! { <span class="chip">{s.clone()}</span> }).collect_view()}</td>
-            <td data-label="Rate limit" class="key-rate">{field(|k| format!("{}{}", rate_text(k.effective_limits.rate_limit), source(k.rate_limit.is_some(), k.effective_limits.rate_limit.is_some())))}</td>
+        <tr data-key-name=first.key.name.clone() class:revoked=revoked>
+            <td data-label="Name">{first.key.name.clone()}{own.then(|| view! { <span class="chip you">"this session"</span> })}</td>
+            <td data-label="Public id"><code>{first.key.public_id.clone()}</code></td>
+            <td data-label="Scopes">{first.key.scopes.iter().map(|s| view! { <span class="chip">{s.clone()}</span> }).collect_view()}</td>
+            <td data-label="Rate limit" class="key-rate">{field(|k| format!("{}{}", rate_text(k.effective_limits.rate_limit), source(k.key.rate_limit.is_some(), k.effective_limits.rate_limit.is_some())))}</td>
             <td data-label="Burst" class="key-burst">{field(|k| k.effective_limits.rate_limit.map(|l| l.burst.to_string()).unwrap_or_else(|| "–".into()))}</td>
             <td data-label="Concurrent" class="key-concurrent">{field(|k| match k.effective_limits.max_concurrent {
-                Some(c) => format!("{c}{}", source(k.max_concurrent.is_some(), true)),
+                Some(c) => format!("{c}{}", source(k.key.max_concurrent.is_some(), true)),
                 None => "unlimited".into(),
             })}</td>
             <td data-label="Traffic" class="key-usage">{field(|k| {
@@ -264,8 +275,8 @@ fn KeyRow(
                     None => "not since start".to_string(),
                 })}
             </td>
-            <td data-label="Created" title=format::date(first.created_at)>{format::ago(first.created_at)}</td>
-            <td data-label="Status">{match first.revoked_at {
+            <td data-label="Created" title=format::date(first.key.created_at)>{format::ago(first.key.created_at)}</td>
+            <td data-label="Status">{match first.key.revoked_at {
                 Some(t) => view! { <span title=format::date(t)><Badge state="revoked"/></span> }.into_any(),
                 None => view! { <Badge state="active"/> }.into_any(),
             }}</td>
@@ -350,19 +361,9 @@ fn CreateKey(on_created: Callback<()>) -> impl IntoView {
         }
         busy.set(true);
         leptos::task::spawn_local(async move {
-            match api::call("POST", "/api/keys", Body::Json(body)).await {
-                Ok(v) => {
-                    let s = v
-                        .get("secret")
-                        .and_then(|s| s.as_str())
-                        .unwrap_or_default()
-                        .to_string();
-                    let n = v
-                        .get("name")
-                        .and_then(|s| s.as_str())
-                        .unwrap_or_default()
-                        .to_string();
-                    secret.set(Some((n, s)));
+            match api::send::<KeyCreated>("POST", "/api/keys", Body::Json(body)).await {
+                Ok(created) => {
+                    secret.set(Some((created.key.name, created.secret)));
                     // The next key starts from a clean form.
                     name.set(String::new());
                     infer.set(true);

@@ -6,12 +6,13 @@
 //! is there as soon as the page opens, and each second the page asks for the newer samples
 //! only (`after_ms`). Memory comes from the `/v2/events` ticks (admin keys).
 
-use crate::api::{self, Body};
+use crate::api;
 use crate::chart::{Chart, Line, Scale};
 use crate::format;
 use crate::session;
 use crate::types::{
-    Activity, Event, History, HistorySeries, KeyTraffic, Memory, ModelList, Totals, VersionState,
+    Activity, Event, History, HistorySeries, KeyTraffic, Memory, ModelList, ServerDevice,
+    ServerMetadata, Totals, VersionState,
 };
 use crate::widgets::{ErrorBox, PageHeader};
 use leptos::prelude::*;
@@ -246,15 +247,11 @@ pub fn Overview() -> impl IntoView {
         .identity
         .with_untracked(|i| i.as_ref().is_some_and(|i| i.can("admin")));
     leptos::task::spawn_local(async move {
-        if let Ok(v) = api::call("GET", "/v2", Body::None).await {
-            server.set(Some(format!(
-                "{} {}",
-                v["name"].as_str().unwrap_or("infergate"),
-                v["version"].as_str().unwrap_or("")
-            )));
-            device.set(Some(match v["device"]["kind"].as_str() {
-                Some("cuda") => format!("GPU · {}", v["device"]["name"].as_str().unwrap_or("CUDA")),
-                _ => "CPU".to_string(),
+        if let Ok(v) = api::get::<ServerMetadata>("/v2").await {
+            server.set(Some(format!("{} {}", v.name, v.version)));
+            device.set(Some(match v.device {
+                ServerDevice::Cuda { name, .. } => format!("GPU · {name}"),
+                ServerDevice::Cpu { .. } => "CPU".to_string(),
             }));
         }
         if admin {

@@ -2,16 +2,18 @@
 
 use super::authorized::{Admin, AnyScope, Authorized};
 use super::body::read_limited;
-use super::limits::rate_limit;
+use super::limits::{key_info, rate_limit};
 use crate::auth::Scopes;
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 use axum::extract::{Path, State};
 use axum::Json;
 use http::{HeaderMap, StatusCode};
-use infergate_api_types::keys::{ApiKey, EffectiveLimits, KeyList};
+use infergate_api_types::keys::{
+    ApiKey, EffectiveLimits, Identity, KeyCreated, KeyList, KeyRevoked,
+};
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::sync::Arc;
 
 type S = State<Arc<AppState>>;
@@ -34,7 +36,7 @@ pub async fn create(
     State(state): S,
     headers: HeaderMap,
     body: axum::body::Body,
-) -> ApiResult<(StatusCode, Json<Value>)> {
+) -> ApiResult<(StatusCode, Json<KeyCreated>)> {
     let limit = super::body::MAX_JSON_API_BYTES;
     let body = read_limited(&headers, body, limit).await?;
     let req: CreateKey = serde_json::from_slice(&body).map_err(|e| {
@@ -61,9 +63,11 @@ pub async fn create(
         .store()
         .create_key_with_limits(&name, &scopes, &limits)?;
     tracing::info!(key_id = record.id, public_id = %record.public_id, scopes = %scopes.to_list(), "API key created");
-    let mut body = serde_json::to_value(&record).map_err(|e| ApiError::internal(e.to_string()))?;
-    body["secret"] = json!(secret);
-    Ok((StatusCode::CREATED, Json(body)))
+    let created = KeyCreated {
+        key: key_info(&record),
+        secret,
+    };
+    Ok((StatusCode::CREATED, Json(created)))
 }
 
 /// Every key with its effective limits (its own, else the server's defaults) and its usage
@@ -82,14 +86,7 @@ pub async fn list(_: Authorized<Admin>, State(state): S) -> ApiResult<Json<KeyLi
                     rate_limit: limits.rate.map(rate_limit),
                     max_concurrent: limits.max_concurrent,
                 },
-                scopes: key.scopes.iter().map(|s| s.as_str().to_owned()).collect(),
-                rate_limit: key.rate_limit.map(rate_limit),
-                max_concurrent: key.max_concurrent,
-                created_at: key.created_at,
-                revoked_at: key.revoked_at,
-                id: key.id,
-                public_id: key.public_id,
-                name: key.name,
+                key: key_info(&key),
             }
         })
         .collect();
@@ -100,7 +97,7 @@ pub async fn revoke(
     _: Authorized<Admin>,
     State(state): S,
     Path(id): Path<String>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<KeyRevoked>> {
     let record = state
         .store()
         .revoke_key(&id)?
@@ -108,13 +105,18 @@ pub async fn revoke(
     state.limiter().forget(record.id);
     state.metrics().keys.forget(record.id);
     tracing::info!(key_id = record.id, public_id = %record.public_id, "API key revoked");
-    Ok(Json(json!({ "revoked": record })))
+    Ok(Json(KeyRevoked {
+        revoked: key_info(&record),
+    }))
 }
 
 /// The calling key's identity and scopes (the dashboard uses it to show what is allowed). Any
 /// valid key may ask, whatever its scopes.
-pub async fn whoami(Authorized { key, .. }: Authorized<AnyScope>) -> ApiResult<Json<Value>> {
-    Ok(Json(
-        json!({"id": key.id, "public_id": key.public_id, "name": key.name, "scopes": key.scopes}),
-    ))
+pub async fn whoami(Authorized { key, .. }: Authorized<AnyScope>) -> ApiResult<Json<Identity>> {
+    Ok(Json(Identity {
+        id: key.id,
+        public_id: key.public_id.clone(),
+        name: key.name.clone(),
+        scopes: key.scopes.iter().map(|s| s.as_str().to_owned()).collect(),
+    }))
 }

@@ -4,6 +4,7 @@
 use super::authorized::{Authorized, Infer};
 use super::body::read_limited;
 use super::codec;
+use super::models::tensor_specs;
 use crate::error::ApiResult;
 use crate::infer::{self, Description};
 use crate::names::parse_version;
@@ -13,26 +14,33 @@ use axum::extract::{Path, State};
 use axum::response::Response;
 use axum::Json;
 use http::{HeaderMap, StatusCode};
-use infergate_engine::TensorSpec;
-use serde_json::{json, Value};
+use infergate_api_types::kserve::{ModelMetadata, ServerDevice, ServerMetadata};
 use std::sync::Arc;
 
 type S = State<Arc<AppState>>;
 
 pub const SERVER_NAME: &str = "infergate";
 
-pub async fn server_metadata(_: Authorized<Infer>, State(state): S) -> ApiResult<Json<Value>> {
+pub async fn server_metadata(
+    _: Authorized<Infer>,
+    State(state): S,
+) -> ApiResult<Json<ServerMetadata>> {
     // Where native ops run, and why not on a GPU when they don't.
     let device = match state.ops().gpu() {
-        Some(gpu) => json!({"kind": "cuda", "name": gpu.name(), "arch": gpu.arch()}),
-        None => json!({"kind": "cpu", "requested": state.config().engine.device}),
+        Some(gpu) => ServerDevice::Cuda {
+            name: gpu.name().to_owned(),
+            arch: gpu.arch().to_owned(),
+        },
+        None => ServerDevice::Cpu {
+            requested: state.config().engine.device.to_string(),
+        },
     };
-    Ok(Json(json!({
-        "name": SERVER_NAME,
-        "device": device,
-        "version": env!("CARGO_PKG_VERSION"),
-        "extensions": EXTENSIONS,
-    })))
+    Ok(Json(ServerMetadata {
+        name: SERVER_NAME.to_owned(),
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        extensions: EXTENSIONS.iter().map(|e| (*e).to_owned()).collect(),
+        device,
+    }))
 }
 
 /// Triton's extensions, then ours (clients such as the dashboard discover features here
@@ -63,38 +71,32 @@ pub async fn ready(State(state): S) -> StatusCode {
     }
 }
 
-fn tensor_metadata(specs: &[TensorSpec]) -> Vec<Value> {
-    specs
-        .iter()
-        .map(|s| json!({"name": s.name, "datatype": s.datatype.name(), "shape": s.shape}))
-        .collect()
-}
-
-fn description_json(d: &Description) -> Value {
-    let mut json = json!({
-        "name": d.name,
-        "versions": d.versions,
-        "platform": d.platform,
-        "inputs": tensor_metadata(&d.inputs),
-        "outputs": tensor_metadata(&d.outputs),
-    });
-    if let Some(execution) = &d.execution {
-        json["execution"] = execution.clone();
+fn metadata(d: Description) -> ModelMetadata {
+    ModelMetadata {
+        name: d.name,
+        versions: d.versions,
+        platform: d.platform.to_owned(),
+        inputs: tensor_specs(&d.inputs),
+        outputs: tensor_specs(&d.outputs),
+        execution: d.execution,
     }
-    json
 }
 
-async fn describe(state: &AppState, name: &str, version: Option<&str>) -> ApiResult<Json<Value>> {
+async fn describe(
+    state: &AppState,
+    name: &str,
+    version: Option<&str>,
+) -> ApiResult<Json<ModelMetadata>> {
     let version = version.map(parse_version).transpose()?;
     let target = infer::resolve(state, name, version)?;
-    Ok(Json(description_json(&infer::describe(state, &target))))
+    Ok(Json(metadata(infer::describe(state, &target))))
 }
 
 pub async fn model_metadata(
     _: Authorized<Infer>,
     State(state): S,
     Path(model): Path<String>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<ModelMetadata>> {
     describe(&state, &model, None).await
 }
 
@@ -102,7 +104,7 @@ pub async fn model_version_metadata(
     _: Authorized<Infer>,
     State(state): S,
     Path((model, version)): Path<(String, String)>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<ModelMetadata>> {
     describe(&state, &model, Some(&version)).await
 }
 

@@ -11,7 +11,7 @@ use axum::extract::{Path, State};
 use axum::Json;
 use http::HeaderMap;
 use infergate_api_types::keys::{self as api, KeyUsageReport, LimitSources};
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 use std::sync::Arc;
 
 type S = State<Arc<AppState>>;
@@ -85,7 +85,7 @@ pub async fn update(
     Path(id): Path<String>,
     headers: HeaderMap,
     body: axum::body::Body,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<api::KeyUpdated>> {
     let limit = super::body::MAX_JSON_API_BYTES;
     let body = read_limited(&headers, body, limit).await?;
     let body: Map<String, Value> = serde_json::from_slice(&body).map_err(|e| {
@@ -108,7 +108,9 @@ pub async fn update(
         .set_key_limits(&key.id.to_string(), &limits)?
         .ok_or_else(|| ApiError::not_found(format!("no API key '{id}'")))?;
     tracing::info!(key_id = updated.id, rate_limit = ?updated.rate_limit, max_concurrent = ?updated.max_concurrent, "API key limits changed");
-    Ok(Json(json!({ "key": updated })))
+    Ok(Json(api::KeyUpdated {
+        key: key_info(&updated),
+    }))
 }
 
 /// `GET /api/keys/{id}/usage`: the key's effective limits and where they come from, requests
@@ -146,6 +148,20 @@ pub async fn usage(
     }))
 }
 
+/// A stored key as the key routes answer it (without its usage).
+pub(super) fn key_info(k: &KeyRecord) -> api::KeyInfo {
+    api::KeyInfo {
+        id: k.id,
+        public_id: k.public_id.clone(),
+        name: k.name.clone(),
+        scopes: k.scopes.iter().map(|s| s.as_str().to_owned()).collect(),
+        created_at: k.created_at,
+        revoked_at: k.revoked_at,
+        rate_limit: k.rate_limit.map(rate_limit),
+        max_concurrent: k.max_concurrent,
+    }
+}
+
 /// A rate limit as the API shows it.
 pub(super) fn rate_limit(r: RateLimit) -> api::RateLimit {
     api::RateLimit {
@@ -157,6 +173,7 @@ pub(super) fn rate_limit(r: RateLimit) -> api::RateLimit {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn obj(v: Value) -> Map<String, Value> {
         v.as_object().cloned().unwrap()

@@ -16,8 +16,9 @@ use axum::response::IntoResponse;
 use axum::Json;
 use http::{HeaderMap, StatusCode};
 use infergate_api_types::history::VersionState;
-use infergate_api_types::models::{ModelList, ModelVersion, ModelVersions, TensorSpec};
-use serde_json::{json, Value};
+use infergate_api_types::models::{
+    ModelDeleted, ModelList, ModelVersion, ModelVersions, TensorSpec, VersionDeleted,
+};
 use std::sync::Arc;
 
 type S = State<Arc<AppState>>;
@@ -55,7 +56,7 @@ pub fn view(state: &AppState, r: &ModelRecord) -> ModelVersion {
         reason,
         in_flight: state.engine().in_flight(&key) as u64,
         // Execution providers of the loaded version and why not the requested ones.
-        execution: Some(json!(state.engine().execution(&key))),
+        execution: Some(serde_json::to_value(state.engine().execution(&key)).unwrap_or_default()),
         ..record_view(r)
     }
 }
@@ -82,7 +83,7 @@ pub fn record_view(r: &ModelRecord) -> ModelVersion {
 }
 
 /// A signature's tensors as the API shows them.
-fn tensor_specs(specs: &[infergate_engine::TensorSpec]) -> Vec<TensorSpec> {
+pub(super) fn tensor_specs(specs: &[infergate_engine::TensorSpec]) -> Vec<TensorSpec> {
     specs
         .iter()
         .map(|t| TensorSpec {
@@ -312,7 +313,7 @@ fn refuse_if_used_by_pipelines(
     )))
 }
 
-async fn delete_one(state: &AppState, name: &str, version: u64) -> ApiResult<Value> {
+async fn delete_one(state: &AppState, name: &str, version: u64) -> ApiResult<VersionDeleted> {
     let record = state.catalog().resolve(name, Some(version))?;
     refuse_if_used_by_pipelines(state, name, Some(version))?;
     let key = model_key(&record);
@@ -330,14 +331,18 @@ async fn delete_one(state: &AppState, name: &str, version: u64) -> ApiResult<Val
             "model '{name}' version {version} was deleted meanwhile"
         )));
     }
-    Ok(json!({"name": name, "version": version, "deleted": true}))
+    Ok(VersionDeleted {
+        name: name.to_owned(),
+        version,
+        deleted: true,
+    })
 }
 
 pub async fn delete_version(
     _: Authorized<Upload>,
     State(state): S,
     Path((model, version)): Path<(String, String)>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<VersionDeleted>> {
     let version = parse_version(&version)?;
     Ok(Json(delete_one(&state, &model, version).await?))
 }
@@ -346,7 +351,7 @@ pub async fn delete_all(
     _: Authorized<Upload>,
     State(state): S,
     Path(model): Path<String>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<ModelDeleted>> {
     state.catalog().resolve(&model, None)?;
     refuse_if_used_by_pipelines(&state, &model, None)?;
     let versions = state.catalog().versions(&model);
@@ -365,5 +370,8 @@ pub async fn delete_all(
         delete_one(&state, &model, r.version).await?;
         deleted.push(r.version);
     }
-    Ok(Json(json!({"name": model, "deleted_versions": deleted})))
+    Ok(Json(ModelDeleted {
+        name: model,
+        deleted_versions: deleted,
+    }))
 }

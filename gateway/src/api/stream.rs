@@ -52,11 +52,13 @@ use axum::response::Response;
 use futures_util::{SinkExt, StreamExt};
 use http::{HeaderMap, HeaderValue};
 use infergate_api_types::openai::Usage;
-use infergate_api_types::stream::{GeneratedToken, GenerationDone};
+use infergate_api_types::stream::{
+    Authenticated, Cancelled, GeneratedToken, GenerationDone, StreamError,
+};
 use infergate_protocol::kserve;
 use infergate_protocol::message::Incoming;
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -191,10 +193,6 @@ fn close(code: u16, reason: &str) -> Message {
     }))
 }
 
-fn frame(v: Value) -> Message {
-    Message::Text(Utf8Bytes::from(v.to_string()))
-}
-
 /// A typed answer as a frame.
 pub(super) fn encoded(answer: &impl Serialize) -> ApiResult<Message> {
     let text = serde_json::to_string(answer)
@@ -202,13 +200,21 @@ pub(super) fn encoded(answer: &impl Serialize) -> ApiResult<Message> {
     Ok(Message::Text(Utf8Bytes::from(text)))
 }
 
+/// A frame of plain data: strings, numbers and options, which always serialize.
+fn frame(answer: &impl Serialize) -> Message {
+    Message::Text(Utf8Bytes::from(
+        serde_json::to_string(answer).unwrap_or_default(),
+    ))
+}
+
 fn error_frame(id: &Value, e: &ApiError) -> Message {
     e.log("websocket");
-    let mut v = json!({"id": id, "error": e.message, "status": e.status().as_u16()});
-    if let Some(secs) = e.retry_after {
-        v["retry_after"] = json!(secs);
-    }
-    frame(v)
+    frame(&StreamError {
+        id: Cow::Borrowed(id),
+        error: Cow::Borrowed(&e.message),
+        status: e.status().as_u16(),
+        retry_after: e.retry_after,
+    })
 }
 
 /// Waits for `{"api_key": KEY}` as the first message, for at most the header timeout from the
@@ -308,7 +314,11 @@ async fn connection(
                 if let Some(client) = &client {
                     client.mark_authenticated();
                 }
-                let _ = out.send(frame(json!({"authenticated": true}))).await;
+                let _ = out
+                    .send(frame(&Authenticated {
+                        authenticated: true,
+                    }))
+                    .await;
                 key
             }
             Err(close_message) => {
@@ -504,7 +514,10 @@ async fn handle(
         // Dropping `run` takes the request out of the model's queue if it has not run yet, and
         // stops a generation before its next token.
         Ok(()) = cancelled => {
-            let _ = out.send(frame(json!({"id": id, "cancelled": true}))).await;
+            let _ = out.send(frame(&Cancelled {
+                id: Cow::Borrowed(&id),
+                cancelled: true,
+            })).await;
             return;
         }
     };

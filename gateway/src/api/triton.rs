@@ -11,9 +11,10 @@ use crate::store::models::ModelRecord;
 use axum::extract::{Path, State};
 use axum::Json;
 use http::{HeaderMap, StatusCode};
+use infergate_api_types::kserve::RepositoryEntry;
 use infergate_api_types::stats::{BatchStats, InferenceStats, ModelStats, StatDuration, StatsList};
 use infergate_engine::ModelState;
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::sync::Arc;
 
 type S = State<Arc<AppState>>;
@@ -142,14 +143,14 @@ pub async fn repository_index(
     State(state): S,
     headers: HeaderMap,
     body: axum::body::Body,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<Vec<RepositoryEntry>>> {
     let limit = super::body::MAX_JSON_API_BYTES;
     let body = read_limited(&headers, body, limit).await?;
     let only_ready = serde_json::from_slice::<Value>(&body)
         .ok()
         .and_then(|v| v.get("ready").and_then(Value::as_bool))
         .unwrap_or(false);
-    let entries: Vec<Value> = state
+    let entries = state
         .catalog()
         .all()
         .iter()
@@ -160,11 +161,15 @@ pub async fn repository_index(
                 ModelState::Unloaded => ("UNAVAILABLE", "unloaded".to_string()),
                 ModelState::Failed(reason) => ("UNAVAILABLE", reason),
             };
-            (!only_ready || st == "READY")
-                .then(|| json!({"name": r.name, "version": r.version.to_string(), "state": st, "reason": reason}))
+            (!only_ready || st == "READY").then(|| RepositoryEntry {
+                name: r.name.clone(),
+                version: r.version.to_string(),
+                state: st.to_owned(),
+                reason,
+            })
         })
         .collect();
-    Ok(Json(Value::Array(entries)))
+    Ok(Json(entries))
 }
 
 /// Loads the latest version now rather than on first request.

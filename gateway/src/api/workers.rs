@@ -7,6 +7,7 @@ use crate::auth;
 use crate::error::{ApiError, ApiResult};
 use crate::names::parse_version;
 use crate::state::AppState;
+use crate::store::models::ModelRecord;
 use crate::store::workers::WorkerRecord;
 use crate::store::{BlobKind, StoreError};
 use crate::workers::manager::LOCAL;
@@ -15,13 +16,15 @@ use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use http::{HeaderMap, StatusCode};
-use infergate_api_types::workers::WorkerList;
+use infergate_api_types::workers::{
+    Assignment, JoinTokenCreated, TokenRevoked, WorkerDraining, WorkerList, WorkerRemoved,
+};
 use infergate_cluster::liveness::WorkerState;
-use infergate_cluster::messages::{JoinRequest, LoadedModel, Report};
+use infergate_cluster::messages::{JoinRequest, JoinResponse, LoadedModel, Report};
 use infergate_cluster::registry::{WorkerInfo, WorkerView};
 use infergate_engine::ModelState;
 use serde::Deserialize;
-use serde_json::{json, Value};
+
 use std::sync::Arc;
 use tokio::io::AsyncReadExt;
 
@@ -66,12 +69,16 @@ async fn options<T: serde::de::DeserializeOwned + Default>(
 }
 
 /// `POST /cluster/v1/join` with the join secret as the bearer.
-pub async fn join(State(state): S, headers: HeaderMap, body: Body) -> ApiResult<Json<Value>> {
+pub async fn join(
+    State(state): S,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult<Json<JoinResponse>> {
     let secret = bearer(&headers)?;
     let request: JoinRequest = message(&headers, body).await?;
     let answer = state.workers().join(state.store(), secret, request)?;
     crate::connection::authenticated();
-    Ok(Json(json!(answer)))
+    Ok(Json(answer))
 }
 
 /// `POST /cluster/v1/heartbeat`.
@@ -99,12 +106,12 @@ pub async fn model_version(
     State(state): S,
     Path((model, version)): Path<(String, String)>,
     headers: HeaderMap,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<ModelRecord>> {
     worker(&state, &headers)?;
     let record = state
         .catalog()
         .resolve(&model, Some(parse_version(&version)?))?;
-    Ok(Json(json!(*record)))
+    Ok(Json(ModelRecord::clone(&record)))
 }
 
 /// `GET /cluster/v1/models/{model}`: the version the manager serves by default, for a direct
@@ -113,9 +120,10 @@ pub async fn model_latest(
     State(state): S,
     Path(model): Path<String>,
     headers: HeaderMap,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<ModelRecord>> {
     worker(&state, &headers)?;
-    Ok(Json(json!(*state.catalog().resolve(&model, None)?)))
+    let record = state.catalog().resolve(&model, None)?;
+    Ok(Json(ModelRecord::clone(&record)))
 }
 
 /// `GET /cluster/v1/blobs/{sha256}`: a registered model file, streamed.
@@ -242,7 +250,7 @@ pub async fn create_token(
     State(state): S,
     headers: HeaderMap,
     body: Body,
-) -> ApiResult<(StatusCode, Json<Value>)> {
+) -> ApiResult<(StatusCode, Json<JoinTokenCreated>)> {
     let ttl = options::<TokenRequest>(&headers, body).await?.ttl_s;
     let (secret, expires_at) = crate::workers::manager::create_join_secret(
         state.store(),
@@ -251,7 +259,11 @@ pub async fn create_token(
     )?;
     Ok((
         StatusCode::CREATED,
-        Json(json!({"id": secret.id, "token": secret.to_string(), "expires_at": expires_at})),
+        Json(JoinTokenCreated {
+            token: secret.to_string(),
+            id: secret.id,
+            expires_at,
+        }),
     ))
 }
 
@@ -260,14 +272,14 @@ pub async fn remove(
     _: Authorized<Admin>,
     State(state): S,
     Path(id): Path<String>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<WorkerRemoved>> {
     let removed = state.store().remove_worker(&id)?;
     let was_live = state.workers().forget(&id);
     if !removed && !was_live {
         return Err(ApiError::not_found(format!("no worker '{id}'")));
     }
     tracing::info!(worker = %id, "worker removed by an operator");
-    Ok(Json(json!({ "removed": id })))
+    Ok(Json(WorkerRemoved { removed: id }))
 }
 
 #[derive(Deserialize, Default)]
@@ -290,7 +302,7 @@ pub async fn assign(
     Path(model): Path<String>,
     headers: HeaderMap,
     body: Body,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<Assignment>> {
     let ttl = options::<AssignRequest>(&headers, body)
         .await?
         .ttl_s
@@ -329,18 +341,16 @@ pub async fn assign(
         .map_err(|e| ApiError::internal(e.to_string()))?;
     crate::workers::metrics::RoutingCounters::count(&state.workers().counters().direct_tokens);
     tracing::info!(key_id = key.id, model = %record.name, worker = %worker, "direct token issued");
-    Ok(Json(json!({
-        "worker": format!("https://{advertise}"),
-        // host:port for a KServe gRPC client (TLS, the same token); null from a worker that
-        // has not reported one.
-        "grpc": grpc,
-        "worker_id": worker,
-        "model": record.name,
-        "version": record.version,
-        "token": token,
-        "expires_at": claims.exp,
-        "ca_pem": state.workers().material().ca.cert_pem(),
-    })))
+    Ok(Json(Assignment {
+        worker: format!("https://{advertise}"),
+        grpc,
+        worker_id: worker,
+        model: record.name.clone(),
+        version: record.version,
+        token,
+        expires_at: claims.exp,
+        ca_pem: state.workers().material().ca.cert_pem().to_string(),
+    }))
 }
 
 /// `POST /api/workers/{id}/drain`: no new requests go to the worker; those running finish. It
@@ -349,12 +359,12 @@ pub async fn drain(
     _: Authorized<Admin>,
     State(state): S,
     Path(id): Path<String>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<WorkerDraining>> {
     if !state.workers().drain(state.store(), &id)? {
         return Err(ApiError::not_found(format!("no live worker '{id}'")));
     }
     tracing::info!(worker = %id, "worker drained by an operator");
-    Ok(Json(json!({ "draining": id })))
+    Ok(Json(WorkerDraining { draining: id }))
 }
 
 /// `DELETE /api/workers/tokens/{id}`: the join secret admits nobody from now on.
@@ -362,10 +372,10 @@ pub async fn revoke_token(
     _: Authorized<Admin>,
     State(state): S,
     Path(id): Path<String>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<TokenRevoked>> {
     if !state.store().revoke_join_secret(&id)? {
         return Err(ApiError::not_found(format!("no join secret '{id}'")));
     }
     tracing::info!(id = %id, "join secret revoked");
-    Ok(Json(json!({ "revoked": id })))
+    Ok(Json(TokenRevoked { revoked: id }))
 }
