@@ -34,6 +34,14 @@ pub struct RateLimit {
 }
 
 impl RateLimit {
+    /// The limit as the API shows it.
+    pub fn shown(self) -> infergate_api_types::keys::RateLimit {
+        infergate_api_types::keys::RateLimit {
+            rps: self.rps,
+            burst: self.burst,
+        }
+    }
+
     /// Checks the bounds; `burst` defaults to the rate rounded up (at least 1).
     pub fn new(rps: f64, burst: Option<u32>) -> Result<RateLimit, String> {
         if !rps.is_finite() || rps <= 0.0 || rps > MAX_RPS {

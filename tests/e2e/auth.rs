@@ -228,4 +228,30 @@ async fn admin_key_file_is_private_and_cli_prints_only_the_secret() {
             .status(),
         200
     );
+
+    // The other online key commands read the admin API's answers: a table and a summary.
+    let cli = |args: &[&str]| {
+        let out = std::process::Command::new(crate::harness::BIN)
+            .arg("keys")
+            .args(args)
+            .args(["--url", &s.addr, "--api-key", &s.admin_key, "--ca-cert"])
+            .arg(s.data.join("tls/cert.pem"))
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{stderr}");
+        (String::from_utf8(out.stdout).unwrap(), stderr)
+    };
+    let id = online.split('_').nth(1).unwrap();
+    let (table, _) = cli(&["list"]);
+    let row = table
+        .lines()
+        .find(|l| l.contains(id))
+        .unwrap_or_else(|| panic!("{table}"));
+    assert!(row.contains("admin") && row.contains("active"), "{row}");
+    let (_, summary) = cli(&["limits", id, "--rps", "3", "--max-concurrent", "2"]);
+    assert!(
+        summary.contains(r#"rate_limit {"rps":3.0,"burst":3}, max_concurrent 2"#),
+        "{summary}"
+    );
 }

@@ -2,9 +2,9 @@
 
 use super::authorized::{Admin, AnyScope, Authorized};
 use super::body::read_limited;
-use super::limits::{key_info, rate_limit};
 use crate::auth::Scopes;
 use crate::error::{ApiError, ApiResult};
+use crate::ratelimit::RateLimit;
 use crate::state::AppState;
 use axum::extract::{Path, State};
 use axum::Json;
@@ -64,7 +64,7 @@ pub async fn create(
         .create_key_with_limits(&name, &scopes, &limits)?;
     tracing::info!(key_id = record.id, public_id = %record.public_id, scopes = %scopes.to_list(), "API key created");
     let created = KeyCreated {
-        key: key_info(&record),
+        key: record.info(),
         secret,
     };
     Ok((StatusCode::CREATED, Json(created)))
@@ -83,10 +83,10 @@ pub async fn list(_: Authorized<Admin>, State(state): S) -> ApiResult<Json<KeyLi
                 usage: state.limiter().usage(key.id, &limits),
                 activity: state.metrics().keys.totals(key.id),
                 effective_limits: EffectiveLimits {
-                    rate_limit: limits.rate.map(rate_limit),
+                    rate_limit: limits.rate.map(RateLimit::shown),
                     max_concurrent: limits.max_concurrent,
                 },
-                key: key_info(&key),
+                key: key.info(),
             }
         })
         .collect();
@@ -106,7 +106,7 @@ pub async fn revoke(
     state.metrics().keys.forget(record.id);
     tracing::info!(key_id = record.id, public_id = %record.public_id, "API key revoked");
     Ok(Json(KeyRevoked {
-        revoked: key_info(&record),
+        revoked: record.info(),
     }))
 }
 

@@ -109,7 +109,7 @@ pub async fn update(
         .ok_or_else(|| ApiError::not_found(format!("no API key '{id}'")))?;
     tracing::info!(key_id = updated.id, rate_limit = ?updated.rate_limit, max_concurrent = ?updated.max_concurrent, "API key limits changed");
     Ok(Json(api::KeyUpdated {
-        key: key_info(&updated),
+        key: updated.info(),
     }))
 }
 
@@ -135,7 +135,7 @@ pub async fn usage(
         key_id: key.id,
         public_id: key.public_id.clone(),
         limits: LimitSources {
-            rate_limit: limits.rate.map(rate_limit),
+            rate_limit: limits.rate.map(RateLimit::shown),
             rate_limit_source: source(key.rate_limit.is_some(), limits.rate.is_some()),
             max_concurrent: limits.max_concurrent,
             max_concurrent_source: source(
@@ -146,28 +146,6 @@ pub async fn usage(
         usage: state.limiter().usage(key.id, &limits),
         activity: state.metrics().keys.totals(key.id),
     }))
-}
-
-/// A stored key as the key routes answer it (without its usage).
-pub(super) fn key_info(k: &KeyRecord) -> api::KeyInfo {
-    api::KeyInfo {
-        id: k.id,
-        public_id: k.public_id.clone(),
-        name: k.name.clone(),
-        scopes: k.scopes.iter().map(|s| s.as_str().to_owned()).collect(),
-        created_at: k.created_at,
-        revoked_at: k.revoked_at,
-        rate_limit: k.rate_limit.map(rate_limit),
-        max_concurrent: k.max_concurrent,
-    }
-}
-
-/// A rate limit as the API shows it.
-pub(super) fn rate_limit(r: RateLimit) -> api::RateLimit {
-    api::RateLimit {
-        rps: r.rps,
-        burst: r.burst,
-    }
 }
 
 #[cfg(test)]

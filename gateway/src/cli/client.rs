@@ -2,6 +2,8 @@
 
 use anyhow::{anyhow, bail, Context};
 use clap::Args;
+use infergate_api_types::ErrorBody;
+use serde::de::DeserializeOwned;
 use std::path::PathBuf;
 
 /// Where a key command acts: a data directory (offline) or a running server (online).
@@ -21,13 +23,14 @@ pub(crate) struct Target {
     ca_cert: Option<PathBuf>,
 }
 
-/// Calls the admin API of a running gateway.
-pub(crate) fn online(
+/// Calls the admin API of a running gateway and reads its answer as the route's answer type
+/// (`infergate-api-types`).
+pub(crate) fn online<T: DeserializeOwned>(
     target: &Target,
     method: reqwest::Method,
     path: &str,
     body: Option<serde_json::Value>,
-) -> anyhow::Result<serde_json::Value> {
+) -> anyhow::Result<T> {
     let url = target
         .url
         .as_deref()
@@ -58,13 +61,16 @@ pub(crate) fn online(
             .await
             .with_context(|| format!("calling {url}"))?;
         let status = response.status();
-        let value: serde_json::Value = response.json().await.unwrap_or(serde_json::Value::Null);
+        let text = response
+            .text()
+            .await
+            .with_context(|| format!("reading the answer of {url}"))?;
         if !status.is_success() {
-            bail!(
-                "{url}: {status}: {}",
-                value["error"].as_str().unwrap_or("no error message")
-            );
+            let message = serde_json::from_str::<ErrorBody>(&text)
+                .map_or_else(|_| "no error message".to_owned(), |b| b.error);
+            bail!("{url}: {status}: {message}");
         }
-        Ok(value)
+        serde_json::from_str(&text)
+            .with_context(|| format!("{url} answered what this CLI cannot read (another version?)"))
     })
 }

@@ -5,9 +5,10 @@ use super::client::{online, Target};
 use super::open_store;
 use super::table::Table;
 use crate::auth::Scopes;
-use crate::store::keys::KeyLimits;
+use crate::store::keys::{KeyLimits, KeyRecord};
 use anyhow::anyhow;
 use clap::{Args, Subcommand};
+use infergate_api_types::keys::{KeyCreated, KeyInfo, KeyList, KeyRevoked, KeyUpdated};
 
 #[derive(Subcommand)]
 pub(super) enum KeysCommand {
@@ -101,16 +102,13 @@ pub(super) fn run(cmd: KeysCommand) -> anyhow::Result<()> {
                     let mut body = limits.to_json();
                     body.insert("name".into(), serde_json::json!(name));
                     body.insert("scopes".into(), serde_json::json!(scopes));
-                    let v = online(
+                    let created: KeyCreated = online(
                         &target,
                         reqwest::Method::POST,
                         "/api/keys",
                         Some(body.into()),
                     )?;
-                    v["secret"]
-                        .as_str()
-                        .ok_or_else(|| anyhow!("server answered without a secret"))?
-                        .to_string()
+                    created.secret
                 }
                 None => {
                     open_store(&target.data_dir)?
@@ -133,13 +131,13 @@ pub(super) fn run(cmd: KeysCommand) -> anyhow::Result<()> {
                     } else {
                         limits.to_json().into()
                     };
-                    let v = online(
+                    let updated: KeyUpdated = online(
                         &target,
                         reqwest::Method::PATCH,
                         &format!("/api/keys/{id}"),
                         Some(body),
                     )?;
-                    v["key"].clone()
+                    updated.key
                 }
                 None => {
                     let store = open_store(&target.data_dir)?;
@@ -157,39 +155,40 @@ pub(super) fn run(cmd: KeysCommand) -> anyhow::Result<()> {
                     let updated = store
                         .set_key_limits(&id, &new)?
                         .ok_or_else(|| anyhow!("no API key '{id}'"))?;
-                    serde_json::to_value(updated)?
+                    updated.info()
                 }
             };
             eprintln!(
                 "key {}: rate_limit {}, max_concurrent {}",
-                record["id"], record["rate_limit"], record["max_concurrent"]
+                record.id,
+                serde_json::to_string(&record.rate_limit)?,
+                serde_json::to_string(&record.max_concurrent)?
             );
         }
         KeysCommand::List { target } => {
-            let keys = match &target.url {
-                Some(_) => {
-                    online(&target, reqwest::Method::GET, "/api/keys", None)?["keys"].clone()
-                }
-                None => serde_json::to_value(open_store(&target.data_dir)?.list_keys()?)?,
+            let keys: Vec<KeyInfo> = match &target.url {
+                Some(_) => online::<KeyList>(&target, reqwest::Method::GET, "/api/keys", None)?
+                    .keys
+                    .into_iter()
+                    .map(|k| k.key)
+                    .collect(),
+                None => open_store(&target.data_dir)?
+                    .list_keys()?
+                    .iter()
+                    .map(KeyRecord::info)
+                    .collect(),
             };
             let mut table = Table::new(&["ID", "PUBLIC ID", "NAME", "SCOPES", "STATUS"]);
-            for k in keys.as_array().into_iter().flatten() {
-                let scopes: Vec<&str> = k["scopes"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter_map(|s| s.as_str())
-                    .collect();
-                let status = if k["revoked_at"].is_null() {
-                    "active"
-                } else {
-                    "revoked"
+            for k in keys {
+                let status = match k.revoked_at {
+                    None => "active",
+                    Some(_) => "revoked",
                 };
                 table.row([
-                    k["id"].to_string(),
-                    k["public_id"].as_str().unwrap_or("").into(),
-                    k["name"].as_str().unwrap_or("").into(),
-                    scopes.join(","),
+                    k.id.to_string(),
+                    k.public_id,
+                    k.name,
+                    k.scopes.join(","),
                     status.into(),
                 ]);
             }
@@ -198,7 +197,7 @@ pub(super) fn run(cmd: KeysCommand) -> anyhow::Result<()> {
         KeysCommand::Revoke { target, id } => {
             match &target.url {
                 Some(_) => {
-                    online(
+                    online::<KeyRevoked>(
                         &target,
                         reqwest::Method::DELETE,
                         &format!("/api/keys/{id}"),

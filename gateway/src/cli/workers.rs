@@ -4,10 +4,14 @@
 use super::client::{online, Target};
 use super::open_store;
 use super::table::Table;
+use crate::store::workers::WorkerRecord;
 use crate::workers::material::Material;
 use anyhow::anyhow;
 use clap::Subcommand;
-use serde_json::{json, Value};
+use infergate_api_types::workers::{
+    JoinTokenCreated, TokenRevoked, WorkerDraining, WorkerList, WorkerRemoved, WorkerView,
+};
+use serde_json::json;
 
 #[derive(Subcommand)]
 pub(crate) enum WorkersCommand {
@@ -64,16 +68,13 @@ pub(super) fn run(cmd: WorkersCommand) -> anyhow::Result<()> {
         } => {
             let token = match &target.url {
                 Some(_) => {
-                    let v = online(
+                    let created: JoinTokenCreated = online(
                         &target,
                         reqwest::Method::POST,
                         "/api/workers/tokens",
                         Some(json!({ "ttl_s": ttl_s })),
                     )?;
-                    v["token"]
-                        .as_str()
-                        .ok_or_else(|| anyhow!("server answered without a token"))?
-                        .to_owned()
+                    created.token
                 }
                 None => {
                     let store = open_store(&target.data_dir)?;
@@ -90,7 +91,7 @@ pub(super) fn run(cmd: WorkersCommand) -> anyhow::Result<()> {
         } => {
             match &target.url {
                 Some(_) => {
-                    online(
+                    online::<TokenRevoked>(
                         &target,
                         reqwest::Method::DELETE,
                         &format!("/api/workers/tokens/{id}"),
@@ -106,13 +107,25 @@ pub(super) fn run(cmd: WorkersCommand) -> anyhow::Result<()> {
             eprintln!("revoked join secret {id}");
         }
         WorkersCommand::List { target } => {
-            let workers = match &target.url {
+            let rows: Vec<[String; 6]> = match &target.url {
                 Some(_) => {
-                    online(&target, reqwest::Method::GET, "/api/workers", None)?["workers"].clone()
+                    online::<WorkerList>(&target, reqwest::Method::GET, "/api/workers", None)?
+                        .workers
+                        .iter()
+                        .map(live_row)
+                        .collect()
                 }
-                None => serde_json::to_value(open_store(&target.data_dir)?.list_workers()?)?,
+                None => open_store(&target.data_dir)?
+                    .list_workers()?
+                    .iter()
+                    .map(stored_row)
+                    .collect(),
             };
-            print_workers(&workers);
+            let mut table = Table::new(&["ID", "STATE", "SEEN", "ADDRESS", "IN-FLIGHT", "MODELS"]);
+            for row in rows {
+                table.row(row);
+            }
+            table.print();
         }
         WorkersCommand::Drain { target, id } => {
             if target.url.is_none() {
@@ -120,7 +133,7 @@ pub(super) fn run(cmd: WorkersCommand) -> anyhow::Result<()> {
                     "drain acts on a running manager's live registry: give --url (and --api-key)"
                 ));
             }
-            online(
+            online::<WorkerDraining>(
                 &target,
                 reqwest::Method::POST,
                 &format!("/api/workers/{id}/drain"),
@@ -131,7 +144,7 @@ pub(super) fn run(cmd: WorkersCommand) -> anyhow::Result<()> {
         WorkersCommand::Remove { target, id } => {
             match &target.url {
                 Some(_) => {
-                    online(
+                    online::<WorkerRemoved>(
                         &target,
                         reqwest::Method::DELETE,
                         &format!("/api/workers/{id}"),
@@ -150,35 +163,36 @@ pub(super) fn run(cmd: WorkersCommand) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// One line per worker: live rows carry a state and last-seen age, offline rows only whether
-/// they were removed.
-fn print_workers(workers: &Value) {
-    let mut table = Table::new(&["ID", "STATE", "SEEN", "ADDRESS", "IN-FLIGHT", "MODELS"]);
-    for w in workers.as_array().into_iter().flatten() {
-        let state = match w["state"].as_str() {
-            Some(s) => s.to_owned(),
-            None if w["removed_at"].is_null() => "registered".into(),
-            None => "removed".into(),
-        };
-        let seen = w["last_seen_ms"]
-            .as_u64()
-            .map_or("-".into(), |ms| format!("{:.1}s", ms as f64 / 1000.0));
-        let models: Vec<String> = w["report"]["models"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|m| format!("{}:{}", m["name"].as_str().unwrap_or("?"), m["version"]))
-            .collect();
-        table.row([
-            w["id"].as_str().unwrap_or("").to_owned(),
-            state,
-            seen,
-            w["advertise"].as_str().unwrap_or("").to_owned(),
-            w["report"]["in_flight"]
-                .as_u64()
-                .map_or("-".into(), |n| n.to_string()),
-            models.join(","),
-        ]);
-    }
-    table.print();
+/// A worker of a running manager's registry: its state, last-seen age and last report.
+fn live_row(w: &WorkerView) -> [String; 6] {
+    let models: Vec<String> = w
+        .report
+        .models
+        .iter()
+        .map(|m| format!("{}:{}", m.name, m.version))
+        .collect();
+    [
+        w.info.id.clone(),
+        w.state.as_str().to_owned(),
+        format!("{:.1}s", w.last_seen_ms as f64 / 1000.0),
+        w.info.advertise.clone(),
+        w.report.in_flight.to_string(),
+        models.join(","),
+    ]
+}
+
+/// A worker as the store knows it offline: only whether it was removed.
+fn stored_row(w: &WorkerRecord) -> [String; 6] {
+    let state = match w.removed_at {
+        None => "registered",
+        Some(_) => "removed",
+    };
+    [
+        w.id.clone(),
+        state.to_owned(),
+        "-".to_owned(),
+        w.advertise.clone(),
+        "-".to_owned(),
+        String::new(),
+    ]
 }

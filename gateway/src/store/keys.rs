@@ -30,6 +30,20 @@ impl KeyRecord {
     pub fn scopes(&self) -> Scopes {
         Scopes::new(self.scopes.clone())
     }
+
+    /// The key as the key routes and the CLI show it (without its usage).
+    pub fn info(&self) -> infergate_api_types::keys::KeyInfo {
+        infergate_api_types::keys::KeyInfo {
+            id: self.id,
+            public_id: self.public_id.clone(),
+            name: self.name.clone(),
+            scopes: self.scopes.iter().map(|s| s.as_str().to_owned()).collect(),
+            created_at: self.created_at,
+            revoked_at: self.revoked_at,
+            rate_limit: self.rate_limit.map(RateLimit::shown),
+            max_concurrent: self.max_concurrent,
+        }
+    }
 }
 
 pub(super) fn record(row: &Row) -> Result<KeyRecord, StoreError> {
