@@ -130,7 +130,7 @@ pub struct Metrics {
     /// `/v2/events` and the history.
     pub latency: LatencyHistograms,
     /// Requests and last use per API key (`/api/keys`, the history's per-key traffic).
-    pub keys: crate::key_activity::KeyActivity,
+    pub keys: std::sync::Arc<crate::key_activity::KeyActivity>,
 }
 
 impl Default for Metrics {

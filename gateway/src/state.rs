@@ -42,7 +42,7 @@ pub struct AppState {
     ops: Arc<Ops>,
     ready: AtomicBool,
     /// Per-key admission state and the limits of keys without their own.
-    limiter: Limiter,
+    limiter: Arc<Limiter>,
     default_limits: Limits,
     /// Rate limits shared with other replicas (Redis), when configured.
     shared_limits: Option<SharedLimits>,
@@ -97,7 +97,7 @@ impl AppState {
             pipelines,
             ops,
             ready: AtomicBool::new(true),
-            limiter: Limiter::new(),
+            limiter: Arc::new(Limiter::new()),
             default_limits,
             shared_limits,
             metrics: Metrics::new(),
@@ -137,7 +137,7 @@ impl AppState {
         &self.ops
     }
 
-    pub fn limiter(&self) -> &Limiter {
+    pub fn limiter(&self) -> &Arc<Limiter> {
         &self.limiter
     }
 

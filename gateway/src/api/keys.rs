@@ -2,21 +2,15 @@
 
 use super::authorized::{Admin, AnyScope, Authorized};
 use super::body::read_limited;
+use super::key_admin::KeyAdmin;
 use crate::auth::Scopes;
 use crate::error::{ApiError, ApiResult};
-use crate::ratelimit::RateLimit;
-use crate::state::AppState;
 use axum::extract::{Path, State};
 use axum::Json;
 use http::{HeaderMap, StatusCode};
-use infergate_api_types::keys::{
-    ApiKey, EffectiveLimits, Identity, KeyCreated, KeyList, KeyRevoked,
-};
+use infergate_api_types::keys::{Identity, KeyCreated, KeyList, KeyRevoked};
 use serde::Deserialize;
 use serde_json::Value;
-use std::sync::Arc;
-
-type S = State<Arc<AppState>>;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -33,7 +27,7 @@ pub struct CreateKey {
 
 pub async fn create(
     _: Authorized<Admin>,
-    State(state): S,
+    State(keys): State<KeyAdmin>,
     headers: HeaderMap,
     body: axum::body::Body,
 ) -> ApiResult<(StatusCode, Json<KeyCreated>)> {
@@ -59,7 +53,7 @@ pub async fn create(
         limit_fields.insert("max_concurrent".into(), v);
     }
     let limits = super::limits::parse_limits(&limit_fields, Default::default())?;
-    let (record, secret) = state
+    let (record, secret) = keys
         .store()
         .create_key_with_limits(&name, &scopes, &limits)?;
     tracing::info!(key_id = record.id, public_id = %record.public_id, scopes = %scopes.to_list(), "API key created");
@@ -72,38 +66,26 @@ pub async fn create(
 
 /// Every key with its effective limits (its own, else the server's defaults) and its usage
 /// since the server started, as `GET /api/keys/{id}/usage` gives them one at a time.
-pub async fn list(_: Authorized<Admin>, State(state): S) -> ApiResult<Json<KeyList>> {
-    let keys = state
+pub async fn list(_: Authorized<Admin>, State(keys): State<KeyAdmin>) -> ApiResult<Json<KeyList>> {
+    let listed = keys
         .store()
         .list_keys()?
-        .into_iter()
-        .map(|key| {
-            let limits = crate::api::admission::limits_for(&key, state.default_limits());
-            ApiKey {
-                usage: state.limiter().usage(key.id, &limits),
-                activity: state.metrics().keys.totals(key.id),
-                effective_limits: EffectiveLimits {
-                    rate_limit: limits.rate.map(RateLimit::shown),
-                    max_concurrent: limits.max_concurrent,
-                },
-                key: key.info(),
-            }
-        })
+        .iter()
+        .map(|k| keys.listed(k))
         .collect();
-    Ok(Json(KeyList { keys }))
+    Ok(Json(KeyList { keys: listed }))
 }
 
 pub async fn revoke(
     _: Authorized<Admin>,
-    State(state): S,
+    State(keys): State<KeyAdmin>,
     Path(id): Path<String>,
 ) -> ApiResult<Json<KeyRevoked>> {
-    let record = state
+    let record = keys
         .store()
         .revoke_key(&id)?
         .ok_or_else(|| ApiError::not_found(format!("no API key '{id}'")))?;
-    state.limiter().forget(record.id);
-    state.metrics().keys.forget(record.id);
+    keys.forget(record.id);
     tracing::info!(key_id = record.id, public_id = %record.public_id, "API key revoked");
     Ok(Json(KeyRevoked {
         revoked: record.info(),

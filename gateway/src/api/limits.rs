@@ -2,19 +2,15 @@
 
 use super::authorized::{Admin, Authorized};
 use super::body::read_limited;
-use crate::api::admission::limits_for;
+use super::key_admin::KeyAdmin;
 use crate::error::{ApiError, ApiResult};
 use crate::ratelimit::RateLimit;
-use crate::state::AppState;
 use crate::store::keys::{KeyLimits, KeyRecord};
 use axum::extract::{Path, State};
 use axum::Json;
 use http::HeaderMap;
-use infergate_api_types::keys::{self as api, KeyUsageReport, LimitSources};
+use infergate_api_types::keys::{self as api, KeyUsageReport};
 use serde_json::{Map, Value};
-use std::sync::Arc;
-
-type S = State<Arc<AppState>>;
 
 /// Reads `rate_limit` (`{"rps": R, "burst": B}`, burst optional; null = server default) and
 /// `max_concurrent` (a positive integer; null = server default) from a JSON object. A field
@@ -71,17 +67,10 @@ fn key_limits(key: &KeyRecord) -> KeyLimits {
     }
 }
 
-fn find_key(state: &AppState, id: &str) -> ApiResult<KeyRecord> {
-    state
-        .store()
-        .get_key(id)?
-        .ok_or_else(|| ApiError::not_found(format!("no API key '{id}'")))
-}
-
 /// `PATCH /api/keys/{id}`: `{"rate_limit": {...} | null, "max_concurrent": N | null}`.
 pub async fn update(
     _: Authorized<Admin>,
-    State(state): S,
+    State(keys): State<KeyAdmin>,
     Path(id): Path<String>,
     headers: HeaderMap,
     body: axum::body::Body,
@@ -101,9 +90,9 @@ pub async fn update(
             "unknown field '{extra}': only rate_limit and max_concurrent can change"
         )));
     }
-    let key = find_key(&state, &id)?;
+    let key = keys.find(&id)?;
     let limits = parse_limits(&body, key_limits(&key))?;
-    let updated = state
+    let updated = keys
         .store()
         .set_key_limits(&key.id.to_string(), &limits)?
         .ok_or_else(|| ApiError::not_found(format!("no API key '{id}'")))?;
@@ -118,34 +107,10 @@ pub async fn update(
 /// requests admitted and refused whatever the limits, and the last use in Unix ms).
 pub async fn usage(
     _: Authorized<Admin>,
-    State(state): S,
+    State(keys): State<KeyAdmin>,
     Path(id): Path<String>,
 ) -> ApiResult<Json<KeyUsageReport>> {
-    let key = find_key(&state, &id)?;
-    let limits = limits_for(&key, state.default_limits());
-    let source = |own: bool, effective: bool| {
-        match (own, effective) {
-            (true, _) => "key",
-            (false, true) => "default",
-            (false, false) => "unlimited",
-        }
-        .to_owned()
-    };
-    Ok(Json(KeyUsageReport {
-        key_id: key.id,
-        public_id: key.public_id.clone(),
-        limits: LimitSources {
-            rate_limit: limits.rate.map(RateLimit::shown),
-            rate_limit_source: source(key.rate_limit.is_some(), limits.rate.is_some()),
-            max_concurrent: limits.max_concurrent,
-            max_concurrent_source: source(
-                key.max_concurrent.is_some(),
-                limits.max_concurrent.is_some(),
-            ),
-        },
-        usage: state.limiter().usage(key.id, &limits),
-        activity: state.metrics().keys.totals(key.id),
-    }))
+    Ok(Json(keys.usage_report(&keys.find(&id)?)))
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@ pub mod dashboard;
 pub mod embeddings;
 pub mod events;
 pub mod history;
+pub mod key_admin;
 pub mod keys;
 pub mod kserve;
 pub mod limits;
@@ -22,6 +23,7 @@ pub mod plugins;
 pub mod stream;
 pub mod triton;
 pub mod unread;
+pub mod worker_admin;
 pub mod workers;
 
 use crate::state::AppState;

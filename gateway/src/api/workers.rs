@@ -3,6 +3,7 @@
 //! (`/api/workers...`, admin scope).
 
 use crate::api::authorized::{Admin, Authorized, Infer};
+use crate::api::worker_admin::WorkerAdmin;
 use crate::auth;
 use crate::error::{ApiError, ApiResult};
 use crate::names::parse_version;
@@ -247,39 +248,21 @@ pub struct TokenRequest {
 /// `POST /api/workers/tokens`: a new join secret, shown once.
 pub async fn create_token(
     _: Authorized<Admin>,
-    State(state): S,
+    State(admin): State<WorkerAdmin>,
     headers: HeaderMap,
     body: Body,
 ) -> ApiResult<(StatusCode, Json<JoinTokenCreated>)> {
     let ttl = options::<TokenRequest>(&headers, body).await?.ttl_s;
-    let (secret, expires_at) = crate::workers::manager::create_join_secret(
-        state.store(),
-        &state.workers().material().ca,
-        ttl,
-    )?;
-    Ok((
-        StatusCode::CREATED,
-        Json(JoinTokenCreated {
-            token: secret.to_string(),
-            id: secret.id,
-            expires_at,
-        }),
-    ))
+    Ok((StatusCode::CREATED, Json(admin.create_token(ttl)?)))
 }
 
 /// `DELETE /api/workers/{id}`: out of routing at once; it cannot rejoin under this id.
 pub async fn remove(
     _: Authorized<Admin>,
-    State(state): S,
+    State(admin): State<WorkerAdmin>,
     Path(id): Path<String>,
 ) -> ApiResult<Json<WorkerRemoved>> {
-    let removed = state.store().remove_worker(&id)?;
-    let was_live = state.workers().forget(&id);
-    if !removed && !was_live {
-        return Err(ApiError::not_found(format!("no worker '{id}'")));
-    }
-    tracing::info!(worker = %id, "worker removed by an operator");
-    Ok(Json(WorkerRemoved { removed: id }))
+    Ok(Json(admin.remove(id)?))
 }
 
 #[derive(Deserialize, Default)]
@@ -357,25 +340,17 @@ pub async fn assign(
 /// stays listed as draining until it joins again (a restart) or is removed.
 pub async fn drain(
     _: Authorized<Admin>,
-    State(state): S,
+    State(admin): State<WorkerAdmin>,
     Path(id): Path<String>,
 ) -> ApiResult<Json<WorkerDraining>> {
-    if !state.workers().drain(state.store(), &id)? {
-        return Err(ApiError::not_found(format!("no live worker '{id}'")));
-    }
-    tracing::info!(worker = %id, "worker drained by an operator");
-    Ok(Json(WorkerDraining { draining: id }))
+    Ok(Json(admin.drain(id)?))
 }
 
 /// `DELETE /api/workers/tokens/{id}`: the join secret admits nobody from now on.
 pub async fn revoke_token(
     _: Authorized<Admin>,
-    State(state): S,
+    State(admin): State<WorkerAdmin>,
     Path(id): Path<String>,
 ) -> ApiResult<Json<TokenRevoked>> {
-    if !state.store().revoke_join_secret(&id)? {
-        return Err(ApiError::not_found(format!("no join secret '{id}'")));
-    }
-    tracing::info!(id = %id, "join secret revoked");
-    Ok(Json(TokenRevoked { revoked: id }))
+    Ok(Json(admin.revoke_token(id)?))
 }
