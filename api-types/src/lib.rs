@@ -13,6 +13,8 @@ pub mod history;
 pub mod keys;
 pub mod models;
 pub mod openai;
+pub mod pipelines;
+pub mod plugins;
 pub mod stats;
 pub mod stream;
 pub mod workers;
