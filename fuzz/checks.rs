@@ -9,6 +9,7 @@ use infergate_protocol::kserve::{decode_inputs, encode_response, parse_request, 
 use infergate_protocol::message::{inference_request, Incoming};
 use infergate_protocol::tensor::{DataType, Tensor, TensorData};
 use infergate_protocol::{binary, limits};
+use pipeline::PipelineSpecExt;
 
 // Gateway and plugin-host code that needs neither (each file is self-contained), built here
 // without them: the gateway's dependencies are too heavy for sanitizer builds. Only the

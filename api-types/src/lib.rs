@@ -14,6 +14,8 @@ pub mod keys;
 pub mod kserve;
 pub mod models;
 pub mod openai;
+pub mod pipelines;
+pub mod plugins;
 pub mod stats;
 pub mod stream;
 pub mod workers;

@@ -5,6 +5,7 @@
 use crate::session;
 use js_sys::{Promise, Uint8Array};
 use serde::de::DeserializeOwned;
+use serde::Serialize;
 use serde_json::Value;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
@@ -97,6 +98,13 @@ pub enum Body {
         content_type: String,
         blob: web_sys::Blob,
     },
+}
+
+impl Body {
+    /// A shared request type (`infergate-api-types`) as a JSON body.
+    pub fn typed<T: Serialize>(body: &T) -> Body {
+        Body::Json(serde_json::to_value(body).expect("a request type serializes to JSON"))
+    }
 }
 
 pub struct Answer {

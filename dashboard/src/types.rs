@@ -12,6 +12,10 @@ pub use infergate_api_types::openai::{
     ChatChunkChoice, Embedding, EmbeddingList, EmbeddingVector, ModelCardList, StreamEvent,
     TextChoice,
 };
+pub use infergate_api_types::pipelines::{PipelineList, PipelineSpec, PipelineView};
+pub use infergate_api_types::plugins::{
+    EffectiveLimits, PluginDescription, PluginKind, PluginLimits, PluginList, PluginView,
+};
 pub use infergate_api_types::stats::{InferenceStats, ModelStats, StatDuration, StatsList};
 pub use infergate_api_types::workers::{
     Devices, GpuUsage, LoadedModel, WorkerFigures, WorkerList, WorkerState,

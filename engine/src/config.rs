@@ -7,7 +7,7 @@
 
 use crate::error::{EngineError, Result};
 use crate::postprocess::{self, PostOp};
-use crate::preprocess::ResizeNormalize;
+use crate::preprocess::{ResizeNormalize, ResizeNormalizeExt};
 use crate::providers::Optimization;
 use crate::signature::{ModelSignature, TensorSpec};
 use crate::tensor::DataType;

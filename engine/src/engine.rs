@@ -8,6 +8,7 @@ use crate::error::{EngineError, Result};
 use crate::instance::{self, InstancePool, Scheduler};
 use crate::lifecycle::{self, MemoryBudget, Reservation};
 use crate::postprocess;
+use crate::preprocess::ResizeNormalizeExt;
 use crate::providers::{ExecutionReport, ProviderPlan};
 use crate::queue::{BatchKey, Request, Ticket};
 use crate::runtime;

@@ -8,42 +8,30 @@ use crate::signature::ModelSignature;
 use crate::tensor::{DataType, Tensor, TensorData};
 use infergate_kernels::preprocess::{ImageU8, PreprocessSpec, ResizeMode};
 use infergate_kernels::Ops;
-use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum Mode {
-    #[default]
-    Stretch,
-    Letterbox,
-    CenterCrop,
-}
+/// The pre-op's JSON (`"preprocess"` in a pipeline spec or a model config) is shared with the
+/// dashboard; its checks and its run are here.
+pub use infergate_api_types::pipelines::{Mode, ResizeNormalize};
 
-/// `"preprocess"` in a pipeline spec or in a model config's `"infergate"` block.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ResizeNormalize {
-    /// Name of the RGB8 tensor ([H, W, 3] or [N, H, W, 3]) to convert; when absent, the first
-    /// tensor (pipeline) or the tensor named `output` (model config).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub input: Option<String>,
-    /// Name of the FP32 [N, 3, height, width] tensor it becomes (the model's input name).
-    pub output: String,
-    pub width: usize,
-    pub height: usize,
-    /// Per-channel mean and standard deviation in 0..255 units: out = (pixel - mean) / std.
-    pub mean: [f32; 3],
-    pub std: [f32; 3],
-    #[serde(default)]
-    pub mode: Mode,
-    /// Border pixel value for `letterbox`.
-    #[serde(default)]
-    pub pad: u8,
-}
-
-impl ResizeNormalize {
+/// What the engine does with a [`ResizeNormalize`]: check it, and run it on tensors.
+pub trait ResizeNormalizeExt {
     /// Checks sizes, mean and std; the message says what is wrong (callers say where).
-    pub fn validate(&self) -> std::result::Result<(), String> {
+    fn validate(&self) -> std::result::Result<(), String>;
+    /// Checks that `output` is an FP32 image input [N, 3, height, width] of the model.
+    fn validate_for(&self, signature: &ModelSignature) -> Result<()>;
+    /// Whether a request to a model whose config names this pre-op sent raw pixels for it
+    /// (UINT8 under its name) rather than the model's input itself.
+    fn wanted_by(&self, tensors: &[Tensor]) -> bool;
+    /// For a model whose config names the pre-op: converts the UINT8 tensor named
+    /// [`ResizeNormalize::input`] (or `output`) into the model input. CPU-bound.
+    fn apply_for_model(&self, ops: &Ops, tensors: Vec<Tensor>) -> Result<Vec<Tensor>>;
+    /// Replaces the RGB8 tensor among `tensors` by the model input. CPU-bound: call it on a
+    /// blocking thread.
+    fn apply(&self, ops: &Ops, tensors: Vec<Tensor>) -> Result<Vec<Tensor>>;
+}
+
+impl ResizeNormalizeExt for ResizeNormalize {
+    fn validate(&self) -> std::result::Result<(), String> {
         let bad = |m: String| Err(format!("preprocess: {m}"));
         if self.width == 0 || self.height == 0 || self.width > 8192 || self.height > 8192 {
             return bad(format!(
@@ -59,22 +47,7 @@ impl ResizeNormalize {
         Ok(())
     }
 
-    fn spec(&self) -> PreprocessSpec {
-        PreprocessSpec {
-            width: self.width,
-            height: self.height,
-            mean: self.mean,
-            std: self.std,
-            mode: match self.mode {
-                Mode::Stretch => ResizeMode::Stretch,
-                Mode::Letterbox => ResizeMode::Letterbox { pad: self.pad },
-                Mode::CenterCrop => ResizeMode::CenterCrop,
-            },
-        }
-    }
-
-    /// Checks that `output` is an FP32 image input [N, 3, height, width] of the model.
-    pub fn validate_for(&self, signature: &ModelSignature) -> Result<()> {
+    fn validate_for(&self, signature: &ModelSignature) -> Result<()> {
         let bad = |m: String| {
             Err(EngineError::InvalidConfig(format!(
                 "infergate.preprocess.output: {m}"
@@ -96,36 +69,25 @@ impl ResizeNormalize {
         Ok(())
     }
 
-    /// The name of the raw-pixel tensor a model's clients send: `input`, else `output`.
-    fn model_input_name(&self) -> &str {
-        self.input.as_deref().unwrap_or(&self.output)
-    }
-
-    /// Whether a request to a model whose config names this pre-op sent raw pixels for it
-    /// (UINT8 under its name) rather than the model's input itself.
-    pub fn wanted_by(&self, tensors: &[Tensor]) -> bool {
-        let name = self.model_input_name();
+    fn wanted_by(&self, tensors: &[Tensor]) -> bool {
+        let name = model_input_name(self);
         tensors
             .iter()
             .any(|t| t.name == name && t.datatype == DataType::Uint8)
     }
 
-    /// For a model whose config names the pre-op: converts the UINT8 tensor named
-    /// [`ResizeNormalize::input`] (or `output`) into the model input. CPU-bound.
-    pub fn apply_for_model(&self, ops: &Ops, tensors: Vec<Tensor>) -> Result<Vec<Tensor>> {
-        let name = self.model_input_name();
+    fn apply_for_model(&self, ops: &Ops, tensors: Vec<Tensor>) -> Result<Vec<Tensor>> {
+        let name = model_input_name(self);
         let index = tensors
             .iter()
             .position(|t| t.name == name && t.datatype == DataType::Uint8)
             .ok_or_else(|| {
                 EngineError::InvalidInput(format!("preprocess: no UINT8 tensor named '{name}'"))
             })?;
-        self.convert(ops, tensors, index)
+        convert(self, ops, tensors, index)
     }
 
-    /// Replaces the RGB8 tensor among `tensors` by the model input. CPU-bound: call it on a
-    /// blocking thread.
-    pub fn apply(&self, ops: &Ops, tensors: Vec<Tensor>) -> Result<Vec<Tensor>> {
+    fn apply(&self, ops: &Ops, tensors: Vec<Tensor>) -> Result<Vec<Tensor>> {
         let index = match &self.input {
             Some(name) => tensors
                 .iter()
@@ -142,55 +104,80 @@ impl ResizeNormalize {
             }
             None => 0,
         };
-        self.convert(ops, tensors, index)
+        convert(self, ops, tensors, index)
     }
+}
 
-    fn convert(&self, ops: &Ops, mut tensors: Vec<Tensor>, index: usize) -> Result<Vec<Tensor>> {
-        let source = tensors.remove(index);
-        let (batch, height, width) = match (source.datatype, source.shape.as_slice()) {
-            (DataType::Uint8, [h, w, 3]) => (1, *h, *w),
-            (DataType::Uint8, [n, h, w, 3]) => (*n, *h, *w),
-            _ => {
-                return Err(EngineError::InvalidInput(format!(
+/// The kernels' form of the pre-op.
+fn kernel_spec(op: &ResizeNormalize) -> PreprocessSpec {
+    PreprocessSpec {
+        width: op.width,
+        height: op.height,
+        mean: op.mean,
+        std: op.std,
+        mode: match op.mode {
+            Mode::Stretch => ResizeMode::Stretch,
+            Mode::Letterbox => ResizeMode::Letterbox { pad: op.pad },
+            Mode::CenterCrop => ResizeMode::CenterCrop,
+        },
+    }
+}
+
+/// The name of the raw-pixel tensor a model's clients send: `input`, else `output`.
+fn model_input_name(op: &ResizeNormalize) -> &str {
+    op.input.as_deref().unwrap_or(&op.output)
+}
+
+fn convert(
+    op: &ResizeNormalize,
+    ops: &Ops,
+    mut tensors: Vec<Tensor>,
+    index: usize,
+) -> Result<Vec<Tensor>> {
+    let source = tensors.remove(index);
+    let (batch, height, width) = match (source.datatype, source.shape.as_slice()) {
+        (DataType::Uint8, [h, w, 3]) => (1, *h, *w),
+        (DataType::Uint8, [n, h, w, 3]) => (*n, *h, *w),
+        _ => {
+            return Err(EngineError::InvalidInput(format!(
                 "preprocess: tensor '{}' must be UINT8 [H, W, 3] or [N, H, W, 3] RGB, got {} {:?}",
                 source.name, source.datatype, source.shape
             )))
-            }
-        };
-        let TensorData::Raw(pixels) = &source.data else {
-            return Err(EngineError::InvalidInput(format!(
-                "preprocess: tensor '{}' has no pixel data",
-                source.name
-            )));
-        };
-        let (batch, height, width) = (batch as usize, height as usize, width as usize);
-        let per_image = height * width * 3;
-        if batch == 0 || per_image == 0 || pixels.len() != batch * per_image {
-            return Err(EngineError::InvalidInput(format!(
-                "preprocess: tensor '{}' holds {} bytes, not {batch}×{height}×{width}×3",
-                source.name,
-                pixels.len()
-            )));
         }
-        let images = pixels
-            .chunks_exact(per_image)
-            .map(|chunk| ImageU8::new(chunk, width, height))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| EngineError::InvalidInput(format!("preprocess: {e}")))?;
-        let spec = self.spec();
-        let mut out = vec![0f32; batch * spec.output_len_per_image()];
-        ops.resize_normalize(&images, &spec, &mut out)
-            .map_err(|e| EngineError::Internal(format!("preprocess failed: {e}")))?;
-        let data: Vec<u8> = out.iter().flat_map(|v| v.to_le_bytes()).collect();
-        tensors.insert(
-            index,
-            Tensor {
-                name: self.output.clone(),
-                datatype: DataType::Fp32,
-                shape: vec![batch as i64, 3, self.height as i64, self.width as i64],
-                data: TensorData::Raw(data),
-            },
-        );
-        Ok(tensors)
+    };
+    let TensorData::Raw(pixels) = &source.data else {
+        return Err(EngineError::InvalidInput(format!(
+            "preprocess: tensor '{}' has no pixel data",
+            source.name
+        )));
+    };
+    let (batch, height, width) = (batch as usize, height as usize, width as usize);
+    let per_image = height * width * 3;
+    if batch == 0 || per_image == 0 || pixels.len() != batch * per_image {
+        return Err(EngineError::InvalidInput(format!(
+            "preprocess: tensor '{}' holds {} bytes, not {batch}×{height}×{width}×3",
+            source.name,
+            pixels.len()
+        )));
     }
+    let images = pixels
+        .chunks_exact(per_image)
+        .map(|chunk| ImageU8::new(chunk, width, height))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| EngineError::InvalidInput(format!("preprocess: {e}")))?;
+    let spec = kernel_spec(op);
+    let mut out = vec![0f32; batch * spec.output_len_per_image()];
+    ops.resize_normalize(&images, &spec, &mut out)
+        .map_err(|e| EngineError::Internal(format!("preprocess failed: {e}")))?;
+    let data: Vec<u8> = out.iter().flat_map(|v| v.to_le_bytes()).collect();
+    tensors.insert(
+        index,
+        Tensor {
+            name: op.output.clone(),
+            datatype: DataType::Fp32,
+            shape: vec![batch as i64, 3, op.height as i64, op.width as i64],
+            data: TensorData::Raw(data),
+        },
+    );
+    Ok(tensors)
 }

@@ -16,7 +16,7 @@
 //! delete's own notification arrives (milliseconds). SQLite has no such task: one process
 //! makes every change itself.
 
-use crate::pipeline::spec::PipelineSpec;
+use crate::pipeline::spec::{PipelineSpec, PipelineSpecExt};
 use crate::state::AppState;
 use crate::store::models::model_key;
 use crate::store::models::ModelRecord;

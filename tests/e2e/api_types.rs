@@ -4,9 +4,11 @@
 //! server adds that the type lacks is dropped on the way, one the type expects that the server
 //! no longer sends fails to read or comes back as a default: either way the test fails.
 
+use crate::blobs::plugin_file;
 use crate::harness::{model, register, Options, Server};
 use crate::replicas::cls_body;
 use crate::websocket::{connect, next_json};
+use crate::worker_pipelines::png;
 use futures_util::SinkExt;
 use infergate_api_types::events::Event;
 use infergate_api_types::history::{History, SeriesKind, VersionState};
@@ -20,6 +22,12 @@ use infergate_api_types::models::{
 use infergate_api_types::openai::{
     ChatCompletion, ChatCompletionChunk, ErrorBody, ModelCardList, TextCompletion,
 };
+use infergate_api_types::pipelines::{
+    Mode, PipelineDeleted, PipelineList, PipelineRun, PipelineView,
+};
+use infergate_api_types::plugins::{
+    PluginDeleted, PluginKind, PluginList, PluginVersions, PluginView,
+};
 use infergate_api_types::stats::StatsList;
 use infergate_api_types::stream::{GeneratedToken, GenerationDone};
 use infergate_api_types::workers::{JoinTokenCreated, TokenRevoked, WorkerList};
@@ -29,11 +37,12 @@ use serde::Serialize;
 use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::Message;
 
-/// `answer` read as `T` and written again, which must give `answer` back.
+/// `answer` read as `T` and written again, which must give `answer` back. Written as text, as
+/// the gateway writes it (an `f32` goes into a `Value` widened: 0.3 as 0.30000001192092896).
 fn same_as<T: DeserializeOwned + Serialize>(what: &str, answer: &Value) -> T {
     let typed: T = serde_json::from_value(answer.clone())
         .unwrap_or_else(|e| panic!("{what}: the answer does not read as its type: {e}\n{answer}"));
-    let written = serde_json::to_value(&typed).unwrap();
+    let written: Value = serde_json::from_str(&serde_json::to_string(&typed).unwrap()).unwrap();
     assert_eq!(
         &written, answer,
         "{what}: the type writes a different JSON than the server answered"
@@ -378,4 +387,107 @@ async fn the_admin_and_metadata_routes_answer_exactly_their_shared_types() {
     )
     .await;
     assert_eq!(all.deleted_versions, [1]);
+}
+
+/// `request` sent with the admin key: its JSON answer, after checking its status.
+async fn answer(s: &Server, request: reqwest::RequestBuilder, status: u16) -> Value {
+    let r = request.bearer_auth(&s.admin_key).send().await.unwrap();
+    assert_eq!(r.status(), status);
+    r.json().await.unwrap()
+}
+
+/// A demo pipeline spec (scripts/demo/NAME.json).
+fn demo(name: &str) -> Value {
+    let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join(format!("../scripts/demo/{name}.json"));
+    serde_json::from_slice(&std::fs::read(file).unwrap()).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_plugin_and_pipeline_routes_answer_exactly_their_shared_types() {
+    let tmp = tempfile::tempdir().unwrap();
+    for name in ["efficientnet-lite0", "ocr-det", "ocr-cls", "ocr-rec"] {
+        register(tmp.path(), name, &model(&format!("{name}.onnx")));
+    }
+    let s = Server::start_in(tmp.path(), Options::default());
+    let mut uploaded = Vec::new();
+    for plugin in ["image-decode", "imagenet-topk", "ctc-decode"] {
+        let wasm = std::fs::read(plugin_file(plugin)).unwrap();
+        let post = s.client.post(s.url("/api/plugins")).body(wasm);
+        let view: PluginView = same_as("POST /api/plugins", &answer(&s, post, 201).await);
+        uploaded.push(view);
+    }
+    // One version with limits of its own, the others on the server's defaults.
+    let topk = &uploaded[1];
+    let path = format!("/api/plugins/imagenet-topk/versions/{}", topk.version);
+    let put = s
+        .client
+        .put(s.url(&format!("{path}/limits")))
+        .json(&json!({"deadline_ms": 1500}));
+    let limited: PluginView = same_as("PUT limits", &answer(&s, put, 200).await);
+    assert_eq!(
+        (limited.limits.deadline_ms, limited.limits.memory_mib),
+        (Some(1500), None)
+    );
+    assert_eq!(limited.effective_limits.deadline_ms, 1500);
+
+    // The demo pipelines: a native pre-op, parameters, and a text-detection stage whose
+    // defaults the answer fills in; `probabilities` ends in the model's tensors.
+    let mut classify = demo("classify");
+    classify["parameters"] = json!({"top_k": "3"});
+    let mut probabilities = demo("classify");
+    probabilities["post"] = json!([]);
+    for (name, spec) in [
+        ("classify", classify),
+        ("probabilities", probabilities),
+        ("ocr", demo("ocr")),
+    ] {
+        let put = s
+            .client
+            .put(s.url(&format!("/api/pipelines/{name}")))
+            .json(&spec);
+        let _: PipelineView = same_as("PUT /api/pipelines", &answer(&s, put, 201).await);
+    }
+
+    let plugins: PluginList = typed(&s, "/api/plugins").await;
+    assert_eq!(plugins.plugins.len(), 3);
+    let decode = plugins
+        .plugins
+        .iter()
+        .find(|p| p.name == "image-decode")
+        .unwrap();
+    assert_eq!(
+        (decode.kind, decode.description.kind),
+        (PluginKind::Pre, PluginKind::Pre)
+    );
+    assert!(decode.limits.deadline_ms.is_none() && decode.effective_limits.memory_mib > 0);
+    let versions: PluginVersions = typed(&s, "/api/plugins/imagenet-topk").await;
+    assert_eq!(versions.versions, [limited]);
+
+    let pipelines: PipelineList = typed(&s, "/api/pipelines").await;
+    assert_eq!(pipelines.pipelines.len(), 3);
+    let ocr: PipelineView = typed(&s, "/api/pipelines/ocr").await;
+    let detect = ocr.spec.detect.as_ref().unwrap();
+    assert_eq!((detect.max_side, detect.threshold), (960, 0.3));
+    assert_eq!(ocr.spec.preprocess.as_ref().unwrap().mode, Mode::Letterbox);
+    let classify: PipelineView = typed(&s, "/api/pipelines/classify").await;
+    assert_eq!(classify.spec.parameters["top_k"], "3");
+
+    let image = png(&tmp.path().join("run.png"), 40, 30, "pass");
+    let run = s
+        .client
+        .post(s.url("/api/pipelines/probabilities/run"))
+        .header("content-type", "image/png")
+        .body(image);
+    let run: PipelineRun = same_as("a run's tensors", &answer(&s, run, 200).await);
+    assert_eq!(run.outputs[0].shape, [1, 1000]);
+
+    let delete = s.client.delete(s.url("/api/pipelines/probabilities"));
+    let deleted: PipelineDeleted = same_as("DELETE /api/pipelines", &answer(&s, delete, 200).await);
+    assert_eq!(deleted.deleted, "probabilities");
+    let delete = s.client.delete(s.url("/api/pipelines/classify"));
+    let _: PipelineDeleted = same_as("DELETE /api/pipelines", &answer(&s, delete, 200).await);
+    let delete = s.client.delete(s.url(&path));
+    let deleted: PluginDeleted = same_as("DELETE a plugin version", &answer(&s, delete, 200).await);
+    assert_eq!(deleted.deleted.versions, [topk.version.as_str()]);
 }

@@ -27,7 +27,7 @@ const MODEL_INPUT_BYTES: f64 = (3 * 224 * 224 * 4) as f64;
 
 /// A PNG drawn by the setup step's Pillow: `draw` is Python with `img` (RGB, WIDTH×HEIGHT
 /// `w`×`h`) and `ImageDraw`, `ImageFont` in scope.
-fn png(out: &Path, width: usize, height: usize, draw: &str) -> Vec<u8> {
+pub fn png(out: &Path, width: usize, height: usize, draw: &str) -> Vec<u8> {
     let python = std::env::var("INFERGATE_PYTHON")
         .expect("INFERGATE_PYTHON is unset: run scripts/setup.sh and `source .cache/env.sh`");
     let script = format!(

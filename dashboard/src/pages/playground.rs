@@ -10,7 +10,8 @@ use crate::format;
 use crate::session::{self, use_session};
 use crate::tensor::{self, Preprocess, Scoring, Summary};
 use crate::types::{
-    ModelCardList, ModelList, ModelVersion, StatsList, StreamEvent, TensorSpec, TextChoice,
+    ModelCardList, ModelList, ModelVersion, PipelineList, PluginList, StatsList, StreamEvent,
+    TensorSpec, TextChoice,
 };
 use crate::widgets::{CopyButton, Empty, ErrorBox, PageHeader};
 use leptos::html;
@@ -65,19 +66,12 @@ pub fn Playground() -> impl IntoView {
     leptos::task::spawn_local(async move {
         // Pipelines first, so the picker is complete when it appears.
         if api::has_extension("infergate_pipelines").await {
-            let plugins = api::call("GET", "/api/plugins", Body::None)
-                .await
-                .map(|v| v["plugins"].as_array().cloned().unwrap_or_default());
-            match (
-                api::call("GET", "/api/pipelines", Body::None).await,
-                plugins,
-            ) {
-                (Ok(v), Ok(plugins)) => pipelines.set(
-                    v["pipelines"]
-                        .as_array()
-                        .into_iter()
-                        .flatten()
-                        .filter_map(|p| PipelineInfo::from_json(p, &plugins))
+            let plugins = api::get::<PluginList>("/api/plugins").await;
+            match (api::get::<PipelineList>("/api/pipelines").await, plugins) {
+                (Ok(list), Ok(plugins)) => pipelines.set(
+                    list.pipelines
+                        .iter()
+                        .map(|p| PipelineInfo::new(p, &plugins.plugins))
                         .collect(),
                 ),
                 (Err(e), _) | (_, Err(e)) => error.set(Some(e)),

@@ -6,12 +6,13 @@
 use crate::api::{self, ApiError, Body, UploadBody};
 use crate::format;
 use crate::session::use_session;
-use crate::types::ModelList;
+use crate::types::{
+    EffectiveLimits, ModelList, PipelineList, PipelineView, PluginLimits, PluginList, PluginView,
+};
 use crate::widgets::{Empty, ErrorBox, PageHeader, Progress, Unavailable};
 use composer::PipelineComposer;
 use leptos::html;
 use leptos::prelude::*;
-use serde_json::{json, Value};
 
 mod composer;
 
@@ -22,68 +23,12 @@ enum Availability {
     Present,
 }
 
-fn items(v: &Value, key: &str) -> Vec<Value> {
-    v.get(key)
-        .and_then(Value::as_array)
-        .or(v.as_array())
-        .cloned()
-        .unwrap_or_default()
-}
-
-fn text(v: &Value, key: &str) -> String {
-    v.get(key).and_then(Value::as_str).unwrap_or("").to_string()
-}
-
-pub fn strings(v: &Value) -> Vec<String> {
-    v.as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|s| s.as_str().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// A plugin version as `GET /api/plugins` lists it.
-#[derive(Clone, Debug, PartialEq)]
-pub struct PluginInfo {
-    pub name: String,
-    pub version: String,
-    /// "pre" or "post".
-    pub kind: String,
-    pub consumes: Vec<String>,
-    pub produces: Vec<String>,
-    raw: Value,
-}
-
-impl PluginInfo {
-    fn from_json(v: &Value) -> PluginInfo {
-        let d = &v["description"];
-        PluginInfo {
-            name: text(v, "name"),
-            version: text(v, "version"),
-            kind: text(v, "kind").to_lowercase(),
-            consumes: strings(&d["consumes"]),
-            produces: strings(&d["produces"]),
-            raw: v.clone(),
-        }
-    }
-}
-
-/// A pipeline as `GET /api/pipelines` lists it (`spec` holds what was PUT).
-#[derive(Clone, Debug, PartialEq)]
-pub struct PipelineView {
-    pub name: String,
-    pub spec: Value,
-    pub updated_at: Option<i64>,
-}
-
 #[component]
 pub fn Plugins() -> impl IntoView {
     let session = use_session();
     let plugins_state = RwSignal::new(Availability::Checking);
     let pipelines_state = RwSignal::new(Availability::Checking);
-    let plugins = RwSignal::new(Vec::<PluginInfo>::new());
+    let plugins = RwSignal::new(Vec::<PluginView>::new());
     let pipelines = RwSignal::new(Vec::<PipelineView>::new());
     let models = RwSignal::new(Vec::<String>::new());
     let error = RwSignal::new(None::<ApiError>);
@@ -91,14 +36,9 @@ pub fn Plugins() -> impl IntoView {
     let editing = RwSignal::new(None::<PipelineView>);
     let reload = move || {
         leptos::task::spawn_local(async move {
-            match api::call("GET", "/api/plugins", Body::None).await {
-                Ok(v) => {
-                    plugins.set(
-                        items(&v, "plugins")
-                            .iter()
-                            .map(PluginInfo::from_json)
-                            .collect(),
-                    );
+            match api::get::<PluginList>("/api/plugins").await {
+                Ok(list) => {
+                    plugins.set(list.plugins);
                     // Set only on a change: setting it re-renders the section (and the composer).
                     if plugins_state.get_untracked() != Availability::Present {
                         plugins_state.set(Availability::Present);
@@ -107,18 +47,9 @@ pub fn Plugins() -> impl IntoView {
                 Err(e) if e.is_missing() => plugins_state.set(Availability::Missing),
                 Err(e) => error.set(Some(e)),
             }
-            match api::call("GET", "/api/pipelines", Body::None).await {
-                Ok(v) => {
-                    pipelines.set(
-                        items(&v, "pipelines")
-                            .into_iter()
-                            .map(|p| PipelineView {
-                                name: text(&p, "name"),
-                                spec: p["spec"].clone(),
-                                updated_at: p["updated_at"].as_i64(),
-                            })
-                            .collect(),
-                    );
+            match api::get::<PipelineList>("/api/pipelines").await {
+                Ok(list) => {
+                    pipelines.set(list.pipelines);
                     if pipelines_state.get_untracked() != Availability::Present {
                         pipelines_state.set(Availability::Present);
                     }
@@ -198,44 +129,38 @@ fn PipelineCard(
     let confirm = RwSignal::new(false);
     let error = RwSignal::new(None::<ApiError>);
     let spec = &p.spec;
-    let model = match spec["model_version"].as_u64() {
-        Some(v) => format!("{} v{v}", text(spec, "model")),
-        None => text(spec, "model"),
+    let model = match spec.model_version {
+        Some(v) => format!("{} v{v}", spec.model),
+        None => spec.model.clone(),
     };
-    let pre_chips = strings(&spec["pre"])
-        .into_iter()
+    let pre_chips = spec
+        .pre
+        .iter()
+        .cloned()
         .map(|x| view! { <span class="stage-chip pre">{x}</span><span class="arrow" aria-hidden="true">"→"</span> })
         .collect_view();
-    let post = strings(&spec["post"]);
+    let post = spec.post.clone();
     // Text detection runs between the pre-plugins and the model, which then reads each region.
-    let detect_chips = spec["detect"].as_object().map(|d| {
-        let angle = d.get("angle_model").and_then(Value::as_str).map(|m| {
+    let detect_chips = spec.detect.as_ref().map(|d| {
+        let angle = d.angle_model.clone().map(|m| {
             view! { <span class="stage-chip model" title="0°/180° angle classification">{format!("{m} (angle)")}</span><span class="arrow" aria-hidden="true">"→"</span> }
         });
         view! {
-            <span class="stage-chip model" title="Text detection: the rest runs once per region">{format!("{} (text regions)", d.get("model").and_then(Value::as_str).unwrap_or("?"))}</span>
+            <span class="stage-chip model" title="Text detection: the rest runs once per region">{format!("{} (text regions)", d.model)}</span>
             <span class="arrow" aria-hidden="true">"→"</span>
             {angle}
         }
     });
-    let preprocess = spec["preprocess"].as_object().map(|o| {
+    let preprocess = spec.preprocess.as_ref().map(|o| {
         format!(
             "native resize {}×{} ({}) → '{}'",
-            o.get("width").map(Value::to_string).unwrap_or_default(),
-            o.get("height").map(Value::to_string).unwrap_or_default(),
-            o.get("mode").and_then(Value::as_str).unwrap_or("stretch"),
-            o.get("output").and_then(Value::as_str).unwrap_or("")
+            o.width,
+            o.height,
+            o.mode.as_str(),
+            o.output
         )
     });
-    let parameters = spec["parameters"]
-        .as_object()
-        .filter(|o| !o.is_empty())
-        .map(|o| {
-            o.iter()
-                .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
-                .collect::<Vec<_>>()
-                .join(", ")
-        });
+    let parameters = (!spec.parameters.is_empty()).then(|| parameter_text(&spec.parameters));
     let name = p.name.clone();
     let delete = move |_| {
         let name = name.clone();
@@ -262,7 +187,7 @@ fn PipelineCard(
         <section class="card pipeline" data-pipeline=p.name.clone()>
             <div class="card-head">
                 <h3 class="card-title">{p.name.clone()}</h3>
-                <span class="muted small">{p.updated_at.map(|t| format!("changed {}", format::ago(t)))}</span>
+                <span class="muted small">{format!("changed {}", format::ago(p.updated_at))}</span>
             </div>
             <p class="pipeline-chain" aria-label="Stages in order">
                 {pre_chips}
@@ -298,13 +223,19 @@ fn PipelineCard(
     }
 }
 
+/// A pipeline's parameters as shown and edited: `top_k=5, lang=en`.
+pub fn parameter_text(parameters: &std::collections::BTreeMap<String, String>) -> String {
+    parameters
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// A limit as shown: the effective value, marked when it is the server's default.
-fn limit_text(own: &Value, effective: &Value, key: &str, unit: &str) -> String {
-    let value = effective[key]
-        .as_u64()
-        .map(|v| format!("{v} {unit}"))
-        .unwrap_or_else(|| "–".into());
-    if own[key].is_null() {
+fn limit_text(own: Option<u64>, effective: u64, unit: &str) -> String {
+    let value = format!("{effective} {unit}");
+    if own.is_none() {
         format!("{value} (default)")
     } else {
         value
@@ -313,18 +244,17 @@ fn limit_text(own: &Value, effective: &Value, key: &str, unit: &str) -> String {
 
 /// One plugin version: what it takes and gives, its limits (editable), delete.
 #[component]
-fn PluginCard(p: PluginInfo, can_change: bool, on_change: Callback<()>) -> impl IntoView {
-    let raw = p.raw.clone();
-    let own = raw["limits"].clone();
-    let effective = raw["effective_limits"].clone();
+fn PluginCard(p: PluginView, can_change: bool, on_change: Callback<()>) -> impl IntoView {
+    let own: PluginLimits = p.limits.clone();
+    let effective: EffectiveLimits = p.effective_limits;
     let editing = RwSignal::new(false);
     let confirm = RwSignal::new(false);
     let error = RwSignal::new(None::<ApiError>);
     let saved = RwSignal::new(None::<String>);
-    let field = |key: &str| own[key].as_u64().map(|v| v.to_string()).unwrap_or_default();
-    let deadline = RwSignal::new(field("deadline_ms"));
-    let memory = RwSignal::new(field("memory_mib"));
-    let output = RwSignal::new(field("max_output_mib"));
+    let field = |own: Option<u64>| own.map(|v| v.to_string()).unwrap_or_default();
+    let deadline = RwSignal::new(field(own.deadline_ms));
+    let memory = RwSignal::new(field(own.memory_mib));
+    let output = RwSignal::new(field(own.max_output_mib));
     let path = format!(
         "/api/plugins/{}/versions/{}",
         api::seg(&p.name),
@@ -335,11 +265,11 @@ fn PluginCard(p: PluginInfo, can_change: bool, on_change: Callback<()>) -> impl 
         ev.prevent_default();
         error.set(None);
         saved.set(None);
-        let mut body = serde_json::Map::new();
-        for (key, label, signal) in [
-            ("deadline_ms", "Deadline", deadline),
-            ("memory_mib", "Memory", memory),
-            ("max_output_mib", "Output", output),
+        let mut body = PluginLimits::default();
+        for (field, label, signal) in [
+            (&mut body.deadline_ms, "Deadline", deadline),
+            (&mut body.memory_mib, "Memory", memory),
+            (&mut body.max_output_mib, "Output", output),
         ] {
             let t = signal.get_untracked();
             let t = t.trim();
@@ -348,7 +278,7 @@ fn PluginCard(p: PluginInfo, can_change: bool, on_change: Callback<()>) -> impl 
             }
             match t.parse::<u64>() {
                 Ok(n) if n > 0 => {
-                    body.insert(key.into(), json!(n));
+                    *field = Some(n);
                 }
                 _ => {
                     error.set(Some(ApiError::client(format!(
@@ -360,7 +290,7 @@ fn PluginCard(p: PluginInfo, can_change: bool, on_change: Callback<()>) -> impl 
         }
         let path = limits_path.clone();
         leptos::task::spawn_local(async move {
-            match api::call("PUT", &path, Body::Json(Value::Object(body))).await {
+            match api::call("PUT", &path, Body::typed(&body)).await {
                 Ok(_) => {
                     saved.set(Some("Limits saved; new calls use them.".into()));
                     editing.set(false);
@@ -396,16 +326,16 @@ fn PluginCard(p: PluginInfo, can_change: bool, on_change: Callback<()>) -> impl 
         <section class="card plugin" data-plugin=p.name.clone()>
             <div class="card-head">
                 <h3 class="card-title">{format!("{}@{}", p.name, p.version)}</h3>
-                <span class=format!("badge badge-{}", p.kind)>{format!("{}-plugin", p.kind)}</span>
+                <span class=format!("badge badge-{}", p.kind.as_str())>{format!("{}-plugin", p.kind.as_str())}</span>
             </div>
             <dl class="facts wide-facts">
-                <dt>"Consumes"</dt><dd class="plugin-consumes">{p.consumes.join("; ")}</dd>
-                <dt>"Produces"</dt><dd class="plugin-produces">{p.produces.join("; ")}</dd>
-                <dt>"Size"</dt><dd>{raw["size_bytes"].as_u64().map(format::bytes).unwrap_or_default()}</dd>
-                <dt>"SHA-256"</dt><dd><code title=text(&raw, "sha256")>{text(&raw, "sha256").chars().take(12).collect::<String>()}</code></dd>
-                <dt>"Deadline"</dt><dd class="plugin-deadline">{limit_text(&own, &effective, "deadline_ms", "ms")}</dd>
-                <dt>"Memory"</dt><dd>{limit_text(&own, &effective, "memory_mib", "MiB")}</dd>
-                <dt>"Max output"</dt><dd>{limit_text(&own, &effective, "max_output_mib", "MiB")}</dd>
+                <dt>"Consumes"</dt><dd class="plugin-consumes">{p.description.consumes.join("; ")}</dd>
+                <dt>"Produces"</dt><dd class="plugin-produces">{p.description.produces.join("; ")}</dd>
+                <dt>"Size"</dt><dd>{format::bytes(p.size_bytes)}</dd>
+                <dt>"SHA-256"</dt><dd><code title=p.sha256.clone()>{p.sha256.chars().take(12).collect::<String>()}</code></dd>
+                <dt>"Deadline"</dt><dd class="plugin-deadline">{limit_text(own.deadline_ms, effective.deadline_ms, "ms")}</dd>
+                <dt>"Memory"</dt><dd>{limit_text(own.memory_mib, effective.memory_mib, "MiB")}</dd>
+                <dt>"Max output"</dt><dd>{limit_text(own.max_output_mib, effective.max_output_mib, "MiB")}</dd>
             </dl>
             <ErrorBox error=error/>
             {move || saved.get().map(|s| view! { <p class="success" role="status">{s}</p> })}

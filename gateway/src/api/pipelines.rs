@@ -8,7 +8,7 @@ use super::codec;
 use crate::error::{ApiError, ApiResult};
 use crate::infer::pipeline::{self, PipelineInput, PipelineOutput};
 use crate::names::validate_name;
-use crate::pipeline::spec::PipelineSpec;
+use crate::pipeline::spec::{PipelineSpec, PipelineSpecExt};
 use crate::pipeline::Pipeline;
 use crate::state::AppState;
 use axum::body::Body;
@@ -16,20 +16,23 @@ use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use http::{HeaderMap, HeaderValue};
+use infergate_api_types::pipelines::{
+    PipelineDeleted, PipelineList, PipelineRun, PipelineView, RunOutput,
+};
 use infergate_engine::InferOptions;
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 type S = State<Arc<AppState>>;
 
-fn view(p: &Pipeline) -> Value {
-    json!({
-        "name": p.record.name,
-        "spec": p.spec,
-        "created_at": p.record.created_at,
-        "updated_at": p.record.updated_at,
-    })
+fn view(p: &Pipeline) -> PipelineView {
+    PipelineView {
+        name: p.record.name.clone(),
+        spec: p.spec.clone(),
+        created_at: p.record.created_at,
+        updated_at: p.record.updated_at,
+    }
 }
 
 /// `PUT /api/pipelines/{name}`: creates or replaces a pipeline. Every plugin must exist in the
@@ -67,9 +70,9 @@ pub async fn put(
     Ok((super::saved_status(created), Json(view(&pipeline))))
 }
 
-pub async fn list(_: Authorized<Infer>, State(state): S) -> ApiResult<Json<Value>> {
-    let pipelines: Vec<Value> = state.pipelines().all().iter().map(|p| view(p)).collect();
-    Ok(Json(json!({ "pipelines": pipelines })))
+pub async fn list(_: Authorized<Infer>, State(state): S) -> ApiResult<Json<PipelineList>> {
+    let pipelines = state.pipelines().all().iter().map(|p| view(p)).collect();
+    Ok(Json(PipelineList { pipelines }))
 }
 
 fn find(state: &AppState, name: &str) -> ApiResult<Arc<Pipeline>> {
@@ -83,7 +86,7 @@ pub async fn get(
     _: Authorized<Infer>,
     State(state): S,
     Path(name): Path<String>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<PipelineView>> {
     let pipeline = find(&state, &name)?;
     Ok(Json(view(&pipeline)))
 }
@@ -92,11 +95,11 @@ pub async fn delete(
     _: Authorized<Upload>,
     State(state): S,
     Path(name): Path<String>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<PipelineDeleted>> {
     find(&state, &name)?;
     state.store().delete_pipeline(&name)?;
     state.pipelines().remove(&name);
-    Ok(Json(json!({ "deleted": name })))
+    Ok(Json(PipelineDeleted { deleted: name }))
 }
 
 /// `POST /api/pipelines/{name}/run`: the body goes to the first pre-plugin as raw bytes with
@@ -146,11 +149,20 @@ pub async fn run_raw(
             r
         }
         PipelineOutput::Tensors(tensors) => {
-            let outputs: Vec<Value> = tensors
+            let outputs = tensors
                 .iter()
-                .map(|t| json!({"name": t.name, "datatype": t.datatype.name(), "shape": t.shape, "data": codec::to_json(t)}))
+                .map(|t| RunOutput {
+                    name: t.name.clone(),
+                    datatype: t.datatype.name().to_string(),
+                    shape: t.shape.clone(),
+                    data: codec::to_json(t),
+                })
                 .collect();
-            Json(json!({ "pipeline": name, "outputs": outputs })).into_response()
+            Json(PipelineRun {
+                pipeline: name,
+                outputs,
+            })
+            .into_response()
         }
     };
     codec::timing_header(&mut response, &times);

@@ -5,35 +5,42 @@ use super::authorized::{Authorized, Infer, Upload};
 use super::body::read_limited;
 use crate::error::{ApiError, ApiResult};
 use crate::names::validate_name;
-use crate::pipeline::registry::LoadedPlugin;
+use crate::pipeline::registry::{description_of, LoadedPlugin};
 use crate::state::AppState;
 use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::response::IntoResponse;
 use axum::Json;
 use http::HeaderMap;
-use serde_json::{json, Value};
+use infergate_api_types::plugins::{
+    DeletedVersions, EffectiveLimits, PluginDeleted, PluginList, PluginVersions, PluginView,
+};
+use serde_json::Value;
 use std::sync::Arc;
 
 type S = State<Arc<AppState>>;
 
-fn view(p: &LoadedPlugin) -> Value {
+/// A stored version as the routes answer it. Its description is the compiled plugin's, the
+/// same the upload stored (the same bytes describe themselves the same way).
+fn view(p: &LoadedPlugin) -> PluginView {
     let r = &p.record;
-    json!({
-        "name": r.name,
-        "version": r.version,
-        "kind": r.kind,
-        "sha256": r.sha256,
-        "size_bytes": r.size_bytes,
-        "description": r.description,
-        "limits": r.limits,
-        "effective_limits": {
-            "deadline_ms": p.plugin.limits().deadline.as_millis() as u64,
-            "memory_mib": p.plugin.limits().memory_bytes >> 20,
-            "max_output_mib": p.plugin.limits().output_bytes >> 20,
+    let description = description_of(p.plugin.description());
+    let effective = p.plugin.limits();
+    PluginView {
+        name: r.name.clone(),
+        version: r.version.clone(),
+        kind: description.kind,
+        sha256: r.sha256.clone(),
+        size_bytes: r.size_bytes,
+        description,
+        limits: p.limits.clone(),
+        effective_limits: EffectiveLimits {
+            deadline_ms: effective.deadline.as_millis() as u64,
+            memory_mib: (effective.memory_bytes >> 20) as u64,
+            max_output_mib: (effective.output_bytes >> 20) as u64,
         },
-        "created_at": r.created_at,
-    })
+        created_at: r.created_at,
+    }
 }
 
 /// `POST /api/plugins`: the body is the component (`.wasm`). Its name and version come from
@@ -53,17 +60,17 @@ pub async fn upload(
     Ok((super::saved_status(created), Json(view(&loaded))))
 }
 
-pub async fn list(_: Authorized<Infer>, State(state): S) -> ApiResult<Json<Value>> {
-    let plugins: Vec<Value> = state.plugins().all().iter().map(|p| view(p)).collect();
-    Ok(Json(json!({ "plugins": plugins })))
+pub async fn list(_: Authorized<Infer>, State(state): S) -> ApiResult<Json<PluginList>> {
+    let plugins = state.plugins().all().iter().map(|p| view(p)).collect();
+    Ok(Json(PluginList { plugins }))
 }
 
 pub async fn get(
     _: Authorized<Infer>,
     State(state): S,
     Path(name): Path<String>,
-) -> ApiResult<Json<Value>> {
-    let versions: Vec<Value> = state
+) -> ApiResult<Json<PluginVersions>> {
+    let versions: Vec<PluginView> = state
         .plugins()
         .versions(&name)
         .iter()
@@ -72,14 +79,14 @@ pub async fn get(
     if versions.is_empty() {
         return Err(ApiError::not_found(format!("plugin '{name}' not found")));
     }
-    Ok(Json(json!({ "name": name, "versions": versions })))
+    Ok(Json(PluginVersions { name, versions }))
 }
 
 async fn delete(
     state: &Arc<AppState>,
     name: &str,
     version: Option<&str>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<PluginDeleted>> {
     validate_name("plugin", name)?;
     let worker = state.clone();
     let (owned_name, owned_version) = (name.to_string(), version.map(str::to_string));
@@ -105,16 +112,19 @@ async fn delete(
             None => format!("plugin '{name}' not found"),
         }));
     }
-    Ok(Json(
-        json!({ "deleted": { "name": name, "versions": versions } }),
-    ))
+    Ok(Json(PluginDeleted {
+        deleted: DeletedVersions {
+            name: name.to_string(),
+            versions,
+        },
+    }))
 }
 
 pub async fn delete_all(
     _: Authorized<Upload>,
     State(state): S,
     Path(name): Path<String>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<PluginDeleted>> {
     delete(&state, &name, None).await
 }
 
@@ -122,7 +132,7 @@ pub async fn delete_version(
     _: Authorized<Upload>,
     State(state): S,
     Path((name, version)): Path<(String, String)>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<PluginDeleted>> {
     delete(&state, &name, Some(&version)).await
 }
 
@@ -134,7 +144,7 @@ pub async fn put_limits(
     Path((name, version)): Path<(String, String)>,
     headers: HeaderMap,
     body: Body,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Json<PluginView>> {
     let bytes = read_limited(&headers, body, 64 << 10).await?;
     let value: Value = serde_json::from_slice(&bytes)
         .map_err(|e| ApiError::bad_request(format!("invalid plugin limits JSON: {e}")))?;

@@ -8,7 +8,7 @@ use super::table::Table;
 use crate::config::Config;
 use crate::names::validate_name;
 use crate::pipeline::registry::PluginRegistry;
-use crate::pipeline::spec::PipelineSpec;
+use crate::pipeline::spec::{PipelineSpec, PipelineSpecExt};
 use crate::store::Store;
 use anyhow::{anyhow, bail, Context};
 use clap::Subcommand;

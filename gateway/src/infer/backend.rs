@@ -18,7 +18,7 @@ use crate::workers::manager::Choice;
 use crate::workers::remote::{self, Failure};
 use infergate_cluster::messages::LoadedModel;
 use infergate_engine::kernels::Ops;
-use infergate_engine::preprocess::ResizeNormalize;
+use infergate_engine::preprocess::{ResizeNormalize, ResizeNormalizeExt};
 use infergate_engine::{InferOptions, ModelState, Tensor};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

@@ -7,7 +7,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::metrics::PluginLabels;
 use crate::pipeline::convert::{from_host, to_host};
 use crate::pipeline::registry::LoadedPlugin;
-use crate::pipeline::spec::PipelineSpec;
+use crate::pipeline::spec::{PipelineSpec, PipelineSpecExt};
 use crate::state::AppState;
 use crate::store::models::ModelRecord;
 use futures_util::future::try_join_all;

@@ -14,7 +14,7 @@ pub mod text_regions;
 
 use crate::store::plugins::PipelineRecord;
 use parking_lot::RwLock;
-use spec::PipelineSpec;
+use spec::{PipelineSpec, PipelineSpecExt};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 

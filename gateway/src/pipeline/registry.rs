@@ -6,61 +6,52 @@ use super::spec::PluginRef;
 use crate::error::{ApiError, ApiResult};
 use crate::store::plugins::{PluginDescriptionRow, PluginInsert, PluginRecord};
 use crate::store::{BlobKind, Store};
+use infergate_api_types::plugins::{self, PluginDescription, PluginLimits};
 use infergate_plugin_host::{Description, Limits, Plugin, PluginHost, PluginKind};
 use parking_lot::RwLock;
-use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Per-call limits of one plugin version, overriding the server's `[plugins]` defaults; the
-/// host caps them at its own maxima.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PluginLimits {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub deadline_ms: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub memory_mib: Option<usize>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_output_mib: Option<usize>,
+/// Reads a version's limits (as PUT, or as stored), refusing unknown fields and zeros.
+pub fn parse_limits(value: &serde_json::Value) -> ApiResult<PluginLimits> {
+    let limits: PluginLimits = serde_json::from_value(value.clone())
+        .map_err(|e| ApiError::bad_request(format!("invalid plugin limits: {e}")))?;
+    if limits.deadline_ms == Some(0)
+        || limits.memory_mib == Some(0)
+        || limits.max_output_mib == Some(0)
+    {
+        return Err(ApiError::bad_request(
+            "invalid plugin limits: every limit must be at least 1",
+        ));
+    }
+    Ok(limits)
 }
 
-impl PluginLimits {
-    pub fn from_json(value: &serde_json::Value) -> ApiResult<PluginLimits> {
-        let limits: PluginLimits = serde_json::from_value(value.clone())
-            .map_err(|e| ApiError::bad_request(format!("invalid plugin limits: {e}")))?;
-        if limits.deadline_ms == Some(0)
-            || limits.memory_mib == Some(0)
-            || limits.max_output_mib == Some(0)
-        {
-            return Err(ApiError::bad_request(
-                "invalid plugin limits: every limit must be at least 1",
-            ));
-        }
-        Ok(limits)
-    }
-
-    fn apply(&self, defaults: &Limits) -> Limits {
-        Limits {
-            deadline: self
-                .deadline_ms
-                .map_or(defaults.deadline, Duration::from_millis),
-            memory_bytes: self
-                .memory_mib
-                .map_or(defaults.memory_bytes, |m| m.saturating_mul(1 << 20)),
-            output_bytes: self
-                .max_output_mib
-                .map_or(defaults.output_bytes, |m| m.saturating_mul(1 << 20)),
-            ..defaults.clone()
-        }
+/// The host limits a version's calls run under: its own where it has them, else `defaults`.
+fn apply_limits(limits: &PluginLimits, defaults: &Limits) -> Limits {
+    let mib = |m: u64| {
+        usize::try_from(m)
+            .unwrap_or(usize::MAX)
+            .saturating_mul(1 << 20)
+    };
+    Limits {
+        deadline: limits
+            .deadline_ms
+            .map_or(defaults.deadline, Duration::from_millis),
+        memory_bytes: limits.memory_mib.map_or(defaults.memory_bytes, mib),
+        output_bytes: limits.max_output_mib.map_or(defaults.output_bytes, mib),
+        ..defaults.clone()
     }
 }
 
 /// A stored plugin version and its compiled form.
 pub struct LoadedPlugin {
     pub record: PluginRecord,
+    /// The version's own limits, as applied to `plugin` (the defaults where the stored value
+    /// does not parse).
+    pub limits: PluginLimits,
     pub plugin: Plugin,
 }
 
@@ -72,21 +63,26 @@ pub struct PluginRegistry {
     broken: RwLock<BTreeMap<(String, String), String>>,
 }
 
-pub fn kind_name(kind: PluginKind) -> &'static str {
+pub fn kind_of(kind: PluginKind) -> plugins::PluginKind {
     match kind {
-        PluginKind::Pre => "pre",
-        PluginKind::Post => "post",
+        PluginKind::Pre => plugins::PluginKind::Pre,
+        PluginKind::Post => plugins::PluginKind::Post,
     }
 }
 
-pub fn description_json(d: &Description) -> serde_json::Value {
-    serde_json::json!({
-        "name": d.name,
-        "version": d.version,
-        "kind": kind_name(d.kind),
-        "consumes": d.consumes,
-        "produces": d.produces,
-    })
+pub fn kind_name(kind: PluginKind) -> &'static str {
+    kind_of(kind).as_str()
+}
+
+/// What a plugin says it is, as stored and answered.
+pub fn description_of(d: &Description) -> PluginDescription {
+    PluginDescription {
+        name: d.name.clone(),
+        version: d.version.clone(),
+        kind: kind_of(d.kind),
+        consumes: d.consumes.clone(),
+        produces: d.produces.clone(),
+    }
 }
 
 impl PluginRegistry {
@@ -179,15 +175,19 @@ impl PluginRegistry {
     /// value that no longer parses falls back to the defaults, with a warning), and returns
     /// what requests will now run.
     fn insert(&self, record: PluginRecord, plugin: Plugin) -> Arc<LoadedPlugin> {
-        let limits = PluginLimits::from_json(&record.limits).unwrap_or_else(|e| {
+        let limits = parse_limits(&record.limits).unwrap_or_else(|e| {
             tracing::warn!(plugin = %record.name, version = %record.version, error = %e.message, "stored plugin limits ignored");
             PluginLimits::default()
         });
-        let plugin = plugin.with_limits(limits.apply(&self.host.config().default_limits));
+        let plugin = plugin.with_limits(apply_limits(&limits, &self.host.config().default_limits));
         self.broken
             .write()
             .remove(&(record.name.clone(), record.version.clone()));
-        let entry = Arc::new(LoadedPlugin { record, plugin });
+        let entry = Arc::new(LoadedPlugin {
+            record,
+            limits,
+            plugin,
+        });
         let mut loaded = self.loaded.write();
         let versions = loaded.entry(entry.record.name.clone()).or_default();
         // A version already served keeps its place in upload order (new limits must not make
@@ -244,11 +244,13 @@ impl PluginRegistry {
                 description.version
             )));
         }
+        let json = serde_json::to_value(description_of(&description))
+            .map_err(|e| ApiError::internal(e.to_string()))?;
         let row = PluginDescriptionRow {
             name: &description.name,
             version: &description.version,
             kind: kind_name(description.kind),
-            json: &description_json(&description),
+            json: &json,
         };
         match store.add_plugin(bytes, sha256, &row)? {
             PluginInsert::Created(record) => {
@@ -366,7 +368,7 @@ impl PluginRegistry {
         version: &str,
         value: &serde_json::Value,
     ) -> ApiResult<Arc<LoadedPlugin>> {
-        let limits = PluginLimits::from_json(value)?;
+        let limits = parse_limits(value)?;
         let normalized =
             serde_json::to_value(&limits).map_err(|e| ApiError::internal(e.to_string()))?;
         let current = self

@@ -15,7 +15,7 @@
 use crate::error::{ApiError, Kind};
 use bytes::Bytes;
 use http::StatusCode;
-use infergate_engine::preprocess::ResizeNormalize;
+use infergate_engine::preprocess::{ResizeNormalize, ResizeNormalizeExt};
 use infergate_engine::{InferOptions, Tensor};
 use infergate_protocol::kserve::{self, InferRequest, InputTensor, HEADER_LENGTH};
 use serde::Deserialize;

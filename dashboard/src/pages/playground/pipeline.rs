@@ -5,9 +5,8 @@
 use super::{now, origin, outcome_badge, outputs_view, stages_view, Exchange};
 use crate::api::{self, ApiError, Body};
 use crate::format;
-use crate::pages::plugins::strings;
 use crate::tensor;
-use crate::types::StatsList;
+use crate::types::{PipelineView, PluginDescription, PluginView, StatsList};
 use crate::widgets::ErrorBox;
 use leptos::html;
 use leptos::prelude::*;
@@ -35,60 +34,50 @@ pub struct PipelineInfo {
 
 impl PipelineInfo {
     /// From one entry of `GET /api/pipelines` and the list of `GET /api/plugins`.
-    pub fn from_json(p: &Value, plugins: &[Value]) -> Option<PipelineInfo> {
-        let name = p["name"].as_str()?.to_string();
-        let spec = &p["spec"];
-        let model = spec["model"].as_str()?.to_string();
-        let (pre, post) = (strings(&spec["pre"]), strings(&spec["post"]));
+    pub fn new(p: &PipelineView, plugins: &[PluginView]) -> PipelineInfo {
+        let spec = &p.spec;
         // `name@version` pins a version; the description is the same kind of thing either way.
-        let described = |reference: &str, field: &str| -> Vec<String> {
+        let described = |reference: &str| -> Option<&PluginDescription> {
             let plugin = reference.split('@').next().unwrap_or(reference);
             plugins
                 .iter()
-                .find(|p| p["name"].as_str() == Some(plugin))
-                .map(|p| strings(&p["description"][field]))
-                .unwrap_or_default()
+                .find(|p| p.name == plugin)
+                .map(|p| &p.description)
         };
-        let input = match pre.first() {
+        let input = match spec.pre.first() {
             None => Input::Tensors,
             Some(first) => {
-                let consumes = described(first, "consumes");
-                if consumes.iter().any(|c| c.starts_with("image/")) {
+                let image = described(first)
+                    .is_some_and(|d| d.consumes.iter().any(|c| c.starts_with("image/")));
+                if image {
                     Input::Image
                 } else {
                     Input::Text
                 }
             }
         };
-        let embeds = post.last().is_some_and(|last| {
-            described(last, "produces")
-                .iter()
-                .any(|p| p.starts_with("embedding"))
-        });
-        let detect: Vec<String> = spec["detect"]
-            .as_object()
-            .map(|d| {
-                ["model", "angle_model"]
-                    .iter()
-                    .filter_map(|k| d.get(*k).and_then(Value::as_str).map(str::to_string))
-                    .collect()
-            })
-            .unwrap_or_default();
-        let chain = pre
+        let embeds = spec
+            .post
+            .last()
+            .and_then(|last| described(last))
+            .is_some_and(|d| d.produces.iter().any(|p| p.starts_with("embedding")));
+        let detect = spec.detect.iter().flat_map(|d| d.models());
+        let chain = spec
+            .pre
             .iter()
-            .chain(detect.iter())
-            .chain(std::iter::once(&model))
-            .chain(post.iter())
-            .cloned()
+            .map(String::as_str)
+            .chain(detect)
+            .chain(std::iter::once(spec.model.as_str()))
+            .chain(spec.post.iter().map(String::as_str))
             .collect::<Vec<_>>()
             .join(" → ");
-        Some(PipelineInfo {
-            name,
-            model,
+        PipelineInfo {
+            name: p.name.clone(),
+            model: spec.model.clone(),
             chain,
             input,
             embeds,
-        })
+        }
     }
 }
 

@@ -3,31 +3,35 @@
 //! what the stage before produces, from the plugins' own descriptions); saving asks for a
 //! confirmation that shows the chain, and says when it replaces a pipeline.
 
-use super::{PipelineView, PluginInfo};
+use super::parameter_text;
 use crate::api::{self, ApiError, Body};
+use crate::types::{PipelineSpec, PipelineView, PluginKind, PluginView};
 use crate::widgets::ErrorBox;
 use leptos::prelude::*;
-use serde_json::{json, Map, Value};
+use std::collections::BTreeMap;
 
 /// "image/png", "text/plain", "application/json: {...}": raw bytes, not tensors.
 fn is_media(notation: &str) -> bool {
     notation.split(':').next().is_some_and(|t| t.contains('/'))
 }
 
-fn takes_bytes(p: &PluginInfo) -> bool {
-    p.consumes.iter().any(|c| c == "any" || is_media(c))
+fn takes_bytes(p: &PluginView) -> bool {
+    let consumes = &p.description.consumes;
+    consumes.iter().any(|c| c == "any" || is_media(c))
 }
 
-fn takes_tensors(p: &PluginInfo) -> bool {
-    p.consumes.is_empty() || p.consumes.iter().any(|c| c == "any" || !is_media(c))
+fn takes_tensors(p: &PluginView) -> bool {
+    let consumes = &p.description.consumes;
+    consumes.is_empty() || consumes.iter().any(|c| c == "any" || !is_media(c))
 }
 
 /// Whether anything may follow `p`: a stage that gives only JSON or bytes ends the chain.
-fn gives_tensors(p: &PluginInfo) -> bool {
-    p.produces.is_empty() || p.produces.iter().any(|c| !is_media(c))
+fn gives_tensors(p: &PluginView) -> bool {
+    let produces = &p.description.produces;
+    produces.is_empty() || produces.iter().any(|c| !is_media(c))
 }
 
-fn find<'a>(plugins: &'a [PluginInfo], reference: &str) -> Option<&'a PluginInfo> {
+fn find<'a>(plugins: &'a [PluginView], reference: &str) -> Option<&'a PluginView> {
     let (name, version) = match reference.split_once('@') {
         Some((n, v)) => (n, Some(v)),
         None => (reference, None),
@@ -39,8 +43,12 @@ fn find<'a>(plugins: &'a [PluginInfo], reference: &str) -> Option<&'a PluginInfo
 
 /// The plugin names that fit after `chain` at a pre (`pre == true`) or post position, and how
 /// many were left out.
-fn fitting(plugins: &[PluginInfo], chain: &[String], pre: bool) -> (Vec<String>, usize) {
-    let kind = if pre { "pre" } else { "post" };
+fn fitting(plugins: &[PluginView], chain: &[String], pre: bool) -> (Vec<String>, usize) {
+    let kind = if pre {
+        PluginKind::Pre
+    } else {
+        PluginKind::Post
+    };
     let previous = chain.last().and_then(|r| find(plugins, r));
     let ends = previous.is_some_and(|p| !gives_tensors(p));
     let mut names: Vec<String> = Vec::new();
@@ -63,13 +71,9 @@ fn fitting(plugins: &[PluginInfo], chain: &[String], pre: bool) -> (Vec<String>,
     (names, left_out)
 }
 
-fn strings(list: &[String]) -> Value {
-    json!(list)
-}
-
 #[component]
 pub fn PipelineComposer(
-    plugins: Signal<Vec<PluginInfo>>,
+    plugins: Signal<Vec<PluginView>>,
     models: Signal<Vec<String>>,
     existing: Signal<Vec<String>>,
     editing: RwSignal<Option<PipelineView>>,
@@ -81,30 +85,18 @@ pub fn PipelineComposer(
     let post = RwSignal::new(Vec::<String>::new());
     let parameters = RwSignal::new(String::new());
     // Fields this form does not show (preprocess, model_version, ...) are kept from the spec.
-    let base = StoredValue::new(Map::<String, Value>::new());
+    let base = StoredValue::new(PipelineSpec::default());
     let error = RwSignal::new(None::<ApiError>);
     let saved = RwSignal::new(None::<String>);
-    let pending = RwSignal::new(None::<(String, Value)>);
+    let pending = RwSignal::new(None::<(String, PipelineSpec)>);
     Effect::new(move |_| {
         if let Some(p) = editing.get() {
-            let spec = p.spec.as_object().cloned().unwrap_or_default();
-            let list = |k: &str| super::strings(&p.spec[k]);
             name.set(p.name.clone());
-            model.set(p.spec["model"].as_str().unwrap_or_default().to_string());
-            pre.set(list("pre"));
-            post.set(list("post"));
-            parameters.set(
-                p.spec["parameters"]
-                    .as_object()
-                    .map(|o| {
-                        o.iter()
-                            .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    })
-                    .unwrap_or_default(),
-            );
-            base.set_value(spec);
+            model.set(p.spec.model.clone());
+            pre.set(p.spec.pre.clone());
+            post.set(p.spec.post.clone());
+            parameters.set(parameter_text(&p.spec.parameters));
+            base.set_value(p.spec);
             error.set(None);
             saved.set(None);
             pending.set(None);
@@ -116,7 +108,7 @@ pub fn PipelineComposer(
         pre.set(Vec::new());
         post.set(Vec::new());
         parameters.set(String::new());
-        base.set_value(Map::new());
+        base.set_value(PipelineSpec::default());
         pending.set(None);
         editing.set(None);
     };
@@ -166,14 +158,14 @@ pub fn PipelineComposer(
         }
         let mut spec = base.get_value();
         // A model changed away from the pinned one drops the pin.
-        if spec.get("model").and_then(Value::as_str) != Some(model.get_untracked().as_str()) {
-            spec.remove("model_version");
-            spec.remove("model_outputs");
+        if spec.model != model.get_untracked() {
+            spec.model_version = None;
+            spec.model_outputs.clear();
         }
-        spec.insert("model".into(), json!(model.get_untracked()));
-        spec.insert("pre".into(), strings(&pre.get_untracked()));
-        spec.insert("post".into(), strings(&post.get_untracked()));
-        let mut params = Map::new();
+        spec.model = model.get_untracked();
+        spec.pre = pre.get_untracked();
+        spec.post = post.get_untracked();
+        let mut params = BTreeMap::new();
         for pair in parameters
             .get_untracked()
             .split(',')
@@ -182,7 +174,7 @@ pub fn PipelineComposer(
         {
             match pair.split_once('=') {
                 Some((k, v)) if !k.trim().is_empty() => {
-                    params.insert(k.trim().into(), json!(v.trim()));
+                    params.insert(k.trim().to_string(), v.trim().to_string());
                 }
                 _ => {
                     error.set(Some(ApiError::client(format!(
@@ -192,12 +184,8 @@ pub fn PipelineComposer(
                 }
             }
         }
-        if params.is_empty() {
-            spec.remove("parameters");
-        } else {
-            spec.insert("parameters".into(), Value::Object(params));
-        }
-        pending.set(Some((n, Value::Object(spec))));
+        spec.parameters = params;
+        pending.set(Some((n, spec)));
     };
     let confirm = move |_| {
         let Some((n, spec)) = pending.get_untracked() else {
@@ -207,7 +195,7 @@ pub fn PipelineComposer(
             match api::call(
                 "PUT",
                 &format!("/api/pipelines/{}", api::seg(&n)),
-                Body::Json(spec),
+                Body::typed(&spec),
             )
             .await
             {
@@ -223,14 +211,12 @@ pub fn PipelineComposer(
             }
         });
     };
-    let chain_text = |spec: &Value| {
-        let list = |k: &str| super::strings(&spec[k]);
-        list("pre")
-            .into_iter()
-            .chain(std::iter::once(
-                spec["model"].as_str().unwrap_or_default().to_string(),
-            ))
-            .chain(list("post"))
+    let chain_text = |spec: &PipelineSpec| {
+        spec.pre
+            .iter()
+            .chain(std::iter::once(&spec.model))
+            .chain(&spec.post)
+            .map(String::as_str)
             .collect::<Vec<_>>()
             .join(" → ")
     };
