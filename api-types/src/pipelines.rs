@@ -199,6 +199,30 @@ pub struct RunOutput {
     pub data: Value,
 }
 
+/// The answer of a pipeline with a `detect` stage (text detection): the image's size and each
+/// region found, in reading order, with what the rest of the pipeline made of its crop.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct DetectedRegions {
+    pub width: u64,
+    pub height: u64,
+    pub regions: Vec<DetectedRegion>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct DetectedRegion {
+    /// `[x1, y1, x2, y2]` in the image's pixels.
+    #[serde(rename = "box")]
+    pub bounds: [f64; 4],
+    /// Mean probability of the detector's map inside the box.
+    pub score: f64,
+    /// 0 or 180: how the crop was turned upright.
+    pub angle: u16,
+    /// The orientation classifier's probability for `angle` (`null` without one).
+    pub angle_confidence: Option<f64>,
+    /// The last post-plugin's JSON for the crop, or its output tensors as [`RunOutput`]s.
+    pub output: Value,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

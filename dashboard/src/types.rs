@@ -12,7 +12,9 @@ pub use infergate_api_types::openai::{
     ChatChunkChoice, Embedding, EmbeddingList, EmbeddingVector, ModelCardList, StreamEvent,
     TextChoice,
 };
-pub use infergate_api_types::pipelines::{PipelineList, PipelineSpec, PipelineView};
+pub use infergate_api_types::pipelines::{
+    DetectedRegions, PipelineList, PipelineSpec, PipelineView,
+};
 pub use infergate_api_types::plugins::{
     EffectiveLimits, PluginDescription, PluginKind, PluginLimits, PluginList, PluginView,
 };

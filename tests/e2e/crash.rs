@@ -30,14 +30,21 @@ enum Expect {
 
 /// Object ("model:NAME", "plugin:NAME@VERSION", "pipeline:NAME", "key:ID") → what must hold.
 #[derive(Default)]
-struct Ledger(Mutex<BTreeMap<String, Expect>>);
+struct Ledger {
+    expect: Mutex<BTreeMap<String, Expect>>,
+    /// Plugin file → the object its upload answered, kept across iterations: a later
+    /// iteration's upload of the same file makes that object unknown again before it is sent
+    /// (killed after the commit but before the answer, it is present whatever an earlier
+    /// iteration's delete said).
+    plugin_objects: Mutex<BTreeMap<String, String>>,
+}
 
 impl Ledger {
     fn set(&self, object: &str, expect: Expect) {
-        self.0.lock().insert(object.to_string(), expect);
+        self.expect.lock().insert(object.to_string(), expect);
     }
     fn snapshot(&self) -> BTreeMap<String, Expect> {
-        self.0.lock().clone()
+        self.expect.lock().clone()
     }
 }
 
@@ -113,11 +120,11 @@ impl Client {
     /// Plugins uploaded and deleted in turn. The object is named after the response, so a
     /// plugin whose first upload is cut off is simply not checked.
     async fn plugins(&self, plugins: &[(String, Vec<u8>)]) {
-        let mut described: BTreeMap<&str, String> = BTreeMap::new();
         for n in 0.. {
             let (file, bytes) = &plugins[n % plugins.len()];
-            if let Some(object) = described.get(file.as_str()) {
-                self.ledger.set(object, Expect::Unknown);
+            let known = self.ledger.plugin_objects.lock().get(file).cloned();
+            if let Some(object) = known {
+                self.ledger.set(&object, Expect::Unknown);
             }
             let url = format!("{}/api/plugins", self.base);
             let Some((status, body)) = self.send(self.http.post(url).body(bytes.clone())).await
@@ -133,7 +140,10 @@ impl Client {
             };
             let object = format!("plugin:{name}@{version}");
             self.ledger.set(&object, Expect::Present);
-            described.insert(file.as_str(), object.clone());
+            self.ledger
+                .plugin_objects
+                .lock()
+                .insert(file.clone(), object.clone());
             self.ledger.set(&object, Expect::Unknown);
             let url = format!("{}/api/plugins/{name}/versions/{version}", self.base);
             let Some((status, _)) = self.send(self.http.delete(url)).await else {

@@ -11,6 +11,7 @@ use crate::pipeline::spec::{PipelineSpec, PipelineSpecExt};
 use crate::state::AppState;
 use crate::store::models::ModelRecord;
 use futures_util::future::try_join_all;
+use infergate_api_types::pipelines::{DetectedRegion, DetectedRegions, RunOutput};
 use infergate_engine::preprocess::Mode;
 use infergate_engine::{InferOptions, Tensor};
 use infergate_plugin_host::{self as host, PluginKind, PostOutput, PreInput};
@@ -239,12 +240,14 @@ pub async fn run(
         times.post = times.post.max(tail.post);
         regions.push(region_json(name, found, output)?);
     }
-    let answer = serde_json::json!({
-        "width": detected.width,
-        "height": detected.height,
-        "regions": regions,
-    });
-    Ok((PipelineOutput::Json(answer.to_string()), times))
+    let answer = DetectedRegions {
+        width: detected.width as u64,
+        height: detected.height as u64,
+        regions,
+    };
+    let text = serde_json::to_string(&answer)
+        .map_err(|e| ApiError::internal(format!("pipeline '{name}': encoding its answer: {e}")))?;
+    Ok((PipelineOutput::Json(text), times))
 }
 
 /// One region of a detecting pipeline's answer: where it is, how it was turned, and what the
@@ -253,7 +256,7 @@ fn region_json(
     name: &str,
     found: &detect::FoundRegion,
     output: PipelineOutput,
-) -> ApiResult<serde_json::Value> {
+) -> ApiResult<DetectedRegion> {
     let output = match output {
         PipelineOutput::Json(text) => serde_json::from_str(&text).map_err(|e| {
             ApiError::internal(format!(
@@ -263,7 +266,15 @@ fn region_json(
         PipelineOutput::Tensors(tensors) => serde_json::Value::Array(
             tensors
                 .iter()
-                .map(|t| serde_json::json!({"name": t.name, "datatype": t.datatype.name(), "shape": t.shape, "data": infergate_protocol::json::encode(t)}))
+                .map(|t| {
+                    serde_json::to_value(RunOutput {
+                        name: t.name.clone(),
+                        datatype: t.datatype.name().to_owned(),
+                        shape: t.shape.clone(),
+                        data: infergate_protocol::json::encode(t),
+                    })
+                    .unwrap_or_default()
+                })
                 .collect(),
         ),
         PipelineOutput::Bytes(_) => {
@@ -273,13 +284,14 @@ fn region_json(
         }
     };
     let r = &found.region;
-    Ok(serde_json::json!({
-        "box": [r.x1, r.y1, r.x2, r.y2],
-        "score": r.score,
-        "angle": found.angle,
-        "angle_confidence": found.angle_confidence,
-        "output": output,
-    }))
+    // f32 as the f64 it widens to, as the answer always wrote them.
+    Ok(DetectedRegion {
+        bounds: [r.x1, r.y1, r.x2, r.y2].map(f64::from),
+        score: f64::from(r.score),
+        angle: found.angle,
+        angle_confidence: found.angle_confidence.map(f64::from),
+        output,
+    })
 }
 
 /// What the rest of a pipeline needs after its pre-plugins (and detection): the same for

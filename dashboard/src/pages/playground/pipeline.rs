@@ -6,7 +6,7 @@ use super::{now, origin, outcome_badge, outputs_view, stages_view, Exchange};
 use crate::api::{self, ApiError, Body};
 use crate::format;
 use crate::tensor;
-use crate::types::{PipelineView, PluginDescription, PluginView, StatsList};
+use crate::types::{DetectedRegions, PipelineView, PluginDescription, PluginView, StatsList};
 use crate::widgets::ErrorBox;
 use leptos::html;
 use leptos::prelude::*;
@@ -352,8 +352,8 @@ fn answer_view(answer: &api::RawAnswer, image: Option<String>) -> AnyView {
     let Ok(v) = serde_json::from_str::<Value>(&answer.text) else {
         return view! { <p class="muted">{format!("{} bytes of {}", answer.text.len(), answer.content_type)}</p> }.into_any();
     };
-    if let Some(regions) = v["regions"].as_array() {
-        return regions_view(&v, regions, image);
+    if let Ok(detected) = serde_json::from_value::<DetectedRegions>(v.clone()) {
+        return regions_view(&detected, image);
     }
     if let Some(texts) = v["texts"].as_array() {
         return view! {
@@ -412,28 +412,25 @@ fn region_text(output: &Value) -> (String, Option<f64>) {
 
 /// A detecting pipeline's answer: the image with each region's numbered box, and the regions'
 /// text in reading order.
-fn regions_view(v: &Value, regions: &[Value], image: Option<String>) -> AnyView {
-    let (width, height) = (
-        v["width"].as_f64().unwrap_or(1.0),
-        v["height"].as_f64().unwrap_or(1.0),
-    );
+fn regions_view(detected: &DetectedRegions, image: Option<String>) -> AnyView {
+    let regions = &detected.regions;
+    let (width, height) = (detected.width.max(1) as f64, detected.height.max(1) as f64);
     // Labels in image pixels, so they stay legible whatever the image's size.
     let font = (width.max(height) / 24.0).clamp(10.0, 64.0);
-    let boxes = regions.iter().enumerate().filter_map(|(i, r)| {
-        let b: Vec<f64> = r["box"].as_array()?.iter().filter_map(Value::as_f64).collect();
-        let &[x1, y1, x2, y2] = b.as_slice() else { return None };
-        let turned = r["angle"].as_u64() == Some(180);
-        Some(view! {
+    let boxes = regions.iter().enumerate().map(|(i, r)| {
+        let [x1, y1, x2, y2] = r.bounds;
+        let turned = r.angle == 180;
+        view! {
             <g class="region" class:turned=turned>
                 <rect x=format!("{x1:.1}") y=format!("{y1:.1}") width=format!("{:.1}", x2 - x1) height=format!("{:.1}", y2 - y1)></rect>
                 <text x=format!("{:.1}", x2 + 2.0) y=format!("{:.1}", y1) dominant-baseline="hanging" font-size=format!("{font:.0}")>{(i + 1).to_string()}</text>
             </g>
-        })
+        }
     }).collect_view();
     let lines = regions.iter().map(|r| {
-        let (text, confidence) = region_text(&r["output"]);
-        let angle = match (r["angle"].as_u64(), r["angle_confidence"].as_f64()) {
-            (Some(180), Some(c)) => Some(format!(" · turned 180° ({:.0}% sure)", c * 100.0)),
+        let (text, confidence) = region_text(&r.output);
+        let angle = match (r.angle, r.angle_confidence) {
+            (180, Some(c)) => Some(format!(" · turned 180° ({:.0}% sure)", c * 100.0)),
             _ => None,
         };
         let empty = text.is_empty();
