@@ -34,7 +34,8 @@
 //! over `[websocket] max_message_bytes` with 1009 before its payload is read.
 
 use super::stream::{
-    limited, read_failure_close, too_many_control_frames, upgrade_key, ControlBudget, SUBPROTOCOL,
+    encoded, limited, read_failure_close, too_many_control_frames, upgrade_key, ControlBudget,
+    SUBPROTOCOL,
 };
 use super::workers::listing;
 use crate::auth::Scope;
@@ -370,10 +371,10 @@ async fn events(state: Arc<AppState>, socket: WebSocket) {
                 let seconds = last.elapsed().as_secs_f64().max(1e-3);
                 last = tokio::time::Instant::now();
                 for f in frames(&state, &before, &now, seconds, cpu.sample()) {
-                    // Plain data (strings, numbers, options): serializing it cannot fail.
-                    let Ok(text) = serde_json::to_string(&f) else { continue };
+                    // Plain data (strings, numbers, options): encoding it cannot fail.
+                    let Ok(frame) = encoded(&f) else { continue };
                     // A reader too slow for one frame a second is dropped rather than buffered.
-                    let send = sink.send(Message::Text(Utf8Bytes::from(text)));
+                    let send = sink.send(frame);
                     match tokio::time::timeout(Duration::from_secs(5), send).await {
                         Ok(Ok(())) => {}
                         _ => return,

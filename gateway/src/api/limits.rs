@@ -5,7 +5,7 @@ use super::body::read_limited;
 use super::key_admin::KeyAdmin;
 use crate::error::{ApiError, ApiResult};
 use crate::ratelimit::RateLimit;
-use crate::store::keys::{KeyLimits, KeyRecord};
+use crate::store::keys::KeyLimits;
 use axum::extract::{Path, State};
 use axum::Json;
 use http::HeaderMap;
@@ -60,13 +60,6 @@ pub fn parse_limits(body: &Map<String, Value>, current: KeyLimits) -> ApiResult<
     Ok(limits)
 }
 
-fn key_limits(key: &KeyRecord) -> KeyLimits {
-    KeyLimits {
-        rate_limit: key.rate_limit,
-        max_concurrent: key.max_concurrent,
-    }
-}
-
 /// `PATCH /api/keys/{id}`: `{"rate_limit": {...} | null, "max_concurrent": N | null}`.
 pub async fn update(
     _: Authorized<Admin>,
@@ -91,7 +84,7 @@ pub async fn update(
         )));
     }
     let key = keys.find(&id)?;
-    let limits = parse_limits(&body, key_limits(&key))?;
+    let limits = parse_limits(&body, key.limits())?;
     let updated = keys
         .store()
         .set_key_limits(&key.id.to_string(), &limits)?

@@ -200,11 +200,10 @@ pub(super) fn encoded(answer: &impl Serialize) -> ApiResult<Message> {
     Ok(Message::Text(Utf8Bytes::from(text)))
 }
 
-/// A frame of plain data: strings, numbers and options, which always serialize.
+/// A frame of plain data (strings, numbers, options), which always serializes: [`encoded`]
+/// without a failure to handle (were one to happen, the frame would be empty).
 fn frame(answer: &impl Serialize) -> Message {
-    Message::Text(Utf8Bytes::from(
-        serde_json::to_string(answer).unwrap_or_default(),
-    ))
+    encoded(answer).unwrap_or_else(|_| Message::Text(Utf8Bytes::default()))
 }
 
 fn error_frame(id: &Value, e: &ApiError) -> Message {

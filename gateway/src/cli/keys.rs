@@ -147,10 +147,7 @@ pub(super) fn run(cmd: KeysCommand) -> anyhow::Result<()> {
                     let new = if clear {
                         KeyLimits::default()
                     } else {
-                        limits.apply(KeyLimits {
-                            rate_limit: current.rate_limit,
-                            max_concurrent: current.max_concurrent,
-                        })?
+                        limits.apply(current.limits())?
                     };
                     let updated = store
                         .set_key_limits(&id, &new)?

@@ -31,6 +31,14 @@ impl KeyRecord {
         Scopes::new(self.scopes.clone())
     }
 
+    /// The key's own limits (`None` where it takes the server's default).
+    pub fn limits(&self) -> KeyLimits {
+        KeyLimits {
+            rate_limit: self.rate_limit,
+            max_concurrent: self.max_concurrent,
+        }
+    }
+
     /// The key as the key routes and the CLI show it (without its usage).
     pub fn info(&self) -> infergate_api_types::keys::KeyInfo {
         infergate_api_types::keys::KeyInfo {
