@@ -148,6 +148,9 @@ pub struct ModelInfo {
     pub queued: usize,
     pub in_flight: usize,
     pub idle_ms: u64,
+    /// Batches run on the requesting thread (a lone request to an idle version) instead of an
+    /// instance thread.
+    pub caller_runs: u64,
     pub config: ModelConfig,
 }
 
@@ -407,6 +410,7 @@ impl Engine {
             queued: l.scheduler.queue.len(),
             in_flight: l.in_flight.load(Ordering::Relaxed),
             idle_ms,
+            caller_runs: l.scheduler.caller_runs(),
             config: l.config.lock().clone(),
         };
         Some(info)

@@ -289,5 +289,68 @@ async fn under_load_every_request_gets_its_own_answer_in_bounded_batches() {
         samples += b.batch_size * b.compute_infer.count;
     }
     assert_eq!(samples, REQUESTS, "every request ran exactly once");
-    assert_eq!(engine.model_info(&batched).unwrap().instances, 2);
+    let info = engine.model_info(&batched).unwrap();
+    assert_eq!(info.instances, 2);
+    // Requests that found others queued were left to the instance threads to batch.
+    assert!(
+        info.caller_runs < s.execution_count,
+        "{} of {} batches ran on callers' threads",
+        info.caller_runs,
+        s.execution_count
+    );
+}
+
+/// A lone request to an idle version runs on its caller's thread (no instance thread woken on
+/// its way in, none on its way out), on a multi-thread runtime; a current-thread runtime, which
+/// cannot hand its other tasks over meanwhile, leaves every run to the instance threads, and so
+/// does a batch of several requests.
+#[test]
+fn a_lone_request_to_an_idle_version_runs_on_its_callers_thread() {
+    for (multi, expected) in [(true, 3), (false, 0)] {
+        let mut builder = if multi {
+            let mut b = tokio::runtime::Builder::new_multi_thread();
+            b.worker_threads(2);
+            b
+        } else {
+            tokio::runtime::Builder::new_current_thread()
+        };
+        let runtime = builder.enable_all().build().unwrap();
+        runtime.block_on(async {
+            let Some(engine) = engine(|c| c.instances = Some(2)) else {
+                return;
+            };
+            let path = model("minilm.onnx");
+            let k = key("minilm-lone", 1);
+            for seed in 0..3 {
+                engine.infer(&k, &path, tokens(seed, 8), vec![]).await.unwrap();
+            }
+            let info = engine.model_info(&k).unwrap();
+            assert_eq!(info.caller_runs, expected, "multi-thread runtime: {multi}");
+            assert_eq!(engine.stats(&k).unwrap().success.count, 3);
+
+            // A batch that fills up is run by an instance thread, not by the caller whose
+            // request completed it: that caller is not the only one waiting.
+            let batched = key("minilm-lone", 2);
+            load_configured(
+                &engine,
+                &batched,
+                &path,
+                r#"{"max_batch_size": 4, "dynamic_batching": {"max_queue_delay_microseconds": 10000000}}"#,
+            )
+            .await;
+            let engine = Arc::new(engine);
+            let tasks: Vec<_> = (1..=4)
+                .map(|seed| {
+                    let (engine, path, k) = (engine.clone(), path.clone(), batched.clone());
+                    tokio::spawn(async move { engine.infer(&k, &path, tokens(seed, 8), vec![]).await })
+                })
+                .collect();
+            for task in tasks {
+                task.await.unwrap().unwrap();
+            }
+            let s = engine.stats(&batched).unwrap();
+            assert_eq!((s.execution_count, s.inference_count), (1, 4));
+            assert_eq!(engine.model_info(&batched).unwrap().caller_runs, 0);
+        });
+    }
 }
