@@ -10,7 +10,9 @@ HTTP, greedy so both generate the same tokens). Prints, as ratios infergate / ll
 and infergate's time to first token p50 with a shared ~500-token system prompt, prefix cache on
 vs off (the gateway started with --llm-no-prefix-cache).
 
-Usage: python bench/llm.py [--bin target/release/infergate] [--requests 24] [--threads 2]
+Usage: python bench/llm.py [--bin target/release/infergate] [--requests 24] [--threads 2] [--rounds 3]
+Each round runs both servers one after the other (alternating which goes first) and gives its own
+ratios; the medians over the rounds are printed last.
 The gateway serves plain HTTP here (--insecure-http) so both servers are compared without TLS.
 """
 import argparse
@@ -181,26 +183,38 @@ def main():
     p.add_argument("--context", type=int, default=2048)
     p.add_argument("--requests", type=int, default=24)
     p.add_argument("--max-tokens", type=int, default=64)
+    p.add_argument("--rounds", type=int, default=3,
+                   help="alternating rounds of both servers; the ratios printed are their medians")
     a = p.parse_args()
     peer_bin = a.llama_server or subprocess.run(
         ["bash", os.path.join(ROOT, "bench", "setup-llama-server.sh")],
         check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
-    rows = {}
-    for name, make in (("llama-server", lambda: LlamaServer(peer_bin, a.threads, a.slots, a.context)),
-                       ("infergate", lambda: Infergate(a.bin, a.threads, a.slots, a.context))):
-        server = make()
-        try:
-            one = asyncio.run(load(server, 1, max(4, a.requests // 4), a.max_tokens))
-            eight = asyncio.run(load(server, 8, a.requests, a.max_tokens))
-            rows[name] = (one, eight)
-            print(f"{name:>13}: 1 stream {one[0]:6.1f} tok/s (TTFT p50 {one[1]*1000:6.1f} ms); "
-                  f"8 streams {eight[0]:6.1f} tok/s (TTFT p50 {eight[1]*1000:6.1f} ms)", flush=True)
-        finally:
-            server.stop()
-    ours, peer = rows["infergate"], rows["llama-server"]
-    print(f"generated tokens/s, 1 stream:   {ours[0][0] / peer[0][0]:.2f}x llama-server")
-    print(f"generated tokens/s, 8 streams:  {ours[1][0] / peer[1][0]:.2f}x llama-server")
-    print(f"TTFT p50, 8 streams:            {ours[1][1] / peer[1][1]:.2f}x llama-server")
+    servers = {"llama-server": lambda: LlamaServer(peer_bin, a.threads, a.slots, a.context),
+               "infergate": lambda: Infergate(a.bin, a.threads, a.slots, a.context)}
+    # This machine's speed moves by more than the gaps measured here from one minute to the
+    # next, so the two servers alternate (each round starts with the one the last round ended
+    # with) and each round gives its own ratios; their medians are the result.
+    ratios = []
+    order = ["llama-server", "infergate"]
+    for r in range(1, a.rounds + 1):
+        rows = {}
+        for name in order:
+            server = servers[name]()
+            try:
+                one = asyncio.run(load(server, 1, max(4, a.requests // 4), a.max_tokens))
+                eight = asyncio.run(load(server, 8, a.requests, a.max_tokens))
+                rows[name] = (one, eight)
+                print(f"round {r} {name:>13}: 1 stream {one[0]:6.1f} tok/s (TTFT p50 {one[1]*1000:6.1f} ms); "
+                      f"8 streams {eight[0]:6.1f} tok/s (TTFT p50 {eight[1]*1000:6.1f} ms)", flush=True)
+            finally:
+                server.stop()
+        order.reverse()
+        ours, peer = rows["infergate"], rows["llama-server"]
+        ratios.append((ours[0][0] / peer[0][0], ours[1][0] / peer[1][0], ours[1][1] / peer[1][1]))
+    for i, label in enumerate(("generated tokens/s, 1 stream: ", "generated tokens/s, 8 streams:",
+                               "TTFT p50, 8 streams:          ")):
+        each = ", ".join(f"{x[i]:.2f}" for x in ratios)
+        print(f"{label} {statistics.median(x[i] for x in ratios):.2f}x llama-server (median; rounds: {each})")
     shared = {}
     for cache in (True, False):
         server = Infergate(a.bin, a.threads, a.slots, a.context, prefix_cache=cache)
