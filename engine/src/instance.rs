@@ -41,6 +41,9 @@ pub(crate) struct Scheduler {
     pub stats: Arc<StatsRecorder>,
     /// Batches run on the requesting thread rather than an instance thread.
     caller_runs: std::sync::atomic::AtomicU64,
+    /// How long the last of them took, in µs (0: none yet): decides how the next one blocks
+    /// its thread ([`Scheduler::run_here`]).
+    last_caller_run_us: std::sync::atomic::AtomicU64,
 }
 
 impl Scheduler {
@@ -53,6 +56,7 @@ impl Scheduler {
             policy: RwLock::new(Arc::new(policy)),
             stats: Arc::new(StatsRecorder::default()),
             caller_runs: Default::default(),
+            last_caller_run_us: Default::default(),
         }
     }
 
@@ -258,10 +262,8 @@ impl Scheduler {
     /// `bench/cpu_per_request.py` (batches up to 16, concurrency 8) that cost 35 µs more server
     /// CPU per inference (about 210 against 178) and 15 % of the throughput.
     ///
-    /// The caller is usually a tokio worker: the run goes through `block_in_place`, which hands
-    /// the worker's other tasks to another thread for the duration instead of stalling them.
-    /// That hand-off costs a thread wake-up too, but not on this request's path: the request
-    /// itself is not woken by anyone. On a current-thread runtime, which cannot hand its tasks
+    /// The caller is usually a tokio worker: how it blocks for the run is
+    /// [`Scheduler::run_here`]'s choice. On a current-thread runtime, which cannot hand its tasks
     /// over, the request always goes through the instance threads.
     pub fn submit(
         &self,
@@ -292,9 +294,7 @@ impl Scheduler {
                 let batching = policy.max_batch_size > 0;
                 let mut executor = executor;
                 self.caller_runs.fetch_add(1, Ordering::Relaxed);
-                tokio::task::block_in_place(|| {
-                    execute(&mut executor, self, batch, batching);
-                });
+                self.run_here(|| execute(&mut executor, self, batch, batching));
                 self.finished(executor);
             }
             Decision::WaitUntil(t) => {
@@ -313,6 +313,40 @@ impl Scheduler {
         Ok(())
     }
 
+    /// Runs `work` (a lone request's model run) on this thread. On a tokio worker, a run that
+    /// is expected to be short blocks the worker outright; a longer one, or one of unknown
+    /// length, goes through `block_in_place`.
+    ///
+    /// Why not always `block_in_place`: it hands the worker's other tasks to a thread from the
+    /// blocking pool for every run, and that thread's wake-up and its search for work take a
+    /// core while the model runs. For a small model at concurrency 1 (the MLP of
+    /// `bench/cpu_per_request.py` without batching, 2 cores) that cost 110 µs of p50 latency and
+    /// 80 µs of server CPU per request (545–602 against 432–478 µs p50, 433–473 against
+    /// 366–389 µs of CPU, four alternating rounds). Why not always block: a blocked worker
+    /// runs none of its other tasks meanwhile (the other workers steal its queued ones). So only
+    /// a run the version's last one says is short ([`DIRECT_RUN_LIMIT`]), only while the
+    /// runtime has another worker, and only one such run at a time in the process: at least one
+    /// worker always keeps serving I/O. Only lone requests to idle versions get here at all.
+    fn run_here(&self, work: impl FnOnce()) {
+        let last = Duration::from_micros(self.last_caller_run_us.load(Ordering::Relaxed));
+        let started = Instant::now();
+        let expected_short = !last.is_zero() && last <= DIRECT_RUN_LIMIT;
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) if expected_short && handle.metrics().num_workers() >= 2 => {
+                match DirectRun::start() {
+                    Some(_running) => work(),
+                    None => tokio::task::block_in_place(work),
+                }
+            }
+            Ok(_) => tokio::task::block_in_place(work),
+            // A plain thread: nothing else to serve.
+            Err(_) => work(),
+        }
+        let took = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+        self.last_caller_run_us
+            .store(took.max(1), Ordering::Relaxed);
+    }
+
     /// Puts an executor back after a batch run outside the instance threads, and wakes one of
     /// them if requests queued meanwhile.
     fn finished(&self, executor: Executor) {
@@ -324,6 +358,31 @@ impl Scheduler {
         if waiting {
             self.queue.notify_one();
         }
+    }
+}
+
+/// The longest model run a lone request may make its tokio worker wait for outright
+/// ([`Scheduler::run_here`]); longer ones hand the worker's tasks over first.
+const DIRECT_RUN_LIMIT: Duration = Duration::from_millis(20);
+
+/// The one model run in the process that is blocking a tokio worker outright, if any.
+static DIRECT_RUN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Holds [`DIRECT_RUN`] for the run's duration (released even if the run panics).
+struct DirectRun;
+
+impl DirectRun {
+    fn start() -> Option<DirectRun> {
+        DIRECT_RUN
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .ok()
+            .map(|_| DirectRun)
+    }
+}
+
+impl Drop for DirectRun {
+    fn drop(&mut self) {
+        DIRECT_RUN.store(false, Ordering::Release);
     }
 }
 
