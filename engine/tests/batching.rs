@@ -5,12 +5,25 @@
 mod common;
 
 use common::*;
-use infergate_engine::{EngineError, Fault, InferOptions};
+use infergate_engine::{Engine, EngineError, Fault, InferOptions, ModelKey, Tensor};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 /// Batched logits may differ from unbatched ones by ORT's choice of kernels per batch size.
 const TOLERANCE: f32 = 1e-3;
+
+/// One MiniLM request of 8 tokens (`seed` picks them) on a task of its own, as a client that
+/// may go away: the engine's answer comes back through the task.
+fn spawn_infer(
+    engine: &Arc<Engine>,
+    k: &ModelKey,
+    path: &Path,
+    seed: u64,
+) -> tokio::task::JoinHandle<Result<Vec<Tensor>, EngineError>> {
+    let (engine, path, k) = (engine.clone(), path.to_path_buf(), k.clone());
+    tokio::spawn(async move { engine.infer(&k, &path, tokens(seed, 8), vec![]).await })
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn batched_results_equal_unbatched_and_stats_count_batches() {
@@ -104,12 +117,7 @@ async fn a_full_queue_rejects_with_a_retry_hint() {
     let path = model("minilm.onnx");
     let k = key("minilm-full", 1);
     load_configured(&engine, &k, &path, r#"{"max_batch_size": 8, "dynamic_batching": {"max_queue_delay_microseconds": 10000000, "default_queue_policy": {"max_queue_size": 2}}}"#).await;
-    let waiting: Vec<_> = (0..2)
-        .map(|i| {
-            let (engine, path, k) = (engine.clone(), path.clone(), k.clone());
-            tokio::spawn(async move { engine.infer(&k, &path, tokens(i, 8), vec![]).await })
-        })
-        .collect();
+    let waiting: Vec<_> = (0..2).map(|i| spawn_infer(&engine, &k, &path, i)).collect();
     wait_until("two requests queue", || engine.queued(&k) == 2).await;
     let e = engine
         .infer(&k, &path, tokens(9, 8), vec![])
@@ -172,10 +180,7 @@ async fn a_dropped_request_is_never_executed() {
         r#"{"max_batch_size": 2, "dynamic_batching": {"max_queue_delay_microseconds": 10000000}}"#,
     )
     .await;
-    let gone = {
-        let (engine, path, k) = (engine.clone(), path.clone(), k.clone());
-        tokio::spawn(async move { engine.infer(&k, &path, tokens(1, 8), vec![]).await })
-    };
+    let gone = spawn_infer(&engine, &k, &path, 1);
     wait_until("the first request queues", || engine.queued(&k) == 1).await;
     gone.abort(); // the client went away
     wait_until("it leaves", || engine.in_flight(&k) == 0).await;
@@ -204,10 +209,7 @@ async fn a_higher_priority_request_runs_before_a_waiting_lower_one() {
                 "priority_levels": 2, "default_priority_level": 2}}"#,
     )
     .await;
-    let low = {
-        let (engine, path, k) = (engine.clone(), path.clone(), k.clone());
-        tokio::spawn(async move { engine.infer(&k, &path, tokens(1, 8), vec![]).await })
-    };
+    let low = spawn_infer(&engine, &k, &path, 1);
     wait_until("the low-priority request queues", || engine.queued(&k) == 1).await;
     // Two samples at level 1: in arrival order they could not join the waiting request (1 + 2 >
     // 2) and would wait behind it; by priority they form a full batch of their own at once.
@@ -266,10 +268,7 @@ async fn under_load_every_request_gets_its_own_answer_in_bounded_batches() {
     .await;
     const REQUESTS: u64 = 24;
     let tasks: Vec<_> = (0..REQUESTS)
-        .map(|seed| {
-            let (engine, path, k) = (engine.clone(), path.clone(), batched.clone());
-            tokio::spawn(async move { engine.infer(&k, &path, tokens(seed, 8), vec![]).await })
-        })
+        .map(|seed| spawn_infer(&engine, &batched, &path, seed))
         .collect();
     for (seed, task) in (0..REQUESTS).zip(tasks) {
         let got = task.await.unwrap().unwrap();
@@ -340,10 +339,7 @@ fn a_lone_request_to_an_idle_version_runs_on_its_callers_thread() {
             .await;
             let engine = Arc::new(engine);
             let tasks: Vec<_> = (1..=4)
-                .map(|seed| {
-                    let (engine, path, k) = (engine.clone(), path.clone(), batched.clone());
-                    tokio::spawn(async move { engine.infer(&k, &path, tokens(seed, 8), vec![]).await })
-                })
+                .map(|seed| spawn_infer(&engine, &batched, &path, seed))
                 .collect();
             for task in tasks {
                 task.await.unwrap().unwrap();
