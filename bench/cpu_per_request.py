@@ -96,7 +96,7 @@ def measure(pa, data, model, seconds, concurrency, server_args):
     try:
         key = open(os.path.join(data, "admin.key")).read().strip()
         cert = os.path.join(data, "tls", "cert.pem")
-        url = f"https://{addrs['http']}/v2/models/mlp/stats"
+        url = serving.url(addrs["http"], "/v2/models/mlp/stats")
         data_file = os.path.join(data, "mlp-input.json")
         row = np.random.default_rng(1).random(IN, dtype=np.float32)
         with open(data_file, "w") as f:
@@ -133,8 +133,12 @@ def main():
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--plain-http", action="store_true",
+                    help="serve without TLS (`--insecure-http`), as the issue's Triton figure was measured")
     ap.add_argument("server_args", nargs="*", help="extra `infergate serve` flags, after --")
     args = ap.parse_args()
+    if args.plain_http:
+        args.server_args = ["--insecure-http", *args.server_args]
     pa = serving.perf_analyzer_command()
     data = tempfile.mkdtemp(prefix="infergate-cpu-")
     model = os.path.join(data, "mlp.onnx")
@@ -142,7 +146,7 @@ def main():
     subprocess.run([serving.BIN, "models", "add", "--data-dir", data, "--name", "mlp",
                     "--config", json.dumps(CONFIG), model], check=True, capture_output=True)
     print(f"MLP [N,{IN}]->[N,{OUT}], max_batch_size 16, max_queue_delay 500 us, perf_analyzer "
-          f"concurrency {args.concurrency}, HTTP binary, {args.seconds:g} s; server flags: "
+          f"concurrency {args.concurrency}, HTTP{'' if args.plain_http else ' over TLS'} binary, {args.seconds:g} s; server flags: "
           f"{' '.join(args.server_args) or '(defaults)'}; load average {os.getloadavg()[0]:.2f}\n")
     print("| run | inferences | server CPU µs/inference | of which kernel µs | ORT in-process CPU µs/inference | "
           "ratio | serving beyond the model µs | batches (size x count) |")

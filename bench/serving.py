@@ -64,10 +64,18 @@ def start_server(data, intra_threads=None, instances=None, extra_args=()):
     threading.Thread(target=read, daemon=True).start()
     addrs = {}
     while len(addrs) < 2:
-        m = re.search(r"(grpc )?listening on https://(\S+)", lines.get(timeout=60))
+        m = re.search(r"(grpc )?listening on (https?)://(\S+)", lines.get(timeout=60))
         if m:
-            addrs["grpc" if m.group(1) else "http"] = m.group(2)
+            # A server without TLS (`--insecure-http`) keeps its scheme in the address, so that
+            # callers (perf_analyzer_row, URLs) know to leave TLS out.
+            addr = m.group(3) if m.group(2) == "https" else f"http://{m.group(3)}"
+            addrs["grpc" if m.group(1) else "http"] = addr
     return proc, addrs
+
+
+def url(addr, path):
+    """`path` on the server at `addr` (as start_server gives it)."""
+    return f"{addr}{path}" if addr.startswith("http://") else f"https://{addr}{path}"
 
 
 def perf_analyzer_command():
@@ -106,6 +114,8 @@ def perf_analyzer_row(pa, protocol, addr, cert, key, model, data_file, shapes, c
         # -H reaches gRPC calls as metadata, whose keys are lower-case.
         target = ["-i", "grpc", "-u", addr, "--ssl-grpc-use-ssl",
                   "--ssl-grpc-root-certifications-file", cert, "-H", f"authorization: Bearer {key}"]
+    elif addr.startswith("http://"):
+        target = ["-u", addr.removeprefix("http://"), "-H", f"Authorization: Bearer {key}"]
     else:
         target = ["-u", f"https://{addr}", "--ssl-https-ca-certificates-file", cert,
                   "-H", f"Authorization: Bearer {key}"]

@@ -5,7 +5,9 @@ same run, with real processes on 127.0.0.1 (random ports, TLS everywhere).
 (a) Proxy hop: a manager that runs nothing itself (`serve --no-local-engine`) + 1 worker vs an
     all-in-one `serve`, same model (MiniLM, 8 tokens, by default), 1 instance × 1 intra-op thread
     on both: throughput at concurrency 8 (target ratio >= 0.85) and the p50 added at concurrency 1
-    (target <= 300 us) and at 8.
+    (target <= 300 us) and at 8. Beside it, in the same interleaved rounds, a reference hop:
+    HAProxy (`--reference-proxy`; haproxy on PATH by default) re-encrypting TLS in front of an
+    all-in-one server of its own: what a dedicated proxy adds on the same machine.
 (b) Scale: a compute-bound model (EfficientNet-Lite0, 224x224) through the manager with 2 workers
     vs 1, each worker pinned to its own core (`taskset -c N`), 1 instance × 1 intra-op thread,
     concurrency 8 (target >= 1.7x). The second worker gets the model by the manager's scale-out.
@@ -23,7 +25,8 @@ too, beside the two pinned workers), so the CPU each process spent per request i
 
 Usage: bench/workers.py [--bin target/release/infergate] [--seconds 5] [--concurrency 8]
                         [--phases hop,scale,direct,failover] [--out bench/workers-results]
-Needs: scripts/setup.sh (models, ORT library, Python venv); `taskset` (util-linux).
+Needs: scripts/setup.sh (models, ORT library, Python venv); `taskset` (util-linux); for the
+reference hop, HAProxy (Debian: `apt-get install haproxy`; left out when absent).
 Results: printed, and written to OUT/workers-LABEL.json and OUT/workers-LABEL.txt.
 """
 import argparse
@@ -37,6 +40,7 @@ import random
 import re
 import shutil
 import signal
+import socket
 import ssl
 import subprocess
 import sys
@@ -357,19 +361,28 @@ def load_calls(call, targets, seconds, midway=None):
             "client_cpu_s": time.process_time() - cpu0, "per_target": per_label}
 
 
-def paired(model, base, other, seconds):
-    """Concurrency 1, interleaved: one thread sends `model` requests alternately to `base` and
-    to `other` (a keep-alive connection each), so both see the same machine, second by second.
-    Separate runs of a few seconds differ by several hundred microseconds on a small, shared
-    machine (other processes, CPU frequency, the page cache), which hides a difference of that
-    size; alternating cancels that drift. Returns each side's p50 (µs) and the median of the
-    per-pair differences (other - base)."""
+def interleaved(model, sides, seconds):
+    """Concurrency 1, interleaved: one thread sends `model` requests to each side ({name: Target},
+    the first one the base; a keep-alive connection each) in turn (in a rotating order), round
+    after round, so all see the same machine, second by second. Separate runs of a few seconds differ by several hundred
+    microseconds on a small, shared machine (other processes, CPU frequency, the page cache),
+    which hides a difference of that size; alternating cancels that drift. Returns the rounds,
+    each side's p50 (µs) and, for the others, the median of their per-round differences from
+    the base."""
     call = kserve_call(model)
-    conns, times = {}, {"base": [], "other": []}
+    names = list(sides)
+    conns, times = {}, {name: [] for name in names}
     stop_at = time.monotonic() + seconds
+    turn = 0
     try:
         while time.monotonic() < stop_at:
-            for side, target in (("base", base), ("other", other)):
+            # Each round starts one side later than the one before: a request follows the
+            # previous side's, whose process may still be busy (an engine spinning after its
+            # run, a response still being sent), and rotating gives every side each position
+            # equally often.
+            turn += 1
+            for side in names[turn % len(names):] + names[:turn % len(names)]:
+                target = sides[side]
                 c = conns.get(side)
                 if c is None:
                     c = conns[side] = http.client.HTTPSConnection(target.host, target.port,
@@ -381,16 +394,68 @@ def paired(model, base, other, seconds):
                 data = r.read()
                 problem = call.check(r, data)
                 if problem:
-                    sys.exit(f"paired run: {side}: {problem}")
+                    sys.exit(f"interleaved run: {side}: {problem}")
                 times[side].append(time.perf_counter() - t)
     finally:
         for c in conns.values():
             c.close()
-    base_us, other_us = [x * 1e6 for x in times["base"]], [x * 1e6 for x in times["other"]]
-    n = min(len(base_us), len(other_us))
-    return {"pairs": n, "base_p50_us": percentile(base_us, 50),
-            "other_p50_us": percentile(other_us, 50),
-            "median_pair_difference_us": percentile([o - b for b, o in zip(base_us, other_us)], 50)}
+    us = {name: [x * 1e6 for x in times[name]] for name in names}
+    rounds = min(len(v) for v in us.values())
+    base = us[names[0]]
+    return {"rounds": rounds, "p50_us": {name: percentile(us[name], 50) for name in names},
+            "median_difference_us": {name: percentile([o - b for b, o in zip(base, us[name])], 50)
+                                     for name in names[1:]}}
+
+
+class ReferenceProxy:
+    """HAProxy in front of a server, TLS on both sides (its own listener with the server's
+    certificate and key; to the server with keep-alive connections verified against the
+    server's certificate): what a dedicated, C-written proxy adds for the same hop on this
+    machine, the reference for the manager's hop."""
+
+    def __init__(self, haproxy, server, workdir):
+        os.makedirs(workdir, exist_ok=True)
+        pem = os.path.join(workdir, "front.pem")
+        with open(pem, "w") as f:
+            for part in ("cert.pem", "key.pem"):
+                with open(os.path.join(server.data, "tls", part)) as src:
+                    f.write(src.read().rstrip("\n") + "\n")
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        config = os.path.join(workdir, "haproxy.cfg")
+        with open(config, "w") as f:
+            f.write(f"""global
+    maxconn 256
+defaults
+    mode http
+    timeout connect 5s
+    timeout client 60s
+    timeout server 60s
+    http-reuse always
+frontend front
+    bind 127.0.0.1:{port} ssl crt {pem}
+    default_backend server
+backend server
+    server s 127.0.0.1:{server.hostport.rsplit(":", 1)[1]} ssl verify required ca-file {server.cert}
+""")
+        self.proc = subprocess.Popen([haproxy, "-db", "-f", config], stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.PIPE, text=True)
+        self.hostport = f"127.0.0.1:{port}"
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                sys.exit(f"haproxy exited: {self.proc.stderr.read()[-2000:]}")
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                return
+            except OSError:
+                time.sleep(0.05)
+        sys.exit("haproxy did not listen within 15 s")
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(timeout=10)
 
 
 def measured(model, targets, seconds, procs):
@@ -441,13 +506,53 @@ def hop(c, args, rep):
     ratio = rows["manager+worker"][args.concurrency]["rps"] / rows["all-in-one"][args.concurrency]["rps"]
     separate1 = rows["manager+worker"][1]["p50_us"] - rows["all-in-one"][1]["p50_us"]
     added8 = rows["manager+worker"][args.concurrency]["p50_us"] - rows["all-in-one"][args.concurrency]["p50_us"]
-    # The added p50 at concurrency 1 is taken interleaved (see `paired`): the separate runs'
-    # difference is printed too, but drifts by more than the target between runs.
-    pair = paired(model, through(solo, 1)[0], through(manager, 1)[0], 2 * args.seconds)
+    # The added p50 at concurrency 1 is taken interleaved (see `interleaved`): the separate
+    # runs' difference is printed too, but drifts by more than the target between runs.
+    sides = {"all-in-one": through(solo, 1)[0], "manager+worker": through(manager, 1)[0]}
+    compare = None
+    if args.compare_bin:
+        # Another build's manager + worker in the same rounds: a before/after of a change.
+        compare = Cluster(args.compare_bin, args.heartbeat_ms)
+        other = compare.serve("hop-manager", [model], manager=True)
+        compare.worker(other, "hop-worker")
+        other.wait_workers(1)
+        sides["compare-bin manager+worker"] = through(other, 1)[0]
+        warm(model, [sides["compare-bin manager+worker"]])
+    proxy = None
+    if args.reference_proxy:
+        # The same hop through HAProxy (TLS re-encrypting, keep-alive to the server), interleaved
+        # with the others: what a dedicated proxy adds on this machine (two more TLS legs and
+        # loopback crossings, a process woken after the model's run), beside the manager's.
+        # Behind it a second all-in-one server of its own, so that each side's model runs in a
+        # process that serves only that side: a process's idle time between its requests (and
+        # with it how cold its caches and its core are) is then the same on every side.
+        behind = c.serve("solo-behind-haproxy", [model], manager=False)
+        proxy = ReferenceProxy(args.reference_proxy, behind, os.path.join(c.base, "haproxy"))
+        sides["haproxy+all-in-one"] = Target(proxy.hostport, behind.tls, behind.key, "haproxy")
+        warm(model, [sides["haproxy+all-in-one"]])
+    run = interleaved(model, sides, 2 * args.seconds)
+    pair = {"pairs": run["rounds"], "base_p50_us": run["p50_us"]["all-in-one"],
+            "other_p50_us": run["p50_us"]["manager+worker"],
+            "median_pair_difference_us": run["median_difference_us"]["manager+worker"]}
     added1 = pair["other_p50_us"] - pair["base_p50_us"]
-    rep.say(f"  interleaved at concurrency 1 ({pair['pairs']} pairs): all-in-one p50 {pair['base_p50_us'] / 1e3:.2f} ms, "
+    rep.say(f"  interleaved at concurrency 1 ({pair['pairs']} rounds): all-in-one p50 {pair['base_p50_us'] / 1e3:.2f} ms, "
             f"manager+worker p50 {pair['other_p50_us'] / 1e3:.2f} ms; median pair difference "
             f"{pair['median_pair_difference_us']:+.0f} us")
+    if proxy is not None:
+        ref = run["p50_us"]["haproxy+all-in-one"] - pair["base_p50_us"]
+        rep.say(f"  reference, same rounds: haproxy (TLS both sides) + all-in-one p50 "
+                f"{run['p50_us']['haproxy+all-in-one'] / 1e3:.2f} ms: {ref:+.0f} us over the all-in-one "
+                f"(median difference {run['median_difference_us']['haproxy+all-in-one']:+.0f} us); "
+                f"the manager's hop minus haproxy's: {added1 - ref:+.0f} us")
+        rep.figures["hop_reference_haproxy"] = {"interleaved_c1": run, "added_p50_us_c1": ref}
+        proxy.stop()
+        behind.proc.stop()
+    if compare is not None:
+        cmp = run["p50_us"]["compare-bin manager+worker"] - pair["base_p50_us"]
+        rep.say(f"  compare, same rounds: {args.compare_bin} manager+worker: {cmp:+.0f} us over the all-in-one "
+                f"(median difference {run['median_difference_us']['compare-bin manager+worker']:+.0f} us)")
+        rep.figures["hop_compare_bin"] = {"binary": args.compare_bin, "added_p50_us_c1": cmp}
+        compare.close()
     rep.say(f"  throughput ratio at concurrency {args.concurrency}: {ratio:.3f} (target >= 0.85: {verdict(ratio >= 0.85)})")
     rep.say(f"  added p50 at concurrency 1 (interleaved): {added1:+.0f} us (target <= 300 us: {verdict(added1 <= 300)}); "
             f"separate runs: {separate1:+.0f} us; at concurrency {args.concurrency}: {added8:+.0f} us")
@@ -599,6 +704,12 @@ def main():
                     help="comma-separated subset of hop,scale,direct,failover (direct and failover run "
                          "on the scale phase's cluster)")
     ap.add_argument("--hop-model", default="minilm", choices=sorted(SPECS))
+    ap.add_argument("--reference-proxy", default=shutil.which("haproxy") or "",
+                    help="HAProxy binary measured as a reference hop in the hop phase [default: haproxy on "
+                         "PATH; none: the reference is left out]; '' leaves it out")
+    ap.add_argument("--compare-bin", default="",
+                    help="another infergate build whose manager + worker join the hop phase's interleaved "
+                         "rounds (a before/after of a change)")
     ap.add_argument("--scale-model", default="effnet", choices=sorted(SPECS))
     ap.add_argument("--label", default=time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()),
                     help="results file name part [default: the UTC time]")

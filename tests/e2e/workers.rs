@@ -307,6 +307,42 @@ pub(crate) async fn infer_at(
         .collect())
 }
 
+/// The manager relays a KServe body and its answer undecoded: the worker's answer carries the
+/// client's request id and the encoding the client asked for, and the worker's refusal of a
+/// malformed request reaches the client as a 400 with its reason.
+async fn relayed_as_the_client_asked(s: &Server, key: &str) {
+    let url = s.url("/v2/models/minilm/infer");
+    let post = |body: Value| s.client.post(&url).bearer_auth(key).json(&body).send();
+    let mut asked = body();
+    asked["id"] = json!("request-7");
+    asked["parameters"] = json!({"binary_data_output": true});
+    let resp = post(asked).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let header_len: usize = resp.headers()["inference-header-content-length"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let bytes = resp.bytes().await.unwrap();
+    let header: Value = serde_json::from_slice(&bytes[..header_len]).unwrap();
+    assert_eq!(header["id"], "request-7", "{header}");
+    assert_eq!(header["model_name"], "minilm", "{header}");
+    assert_eq!(bytes.len() - header_len, 6 * 384 * 4, "{header}");
+
+    let mut malformed = body();
+    malformed["inputs"][0]["shape"] = json!([1, 7]);
+    let resp = post(malformed).await.unwrap();
+    assert_eq!(resp.status(), 400);
+    let error: Value = resp.json().await.unwrap();
+    assert!(
+        error["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("input_ids"),
+        "{error}"
+    );
+}
+
 /// A direct-mode client for an assign answer: it trusts the cluster CA the answer carries.
 /// minilm's three INT64 inputs for one four-token sentence, as a gRPC message.
 fn grpc_request(model: &str) -> infergate::grpc::proto::ModelInferRequest {
@@ -458,6 +494,7 @@ async fn workers_join_serve_fail_over_and_leave() {
         .await
         .expect("inference through the manager");
     assert_eq!(expected.len(), 6 * 384);
+    relayed_as_the_client_asked(&s, &key).await;
 
     // The worker holding the model is killed under 8 concurrent connections: no request fails.
     let serving = holding_the_model(&s).await;

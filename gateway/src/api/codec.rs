@@ -6,6 +6,7 @@
 use crate::error::{ApiError, ApiResult};
 use crate::infer::pipeline::StageTimes;
 use crate::infer::Inferred;
+use crate::metrics::Served;
 use axum::body::Body;
 use axum::response::Response;
 use http::{HeaderMap, HeaderValue};
@@ -14,7 +15,7 @@ pub use infergate_protocol::json::encode as to_json;
 use infergate_protocol::kserve::{self, InferRequest, HEADER_LENGTH};
 
 /// The binary extension's JSON header length, when the client sent one.
-fn header_length(headers: &HeaderMap) -> ApiResult<Option<usize>> {
+pub fn header_length(headers: &HeaderMap) -> ApiResult<Option<usize>> {
     headers
         .get(HEADER_LENGTH)
         .map(|v| {
@@ -49,6 +50,27 @@ pub fn respond(request: &InferRequest, inferred: Inferred) -> ApiResult<Response
     )
     .map_err(|e| ApiError::internal(format!("encoding response: {e}")))?;
     let mut response = Response::new(Body::from(bytes));
+    set_encoding(&mut response, json_len);
+    if let Some(times) = &inferred.times {
+        timing_header(&mut response, times);
+    }
+    if let Some(served) = inferred.served {
+        response.extensions_mut().insert(served);
+    }
+    Ok(response)
+}
+
+/// A worker's answer relayed as it came (see `infer::backend::forward`): its body is already in
+/// the encoding the client asked for.
+pub fn relay(answer: crate::workers::remote::Answer, served: Served) -> Response {
+    let mut response = Response::new(Body::from(answer.body));
+    set_encoding(&mut response, answer.header_len);
+    response.extensions_mut().insert(served);
+    response
+}
+
+/// An answer's content type and, for binary tensors after a JSON header, that header's length.
+fn set_encoding(response: &mut Response, json_len: Option<usize>) {
     let content_type = if json_len.is_some() {
         "application/octet-stream"
     } else {
@@ -63,13 +85,6 @@ pub fn respond(request: &InferRequest, inferred: Inferred) -> ApiResult<Response
             .headers_mut()
             .insert(HEADER_LENGTH, HeaderValue::from(len));
     }
-    if let Some(times) = &inferred.times {
-        timing_header(&mut response, times);
-    }
-    if let Some(served) = inferred.served {
-        response.extensions_mut().insert(served);
-    }
-    Ok(response)
 }
 
 /// A pipeline's stage times as `Server-Timing`.

@@ -6,7 +6,9 @@ use super::body::read_limited;
 use super::codec;
 use super::models::tensor_specs;
 use crate::error::ApiResult;
-use crate::infer::{self, Description};
+use crate::infer::backend::{self, Forwarded};
+use crate::infer::{self, Description, Target};
+use crate::metrics::Served;
 use crate::names::parse_version;
 use crate::state::AppState;
 use axum::body::Body;
@@ -163,11 +165,24 @@ async fn run_infer(
         Ok(target) => target,
         Err(e) => return Err(e.before_body()),
     };
+    let body = read_limited(&headers, body, state.config().limits.max_request_bytes).await?;
+    let body = bytes::Bytes::from(body);
+    // A manager that only routes relays a model's request and its answer undecoded.
+    if let (Target::Model(record), false) = (&target, state.workers().config.local_engine) {
+        let header_len = codec::header_length(&headers)?;
+        let served = Served {
+            model: record.name.clone(),
+            version: record.version,
+        };
+        if let Forwarded::Worker(answer) =
+            backend::forward(&state, record, body.clone(), header_len).await?
+        {
+            return Ok(codec::relay(answer, served));
+        }
+    }
     // The body is freed once decoded: only the tensors stay while the model runs.
-    let (request, inputs) = {
-        let body = read_limited(&headers, body, state.config().limits.max_request_bytes).await?;
-        codec::decode(&headers, &body)?
-    };
+    let (request, inputs) = codec::decode(&headers, &body)?;
+    drop(body);
     let inferred = infer::run(&state, target, infer::Request::kserve(&request, inputs)?).await?;
     codec::respond(&request, inferred)
 }

@@ -68,29 +68,13 @@ pub async fn run_stage(
         op = None;
     }
     let key = model_key(record);
-    let model = LoadedModel {
-        name: record.name.clone(),
-        version: u32::try_from(record.version).unwrap_or(u32::MAX),
-    };
-    let manager = state.workers();
-    let mut tried: Vec<String> = Vec::new();
+    let mut routing = Routing::new(state, record);
     let mut encoded = None;
-    let mut digest = None;
-    let mut last_failure = String::new();
-    for _ in 0..ATTEMPTS {
-        let local_loaded = state.engine().state(&key) == ModelState::Ready;
-        let choice = match manager.choose(&model, local_loaded, &tried) {
-            Ok(choice) => choice,
-            Err(e) if tried.is_empty() => return Err(e),
-            Err(mut e) => {
-                e.message = format!("{} (last failure: {last_failure})", e.message);
-                return Err(e);
-            }
-        };
-        let (id, advertise) = match choice {
-            Choice::Local => {
-                let _outstanding = manager.begin(crate::workers::manager::LOCAL);
-                let path = state.model_file(record, local_loaded).await?;
+    loop {
+        let worker = match routing.next()? {
+            Some(Choice::Local) => {
+                let _outstanding = routing.manager.begin(crate::workers::manager::LOCAL);
+                let path = state.model_file(record, routing.local_loaded).await?;
                 if let Some(op) = op {
                     inputs = preprocess(state.ops().clone(), op.clone(), inputs).await?;
                 }
@@ -99,39 +83,153 @@ pub async fn run_stage(
                     .infer_with(&key, &path, inputs, outputs, options)
                     .await?);
             }
-            Choice::Worker { id, advertise } => (id, advertise),
+            Some(Choice::Worker { id, advertise }) => (id, advertise),
+            None => return Err(routing.exhausted()),
         };
         let body = encoded.get_or_insert_with(|| match op {
             Some(op) => remote::encode_stage(&inputs, op, &outputs, options),
             None => remote::encode(&inputs, &outputs, options),
         });
-        let _outstanding = manager.begin(&id);
+        if let Some(answer) = routing.attempt(&worker.0, &worker.1, body).await? {
+            return remote::decode_answer(&worker.1, &answer);
+        }
+    }
+}
+
+/// Where [`forward`] ran a KServe v2 request.
+pub enum Forwarded {
+    /// A worker answered it: its body as the client asked for it (JSON, or a JSON header and
+    /// binary tensors).
+    Worker(remote::Answer),
+    /// The local engine is the choice: the caller decodes the body and runs it through
+    /// [`run_model`].
+    Local,
+}
+
+/// A KServe v2 request over HTTP as the client sent it, relayed to a worker undecoded, and the
+/// worker's answer relayed back likewise: a manager that only routes decodes no tensor and
+/// encodes none (at concurrency 1 every microsecond it spends is added to the client's
+/// latency). The worker decodes and validates the request as this server would (its errors
+/// are relayed with their status), and it sees the client's own parameters (priority, queue
+/// timeout, output encoding). Failover as in [`run_stage`]: the body is sent again as it is.
+pub async fn forward(
+    state: &AppState,
+    record: &ModelRecord,
+    body: bytes::Bytes,
+    header_len: Option<usize>,
+) -> ApiResult<Forwarded> {
+    let mut routing = Routing::new(state, record);
+    let request = remote::Encoded::relayed(body, header_len);
+    loop {
+        let (id, advertise) = match routing.next()? {
+            Some(Choice::Local) => return Ok(Forwarded::Local),
+            Some(Choice::Worker { id, advertise }) => (id, advertise),
+            None => return Err(routing.exhausted()),
+        };
+        if let Some(answer) = routing.attempt(&id, &advertise, &request).await? {
+            return Ok(Forwarded::Worker(answer));
+        }
+    }
+}
+
+/// One request's way to a model version's copies: the manager's choice for each attempt, the
+/// workers already tried and why the last one failed.
+struct Routing<'a> {
+    manager: &'a crate::workers::Manager,
+    record: &'a ModelRecord,
+    model: LoadedModel,
+    /// Whether the local engine held the version at the last choice.
+    local_loaded: bool,
+    local_key: infergate_engine::ModelKey,
+    local_engine: &'a infergate_engine::Engine,
+    tried: Vec<String>,
+    last_failure: String,
+    digest: Option<String>,
+}
+
+impl<'a> Routing<'a> {
+    fn new(state: &'a AppState, record: &'a ModelRecord) -> Routing<'a> {
+        Routing {
+            manager: state.workers(),
+            record,
+            model: LoadedModel {
+                name: record.name.clone(),
+                version: u32::try_from(record.version).unwrap_or(u32::MAX),
+            },
+            local_loaded: false,
+            local_key: model_key(record),
+            local_engine: state.engine(),
+            tried: Vec::new(),
+            last_failure: String::new(),
+            digest: None,
+        }
+    }
+
+    /// The next copy to try; None once every attempt is spent. No copy at all is the
+    /// manager's error (503 naming the model), with the last failure when there was one.
+    fn next(&mut self) -> ApiResult<Option<Choice>> {
+        if self.tried.len() >= ATTEMPTS {
+            return Ok(None);
+        }
+        self.local_loaded = self.local_engine.state(&self.local_key) == ModelState::Ready;
+        match self
+            .manager
+            .choose(&self.model, self.local_loaded, &self.tried)
+        {
+            Ok(choice) => Ok(Some(choice)),
+            Err(e) if self.tried.is_empty() => Err(e),
+            Err(mut e) => {
+                e.message = format!("{} (last failure: {})", e.message, self.last_failure);
+                Err(e)
+            }
+        }
+    }
+
+    /// Sends `body` to worker `id`, counted outstanding meanwhile: its answer, or None when
+    /// the worker failed before answering (another may be tried), or the error to give the
+    /// client (the worker's answer, or the deadline).
+    async fn attempt(
+        &mut self,
+        id: &str,
+        advertise: &str,
+        body: &remote::Encoded,
+    ) -> ApiResult<Option<remote::Answer>> {
+        let manager = self.manager;
+        let _outstanding = manager.begin(id);
         manager
             .counters()
             .sent_bytes
             .fetch_add(body.wire_bytes() as u64, Ordering::Relaxed);
         let timeout = Duration::from_secs(manager.config.request_timeout_s.max(1));
+        let record = self.record;
         let to = remote::Destination {
-            advertise: &advertise,
+            advertise,
             model: &record.name,
             version: record.version,
-            config_digest: digest.get_or_insert_with(|| remote::config_digest(&record.config)),
+            config_digest: self
+                .digest
+                .get_or_insert_with(|| remote::config_digest(&record.config)),
         };
-        match remote::infer(&manager.pool, &to, body, timeout).await {
-            Ok(outputs) => return Ok(outputs),
-            Err(Failure::Answered(e)) => return Err(e),
-            Err(Failure::TimedOut(why)) => return Err(ApiError::new(Kind::Timeout, why)),
+        match remote::send(&manager.pool, &to, body, timeout).await {
+            Ok(answer) => Ok(Some(answer)),
+            Err(Failure::Answered(e)) => Err(e),
+            Err(Failure::TimedOut(why)) => Err(ApiError::new(Kind::Timeout, why)),
             Err(Failure::Unreachable(why)) => {
-                tracing::warn!(worker = %id, model = %key, error = %why, "worker failed before answering; trying another");
+                tracing::warn!(worker = %id, model = %self.local_key, error = %why, "worker failed before answering; trying another");
                 crate::workers::metrics::RoutingCounters::count(&manager.counters().retries);
-                last_failure = why;
-                tried.push(id);
+                self.last_failure = why;
+                self.tried.push(id.to_owned());
+                Ok(None)
             }
         }
     }
-    crate::workers::metrics::RoutingCounters::count(&manager.counters().no_worker);
-    Err(ApiError::unavailable(format!(
-        "model '{}' version {}: {} workers failed before answering (last: {last_failure})",
-        record.name, record.version, ATTEMPTS
-    )))
+
+    /// Every attempt failed before an answer.
+    fn exhausted(&self) -> ApiError {
+        crate::workers::metrics::RoutingCounters::count(&self.manager.counters().no_worker);
+        ApiError::unavailable(format!(
+            "model '{}' version {}: {} workers failed before answering (last: {})",
+            self.record.name, self.record.version, ATTEMPTS, self.last_failure
+        ))
+    }
 }

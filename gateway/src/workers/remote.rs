@@ -18,8 +18,8 @@ use http::StatusCode;
 use infergate_engine::preprocess::{ResizeNormalize, ResizeNormalizeExt};
 use infergate_engine::{InferOptions, Tensor};
 use infergate_protocol::kserve::{self, InferRequest, InputTensor, HEADER_LENGTH};
-use serde::Deserialize;
-use serde_json::{json, Map, Value};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
 use std::time::Duration;
 
 /// The header that tells a worker which configuration of the version the manager holds, so a
@@ -42,13 +42,24 @@ pub const STAGE_PATH: &str = "/cluster/v1/stage/models/{model}/versions/{version
 /// A request body, encoded once and sent to as many workers as it takes.
 pub struct Encoded {
     pub(crate) body: Bytes,
-    /// The JSON header's length (`Inference-Header-Content-Length`).
-    pub(crate) header_len: usize,
+    /// The JSON header's length (`Inference-Header-Content-Length`); None for a body that is
+    /// all JSON.
+    pub(crate) header_len: Option<usize>,
     /// Carries a native op: goes to [`STAGE_PATH`].
     pub(crate) stage: bool,
 }
 
 impl Encoded {
+    /// A client's KServe v2 body as it came, relayed undecoded (see `infer::backend::forward`):
+    /// the worker decodes it, and answers in the encoding the client asked for.
+    pub fn relayed(body: Bytes, header_len: Option<usize>) -> Encoded {
+        Encoded {
+            body,
+            header_len,
+            stage: false,
+        }
+    }
+
     /// Bytes on the wire for the body.
     pub fn wire_bytes(&self) -> usize {
         self.body.len()
@@ -81,47 +92,95 @@ fn encode_with(
         .iter()
         .map(infergate_protocol::binary::encoded_len)
         .collect();
-    let described: Vec<Value> = inputs
-        .iter()
-        .zip(&sizes)
-        .map(|(t, size)| {
-            json!({
-                "name": t.name,
-                "shape": t.shape,
-                "datatype": t.datatype.name(),
-                "parameters": {"binary_data_size": size},
+    let document = WireRequest {
+        inputs: inputs
+            .iter()
+            .zip(&sizes)
+            .map(|(t, &binary_data_size)| WireInput {
+                name: &t.name,
+                shape: &t.shape,
+                datatype: t.datatype.name(),
+                parameters: WireBinary { binary_data_size },
             })
-        })
-        .collect();
-    let mut parameters = Map::new();
-    parameters.insert("binary_data_output".into(), Value::Bool(true));
-    if options.priority > 0 {
-        parameters.insert("priority".into(), options.priority.into());
-    }
-    if let Some(timeout) = options.timeout {
-        let micros = u64::try_from(timeout.as_micros()).unwrap_or(u64::MAX);
-        parameters.insert("timeout".into(), micros.into());
-    }
-    if let Some(ops) = ops {
-        parameters.insert(STAGE_OPS_PARAMETER.into(), json!(ops));
-    }
-    let mut document = json!({"inputs": described, "parameters": parameters});
-    if !outputs.is_empty() {
-        document["outputs"] = outputs.iter().map(|name| json!({"name": name})).collect();
-    }
+            .collect(),
+        parameters: WireParameters {
+            binary_data_output: true,
+            priority: options.priority,
+            timeout: options
+                .timeout
+                .map(|t| u64::try_from(t.as_micros()).unwrap_or(u64::MAX)),
+            ops,
+        },
+        outputs: outputs.iter().map(|name| WireOutput { name }).collect(),
+    };
     // The tensors go straight after the header, in one allocation: no second copy of them
-    // (a 224x224 image is 602,112 bytes).
-    let mut body = document.to_string().into_bytes();
+    // (a 224x224 image is 602,112 bytes). Typed structs rather than a `serde_json::Value`:
+    // building the document as a map allocated every key and value, a cost on every request
+    // a manager relays.
+    let mut body = Vec::with_capacity(256 + sizes.iter().sum::<usize>());
+    if let Err(e) = serde_json::to_writer(&mut body, &document) {
+        // Writing plain structs into a Vec cannot fail; should it, the worker refuses the
+        // empty header with a clear 400.
+        tracing::error!(error = %e, "encoding a worker request's header");
+        body.clear();
+    }
     let header_len = body.len();
-    body.reserve_exact(sizes.iter().sum());
     for tensor in inputs {
         infergate_protocol::binary::encode(tensor, &mut body);
     }
     Encoded {
         body: Bytes::from(body),
-        header_len,
+        header_len: Some(header_len),
         stage: ops.is_some(),
     }
+}
+
+/// The JSON header of a request to a worker (KServe v2 with the binary tensor extension).
+#[derive(Serialize)]
+struct WireRequest<'a> {
+    inputs: Vec<WireInput<'a>>,
+    parameters: WireParameters<'a>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    outputs: Vec<WireOutput<'a>>,
+}
+
+#[derive(Serialize)]
+struct WireInput<'a> {
+    name: &'a str,
+    shape: &'a [i64],
+    datatype: &'static str,
+    parameters: WireBinary,
+}
+
+#[derive(Serialize)]
+struct WireBinary {
+    binary_data_size: usize,
+}
+
+#[derive(Serialize)]
+struct WireParameters<'a> {
+    binary_data_output: bool,
+    /// 0 is the model's default level: left out.
+    #[serde(skip_serializing_if = "is_zero")]
+    priority: u32,
+    /// Microseconds in the queue.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    timeout: Option<u64>,
+    /// [`STAGE_OPS_PARAMETER`] (a test checks the name).
+    #[serde(
+        rename = "infergate_preprocess",
+        skip_serializing_if = "Option::is_none"
+    )]
+    ops: Option<&'a ResizeNormalize>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+#[derive(Serialize)]
+struct WireOutput<'a> {
+    name: &'a str,
 }
 
 /// The native op a stage request carries, checked as a saved pipeline's is (the worker's side
@@ -155,7 +214,7 @@ pub enum Failure {
 }
 
 #[derive(Deserialize)]
-struct Answer {
+struct AnswerDocument {
     outputs: Vec<InputTensor>,
 }
 
@@ -167,12 +226,32 @@ pub struct Destination<'a> {
     pub config_digest: &'a str,
 }
 
-pub async fn infer(
+/// A worker's successful answer, undecoded.
+pub struct Answer {
+    pub body: Bytes,
+    /// `Inference-Header-Content-Length`: the answer's JSON header is followed by binary
+    /// tensors.
+    pub header_len: Option<usize>,
+}
+
+/// A successful answer's tensors; one that does not decode is the worker's fault.
+pub fn decode_answer(advertise: &str, answer: &Answer) -> Result<Vec<Tensor>, ApiError> {
+    decode(&answer.body, answer.header_len).map_err(|e| {
+        ApiError::new(
+            Kind::Upstream,
+            format!("worker {advertise} sent an answer that does not decode: {e}"),
+        )
+    })
+}
+
+/// Sends `request` to the worker and reads its answer, without decoding a successful one; an
+/// error answer becomes the [`Failure`] that says whether another worker may be tried.
+pub async fn send(
     pool: &super::pool::WorkerPool,
     to: &Destination<'_>,
     request: &Encoded,
     timeout: Duration,
-) -> Result<Vec<Tensor>, Failure> {
+) -> Result<Answer, Failure> {
     let Destination {
         advertise,
         model,
@@ -186,10 +265,20 @@ pub async fn infer(
     } else {
         format!("/v2/models/{model}/versions/{version}/infer")
     };
-    let call = http::Request::post(path)
-        .header(HEADER_LENGTH, request.header_len)
+    let mut call = http::Request::post(path)
         .header(CONFIG_HEADER, config_digest)
-        .header(http::header::CONTENT_TYPE, "application/octet-stream")
+        .header(
+            http::header::CONTENT_TYPE,
+            if request.header_len.is_some() {
+                "application/octet-stream"
+            } else {
+                "application/json"
+            },
+        );
+    if let Some(len) = request.header_len {
+        call = call.header(HEADER_LENGTH, len);
+    }
+    let call = call
         .body(http_body_util::Full::new(request.body.clone()))
         .map_err(|e| {
             // Registered names and versions make valid paths: this is the server's bug.
@@ -217,30 +306,25 @@ pub async fn infer(
     let retry_after =
         header(http::header::RETRY_AFTER.as_str()).and_then(|v| v.parse::<u64>().ok());
     let body = answer.body;
-    if !status.is_success() {
-        let message = serde_json::from_slice::<Value>(&body)
-            .ok()
-            .and_then(|v| v["error"].as_str().map(str::to_owned));
-        if let Some(error) = unknown_stage(advertise, request.stage, status, message.is_none()) {
-            return Err(Failure::Answered(error));
-        }
-        let message = message.unwrap_or_else(|| format!("worker {advertise} answered {status}"));
-        if status == StatusCode::SERVICE_UNAVAILABLE {
-            return Err(Failure::Unreachable(format!(
-                "worker {advertise}: {message}"
-            )));
-        }
-        // The worker's answer is relayed as it was given (its status says whose fault).
-        let mut error = ApiError::new(Kind::from_http_status(status), message);
-        error.retry_after = retry_after;
+    if status.is_success() {
+        return Ok(Answer { body, header_len });
+    }
+    let message = serde_json::from_slice::<Value>(&body)
+        .ok()
+        .and_then(|v| v["error"].as_str().map(str::to_owned));
+    if let Some(error) = unknown_stage(advertise, request.stage, status, message.is_none()) {
         return Err(Failure::Answered(error));
     }
-    decode(&body, header_len).map_err(|e| {
-        Failure::Answered(ApiError::new(
-            Kind::Upstream,
-            format!("worker {advertise} sent an answer that does not decode: {e}"),
-        ))
-    })
+    let message = message.unwrap_or_else(|| format!("worker {advertise} answered {status}"));
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        return Err(Failure::Unreachable(format!(
+            "worker {advertise}: {message}"
+        )));
+    }
+    // The worker's answer is relayed as it was given (its status says whose fault).
+    let mut error = ApiError::new(Kind::from_http_status(status), message);
+    error.retry_after = retry_after;
+    Err(Failure::Answered(error))
 }
 
 /// A stage request answered 404 without a JSON error is a worker whose router lacks
@@ -262,7 +346,7 @@ fn unknown_stage(advertise: &str, stage: bool, status: StatusCode, bare: bool) -
 pub(crate) fn decode(body: &[u8], header_len: Option<usize>) -> Result<Vec<Tensor>, String> {
     let (document, binary) =
         infergate_protocol::binary::split_body(body, header_len).map_err(|e| e.0)?;
-    let answer: Answer = serde_json::from_slice(document).map_err(|e| e.to_string())?;
+    let answer: AnswerDocument = serde_json::from_slice(document).map_err(|e| e.to_string())?;
     // An answer's outputs have the shape of a request's inputs: decode them the same way.
     let mut as_request = InferRequest {
         id: None,
@@ -276,6 +360,34 @@ pub(crate) fn decode(body: &[u8], header_len: Option<usize>) -> Result<Vec<Tenso
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_stage_request_carries_its_op_under_the_stage_parameter() {
+        let ops: ResizeNormalize = serde_json::from_value(json!({"output": "x", "width": 4,
+            "height": 4, "mean": [1, 2, 3], "std": [4, 5, 6]}))
+        .unwrap();
+        let image = Tensor {
+            name: "image".into(),
+            datatype: infergate_engine::DataType::Uint8,
+            shape: vec![2, 2, 3],
+            data: infergate_engine::TensorData::Raw((0..12).collect()),
+        };
+        let options = InferOptions::default();
+        let encoded = encode_stage(std::slice::from_ref(&image), &ops, &[], options);
+        assert!(encoded.stage);
+        let header_len = encoded.header_len.unwrap();
+        let mut request = kserve::parse_request(&encoded.body[..header_len]).unwrap();
+        // Priority 0 and no timeout are left out; no outputs asked for means all of them.
+        assert_eq!(
+            request.parameters.keys().collect::<Vec<_>>(),
+            ["binary_data_output", STAGE_OPS_PARAMETER]
+        );
+        assert!(request.outputs.is_empty());
+        assert_eq!(stage_ops(&request).unwrap(), ops);
+        let inputs = kserve::decode_inputs(&mut request, &encoded.body[header_len..]).unwrap();
+        assert_eq!(inputs, vec![image]);
+    }
 
     #[test]
     fn a_stage_request_without_a_valid_op_is_refused() {
