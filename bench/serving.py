@@ -101,14 +101,15 @@ def in_process(file, feeds, seconds):
     return len(lat) / lat.sum() * 1e6, np.percentile(lat, 50), np.percentile(lat, 99)
 
 
-def perf_analyzer(pa, protocol, addr, cert, key, model, data_file, shapes, concurrency, seconds):
+def perf_analyzer(pa, protocol, addr, cert, key, model, data_file, shapes, concurrency, seconds, extra=()):
     """(inferences/s, p50 µs, p99 µs) of one perf_analyzer measurement."""
-    row = perf_analyzer_row(pa, protocol, addr, cert, key, model, data_file, shapes, concurrency, seconds)
+    row = perf_analyzer_row(pa, protocol, addr, cert, key, model, data_file, shapes, concurrency, seconds, extra)
     return float(row["Inferences/Second"]), float(row["p50 latency"]), float(row["p99 latency"])
 
 
-def perf_analyzer_row(pa, protocol, addr, cert, key, model, data_file, shapes, concurrency, seconds):
-    """perf_analyzer's whole CSV row (its client-side send/receive times included)."""
+def perf_analyzer_row(pa, protocol, addr, cert, key, model, data_file, shapes, concurrency, seconds, extra=()):
+    """perf_analyzer's whole CSV row (its client-side send/receive times included); `extra`:
+    more perf_analyzer arguments."""
     out = tempfile.mktemp(suffix=".csv")
     if protocol == "grpc":
         # -H reaches gRPC calls as metadata, whose keys are lower-case.
@@ -122,7 +123,7 @@ def perf_analyzer_row(pa, protocol, addr, cert, key, model, data_file, shapes, c
     cmd = shlex.split(pa) + ["-m", model, *target, "--input-data", data_file,
         "--concurrency-range", f"{concurrency}:{concurrency}",
         "--measurement-interval", str(int(seconds * 1000)), "--stability-percentage", "60",
-        "--max-trials", "12", "-f", out]
+        "--max-trials", "12", "-f", out, *extra]
     for s in shapes:
         cmd += ["--shape", s]
     r = subprocess.run(cmd, capture_output=True, text=True)

@@ -1,0 +1,227 @@
+#!/usr/bin/env python3
+"""The floor under `bench/cpu_per_request.py`'s figure: what one KServe v2 request over HTTP/1.1
+and TLS costs a server on this machine when the server is a dedicated C proxy that does nothing
+else, next to what infergate spends on the same requests with the model in the middle.
+
+HAProxy (Debian's) listens with TLS, reads each request perf_analyzer sends (the MLP's
+[1,1024] FP32 input, binary tensors, keep-alive, concurrency 8) and answers it from memory with
+the bytes infergate answered the same request with (the [1,1000] output), and the metadata and
+configuration perf_analyzer asks for first likewise. Its CPU per request (its process's
+utime + stime over the run / its own request count) is the cost of the TLS, HTTP and socket
+work alone; ONNX Runtime's CPU for the batches infergate ran (in this process, as
+`cpu_per_request.py` measures it) is the model's. Their sum is what any server answering these
+requests with this model would spend, at the least, with a server as lean as HAProxy;
+infergate's figure is measured in the same rounds, alternating with HAProxy's.
+
+Usage: bench/http_floor.py [--seconds 4] [--rounds 3] [--concurrency 8] [--haproxy PATH]
+Needs: scripts/setup.sh, bench/setup-perf-analyzer.sh, `cargo build --release -p infergate`,
+HAProxy (Debian: `apt-get install haproxy`).
+"""
+import argparse
+import http.client
+import json
+import os
+import shutil
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cpu_per_request as cpr  # noqa: E402  (the MLP, its server measurement, ORT's CPU)
+import serving  # noqa: E402  (start_server, perf_analyzer)
+
+HEADER_LENGTH = "Inference-Header-Content-Length"
+
+
+def canned_answers(data, workdir):
+    """Asks a running infergate for the answers perf_analyzer will want (server and model metadata,
+    the model configuration, one inference) and writes each body to a file: {path: (file, content type,
+    header length or None)}."""
+    proc, addrs = serving.start_server(data)
+    try:
+        key = open(os.path.join(data, "admin.key")).read().strip()
+        tls = ssl.create_default_context(cafile=os.path.join(data, "tls", "cert.pem"))
+        host, port = addrs["http"].rsplit(":", 1)
+        conn = http.client.HTTPSConnection(host, int(port), context=tls, timeout=60)
+        auth = {"Authorization": f"Bearer {key}"}
+        answers = {}
+        row = np.random.default_rng(1).random(cpr.IN, dtype=np.float32).tobytes()
+        head = json.dumps({"inputs": [{"name": "input", "shape": [1, cpr.IN], "datatype": "FP32",
+                                       "parameters": {"binary_data_size": len(row)}}],
+                           "outputs": [{"name": "output", "parameters": {"binary_data": True}}]}).encode()
+        conn.request("POST", "/v2/models/mlp/infer", body=head + row,
+                     headers={**auth, HEADER_LENGTH: str(len(head)),
+                              "Content-Type": "application/octet-stream"})
+        r = conn.getresponse()
+        body = r.read()
+        if r.status != 200 or r.getheader(HEADER_LENGTH) is None:
+            sys.exit(f"POST infer: {r.status} {body[:200]!r}")
+        for path in ("/v2/models/mlp/infer", "/v2/models/mlp/versions/1/infer"):
+            answers[path] = (body, "application/octet-stream", int(r.getheader(HEADER_LENGTH)))
+        # perf_analyzer reads the server's and the model's metadata and configuration first,
+        # and the model's statistics around each measurement (server-side figures; frozen here,
+        # after one inference so that the loaded version has its entry).
+        for path in ("/v2", "/v2/models/mlp", "/v2/models/mlp/versions/1", "/v2/models/mlp/config",
+                     "/v2/models/mlp/versions/1/config", "/v2/models/mlp/stats",
+                     "/v2/models/mlp/versions/1/stats", "/v2/models/stats"):
+            conn.request("GET", path, headers=auth)
+            r = conn.getresponse()
+            body = r.read()
+            if r.status == 200:
+                answers[path] = (body, "application/json", None)
+        conn.close()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    files = {}
+    for i, (path, (body, content_type, header_len)) in enumerate(answers.items()):
+        file = os.path.join(workdir, f"answer-{i}")
+        with open(file, "wb") as f:
+            f.write(body)
+        files[path] = (file, content_type, header_len)
+    return files
+
+
+class Haproxy:
+    """HAProxy answering `answers` ({path: (file, content type, header length)}) over TLS with
+    the certificate and key of the server in `data`; its request count from its stats socket."""
+
+    def __init__(self, binary, data, answers, workdir):
+        pem = os.path.join(workdir, "front.pem")
+        with open(pem, "w") as f:
+            for part in ("cert.pem", "key.pem"):
+                with open(os.path.join(data, "tls", part)) as src:
+                    f.write(src.read().rstrip("\n") + "\n")
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        self.stats = os.path.join(workdir, "stats.sock")
+        rules = []
+        for i, (path, (file, content_type, header_len)) in enumerate(answers.items()):
+            extra = f" hdr {HEADER_LENGTH} {header_len}" if header_len is not None else ""
+            rules.append(f"    acl p{i} path {path}\n"
+                         f"    http-request return status 200 content-type {content_type} file {file}{extra} if p{i}")
+        rules.append('    http-request return status 404 content-type application/json lf-string '
+                     '"{\\"error\\": \\"not answered here: %[path]\\"}"')
+        config = os.path.join(workdir, "haproxy.cfg")
+        with open(config, "w") as f:
+            f.write(f"""global
+    maxconn 256
+    stats socket {self.stats} level user
+defaults
+    mode http
+    timeout connect 5s
+    timeout client 60s
+    timeout server 60s
+    option http-buffer-request
+frontend front
+    bind 127.0.0.1:{port} ssl crt {pem}
+""" + "\n".join(rules) + "\n")
+        self.proc = subprocess.Popen([binary, "-db", "-f", config], stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.PIPE, text=True)
+        self.addr = f"127.0.0.1:{port}"
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                sys.exit(f"haproxy exited: {self.proc.stderr.read()[-2000:]}")
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                return
+            except OSError:
+                time.sleep(0.05)
+        sys.exit("haproxy did not listen within 15 s")
+
+    def requests(self):
+        """HTTP requests served so far (`show info`: CumReq)."""
+        with socket.socket(socket.AF_UNIX) as s:
+            s.connect(self.stats)
+            s.sendall(b"show info\n")
+            out = b""
+            while chunk := s.recv(65536):
+                out += chunk
+        for line in out.decode().splitlines():
+            if line.startswith("CumReq:"):
+                return int(line.split(":")[1])
+        sys.exit(f"haproxy's stats have no CumReq: {out[:300]!r}")
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(timeout=10)
+
+
+def measure_haproxy(pa, binary, data, answers, workdir, seconds, concurrency):
+    """HAProxy's CPU µs per request over one perf_analyzer run, and the requests it served."""
+    proxy = Haproxy(binary, data, answers, workdir)
+    try:
+        key = open(os.path.join(data, "admin.key")).read().strip()
+        cert = os.path.join(data, "tls", "cert.pem")
+        data_file = os.path.join(data, "mlp-input.json")
+        # The version named: without it perf_analyzer picks the version whose statistics
+        # moved during the run, and HAProxy's are frozen.
+        version = ["-x", "1"]
+        serving.perf_analyzer(pa, "http", proxy.addr, cert, key, "mlp", data_file, [f"input:{cpr.IN}"],
+                              concurrency, 1.0, version)
+        count0, (user0, kernel0) = proxy.requests(), cpr.cpu_split(proxy.proc.pid)
+        serving.perf_analyzer(pa, "http", proxy.addr, cert, key, "mlp", data_file, [f"input:{cpr.IN}"],
+                              concurrency, seconds, version)
+        (user1, kernel1), count1 = cpr.cpu_split(proxy.proc.pid), proxy.requests()
+    finally:
+        proxy.stop()
+    # CumReq counts HTTP requests; the stats queries go over the CLI socket, not HTTP.
+    done = count1 - count0
+    return (user1 - user0 + kernel1 - kernel0) / done * 1e6, (kernel1 - kernel0) / done * 1e6, done
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seconds", type=float, default=4.0)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--concurrency", type=int, default=8)
+    ap.add_argument("--haproxy", default=shutil.which("haproxy") or "")
+    args = ap.parse_args()
+    if not args.haproxy:
+        sys.exit("HAProxy is needed (Debian: apt-get install haproxy), or pass --haproxy PATH")
+    pa = serving.perf_analyzer_command()
+    data = tempfile.mkdtemp(prefix="infergate-floor-")
+    workdir = os.path.join(data, "haproxy")
+    os.makedirs(workdir)
+    model = os.path.join(data, "mlp.onnx")
+    cpr.write_mlp(model)
+    subprocess.run([serving.BIN, "models", "add", "--data-dir", data, "--name", "mlp",
+                    "--config", json.dumps(cpr.CONFIG), model], check=True, capture_output=True)
+    answers = canned_answers(data, workdir)
+    # perf_analyzer's input, as `cpu_per_request.measure` writes it (HAProxy may go first).
+    row = np.random.default_rng(1).random(cpr.IN, dtype=np.float32)
+    with open(os.path.join(data, "mlp-input.json"), "w") as f:
+        json.dump({"data": [{"input": {"content": row.tolist(), "shape": [cpr.IN]}}]}, f)
+    version = subprocess.run([args.haproxy, "-v"], capture_output=True, text=True).stdout.splitlines()[0]
+    print(f"MLP [N,{cpr.IN}]->[N,{cpr.OUT}], perf_analyzer concurrency {args.concurrency}, HTTP/1.1 over TLS, "
+          f"binary tensors, {args.seconds:g} s a run; {version}; load average {os.getloadavg()[0]:.2f}\n")
+    print("| round | HAProxy from memory: CPU µs/request (kernel) | ORT in process: CPU µs/inference | "
+          "floor: HAProxy + ORT µs | infergate: CPU µs/inference (kernel) | infergate / floor |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for r in range(1, args.rounds + 1):
+        # Alternating which goes first, so a machine that slows down mid-round weighs on both.
+        order = ("haproxy", "infergate") if r % 2 else ("infergate", "haproxy")
+        figures = {}
+        for side in order:
+            if side == "haproxy":
+                figures[side] = measure_haproxy(pa, args.haproxy, data, answers, workdir, args.seconds,
+                                                args.concurrency)
+            else:
+                figures[side] = cpr.measure(pa, data, model, args.seconds, args.concurrency, [])
+        hap_us, hap_kernel, _ = figures["haproxy"]
+        server_us, ort_us, _, _, _, kernel_us = figures["infergate"]
+        floor = hap_us + ort_us
+        print(f"| {r} | {hap_us:.1f} ({hap_kernel:.1f}) | {ort_us:.1f} | {floor:.1f} | {server_us:.1f} ({kernel_us:.1f}) "
+              f"| {server_us / floor:.2f} |", flush=True)
+    shutil.rmtree(data, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
