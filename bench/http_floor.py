@@ -13,9 +13,14 @@ work alone; ONNX Runtime's CPU for the batches infergate ran (in this process, a
 requests with this model would spend, at the least, with a server as lean as HAProxy;
 infergate's figure is measured in the same rounds, alternating with HAProxy's.
 
+Beside them, when built, `gateway/examples/floor_server.rs`: tokio, hyper 1 and tokio-rustls
+(infergate's own stack) answering from memory the same way, which tells the stack's cost from
+what infergate adds on top of it.
+
 Usage: bench/http_floor.py [--seconds 4] [--rounds 3] [--concurrency 8] [--haproxy PATH]
-Needs: scripts/setup.sh, bench/setup-perf-analyzer.sh, `cargo build --release -p infergate`,
-HAProxy (Debian: `apt-get install haproxy`).
+                           [--floor-server PATH]
+Needs: scripts/setup.sh, bench/setup-perf-analyzer.sh, `cargo build --release -p infergate
+--bin infergate --example floor_server`, HAProxy (Debian: `apt-get install haproxy`).
 """
 import argparse
 import http.client
@@ -154,9 +159,43 @@ frontend front
         self.proc.wait(timeout=10)
 
 
-def measure_haproxy(pa, binary, data, answers, workdir, seconds, concurrency):
-    """HAProxy's CPU µs per request over one perf_analyzer run, and the requests it served."""
-    proxy = Haproxy(binary, data, answers, workdir)
+class HyperFloor:
+    """`gateway/examples/floor_server.rs` (tokio + hyper 1 + tokio-rustls, infergate's own stack
+    and nothing else) answering `answers` like `Haproxy`."""
+
+    def __init__(self, binary, data, answers, workdir):
+        index = os.path.join(workdir, "index.txt")
+        with open(index, "w") as f:
+            for path, (file, content_type, header_len) in answers.items():
+                f.write(f"{path}\t{file}\t{content_type}\t{'-' if header_len is None else header_len}\n")
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        self.proc = subprocess.Popen([binary, str(port), os.path.join(data, "tls", "cert.pem"),
+                                      os.path.join(data, "tls", "key.pem"), index],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        if self.proc.stderr.readline().strip() != "listening":
+            sys.exit(f"{binary} did not start: {self.proc.stderr.read()[-2000:]}")
+        self.addr = f"127.0.0.1:{port}"
+        self.tls = ssl.create_default_context(cafile=os.path.join(data, "tls", "cert.pem"))
+
+    def requests(self):
+        conn = http.client.HTTPSConnection("127.0.0.1", int(self.addr.rsplit(":", 1)[1]), context=self.tls)
+        try:
+            conn.request("GET", "/count")
+            return int(conn.getresponse().read())
+        finally:
+            conn.close()
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(timeout=10)
+
+
+def measure_haproxy(pa, binary, data, answers, workdir, seconds, concurrency, server=Haproxy):
+    """A server answering from memory (`server`: Haproxy or HyperFloor): its CPU µs per request
+    (and the kernel's part) over one perf_analyzer run, and the requests it served."""
+    proxy = server(binary, data, answers, workdir)
     try:
         key = open(os.path.join(data, "admin.key")).read().strip()
         cert = os.path.join(data, "tls", "cert.pem")
@@ -172,7 +211,8 @@ def measure_haproxy(pa, binary, data, answers, workdir, seconds, concurrency):
         (user1, kernel1), count1 = cpr.cpu_split(proxy.proc.pid), proxy.requests()
     finally:
         proxy.stop()
-    # CumReq counts HTTP requests; the stats queries go over the CLI socket, not HTTP.
+    # HAProxy's CumReq counts HTTP requests (its stats queries go over the CLI socket); the
+    # floor server does not count its /count queries.
     done = count1 - count0
     return (user1 - user0 + kernel1 - kernel0) / done * 1e6, (kernel1 - kernel0) / done * 1e6, done
 
@@ -183,6 +223,9 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--haproxy", default=shutil.which("haproxy") or "")
+    ap.add_argument("--floor-server", default=os.path.join(serving.ROOT, "target", "release", "examples", "floor_server"),
+                    help="gateway/examples/floor_server.rs, built (`cargo build --release -p infergate --example "
+                         "floor_server`); left out when absent")
     args = ap.parse_args()
     if not args.haproxy:
         sys.exit("HAProxy is needed (Debian: apt-get install haproxy), or pass --haproxy PATH")
@@ -202,24 +245,35 @@ def main():
     version = subprocess.run([args.haproxy, "-v"], capture_output=True, text=True).stdout.splitlines()[0]
     print(f"MLP [N,{cpr.IN}]->[N,{cpr.OUT}], perf_analyzer concurrency {args.concurrency}, HTTP/1.1 over TLS, "
           f"binary tensors, {args.seconds:g} s a run; {version}; load average {os.getloadavg()[0]:.2f}\n")
-    print("| round | HAProxy from memory: CPU µs/request (kernel) | ORT in process: CPU µs/inference | "
-          "floor: HAProxy + ORT µs | infergate: CPU µs/inference (kernel) | infergate / floor |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    hyper = os.access(args.floor_server, os.X_OK)
+    sides = ["haproxy", *(["hyper"] if hyper else []), "infergate"]
+    print("| round | HAProxy from memory: CPU µs/request (kernel) | "
+          + ("hyper + tokio-rustls from memory: CPU µs/request (kernel) | " if hyper else "")
+          + "ORT in process: CPU µs/inference | floor: HAProxy + ORT µs | infergate: CPU µs/inference (kernel) "
+          "| infergate / floor |")
+    print("| --- " * (6 + hyper) + "|")
     for r in range(1, args.rounds + 1):
-        # Alternating which goes first, so a machine that slows down mid-round weighs on both.
-        order = ("haproxy", "infergate") if r % 2 else ("infergate", "haproxy")
+        # Each round starts one side later, so a machine that slows down mid-round weighs on all.
+        order = sides[r % len(sides):] + sides[:r % len(sides)]
         figures = {}
         for side in order:
             if side == "haproxy":
                 figures[side] = measure_haproxy(pa, args.haproxy, data, answers, workdir, args.seconds,
                                                 args.concurrency)
+            elif side == "hyper":
+                figures[side] = measure_haproxy(pa, args.floor_server, data, answers, workdir, args.seconds,
+                                                args.concurrency, server=HyperFloor)
             else:
                 figures[side] = cpr.measure(pa, data, model, args.seconds, args.concurrency, [])
         hap_us, hap_kernel, _ = figures["haproxy"]
         server_us, ort_us, _, _, _, kernel_us = figures["infergate"]
         floor = hap_us + ort_us
-        print(f"| {r} | {hap_us:.1f} ({hap_kernel:.1f}) | {ort_us:.1f} | {floor:.1f} | {server_us:.1f} ({kernel_us:.1f}) "
-              f"| {server_us / floor:.2f} |", flush=True)
+        hyper_cell = ""
+        if hyper:
+            hyper_us, hyper_kernel, _ = figures["hyper"]
+            hyper_cell = f"{hyper_us:.1f} ({hyper_kernel:.1f}) | "
+        print(f"| {r} | {hap_us:.1f} ({hap_kernel:.1f}) | {hyper_cell}{ort_us:.1f} | {floor:.1f} | "
+              f"{server_us:.1f} ({kernel_us:.1f}) | {server_us / floor:.2f} |", flush=True)
     shutil.rmtree(data, ignore_errors=True)
 
 

@@ -57,10 +57,17 @@ struct Client {
 }
 
 impl Client {
+    /// The status and JSON body of an answer, None when the kill cut the exchange off: no
+    /// answer, or an answer whose body did not arrive whole (the status line can reach the
+    /// client before the process dies and the body never does).
     async fn send(&self, req: reqwest::RequestBuilder) -> Option<(u16, Value)> {
         let r = req.bearer_auth(&self.key).send().await.ok()?;
         let status = r.status().as_u16();
-        Some((status, r.json().await.unwrap_or(Value::Null)))
+        let body = r.bytes().await.ok()?;
+        if body.is_empty() {
+            return Some((status, Value::Null));
+        }
+        Some((status, serde_json::from_slice(&body).ok()?))
     }
 
     async fn upload_model(&self, name: &str, bytes: &[u8]) -> Option<()> {
