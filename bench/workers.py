@@ -376,10 +376,10 @@ def interleaved(model, sides, seconds):
     turn = 0
     try:
         while time.monotonic() < stop_at:
-            # Each round starts one side later than the one before: a request follows the
-            # previous side's, whose process may still be busy (an engine spinning after its
-            # run, a response still being sent), and rotating gives every side each position
-            # equally often.
+            # Each round starts one side later than the one before: the side right after a
+            # given one was measured paying 100-300 us more than elsewhere in the order (its
+            # predecessor's processes presumably still finishing on the same cores), and
+            # rotating gives every side each position equally often.
             turn += 1
             for side in names[turn % len(names):] + names[:turn % len(names)]:
                 target = sides[side]
