@@ -32,13 +32,13 @@ import ssl
 import subprocess
 import sys
 import tempfile
-import time
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cpu_per_request as cpr  # noqa: E402  (the MLP, its server measurement, ORT's CPU)
 import serving  # noqa: E402  (start_server, perf_analyzer)
+import workers  # noqa: E402  (start_haproxy, free_port)
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 
@@ -97,14 +97,6 @@ class Haproxy:
     the certificate and key of the server in `data`; its request count from its stats socket."""
 
     def __init__(self, binary, data, answers, workdir):
-        pem = os.path.join(workdir, "front.pem")
-        with open(pem, "w") as f:
-            for part in ("cert.pem", "key.pem"):
-                with open(os.path.join(data, "tls", part)) as src:
-                    f.write(src.read().rstrip("\n") + "\n")
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
         self.stats = os.path.join(workdir, "stats.sock")
         rules = []
         for i, (path, (file, content_type, header_len)) in enumerate(answers.items()):
@@ -113,9 +105,7 @@ class Haproxy:
                          f"    http-request return status 200 content-type {content_type} file {file}{extra} if p{i}")
         rules.append('    http-request return status 404 content-type application/json lf-string '
                      '"{\\"error\\": \\"not answered here: %[path]\\"}"')
-        config = os.path.join(workdir, "haproxy.cfg")
-        with open(config, "w") as f:
-            f.write(f"""global
+        self.proc, port = workers.start_haproxy(binary, os.path.join(data, "tls"), workdir, lambda port, pem: f"""global
     maxconn 256
     stats socket {self.stats} level user
 defaults
@@ -127,19 +117,7 @@ defaults
 frontend front
     bind 127.0.0.1:{port} ssl crt {pem}
 """ + "\n".join(rules) + "\n")
-        self.proc = subprocess.Popen([binary, "-db", "-f", config], stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.PIPE, text=True)
         self.addr = f"127.0.0.1:{port}"
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                sys.exit(f"haproxy exited: {self.proc.stderr.read()[-2000:]}")
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                return
-            except OSError:
-                time.sleep(0.05)
-        sys.exit("haproxy did not listen within 15 s")
 
     def requests(self):
         """HTTP requests served so far (`show info`: CumReq)."""
@@ -168,9 +146,7 @@ class HyperFloor:
         with open(index, "w") as f:
             for path, (file, content_type, header_len) in answers.items():
                 f.write(f"{path}\t{file}\t{content_type}\t{'-' if header_len is None else header_len}\n")
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
+        port = workers.free_port()
         self.proc = subprocess.Popen([binary, str(port), os.path.join(data, "tls", "cert.pem"),
                                       os.path.join(data, "tls", "key.pem"), index],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)

@@ -407,6 +407,41 @@ def interleaved(model, sides, seconds):
                                      for name in names[1:]}}
 
 
+def free_port():
+    """A port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_haproxy(haproxy, tls_dir, workdir, config):
+    """HAProxy listening with TLS on a free port of 127.0.0.1 with the certificate and key in
+    `tls_dir` (cert.pem, key.pem): `config(port, pem)` gives its configuration's text. Returns
+    (process, port) once the port accepts connections."""
+    os.makedirs(workdir, exist_ok=True)
+    pem = os.path.join(workdir, "front.pem")
+    with open(pem, "w") as f:
+        for part in ("cert.pem", "key.pem"):
+            with open(os.path.join(tls_dir, part)) as src:
+                f.write(src.read().rstrip("\n") + "\n")
+    port = free_port()
+    path = os.path.join(workdir, "haproxy.cfg")
+    with open(path, "w") as f:
+        f.write(config(port, pem))
+    proc = subprocess.Popen([haproxy, "-db", "-f", path], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            sys.exit(f"haproxy exited: {proc.stderr.read()[-2000:]}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return proc, port
+        except OSError:
+            time.sleep(0.05)
+    sys.exit("haproxy did not listen within 15 s")
+
+
 class ReferenceProxy:
     """HAProxy in front of a server, TLS on both sides (its own listener with the server's
     certificate and key; to the server with keep-alive connections verified against the
@@ -414,18 +449,8 @@ class ReferenceProxy:
     machine, the reference for the manager's hop."""
 
     def __init__(self, haproxy, server, workdir):
-        os.makedirs(workdir, exist_ok=True)
-        pem = os.path.join(workdir, "front.pem")
-        with open(pem, "w") as f:
-            for part in ("cert.pem", "key.pem"):
-                with open(os.path.join(server.data, "tls", part)) as src:
-                    f.write(src.read().rstrip("\n") + "\n")
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        config = os.path.join(workdir, "haproxy.cfg")
-        with open(config, "w") as f:
-            f.write(f"""global
+        backend = server.hostport.rsplit(":", 1)[1]
+        self.proc, port = start_haproxy(haproxy, os.path.join(server.data, "tls"), workdir, lambda port, pem: f"""global
     maxconn 256
 defaults
     mode http
@@ -437,21 +462,9 @@ frontend front
     bind 127.0.0.1:{port} ssl crt {pem}
     default_backend server
 backend server
-    server s 127.0.0.1:{server.hostport.rsplit(":", 1)[1]} ssl verify required ca-file {server.cert}
+    server s 127.0.0.1:{backend} ssl verify required ca-file {server.cert}
 """)
-        self.proc = subprocess.Popen([haproxy, "-db", "-f", config], stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.PIPE, text=True)
         self.hostport = f"127.0.0.1:{port}"
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                sys.exit(f"haproxy exited: {self.proc.stderr.read()[-2000:]}")
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                return
-            except OSError:
-                time.sleep(0.05)
-        sys.exit("haproxy did not listen within 15 s")
 
     def stop(self):
         self.proc.terminate()

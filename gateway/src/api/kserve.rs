@@ -170,13 +170,13 @@ async fn run_infer(
     // A manager that only routes relays a model's request and its answer undecoded.
     if let (Target::Model(record), false) = (&target, state.workers().config.local_engine) {
         let header_len = codec::header_length(&headers)?;
-        let served = Served {
-            model: record.name.clone(),
-            version: record.version,
-        };
         if let Forwarded::Worker(answer) =
             backend::forward(&state, record, body.clone(), header_len).await?
         {
+            let served = Served {
+                model: record.name.clone(),
+                version: record.version,
+            };
             return Ok(codec::relay(answer, served));
         }
     }

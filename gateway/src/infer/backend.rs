@@ -67,7 +67,6 @@ pub async fn run_stage(
         inputs = preprocess(state.ops().clone(), here.clone(), inputs).await?;
         op = None;
     }
-    let key = model_key(record);
     let mut routing = Routing::new(state, record);
     let mut encoded = None;
     loop {
@@ -80,7 +79,7 @@ pub async fn run_stage(
                 }
                 return Ok(state
                     .engine()
-                    .infer_with(&key, &path, inputs, outputs, options)
+                    .infer_with(&routing.local_key, &path, inputs, outputs, options)
                     .await?);
             }
             Some(Choice::Worker { id, advertise }) => (id, advertise),
