@@ -126,39 +126,39 @@ fn sweep(queue: &mut Levels, policy: &BatchPolicy, model: &str, now: Instant) {
     queue.levels.retain(|_, level| !level.is_empty());
 }
 
-/// Picks the next batch. Rules, after Triton's dynamic batcher:
-/// - the head (highest level, oldest) decides the batch's shapes; only requests with the same
-///   non-batch dimensions, datatypes and outputs join it, in service order, up to
-///   `max_batch_size` samples;
-/// - a full batch runs at once; so does the largest preferred size that can be formed;
-/// - otherwise the batch waits until the oldest member has waited `max_delay`, then runs as is.
-pub(crate) fn next_batch(
-    queue: &mut Levels,
-    policy: &BatchPolicy,
-    model: &str,
-    now: Instant,
-) -> Decision {
-    sweep(queue, policy, model, now);
-    let Some(head) = queue.iter().next() else {
-        return Decision::Idle;
-    };
+/// The head batch as the queue stands: its members' positions (level, index) in service order,
+/// and how many of them run now (None: the batch waits until `wake`).
+struct Plan {
+    members: Vec<(u32, usize)>,
+    take: Option<usize>,
+    wake: Instant,
+}
+
+/// Forms the head batch without taking it (see [`next_batch`] for the rules); None when nothing
+/// is queued. Requests nobody waits for any more are passed over, as [`sweep`] would drop them.
+fn plan(queue: &Levels, policy: &BatchPolicy, now: Instant) -> Option<Plan> {
+    let head = queue.iter().find(|r| r.is_wanted())?;
     let max = policy.max_batch_size;
-    // Positions (level, index) of the members, the running sample count after each member,
-    // and the oldest arrival among them.
+    // The running sample count after each member, and the oldest arrival among them.
     let mut members: Vec<(u32, usize)> = Vec::new();
     let mut sums: Vec<usize> = Vec::new();
     let mut total = 0usize;
     let mut oldest = head.enqueued;
     if max == 0 || head.samples >= max || head.samples == 0 {
         // No batching, or a request that fills a batch by itself.
-        members.push((head.level, 0));
+        let index = queue
+            .levels
+            .get(&head.level)?
+            .iter()
+            .position(|r| r.is_wanted())?;
+        members.push((head.level, index));
         sums.push(head.samples);
         total = max;
     } else {
-        let key = head.key.clone();
+        let key = &head.key;
         'scan: for (&level, requests) in &queue.levels {
             for (i, r) in requests.iter().enumerate() {
-                if r.key != key || r.samples == 0 || total + r.samples > max {
+                if r.key != *key || r.samples == 0 || total + r.samples > max || !r.is_wanted() {
                     continue;
                 }
                 total += r.samples;
@@ -172,16 +172,58 @@ pub(crate) fn next_batch(
         }
     }
     let take = if total >= max || now >= oldest + policy.max_delay {
-        members.len()
-    } else if let Some(n) = sums
-        .iter()
-        .rposition(|s| policy.preferred.binary_search(s).is_ok())
-    {
-        n + 1
+        Some(members.len())
     } else {
-        let next_deadline = queue.iter().filter_map(|r| r.deadline).min();
-        let wake = oldest + policy.max_delay;
-        return Decision::WaitUntil(next_deadline.map_or(wake, |d| d.min(wake)));
+        sums.iter()
+            .rposition(|s| policy.preferred.binary_search(s).is_ok())
+            .map(|n| n + 1)
+    };
+    let wake = match take {
+        Some(_) => now,
+        None => {
+            let next_deadline = queue.iter().filter_map(|r| r.deadline).min();
+            let wake = oldest + policy.max_delay;
+            next_deadline.map_or(wake, |d| d.min(wake))
+        }
+    };
+    Some(Plan {
+        members,
+        take,
+        wake,
+    })
+}
+
+/// When the queue as it stands would next need an instance: None if a batch could run now (or
+/// nothing is queued), else the time its head batch waits until. Read-only, so a request can
+/// ask it when it queues, to wake an instance only if the one already sleeping on a timer would
+/// wake too late.
+pub(crate) fn waits_until(queue: &Levels, policy: &BatchPolicy, now: Instant) -> Option<Instant> {
+    plan(queue, policy, now).and_then(|p| p.take.is_none().then_some(p.wake))
+}
+
+/// Picks the next batch. Rules, after Triton's dynamic batcher:
+/// - the head (highest level, oldest) decides the batch's shapes; only requests with the same
+///   non-batch dimensions, datatypes and outputs join it, in service order, up to
+///   `max_batch_size` samples;
+/// - a full batch runs at once; so does the largest preferred size that can be formed;
+/// - otherwise the batch waits until the oldest member has waited `max_delay`, then runs as is.
+pub(crate) fn next_batch(
+    queue: &mut Levels,
+    policy: &BatchPolicy,
+    model: &str,
+    now: Instant,
+) -> Decision {
+    sweep(queue, policy, model, now);
+    let Some(Plan {
+        members,
+        take,
+        wake,
+    }) = plan(queue, policy, now)
+    else {
+        return Decision::Idle;
+    };
+    let Some(take) = take else {
+        return Decision::WaitUntil(wake);
     };
     let mut chosen = members[..take].to_vec();
     // Remove from the back so earlier indices stay valid.
@@ -388,6 +430,42 @@ mod tests {
             vec![3.0]
         );
         assert!(matches!(next_batch(&mut q, &p, "m", t0), Decision::Idle));
+    }
+
+    #[test]
+    fn waits_until_says_when_the_queue_next_needs_an_instance_without_taking_anything() {
+        let t0 = Instant::now();
+        let (mut q, mut r) = (Levels::default(), Vec::new());
+        let p = policy(4, &[3], 100);
+        assert_eq!(waits_until(&q, &p, t0), None, "nothing queued");
+        let first = push(&mut q, &mut r, 1.0, 1, 3, 2, t0);
+        let later = t0 + Duration::from_millis(10);
+        push(&mut q, &mut r, 2.0, 1, 3, 2, later);
+        // The oldest member decides; nothing was taken.
+        assert_eq!(
+            waits_until(&q, &p, later),
+            Some(t0 + Duration::from_millis(100))
+        );
+        assert_eq!(q.len(), 2);
+        // An earlier request deadline comes first.
+        let soon = t0 + Duration::from_millis(30);
+        q.levels.get_mut(&2).unwrap()[1].deadline = Some(soon);
+        assert_eq!(waits_until(&q, &p, later), Some(soon));
+        // A preferred size, a full batch, or the delay passed: it runs now.
+        push(&mut q, &mut r, 3.0, 1, 3, 2, later);
+        assert_eq!(waits_until(&q, &p, later), None, "preferred size 3");
+        assert_eq!(waits_until(&q, &p, t0 + Duration::from_millis(100)), None);
+        // A request nobody waits for is passed over, as the sweep would drop it: the head is
+        // then the second request.
+        let (mut q, mut r) = (Levels::default(), Vec::new());
+        let gone = push(&mut q, &mut r, 1.0, 1, 3, 2, t0);
+        push(&mut q, &mut r, 2.0, 1, 3, 2, later);
+        assert!(gone.abandon());
+        assert_eq!(
+            waits_until(&q, &p, later),
+            Some(later + Duration::from_millis(100))
+        );
+        drop(first);
     }
 
     #[test]

@@ -276,10 +276,11 @@ impl Scheduler {
             .enqueue(&mut queue, request, capacity, retry_after)?;
         if !may_block_here() || !lone_on_idle_version(&queue) {
             // With every executor busy, no thread could run it now: the first to finish looks
-            // at the queue.
-            let runnable = !queue.pool.idle.is_empty();
+            // at the queue. Nor is one needed while an instance sleeps on a timer that comes
+            // no later than the queue's next need (see `timer_covers`).
+            let wake = !queue.pool.idle.is_empty() && !self.timer_covers(&queue);
             drop(queue);
-            if runnable {
+            if wake {
                 self.queue.notify_one();
             }
             return Ok(());
@@ -345,6 +346,21 @@ impl Scheduler {
         let took = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
         self.last_caller_run_us
             .store(took.max(1), Ordering::Relaxed);
+    }
+
+    /// Whether an instance thread already sleeping until its timer will look at the queue in
+    /// time: the batch the queue now forms neither runs at once (it filled up, reached a
+    /// preferred size, or its oldest request has waited long enough) nor needs an instance
+    /// before that timer (an earlier request deadline). Then waking the instance only makes it
+    /// form the same batch and sleep again: under load with a queue delay that was most of the
+    /// instance thread's wake-ups, one futex wake per request on the request's thread and a
+    /// sleep and wake of the instance (MLP of `bench/cpu_per_request.py`, batches of ~5.5).
+    fn timer_covers(&self, queue: &Levels) -> bool {
+        let Some(timer) = queue.pool.timer else {
+            return false;
+        };
+        let policy = self.policy.read();
+        batcher::waits_until(queue, &policy, Instant::now()).is_some_and(|t| t >= timer)
     }
 
     /// Puts an executor back after a batch run outside the instance threads, and wakes one of

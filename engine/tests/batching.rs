@@ -167,6 +167,63 @@ async fn a_timed_out_request_fails_and_never_executes() {
     assert_eq!((s.execution_count, s.inference_count), (0, 0));
 }
 
+/// An instance sleeping until a batch's delay is over is not woken by every request that joins
+/// the batch, only by one that needs it sooner. These two cases must still be seen at once: a
+/// request that fills the batch, and one whose own timeout ends before the delay. The delay is
+/// the longest allowed (10 s): served by the instance's timer instead, either would come only
+/// after it, which is what the checks look for (not how fast anything is).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sleeping_batch_wakes_for_a_full_batch_and_for_an_earlier_timeout() {
+    let Some(engine) = engine(|_| {}) else { return };
+    let engine = Arc::new(engine);
+    let path = model("minilm.onnx");
+    let k = key("minilm-sleeping", 1);
+    load_configured(
+        &engine,
+        &k,
+        &path,
+        r#"{"max_batch_size": 3, "dynamic_batching": {"max_queue_delay_microseconds": 10000000,
+            "default_queue_policy": {"allow_timeout_override": true}}}"#,
+    )
+    .await;
+    let delay = Duration::from_secs(10);
+    let started = std::time::Instant::now();
+    let first = spawn_infer(&engine, &k, &path, 1);
+    wait_until("the first request queues", || engine.queued(&k) == 1).await;
+    let second = spawn_infer(&engine, &k, &path, 2);
+    wait_until("the second request queues", || engine.queued(&k) == 2).await;
+    // Queues behind the waiting batch (4 tokens: a batch of its own) but ends sooner: answered
+    // with its timeout, the others still wait.
+    let options = InferOptions {
+        timeout: Some(Duration::from_millis(20)),
+        ..InferOptions::default()
+    };
+    let late = engine
+        .infer_with(&k, &path, tokens(3, 4), vec![], options)
+        .await;
+    assert!(
+        matches!(&late, Err(e) if e.fault() == Fault::Timeout),
+        "a timeout, not {:?}",
+        late.map(|t| t.len())
+    );
+    assert!(
+        started.elapsed() < delay,
+        "the request's own timeout was served only when the batch's delay ran out"
+    );
+    assert_eq!(engine.queued(&k), 2, "the batch still waits for its delay");
+    // The third sample fills the batch: all three run at once.
+    let third = engine.infer(&k, &path, tokens(4, 8), vec![]).await.unwrap();
+    assert_eq!(third[0].shape[0], 1);
+    assert!(
+        started.elapsed() < delay,
+        "the full batch ran only when its delay ran out"
+    );
+    first.await.unwrap().unwrap();
+    second.await.unwrap().unwrap();
+    let s = engine.stats(&k).unwrap();
+    assert_eq!((s.execution_count, s.inference_count), (1, 3));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_request_is_never_executed() {
     let Some(engine) = engine(|_| {}) else { return };

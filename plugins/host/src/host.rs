@@ -11,11 +11,10 @@ use crate::error::{PluginError, PluginId};
 use crate::metrics::{Metrics, MetricsSnapshot};
 use crate::plugin::{Compiled, Plugin};
 use crate::store::CallState;
+use crate::ticker::Ticker;
 use crate::validate;
 use sha2::{Digest, Sha256};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use wasmtime::component::{Component, HasSelf, Linker};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
@@ -33,8 +32,8 @@ pub(crate) struct Shared {
     linker: Linker<CallState>,
     cache: Option<ArtifactCache>,
     compile_slots: CompileSlots,
-    // Held for its `Drop`, which stops the thread.
-    _ticker: Ticker,
+    /// Advances the epoch while calls run; its `Drop` stops the thread.
+    pub(crate) ticker: Ticker,
 }
 
 impl PluginHost {
@@ -61,7 +60,7 @@ impl PluginHost {
                 linker,
                 cache,
                 compile_slots,
-                _ticker: ticker,
+                ticker,
             }),
         })
     }
@@ -254,45 +253,4 @@ fn engine_config(config: &HostConfig) -> Config {
         engine.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
     }
     engine
-}
-
-/// Advances the engine's epoch every tick, which is what makes deadlines fire.
-struct Ticker {
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl Ticker {
-    fn start(engine: &Engine, tick: std::time::Duration) -> Result<Self, PluginError> {
-        let stop = Arc::new(AtomicBool::new(false));
-        let engine = engine.weak();
-        let thread = std::thread::Builder::new()
-            .name("plugin-epoch".into())
-            .spawn({
-                let stop = Arc::clone(&stop);
-                move || {
-                    while !stop.load(Ordering::Relaxed) {
-                        std::thread::sleep(tick);
-                        match engine.upgrade() {
-                            Some(engine) => engine.increment_epoch(),
-                            None => break,
-                        }
-                    }
-                }
-            })
-            .map_err(|e| PluginError::Internal(format!("starting the epoch ticker: {e}")))?;
-        Ok(Ticker {
-            stop,
-            thread: Some(thread),
-        })
-    }
-}
-
-impl Drop for Ticker {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
 }

@@ -36,6 +36,7 @@ mod lift; //     output read under a byte budget
 mod lower; //    input written, its buffers donated to the output
 mod scope; //    per-call thread-local budget and spare buffers
 mod store; //    per-call store state, limiter, log import
+mod ticker; //   epoch ticker, running while calls do
 mod validate; // header and description checks
 
 pub use config::{HostConfig, Limits};

@@ -219,7 +219,8 @@ impl Plugin {
 
 impl Compiled {
     fn new_store(&self, id: &Arc<PluginId>, limits: &Limits) -> Store<CallState> {
-        let mut store = Store::new(&self.host.engine, CallState::new(Arc::clone(id), limits));
+        let state = CallState::new(Arc::clone(id), limits, self.host.ticker.hold());
+        let mut store = Store::new(&self.host.engine, state);
         store.limiter(|state| state);
         store.set_epoch_deadline(self.host.deadline_ticks(limits.deadline));
         store

@@ -4,6 +4,7 @@
 use crate::bindings::infergate::plugin::log::{Host as LogHost, Level};
 use crate::config::Limits;
 use crate::error::PluginId;
+use crate::ticker::TickHold;
 use std::sync::Arc;
 use wasmtime::{ResourceLimiter, StoreLimits, StoreLimitsBuilder};
 
@@ -19,10 +20,12 @@ pub(crate) struct CallState {
     pub(crate) refused_growth: bool,
     plugin: Arc<PluginId>,
     logs_left: usize,
+    /// Keeps the epoch ticking, and with it this call's deadline, while the store lives.
+    _ticking: TickHold,
 }
 
 impl CallState {
-    pub(crate) fn new(plugin: Arc<PluginId>, limits: &Limits) -> Self {
+    pub(crate) fn new(plugin: Arc<PluginId>, limits: &Limits, ticking: TickHold) -> Self {
         CallState {
             limits: StoreLimitsBuilder::new()
                 .memory_size(limits.memory_bytes)
@@ -34,6 +37,7 @@ impl CallState {
             refused_growth: false,
             plugin,
             logs_left: limits.log_records,
+            _ticking: ticking,
         }
     }
 }
