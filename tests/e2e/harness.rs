@@ -64,6 +64,8 @@ pub struct Options {
     pub cwd: Option<PathBuf>,
     /// Environment variables the server must not inherit from the test.
     pub env_remove: Vec<&'static str>,
+    /// Started under this address-space limit (`ulimit -v`, KiB), as some hosts impose.
+    pub address_space_kib: Option<u64>,
 }
 
 impl Server {
@@ -80,7 +82,17 @@ impl Server {
 
     /// Starts on an existing data directory (kept by the caller).
     pub fn start_in(data: &Path, options: Options) -> Server {
-        let mut cmd = Command::new(BIN);
+        let mut cmd = match options.address_space_kib {
+            // The shell sets the limit and then becomes the server (same pid).
+            Some(kib) => {
+                let mut sh = Command::new("sh");
+                sh.args(["-c", "ulimit -v \"$0\" && exec \"$@\""])
+                    .arg(kib.to_string())
+                    .arg(BIN);
+                sh
+            }
+            None => Command::new(BIN),
+        };
         cmd.args([
             "serve",
             "--listen",

@@ -10,6 +10,7 @@ mod webdriver;
 mod api_types;
 mod auth;
 mod blobs;
+mod constrained;
 mod crash;
 mod dashboard;
 mod exhaustion;

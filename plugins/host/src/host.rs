@@ -37,10 +37,27 @@ pub(crate) struct Shared {
 }
 
 impl PluginHost {
-    /// A host with the pooling allocator as configured (on by default).
+    /// A host with the pooling allocator as configured (on by default). Where the pool's
+    /// address space cannot be reserved (a process limit such as `ulimit -v`, a container's
+    /// memory map limits, or a tool like valgrind), the host falls back to mapping each
+    /// instance's memory on demand and logs why, instead of failing the server's start.
     pub fn new(config: HostConfig) -> Result<Self, PluginError> {
-        let engine = Engine::new(&engine_config(&config))
-            .map_err(|e| PluginError::Internal(format!("creating the wasm engine: {e}")))?;
+        let engine = match Engine::new(&engine_config(&config)) {
+            Ok(engine) => engine,
+            Err(e) if config.pooling => {
+                tracing::warn!(
+                    error = %format!("{e:#}"),
+                    "plugin instances' memory pool cannot be reserved: mapping each instance's \
+                     memory on demand instead (slower instantiation)"
+                );
+                return PluginHost::without_pooling(config);
+            }
+            Err(e) => {
+                return Err(PluginError::Internal(format!(
+                    "creating the wasm engine: {e}"
+                )))
+            }
+        };
         let mut linker = Linker::new(&engine);
         log::add_to_linker::<CallState, HasSelf<CallState>>(&mut linker, |state| state)
             .map_err(|e| PluginError::Internal(format!("linking the log import: {e}")))?;
