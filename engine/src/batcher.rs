@@ -91,6 +91,11 @@ pub(crate) enum Decision {
 /// Drops requests nobody waits for, and applies queue timeouts: REJECT answers the request with
 /// a timeout error (it never runs), DELAY moves it behind every request still in time.
 fn sweep(queue: &mut Levels, policy: &BatchPolicy, model: &str, now: Instant) {
+    // The common case, nothing to drop or move, allocates nothing (this runs for every batch).
+    let due = |r: &Request| !r.is_wanted() || r.deadline.is_some_and(|d| d <= now);
+    if !queue.iter().any(due) {
+        return;
+    }
     let mut delayed = Vec::new();
     for level in queue.levels.values_mut() {
         let mut kept = std::collections::VecDeque::with_capacity(level.len());
@@ -123,7 +128,6 @@ fn sweep(queue: &mut Levels, policy: &BatchPolicy, model: &str, now: Instant) {
     if !delayed.is_empty() {
         queue.levels.entry(u32::MAX).or_default().extend(delayed);
     }
-    queue.levels.retain(|_, level| !level.is_empty());
 }
 
 /// The head batch as the queue stands: its members' positions (level, index) in service order,
@@ -233,7 +237,8 @@ pub(crate) fn next_batch(
         .filter_map(|(level, i)| queue.levels.get_mut(&level)?.remove(i))
         .collect();
     batch.reverse();
-    queue.levels.retain(|_, level| !level.is_empty());
+    // Emptied levels stay (at most one per priority level, plus the DELAY level): removing
+    // them made the next request to each allocate its level again.
     // A caller may give up between the sweep and here; such requests must not run.
     batch.retain(|r| r.ticket.take());
     if batch.is_empty() {

@@ -368,7 +368,7 @@ impl Scheduler {
     fn finished(&self, executor: Executor) {
         let mut queue = self.queue.lock();
         let dropped = queue.pool.put(executor);
-        let waiting = !queue.levels.is_empty();
+        let waiting = queue.iter().next().is_some();
         drop(queue);
         drop(dropped);
         if waiting {
@@ -405,10 +405,7 @@ impl Drop for DirectRun {
 /// One request queued and every executor idle: a lone request to an idle version, which its
 /// caller may run itself.
 fn lone_on_idle_version(queue: &Levels) -> bool {
-    !queue.pool.idle.is_empty()
-        && queue.pool.idle.len() == queue.pool.live
-        && queue.levels.len() == 1
-        && queue.levels.values().all(|level| level.len() == 1)
+    !queue.pool.idle.is_empty() && queue.pool.idle.len() == queue.pool.live && queue.len() == 1
 }
 
 /// Whether this thread may block for a model run: yes on a multi-threaded runtime (a worker

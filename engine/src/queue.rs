@@ -97,6 +97,7 @@ impl Request {
 /// The queue's contents; batch formation ([`crate::batcher`]) works on it under the lock.
 #[derive(Default)]
 pub(crate) struct Levels {
+    /// By queue level; a level emptied by a batch stays, empty, for the next request.
     pub levels: BTreeMap<u32, VecDeque<Request>>,
     pub closed: bool,
     /// The version's executors, under the same lock so that a batch and an executor to run it
