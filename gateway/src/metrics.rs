@@ -59,11 +59,48 @@ const LATENCY_BUCKETS: [f64; 16] = [
     60.0,
 ];
 
+/// Both labels are `'static` so that counting a request allocates nothing: methods outside the
+/// standard ones count as `OTHER`, and routes are the router's own templates (a fixed set, never
+/// a client's path), each interned once ([`intern_route`]).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct HttpLabels {
-    pub method: String,
-    pub route: String,
+    pub method: &'static str,
+    pub route: &'static str,
     pub status: u16,
+}
+
+/// The method's name for the label: the standard methods by name, any other as `OTHER` (a
+/// client's made-up method must not add label values).
+fn method_label(method: &http::Method) -> &'static str {
+    use http::Method;
+    match *method {
+        Method::GET => "GET",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::DELETE => "DELETE",
+        Method::HEAD => "HEAD",
+        Method::OPTIONS => "OPTIONS",
+        Method::PATCH => "PATCH",
+        Method::CONNECT => "CONNECT",
+        Method::TRACE => "TRACE",
+        _ => "OTHER",
+    }
+}
+
+/// A route template as a `'static` label value. Templates come only from the router
+/// (`MatchedPath`) or the literal "unmatched", so the set is the router's routes: each is
+/// leaked once, on its first request.
+pub fn intern_route(route: &str) -> &'static str {
+    static ROUTES: std::sync::OnceLock<
+        parking_lot::Mutex<std::collections::HashSet<&'static str>>,
+    > = std::sync::OnceLock::new();
+    let mut routes = ROUTES.get_or_init(Default::default).lock();
+    if let Some(&known) = routes.get(route) {
+        return known;
+    }
+    let leaked: &'static str = Box::leak(route.to_owned().into_boxed_str());
+    routes.insert(leaked);
+    leaked
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -235,11 +272,12 @@ impl Metrics {
         (ttft.sum(), ttft.count(), ttft.count() + itl.count())
     }
 
-    pub fn http_request(&self, method: &str, route: &str, status: u16) {
+    /// One HTTP request; `route` is a router template (see [`intern_route`]).
+    pub fn http_request(&self, method: &http::Method, route: &str, status: u16) {
         self.http_requests
             .get_or_create(&HttpLabels {
-                method: method.to_string(),
-                route: route.to_string(),
+                method: method_label(method),
+                route: intern_route(route),
                 status,
             })
             .inc();

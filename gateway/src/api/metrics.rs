@@ -54,19 +54,20 @@ pub async fn middleware(
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
-    let route = request
+    // Clones that allocate nothing: the template is shared, the URI's bytes are reference
+    // counted, and a standard method is a constant.
+    let matched = request
         .extensions()
         .get::<axum::extract::MatchedPath>()
-        .map(|p| p.as_str().to_string());
+        .cloned();
     let method = request.method().clone();
-    let path = request.uri().path().to_string();
+    let uri = request.uri().clone();
+    let path = uri.path();
     let started = std::time::Instant::now();
     let response = next.run(request).await;
     let status = response.status().as_u16();
-    let route = route.unwrap_or_else(|| "unmatched".into());
-    state
-        .metrics()
-        .http_request(method.as_str(), &route, status);
+    let route = matched.as_ref().map_or("unmatched", |m| m.as_str());
+    state.metrics().http_request(&method, route, status);
     if route == "/api/pipelines/{pipeline}/run" {
         // Raw-body pipeline runs count under the pipeline's name (registered names only).
         let name = path.split('/').nth(3).unwrap_or_default();
@@ -78,7 +79,7 @@ pub async fn middleware(
     } else if route.starts_with("/v2/models/{model}") && route.ends_with("/infer") {
         let (model, version) = match response.extensions().get::<crate::metrics::Served>() {
             Some(served) => (served.model.clone(), served.version.to_string()),
-            None => kserve_labels(&state, &path),
+            None => kserve_labels(&state, path),
         };
         state
             .metrics()
