@@ -35,6 +35,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cpu_per_request  # noqa: E402  (write_mlp, CONFIG, IN)
 import serving  # noqa: E402  (BIN)
+import workers  # noqa: E402  (free_port)
 
 
 def run_requests(port, ctx, body, headers, count):
@@ -67,9 +68,7 @@ def measure(binary, requests, concurrency):
     cpu_per_request.write_mlp(model)
     subprocess.run([binary, "models", "add", "--data-dir", data, "--name", "mlp",
                     "--config", json.dumps(cpu_per_request.CONFIG), model], check=True, capture_output=True)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = workers.free_port()
     out = os.path.join(data, "callgrind.out")
     proc = subprocess.Popen(["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}",
                              binary, "serve", "--listen", f"127.0.0.1:{port}", "--no-grpc", "--data-dir", data],

@@ -141,7 +141,11 @@ struct Plan {
 /// Forms the head batch without taking it (see [`next_batch`] for the rules); None when nothing
 /// is queued. Requests nobody waits for any more are passed over, as [`sweep`] would drop them.
 fn plan(queue: &Levels, policy: &BatchPolicy, now: Instant) -> Option<Plan> {
-    let head = queue.iter().find(|r| r.is_wanted())?;
+    let (head_level, head_index, head) = queue
+        .levels
+        .iter()
+        .flat_map(|(&level, requests)| requests.iter().enumerate().map(move |(i, r)| (level, i, r)))
+        .find(|(_, _, r)| r.is_wanted())?;
     let max = policy.max_batch_size;
     // The running sample count after each member, and the oldest arrival among them.
     let mut members: Vec<(u32, usize)> = Vec::new();
@@ -150,12 +154,7 @@ fn plan(queue: &Levels, policy: &BatchPolicy, now: Instant) -> Option<Plan> {
     let mut oldest = head.enqueued;
     if max == 0 || head.samples >= max || head.samples == 0 {
         // No batching, or a request that fills a batch by itself.
-        let index = queue
-            .levels
-            .get(&head.level)?
-            .iter()
-            .position(|r| r.is_wanted())?;
-        members.push((head.level, index));
+        members.push((head_level, head_index));
         sums.push(head.samples);
         total = max;
     } else {

@@ -89,14 +89,19 @@ fn method_label(method: &http::Method) -> &'static str {
 
 /// A route template as a `'static` label value. Templates come only from the router
 /// (`MatchedPath`) or the literal "unmatched", so the set is the router's routes: each is
-/// leaked once, on its first request.
-pub fn intern_route(route: &str) -> &'static str {
+/// leaked once, on its first request. Read-mostly: every later request only shares a read lock,
+/// as the metric families' own lookups do.
+fn intern_route(route: &str) -> &'static str {
     static ROUTES: std::sync::OnceLock<
-        parking_lot::Mutex<std::collections::HashSet<&'static str>>,
+        parking_lot::RwLock<std::collections::HashSet<&'static str>>,
     > = std::sync::OnceLock::new();
-    let mut routes = ROUTES.get_or_init(Default::default).lock();
-    if let Some(&known) = routes.get(route) {
+    let routes = ROUTES.get_or_init(Default::default);
+    if let Some(&known) = routes.read().get(route) {
         return known;
+    }
+    let mut routes = routes.write();
+    if let Some(&known) = routes.get(route) {
+        return known; // interned by another request meanwhile
     }
     let leaked: &'static str = Box::leak(route.to_owned().into_boxed_str());
     routes.insert(leaked);

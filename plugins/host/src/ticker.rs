@@ -10,24 +10,25 @@
 //! deadline.
 
 use crate::error::PluginError;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
 use wasmtime::{Engine, EngineWeak};
 
-/// How many stores exist, and whether the ticker is parked waiting for one.
+/// How many stores exist, whether the ticker is parked waiting for one, and whether it must
+/// stop (all under one lock, so a stop or a first store can never slip past a parking ticker).
 #[derive(Default)]
 struct Count {
     stores: usize,
     parked: bool,
+    stop: bool,
 }
 
 /// The store count, and a way to wake the parked ticker when the first store appears.
 struct Gate {
     stores: Mutex<Count>,
     wake: Condvar,
-    stop: AtomicBool,
     /// Ticks made so far (for tests: whether the ticker parks).
     ticks: AtomicU64,
 }
@@ -61,7 +62,6 @@ impl Ticker {
         let gate = Arc::new(Gate {
             stores: Mutex::new(Count::default()),
             wake: Condvar::new(),
-            stop: AtomicBool::new(false),
             ticks: AtomicU64::new(0),
         });
         let engine = engine.weak();
@@ -95,14 +95,14 @@ fn run(gate: &Gate, engine: &EngineWeak, tick: Duration) {
     loop {
         {
             let mut count = gate.stores();
-            while count.stores == 0 && !gate.stop.load(Ordering::Acquire) {
+            while count.stores == 0 && !count.stop {
                 count.parked = true;
                 count = gate.wake.wait(count).unwrap_or_else(|e| e.into_inner());
             }
             count.parked = false;
-        }
-        if gate.stop.load(Ordering::Acquire) {
-            return;
+            if count.stop {
+                return;
+            }
         }
         std::thread::sleep(tick);
         match engine.upgrade() {
@@ -115,9 +115,7 @@ fn run(gate: &Gate, engine: &EngineWeak, tick: Duration) {
 
 impl Drop for Ticker {
     fn drop(&mut self) {
-        self.gate.stop.store(true, Ordering::Release);
-        // Under the lock, so that a ticker between its check and its wait cannot miss this.
-        drop(self.gate.stores());
+        self.gate.stores().stop = true;
         self.gate.wake.notify_all();
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
