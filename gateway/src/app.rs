@@ -137,7 +137,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     state.apply_model_configs().await;
     crate::replica_sync::spawn(&state);
     crate::llm::LlmModels::spawn_idle_unloader(state.llm());
-    let router = api::router(state.clone());
+    let handler = api::front::Handler::Api(Arc::new(api::router(state.clone())));
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("binding {}", config.listen))?;
@@ -202,14 +202,14 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
             let router = crate::grpc::server::router(state.clone());
             Some(tokio::spawn(server::run(
                 listener,
-                router,
+                api::front::Handler::Routes(router),
                 state.clone(),
                 shutdown(),
             )))
         }
         None => None,
     };
-    server::run(listener, router, state, shutdown()).await;
+    server::run(listener, handler, state, shutdown()).await;
     if let Some(grpc) = grpc {
         let _ = grpc.await;
     }

@@ -6,7 +6,7 @@
 //!   cap and, until a key is presented, in the per-address cap, so both stay taken for as long as
 //!   the socket lives, an upgraded WebSocket included. A write that makes no progress for
 //!   `send_timeout_s` (a client that stopped reading) fails it.
-//! - [`ConnService`] wraps the router: it refuses over-long URIs and header sections with a JSON
+//! - [`ConnService`] wraps what serves the requests ([`Handle`]): it refuses over-long URIs and header sections with a JSON
 //!   414/431 (hyper's own limits are set higher, see `server.rs`), counts requests in flight
 //!   until their response body ends, puts the body read deadline on request bodies, and adds
 //!   `Connection: close` to HTTP/1 responses while the server drains.
@@ -17,7 +17,6 @@ use crate::error::ApiError;
 use crate::read_deadline::ReadDeadline;
 use axum::body::Body;
 use axum::response::IntoResponse;
-use axum::Router;
 use http::{HeaderValue, Request, Response, Version};
 use hyper::body::Incoming;
 use std::future::Future;
@@ -30,7 +29,6 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::{Notify, OwnedSemaphorePermit};
 use tokio::time::{Instant, Sleep};
-use tower::ServiceExt;
 
 use crate::peers::PeerSlot;
 
@@ -145,10 +143,15 @@ impl Drop for InFlight {
     }
 }
 
-/// The router behind one connection.
+/// What answers a listener's requests (the HTTP API behind its front door, or a bare router).
+pub trait Handle: Clone + Send + Sync + 'static {
+    fn handle(self, request: Request<Body>) -> impl Future<Output = Response<Body>> + Send;
+}
+
+/// What serves one connection's requests.
 #[derive(Clone)]
-pub struct ConnService {
-    pub router: Router,
+pub struct ConnService<H> {
+    pub handler: H,
     pub connection: Arc<Connection>,
     pub limits: Arc<Limits>,
     pub draining: Draining,
@@ -158,7 +161,7 @@ pub struct ConnService {
 /// design, so it gets no body read deadline.
 const GRPC_STREAM_PATH: &str = "/inference.GRPCInferenceService/ModelStreamInfer";
 
-impl hyper::service::Service<Request<Incoming>> for ConnService {
+impl<H: Handle> hyper::service::Service<Request<Incoming>> for ConnService<H> {
     type Response = Response<Body>;
     type Error = std::convert::Infallible;
     type Future = Pin<Box<dyn Future<Output = Result<Response<Body>, Self::Error>> + Send>>;
@@ -183,11 +186,11 @@ impl hyper::service::Service<Request<Incoming>> for ConnService {
         } else {
             request.map(Body::new)
         };
-        let router = self.router.clone();
+        let handler = self.handler.clone();
         let draining = self.draining.clone();
         let connection = self.connection.clone();
         Box::pin(CURRENT.scope(connection, async move {
-            let Ok(mut response) = router.oneshot(request).await;
+            let mut response = handler.handle(request).await;
             if http1 && draining.is_draining() {
                 // The client learns before its next request that this connection ends.
                 response

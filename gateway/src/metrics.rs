@@ -61,7 +61,7 @@ const LATENCY_BUCKETS: [f64; 16] = [
 
 /// Both labels are `'static` so that counting a request allocates nothing: methods outside the
 /// standard ones count as `OTHER`, and routes are the router's own templates (a fixed set, never
-/// a client's path), each interned once ([`intern_route`]).
+/// a client's path; `api::front`).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct HttpLabels {
     pub method: &'static str,
@@ -85,27 +85,6 @@ fn method_label(method: &http::Method) -> &'static str {
         Method::TRACE => "TRACE",
         _ => "OTHER",
     }
-}
-
-/// A route template as a `'static` label value. Templates come only from the router
-/// (`MatchedPath`) or the literal "unmatched", so the set is the router's routes: each is
-/// leaked once, on its first request. Read-mostly: every later request only shares a read lock,
-/// as the metric families' own lookups do.
-fn intern_route(route: &str) -> &'static str {
-    static ROUTES: std::sync::OnceLock<
-        parking_lot::RwLock<std::collections::HashSet<&'static str>>,
-    > = std::sync::OnceLock::new();
-    let routes = ROUTES.get_or_init(Default::default);
-    if let Some(&known) = routes.read().get(route) {
-        return known;
-    }
-    let mut routes = routes.write();
-    if let Some(&known) = routes.get(route) {
-        return known; // interned by another request meanwhile
-    }
-    let leaked: &'static str = Box::leak(route.to_owned().into_boxed_str());
-    routes.insert(leaked);
-    leaked
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -277,12 +256,12 @@ impl Metrics {
         (ttft.sum(), ttft.count(), ttft.count() + itl.count())
     }
 
-    /// One HTTP request; `route` is a router template (see [`intern_route`]).
-    pub fn http_request(&self, method: &http::Method, route: &str, status: u16) {
+    /// One HTTP request; `route` is a router template or `unmatched`.
+    pub fn http_request(&self, method: &http::Method, route: &'static str, status: u16) {
         self.http_requests
             .get_or_create(&HttpLabels {
                 method: method_label(method),
-                route: intern_route(route),
+                route,
                 status,
             })
             .inc();

@@ -4,10 +4,10 @@
 //! names it), and available to handlers as the [`RequestId`] extension.
 
 use axum::extract::Request;
-use axum::middleware::Next;
 use axum::response::Response;
 use http::{HeaderName, HeaderValue};
 use rand::RngCore;
+use std::future::Future;
 use tracing::Instrument;
 
 use crate::error::Logged;
@@ -41,8 +41,13 @@ pub fn generate() -> String {
     hex::encode(bytes)
 }
 
-/// The middleware: outermost, so even refused requests carry their id and are logged.
-pub async fn middleware(mut request: Request, next: Next) -> Response {
+/// Gives `request` its id and runs `next` with it: outermost (`api::front`), so even refused
+/// requests carry their id and are logged.
+pub async fn identified<F, Fut>(mut request: Request, next: F) -> Response
+where
+    F: FnOnce(Request) -> Fut,
+    Fut: Future<Output = Response>,
+{
     let id = request
         .headers()
         .get(&HEADER)
@@ -58,7 +63,7 @@ pub async fn middleware(mut request: Request, next: Next) -> Response {
     );
     request.extensions_mut().insert(RequestId(id.clone()));
     let started = std::time::Instant::now();
-    let mut response = next.run(request).instrument(span.clone()).await;
+    let mut response = next(request).instrument(span.clone()).await;
     let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
     let status = response.status().as_u16();
     // Errors are logged here, once, with their causes (the answer carries only the message).

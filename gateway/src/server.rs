@@ -17,10 +17,9 @@
 //!   socket is dropped.
 
 use crate::config::Limits;
-use crate::connection::{ConnIo, ConnService, Connection};
+use crate::connection::{ConnIo, ConnService, Connection, Handle};
 use crate::peers::PeerLimit;
 use crate::state::AppState;
-use axum::Router;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
 use std::future::Future;
@@ -76,18 +75,18 @@ fn http_builder(state: &AppState) -> Builder<TokioExecutor> {
 }
 
 /// What a listener serves and how.
-struct ListenerSetup {
+struct ListenerSetup<H> {
     builder: Builder<TokioExecutor>,
-    router: Router,
+    handler: H,
     state: Arc<AppState>,
     limits: Arc<Limits>,
 }
 
 /// Serves until `shutdown` resolves, then stops accepting, drains (see [`watch_connection`]),
 /// waits up to the grace period for in-flight requests, and returns.
-pub async fn run(
+pub async fn run<H: Handle>(
     listener: Listener,
-    router: Router,
+    handler: H,
     state: Arc<AppState>,
     shutdown: impl Future<Output = ()>,
 ) {
@@ -97,7 +96,7 @@ pub async fn run(
     let peers = PeerLimit::new(limits.max_unauthenticated_connections_per_ip);
     let setup = Arc::new(ListenerSetup {
         builder: http_builder(&state),
-        router,
+        handler,
         state: state.clone(),
         limits: Arc::new(limits.clone()),
     });
@@ -189,8 +188,8 @@ enum Closing {
 /// after `shutdown_keepalive_s` (meanwhile its responses carry `Connection: close`), so that
 /// a request a client sends on an idle keep-alive connection right after the signal is
 /// answered instead of cut off.
-async fn watch_connection<I>(
-    setup: &ListenerSetup,
+async fn watch_connection<I, H: Handle>(
+    setup: &ListenerSetup<H>,
     io: I,
     connection: Arc<Connection>,
     peer: SocketAddr,
@@ -203,7 +202,7 @@ async fn watch_connection<I>(
     let keepalive_on_drain =
         Duration::from_secs(limits.shutdown_keepalive_s.min(limits.shutdown_grace_s));
     let service = ConnService {
-        router: setup.router.clone(),
+        handler: setup.handler.clone(),
         connection: connection.clone(),
         limits: setup.limits.clone(),
         draining: setup.state.drain().draining(),

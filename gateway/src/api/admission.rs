@@ -19,11 +19,10 @@ use crate::ratelimit::{Admission, LimitKind, Limits, Quota, RateLimit, Rejection
 use crate::shared_limits::{SharedLimits, Verdict};
 use crate::state::AppState;
 use crate::store::keys::KeyRecord;
-use axum::extract::{Request, State};
-use axum::middleware::Next;
+use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
 use http::{HeaderMap, HeaderName, HeaderValue};
-use std::sync::Arc;
+use std::future::Future;
 
 pub const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
 pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
@@ -100,13 +99,14 @@ fn set_quota_headers(headers: &mut HeaderMap, quota: &Quota) {
     }
 }
 
-pub async fn middleware(
-    State(state): State<Arc<AppState>>,
-    request: Request,
-    next: Next,
-) -> Response {
+/// Authenticates and admits `request`, then runs `next` with it (`api::front`).
+pub async fn admitted<F, Fut>(state: &AppState, request: Request, next: F) -> Response
+where
+    F: FnOnce(Request) -> Fut,
+    Fut: Future<Output = Response>,
+{
     let (request, unread) = Unread::keep(request);
-    let response = authenticate_and_admit(&state, request, next).await;
+    let response = authenticate_and_admit(state, request, next).await;
     // An answer given before the body was read (a refused key, a limit): drain the body,
     // bounded, so the client reads the answer rather than a reset connection.
     if let Some(unread) = unread {
@@ -117,14 +117,18 @@ pub async fn middleware(
     response
 }
 
-async fn authenticate_and_admit(state: &AppState, mut request: Request, next: Next) -> Response {
+async fn authenticate_and_admit<F, Fut>(state: &AppState, mut request: Request, next: F) -> Response
+where
+    F: FnOnce(Request) -> Fut,
+    Fut: Future<Output = Response>,
+{
     let Some(presented) = auth::presented_key(request.headers()) else {
-        return next.run(request).await;
+        return next(request).await;
     };
     let key = match state.store().authenticate(presented) {
         Ok(Some(key)) => key,
         // Unknown keys and store failures are the handler's extractor's to report.
-        _ => return next.run(request).await,
+        _ => return next(request).await,
     };
     match admit(state, &key).await {
         Err(rejection) => {
@@ -136,7 +140,7 @@ async fn authenticate_and_admit(state: &AppState, mut request: Request, next: Ne
         }
         Ok(admission) => {
             request.extensions_mut().insert(Authenticated(key));
-            let response = next.run(request).await;
+            let response = next(request).await;
             let (mut parts, body) = response.into_parts();
             if let Some(quota) = &admission.quota {
                 set_quota_headers(&mut parts.headers, quota);

@@ -48,27 +48,27 @@ pub fn router(state: Arc<AppState>) -> axum::Router {
         .with_state(state)
 }
 
-/// Counts every HTTP request by route template, and KServe v2 inference requests by model.
-pub async fn middleware(
-    State(state): State<Arc<AppState>>,
+/// Runs `next` and counts the request by its route `template` (`api::front`), and KServe v2
+/// inference requests by model.
+pub async fn counted<F, Fut>(
+    state: &AppState,
+    template: &'static str,
     request: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> axum::response::Response {
-    // Clones that allocate nothing: the template is shared, the URI's bytes are reference
-    // counted, and a standard method is a constant.
-    let matched = request
-        .extensions()
-        .get::<axum::extract::MatchedPath>()
-        .cloned();
+    next: F,
+) -> Response
+where
+    F: FnOnce(axum::extract::Request) -> Fut,
+    Fut: std::future::Future<Output = Response>,
+{
+    // A standard method is a constant; the URI's bytes are reference counted.
     let method = request.method().clone();
     let uri = request.uri().clone();
     let path = uri.path();
     let started = std::time::Instant::now();
-    let response = next.run(request).await;
+    let response = next(request).await;
     let status = response.status().as_u16();
-    let route = matched.as_ref().map_or("unmatched", |m| m.as_str());
-    state.metrics().http_request(&method, route, status);
-    if route == "/api/pipelines/{pipeline}/run" {
+    state.metrics().http_request(&method, template, status);
+    if template == "/api/pipelines/{pipeline}/run" {
         // Raw-body pipeline runs count under the pipeline's name (registered names only).
         let name = path.split('/').nth(3).unwrap_or_default();
         if state.pipelines().get(name).is_some() {
@@ -76,10 +76,10 @@ pub async fn middleware(
                 .metrics()
                 .inference(name, "", "pipeline", status, started.elapsed());
         }
-    } else if route.starts_with("/v2/models/{model}") && route.ends_with("/infer") {
+    } else if template.starts_with("/v2/models/{model}") && template.ends_with("/infer") {
         let (model, version) = match response.extensions().get::<crate::metrics::Served>() {
             Some(served) => (served.model.clone(), served.version.to_string()),
-            None => kserve_labels(&state, path),
+            None => kserve_labels(state, path),
         };
         state
             .metrics()

@@ -8,6 +8,7 @@ mod completion_stream;
 pub mod dashboard;
 pub mod embeddings;
 pub mod events;
+pub mod front;
 pub mod history;
 pub mod key_admin;
 pub mod keys;
@@ -27,37 +28,22 @@ pub mod worker_admin;
 pub mod workers;
 
 use crate::state::AppState;
-use axum::extract::DefaultBodyLimit;
 use axum::routing::{delete, get, post, put};
-use axum::Router;
 use std::sync::Arc;
 
-/// The routes and, outermost first, the layers every request passes: request id, CORS
-/// (answers preflight itself), metrics, per-key admission.
-pub fn router(state: Arc<AppState>) -> Router {
+/// The routes behind the front door (`front`): request id, CORS (answers preflight itself),
+/// metrics, per-key admission.
+pub fn router(state: Arc<AppState>) -> front::Front {
     let cors = crate::cors::layer(&state.config().cors).unwrap_or_else(|e| {
         // Config::validate refused this at start; a router built without it gets no CORS.
         tracing::error!(error = %e, "CORS disabled");
         None
     });
-    let router = routes(state.clone())
-        .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            crate::api::admission::middleware,
-        ))
-        .layer(axum::middleware::from_fn_with_state(
-            state,
-            metrics::middleware,
-        ));
-    let router = match cors {
-        Some(cors) => router.layer(cors),
-        None => router,
-    };
-    router.layer(axum::middleware::from_fn(crate::request_id::middleware))
+    routes().finish(state, cors)
 }
 
-fn routes(state: Arc<AppState>) -> Router {
-    Router::new()
+fn routes() -> front::Routes {
+    front::Routes::default()
         // KServe v2 / Open Inference Protocol
         .route("/v2", get(kserve::server_metadata))
         .route("/v2/health/live", get(kserve::live))
@@ -161,9 +147,6 @@ fn routes(state: Arc<AppState>) -> Router {
         .route("/api/workers/{id}/drain", post(workers::drain))
         // Everything else: the dashboard's files (API paths keep their JSON 404).
         .fallback(dashboard::fallback)
-        // Bodies are read by our own limited readers, which answer 413 with a JSON error.
-        .layer(DefaultBodyLimit::disable())
-        .with_state(state)
 }
 
 /// The status of a create-or-replace: 201 when it created, 200 when it replaced or found the
