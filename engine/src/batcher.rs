@@ -133,13 +133,17 @@ fn sweep(queue: &mut Levels, policy: &BatchPolicy, model: &str, now: Instant) {
 /// The head batch as the queue stands: its members' positions (level, index) in service order,
 /// and how many of them run now (None: the batch waits until `wake`).
 struct Plan {
-    members: Vec<(u32, usize)>,
+    members: Members,
     take: Option<usize>,
     wake: Instant,
 }
 
 /// Forms the head batch without taking it (see [`next_batch`] for the rules); None when nothing
 /// is queued. Requests nobody waits for any more are passed over, as [`sweep`] would drop them.
+/// A batch's members: on the stack up to 16 (planning runs for every request that queues, and
+/// for every batch).
+type Members = smallvec::SmallVec<[(u32, usize); 16]>;
+
 fn plan(queue: &Levels, policy: &BatchPolicy, now: Instant) -> Option<Plan> {
     let (head_level, head_index, head) = queue
         .levels
@@ -147,15 +151,15 @@ fn plan(queue: &Levels, policy: &BatchPolicy, now: Instant) -> Option<Plan> {
         .flat_map(|(&level, requests)| requests.iter().enumerate().map(move |(i, r)| (level, i, r)))
         .find(|(_, _, r)| r.is_wanted())?;
     let max = policy.max_batch_size;
-    // The running sample count after each member, and the oldest arrival among them.
-    let mut members: Vec<(u32, usize)> = Vec::new();
-    let mut sums: Vec<usize> = Vec::new();
+    // The members, the largest member count whose sample count is a preferred size, and the
+    // oldest arrival among them.
+    let mut members = Members::new();
+    let mut preferred = None;
     let mut total = 0usize;
     let mut oldest = head.enqueued;
     if max == 0 || head.samples >= max || head.samples == 0 {
         // No batching, or a request that fills a batch by itself.
         members.push((head_level, head_index));
-        sums.push(head.samples);
         total = max;
     } else {
         let key = &head.key;
@@ -166,7 +170,9 @@ fn plan(queue: &Levels, policy: &BatchPolicy, now: Instant) -> Option<Plan> {
                 }
                 total += r.samples;
                 members.push((level, i));
-                sums.push(total);
+                if policy.preferred.binary_search(&total).is_ok() {
+                    preferred = Some(members.len());
+                }
                 oldest = oldest.min(r.enqueued);
                 if total == max {
                     break 'scan;
@@ -177,9 +183,7 @@ fn plan(queue: &Levels, policy: &BatchPolicy, now: Instant) -> Option<Plan> {
     let take = if total >= max || now >= oldest + policy.max_delay {
         Some(members.len())
     } else {
-        sums.iter()
-            .rposition(|s| policy.preferred.binary_search(s).is_ok())
-            .map(|n| n + 1)
+        preferred
     };
     let wake = match take {
         Some(_) => now,
@@ -218,7 +222,7 @@ pub(crate) fn next_batch(
 ) -> Decision {
     sweep(queue, policy, model, now);
     let Some(Plan {
-        members,
+        mut members,
         take,
         wake,
     }) = plan(queue, policy, now)
@@ -228,10 +232,10 @@ pub(crate) fn next_batch(
     let Some(take) = take else {
         return Decision::WaitUntil(wake);
     };
-    let mut chosen = members[..take].to_vec();
+    members.truncate(take);
     // Remove from the back so earlier indices stay valid.
-    chosen.sort_unstable_by(|a, b| b.cmp(a));
-    let mut batch: Vec<Request> = chosen
+    members.sort_unstable_by(|a, b| b.cmp(a));
+    let mut batch: Vec<Request> = members
         .into_iter()
         .filter_map(|(level, i)| queue.levels.get_mut(&level)?.remove(i))
         .collect();

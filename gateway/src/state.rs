@@ -249,7 +249,7 @@ impl AppState {
 
 /// 403 unless `key` holds one of `scopes` (`admin` implies every scope).
 pub fn check_scopes(key: &KeyRecord, scopes: &[Scope]) -> ApiResult<()> {
-    if scopes.iter().any(|&s| key.scopes().allows(s)) {
+    if scopes.iter().any(|&s| key.allows(s)) {
         return Ok(());
     }
     let wanted: Vec<&str> = scopes.iter().map(|s| s.as_str()).collect();

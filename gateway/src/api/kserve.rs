@@ -12,7 +12,7 @@ use crate::metrics::Served;
 use crate::names::parse_version;
 use crate::state::AppState;
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Request, State};
 use axum::response::Response;
 use axum::Json;
 use http::{HeaderMap, StatusCode};
@@ -137,21 +137,22 @@ pub async fn infer(
     _: Authorized<Infer>,
     State(state): S,
     Path(model): Path<String>,
-    headers: HeaderMap,
-    body: Body,
+    request: Request,
 ) -> ApiResult<Response> {
-    run_infer(state, &model, None, headers, body).await
+    // The request's own headers, not the `HeaderMap` extractor's copy of them.
+    let (parts, body) = request.into_parts();
+    run_infer(state, &model, None, parts.headers, body).await
 }
 
 pub async fn infer_version(
     _: Authorized<Infer>,
     State(state): S,
     Path((model, version)): Path<(String, String)>,
-    headers: HeaderMap,
-    body: Body,
+    request: Request,
 ) -> ApiResult<Response> {
     let version = parse_version(&version)?;
-    run_infer(state, &model, Some(version), headers, body).await
+    let (parts, body) = request.into_parts();
+    run_infer(state, &model, Some(version), parts.headers, body).await
 }
 
 async fn run_infer(

@@ -3,11 +3,10 @@
 //! closes a connection whose request body was left unread; a client still uploading then sees
 //! a reset instead of the 401 or 429 that explains it.
 
-use super::body::check_declared_length;
+use super::body::declared_length;
 use axum::body::{Body, Bytes, HttpBody};
 use axum::extract::Request;
 use futures_util::StreamExt;
-use http::HeaderMap;
 use hyper::body::Frame;
 use parking_lot::Mutex;
 use std::pin::Pin;
@@ -23,9 +22,9 @@ const DRAIN_MAX_BYTES: usize = 8 << 20;
 const DRAIN_DEADLINE: Duration = Duration::from_secs(5);
 
 /// Reads and discards up to [`DRAIN_MAX_BYTES`] of `body`, for at most [`DRAIN_DEADLINE`];
-/// nothing when the declared length is already over that.
-async fn drain(headers: &HeaderMap, body: Body) {
-    if check_declared_length(headers, DRAIN_MAX_BYTES).is_err() {
+/// nothing when the `declared` length is already over that.
+async fn drain(declared: Option<u64>, body: Body) {
+    if declared.is_some_and(|n| n > DRAIN_MAX_BYTES as u64) {
         return;
     }
     let drain = async {
@@ -46,7 +45,8 @@ type Slot = Arc<Mutex<Option<Body>>>;
 /// The middleware's side of a request body handed to a handler.
 pub struct Unread {
     slot: Slot,
-    headers: HeaderMap,
+    /// The request's Content-Length (only that of its headers is needed, so they are not kept).
+    declared: Option<u64>,
 }
 
 impl Unread {
@@ -60,7 +60,7 @@ impl Unread {
         let slot: Slot = Arc::new(Mutex::new(Some(body)));
         let unread = Unread {
             slot: slot.clone(),
-            headers: parts.headers.clone(),
+            declared: declared_length(&parts.headers),
         };
         let request = Request::from_parts(parts, Body::new(Shared(slot)));
         (request, Some(unread))
@@ -70,7 +70,7 @@ impl Unread {
     pub async fn drain(self) {
         let body = self.slot.lock().take();
         if let Some(body) = body {
-            drain(&self.headers, body).await;
+            drain(self.declared, body).await;
         }
     }
 }

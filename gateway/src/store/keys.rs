@@ -31,6 +31,12 @@ impl KeyRecord {
         Scopes::new(self.scopes.clone())
     }
 
+    /// Whether the key may use `wanted` (`admin` allows everything); as [`Scopes::allows`],
+    /// without copying the list.
+    pub fn allows(&self, wanted: Scope) -> bool {
+        self.scopes.contains(&Scope::Admin) || self.scopes.contains(&wanted)
+    }
+
     /// The key's own limits (`None` where it takes the server's default).
     pub fn limits(&self) -> KeyLimits {
         KeyLimits {
