@@ -55,6 +55,14 @@ impl BatchPolicy {
         }
     }
 
+    /// Whether a single-sample request that finds the queue empty runs at once: without
+    /// batching, without a queue delay, or when one sample is a batch size it would run at. Only
+    /// then does an idle instance gain by spinning for the next request (`idle_spin`); a request
+    /// that will wait out the delay anyway gains nothing from being noticed sooner.
+    pub fn lone_request_runs_at_once(&self) -> bool {
+        self.max_batch_size <= 1 || self.max_delay.is_zero() || self.preferred.contains(&1)
+    }
+
     /// The queue level for a request's priority (0 = default). Level 1 is served first.
     pub fn level(&self, priority: u32) -> Result<u32> {
         if self.priority_levels == 0 {
@@ -370,6 +378,20 @@ mod tests {
             allow_timeout_override: true,
             max_queue_size: 100,
         }
+    }
+
+    #[test]
+    fn only_a_policy_that_runs_a_lone_request_at_once_makes_spinning_worthwhile() {
+        // No batching, batches of one, no delay, or one as a preferred size: a request that
+        // finds the queue empty runs at once.
+        assert!(policy(0, &[], 5).lone_request_runs_at_once());
+        assert!(policy(1, &[], 5).lone_request_runs_at_once());
+        assert!(policy(16, &[], 0).lone_request_runs_at_once());
+        assert!(policy(16, &[1, 8], 5).lone_request_runs_at_once());
+        // Dynamic batching with a delay: it waits for company whenever it is noticed.
+        assert!(!policy(16, &[], 5).lone_request_runs_at_once());
+        assert!(!policy(16, &[4, 8], 5).lone_request_runs_at_once());
+        assert!(!policy(2, &[], 1).lone_request_runs_at_once());
     }
 
     type Replies = Vec<oneshot::Receiver<Result<Vec<Tensor>>>>;

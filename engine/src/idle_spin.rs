@@ -12,6 +12,12 @@
 //! Spinning burns a core, so it is adaptive: an instance spins only while the idle gaps it has
 //! seen recently were shorter than `limit` (the last one decides). A model fed by independent
 //! clients with longer gaps never spins; a gap that turns short again turns spinning back on.
+//! Nor does an instance whose model batches with a queue delay (`BatchPolicy::
+//! lone_request_runs_at_once`): the request it would notice sooner waits for the delay anyway.
+//! On the MLP of bench/cpu_per_request.py (batching 16 / 500 µs, concurrency 8) the gaps between
+//! batches are short enough to keep spinning on; turning the spin off there measured 142 against
+//! 159 µs of server CPU per inference in one set of four alternating rounds, and no difference
+//! this machine resolves in a second set.
 
 use std::time::{Duration, Instant};
 

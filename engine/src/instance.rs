@@ -466,7 +466,11 @@ fn run_instance(scheduler: &Scheduler) {
                         }
                         Decision::Idle => {
                             let (_, spun) = idle.get_or_insert((Instant::now(), false));
-                            let budget = spin.budget();
+                            let budget = if policy.lone_request_runs_at_once() {
+                                spin.budget()
+                            } else {
+                                Duration::ZERO
+                            };
                             if !*spun && !budget.is_zero() {
                                 *spun = true;
                                 // Read under the lock: any later push changes it.

@@ -276,7 +276,8 @@ pub struct EngineSettings {
     /// model file's size × 2 per instance); loading beyond it is refused with 503. None: no cap.
     pub host_memory_budget_bytes: Option<u64>,
     /// Microseconds an instance that ran out of work spins for the next request before it
-    /// sleeps, while requests keep coming that fast (token-by-token generation); 0: never.
+    /// sleeps, while requests keep coming that fast (token-by-token generation) and its model
+    /// would run a lone request at once (not while it batches with a queue delay); 0: never.
     pub idle_spin_us: u64,
     /// Whether ONNX Runtime's intra-op threads spin for work between operators (ORT's own
     /// default) rather than sleep at once (ours: spinning burnt more CPU than it saved).
