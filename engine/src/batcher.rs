@@ -146,12 +146,12 @@ struct Plan {
     wake: Instant,
 }
 
-/// Forms the head batch without taking it (see [`next_batch`] for the rules); None when nothing
-/// is queued. Requests nobody waits for any more are passed over, as [`sweep`] would drop them.
 /// A batch's members: on the stack up to 16 (planning runs for every request that queues, and
 /// for every batch).
 type Members = smallvec::SmallVec<[(u32, usize); 16]>;
 
+/// Forms the head batch without taking it (see [`next_batch`] for the rules); None when nothing
+/// is queued. Requests nobody waits for any more are passed over, as [`sweep`] would drop them.
 fn plan(queue: &Levels, policy: &BatchPolicy, now: Instant) -> Option<Plan> {
     let (head_level, head_index, head) = queue
         .levels

@@ -33,6 +33,11 @@ impl Scope {
     }
 }
 
+/// Whether a key holding `held` may use `wanted`: `admin` allows everything.
+pub fn allows(held: &[Scope], wanted: Scope) -> bool {
+    held.contains(&Scope::Admin) || held.contains(&wanted)
+}
+
 /// A set of scopes; `admin` implies every other.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Scopes(Vec<Scope>);
@@ -62,7 +67,7 @@ impl Scopes {
     }
 
     pub fn allows(&self, wanted: Scope) -> bool {
-        self.0.contains(&Scope::Admin) || self.0.contains(&wanted)
+        allows(&self.0, wanted)
     }
 
     pub fn to_list(&self) -> String {

@@ -35,22 +35,29 @@ pub fn declared_length(headers: &HeaderMap) -> Option<u64> {
         .and_then(|v| v.parse::<u64>().ok())
 }
 
+/// Whether a `declared` length is already over `limit`.
+pub fn declared_over(declared: Option<u64>, limit: usize) -> bool {
+    declared.is_some_and(|n| n > limit as u64)
+}
+
 /// Refuses early when Content-Length already says the body is too large.
 pub fn check_declared_length(headers: &HeaderMap, limit: usize) -> ApiResult<()> {
-    match declared_length(headers) {
-        Some(n) if n > limit as u64 => Err(too_large(limit)),
-        _ => Ok(()),
+    if declared_over(declared_length(headers), limit) {
+        return Err(too_large(limit));
     }
+    Ok(())
 }
 
 /// Reads a whole body of at most `limit` bytes.
 pub async fn read_limited(headers: &HeaderMap, body: Body, limit: usize) -> ApiResult<Vec<u8>> {
-    check_declared_length(headers, limit)?;
+    let declared = declared_length(headers);
+    if declared_over(declared, limit) {
+        return Err(too_large(limit));
+    }
     // Sized from the declared length, so a typical body is copied once instead of into a
     // growing buffer; at most 1 MiB up front, so that a client declaring much and sending
     // little cannot make the server reserve memory it never fills.
-    let declared = declared_length(headers).map_or(0, |n| n.min(PREALLOCATE_MAX) as usize);
-    let mut out = Vec::with_capacity(declared);
+    let mut out = Vec::with_capacity(declared.map_or(0, |n| n.min(PREALLOCATE_MAX) as usize));
     let mut stream = body.into_data_stream();
     while let Some(chunk) = stream.next().await {
         let chunk = chunk.map_err(read_error)?;

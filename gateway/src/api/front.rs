@@ -23,31 +23,38 @@ use tower::{Layer, Service, ServiceExt};
 use tower_http::cors::{Cors, CorsLayer};
 
 /// The label of a request no route matched (the dashboard's files, unknown paths).
-pub const UNMATCHED: &str = "unmatched";
+const UNMATCHED: &str = "unmatched";
 
-/// The router under construction, and the table of its route templates.
-pub struct Routes {
-    router: Router<Arc<AppState>>,
-    templates: matchit::Router<&'static str>,
-}
+/// The router's route templates, to label a request by the route its path matches.
+#[derive(Default)]
+struct Templates(matchit::Router<&'static str>);
 
-impl Default for Routes {
-    fn default() -> Self {
-        Self {
-            router: Router::new(),
-            templates: matchit::Router::new(),
+impl Templates {
+    fn insert(&mut self, template: &'static str) {
+        // A conflict is a programming error, which `Router::route` reports by panicking at
+        // start; this table uses the same matcher, so it only ever repeats that.
+        if let Err(e) = self.0.insert(template, template) {
+            panic!("route {template}: {e}");
         }
     }
+
+    /// The template `path` matches, or [`UNMATCHED`].
+    fn of(&self, path: &str) -> &'static str {
+        self.0.at(path).map_or(UNMATCHED, |m| *m.value)
+    }
+}
+
+/// The router under construction, and the table of its route templates.
+#[derive(Default)]
+pub struct Routes {
+    router: Router<Arc<AppState>>,
+    templates: Templates,
 }
 
 impl Routes {
     /// Adds a route, as `Router::route` does, and records its template for the metrics.
     pub fn route(mut self, path: &'static str, method_router: MethodRouter<Arc<AppState>>) -> Self {
-        // A conflict is a programming error, which `Router::route` below reports by panicking
-        // at start; this table uses the same matcher, so it only ever repeats that.
-        if let Err(e) = self.templates.insert(path, path) {
-            panic!("route {path}: {e}");
-        }
+        self.templates.insert(path);
         self.router = self.router.route(path, method_router);
         self
     }
@@ -85,18 +92,14 @@ type RouteFn = Box<dyn Fn(Request) -> RouteFuture<Infallible> + Send + Sync>;
 
 struct Inner {
     state: Arc<AppState>,
-    templates: matchit::Router<&'static str>,
+    templates: Templates,
     route: RouteFn,
 }
 
 impl Inner {
-    fn template(&self, path: &str) -> &'static str {
-        self.templates.at(path).map_or(UNMATCHED, |m| *m.value)
-    }
-
     /// Metrics, admission and the route.
     async fn serve(&self, request: Request) -> Response {
-        let template = self.template(request.uri().path());
+        let template = self.templates.of(request.uri().path());
         let state = &self.state;
         super::metrics::counted(state, template, request, |request| {
             super::admission::admitted(state, request, |request| async move {
@@ -179,11 +182,11 @@ mod tests {
 
     #[test]
     fn templates_are_found_for_their_paths_and_others_are_unmatched() {
-        let mut templates = matchit::Router::new();
+        let mut templates = Templates::default();
         for t in ["/v2/models/{model}/infer", "/v2/models/{model}", "/metrics"] {
-            assert!(templates.insert(t, t).is_ok());
+            templates.insert(t);
         }
-        let at = |path: &str| templates.at(path).map_or(UNMATCHED, |m| *m.value);
+        let at = |path: &str| templates.of(path);
         assert_eq!(at("/v2/models/mlp/infer"), "/v2/models/{model}/infer");
         assert_eq!(at("/v2/models/mlp"), "/v2/models/{model}");
         assert_eq!(at("/metrics"), "/metrics");

@@ -11,11 +11,10 @@ use crate::infer::{self, Description, Target};
 use crate::metrics::Served;
 use crate::names::parse_version;
 use crate::state::AppState;
-use axum::body::Body;
 use axum::extract::{Path, Request, State};
 use axum::response::Response;
 use axum::Json;
-use http::{HeaderMap, StatusCode};
+use http::StatusCode;
 use infergate_api_types::kserve::{ModelMetadata, ServerDevice, ServerMetadata};
 use std::sync::Arc;
 
@@ -139,9 +138,7 @@ pub async fn infer(
     Path(model): Path<String>,
     request: Request,
 ) -> ApiResult<Response> {
-    // The request's own headers, not the `HeaderMap` extractor's copy of them.
-    let (parts, body) = request.into_parts();
-    run_infer(state, &model, None, parts.headers, body).await
+    run_infer(state, &model, None, request).await
 }
 
 pub async fn infer_version(
@@ -151,17 +148,18 @@ pub async fn infer_version(
     request: Request,
 ) -> ApiResult<Response> {
     let version = parse_version(&version)?;
-    let (parts, body) = request.into_parts();
-    run_infer(state, &model, Some(version), parts.headers, body).await
+    run_infer(state, &model, Some(version), request).await
 }
 
 async fn run_infer(
     state: Arc<AppState>,
     model: &str,
     version: Option<u64>,
-    headers: HeaderMap,
-    body: Body,
+    request: Request,
 ) -> ApiResult<Response> {
+    // The request's own headers, not a copy by the `HeaderMap` extractor.
+    let (parts, body) = request.into_parts();
+    let headers = parts.headers;
     let target = match infer::resolve(&state, model, version) {
         Ok(target) => target,
         Err(e) => return Err(e.before_body()),

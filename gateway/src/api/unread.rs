@@ -3,7 +3,7 @@
 //! closes a connection whose request body was left unread; a client still uploading then sees
 //! a reset instead of the 401 or 429 that explains it.
 
-use super::body::declared_length;
+use super::body::{declared_length, declared_over};
 use axum::body::{Body, Bytes, HttpBody};
 use axum::extract::Request;
 use futures_util::StreamExt;
@@ -24,7 +24,7 @@ const DRAIN_DEADLINE: Duration = Duration::from_secs(5);
 /// Reads and discards up to [`DRAIN_MAX_BYTES`] of `body`, for at most [`DRAIN_DEADLINE`];
 /// nothing when the `declared` length is already over that.
 async fn drain(declared: Option<u64>, body: Body) {
-    if declared.is_some_and(|n| n > DRAIN_MAX_BYTES as u64) {
+    if declared_over(declared, DRAIN_MAX_BYTES) {
         return;
     }
     let drain = async {

@@ -31,10 +31,10 @@ impl KeyRecord {
         Scopes::new(self.scopes.clone())
     }
 
-    /// Whether the key may use `wanted` (`admin` allows everything); as [`Scopes::allows`],
-    /// without copying the list.
+    /// Whether the key may use `wanted` (`admin` allows everything), without copying its
+    /// scopes into a [`Scopes`].
     pub fn allows(&self, wanted: Scope) -> bool {
-        self.scopes.contains(&Scope::Admin) || self.scopes.contains(&wanted)
+        auth::allows(&self.scopes, wanted)
     }
 
     /// The key's own limits (`None` where it takes the server's default).
