@@ -38,6 +38,10 @@ pub struct Config {
     pub cluster: ClusterConfig,
     /// The database: SQLite in the data directory, or PostgreSQL shared by replicas.
     pub store: crate::store::StoreConfig,
+    /// Threads of the async runtime (connections, TLS, HTTP, request decode and encode); absent
+    /// or 0: half the cores (at least 2) beside a local engine, every core without one
+    /// (`infergate_engine::sizing::async_threads`).
+    pub async_threads: Option<usize>,
 }
 
 /// KServe v2 over gRPC (Triton's `GRPCInferenceService`) on its own port, with the same TLS,
@@ -337,6 +341,7 @@ impl Default for Config {
             llm: infergate_llm::LlmConfig::default(),
             cluster: ClusterConfig::default(),
             store: crate::store::StoreConfig::default(),
+            async_threads: None,
         }
     }
 }
@@ -428,6 +433,16 @@ impl serde::Serialize for Device {
 }
 
 impl Config {
+    /// Threads of the async runtime: `async_threads`, or sized from the cores
+    /// (`infergate_engine::sizing::async_threads`).
+    pub fn async_threads(&self) -> usize {
+        infergate_engine::sizing::async_threads(
+            infergate_engine::sizing::available_cores(),
+            self.async_threads,
+            self.cluster.local_engine,
+        )
+    }
+
     /// Checks what serde cannot: the default rate limit and the CORS rules.
     pub fn validate(&self) -> Result<(), String> {
         self.default_key_limits()?;

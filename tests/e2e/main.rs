@@ -25,6 +25,7 @@ mod rejected_input;
 mod replica_workers;
 mod replicas;
 mod restart;
+mod runtime_threads;
 mod shared_limits;
 mod shutdown;
 mod store_tls;

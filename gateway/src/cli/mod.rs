@@ -89,10 +89,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => {
             let config = args.into_config()?;
-            let runtime = tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()
-                .context("starting the async runtime")?;
+            let runtime = async_runtime(config.async_threads())?;
             runtime.block_on(crate::app::serve(config))
         }
         Command::Keys(cmd) => keys::run(cmd),
@@ -100,14 +97,24 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Plugins(cmd) => pipelines::plugins(cmd),
         Command::Pipelines(cmd) => pipelines::pipelines(cmd),
         Command::Worker(args) => {
-            let runtime = tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()
-                .context("starting the async runtime")?;
+            let runtime = async_runtime(args.async_threads())?;
             runtime.block_on(crate::worker::agent::run(*args))
         }
         Command::Workers(cmd) => workers::run(cmd),
     }
+}
+
+/// The multi-threaded runtime `serve` and `worker` run on, with `threads` workers
+/// (`infergate_engine::sizing::async_threads`); it logs the count it really has.
+fn async_runtime(threads: usize) -> anyhow::Result<tokio::runtime::Runtime> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let threads = runtime.metrics().num_workers();
+    tracing::info!(threads, "async runtime");
+    Ok(runtime)
 }
 
 /// The store of the offline commands: the data directory's SQLite database, or the PostgreSQL

@@ -58,6 +58,11 @@ pub struct ServeArgs {
     /// cores or more; or cores / --intra-threads when that is given; 0 = that default].
     #[arg(long, env = "INFERGATE_INSTANCES")]
     instances: Option<usize>,
+    /// Threads of the async runtime: connections, TLS, HTTP, request decode and encode [default:
+    /// half the available cores, at least 2 (at most all); every core with --no-local-engine; 0
+    /// = that default]. 1 on a 2-core host saves CPU under load but slows lone small requests.
+    #[arg(long, env = "INFERGATE_ASYNC_THREADS")]
+    async_threads: Option<usize>,
     /// Log format: text or json [default: text].
     #[arg(long, env = "INFERGATE_LOG_FORMAT")]
     log_format: Option<String>,
@@ -178,6 +183,7 @@ impl ServeArgs {
         set!(c.engine.ort_spinning, self.ort_spinning);
         set!(c.engine.device, self.device);
         set!(c.engine.instances, self.instances.map(Some));
+        set!(c.async_threads, self.async_threads.map(Some));
         set!(c.log_format, self.log_format);
         c.dashboard_dir = self.dashboard_dir.or(c.dashboard_dir);
         if self.default_rps.is_some() {

@@ -88,6 +88,10 @@ pub struct WorkerArgs {
     /// Execution instances per model version [default: sized from the cores].
     #[arg(long, env = "INFERGATE_INSTANCES")]
     instances: Option<usize>,
+    /// Threads of the async runtime: connections, TLS, HTTP, request decode and encode [default:
+    /// half the available cores, at least 2 (at most all); 0 = that default].
+    #[arg(long, env = "INFERGATE_ASYNC_THREADS")]
+    async_threads: Option<usize>,
     /// Largest inference request body in bytes.
     #[arg(long, default_value_t = 64 << 20)]
     max_request_bytes: usize,
@@ -132,6 +136,17 @@ pub(super) struct Node {
 #[derive(Clone, Copy)]
 pub(super) struct Peer {
     pub(super) cluster: bool,
+}
+
+impl WorkerArgs {
+    /// Threads for the async runtime the worker runs on (built before [`run`]).
+    pub fn async_threads(&self) -> usize {
+        infergate_engine::sizing::async_threads(
+            infergate_engine::sizing::available_cores(),
+            self.async_threads,
+            true,
+        )
+    }
 }
 
 pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
