@@ -349,7 +349,12 @@ impl Engine {
 
     /// Loads a model version ahead of traffic.
     pub async fn load(&self, key: &ModelKey, path: &Path) -> Result<ModelSignature> {
-        Ok(self.inner.loaded(key, path).await?.signature.clone())
+        Ok(self
+            .inner
+            .loaded(key, || path.to_path_buf())
+            .await?
+            .signature
+            .clone())
     }
 
     /// Unloads a model version: queued jobs still finish, new requests load it again.
@@ -441,19 +446,26 @@ impl Engine {
         inputs: Vec<Tensor>,
         outputs: Vec<String>,
     ) -> Result<Vec<Tensor>> {
-        self.infer_with(key, path, inputs, outputs, InferOptions::default())
-            .await
+        self.infer_with(
+            key,
+            || path.to_path_buf(),
+            inputs,
+            outputs,
+            InferOptions::default(),
+        )
+        .await
     }
 
     /// Runs one request: loads the version if needed, checks the tensors against its
     /// signature and config, queues it at its priority and waits for an instance (possibly
     /// batched with others). Dropping the future (client gone) removes the request before it
     /// executes; a request still queued at its timeout fails with `EngineError::Timeout` and
-    /// never executes.
+    /// never executes. `path` says where the version's file is; it is asked only when the
+    /// version must be loaded, so a request to a loaded version builds no path.
     pub async fn infer_with(
         &self,
         key: &ModelKey,
-        path: &Path,
+        path: impl FnOnce() -> PathBuf + Send,
         inputs: Vec<Tensor>,
         outputs: Vec<String>,
         options: InferOptions,
@@ -480,8 +492,7 @@ impl Engine {
             _ => inputs,
         };
         loaded.signature.check_inputs(&inputs)?;
-        let (outputs, post) =
-            postprocess::plan(&key.to_string(), &post_ops, &loaded.signature, outputs)?;
+        let (outputs, post) = postprocess::plan(key, &post_ops, &loaded.signature, outputs)?;
         let policy = loaded.scheduler.policy();
         let samples = if policy.max_batch_size > 0 {
             batch_samples(&inputs, policy.max_batch_size)?
@@ -624,9 +635,16 @@ impl Inner {
     }
 
     /// Loads a model version (or returns the loaded one). Concurrent callers share one load.
-    async fn loaded(&self, key: &ModelKey, path: &Path) -> Result<Arc<Loaded>> {
+    async fn loaded(
+        &self,
+        key: &ModelKey,
+        path: impl FnOnce() -> PathBuf + Send,
+    ) -> Result<Arc<Loaded>> {
         let slot = self.slot(key);
-        let result = slot.cell.get_or_try_init(|| self.load(key, path)).await;
+        let result = slot
+            .cell
+            .get_or_try_init(|| async move { self.load(key, &path()).await })
+            .await;
         match result {
             Ok(loaded) => {
                 *slot.failure.lock() = None;

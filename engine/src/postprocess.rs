@@ -398,8 +398,10 @@ pub(crate) struct PostPlan {
 
 /// Splits a request's output names into the model outputs to fetch and the plan to run after.
 /// Without post-ops the names go to the model as they are.
+/// `model` names the version in the plan's errors; it is formatted only when the version has
+/// post-ops (most requests have none, and pay nothing for the name).
 pub(crate) fn plan(
-    model: &str,
+    model: &dyn std::fmt::Display,
     ops: &[PostOp],
     signature: &ModelSignature,
     requested: Vec<String>,
@@ -877,7 +879,7 @@ mod tests {
         .unwrap();
         let sig = detector();
         let (fetch, post) = plan(
-            "det",
+            &"det",
             &ops,
             &sig,
             vec!["detection_classes".into(), "num_detections".into()],
@@ -913,7 +915,7 @@ mod tests {
         let agnostic = parse(serde_json::json!({"op": "nms", "boxes": "boxes", "scores": "scores",
             "iou_threshold": 0.5, "score_threshold": 0.2, "max_detections": 4, "class_aware": false}))
         .unwrap();
-        let (_, post) = plan("det", &agnostic, &sig, vec![]).unwrap();
+        let (_, post) = plan(&"det", &agnostic, &sig, vec![]).unwrap();
         let out = post
             .unwrap()
             .apply(&Ops::cpu(), boxes_and_scores())
@@ -939,7 +941,7 @@ mod tests {
         let ops =
             parse(serde_json::json!({"op": "softmax_topk", "output": "logits", "k": 2})).unwrap();
         let (fetch, post) =
-            plan("m", &ops, &detector(), vec!["logits_topk_scores".into()]).unwrap();
+            plan(&"m", &ops, &detector(), vec!["logits_topk_scores".into()]).unwrap();
         assert_eq!(fetch, ["logits"]);
         let nan = Tensor::from_f32("logits", vec![1, 3], &[0.0, f32::NAN, 1.0]).unwrap();
         let e = post.unwrap().apply(&Ops::cpu(), vec![nan]).unwrap_err();
@@ -984,7 +986,7 @@ mod tests {
         .unwrap();
         let mut sig = detector();
         sig.outputs[1].shape = vec![-1, -1, 80];
-        let (_, post) = plan("yolo", &ops, &sig, vec![]).unwrap();
+        let (_, post) = plan(&"yolo", &ops, &sig, vec![]).unwrap();
         let out = post.unwrap().apply(&Ops::cpu(), outputs).unwrap();
         let get = |name: &str| out.iter().find(|t| t.name == name).unwrap();
         assert_eq!(get("detection_boxes").shape, vec![2, 100, 4]);
@@ -1041,7 +1043,7 @@ mod tests {
     }
 
     fn plan_err(ops: &[PostOp], name: &str) -> String {
-        plan("m", ops, &detector(), vec![name.into()])
+        plan(&"m", ops, &detector(), vec![name.into()])
             .unwrap_err()
             .to_string()
     }

@@ -366,17 +366,18 @@ fn from_value(name: &str, value: &DynValue) -> Result<Tensor> {
     let count =
         element_count(&spec.shape).ok_or_else(|| internal(format!("shape {:?}", spec.shape)))?;
     let len = count * spec.datatype.size().unwrap_or(0);
-    let mut bytes = vec![0u8; len];
-    if len > 0 {
+    let bytes = if len > 0 {
         let view = value
             .view()
             .downcast::<ort::value::DynTensorValueType>()
             .map_err(|e| internal(e.message().to_string()))?;
-        // SAFETY: a CPU output tensor of this shape and datatype holds exactly `len` bytes.
-        unsafe {
-            std::ptr::copy_nonoverlapping(view.data_ptr().cast::<u8>(), bytes.as_mut_ptr(), len);
-        }
-    }
+        // SAFETY: a CPU output tensor of this shape and datatype holds exactly `len` bytes,
+        // alive while `view` is. Copied straight out: a zero-filled buffer first would write
+        // every byte twice.
+        unsafe { std::slice::from_raw_parts(view.data_ptr().cast::<u8>(), len) }.to_vec()
+    } else {
+        Vec::new()
+    };
     Ok(Tensor::new(
         name,
         spec.datatype,

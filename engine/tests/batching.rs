@@ -158,7 +158,7 @@ async fn a_timed_out_request_fails_and_never_executes() {
         ..InferOptions::default()
     };
     let e = engine
-        .infer_with(&k, &path, tokens(2, 8), vec![], options)
+        .infer_with(&k, || path.clone(), tokens(2, 8), vec![], options)
         .await
         .expect_err("times out");
     assert_eq!(e.fault(), Fault::Timeout);
@@ -199,7 +199,7 @@ async fn a_sleeping_batch_wakes_for_a_full_batch_and_for_an_earlier_timeout() {
         ..InferOptions::default()
     };
     let late = engine
-        .infer_with(&k, &path, tokens(3, 4), vec![], options)
+        .infer_with(&k, || path.clone(), tokens(3, 4), vec![], options)
         .await;
     assert!(
         matches!(&late, Err(e) if e.fault() == Fault::Timeout),
@@ -283,7 +283,7 @@ async fn a_higher_priority_request_runs_before_a_waiting_lower_one() {
         ..InferOptions::default()
     };
     let out = engine
-        .infer_with(&k, &path, high, vec![], options)
+        .infer_with(&k, || path.clone(), high, vec![], options)
         .await
         .unwrap();
     assert_eq!(out[0].shape[0], 2);
@@ -299,7 +299,7 @@ async fn a_higher_priority_request_runs_before_a_waiting_lower_one() {
         ..InferOptions::default()
     };
     let e = engine
-        .infer_with(&k, &path, tokens(4, 8), vec![], bad)
+        .infer_with(&k, || path.clone(), tokens(4, 8), vec![], bad)
         .await
         .unwrap_err();
     assert_eq!(e.fault(), Fault::Client);

@@ -223,13 +223,18 @@ impl AppState {
         crate::model_repository::ModelRepository::new(self.store.clone(), self.engine.clone())
     }
 
+    /// Where a version's file lies in the data directory, unchecked (see [`Self::model_file`]).
+    pub fn model_path(&self, record: &ModelRecord) -> PathBuf {
+        self.store.dir().model_file(&record.sha256)
+    }
+
     /// The data directory's copy of a version's file, to load it from: checked against its
     /// sha256 and, with PostgreSQL, fetched from the database when missing or damaged
     /// (`Store::local_blob`). `ready`: the engine serves the version already (the caller has
     /// asked it), so its file is not checked again on every request.
     pub async fn model_file(&self, record: &ModelRecord, ready: bool) -> ApiResult<PathBuf> {
         if ready {
-            return Ok(self.store.dir().model_file(&record.sha256));
+            return Ok(self.model_path(record));
         }
         let store = self.store.clone();
         let sha256 = record.sha256.clone();

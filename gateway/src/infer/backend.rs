@@ -73,13 +73,19 @@ pub async fn run_stage(
         let worker = match routing.next()? {
             Some(Choice::Local) => {
                 let _outstanding = routing.manager.begin(crate::workers::manager::LOCAL);
-                let path = state.model_file(record, routing.local_loaded).await?;
+                // A version the engine serves needs no file: the path is built only if it was
+                // unloaded in the meantime.
+                let checked = match routing.local_loaded {
+                    true => None,
+                    false => Some(state.model_file(record, false).await?),
+                };
                 if let Some(op) = op {
                     inputs = preprocess(state.ops().clone(), op.clone(), inputs).await?;
                 }
+                let path = || checked.unwrap_or_else(|| state.model_path(record));
                 return Ok(state
                     .engine()
-                    .infer_with(&routing.local_key, &path, inputs, outputs, options)
+                    .infer_with(&routing.local_key, path, inputs, outputs, options)
                     .await?);
             }
             Some(Choice::Worker { id, advertise }) => (id, advertise),

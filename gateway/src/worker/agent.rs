@@ -599,7 +599,7 @@ impl Node {
             .engine
             .infer_with(
                 &model_key(record),
-                &self.data.model_file(&record.sha256),
+                || self.data.model_file(&record.sha256),
                 request.inputs,
                 request.outputs,
                 request.options,
