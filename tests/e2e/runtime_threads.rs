@@ -1,6 +1,7 @@
-//! The async runtime's size: half the cores (at least 2, at most all) beside a local engine, every core for a manager that
-//! only routes, and what `--async-threads` says when it is given. The count checked is the one
-//! the server reads back from its runtime at start (`async runtime threads=N`).
+//! The async runtime's size: half the cores (at least 2, at most all) beside a local engine,
+//! every core for a manager that only routes, and what `--async-threads` says when it is given.
+//! The count checked is the one the server reads back from its runtime at start
+//! (`async runtime threads=N`).
 
 use crate::harness::{strip_ansi, Options, Server};
 
