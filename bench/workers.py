@@ -3,9 +3,11 @@
 same run, with real processes on 127.0.0.1 (random ports, TLS everywhere).
 
 (a) Proxy hop: a manager that runs nothing itself (`serve --no-local-engine`) + 1 worker vs an
-    all-in-one `serve`, same model (MiniLM, 8 tokens, by default), 1 instance × 1 intra-op thread
-    on both: throughput at concurrency 8 (target ratio >= 0.85) and the p50 added at concurrency 1
-    (target <= 300 us) and at 8. Beside it, in the same interleaved rounds, a reference hop:
+    all-in-one `serve`, same model, 1 instance × 1 intra-op thread on both: throughput at
+    concurrency 8 (target ratio >= 0.85) and the p50 added at concurrency 1 (target <= 300 us)
+    and at 8. The model is by default "tiny" (an Identity over 16 floats, so the difference is
+    the hop's alone); `--hop-model minilm` (8 tokens, ~5 ms a run on 2 cores) shows the hop
+    beside a real model's run, whose own drift between runs (±300 us) then blurs the figure. Beside it, in the same interleaved rounds, a reference hop:
     HAProxy (`--reference-proxy`; haproxy on PATH by default) re-encrypting TLS in front of an
     all-in-one server of its own: what a dedicated proxy adds on the same machine.
 (b) Scale: a compute-bound model (EfficientNet-Lite0, 224x224) through the manager with 2 workers
@@ -86,11 +88,57 @@ SPECS = {
                "last_hidden_state", [1, 8, 384]),
     "cls": ("ocr-cls.onnx", {"x": Tensor([1, 3, 48, 192], "FP32", "f", [0.5] * (3 * 48 * 192))},
             "save_infer_model/scale_0.tmp_1", [1, 2]),
+    # No compute to speak of (one Identity over 16 floats): the added latency of a hop is then
+    # the hop alone, not hidden in the run-to-run drift of a model's own milliseconds.
+    "tiny": (None, {"x": Tensor([1, 16], "FP32", "f", [0.25] * 16)}, "y", [1, 16]),
     "effnet": ("efficientnet-lite0.onnx",
                {"input": Tensor([1, 3, 224, 224], "FP32", "f",
                                 (_rng.random() for _ in range(3 * 224 * 224)))},
                "probabilities", [1, 1000]),
 }
+
+
+def _varint(n):
+    out = bytearray()
+    while True:
+        byte, n = n & 0x7F, n >> 7
+        out.append(byte | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def _field(number, value):
+    """One protobuf field: an int as a varint, bytes or str length-delimited."""
+    if isinstance(value, int):
+        return _varint(number << 3) + _varint(value)
+    data = value.encode() if isinstance(value, str) else value
+    return _varint(number << 3 | 2) + _varint(len(data)) + data
+
+
+def tiny_onnx():
+    """The "tiny" model's file: y = Identity(x), x and y FP32 [N, 16], encoded by hand (ONNX's
+    protobuf schema, field numbers from onnx.proto) so the script keeps needing nothing beyond
+    Python's standard library."""
+    def value_info(name):
+        dims = _field(1, _field(2, "N")) + _field(1, _field(1, 16))  # dim_param N, dim_value 16
+        tensor = _field(1, 1) + _field(2, dims)  # elem_type FLOAT, shape
+        return _field(1, name) + _field(2, _field(1, tensor))  # name, type.tensor_type
+    node = _field(1, "x") + _field(2, "y") + _field(3, "identity") + _field(4, "Identity")
+    graph = _field(1, node) + _field(2, "tiny") + _field(11, value_info("x")) + _field(12, value_info("y"))
+    # ir_version 8, graph, opset_import {version 17}
+    return _field(1, 8) + _field(7, graph) + _field(8, _field(2, 17))
+
+
+def model_file(model, workdir):
+    """The model's file: from MODELS, or (the tiny model) written into `workdir`."""
+    name = SPECS[model][0]
+    if name is not None:
+        return os.path.join(MODELS, name)
+    path = os.path.join(workdir, f"{model}.onnx")
+    if not os.path.exists(path):
+        with open(path, "wb") as f:
+            f.write(tiny_onnx())
+    return path
 
 
 def percentile(values, q):
@@ -184,7 +232,7 @@ class Cluster:
         """An all-in-one server, or a manager with no engine of its own; (proc, Server)."""
         data = os.path.join(self.base, name)
         for model in models:
-            self.cli("models", "add", "--data-dir", data, "--name", model, os.path.join(MODELS, SPECS[model][0]))
+            self.cli("models", "add", "--data-dir", data, "--name", model, model_file(model, self.base))
         cmd = [self.bin, "serve", "--listen", "127.0.0.1:0", "--no-grpc", "--data-dir", data,
                "--config", self.config, "--instances", "1", "--intra-threads", "1"]
         if manager:
@@ -716,7 +764,7 @@ def main():
     ap.add_argument("--phases", default="hop,scale,direct,failover",
                     help="comma-separated subset of hop,scale,direct,failover (direct and failover run "
                          "on the scale phase's cluster)")
-    ap.add_argument("--hop-model", default="minilm", choices=sorted(SPECS))
+    ap.add_argument("--hop-model", default="tiny", choices=sorted(SPECS))
     ap.add_argument("--reference-proxy", default=shutil.which("haproxy") or "",
                     help="HAProxy binary measured as a reference hop in the hop phase [default: haproxy on "
                          "PATH; none: the reference is left out]; '' leaves it out")
