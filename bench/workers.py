@@ -26,7 +26,8 @@ cores with the servers: on a small machine that caps (b) (the manager and the cl
 too, beside the two pinned workers), so the CPU each process spent per request is printed too.
 
 Usage: bench/workers.py [--bin target/release/infergate] [--seconds 5] [--concurrency 8]
-                        [--phases hop,scale,direct,failover] [--out bench/workers-results]
+                        [--phases hop,scale,direct,failover] [--hop-model tiny]
+                        [--out bench/workers-results]
 Needs: scripts/setup.sh (models, ORT library, Python venv); `taskset` (util-linux); for the
 reference hop, HAProxy (Debian: `apt-get install haproxy`; left out when absent).
 Results: printed, and written to OUT/workers-LABEL.json and OUT/workers-LABEL.txt.
