@@ -7,9 +7,10 @@ same run, with real processes on 127.0.0.1 (random ports, TLS everywhere).
     concurrency 8 (target ratio >= 0.85) and the p50 added at concurrency 1 (target <= 300 us)
     and at 8. The model is by default "tiny" (an Identity over 16 floats, so the difference is
     the hop's alone); `--hop-model minilm` (8 tokens, ~5 ms a run on 2 cores) shows the hop
-    beside a real model's run, whose own drift between runs (±300 us) then blurs the figure. Beside it, in the same interleaved rounds, a reference hop:
-    HAProxy (`--reference-proxy`; haproxy on PATH by default) re-encrypting TLS in front of an
-    all-in-one server of its own: what a dedicated proxy adds on the same machine.
+    beside a real model's run, whose own drift between runs (±300 us) then blurs the figure.
+    Beside it, in the same interleaved rounds, a reference hop: HAProxy (`--reference-proxy`;
+    haproxy on PATH by default) re-encrypting TLS in front of an all-in-one server of its own:
+    what a dedicated proxy adds on the same machine.
 (b) Scale: a compute-bound model (EfficientNet-Lite0, 224x224) through the manager with 2 workers
     vs 1, each worker pinned to its own core (`taskset -c N`), 1 instance × 1 intra-op thread,
     concurrency 8 (target >= 1.7x). The second worker gets the model by the manager's scale-out.
@@ -100,6 +101,7 @@ SPECS = {
 
 
 def _varint(n):
+    """A non-negative int as a protobuf varint (7 bits a byte, low bits first)."""
     out = bytearray()
     while True:
         byte, n = n & 0x7F, n >> 7
