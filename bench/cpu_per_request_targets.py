@@ -91,16 +91,6 @@ def tiny_input(data):
     return model, {"x": x}, data_file, ["x:1,16"]
 
 
-def in_process_file(path, feeds, seconds):
-    """serving.in_process for a model file outside MODELS."""
-    saved = serving.MODELS
-    serving.MODELS = os.path.dirname(path)
-    try:
-        return serving.in_process(os.path.basename(path), feeds, seconds)
-    finally:
-        serving.MODELS = saved
-
-
 def latency_c1(pa, seconds):
     """MiniLM's p50 at concurrency 1 through the server and in process, perf_analyzer's own client
     part, and the server's own time for the model run. Beside it, on the same server, the same
@@ -118,7 +108,7 @@ def latency_c1(pa, seconds):
         json.dump({"data": [{k: {"content": v.flatten().tolist(), "shape": list(v.shape)} for k, v in feeds.items()}]}, f)
     shapes = [f"{k}:{','.join(map(str, s))}" for k, (s, _, _) in inputs.items()]
     _, base_p50, _ = serving.in_process(file, feeds, seconds)
-    _, tiny_base_p50, _ = in_process_file(tiny, tiny_feeds, seconds)
+    _, tiny_base_p50, _ = serving.in_process(tiny, tiny_feeds, seconds)
     proc, addrs = serving.start_server(data, intra_threads=1, instances=1)
     try:
         key = open(os.path.join(data, "admin.key")).read().strip()

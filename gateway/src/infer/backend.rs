@@ -75,9 +75,10 @@ pub async fn run_stage(
                 let _outstanding = routing.manager.begin(crate::workers::manager::LOCAL);
                 // A version the engine serves needs no file: the path is built only if it was
                 // unloaded in the meantime.
-                let checked = match routing.local_loaded {
-                    true => None,
-                    false => Some(state.model_file(record, false).await?),
+                let checked = if routing.local_loaded {
+                    None
+                } else {
+                    Some(state.model_file(record, false).await?)
                 };
                 if let Some(op) = op {
                     inputs = preprocess(state.ops().clone(), op.clone(), inputs).await?;
