@@ -10,10 +10,15 @@
    perf_analyzer's own client send + receive excluded (as README's breakdown does); target
    <= 150 µs. Beside it, the server's own time for the model run, and (a diagnostic row, no
    target) the same measurement on bench/workers.py's tiny model (an Identity over 16 floats) on
-   the same server: what serving adds to a lone request with no model run to drift.
+   the same server: what serving adds to a lone request with no model run to drift; and, when
+   built, the floors under the target (bench/latency_floor.py): infergate's stack alone
+   (gateway/examples/floor_server.rs) answering MiniLM from memory after spinning for the
+   in-process p50, with the same client and accounting; and the machine's own, a plain loopback
+   TCP round trip of the same body sizes after the same spin (gateway/examples/ping_pong.rs).
 
 Usage: bench/cpu_per_request_targets.py [--seconds 4] [--repeat 2]
-Needs: scripts/setup.sh, bench/setup-perf-analyzer.sh, `cargo build --release -p infergate`.
+Needs: scripts/setup.sh, bench/setup-perf-analyzer.sh, `cargo build --release -p infergate`
+(and `--example floor_server --example ping_pong` for target 3's floor rows).
 """
 import argparse
 import json
@@ -28,6 +33,8 @@ import onnxruntime as ort
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cpu_per_request  # noqa: E402
+import http_floor  # noqa: E402  (canned answers for the floor server)
+import latency_floor  # noqa: E402  (target 3's floor)
 import serving  # noqa: E402
 import workers  # noqa: E402  (the tiny model)
 
@@ -91,11 +98,18 @@ def tiny_input(data):
     return model, {"x": x}, data_file, ["x:1,16"]
 
 
+FLOOR_SERVER = os.path.join(serving.ROOT, "target", "release", "examples", "floor_server")
+PING_PONG = os.path.join(serving.ROOT, "target", "release", "examples", "ping_pong")
+
+
 def latency_c1(pa, seconds):
     """MiniLM's p50 at concurrency 1 through the server and in process, perf_analyzer's own client
     part, and the server's own time for the model run. Beside it, on the same server, the same
     measurement on a model with no compute (bench/workers.py's tiny model): what serving itself
-    adds to a lone request, with no model run whose drift hides it."""
+    adds to a lone request, with no model run whose drift hides it. Third, when both examples are
+    built, the floors: the floor server's added p50 answering MiniLM from memory after spinning for
+    the in-process p50, and a plain loopback round trip's after the same spin (None when not
+    built)."""
     data = tempfile.mkdtemp(prefix="infergate-targets-")
     file, inputs = serving.SPECS["minilm"]
     subprocess.run([serving.BIN, "models", "add", "--data-dir", data, "--name", "minilm",
@@ -120,13 +134,23 @@ def latency_c1(pa, seconds):
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+    floor = None
+    if os.access(FLOOR_SERVER, os.X_OK) and os.access(PING_PONG, os.X_OK):
+        workdir = os.path.join(data, "floor")
+        os.makedirs(workdir)
+        request = latency_floor.kserve_request(feeds)
+        answers = http_floor.canned_answers(data, workdir, "minilm", request)
+        stack = latency_floor.floor_added(pa, FLOOR_SERVER, data, answers, workdir, base_p50, data_file, shapes,
+                                          seconds)
+        sizes = (len(request[0]) + len(request[1]), os.path.getsize(answers["/v2/models/minilm/infer"][0]))
+        floor = (stack, latency_floor.round_trip(PING_PONG, base_p50, seconds, sizes), sizes)
 
     def figures(r, base):
         client = float(r["Client Send"]) + float(r["Client Recv"])
         return {"p50": float(r["p50 latency"]), "base_p50": base, "client": client,
                 "model_in_server": float(r["Server Compute Infer"]),
                 "added": float(r["p50 latency"]) - base - client}
-    return figures(row, base_p50), figures(tiny_row, tiny_base_p50)
+    return figures(row, base_p50), figures(tiny_row, tiny_base_p50), floor
 
 
 def main():
@@ -151,7 +175,7 @@ def main():
         print(f"| {run} | MLP server CPU per inference (c=8, {done} inferences) | {server_us:.1f} µs | "
               f"ORT in process {ort_us:.1f} µs (intra {intra}) | {server_us / ort_us:.2f} | {server_us <= 75} |",
               flush=True)
-        minilm, tiny = latency_c1(pa, args.seconds)
+        minilm, tiny, floor = latency_c1(pa, args.seconds)
         print(f"| {run} | minilm c=1 added p50, client send+recv ({minilm['client']:.0f} µs) excluded "
               f"(model run in the server: {minilm['model_in_server']:.0f} µs mean) | {minilm['p50']:.0f} µs p50 | "
               f"{minilm['base_p50']:.0f} µs in process | {minilm['added']:+.0f} µs | {minilm['added'] <= 150} |",
@@ -159,6 +183,14 @@ def main():
         print(f"| {run} | (diagnostic, no target) tiny model c=1 added p50, same server, client send+recv "
               f"({tiny['client']:.0f} µs) excluded | {tiny['p50']:.0f} µs p50 | {tiny['base_p50']:.0f} µs in process | "
               f"{tiny['added']:+.0f} µs | — |", flush=True)
+        if floor is not None:
+            stack, machine, sizes = floor
+            print(f"| {run} | (floor under target 3, no target) infergate's stack alone answering minilm from "
+                  f"memory after spinning {minilm['base_p50']:.0f} µs, same client and accounting | — | — | "
+                  f"{stack:+.0f} µs | — |", flush=True)
+            print(f"| {run} | (floor under target 3, no target) the machine: a plain loopback TCP round trip of "
+                  f"{sizes[0]} + {sizes[1]} bytes after the same spin, no TLS or HTTP | — | — | "
+                  f"{machine:+.0f} µs | — |", flush=True)
         print(f"\nload average now {os.getloadavg()[0]:.2f}", file=sys.stderr)
 
 

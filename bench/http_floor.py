@@ -43,10 +43,20 @@ import workers  # noqa: E402  (start_haproxy, free_port)
 HEADER_LENGTH = "Inference-Header-Content-Length"
 
 
-def canned_answers(data, workdir):
+def mlp_request():
+    """The MLP inference perf_analyzer sends (one [1, IN] row, binary): (JSON head, binary part)."""
+    row = np.random.default_rng(1).random(cpr.IN, dtype=np.float32).tobytes()
+    head = json.dumps({"inputs": [{"name": "input", "shape": [1, cpr.IN], "datatype": "FP32",
+                                   "parameters": {"binary_data_size": len(row)}}],
+                       "outputs": [{"name": "output", "parameters": {"binary_data": True}}]}).encode()
+    return head, row
+
+
+def canned_answers(data, workdir, model="mlp", request=None):
     """Asks a running infergate for the answers perf_analyzer will want (server and model metadata,
-    the model configuration, one inference) and writes each body to a file: {path: (file, content type,
-    header length or None)}."""
+    the model configuration, one inference of `request`: (JSON head, binary part), the MLP's by
+    default) and writes each body to a file: {path: (file, content type, header length or None)}."""
+    head, binary = request or mlp_request()
     proc, addrs = serving.start_server(data)
     try:
         key = open(os.path.join(data, "admin.key")).read().strip()
@@ -55,25 +65,21 @@ def canned_answers(data, workdir):
         conn = http.client.HTTPSConnection(host, int(port), context=tls, timeout=60)
         auth = {"Authorization": f"Bearer {key}"}
         answers = {}
-        row = np.random.default_rng(1).random(cpr.IN, dtype=np.float32).tobytes()
-        head = json.dumps({"inputs": [{"name": "input", "shape": [1, cpr.IN], "datatype": "FP32",
-                                       "parameters": {"binary_data_size": len(row)}}],
-                           "outputs": [{"name": "output", "parameters": {"binary_data": True}}]}).encode()
-        conn.request("POST", "/v2/models/mlp/infer", body=head + row,
+        conn.request("POST", f"/v2/models/{model}/infer", body=head + binary,
                      headers={**auth, HEADER_LENGTH: str(len(head)),
                               "Content-Type": "application/octet-stream"})
         r = conn.getresponse()
         body = r.read()
         if r.status != 200 or r.getheader(HEADER_LENGTH) is None:
             sys.exit(f"POST infer: {r.status} {body[:200]!r}")
-        for path in ("/v2/models/mlp/infer", "/v2/models/mlp/versions/1/infer"):
+        for path in (f"/v2/models/{model}/infer", f"/v2/models/{model}/versions/1/infer"):
             answers[path] = (body, "application/octet-stream", int(r.getheader(HEADER_LENGTH)))
         # perf_analyzer reads the server's and the model's metadata and configuration first,
         # and the model's statistics around each measurement (server-side figures; frozen here,
         # after one inference so that the loaded version has its entry).
-        for path in ("/v2", "/v2/models/mlp", "/v2/models/mlp/versions/1", "/v2/models/mlp/config",
-                     "/v2/models/mlp/versions/1/config", "/v2/models/mlp/stats",
-                     "/v2/models/mlp/versions/1/stats", "/v2/models/stats"):
+        for path in ("/v2", f"/v2/models/{model}", f"/v2/models/{model}/versions/1",
+                     f"/v2/models/{model}/config", f"/v2/models/{model}/versions/1/config",
+                     f"/v2/models/{model}/stats", f"/v2/models/{model}/versions/1/stats", "/v2/models/stats"):
             conn.request("GET", path, headers=auth)
             r = conn.getresponse()
             body = r.read()
@@ -139,16 +145,17 @@ frontend front
 
 class HyperFloor:
     """`gateway/examples/floor_server.rs` (tokio + hyper 1 + tokio-rustls, infergate's own stack
-    and nothing else) answering `answers` like `Haproxy`."""
+    and nothing else) answering `answers` like `Haproxy`; `busy_us`: how long each inference spins
+    on its thread before the answer (a stand-in for the model run)."""
 
-    def __init__(self, binary, data, answers, workdir):
+    def __init__(self, binary, data, answers, workdir, busy_us=0):
         index = os.path.join(workdir, "index.txt")
         with open(index, "w") as f:
             for path, (file, content_type, header_len) in answers.items():
                 f.write(f"{path}\t{file}\t{content_type}\t{'-' if header_len is None else header_len}\n")
         port = workers.free_port()
         self.proc = subprocess.Popen([binary, str(port), os.path.join(data, "tls", "cert.pem"),
-                                      os.path.join(data, "tls", "key.pem"), index],
+                                      os.path.join(data, "tls", "key.pem"), index, str(int(busy_us))],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         if self.proc.stderr.readline().strip() != "listening":
             sys.exit(f"{binary} did not start: {self.proc.stderr.read()[-2000:]}")

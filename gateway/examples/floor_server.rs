@@ -3,11 +3,14 @@
 //! sent back. `bench/http_floor.py` measures its CPU per request next to HAProxy's and
 //! infergate's, which splits infergate's cost into the stack's and its own.
 //!
-//! Usage: floor_server PORT CERT_PEM KEY_PEM INDEX
+//! Usage: floor_server PORT CERT_PEM KEY_PEM INDEX [BUSY_US]
 //! INDEX: one answer a line, `path<TAB>file<TAB>content-type<TAB>header-length or ->`; the
 //! answer's file is sent as the body, the header length as `Inference-Header-Content-Length`.
-//! `GET /count` answers the requests served so far (itself not counted). Prints `listening`
-//! once it accepts connections.
+//! BUSY_US: before answering a path that ends in `/infer`, the worker spins that long on the
+//! request's own thread, a stand-in for a model run where infergate makes a lone request's run
+//! (one core busy, the other idle); `bench/latency_floor.py` measures the latency this stack
+//! adds around such a run. `GET /count` answers the requests served so far (itself not
+//! counted). Prints `listening` once it accepts connections.
 
 use anyhow::Context as _;
 use bytes::Bytes;
@@ -21,6 +24,7 @@ use std::collections::HashMap;
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 struct Answer {
     body: Bytes,
@@ -31,6 +35,17 @@ struct Answer {
 struct Answers {
     by_path: HashMap<String, Answer>,
     served: AtomicU64,
+    /// How long an inference keeps its worker busy before the answer.
+    busy: Duration,
+}
+
+/// Keeps this thread busy for `time`, as a model run on it would (a sleep would let the core
+/// idle, which a computing one does not).
+fn spin_for(time: Duration) {
+    let start = Instant::now();
+    while start.elapsed() < time {
+        std::hint::spin_loop();
+    }
 }
 
 fn load(index: &str) -> anyhow::Result<HashMap<String, Answer>> {
@@ -68,6 +83,9 @@ async fn answer(
         return Ok(Response::new(Full::new(Bytes::from(served))));
     }
     answers.served.fetch_add(1, Ordering::Relaxed);
+    if path.ends_with("/infer") && !answers.busy.is_zero() {
+        spin_for(answers.busy);
+    }
     let Some(found) = answers.by_path.get(&path) else {
         let mut response = Response::new(Full::new(Bytes::from_static(
             br#"{"error": "no canned answer for this path"}"#,
@@ -87,8 +105,10 @@ async fn answer(
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();
-    let [_, port, cert, key, index] = &args[..] else {
-        anyhow::bail!("usage: floor_server PORT CERT_PEM KEY_PEM INDEX");
+    let (port, cert, key, index, busy_us) = match &args[..] {
+        [_, port, cert, key, index] => (port, cert, key, index, 0),
+        [_, port, cert, key, index, busy] => (port, cert, key, index, busy.parse()?),
+        _ => anyhow::bail!("usage: floor_server PORT CERT_PEM KEY_PEM INDEX [BUSY_US]"),
     };
     let certs = CertificateDer::pem_file_iter(cert)?.collect::<Result<Vec<_>, _>>()?;
     let key = PrivateKeyDer::from_pem_file(key)?;
@@ -102,6 +122,7 @@ async fn main() -> anyhow::Result<()> {
     let answers = Arc::new(Answers {
         by_path: load(index)?,
         served: AtomicU64::new(0),
+        busy: Duration::from_micros(busy_us),
     });
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port.parse::<u16>()?)).await?;
     eprintln!("listening");
