@@ -123,16 +123,14 @@ def latency_c1(pa, seconds):
     the in-process p50, and a plain loopback round trip's after the same spin (None when not
     built)."""
     data = tempfile.mkdtemp(prefix="infergate-targets-")
-    file, inputs = serving.SPECS["minilm"]
+    file, _ = serving.SPECS["minilm"]
     subprocess.run([serving.BIN, "models", "add", "--data-dir", data, "--name", "minilm",
                     os.path.join(serving.MODELS, file)], check=True, capture_output=True)
     tiny, tiny_feeds, tiny_file, tiny_shapes = tiny_input(data)
-    rng = np.random.default_rng(0)
-    feeds = {k: g(rng).astype(serving.NP[dt]) for k, (shape, dt, g) in inputs.items()}
+    feeds, content, shapes = latency_floor.minilm_inputs()
     data_file = os.path.join(data, "input.json")
     with open(data_file, "w") as f:
-        json.dump({"data": [{k: {"content": v.flatten().tolist(), "shape": list(v.shape)} for k, v in feeds.items()}]}, f)
-    shapes = [f"{k}:{','.join(map(str, s))}" for k, (s, _, _) in inputs.items()]
+        json.dump(content, f)
     _, base_p50, _ = serving.in_process(file, feeds, seconds)
     _, tiny_base_p50, _ = serving.in_process(tiny, tiny_feeds, seconds)
     proc, addrs = serving.start_server(data, intra_threads=1, instances=1)
@@ -154,14 +152,13 @@ def latency_c1(pa, seconds):
         answers = http_floor.canned_answers(data, workdir, "minilm", request)
         stack = latency_floor.floor_added(pa, FLOOR_SERVER, data, answers, workdir, base_p50, data_file, shapes,
                                           seconds)
-        sizes = (len(request[0]) + len(request[1]), os.path.getsize(answers["/v2/models/minilm/infer"][0]))
+        sizes = latency_floor.body_sizes(request, answers)
         floor = (stack, latency_floor.round_trip(PING_PONG, base_p50, seconds, sizes), sizes)
 
     def figures(r, base):
-        client = float(r["Client Send"]) + float(r["Client Recv"])
+        added, client = latency_floor.added(r, base)
         return {"p50": float(r["p50 latency"]), "base_p50": base, "client": client,
-                "model_in_server": float(r["Server Compute Infer"]),
-                "added": float(r["p50 latency"]) - base - client}
+                "model_in_server": float(r["Server Compute Infer"]), "added": added}
     return figures(row, base_p50), figures(tiny_row, tiny_base_p50), floor
 
 

@@ -65,6 +65,13 @@ def kserve_request(feeds):
     return head, b"".join(parts)
 
 
+def body_sizes(request, answers):
+    """The bytes of `request`'s body (JSON head + binary part) and of the canned inference answer's:
+    HTTP's headers left out, so a round trip of these sizes stays a floor."""
+    head, binary = request
+    return len(head) + len(binary), os.path.getsize(answers["/v2/models/minilm/infer"][0])
+
+
 def added(row, subtract):
     """perf_analyzer's p50 less `subtract` and its own client send + receive, in µs."""
     client = float(row["Client Send"]) + float(row["Client Recv"])
@@ -121,8 +128,7 @@ def main():
         json.dump(content, f)
     request = kserve_request(feeds)
     answers = http_floor.canned_answers(data, workdir, "minilm", request)
-    # The bodies' sizes (HTTP's headers left out: the round trip stays a floor).
-    sizes = (len(request[0]) + len(request[1]), os.path.getsize(answers["/v2/models/minilm/infer"][0]))
+    sizes = body_sizes(request, answers)
     key = open(os.path.join(data, "admin.key")).read().strip()
     cert = os.path.join(data, "tls", "cert.pem")
     print(f"MiniLM ({serving.SEQ} tokens), concurrency 1, perf_analyzer over HTTP/1.1 + TLS with binary "

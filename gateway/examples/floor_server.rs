@@ -24,7 +24,11 @@ use std::collections::HashMap;
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+#[path = "support/spin.rs"]
+mod spin;
+use spin::spin_for;
 
 struct Answer {
     body: Bytes,
@@ -37,15 +41,6 @@ struct Answers {
     served: AtomicU64,
     /// How long an inference keeps its worker busy before the answer.
     busy: Duration,
-}
-
-/// Keeps this thread busy for `time`, as a model run on it would (a sleep would let the core
-/// idle, which a computing one does not).
-fn spin_for(time: Duration) {
-    let start = Instant::now();
-    while start.elapsed() < time {
-        std::hint::spin_loop();
-    }
 }
 
 fn load(index: &str) -> anyhow::Result<HashMap<String, Answer>> {

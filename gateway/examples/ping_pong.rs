@@ -16,14 +16,9 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
-/// Keeps this thread busy for `time`, as a model run on it would (a sleep would let the core
-/// idle, which a computing one does not).
-fn spin_for(time: Duration) {
-    let start = Instant::now();
-    while start.elapsed() < time {
-        std::hint::spin_loop();
-    }
-}
+#[path = "support/spin.rs"]
+mod spin;
+use spin::spin_for;
 
 fn answer(mut conn: TcpStream, spin: Duration, sizes: (usize, usize)) -> std::io::Result<()> {
     let (mut request, reply) = (vec![0u8; sizes.0], vec![1u8; sizes.1]);
