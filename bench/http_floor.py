@@ -15,7 +15,15 @@ infergate's figure is measured in the same rounds, alternating with HAProxy's.
 
 Beside them, when built, `gateway/examples/floor_server.rs`: tokio, hyper 1 and tokio-rustls
 (infergate's own stack) answering from memory the same way, which tells the stack's cost from
-what infergate adds on top of it.
+what infergate adds on top of it; and the same server holding the inferences in batches the way
+the MLP's configuration batches them (at most 16 requests, closing 500 µs after the first), with
+no model, no decoding and no engine: what waiting for a batch costs on this machine in sleeps and
+wake-ups. At concurrency 8 the requests of a batch arrive one by one while the server has
+nothing else to do, so each arrival wakes a sleeping thread, which a server answering at once
+mostly avoids. Two designs of the batch clock: a thread of its own (as infergate's instance
+threads keep it) and a timerfd on a single tokio worker (the leanest found). The lower of the two
+plus ORT's CPU is the batching floor: what any server batching these requests this way spends,
+at the least, on this machine.
 
 Usage: bench/http_floor.py [--seconds 4] [--rounds 3] [--concurrency 8] [--haproxy PATH]
                            [--floor-server PATH]
@@ -23,6 +31,7 @@ Needs: scripts/setup.sh, bench/setup-perf-analyzer.sh, `cargo build --release -p
 --bin infergate --example floor_server`, HAProxy (Debian: `apt-get install haproxy`).
 """
 import argparse
+import functools
 import http.client
 import json
 import os
@@ -146,17 +155,26 @@ frontend front
 class HyperFloor:
     """`gateway/examples/floor_server.rs` (tokio + hyper 1 + tokio-rustls, infergate's own stack
     and nothing else) answering `answers` like `Haproxy`; `busy_us`: how long each inference spins
-    on its thread before the answer (a stand-in for the model run)."""
+    on its thread before the answer (a stand-in for the model run). `batch_us` > 0: inferences
+    are held and answered in batches of at most `batch_max` that close `batch_us` after their
+    first request (a dynamic batcher's queue delay), and `busy_us` is spent once per batch;
+    `clock`: what closes a batch, "thread" (a thread of its own) or "timerfd" (on the runtime);
+    `workers_n`: tokio worker threads (None: one per core)."""
 
-    def __init__(self, binary, data, answers, workdir, busy_us=0):
+    def __init__(self, binary, data, answers, workdir, busy_us=0, batch_us=0, batch_max=16, clock="thread",
+                 workers_n=None):
         index = os.path.join(workdir, "index.txt")
         with open(index, "w") as f:
             for path, (file, content_type, header_len) in answers.items():
                 f.write(f"{path}\t{file}\t{content_type}\t{'-' if header_len is None else header_len}\n")
         port = workers.free_port()
+        env = dict(os.environ)
+        if workers_n:
+            env["TOKIO_WORKER_THREADS"] = str(workers_n)
         self.proc = subprocess.Popen([binary, str(port), os.path.join(data, "tls", "cert.pem"),
-                                      os.path.join(data, "tls", "key.pem"), index, str(int(busy_us))],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                                      os.path.join(data, "tls", "key.pem"), index, str(int(busy_us)),
+                                      str(int(batch_us)), str(int(batch_max)), clock],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
         if self.proc.stderr.readline().strip() != "listening":
             sys.exit(f"{binary} did not start: {self.proc.stderr.read()[-2000:]}")
         self.addr = f"127.0.0.1:{port}"
@@ -173,6 +191,23 @@ class HyperFloor:
     def stop(self):
         self.proc.terminate()
         self.proc.wait(timeout=10)
+
+
+# The floor server holding inferences in batches the way `cpu_per_request.CONFIG` batches them
+# (at most 16, closing 500 µs after the first): {side: (label, HyperFloor arguments)}. Two
+# designs: the batch clock on a thread of its own (as infergate's instance threads keep it),
+# and on a timerfd with a single tokio worker (the leanest found: no thread beside the worker).
+BATCHED = {
+    "batched": ("batches of <= 16 / 500 µs, clock on a thread", {"clock": "thread"}),
+    "batched-lean": ("same batches, timerfd clock, 1 tokio worker", {"clock": "timerfd", "workers_n": 1}),
+}
+
+
+def batched_floor(side):
+    """A HyperFloor constructor for one of BATCHED's designs."""
+    _, extra = BATCHED[side]
+    delay = cpr.CONFIG["dynamic_batching"]["max_queue_delay_microseconds"]
+    return functools.partial(HyperFloor, batch_us=delay, batch_max=cpr.CONFIG["max_batch_size"], **extra)
 
 
 def measure_haproxy(pa, binary, data, answers, workdir, seconds, concurrency, server=Haproxy):
@@ -229,12 +264,15 @@ def main():
     print(f"MLP [N,{cpr.IN}]->[N,{cpr.OUT}], perf_analyzer concurrency {args.concurrency}, HTTP/1.1 over TLS, "
           f"binary tensors, {args.seconds:g} s a run; {version}; load average {os.getloadavg()[0]:.2f}\n")
     hyper = os.access(args.floor_server, os.X_OK)
-    sides = ["haproxy", *(["hyper"] if hyper else []), "infergate"]
+    sides = ["haproxy", *(["hyper", *BATCHED] if hyper else []), "infergate"]
     print("| round | HAProxy from memory: CPU µs/request (kernel) | "
           + ("hyper + tokio-rustls from memory: CPU µs/request (kernel) | " if hyper else "")
-          + "ORT in process: CPU µs/inference | floor: HAProxy + ORT µs | infergate: CPU µs/inference (kernel) "
-          "| infergate / floor |")
-    print("| --- " * (6 + hyper) + "|")
+          + ("".join(f"same, {label}: CPU µs/request (kernel) | " for label, _ in BATCHED.values()) if hyper else "")
+          + "ORT in process: CPU µs/inference | floor: HAProxy + ORT µs | "
+          + ("batching floor: lowest batched + ORT µs | " if hyper else "")
+          + "infergate: CPU µs/inference (kernel) | infergate / floor |"
+          + (" infergate / batching floor |" if hyper else ""))
+    print("| --- " * (6 + (len(BATCHED) + 3) * hyper) + "|")
     for r in range(1, args.rounds + 1):
         # Each round starts one side later, so a machine that slows down mid-round weighs on all.
         order = sides[r % len(sides):] + sides[:r % len(sides)]
@@ -246,17 +284,23 @@ def main():
             elif side == "hyper":
                 figures[side] = measure_haproxy(pa, args.floor_server, data, answers, workdir, args.seconds,
                                                 args.concurrency, server=HyperFloor)
+            elif side in BATCHED:
+                figures[side] = measure_haproxy(pa, args.floor_server, data, answers, workdir, args.seconds,
+                                                args.concurrency, server=batched_floor(side))
             else:
                 figures[side] = cpr.measure(pa, data, model, args.seconds, args.concurrency, [])
         hap_us, hap_kernel, _ = figures["haproxy"]
         server_us, ort_us, _, _, _, kernel_us = figures["infergate"]
         floor = hap_us + ort_us
-        hyper_cell = ""
+        cells = ""
+        batching_cells = ""
         if hyper:
-            hyper_us, hyper_kernel, _ = figures["hyper"]
-            hyper_cell = f"{hyper_us:.1f} ({hyper_kernel:.1f}) | "
-        print(f"| {r} | {hap_us:.1f} ({hap_kernel:.1f}) | {hyper_cell}{ort_us:.1f} | {floor:.1f} | "
-              f"{server_us:.1f} ({kernel_us:.1f}) | {server_us / floor:.2f} |", flush=True)
+            cells = "".join(f"{figures[side][0]:.1f} ({figures[side][1]:.1f}) | " for side in ["hyper", *BATCHED])
+            batching = min(figures[side][0] for side in BATCHED) + ort_us
+            batching_cells = (f"{batching:.1f} | ", f" {server_us / batching:.2f} |")
+        print(f"| {r} | {hap_us:.1f} ({hap_kernel:.1f}) | {cells}{ort_us:.1f} | {floor:.1f} | "
+              f"{batching_cells[0] if hyper else ''}{server_us:.1f} ({kernel_us:.1f}) | {server_us / floor:.2f} |"
+              f"{batching_cells[1] if hyper else ''}", flush=True)
     shutil.rmtree(data, ignore_errors=True)
 
 
