@@ -6,7 +6,10 @@
    process on all cores (one session, intra-op threads = cores), measured just before and just
    after the server and averaged; target >= 0.90;
 2. server CPU per inference on the MLP setup (bench/cpu_per_request.py) next to ORT's own CPU
-   for the same batches; target <= 75 µs;
+   for the same batches; target <= 75 µs. Beside it, when the floor server is built, the
+   batching floor (bench/http_floor.py): infergate's stack alone holding the same requests in
+   the same batches with no model (its leanest design: the batch clock on a timerfd, one tokio
+   worker), plus ORT's CPU;
 3. added p50 at concurrency 1 for MiniLM (1 instance, 1 thread on both sides) vs in process,
    perf_analyzer's own client send + receive excluded (as README's breakdown does); target
    <= 150 µs. Beside it, the server's own time for the model run, and (a diagnostic row, no
@@ -19,7 +22,7 @@
 
 Usage: bench/cpu_per_request_targets.py [--seconds 4] [--repeat 2]
 Needs: scripts/setup.sh, bench/setup-perf-analyzer.sh, `cargo build --release -p infergate`
-(and `--example floor_server --example ping_pong` for target 3's floor rows).
+(and `--example floor_server --example ping_pong` for the floor rows).
 """
 import argparse
 import json
@@ -162,6 +165,21 @@ def latency_c1(pa, seconds):
     return figures(row, base_p50), figures(tiny_row, tiny_base_p50), floor
 
 
+def batching_floor(pa, data, seconds):
+    """CPU µs per request of the floor server holding the MLP's requests in its batches (the lean
+    design of bench/http_floor.py), or None when it is not built."""
+    if not os.access(FLOOR_SERVER, os.X_OK):
+        return None
+    workdir = tempfile.mkdtemp(prefix="infergate-targets-floor-")
+    answers = http_floor.canned_answers(data, workdir)
+    input_file = os.path.join(data, "mlp-input.json")  # written by cpu_per_request.measure
+    if not os.path.exists(input_file):
+        return None
+    us, _, _ = http_floor.measure_haproxy(pa, FLOOR_SERVER, data, answers, workdir, seconds, 8,
+                                          server=http_floor.batched_floor("batched-lean"))
+    return us
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=4.0)
@@ -188,6 +206,11 @@ def main():
         print(f"| {run} | MLP server CPU per inference (c=8, {done} inferences) | {server_us:.1f} µs | "
               f"ORT in process {ort_us:.1f} µs (intra {intra}) | {server_us / ort_us:.2f} | {server_us <= 75} |",
               flush=True)
+        stack_us = batching_floor(pa, mlp_data, args.seconds)
+        if stack_us is not None:
+            print(f"| {run} | (floor under target 2, no target) infergate's stack alone holding the same requests "
+                  f"in the same batches, no model ({stack_us:.1f} µs), + ORT | — | — | {stack_us + ort_us:.1f} µs | — |",
+                  flush=True)
         minilm, tiny, floor = latency_c1(pa, args.seconds)
         print(f"| {run} | minilm c=1 added p50, client send+recv ({minilm['client']:.0f} µs) excluded "
               f"(model run in the server: {minilm['model_in_server']:.0f} µs mean) | {minilm['p50']:.0f} µs p50 | "
