@@ -165,16 +165,20 @@ def latency_c1(pa, seconds):
     return figures(row, base_p50), figures(tiny_row, tiny_base_p50), floor
 
 
-def batching_floor(pa, data, seconds):
-    """CPU µs per request of the floor server holding the MLP's requests in its batches (the lean
-    design of bench/http_floor.py), or None when it is not built."""
+def floor_answers(data):
+    """The MLP's canned answers for the floor server (asked once of a running infergate), or None
+    when the floor server is not built."""
     if not os.access(FLOOR_SERVER, os.X_OK):
         return None
-    workdir = tempfile.mkdtemp(prefix="infergate-targets-floor-")
-    answers = http_floor.canned_answers(data, workdir)
-    input_file = os.path.join(data, "mlp-input.json")  # written by cpu_per_request.measure
-    if not os.path.exists(input_file):
-        return None
+    workdir = os.path.join(data, "floor")
+    os.makedirs(workdir, exist_ok=True)
+    return workdir, http_floor.canned_answers(data, workdir)
+
+
+def batching_floor(pa, data, seconds, floor):
+    """CPU µs per request of the floor server holding the MLP's requests in its batches (the lean
+    design of bench/http_floor.py); `floor`: floor_answers' (workdir, answers)."""
+    workdir, answers = floor
     us, _, _ = http_floor.measure_haproxy(pa, FLOOR_SERVER, data, answers, workdir, seconds, 8,
                                           server=http_floor.batched_floor("batched-lean"))
     return us
@@ -191,6 +195,7 @@ def main():
     cpu_per_request.write_mlp(mlp)
     subprocess.run([serving.BIN, "models", "add", "--data-dir", mlp_data, "--name", "mlp",
                     "--config", json.dumps(cpu_per_request.CONFIG), mlp], check=True, capture_output=True)
+    mlp_floor = floor_answers(mlp_data)
     print(f"{os.cpu_count()} cores, load average at start {os.getloadavg()[0]:.2f}; {args.seconds:g} s windows\n")
     print("| run | target | infergate | baseline (same run) | ratio | target met |")
     print("| --- | --- | --- | --- | --- | --- |")
@@ -206,8 +211,9 @@ def main():
         print(f"| {run} | MLP server CPU per inference (c=8, {done} inferences) | {server_us:.1f} µs | "
               f"ORT in process {ort_us:.1f} µs (intra {intra}) | {server_us / ort_us:.2f} | {server_us <= 75} |",
               flush=True)
-        stack_us = batching_floor(pa, mlp_data, args.seconds)
-        if stack_us is not None:
+        if mlp_floor is not None:
+            # perf_analyzer's input file, as cpu_per_request.measure just wrote it in mlp_data.
+            stack_us = batching_floor(pa, mlp_data, args.seconds, mlp_floor)
             print(f"| {run} | (floor under target 2, no target) infergate's stack alone holding the same requests "
                   f"in the same batches, no model ({stack_us:.1f} µs), + ORT | — | — | {stack_us + ort_us:.1f} µs | — |",
                   flush=True)

@@ -292,15 +292,14 @@ def main():
         hap_us, hap_kernel, _ = figures["haproxy"]
         server_us, ort_us, _, _, _, kernel_us = figures["infergate"]
         floor = hap_us + ort_us
-        cells = ""
-        batching_cells = ""
+        cells = batching_cell = batching_ratio = ""
         if hyper:
             cells = "".join(f"{figures[side][0]:.1f} ({figures[side][1]:.1f}) | " for side in ["hyper", *BATCHED])
             batching = min(figures[side][0] for side in BATCHED) + ort_us
-            batching_cells = (f"{batching:.1f} | ", f" {server_us / batching:.2f} |")
+            batching_cell, batching_ratio = f"{batching:.1f} | ", f" {server_us / batching:.2f} |"
         print(f"| {r} | {hap_us:.1f} ({hap_kernel:.1f}) | {cells}{ort_us:.1f} | {floor:.1f} | "
-              f"{batching_cells[0] if hyper else ''}{server_us:.1f} ({kernel_us:.1f}) | {server_us / floor:.2f} |"
-              f"{batching_cells[1] if hyper else ''}", flush=True)
+              f"{batching_cell}{server_us:.1f} ({kernel_us:.1f}) | {server_us / floor:.2f} |{batching_ratio}",
+              flush=True)
     shutil.rmtree(data, ignore_errors=True)
 
 

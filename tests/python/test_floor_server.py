@@ -7,7 +7,6 @@ import http.client
 import os
 import ssl
 import subprocess
-import tempfile
 
 import pytest
 
@@ -19,9 +18,9 @@ FOREVER_US = 600_000_000
 
 
 @pytest.fixture(scope="module")
-def tls_dir():
+def tls_dir(tmp_path_factory):
     """A certificate and key as `infergate serve` writes them on its first start."""
-    data = tempfile.mkdtemp(prefix="infergate-floor-")
+    data = str(tmp_path_factory.mktemp("infergate-floor"))
     proc = subprocess.Popen([BIN, "serve", "--listen", "127.0.0.1:0", "--no-grpc", "--data-dir", data],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
