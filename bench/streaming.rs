@@ -40,22 +40,13 @@ const CASE: Duration = Duration::from_secs(3);
 const TOKENS: u64 = 4000;
 const MAX_TOKENS: u64 = 500;
 
-/// Writes the tiny model with the setup step's Python (`onnx` is in scripts/requirements.txt).
+/// Writes the tiny model ([1,16] -> x + x) with the setup step's Python (scripts/tiny_model.py).
 fn tiny_model(dir: &std::path::Path) -> std::path::PathBuf {
     let path = dir.join("tiny.onnx");
     let python = std::env::var("INFERGATE_PYTHON").unwrap_or_else(|_| "python3".into());
-    let script = r#"
-import sys, onnx
-from onnx import helper, TensorProto
-x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])
-y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16])
-g = helper.make_graph([helper.make_node("Add", ["x", "x"], ["y"])], "tiny", [x], [y])
-m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-m.ir_version = 8
-onnx.save(m, sys.argv[1])
-"#;
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/tiny_model.py");
     let status = std::process::Command::new(python)
-        .args(["-c", script])
+        .arg(script)
         .arg(&path)
         .status()
         .expect("run python (source .cache/env.sh)");

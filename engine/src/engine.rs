@@ -151,6 +151,9 @@ pub struct ModelInfo {
     /// Batches run on the requesting thread (a lone request to an idle version) instead of an
     /// instance thread.
     pub caller_runs: u64,
+    /// Batches closed by their queue delay and run by the batch clock on a tokio worker
+    /// instead of an instance thread.
+    pub clock_runs: u64,
     pub config: ModelConfig,
 }
 
@@ -416,6 +419,7 @@ impl Engine {
             in_flight: l.in_flight.load(Ordering::Relaxed),
             idle_ms,
             caller_runs: l.scheduler.caller_runs(),
+            clock_runs: l.scheduler.clock_runs(),
             config: l.config.lock().clone(),
         };
         Some(info)
@@ -692,6 +696,7 @@ impl Inner {
             self.ops.clone(),
             self.config.idle_spin,
         ));
+        scheduler.start_clock();
         let pool = InstancePool::new(scheduler.clone());
         let instance::Prepared {
             signature,

@@ -9,6 +9,7 @@
 //! thread wake-up on its way to the model and none on its way back. Under load, requests queue
 //! and the instance threads batch them: a batch is always what the batcher decides.
 
+use crate::batch_clock::BatchClock;
 use crate::batcher::{self, BatchPolicy, Decision};
 use crate::config::ModelConfig;
 use crate::error::{EngineError, Result};
@@ -44,6 +45,13 @@ pub(crate) struct Scheduler {
     /// How long the last of them took, in µs (0: none yet): decides how the next one blocks
     /// its thread ([`Scheduler::run_here`]).
     last_caller_run_us: std::sync::atomic::AtomicU64,
+    /// The batch clock on the async runtime, when there is one ([`crate::batch_clock`]).
+    clock: std::sync::OnceLock<BatchClock>,
+    /// Batches run by it, on a tokio worker.
+    clock_runs: std::sync::atomic::AtomicU64,
+    /// How long the last batch took, in µs (0: none yet): whether the clock may run the next
+    /// one on its tokio worker ([`CLOCK_RUN_LIMIT`]).
+    last_batch_us: std::sync::atomic::AtomicU64,
 }
 
 impl Scheduler {
@@ -57,7 +65,22 @@ impl Scheduler {
             stats: Arc::new(StatsRecorder::default()),
             caller_runs: Default::default(),
             last_caller_run_us: Default::default(),
+            clock: Default::default(),
+            clock_runs: Default::default(),
+            last_batch_us: Default::default(),
         }
+    }
+
+    /// Starts the batch clock on the current runtime, if there is one it can use.
+    pub fn start_clock(self: &Arc<Self>) {
+        if let Some(clock) = BatchClock::start(Arc::downgrade(self)) {
+            let _ = self.clock.set(clock);
+        }
+    }
+
+    /// Batches run so far by the batch clock on a tokio worker.
+    pub fn clock_runs(&self) -> u64 {
+        self.clock_runs.load(Ordering::Relaxed)
     }
 
     pub fn policy(&self) -> Arc<BatchPolicy> {
@@ -276,9 +299,9 @@ impl Scheduler {
             .enqueue(&mut queue, request, capacity, retry_after)?;
         if !may_block_here() || !lone_on_idle_version(&queue) {
             // With every executor busy, no thread could run it now: the first to finish looks
-            // at the queue. Nor is one needed while an instance sleeps on a timer that comes
-            // no later than the queue's next need (see `timer_covers`).
-            let wake = !queue.pool.idle.is_empty() && !self.timer_covers(&queue);
+            // at the queue. Nor is one needed while a timer comes no later than the queue's
+            // next need (see `needs_instance`).
+            let wake = !queue.pool.idle.is_empty() && self.needs_instance(&mut queue);
             drop(queue);
             if wake {
                 self.queue.notify_one();
@@ -300,11 +323,12 @@ impl Scheduler {
             }
             Decision::WaitUntil(t) => {
                 queue.pool.idle.push(executor);
-                // A thread already sleeping until then (or earlier) sees this request when it
-                // wakes; otherwise one must set its timer for it.
+                // A timer already set for then (or earlier) sees this request when it fires;
+                // otherwise the batch clock is armed, or an instance must set its timer.
                 let covered = queue.pool.timer.is_some_and(|w| w <= t);
+                let armed = covered || self.arm_clock(&mut queue, t);
                 drop(queue);
-                if !covered {
+                if !armed {
                     self.queue.notify_one();
                 }
             }
@@ -348,30 +372,118 @@ impl Scheduler {
             .store(took.max(1), Ordering::Relaxed);
     }
 
-    /// Whether an instance thread already sleeping until its timer will look at the queue in
-    /// time: the batch the queue now forms neither runs at once (it filled up, reached a
-    /// preferred size, or its oldest request has waited long enough) nor needs an instance
-    /// before that timer (an earlier request deadline). Then waking the instance only makes it
-    /// form the same batch and sleep again: under load with a queue delay that was most of the
-    /// instance thread's wake-ups, one futex wake per request on the request's thread and a
+    /// Whether an idle instance thread must be woken for the queue as it stands: yes when the
+    /// batch it now forms runs at once (it filled up, reached a preferred size, or its oldest
+    /// request has waited long enough); no when it waits and a timer already set (the batch
+    /// clock's, or an instance thread's) fires no later than it needs to (an earlier request
+    /// deadline), or the batch clock could be armed for it now. Waking the instance only to
+    /// form the same batch and sleep again was, under load with a queue delay, most of the
+    /// instance thread's wake-ups: one futex wake per request on the request's thread and a
     /// sleep and wake of the instance (MLP of `bench/cpu_per_request.py`, batches of ~5.5).
-    fn timer_covers(&self, queue: &Levels) -> bool {
-        let Some(timer) = queue.pool.timer else {
+    fn needs_instance(&self, queue: &mut Levels) -> bool {
+        let waits = {
+            let policy = self.policy.read();
+            batcher::waits_until(queue, &policy, Instant::now())
+        };
+        let Some(t) = waits else {
+            return true;
+        };
+        let covered = queue.pool.timer.is_some_and(|w| w <= t);
+        !(covered || self.arm_clock(queue, t))
+    }
+
+    /// Arms the batch clock for `t` (the queue's timer, under its lock); false when there is
+    /// no live clock, and an instance thread must keep the time.
+    fn arm_clock(&self, queue: &mut Levels, t: Instant) -> bool {
+        let Some(clock) = self.clock.get().filter(|c| c.alive()) else {
             return false;
         };
-        let policy = self.policy.read();
-        batcher::waits_until(queue, &policy, Instant::now()).is_some_and(|t| t >= timer)
+        if queue.pool.timer.is_none_or(|w| w > t) {
+            clock.arm(t);
+            queue.pool.timer = Some(t);
+        }
+        true
+    }
+
+    /// The batch clock fired, on a tokio worker: runs the batch that is due on this worker,
+    /// when its last batch was short and no other model run blocks a worker; otherwise wakes an
+    /// instance thread to run it. Re-arms the clock for a batch that is not due yet.
+    pub(crate) fn on_clock(&self) {
+        let now = Instant::now();
+        let mut queue = self.queue.lock();
+        match queue.pool.timer {
+            // Re-armed for later since it fired: that expiry is the one to act on.
+            Some(w) if w > now => return,
+            _ => queue.pool.timer = None,
+        }
+        if queue.pool.idle.is_empty() {
+            // Every executor is running a batch; the first to finish looks at the queue.
+            return;
+        }
+        let last = Duration::from_micros(self.last_batch_us.load(Ordering::Relaxed));
+        let short = !last.is_zero() && last <= CLOCK_RUN_LIMIT;
+        let workers =
+            tokio::runtime::Handle::try_current().map_or(0, |h| h.metrics().num_workers());
+        let direct = if short && workers >= 2 {
+            DirectRun::start()
+        } else {
+            None
+        };
+        let Some(_running) = direct else {
+            drop(queue);
+            self.queue.notify_one();
+            return;
+        };
+        let Some(mut executor) = queue.pool.idle.pop() else {
+            return;
+        };
+        let policy = self.policy();
+        match batcher::next_batch(&mut queue, &policy, &self.label, now) {
+            Decision::Run(batch) => {
+                drop(queue);
+                self.clock_runs.fetch_add(1, Ordering::Relaxed);
+                execute(&mut executor, self, batch, policy.max_batch_size > 0);
+                self.finished(executor);
+            }
+            Decision::WaitUntil(t) => {
+                queue.pool.idle.push(executor);
+                if !self.arm_clock(&mut queue, t) {
+                    drop(queue);
+                    self.queue.notify_one();
+                }
+            }
+            Decision::Idle => {
+                queue.pool.idle.push(executor);
+                if queue.closed {
+                    // Instance threads waiting for the clock must see the end.
+                    drop(queue);
+                    self.queue.notify();
+                }
+            }
+        }
+    }
+
+    /// The batch clock's task ended: the instance threads keep the time from now on.
+    pub(crate) fn clock_stopped(&self) {
+        self.queue.lock().pool.timer = None;
+        self.queue.notify();
     }
 
     /// Puts an executor back after a batch run outside the instance threads, and wakes one of
-    /// them if requests queued meanwhile.
+    /// them if requests that queued meanwhile need it.
     fn finished(&self, executor: Executor) {
         let mut queue = self.queue.lock();
         let dropped = queue.pool.put(executor);
-        let waiting = queue.iter().next().is_some();
+        // Requests that queued meanwhile need an instance only if their batch is due now;
+        // otherwise a timer set for it will do (`needs_instance`).
+        let waiting = queue.iter().next().is_some() && self.needs_instance(&mut queue);
+        let closed = queue.closed;
         drop(queue);
         drop(dropped);
-        if waiting {
+        if closed {
+            // Instance threads waiting for the batch clock must see the end.
+            self.queue.notify();
+        } else if waiting {
             self.queue.notify_one();
         }
     }
@@ -380,6 +492,13 @@ impl Scheduler {
 /// The longest model run a lone request may make its tokio worker wait for outright
 /// ([`Scheduler::run_here`]); longer ones hand the worker's tasks over first.
 const DIRECT_RUN_LIMIT: Duration = Duration::from_millis(20);
+
+/// The longest batch (going by the version's last one) the batch clock runs on its tokio worker
+/// ([`Scheduler::on_clock`]); longer ones go to an instance thread. A batch blocks the worker
+/// for its whole run, while the other workers serve the connections: short enough that this
+/// costs no client a noticeable wait, long enough for the small models whose batches are
+/// dominated by the hand-off.
+const CLOCK_RUN_LIMIT: Duration = Duration::from_millis(2);
 
 /// The one model run in the process that is blocking a tokio worker outright, if any.
 static DIRECT_RUN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
@@ -447,6 +566,11 @@ fn run_instance(scheduler: &Scheduler) {
                 let Decision::Run(batch) = decision else {
                     queue.pool.idle.push(executor);
                     match decision {
+                        // The batch clock keeps the time: it runs the batch, or wakes this
+                        // thread when it cannot.
+                        Decision::WaitUntil(t) if scheduler.arm_clock(&mut queue, t) => {
+                            scheduler.queue.wait(&mut queue, None);
+                        }
                         Decision::WaitUntil(t) => {
                             queue.pool.timer = Some(queue.pool.timer.map_or(t, |w| w.min(t)));
                             scheduler.queue.wait(&mut queue, Some(t));
@@ -515,6 +639,10 @@ fn execute(executor: &mut Executor, scheduler: &Scheduler, batch: Vec<Request>, 
     } else {
         run_batch(session, &scheduler.label, &batch, &samples)
     };
+    let took = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+    scheduler
+        .last_batch_us
+        .store(took.max(1), Ordering::Relaxed);
     let stats = &scheduler.stats;
     match outcome {
         Ok((parts, times)) => {

@@ -21,6 +21,7 @@
 //! - [`stats`]: per-model counters in the shape Triton reports them.
 //! - [`error`]: the engine's error type, saying whose fault a failure is.
 
+mod batch_clock;
 mod batcher;
 pub mod config;
 pub mod engine;
@@ -39,6 +40,7 @@ pub mod signature;
 pub mod sizing;
 pub mod stats;
 pub mod tensor;
+pub mod timerfd;
 mod warmup;
 
 /// Native ops (resize/normalize, softmax top-k, NMS) on the GPU or their CPU twins.

@@ -13,6 +13,18 @@ use std::time::Duration;
 /// Batched logits may differ from unbatched ones by ORT's choice of kernels per batch size.
 const TOLERANCE: f32 = 1e-3;
 
+/// A multi-thread runtime of 2 workers, or a current-thread one.
+fn runtime(multi: bool) -> tokio::runtime::Runtime {
+    let mut builder = if multi {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        b.worker_threads(2);
+        b
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+    };
+    builder.enable_all().build().unwrap()
+}
+
 /// One MiniLM request of 8 tokens (`seed` picks them) on a task of its own, as a client that
 /// may go away: the engine's answer comes back through the task.
 fn spawn_infer(
@@ -363,14 +375,7 @@ async fn under_load_every_request_gets_its_own_answer_in_bounded_batches() {
 #[test]
 fn a_lone_request_to_an_idle_version_runs_on_its_callers_thread() {
     for (multi, expected) in [(true, 3), (false, 0)] {
-        let mut builder = if multi {
-            let mut b = tokio::runtime::Builder::new_multi_thread();
-            b.worker_threads(2);
-            b
-        } else {
-            tokio::runtime::Builder::new_current_thread()
-        };
-        let runtime = builder.enable_all().build().unwrap();
+        let runtime = runtime(multi);
         runtime.block_on(async {
             let Some(engine) = engine(|c| c.instances = Some(2)) else {
                 return;
@@ -404,6 +409,80 @@ fn a_lone_request_to_an_idle_version_runs_on_its_callers_thread() {
             let s = engine.stats(&batched).unwrap();
             assert_eq!((s.execution_count, s.inference_count), (1, 4));
             assert_eq!(engine.model_info(&batched).unwrap().caller_runs, 0);
+        });
+    }
+}
+
+/// A batch that waits out its queue delay is run by the batch clock on a tokio worker (once the
+/// version's last batch says batches are short), each request getting its own answer; the
+/// version still unloads cleanly, its instance threads ending although they slept on the clock.
+/// A current-thread runtime has no clock: its instance threads keep the time, and the delay
+/// still closes the batch.
+#[test]
+fn a_batch_closed_by_its_delay_runs_on_the_batch_clock() {
+    for multi in [true, false] {
+        let runtime = runtime(multi);
+        runtime.block_on(async {
+            let Some(engine) = engine(|_| {}) else { return };
+            let engine = Arc::new(engine);
+            let dir = tempfile::tempdir().unwrap();
+            let path = tiny_model(dir.path());
+            let k = key("tiny-clock", 1);
+            // Batches of up to 8 that never fill here: each pair of requests waits the delay.
+            load_configured(
+                &engine,
+                &k,
+                &path,
+                r#"{"max_batch_size": 8, "dynamic_batching": {"max_queue_delay_microseconds": 20000}}"#,
+            )
+            .await;
+            const ROUNDS: u64 = 6;
+            for round in 0..ROUNDS {
+                let seeds = [2 * round, 2 * round + 1];
+                let tasks: Vec<_> = seeds
+                    .iter()
+                    .map(|&seed| {
+                        let (engine, path, k) = (engine.clone(), path.clone(), k.clone());
+                        let input = Tensor::from_f32("x", vec![1, 16], &values(seed, 16)).unwrap();
+                        tokio::spawn(async move { engine.infer(&k, &path, vec![input], vec![]).await })
+                    })
+                    .collect();
+                for (&seed, task) in seeds.iter().zip(tasks) {
+                    let got = task.await.unwrap().unwrap();
+                    let doubled: Vec<f32> = values(seed, 16).iter().map(|v| v + v).collect();
+                    assert_eq!(got[0].shape, vec![1, 16]);
+                    assert_eq!(got[0].to_f32().unwrap(), doubled, "request {seed}");
+                }
+            }
+            let s = engine.stats(&k).unwrap();
+            assert_eq!(s.success.count, 2 * ROUNDS);
+            assert_eq!(
+                s.execution_count, ROUNDS,
+                "each pair ran as one batch: {:?}",
+                s.batch_stats
+            );
+            let info = engine.model_info(&k).unwrap();
+            assert_eq!(info.caller_runs, 0);
+            // The first batch runs on an instance thread, which measures how long batches
+            // take; the clock runs later ones. Not necessarily all: a batch that a loaded
+            // machine stretched past the limit, or another test's run blocking a worker at the
+            // moment, sends the next one to an instance thread.
+            if multi {
+                assert!(
+                    (1..ROUNDS).contains(&info.clock_runs),
+                    "{} of {ROUNDS} batches ran on the clock",
+                    info.clock_runs
+                );
+            } else {
+                assert_eq!(info.clock_runs, 0, "no clock on a current-thread runtime");
+            }
+            let before = engine.memory().0;
+            assert!(before > 0);
+            assert!(engine.unload(&k));
+            wait_until("the unloaded version's instances free its memory", || {
+                engine.memory().0 < before
+            })
+            .await;
         });
     }
 }

@@ -43,11 +43,10 @@ use spin::spin_for;
 
 /// Dynamic batching with nothing else: requests wait for their batch to close.
 mod batches {
+    use infergate_engine::timerfd::Timer;
     use parking_lot::{Condvar, Mutex};
-    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
     use std::sync::Arc;
     use std::time::{Duration, Instant};
-    use tokio::io::unix::AsyncFd;
     use tokio::sync::oneshot;
 
     /// What closes a batch whose delay ran out.
@@ -75,7 +74,7 @@ mod batches {
         /// The closing thread's wake-up (Clock::Thread).
         changed: Condvar,
         /// Armed for the open batch (Clock::Timerfd).
-        timer: Option<AsyncFd<OwnedFd>>,
+        timer: Option<Timer>,
     }
 
     impl Batches {
@@ -88,12 +87,7 @@ mod batches {
         ) -> std::io::Result<Arc<Batches>> {
             let timer = match clock {
                 Clock::Thread => None,
-                Clock::Timerfd => {
-                    let fd = timerfd()?;
-                    // SAFETY: the AsyncFd owns the descriptor, which is closed only when it drops.
-                    let registered = unsafe { AsyncFd::register(fd) };
-                    Some(registered.map_err(std::io::Error::from)?)
-                }
+                Clock::Timerfd => Some(Timer::new()?),
             };
             let batches = Arc::new(Batches {
                 open: Mutex::new(Open::default()),
@@ -143,7 +137,7 @@ mod batches {
                     Some(std::mem::take(&mut open.waiting))
                 }
                 Some(timer) if first => {
-                    arm(timer.get_ref(), self.delay);
+                    timer.arm(self.delay);
                     None
                 }
                 // The closing thread sleeps without a deadline while nothing waits, and until
@@ -186,73 +180,29 @@ mod batches {
 
         async fn run_timer(&self) {
             let Some(timer) = &self.timer else { return };
-            loop {
-                let Ok(mut ready) = timer.readable().await else {
-                    return;
-                };
-                let mut expirations = [0u8; 8];
-                // SAFETY: reads 8 bytes into an 8-byte buffer from a timerfd this owns.
-                let read = unsafe {
-                    libc::read(
-                        timer.get_ref().as_raw_fd(),
-                        expirations.as_mut_ptr().cast(),
-                        expirations.len(),
-                    )
-                };
-                if read != 8 {
-                    ready.clear_ready();
-                    continue;
-                }
-                let batch = {
-                    let mut open = self.open.lock();
-                    // A batch that filled up closed already; a later one has its own deadline.
-                    match open.closes {
-                        Some(t) if Instant::now() >= t => {
-                            open.closes = None;
-                            std::mem::take(&mut open.waiting)
+            timer
+                .run(|| {
+                    let batch = {
+                        let mut open = self.open.lock();
+                        // A batch that filled up closed already; a later one has its own
+                        // deadline.
+                        match open.closes {
+                            Some(t) if Instant::now() >= t => {
+                                open.closes = None;
+                                std::mem::take(&mut open.waiting)
+                            }
+                            Some(t) => {
+                                timer.arm(t.saturating_duration_since(Instant::now()));
+                                Vec::new()
+                            }
+                            None => Vec::new(),
                         }
-                        Some(t) => {
-                            arm(timer.get_ref(), t.saturating_duration_since(Instant::now()));
-                            Vec::new()
-                        }
-                        None => Vec::new(),
-                    }
-                };
-                self.release(batch);
-            }
+                    };
+                    self.release(batch);
+                    true
+                })
+                .await;
         }
-    }
-
-    fn timerfd() -> std::io::Result<OwnedFd> {
-        // SAFETY: plain system call; the descriptor is owned from here on.
-        let fd = unsafe {
-            libc::timerfd_create(
-                libc::CLOCK_MONOTONIC,
-                libc::TFD_NONBLOCK | libc::TFD_CLOEXEC,
-            )
-        };
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        // SAFETY: `fd` was just created and nothing else owns it.
-        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-    }
-
-    /// Makes the timer expire once, `after` from now (at least 1 ns: zero would disarm it).
-    fn arm(timer: &OwnedFd, after: Duration) {
-        let after = after.max(Duration::from_nanos(1));
-        let spec = libc::itimerspec {
-            it_interval: libc::timespec {
-                tv_sec: 0,
-                tv_nsec: 0,
-            },
-            it_value: libc::timespec {
-                tv_sec: after.as_secs() as libc::time_t,
-                tv_nsec: after.subsec_nanos() as libc::c_long,
-            },
-        };
-        // SAFETY: `spec` is a valid itimerspec; the old value is not asked for.
-        unsafe { libc::timerfd_settime(timer.as_raw_fd(), 0, &spec, std::ptr::null_mut()) };
     }
 }
 

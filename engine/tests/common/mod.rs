@@ -97,3 +97,18 @@ pub async fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// Writes a tiny batching model ([N,16] -> x + x, runs of microseconds) into `dir` with the
+/// setup step's Python (scripts/tiny_model.py).
+pub fn tiny_model(dir: &Path) -> PathBuf {
+    let path = dir.join("tiny.onnx");
+    let python = std::env::var("INFERGATE_PYTHON").unwrap_or_else(|_| "python3".into());
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/tiny_model.py");
+    let status = std::process::Command::new(python)
+        .args([script, "--dynamic-batch"])
+        .arg(&path)
+        .status()
+        .expect("run python (source .cache/env.sh)");
+    assert!(status.success(), "writing the tiny model failed");
+    path
+}
