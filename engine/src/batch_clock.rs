@@ -42,12 +42,7 @@ impl BatchClock {
     /// multi-threaded runtime here or no timerfd on this system (logged).
     pub fn start(scheduler: Weak<Scheduler>) -> Option<BatchClock> {
         let handle = tokio::runtime::Handle::try_current().ok()?;
-        // With a single worker the clock could never run a batch on it (that worker must keep
-        // serving I/O), only wake an instance thread: one wake-up more than the instance's own
-        // timer.
-        if handle.runtime_flavor() != tokio::runtime::RuntimeFlavor::MultiThread
-            || handle.metrics().num_workers() < 2
-        {
+        if handle.runtime_flavor() != tokio::runtime::RuntimeFlavor::MultiThread {
             return None;
         }
         let _runtime = handle.enter();

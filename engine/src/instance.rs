@@ -349,20 +349,22 @@ impl Scheduler {
     /// 80 µs of server CPU per request (545–602 against 432–478 µs p50, 433–473 against
     /// 366–389 µs of CPU, four alternating rounds). Why not always block: a blocked worker
     /// runs none of its other tasks meanwhile (the other workers steal its queued ones). So only
-    /// a run the version's last one says is short ([`DIRECT_RUN_LIMIT`]), only while the
-    /// runtime has another worker, and only one such run at a time in the process: at least one
-    /// worker always keeps serving I/O. Only lone requests to idle versions get here at all.
+    /// a run the version's last one says is short ([`DIRECT_RUN_LIMIT`]), and only one such run
+    /// at a time in the process: with two workers or more, at least one always keeps serving
+    /// I/O. A runtime of a single worker (the default on 2 cores, `sizing::async_threads`) has
+    /// no other worker to keep it: there the short run blocks I/O for its length, which on
+    /// such a machine the model's own threads would mostly take from it anyway, rather than
+    /// pay the hand-off on every lone request. Only lone requests to idle versions get here
+    /// at all.
     fn run_here(&self, work: impl FnOnce()) {
         let last = Duration::from_micros(self.last_caller_run_us.load(Ordering::Relaxed));
         let started = Instant::now();
         let expected_short = !last.is_zero() && last <= DIRECT_RUN_LIMIT;
         match tokio::runtime::Handle::try_current() {
-            Ok(handle) if expected_short && handle.metrics().num_workers() >= 2 => {
-                match DirectRun::start() {
-                    Some(_running) => work(),
-                    None => tokio::task::block_in_place(work),
-                }
-            }
+            Ok(_) if expected_short => match DirectRun::start() {
+                Some(_running) => work(),
+                None => tokio::task::block_in_place(work),
+            },
             Ok(_) => tokio::task::block_in_place(work),
             // A plain thread: nothing else to serve.
             Err(_) => work(),
@@ -422,13 +424,7 @@ impl Scheduler {
         }
         let last = Duration::from_micros(self.last_batch_us.load(Ordering::Relaxed));
         let short = !last.is_zero() && last <= CLOCK_RUN_LIMIT;
-        let workers =
-            tokio::runtime::Handle::try_current().map_or(0, |h| h.metrics().num_workers());
-        let direct = if short && workers >= 2 {
-            DirectRun::start()
-        } else {
-            None
-        };
+        let direct = if short { DirectRun::start() } else { None };
         let Some(_running) = direct else {
             drop(queue);
             self.queue.notify_one();
@@ -495,9 +491,9 @@ const DIRECT_RUN_LIMIT: Duration = Duration::from_millis(20);
 
 /// The longest batch (going by the version's last one) the batch clock runs on its tokio worker
 /// ([`Scheduler::on_clock`]); longer ones go to an instance thread. A batch blocks the worker
-/// for its whole run, while the other workers serve the connections: short enough that this
-/// costs no client a noticeable wait, long enough for the small models whose batches are
-/// dominated by the hand-off.
+/// for its whole run, while any other workers serve the connections (on a single worker, none
+/// does): short enough that this costs no client a noticeable wait, long enough for the small
+/// models whose batches are dominated by the hand-off.
 const CLOCK_RUN_LIMIT: Duration = Duration::from_millis(2);
 
 /// The one model run in the process that is blocking a tokio worker outright, if any.

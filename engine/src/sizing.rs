@@ -84,24 +84,23 @@ pub fn plan(
 
 /// Threads of the async runtime (TLS, HTTP, request decode and encode, the hand-off to the
 /// engine) when the operator did not say (`explicit` `None` or 0): in a process whose engine
-/// runs models, half the cores but at least 2 (never more than the cores); in one that only
-/// routes to workers, every core.
+/// runs models, half the cores (rounded up); in one that only routes to workers, every core.
 ///
 /// Why half: the engine's instances and intra-op threads are already sized to the whole machine,
 /// so an async worker per core as well puts two busy threads on every core, and async workers
 /// that run out of tasks park and wake each other for work one thread would have done in turn.
 /// On 2 cores, with the MLP of `bench/cpu_per_request.py` at concurrency 8, one async thread
 /// instead of two cost 152.8 against 173.2 µs of server CPU per inference at the same
-/// throughput. Why at least 2: a lone request to an idle model runs on its own worker thread
-/// only while another worker keeps serving I/O (`instance::Scheduler::run_here`); with one
-/// worker every such run first hands the worker's tasks to another thread, and a small model's
-/// p50 at concurrency 1 rose from 446 to 602 µs. So 2 cores keep 2 (`--async-threads 1` trades
-/// that latency for the CPU), 4 cores get 2, 32 get 16.
+/// throughput, and with the batch clock (`crate::batch_clock`) 80.4–85.9 against 87.5–93.9 µs
+/// (three alternating rounds). So 2 cores get 1, 4 get 2, 32 get 16. A single worker has no
+/// other to hand its tasks to while a lone request's short model run blocks it, so it runs
+/// the model inline (`instance::Scheduler::run_here`), as it does a short batch its clock
+/// closes.
 pub fn async_threads(cores: usize, explicit: Option<usize>, runs_models: bool) -> usize {
     let cores = cores.max(1);
     match explicit.filter(|&n| n > 0) {
         Some(n) => n,
-        None if runs_models => cores.div_ceil(2).max(2).min(cores),
+        None if runs_models => cores.div_ceil(2),
         None => cores,
     }
 }
@@ -151,11 +150,11 @@ mod tests {
     }
 
     #[test]
-    fn the_async_runtime_gets_half_the_cores_but_two_beside_an_engine_and_all_without() {
+    fn the_async_runtime_gets_half_the_cores_beside_an_engine_and_all_without() {
         for (cores, beside_engine, routing_only) in [
             (0, 1, 1),
             (1, 1, 1),
-            (2, 2, 2),
+            (2, 1, 2),
             (3, 2, 3),
             (4, 2, 4),
             (6, 3, 6),

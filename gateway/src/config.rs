@@ -39,7 +39,7 @@ pub struct Config {
     /// The database: SQLite in the data directory, or PostgreSQL shared by replicas.
     pub store: crate::store::StoreConfig,
     /// Threads of the async runtime (connections, TLS, HTTP, request decode and encode); absent
-    /// or 0: half the cores (at least 2) beside a local engine, every core without one
+    /// or 0: half the cores (rounded up) beside a local engine, every core without one
     /// (`infergate_engine::sizing::async_threads`).
     pub async_threads: Option<usize>,
 }

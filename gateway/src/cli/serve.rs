@@ -59,8 +59,8 @@ pub struct ServeArgs {
     #[arg(long, env = "INFERGATE_INSTANCES")]
     instances: Option<usize>,
     /// Threads of the async runtime: connections, TLS, HTTP, request decode and encode [default:
-    /// half the available cores, at least 2 (at most all); every core with --no-local-engine; 0
-    /// = that default]. 1 on a 2-core host saves CPU under load but slows lone small requests.
+    /// half the available cores, rounded up (2 cores: 1); every core with --no-local-engine; 0
+    /// = that default].
     #[arg(long, env = "INFERGATE_ASYNC_THREADS")]
     async_threads: Option<usize>,
     /// Log format: text or json [default: text].

@@ -89,7 +89,7 @@ pub struct WorkerArgs {
     #[arg(long, env = "INFERGATE_INSTANCES")]
     instances: Option<usize>,
     /// Threads of the async runtime: connections, TLS, HTTP, request decode and encode [default:
-    /// half the available cores, at least 2 (at most all); 0 = that default].
+    /// half the available cores, rounded up (2 cores: 1); 0 = that default].
     #[arg(long, env = "INFERGATE_ASYNC_THREADS")]
     async_threads: Option<usize>,
     /// Largest inference request body in bytes.
