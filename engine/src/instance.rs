@@ -323,12 +323,11 @@ impl Scheduler {
             }
             Decision::WaitUntil(t) => {
                 queue.pool.idle.push(executor);
-                // A timer already set for then (or earlier) sees this request when it fires;
-                // otherwise the batch clock is armed, or an instance must set its timer.
-                let covered = queue.pool.timer.is_some_and(|w| w <= t);
-                let armed = covered || self.arm_clock(&mut queue, t);
+                // A timer set for then (or earlier), or the batch clock armed now, sees this
+                // request when it fires; otherwise an instance must set its timer.
+                let timed = self.timer_fires_by(&mut queue, t);
                 drop(queue);
-                if !armed {
+                if !timed {
                     self.queue.notify_one();
                 }
             }
@@ -383,6 +382,11 @@ impl Scheduler {
     /// instance thread's wake-ups: one futex wake per request on the request's thread and a
     /// sleep and wake of the instance (MLP of `bench/cpu_per_request.py`, batches of ~5.5).
     fn needs_instance(&self, queue: &mut Levels) -> bool {
+        if queue.pool.timer.is_none() && self.live_clock().is_none() {
+            // No timer is set and none can be: only an instance can keep the time, so the
+            // batch need not be planned to know it.
+            return true;
+        }
         let waits = {
             let policy = self.policy.read();
             batcher::waits_until(queue, &policy, Instant::now())
@@ -390,14 +394,24 @@ impl Scheduler {
         let Some(t) = waits else {
             return true;
         };
-        let covered = queue.pool.timer.is_some_and(|w| w <= t);
-        !(covered || self.arm_clock(queue, t))
+        !self.timer_fires_by(queue, t)
+    }
+
+    /// Whether a timer looks at the queue by `t`: one already set (the batch clock's or an
+    /// instance thread's) for then or earlier, or the batch clock armed for it now.
+    fn timer_fires_by(&self, queue: &mut Levels, t: Instant) -> bool {
+        queue.pool.timer.is_some_and(|w| w <= t) || self.arm_clock(queue, t)
+    }
+
+    /// The batch clock, while its task runs.
+    fn live_clock(&self) -> Option<&BatchClock> {
+        self.clock.get().filter(|c| c.alive())
     }
 
     /// Arms the batch clock for `t` (the queue's timer, under its lock); false when there is
     /// no live clock, and an instance thread must keep the time.
     fn arm_clock(&self, queue: &mut Levels, t: Instant) -> bool {
-        let Some(clock) = self.clock.get().filter(|c| c.alive()) else {
+        let Some(clock) = self.live_clock() else {
             return false;
         };
         if queue.pool.timer.is_none_or(|w| w > t) {
