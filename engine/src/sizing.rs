@@ -94,8 +94,8 @@ pub fn plan(
 /// throughput, and with the batch clock (`crate::batch_clock`) 80.4–85.9 against 87.5–93.9 µs
 /// (three alternating rounds). So 2 cores get 1, 4 get 2, 32 get 16. A single worker has no
 /// other to hand its tasks to while a lone request's short model run blocks it, so it runs
-/// the model inline (`instance::Scheduler::run_here`), as it does a short batch its clock
-/// closes.
+/// a run of at most 2 ms inline (`instance::Scheduler::run_here`), as it does a short batch
+/// its clock closes; longer runs hand the worker's tasks over first.
 pub fn async_threads(cores: usize, explicit: Option<usize>, runs_models: bool) -> usize {
     let cores = cores.max(1);
     match explicit.filter(|&n| n > 0) {
