@@ -59,8 +59,10 @@ pub struct Connection {
     idle_since: Mutex<Instant>,
     /// The connection's place among its address's unauthenticated connections.
     peer_slot: Mutex<Option<PeerSlot>>,
-    /// Told when a request ends or the connection authenticates.
-    changed: Notify,
+    /// Told when the last request in flight ends.
+    ended: Notify,
+    /// Told when the connection authenticates (its idle limit changes).
+    authenticated_now: Notify,
 }
 
 impl Connection {
@@ -71,14 +73,15 @@ impl Connection {
             http2: AtomicBool::new(false),
             idle_since: Mutex::new(Instant::now()),
             peer_slot: Mutex::new(peer_slot),
-            changed: Notify::new(),
+            ended: Notify::new(),
+            authenticated_now: Notify::new(),
         })
     }
 
     pub fn mark_authenticated(&self) {
         if !self.authenticated.swap(true, Ordering::AcqRel) {
             self.lock_slot().take();
-            self.changed.notify_waiters();
+            self.authenticated_now.notify_waiters();
         }
     }
 
@@ -92,27 +95,44 @@ impl Connection {
 
     /// Resolves once the connection has had nothing in flight for its idle limit: `header`
     /// until it has presented a valid key, `idle` after.
+    ///
+    /// Requests that start and end while it sleeps towards a deadline do not wake it: they
+    /// only move the idle start later, which it sees when the deadline comes (and then sleeps
+    /// on to the new one). Waking it at each request's end, and setting a fresh timer, cost
+    /// every request a timer insertion and removal and a poll of this future.
     pub async fn idle_expired(&self, header: Duration, idle: Duration) {
         loop {
-            let changed = self.changed.notified();
-            let deadline = (self.in_flight.load(Ordering::Acquire) == 0).then(|| {
-                let limit = if self.authenticated.load(Ordering::Acquire) {
-                    idle
-                } else {
-                    header
-                };
-                *self.lock_idle() + limit
-            });
-            match deadline {
-                Some(deadline) => tokio::select! {
-                    _ = changed => {}
-                    _ = tokio::time::sleep_until(deadline) => {
-                        if self.in_flight.load(Ordering::Acquire) == 0 {
-                            return;
-                        }
-                    }
-                },
-                None => changed.await,
+            let ended = self.ended.notified();
+            tokio::pin!(ended);
+            // Registered before `in_flight` is read, so an end in between is not missed.
+            ended.as_mut().enable();
+            if self.in_flight.load(Ordering::Acquire) > 0 {
+                ended.await;
+                continue;
+            }
+            let authenticated_now = self.authenticated_now.notified();
+            tokio::pin!(authenticated_now);
+            authenticated_now.as_mut().enable();
+            let authenticated = self.authenticated.load(Ordering::Acquire);
+            let limit = if authenticated { idle } else { header };
+            let Some(deadline) = self.lock_idle().checked_add(limit) else {
+                // A limit too large to be a point in time: only a change of limit ends it.
+                match authenticated {
+                    true => std::future::pending::<()>().await,
+                    false => authenticated_now.await,
+                }
+                continue;
+            };
+            if Instant::now() >= deadline {
+                if self.in_flight.load(Ordering::Acquire) == 0 {
+                    return;
+                }
+                continue;
+            }
+            tokio::select! {
+                _ = tokio::time::sleep_until(deadline) => {}
+                // The limit changed: the deadline is computed again.
+                _ = authenticated_now, if !authenticated => {}
             }
         }
     }
@@ -138,7 +158,7 @@ impl Drop for InFlight {
     fn drop(&mut self) {
         if self.0.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
             *self.0.lock_idle() = Instant::now();
-            self.0.changed.notify_waiters();
+            self.0.ended.notify_waiters();
         }
     }
 }
@@ -347,5 +367,87 @@ impl<I: AsyncWrite + Unpin> AsyncWrite for ConnIo<I> {
         let this = self.get_mut();
         let result = Pin::new(&mut this.io).poll_shutdown(cx);
         this.watch_write(cx, result)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn watch(
+        connection: &Arc<Connection>,
+        header: Duration,
+        idle: Duration,
+    ) -> tokio::task::JoinHandle<()> {
+        let connection = connection.clone();
+        tokio::spawn(async move { connection.idle_expired(header, idle).await })
+    }
+
+    /// A request in flight past the limit keeps the connection; its end starts the idle time.
+    #[tokio::test]
+    async fn a_request_in_flight_holds_off_the_idle_close() {
+        let connection = Connection::new(None);
+        let request = connection.request_started();
+        let watcher = watch(&connection, Duration::from_millis(50), Duration::MAX);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(!watcher.is_finished(), "closed with a request in flight");
+        drop(request);
+        tokio::time::timeout(Duration::from_secs(10), watcher)
+            .await
+            .expect("closed once idle")
+            .unwrap();
+    }
+
+    /// A request that starts and ends while the watchdog sleeps moves the deadline, although
+    /// it does not wake the watchdog: the close comes a full limit after that request's end.
+    #[tokio::test]
+    async fn a_request_while_asleep_moves_the_deadline() {
+        let connection = Connection::new(None);
+        let watcher = watch(&connection, Duration::from_secs(1), Duration::MAX);
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        drop(connection.request_started());
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        assert!(
+            !watcher.is_finished(),
+            "closed 0.7 s after a request ended, with a 1 s limit"
+        );
+        tokio::time::timeout(Duration::from_secs(10), watcher)
+            .await
+            .expect("closed once idle")
+            .unwrap();
+    }
+
+    /// Presenting a key switches the limit from the header timeout to the idle timeout, at
+    /// once: the watchdog asleep towards the short deadline is told.
+    #[tokio::test]
+    async fn authenticating_switches_to_the_idle_limit() {
+        let connection = Connection::new(None);
+        let watcher = watch(
+            &connection,
+            Duration::from_secs(1),
+            Duration::from_secs(3600),
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        connection.mark_authenticated();
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        assert!(
+            !watcher.is_finished(),
+            "closed at the header timeout after authenticating"
+        );
+        watcher.abort();
+        // And the other way round: an idle limit shorter than the header timeout applies at
+        // once too.
+        let connection = Connection::new(None);
+        let watcher = watch(
+            &connection,
+            Duration::from_secs(3600),
+            Duration::from_millis(50),
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        connection.mark_authenticated();
+        tokio::time::timeout(Duration::from_secs(10), watcher)
+            .await
+            .expect("closed at the idle limit")
+            .unwrap();
     }
 }

@@ -201,6 +201,16 @@ impl ApiError {
         }
     }
 
+    /// [`ApiError::log`] for an HTTP answer, naming the request's method and path.
+    pub fn log_http(&self, method: &http::Method, path: &str) {
+        let transport = "http";
+        if self.kind.is_server_fault() {
+            tracing::error!(transport, %method, path, kind = ?self.kind, error = %self.chain(), "request failed");
+        } else {
+            tracing::debug!(transport, %method, path, kind = ?self.kind, error = %self.chain(), "request refused");
+        }
+    }
+
     /// The message followed by the chain of causes, for the log.
     pub fn chain(&self) -> String {
         let mut out = self.message.clone();

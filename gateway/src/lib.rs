@@ -82,6 +82,7 @@ pub mod own_thread;
 pub mod peers;
 pub mod pipeline;
 pub mod ratelimit;
+pub mod read_ahead;
 pub mod read_deadline;
 pub mod replica_sync;
 pub mod request_id;

@@ -38,7 +38,15 @@ fn is_sane(id: &str) -> bool {
 pub fn generate() -> String {
     let mut bytes = [0u8; 16];
     rand::rng().fill_bytes(&mut bytes);
-    hex::encode(bytes)
+    // Written out rather than `hex::encode`, which pushes char by char (≈ 1,200 instructions
+    // per request, most of this function).
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut text = String::with_capacity(32);
+    for b in bytes {
+        text.push(char::from(DIGITS[usize::from(b >> 4)]));
+        text.push(char::from(DIGITS[usize::from(b & 15)]));
+    }
+    text
 }
 
 /// Gives `request` its id and runs `next` with it: outermost (`api::front`), so even refused
@@ -55,12 +63,14 @@ where
         .filter(|v| is_sane(v))
         .map(str::to_string)
         .unwrap_or_else(generate);
-    let span = tracing::info_span!(
-        "request",
-        request_id = %id,
-        method = %request.method(),
-        path = %request.uri().path(),
-    );
+    // The span carries the id alone: every field of a span is formatted into text when the
+    // span opens, and the method and path with it took ≈ 2,500 of the span's ≈ 4,200
+    // instructions per request. They are named where they are needed, on the request's own
+    // lines below (both are cheap to keep: the method is an enum, the URI shares the head's
+    // buffer).
+    let span = tracing::info_span!("request", request_id = %id);
+    let method = request.method().clone();
+    let uri = request.uri().clone();
     request.extensions_mut().insert(RequestId(id.clone()));
     let started = std::time::Instant::now();
     let mut response = next(request).instrument(span.clone()).await;
@@ -70,9 +80,9 @@ where
     let error = response.extensions_mut().remove::<Logged>();
     span.in_scope(|| {
         if let Some(Logged(error)) = error {
-            error.log("http");
+            error.log_http(&method, uri.path());
         }
-        tracing::debug!(status, elapsed_ms, "request finished")
+        tracing::debug!(%method, path = uri.path(), status, elapsed_ms, "request finished")
     });
     if let Ok(value) = HeaderValue::from_str(&id) {
         response.headers_mut().insert(HEADER, value);

@@ -1,5 +1,6 @@
 //! The listener: accepts TCP connections under a connection cap and a per-address cap on
-//! unauthenticated connections, terminates TLS, serves HTTP/1.1 and HTTP/2 (ALPN) with hyper,
+//! unauthenticated connections, terminates TLS (reading the socket ahead of it,
+//! `read_ahead`), serves HTTP/1.1 and HTTP/2 (ALPN) with hyper,
 //! and drains on SIGTERM/SIGINT after turning readiness off. Both listeners (HTTPS and gRPC)
 //! run here, so every limit below holds on both.
 //!
@@ -14,11 +15,13 @@
 //!   then `idle_timeout_s` (HTTP/2; hyper closes idle HTTP/1 connections at its header timer);
 //! - writes: `send_timeout_s` without progress (`connection::ConnIo`);
 //! - an idle close is a graceful one (HTTP/2 GOAWAY) given `header_timeout_s` more, then the
-//!   socket is dropped.
+//!   socket is dropped. The idle and drain watchdog of each connection is a task of its own
+//!   (see [`watch_connection`]).
 
 use crate::config::Limits;
 use crate::connection::{ConnIo, ConnService, Connection, Handle};
 use crate::peers::PeerLimit;
+use crate::read_ahead::ReadAhead;
 use crate::state::AppState;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
@@ -131,18 +134,22 @@ pub async fn run<H: Handle>(
         match listener.tls.clone() {
             Some(acceptor) => {
                 tokio::spawn(async move {
-                    let tls =
-                        match tokio::time::timeout(handshake_timeout, acceptor.accept(io)).await {
-                            Ok(Ok(tls)) => tls,
-                            Ok(Err(e)) => {
-                                tracing::debug!(%peer, error = %e, "TLS handshake failed");
-                                return;
-                            }
-                            Err(_) => {
-                                tracing::debug!(%peer, "TLS handshake timed out");
-                                return;
-                            }
-                        };
+                    let tls = match tokio::time::timeout(
+                        handshake_timeout,
+                        acceptor.accept(ReadAhead::new(io)),
+                    )
+                    .await
+                    {
+                        Ok(Ok(tls)) => tls,
+                        Ok(Err(e)) => {
+                            tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                            return;
+                        }
+                        Err(_) => {
+                            tracing::debug!(%peer, "TLS handshake timed out");
+                            return;
+                        }
+                    };
                     if tls.get_ref().1.alpn_protocol() == Some(b"h2") {
                         connection.set_http2();
                     }
@@ -212,21 +219,30 @@ async fn watch_connection<I, H: Handle>(
         .serve_connection_with_upgrades(TokioIo::new(io), service)
         .into_owned();
     tokio::pin!(conn);
-    let closing = async {
+    // The watchdog runs as a task of its own: polled here, beside the connection, it would be
+    // polled at every wake-up of the connection (several per request), each time polling its
+    // timer, its notifications and the drain signal. A oneshot receiver is cheap to poll.
+    let (closing_tx, closing_rx) = tokio::sync::oneshot::channel();
+    let watchdog = {
+        let connection = connection.clone();
         let drain = setup.state.drain().signal();
-        tokio::select! {
-            _ = connection.idle_expired(header, idle) => Closing::Idle,
-            _ = drain => {
-                if !connection.is_http2() {
-                    tokio::time::sleep(keepalive_on_drain).await;
+        AbortOnDrop(tokio::spawn(async move {
+            let reason = tokio::select! {
+                _ = connection.idle_expired(header, idle) => Closing::Idle,
+                _ = drain => {
+                    if !connection.is_http2() {
+                        tokio::time::sleep(keepalive_on_drain).await;
+                    }
+                    Closing::Drain
                 }
-                Closing::Drain
-            }
-        }
+            };
+            let _ = closing_tx.send(reason);
+        }))
     };
     let result = tokio::select! {
         result = conn.as_mut() => result,
-        reason = closing => {
+        // An error means the watchdog is gone (the runtime is shutting down): serve on.
+        Ok(reason) = closing_rx => {
             conn.as_mut().graceful_shutdown();
             match reason {
                 Closing::Drain => conn.await,
@@ -240,8 +256,18 @@ async fn watch_connection<I, H: Handle>(
             }
         }
     };
+    drop(watchdog);
     if let Err(e) = result {
         tracing::debug!(%peer, error = %e, "connection ended with an error");
+    }
+}
+
+/// Aborts a connection's watchdog task when the connection is done with it.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
