@@ -383,6 +383,14 @@ mod tests {
         tokio::spawn(async move { connection.idle_expired(header, idle).await })
     }
 
+    /// Waits (at most 10 s) for the watchdog to find the connection idle.
+    async fn closes(watcher: tokio::task::JoinHandle<()>, why: &str) {
+        tokio::time::timeout(Duration::from_secs(10), watcher)
+            .await
+            .expect(why)
+            .unwrap();
+    }
+
     /// A request in flight past the limit keeps the connection; its end starts the idle time.
     #[tokio::test]
     async fn a_request_in_flight_holds_off_the_idle_close() {
@@ -392,10 +400,7 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(300)).await;
         assert!(!watcher.is_finished(), "closed with a request in flight");
         drop(request);
-        tokio::time::timeout(Duration::from_secs(10), watcher)
-            .await
-            .expect("closed once idle")
-            .unwrap();
+        closes(watcher, "closed once idle").await;
     }
 
     /// A request that starts and ends while the watchdog sleeps moves the deadline, although
@@ -411,10 +416,7 @@ mod tests {
             !watcher.is_finished(),
             "closed 0.7 s after a request ended, with a 1 s limit"
         );
-        tokio::time::timeout(Duration::from_secs(10), watcher)
-            .await
-            .expect("closed once idle")
-            .unwrap();
+        closes(watcher, "closed once idle").await;
     }
 
     /// Presenting a key switches the limit from the header timeout to the idle timeout, at
@@ -445,9 +447,6 @@ mod tests {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
         connection.mark_authenticated();
-        tokio::time::timeout(Duration::from_secs(10), watcher)
-            .await
-            .expect("closed at the idle limit")
-            .unwrap();
+        closes(watcher, "closed at the idle limit").await;
     }
 }

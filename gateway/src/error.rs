@@ -194,20 +194,22 @@ impl ApiError {
     /// answers written into a stream (WebSocket frames, SSE events, gRPC statuses) call this
     /// where they are written.
     pub fn log(&self, transport: &'static str) {
-        if self.kind.is_server_fault() {
-            tracing::error!(transport, kind = ?self.kind, error = %self.chain(), "request failed");
-        } else {
-            tracing::debug!(transport, kind = ?self.kind, error = %self.chain(), "request refused");
-        }
+        self.log_with(transport, None, None);
     }
 
     /// [`ApiError::log`] for an HTTP answer, naming the request's method and path.
     pub fn log_http(&self, method: &http::Method, path: &str) {
-        let transport = "http";
+        self.log_with("http", Some(method), Some(path));
+    }
+
+    /// One line for the answer: an error for the server's fault, a debug line for the
+    /// client's. Absent fields are left out of the line.
+    fn log_with(&self, transport: &'static str, method: Option<&http::Method>, path: Option<&str>) {
+        let method = method.map(tracing::field::display);
         if self.kind.is_server_fault() {
-            tracing::error!(transport, %method, path, kind = ?self.kind, error = %self.chain(), "request failed");
+            tracing::error!(transport, method, path, kind = ?self.kind, error = %self.chain(), "request failed");
         } else {
-            tracing::debug!(transport, %method, path, kind = ?self.kind, error = %self.chain(), "request refused");
+            tracing::debug!(transport, method, path, kind = ?self.kind, error = %self.chain(), "request refused");
         }
     }
 

@@ -35,10 +35,6 @@ impl<I> ReadAhead<I> {
             ahead: BytesMut::new(),
         }
     }
-
-    pub fn get_ref(&self) -> &I {
-        &self.io
-    }
 }
 
 impl<I: AsyncRead + Unpin> AsyncRead for ReadAhead<I> {

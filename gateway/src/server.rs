@@ -33,6 +33,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio_rustls::TlsAcceptor;
+use tokio_util::task::AbortOnDropHandle;
 
 pub struct Listener {
     pub listener: TcpListener,
@@ -226,7 +227,7 @@ async fn watch_connection<I, H: Handle>(
     let watchdog = {
         let connection = connection.clone();
         let drain = setup.state.drain().signal();
-        AbortOnDrop(tokio::spawn(async move {
+        AbortOnDropHandle::new(tokio::spawn(async move {
             let reason = tokio::select! {
                 _ = connection.idle_expired(header, idle) => Closing::Idle,
                 _ = drain => {
@@ -256,18 +257,10 @@ async fn watch_connection<I, H: Handle>(
             }
         }
     };
+    // Aborts the watchdog: the connection is done with it.
     drop(watchdog);
     if let Err(e) = result {
         tracing::debug!(%peer, error = %e, "connection ended with an error");
-    }
-}
-
-/// Aborts a connection's watchdog task when the connection is done with it.
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
     }
 }
 
