@@ -136,6 +136,8 @@ pub struct InferOptions {
 #[derive(Debug, Clone, Serialize)]
 pub struct ModelInfo {
     pub instances: usize,
+    /// ONNX Runtime's intra-op threads per instance (the newest instances').
+    pub intra_threads: usize,
     /// Host memory reserved against the engine's budget for all its instances.
     pub memory_reserved_bytes: u64,
     /// Change of the process's resident memory while the first instances loaded (Linux only;
@@ -171,6 +173,11 @@ struct Loaded {
     in_flight: AtomicUsize,
     last_used: Mutex<Instant>,
     warmup_runs: AtomicU64,
+    /// Intra-op threads of the newest instances: planned, or 1 when a lone request ran short
+    /// (`crate::lone_run`).
+    intra_threads: AtomicUsize,
+    /// Its lone runs were short enough for one intra-op thread: instances added later get one.
+    short_runs: bool,
     /// Execution providers of the newest instances, and why not the requested ones.
     execution: Mutex<ExecutionReport>,
     measured_load_rss: Option<i64>,
@@ -411,6 +418,7 @@ impl Engine {
         let idle_ms = l.last_used.lock().elapsed().as_millis() as u64;
         let info = ModelInfo {
             instances,
+            intra_threads: l.intra_threads.load(Ordering::Relaxed),
             memory_reserved_bytes: instances as u64 * l.per_instance_bytes.load(Ordering::Relaxed),
             measured_load_rss_bytes: l.measured_load_rss,
             warmup_runs: l.warmup_runs.load(Ordering::Relaxed),
@@ -669,6 +677,7 @@ impl Inner {
         let reservations = self.reserve(key, count, per_instance)?;
         let env = self.env;
         let options = self.session_options(threads);
+        let probe = self.config.intra_threads.is_none_or(|n| n == 0);
         let label = key.to_string();
         let owned_path = path.to_path_buf();
         let load_config = config.clone();
@@ -682,6 +691,7 @@ impl Inner {
                 &options,
                 &load_config,
                 reservations,
+                probe,
             )?;
             let rss = before
                 .zip(lifecycle::resident_bytes())
@@ -703,12 +713,13 @@ impl Inner {
             instances,
             warmup_runs,
             execution,
+            intra_threads,
         } = prepared;
         pool.start(instances)?;
         tracing::info!(
             model = %key,
             instances = count,
-            intra_threads = threads.intra_threads,
+            intra_threads,
             providers = ?execution.providers,
             warmup_runs,
             reserved_bytes = per_instance * count as u64,
@@ -728,6 +739,8 @@ impl Inner {
             in_flight: AtomicUsize::new(0),
             last_used: Mutex::new(Instant::now()),
             warmup_runs: AtomicU64::new(warmup_runs),
+            intra_threads: AtomicUsize::new(intra_threads),
+            short_runs: intra_threads < threads.intra_threads,
             execution: Mutex::new(execution),
             measured_load_rss: rss,
             resizing: tokio::sync::Mutex::new(()),
@@ -752,12 +765,29 @@ impl Inner {
             let per_instance = self.instance_bytes(&loaded.path, &config)?;
             let reservations = self.reserve(&loaded.key, want - have, per_instance)?;
             let env = self.env;
-            let options = self.session_options(threads);
+            // Instances added to a version whose lone runs were short get one thread as well
+            // (their runs are no longer); the planned count otherwise.
+            let options = self.session_options(Threads {
+                intra_threads: if loaded.short_runs {
+                    1
+                } else {
+                    threads.intra_threads
+                },
+                ..threads
+            });
             let label = loaded.key.to_string();
             let path = loaded.path.clone();
             let load_config = config.clone();
             let prepared = tokio::task::spawn_blocking(move || {
-                instance::prepare(env, &label, &path, &options, &load_config, reservations)
+                instance::prepare(
+                    env,
+                    &label,
+                    &path,
+                    &options,
+                    &load_config,
+                    reservations,
+                    false,
+                )
             })
             .await
             .map_err(|e| EngineError::Internal(format!("instance load task failed: {e}")))??;
@@ -766,6 +796,9 @@ impl Inner {
                 .warmup_runs
                 .fetch_add(prepared.warmup_runs, Ordering::Relaxed);
             *loaded.execution.lock() = prepared.execution;
+            loaded
+                .intra_threads
+                .store(prepared.intra_threads, Ordering::Relaxed);
             loaded
                 .per_instance_bytes
                 .store(per_instance, Ordering::Relaxed);

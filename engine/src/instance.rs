@@ -15,6 +15,7 @@ use crate::config::ModelConfig;
 use crate::error::{EngineError, Result};
 use crate::idle_spin::{self, IdleSpin};
 use crate::lifecycle::Reservation;
+use crate::lone_run;
 use crate::providers::{ExecutionReport, ProviderPlan};
 use crate::queue::{Levels, Request, RequestQueue};
 use crate::session::{OrtSession, SessionOptions, StageTimes};
@@ -112,10 +113,17 @@ pub(crate) struct Prepared {
     pub warmup_runs: u64,
     /// The providers the sessions run on (the first session's: all share one plan).
     pub execution: ExecutionReport,
+    /// The intra-op threads the sessions run on: `options`', or 1 after a short probe.
+    pub intra_threads: usize,
 }
 
 /// Loads one session per reservation, checks `config` against the model and runs the warm-up
 /// on each. Nothing starts unless all succeed. Blocking: call from a blocking thread.
+///
+/// `probe`: the intra-op threads in `options` were sized from the cores, not set by the
+/// operator. If the first session runs on the CPU alone and a lone request of one sample runs
+/// on it in less than [`crate::sizing::SHORT_RUN`], that session is reloaded with one intra-op thread
+/// and so are the others (see `lone_run`).
 pub(crate) fn prepare(
     env: &ort::environment::Environment,
     label: &str,
@@ -123,15 +131,29 @@ pub(crate) fn prepare(
     options: &SessionOptions,
     config: &ModelConfig,
     reservations: Vec<Reservation>,
+    probe: bool,
 ) -> Result<Prepared> {
     let plan = ProviderPlan::new(options, config)?;
+    let mut options = options.clone();
     let mut instances = Vec::with_capacity(reservations.len());
     let mut first = None;
     let mut warmup_runs = 0;
     for reservation in reservations {
-        let mut session = OrtSession::load(env, path, label, options, &plan)?;
+        let mut session = OrtSession::load(env, path, label, &options, &plan)?;
         if first.is_none() {
             config.validate_for(session.signature())?;
+            if probe && options.intra_threads > 1 && !session.execution().on_gpu() {
+                if let Some(lone) = lone_run::short(label, config, &mut session) {
+                    tracing::info!(
+                        model = label,
+                        lone_run_us = lone.as_micros() as u64,
+                        planned_intra_threads = options.intra_threads,
+                        "a lone request runs short: one intra-op thread per instance"
+                    );
+                    options.intra_threads = 1;
+                    session = OrtSession::load(env, path, label, &options, &plan)?;
+                }
+            }
             first = Some((session.signature().clone(), session.execution().clone()));
         }
         warmup_runs += warmup::run(config, &mut session)?;
@@ -147,6 +169,7 @@ pub(crate) fn prepare(
         instances,
         warmup_runs,
         execution,
+        intra_threads: options.intra_threads,
     })
 }
 

@@ -30,6 +30,7 @@ pub mod heap;
 mod idle_spin;
 mod instance;
 mod lifecycle;
+mod lone_run;
 pub mod postprocess;
 pub mod preprocess;
 pub mod providers;

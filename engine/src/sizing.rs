@@ -22,13 +22,27 @@
 //!   without any synchronisation between them.
 //! - A model whose config asks for many instances (`instance_group`: many small concurrent
 //!   requests) gets the cores divided among them, one thread each at least.
+//! - A model so small that a lone request runs in under [`SHORT_RUN`] on its planned threads
+//!   gets one intra-op thread per instance (the instances stay as planned): ORT wakes and joins
+//!   its pool threads at every operator it splits, which costs such a model more CPU than the
+//!   split saves time. The load times a few runs of a made-up request of one sample and
+//!   reloads the session with one thread when they are short. On the MLP of
+//!   `bench/cpu_per_request.py` (53 µs per lone run on 2 threads, 57 on 1) that took its
+//!   server CPU per inference at concurrency 8 from 80–83 to 74–78 µs.
 //! - Every version is sized for the whole machine: versions that are busy at the same time share
 //!   the cores through the OS scheduler, and an idle one costs no CPU.
 //!
 //! Explicit settings win: `--instances`, `--intra-threads` and a config's `instance_group` are
-//! taken as given, and the other figure is derived from the cores. The cores are
+//! taken as given, and the other figure is derived from the cores (intra-op threads derived
+//! so are cut to one for a short run, as above). The cores are
 //! `std::thread::available_parallelism`, which honours the process's CPU affinity and its
 //! cgroup CPU quota (a container limited to 2 CPUs on a 64-core host sees 2).
+
+use std::time::Duration;
+
+/// A version left at the default intra-op threads whose lone request runs in less than this on
+/// them gets one intra-op thread per instance instead (measured at load; see `lone_run`).
+pub const SHORT_RUN: Duration = Duration::from_micros(200);
 
 /// The fewest instances a defaulted version that does not batch gets on 2 cores or more.
 pub const MIN_INSTANCES: usize = 2;

@@ -9,7 +9,7 @@ use crate::tensor::{element_count, DataType, Tensor, TensorData};
 /// Builds the tensors of one warm-up sample. Random data comes from a fixed-seed generator so a
 /// warm-up that fails, fails the same way every time.
 pub(crate) fn tensors(config: &ModelConfig, sample: &WarmupSample) -> Result<Vec<Tensor>> {
-    let mut rng = XorShift(0x9e37_79b9_7f4a_7c15);
+    let mut rng = XorShift(SEED);
     sample
         .inputs
         .iter()
@@ -43,6 +43,21 @@ pub(crate) fn tensors(config: &ModelConfig, sample: &WarmupSample) -> Result<Vec
         })
         .collect()
 }
+
+/// A numeric tensor of `shape` filled with [`fill_random`]'s values (the same every time).
+pub(crate) fn random_tensor(name: &str, datatype: DataType, shape: Vec<i64>) -> Result<Tensor> {
+    let invalid = || EngineError::InvalidInput(format!("input '{name}': shape {shape:?}"));
+    let size = datatype.size().ok_or_else(invalid)?;
+    let bytes_len = element_count(&shape)
+        .and_then(|n| n.checked_mul(size))
+        .ok_or_else(invalid)?;
+    let mut bytes = vec![0u8; bytes_len];
+    fill_random(&mut bytes, datatype, &mut XorShift(SEED));
+    Ok(Tensor::new(name, datatype, shape, TensorData::Raw(bytes))?)
+}
+
+/// The generator's fixed seed.
+const SEED: u64 = 0x9e37_79b9_7f4a_7c15;
 
 /// Random values that models accept: floats in [0, 1), integers 0 or 1 (valid as token ids,
 /// attention masks, segment ids and class indices alike), booleans.

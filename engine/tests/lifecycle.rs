@@ -4,7 +4,7 @@
 mod common;
 
 use common::*;
-use infergate_engine::{EngineError, Fault, ModelState};
+use infergate_engine::{EngineError, Fault, ModelState, Tensor};
 use std::sync::Arc;
 
 #[tokio::test]
@@ -190,4 +190,66 @@ async fn sessions_without_intra_op_spinning_answer_the_same() {
     for (x, y) in a.iter().zip(&b) {
         assert!(max_diff(x, y) < 1e-5, "{}", max_diff(x, y));
     }
+}
+
+/// A version left at the default intra-op threads whose lone request runs in microseconds (the
+/// tiny model) loads with one intra-op thread per instance instead of the two its 2 cores
+/// plan, and instances added by a config change get one too. Threads the operator set are
+/// kept, and a model whose lone request runs for milliseconds (EfficientNet-Lite0) keeps the
+/// planned two.
+#[tokio::test]
+async fn a_model_whose_lone_request_runs_short_gets_one_intra_op_thread() {
+    let (Some(defaulted), Some(explicit)) = (
+        engine(|c| {
+            c.intra_threads = None;
+            c.cores = 2;
+        }),
+        engine(|c| {
+            c.intra_threads = Some(2);
+            c.cores = 2;
+        }),
+    ) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let tiny = tiny_model(dir.path());
+    let batching = r#"{"max_batch_size": 8}"#;
+    let k = key("tiny-threads", 1);
+    load_configured(&defaulted, &k, &tiny, batching).await;
+    let info = defaulted.model_info(&k).unwrap();
+    assert_eq!((info.instances, info.intra_threads), (1, 1));
+    let input = Tensor::from_f32("x", vec![1, 16], &values(7, 16)).unwrap();
+    let got = defaulted
+        .infer(&k, &tiny, vec![input], vec![])
+        .await
+        .unwrap();
+    let doubled: Vec<f32> = values(7, 16).iter().map(|v| v + v).collect();
+    assert_eq!(got[0].to_f32().unwrap(), doubled);
+    // Two instances of one intra-op thread each, not the one each of 2 cores / 2 plans anew.
+    defaulted
+        .set_config(
+            &k,
+            config(
+                r#"{"max_batch_size": 8, "instance_group": [{"count": 2, "kind": "KIND_CPU"}]}"#,
+            ),
+        )
+        .await
+        .unwrap();
+    let input = Tensor::from_f32("x", vec![1, 16], &values(8, 16)).unwrap();
+    defaulted
+        .infer(&k, &tiny, vec![input], vec![])
+        .await
+        .unwrap();
+    let info = defaulted.model_info(&k).unwrap();
+    assert_eq!((info.instances, info.intra_threads), (2, 1));
+
+    load_configured(&explicit, &k, &tiny, batching).await;
+    assert_eq!(explicit.model_info(&k).unwrap().intra_threads, 2);
+
+    let Some(effnet) = model_if_ort("efficientnet-lite0.onnx") else {
+        return;
+    };
+    let big = key("effnet-threads", 1);
+    load_configured(&defaulted, &big, &effnet, "{}").await;
+    assert_eq!(defaulted.model_info(&big).unwrap().intra_threads, 2);
 }
