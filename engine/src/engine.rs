@@ -602,7 +602,12 @@ fn retry_hint(stats: &ModelStats, queued: usize, instances: usize) -> Duration {
 
 impl Inner {
     fn slot(&self, key: &ModelKey) -> Arc<Slot> {
-        self.slots.lock().entry(key.clone()).or_default().clone()
+        let mut slots = self.slots.lock();
+        // Looked up before `entry`, which would copy the key's name for every request.
+        if let Some(slot) = slots.get(key) {
+            return slot.clone();
+        }
+        slots.entry(key.clone()).or_default().clone()
     }
 
     /// Session options for a version's instances.

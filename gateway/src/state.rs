@@ -184,7 +184,7 @@ impl AppState {
     /// Authenticates the request's key and checks it has `scope`: 401 without a valid key,
     /// 403 with a valid key lacking the scope. HTTP handlers take
     /// [`crate::api::authorized::Authorized`] instead; this serves gRPC and WebSocket keys.
-    pub fn authorize(&self, headers: &http::HeaderMap, scope: Scope) -> ApiResult<KeyRecord> {
+    pub fn authorize(&self, headers: &http::HeaderMap, scope: Scope) -> ApiResult<Arc<KeyRecord>> {
         let key = self.authenticate(headers)?;
         check_scopes(&key, &[scope])?;
         crate::connection::authenticated();
@@ -192,7 +192,7 @@ impl AppState {
     }
 
     /// The active key the request presents (from the in-memory key cache): 401 without one.
-    pub fn authenticate(&self, headers: &http::HeaderMap) -> ApiResult<KeyRecord> {
+    pub fn authenticate(&self, headers: &http::HeaderMap) -> ApiResult<Arc<KeyRecord>> {
         let presented = auth::presented_key(headers).ok_or_else(|| {
             ApiError::unauthorized(
                 "missing API key: send 'Authorization: Bearer <key>' or 'X-API-Key: <key>'",

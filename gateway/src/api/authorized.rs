@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 /// The key the admission middleware authenticated for this request.
 #[derive(Clone)]
-pub struct Authenticated(pub KeyRecord);
+pub struct Authenticated(pub Arc<KeyRecord>);
 
 /// The scopes a route accepts: a key passes with any one of them (`admin` implies all).
 pub trait Required: Send + Sync + 'static {
@@ -55,7 +55,7 @@ impl Required for AnyScope {
 
 /// A request whose key holds one of `S::SCOPES`.
 pub struct Authorized<S> {
-    pub key: KeyRecord,
+    pub key: Arc<KeyRecord>,
     scope: PhantomData<S>,
 }
 

@@ -121,7 +121,7 @@ pub(super) fn read_failure_close(error: &axum::Error, limit: usize) -> Option<Me
 }
 
 /// Checks a key for `scope` the way HTTP requests are checked.
-pub fn check_key(state: &AppState, secret: &str, scope: Scope) -> ApiResult<KeyRecord> {
+pub fn check_key(state: &AppState, secret: &str, scope: Scope) -> ApiResult<Arc<KeyRecord>> {
     let mut headers = HeaderMap::new();
     let value = HeaderValue::from_str(&format!("Bearer {secret}"))
         .map_err(|_| ApiError::unauthorized("invalid or revoked API key"))?;

@@ -10,6 +10,7 @@ use crate::ratelimit::Admission;
 use crate::state::AppState;
 use crate::store::keys::KeyRecord;
 use http::{HeaderMap, HeaderName, HeaderValue};
+use std::sync::Arc;
 use tonic::metadata::MetadataMap;
 
 /// The metadata that can carry a key, as HTTP headers for the shared key check (a stream
@@ -36,7 +37,7 @@ pub async fn admit(
     state: &AppState,
     headers: &HeaderMap,
     scope: Scope,
-) -> ApiResult<(KeyRecord, Admission)> {
+) -> ApiResult<(Arc<KeyRecord>, Admission)> {
     let key = state.authorize(headers, scope)?;
     let admission = admission::admit(state, &key)
         .await

@@ -5,6 +5,7 @@ use super::{now_secs, Backend, Store, StoreError};
 use crate::auth::{self, Scope, Scopes};
 use crate::ratelimit::RateLimit;
 use serde::Serialize;
+use std::sync::Arc;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct KeyRecord {
@@ -236,7 +237,7 @@ impl Store {
     /// Finds the active key matching a presented secret, from memory: SQLite's snapshot
     /// (`key_cache`) is reloaded after any commit to the database; PostgreSQL's
     /// (`replica_keys`) follows the database's notifications and never waits for it.
-    pub fn authenticate(&self, presented: &str) -> Result<Option<KeyRecord>, StoreError> {
+    pub fn authenticate(&self, presented: &str) -> Result<Option<Arc<KeyRecord>>, StoreError> {
         match &self.backend {
             Backend::Sqlite { keys, .. } => {
                 keys.authenticate(presented, || self.with(super::key_cache::load_active))

@@ -37,7 +37,10 @@ pub(super) struct ReplicaKeys {
 }
 
 impl ReplicaKeys {
-    pub(super) fn authenticate(&self, presented: &str) -> Option<crate::store::keys::KeyRecord> {
+    pub(super) fn authenticate(
+        &self,
+        presented: &str,
+    ) -> Option<std::sync::Arc<crate::store::keys::KeyRecord>> {
         let public_id = auth::public_id(presented)?;
         self.by_public_id
             .read()
