@@ -140,19 +140,34 @@ pub fn response(
     model_version: u64,
     outputs: &[Tensor],
 ) -> (InferResponse, Option<Vec<u8>>) {
+    let (response, binary) = head(request, model_name, model_version, outputs);
+    if binary.is_empty() {
+        return (response, None);
+    }
+    let mut bytes = Vec::with_capacity(binary.iter().map(|t| binary::encoded_len(t)).sum());
+    for tensor in binary {
+        binary::encode(tensor, &mut bytes);
+    }
+    (response, Some(bytes))
+}
+
+/// The response's JSON part, and the outputs that go after it in binary, in order.
+fn head<'t>(
+    request: &InferRequest,
+    model_name: &str,
+    model_version: u64,
+    outputs: &'t [Tensor],
+) -> (InferResponse, Vec<&'t Tensor>) {
     let mut binary = Vec::new();
-    let mut any_binary = false;
     let mut encoded = Vec::with_capacity(outputs.len());
     for tensor in outputs {
         let mut parameters = Map::new();
         let data = if wants_binary(request, &tensor.name) {
-            any_binary = true;
-            let before = binary.len();
-            binary::encode(tensor, &mut binary);
             parameters.insert(
                 "binary_data_size".into(),
-                Value::from(binary.len() - before),
+                Value::from(binary::encoded_len(tensor)),
             );
+            binary.push(tensor);
             None
         } else {
             Some(json::encode(tensor))
@@ -171,23 +186,29 @@ pub fn response(
         id: request.id.clone(),
         outputs: encoded,
     };
-    (response, any_binary.then_some(binary))
+    (response, binary)
 }
 
-/// Builds the response body: `(bytes, Some(json_len))` when any output is binary.
+/// Builds the response body: `(bytes, Some(json_len))` when any output is binary. The binary
+/// outputs are written straight after the JSON, each copied once.
 pub fn encode_response(
     request: &InferRequest,
     model_name: &str,
     model_version: u64,
     outputs: &[Tensor],
 ) -> serde_json::Result<(Vec<u8>, Option<usize>)> {
-    let (response, binary) = response(request, model_name, model_version, outputs);
-    let mut body = serde_json::to_vec(&response)?;
-    let Some(binary) = binary else {
+    let (response, binary) = head(request, model_name, model_version, outputs);
+    let binary_len: usize = binary.iter().map(|t| binary::encoded_len(t)).sum();
+    // The JSON head of a response is a few hundred bytes per output.
+    let mut body = Vec::with_capacity(256 * outputs.len().max(1) + binary_len);
+    serde_json::to_writer(&mut body, &response)?;
+    if binary.is_empty() {
         return Ok((body, None));
-    };
+    }
     let json_len = body.len();
-    body.extend_from_slice(&binary);
+    for tensor in binary {
+        binary::encode(tensor, &mut body);
+    }
     Ok((body, Some(json_len)))
 }
 

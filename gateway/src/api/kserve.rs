@@ -165,7 +165,6 @@ async fn run_infer(
         Err(e) => return Err(e.before_body()),
     };
     let body = read_limited(&headers, body, state.config().limits.max_request_bytes).await?;
-    let body = bytes::Bytes::from(body);
     // A manager that only routes relays a model's request and its answer undecoded.
     if let (Target::Model(record), false) = (&target, state.workers().config.local_engine) {
         let header_len = codec::header_length(&headers)?;

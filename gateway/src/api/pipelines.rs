@@ -126,7 +126,10 @@ pub async fn run_raw(
         &state,
         &name,
         &pipeline.spec,
-        PipelineInput::Bytes { data, content_type },
+        PipelineInput::Bytes {
+            data: data.into(),
+            content_type,
+        },
         query.into_iter().collect(),
         InferOptions::default(),
     )

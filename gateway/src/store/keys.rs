@@ -246,13 +246,17 @@ impl Store {
         }
     }
 
-    /// A replica sees its own key writes at once, without waiting for the notification. If the
+    /// The server sees its own key writes at once: on SQLite the key cache looks at the
+    /// database again; a replica re-reads the key without waiting for the notification. If the
     /// re-read fails (the database went away just after the write), the notification or the
     /// next full reload brings the change.
     fn key_written(&self, public_id: &str) {
-        if let Backend::Postgres(pg) = &self.backend {
-            if let Err(e) = pg.with(|db| pg.keys.reload(db, Some(public_id))) {
-                tracing::warn!(public_id, error = %e, "could not re-read a key just written; the key listener will");
+        match &self.backend {
+            Backend::Sqlite { keys, .. } => keys.written(),
+            Backend::Postgres(pg) => {
+                if let Err(e) = pg.with(|db| pg.keys.reload(db, Some(public_id))) {
+                    tracing::warn!(public_id, error = %e, "could not re-read a key just written; the key listener will");
+                }
             }
         }
     }
