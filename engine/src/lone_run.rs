@@ -79,10 +79,12 @@ pub(crate) fn probe_inputs(
                 .shape
                 .iter()
                 .enumerate()
-                .map(|(i, &d)| match d {
-                    d if i == 0 && (d < 0 || config.max_batch_size > 0) => Some(1),
-                    d if d >= 0 => Some(d),
-                    _ => None,
+                .map(|(i, &d)| {
+                    if i == 0 && (d < 0 || config.max_batch_size > 0) {
+                        Some(1)
+                    } else {
+                        (d >= 0).then_some(d)
+                    }
                 })
                 .collect::<Option<Vec<i64>>>()?;
             warmup::random_tensor(&spec.name, spec.datatype, shape).ok()

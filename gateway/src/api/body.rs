@@ -71,18 +71,18 @@ pub async fn read_limited(headers: &HeaderMap, body: Body, limit: usize) -> ApiR
     // growing buffer; at most 1 MiB up front, so that a client declaring much and sending
     // little cannot make the server reserve memory it never fills.
     let mut out = Vec::with_capacity(declared.map_or(0, |n| n.min(PREALLOCATE_MAX) as usize));
-    let mut next = Some(Ok(second));
     out.extend_from_slice(&first);
-    drop(first);
-    while let Some(chunk) = next {
-        let chunk = chunk.map_err(read_error)?;
+    let mut chunk = second;
+    loop {
         if out.len() + chunk.len() > limit {
             return Err(too_large(limit));
         }
         out.extend_from_slice(&chunk);
-        next = stream.next().await;
+        chunk = match stream.next().await {
+            Some(chunk) => chunk.map_err(read_error)?,
+            None => return Ok(out.into()),
+        };
     }
-    Ok(out.into())
 }
 
 /// Calls `sink` with each chunk of a body of at most `limit` bytes.
