@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The three serving-efficiency targets of issue 16, each as a ratio measured in this one run:
+"""The three serving-efficiency targets (CPU per inference against ONNX Runtime alone), each as a ratio measured in this one run:
 
 1. a compute-bound model (EfficientNet-Lite0) served at the server's defaults (instances and
    intra-op threads sized from the cores), perf_analyzer concurrency 4, vs ONNX Runtime in
@@ -16,9 +16,9 @@
    target) the same measurement on bench/workers.py's tiny model (an Identity over 16 floats) on
    the same server: what serving adds to a lone request with no model run to drift; and, when
    built, the floors under the target (bench/latency_floor.py): infergate's stack alone
-   (gateway/examples/floor_server.rs) answering MiniLM from memory after spinning for the
+   (bench/floor/floor_server.rs) answering MiniLM from memory after spinning for the
    in-process p50, with the same client and accounting; and the machine's own, a plain loopback
-   TCP round trip of the same body sizes after the same spin (gateway/examples/ping_pong.rs).
+   TCP round trip of the same body sizes after the same spin (bench/floor/ping_pong.rs).
 
 Usage: bench/cpu_per_request_targets.py [--seconds 4] [--repeat 2]
 Needs: scripts/setup.sh, bench/setup-perf-analyzer.sh, `cargo build --release -p infergate`

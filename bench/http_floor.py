@@ -13,7 +13,7 @@ work alone; ONNX Runtime's CPU for the batches infergate ran (in this process, a
 requests with this model would spend, at the least, with a server as lean as HAProxy;
 infergate's figure is measured in the same rounds, alternating with HAProxy's.
 
-Beside them, when built, `gateway/examples/floor_server.rs`: tokio, hyper 1 and tokio-rustls
+Beside them, when built, `bench/floor/floor_server.rs`: tokio, hyper 1 and tokio-rustls
 (infergate's own stack) answering from memory the same way, which tells the stack's cost from
 what infergate adds on top of it; and the same server holding the inferences in batches the way
 the MLP's configuration batches them (at most 16 requests, closing 500 µs after the first), with
@@ -153,7 +153,7 @@ frontend front
 
 
 class HyperFloor:
-    """`gateway/examples/floor_server.rs` (tokio + hyper 1 + tokio-rustls, infergate's own stack
+    """`bench/floor/floor_server.rs` (tokio + hyper 1 + tokio-rustls, infergate's own stack
     and nothing else) answering `answers` like `Haproxy`; `busy_us`: how long each inference spins
     on its thread before the answer (a stand-in for the model run). `batch_us` > 0: inferences
     are held and answered in batches of at most `batch_max` that close `batch_us` after their
@@ -242,7 +242,7 @@ def main():
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--haproxy", default=shutil.which("haproxy") or "")
     ap.add_argument("--floor-server", default=os.path.join(serving.ROOT, "target", "release", "examples", "floor_server"),
-                    help="gateway/examples/floor_server.rs, built (`cargo build --release -p infergate --example "
+                    help="bench/floor/floor_server.rs, built (`cargo build --release -p infergate --example "
                          "floor_server`); left out when absent")
     args = ap.parse_args()
     if not args.haproxy:

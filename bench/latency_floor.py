@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The floor under issue 16's third target (MiniLM's added p50 at concurrency 1 <= 150 µs over
+"""The floor under the third serving target (MiniLM's added p50 at concurrency 1 <= 150 µs over
 ONNX Runtime in process): what a lone request costs around a ~10 ms model run on this machine,
 with nothing of infergate's in the way. Three sides, measured alternating in each round:
 
@@ -8,11 +8,11 @@ with nothing of infergate's in the way. Three sides, measured alternating in eac
    perf_analyzer's own client send + receive (as bench/cpu_per_request_targets.py's target 3);
    beside it the server's own mean time for the model run, and the added p50 over that run
    instead of the in-process p50 (the model's drift between the two taken out);
-2. gateway/examples/floor_server.rs (tokio + hyper 1 + tokio-rustls: infergate's stack and
+2. bench/floor/floor_server.rs (tokio + hyper 1 + tokio-rustls: infergate's stack and
    nothing else), same client and accounting, answering infergate's own MiniLM answer from
    memory after spinning on the request's thread for the in-process p50 (one core busy, as a
    model run keeps it): added p50 = p50 - spin - client;
-3. the machine alone: gateway/examples/ping_pong.rs, a plain loopback TCP round trip of the same
+3. the machine alone: bench/floor/ping_pong.rs, a plain loopback TCP round trip of the same
    sizes as the request's and its answer's bodies (no TLS, no HTTP, no parsing), the answering
    thread spinning for the same time first, against the same round trips back to back. The first
    is a floor no server on this machine can go under; the difference is what a request pays for
@@ -94,7 +94,7 @@ def floor_added(pa, binary, data, answers, workdir, spin_us, data_file, shapes, 
 
 
 def round_trip(binary, spin_us, seconds, sizes):
-    """gateway/examples/ping_pong.rs (`binary`): the added p50 in µs of a plain loopback TCP round
+    """bench/floor/ping_pong.rs (`binary`): the added p50 in µs of a plain loopback TCP round
     trip of `sizes` (request bytes, answer bytes) whose answering thread spins `spin_us` first."""
     out = subprocess.run([binary, str(int(spin_us)), str(seconds), *map(str, sizes)], check=True,
                          capture_output=True, text=True).stdout.split()
@@ -107,9 +107,9 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     examples = os.path.join(serving.ROOT, "target", "release", "examples")
     ap.add_argument("--floor-server", default=os.path.join(examples, "floor_server"),
-                    help="gateway/examples/floor_server.rs, built")
+                    help="bench/floor/floor_server.rs, built")
     ap.add_argument("--ping-pong", default=os.path.join(examples, "ping_pong"),
-                    help="gateway/examples/ping_pong.rs, built")
+                    help="bench/floor/ping_pong.rs, built")
     args = ap.parse_args()
     for binary in (args.floor_server, args.ping_pong):
         if not os.access(binary, os.X_OK):

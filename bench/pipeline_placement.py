@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Where a pipeline's native op runs when its model stage goes to a worker (issue 14): the same
+"""Where a pipeline's native op runs when its model stage goes to a worker: the same
 pipeline through a manager (`serve --no-local-engine`) + 1 worker with `[cluster] pipeline_ops =
 "worker"` (the manager sends the decoded image; the worker resizes, normalizes and runs the model)
 vs `"manager"` (the manager resizes and normalizes and sends the model's FP32 input), both

@@ -4,7 +4,7 @@
 //!
 //! `cargo bench -p infergate --bench ratelimit`
 
-use infergate::ratelimit::{Limiter, Limits, RateLimit};
+use infergate_limits::{Limiter, Limits, RateLimit};
 use rand::seq::SliceRandom;
 use std::hint::black_box;
 use std::sync::Arc;

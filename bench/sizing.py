@@ -2,7 +2,7 @@
 """Instances x intra-op threads for a compute-bound model (EfficientNet-Lite0, 224x224) at
 perf_analyzer concurrency 4 (and 1), each split against ONNX Runtime in process using every core
 (one session, intra-op threads = cores), in alternating rounds so that all see the same machine.
-What the engine's default split (engine/src/sizing.rs) is chosen from; issue 16's target is the
+What the engine's default split (engine/src/sizing.rs) is chosen from; the serving target is the
 default at concurrency 4 >= 0.90 of in process.
 
 It also prints where the CPU goes at concurrency 4, per inference: the server's whole process

@@ -8,11 +8,10 @@
 
 // The bench starts a plain server only; the TLS variant is for the tests.
 #[allow(dead_code)]
-#[path = "../gateway/src/store/test_postgres.rs"]
-mod test_postgres;
+use infergate_store::test_postgres;
 
-use infergate::auth::Scopes;
-use infergate::store::{Store, StoreConfig};
+use infergate_store::auth::Scopes;
+use infergate_store::{Store, StoreConfig};
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 

@@ -18,11 +18,11 @@ mod harness;
 
 use futures_util::{SinkExt, StreamExt};
 use harness::{model, Options, Server};
-use infergate::api::openai::start_generation;
-use infergate::config::Config;
-use infergate::state::AppState;
-use infergate::store::Store;
-use infergate::textgen::Sampling;
+use infergate_server::api::openai::start_generation;
+use infergate_service::config::Config;
+use infergate_service::state::AppState;
+use infergate_service::textgen::Sampling;
+use infergate_store::Store;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use serde_json::{json, Value};
@@ -44,7 +44,7 @@ const MAX_TOKENS: u64 = 500;
 fn tiny_model(dir: &std::path::Path) -> std::path::PathBuf {
     let path = dir.join("tiny.onnx");
     let python = std::env::var("INFERGATE_PYTHON").unwrap_or_else(|_| "python3".into());
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/tiny_model.py");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/tiny_model.py");
     let status = std::process::Command::new(python)
         .arg(script)
         .arg(&path)
@@ -189,17 +189,20 @@ async fn in_process_state(data: &std::path::Path) -> Arc<AppState> {
     config.openai.vocab = Some(model("textgen-vocab.json"));
     let store = Arc::new(Store::open(data).expect("store"));
     let engine = Arc::new(
-        infergate_engine::Engine::new(infergate::app::engine_config(&config).expect("config"))
-            .expect("engine"),
+        infergate_engine::Engine::new(
+            infergate_service::startup::engine_config(&config).expect("config"),
+        )
+        .expect("engine"),
     );
-    infergate::model_repository::ModelRepository::new(store.clone(), engine.clone())
+    infergate_service::model_repository::ModelRepository::new(store.clone(), engine.clone())
         .register_file(
             "textgen",
             &model("textgen.onnx"),
-            &infergate::model_repository::ParsedConfig::empty(),
+            &infergate_service::model_repository::ParsedConfig::empty(),
         )
         .expect("register");
-    let plugin_host = Arc::new(infergate::app::plugin_host(&config, &store).expect("plugin host"));
+    let plugin_host =
+        Arc::new(infergate_service::startup::plugin_host(&config, &store).expect("plugin host"));
     Arc::new(AppState::new(config, store, engine, plugin_host).expect("state"))
 }
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Workers on other hosts (issue 14): four measurements, each against a baseline taken in the
+"""Workers on other hosts: four measurements, each against a baseline taken in the
 same run, with real processes on 127.0.0.1 (random ports, TLS everywhere).
 
 (a) Proxy hop: a manager that runs nothing itself (`serve --no-local-engine`) + 1 worker vs an

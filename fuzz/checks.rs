@@ -15,10 +15,10 @@ use pipeline::PipelineSpecExt;
 // without them: the gateway's dependencies are too heavy for sanitizer builds. Only the
 // parsing and checking parts are used here.
 #[allow(dead_code)]
-#[path = "../gateway/src/openai_request.rs"]
+#[path = "../gateway/service/src/openai_request.rs"]
 mod openai;
 #[allow(dead_code)]
-#[path = "../gateway/src/pipeline/spec.rs"]
+#[path = "../gateway/service/src/pipelines/spec.rs"]
 mod pipeline;
 #[allow(dead_code)]
 #[path = "../plugins/host/src/types.rs"]

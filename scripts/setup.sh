@@ -32,7 +32,7 @@ if ! command -v redis-server >/dev/null; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
 fi
 
-# PostgreSQL from Debian: the store's tests (gateway/src/store/tests.rs, tests/e2e/replicas.rs)
+# PostgreSQL from Debian: the store's tests (gateway/store/src/tests.rs, tests/e2e/replicas.rs)
 # initdb and start their own server (as the postgres user) on a random port. The package also
 # creates and starts a cluster on port 5432, which nothing here uses: stop it and keep it from
 # starting at boot.

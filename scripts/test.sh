@@ -15,8 +15,11 @@ step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 step "cargo fmt --check"
 cargo fmt --all -- --check
 
-step "gateway modules: no import cycle, lib.rs lists them top to bottom"
-python3 scripts/module_cycles.py gateway/src --check
+step "layers: no import cycle between a crate's modules; what each crate must not depend on"
+for crate in gateway/*/; do
+  python3 scripts/module_cycles.py "${crate}src" --check
+done
+bash scripts/check_layers.sh
 
 # One build for the tests: `cargo test` builds proc-macros and build scripts in its own profile,
 # so a separate `cargo build --all-targets` would compile those (wasmtime and cranelift among

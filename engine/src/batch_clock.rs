@@ -9,7 +9,7 @@
 //! instance thread per batch. The tokio worker this clock wakes would have been woken for the
 //! answers anyway; it now runs the batch and answers on its own run queue, and whoever queues the
 //! batch's first request arms the timer with one system call instead of waking a thread. The
-//! floor server (`gateway/examples/floor_server.rs`, `bench/http_floor.py`) measured the two
+//! floor server (`bench/floor/floor_server.rs`, `bench/http_floor.py`) measured the two
 //! designs at 37–38 µs (timerfd) against 40–41 µs (clock thread) per request, answering from
 //! memory with two tokio workers.
 //!

@@ -503,7 +503,7 @@ impl Engine {
             }
             _ => inputs,
         };
-        loaded.signature.check_inputs(&inputs)?;
+        crate::signature::check_inputs(&loaded.signature, &inputs)?;
         let (outputs, post) = postprocess::plan(key, &post_ops, &loaded.signature, outputs)?;
         let policy = loaded.scheduler.policy();
         let samples = if policy.max_batch_size > 0 {

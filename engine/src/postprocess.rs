@@ -407,7 +407,7 @@ pub(crate) fn plan(
     requested: Vec<String>,
 ) -> Result<(Vec<String>, Option<PostPlan>)> {
     if ops.is_empty() {
-        signature.check_outputs(&requested)?;
+        crate::signature::check_outputs(signature, &requested)?;
         return Ok((requested, None));
     }
     if requested.is_empty() {

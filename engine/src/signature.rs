@@ -3,26 +3,8 @@
 
 use crate::error::{EngineError, Result};
 use crate::tensor::{DataType, Tensor};
+pub use infergate_protocol::signature::{ModelSignature, TensorSpec};
 use ort::value::{TensorElementType, ValueType};
-use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
-
-/// One input or output: name, datatype and shape (`-1` for a dynamic dimension).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TensorSpec {
-    pub name: String,
-    pub datatype: DataType,
-    pub shape: Vec<i64>,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ModelSignature {
-    pub inputs: Vec<TensorSpec>,
-    pub outputs: Vec<TensorSpec>,
-    /// The model's custom metadata (e.g. an OCR model's character set).
-    #[serde(default)]
-    pub metadata: BTreeMap<String, String>,
-}
 
 pub(crate) fn datatype_of(ty: &TensorElementType) -> Option<DataType> {
     Some(match ty {
@@ -81,71 +63,62 @@ pub(crate) fn spec_of(name: &str, ty: &ValueType) -> Result<TensorSpec> {
     }
 }
 
-impl ModelSignature {
-    pub fn input(&self, name: &str) -> Option<&TensorSpec> {
-        self.inputs.iter().find(|s| s.name == name)
-    }
-
-    pub fn output(&self, name: &str) -> Option<&TensorSpec> {
-        self.outputs.iter().find(|s| s.name == name)
-    }
-
-    /// Checks a request's tensors: every input known, present once, with the right datatype and
-    /// a shape compatible with the model's (same rank, fixed dimensions equal).
-    pub fn check_inputs(&self, inputs: &[Tensor]) -> Result<()> {
-        for (i, tensor) in inputs.iter().enumerate() {
-            let spec = self.input(&tensor.name).ok_or_else(|| {
-                EngineError::InvalidInput(format!(
-                    "unknown input '{}'; the model takes {}",
-                    tensor.name,
-                    names(&self.inputs)
-                ))
-            })?;
-            if inputs[..i].iter().any(|t| t.name == tensor.name) {
-                return Err(EngineError::InvalidInput(format!(
-                    "input '{}' given more than once",
-                    tensor.name
-                )));
-            }
-            if tensor.datatype != spec.datatype {
-                return Err(EngineError::InvalidInput(format!(
-                    "input '{}' has datatype {}, the model expects {}",
-                    tensor.name, tensor.datatype, spec.datatype
-                )));
-            }
-            if !shape_matches(&spec.shape, &tensor.shape) {
-                return Err(EngineError::InvalidInput(format!(
-                    "input '{}' has shape {:?}, the model expects {:?} (-1 = any)",
-                    tensor.name, tensor.shape, spec.shape
-                )));
-            }
-            tensor.check()?;
-        }
-        if let Some(missing) = self
-            .inputs
-            .iter()
-            .find(|s| !inputs.iter().any(|t| t.name == s.name))
-        {
+/// Checks a request's tensors against a model's signature: every input known, present once,
+/// with the right datatype and a shape compatible with the model's (same rank, fixed
+/// dimensions equal).
+pub fn check_inputs(signature: &ModelSignature, inputs: &[Tensor]) -> Result<()> {
+    for (i, tensor) in inputs.iter().enumerate() {
+        let spec = signature.input(&tensor.name).ok_or_else(|| {
+            EngineError::InvalidInput(format!(
+                "unknown input '{}'; the model takes {}",
+                tensor.name,
+                names(&signature.inputs)
+            ))
+        })?;
+        if inputs[..i].iter().any(|t| t.name == tensor.name) {
             return Err(EngineError::InvalidInput(format!(
-                "missing input '{}' ({} {:?})",
-                missing.name, missing.datatype, missing.shape
+                "input '{}' given more than once",
+                tensor.name
             )));
         }
-        Ok(())
-    }
-
-    /// Checks requested output names.
-    pub fn check_outputs(&self, requested: &[String]) -> Result<()> {
-        for name in requested {
-            if self.output(name).is_none() {
-                return Err(EngineError::InvalidInput(format!(
-                    "unknown output '{name}'; the model produces {}",
-                    names(&self.outputs)
-                )));
-            }
+        if tensor.datatype != spec.datatype {
+            return Err(EngineError::InvalidInput(format!(
+                "input '{}' has datatype {}, the model expects {}",
+                tensor.name, tensor.datatype, spec.datatype
+            )));
         }
-        Ok(())
+        if !shape_matches(&spec.shape, &tensor.shape) {
+            return Err(EngineError::InvalidInput(format!(
+                "input '{}' has shape {:?}, the model expects {:?} (-1 = any)",
+                tensor.name, tensor.shape, spec.shape
+            )));
+        }
+        tensor.check()?;
     }
+    if let Some(missing) = signature
+        .inputs
+        .iter()
+        .find(|s| !inputs.iter().any(|t| t.name == s.name))
+    {
+        return Err(EngineError::InvalidInput(format!(
+            "missing input '{}' ({} {:?})",
+            missing.name, missing.datatype, missing.shape
+        )));
+    }
+    Ok(())
+}
+
+/// Checks requested output names against a model's signature.
+pub fn check_outputs(signature: &ModelSignature, requested: &[String]) -> Result<()> {
+    for name in requested {
+        if signature.output(name).is_none() {
+            return Err(EngineError::InvalidInput(format!(
+                "unknown output '{name}'; the model produces {}",
+                names(&signature.outputs)
+            )));
+        }
+    }
+    Ok(())
 }
 
 fn shape_matches(model: &[i64], given: &[i64]) -> bool {
@@ -167,6 +140,7 @@ fn names(specs: &[TensorSpec]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeMap;
 
     fn sig() -> ModelSignature {
         ModelSignature {
@@ -188,28 +162,26 @@ mod tests {
     fn accepts_matching_and_names_the_tensor_on_mismatch() {
         let s = sig();
         let ok = Tensor::from_f32("x", vec![2, 3], &[0.0; 6]).unwrap();
-        s.check_inputs(std::slice::from_ref(&ok)).unwrap();
+        check_inputs(&s, std::slice::from_ref(&ok)).unwrap();
 
         let wrong_shape = Tensor::from_f32("x", vec![2, 4], &[0.0; 8]).unwrap();
-        let e = s.check_inputs(&[wrong_shape]).unwrap_err().to_string();
+        let e = check_inputs(&s, &[wrong_shape]).unwrap_err().to_string();
         assert!(e.contains("'x'") && e.contains("shape"), "{e}");
 
         let wrong_type = Tensor::from_i64("x", vec![1, 3], &[0; 3]).unwrap();
-        let e = s.check_inputs(&[wrong_type]).unwrap_err().to_string();
+        let e = check_inputs(&s, &[wrong_type]).unwrap_err().to_string();
         assert!(e.contains("INT64") && e.contains("FP32"), "{e}");
 
         let unknown = Tensor::from_f32("z", vec![1, 3], &[0.0; 3]).unwrap();
-        assert!(s
-            .check_inputs(&[unknown])
+        assert!(check_inputs(&s, &[unknown])
             .unwrap_err()
             .to_string()
             .contains("'z'"));
-        assert!(s
-            .check_inputs(&[])
+        assert!(check_inputs(&s, &[])
             .unwrap_err()
             .to_string()
             .contains("missing input 'x'"));
-        assert!(s.check_inputs(&[ok.clone(), ok]).is_err());
-        assert!(s.check_outputs(&["nope".into()]).is_err());
+        assert!(check_inputs(&s, &[ok.clone(), ok]).is_err());
+        assert!(check_outputs(&s, &["nope".into()]).is_err());
     }
 }

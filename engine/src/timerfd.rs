@@ -2,7 +2,7 @@
 //! timerfd registered with tokio's I/O driver. Tokio's own timer ticks in whole milliseconds,
 //! too coarse for a batch delay of a few hundred microseconds. Used by the engine's batch clock
 //! ([`crate::batch_clock`]) and by the floor server's batching mode
-//! (`gateway/examples/floor_server.rs`), so that the floor measures the same mechanism.
+//! (`bench/floor/floor_server.rs`), so that the floor measures the same mechanism.
 //!
 //! Linux only; elsewhere [`Timer::new`] fails with `Unsupported` and callers keep time another
 //! way.

@@ -11,6 +11,7 @@
 //! - [`kserve`]: the KServe v2 request and response documents.
 //! - [`message`]: WebSocket text messages (request, cancel, invalid).
 //! - [`names`]: the names clients give models, pipelines and plugins.
+//! - [`signature`]: a model's inputs and outputs (name, datatype, shape), as stored and described.
 
 #![forbid(unsafe_code)]
 
@@ -21,6 +22,7 @@ pub mod kserve;
 pub mod limits;
 pub mod message;
 pub mod names;
+pub mod signature;
 pub mod tensor;
 
 /// A request the client got wrong (HTTP 400, gRPC INVALID_ARGUMENT), or a tensor whose data

@@ -1,6 +1,6 @@
 //! Per-key limits that hold across gateway replicas, kept in Redis.
 //!
-//! The rate limit is the gateway's GCRA (see `gateway/src/ratelimit.rs`) moved into one Lua
+//! The rate limit is the gateway's GCRA (see `gateway/limits`) moved into one Lua
 //! script: Redis runs a script atomically, so replicas racing for a key's last slot cannot
 //! both win, and the script reads Redis's `TIME`, so replicas with skewed clocks still agree.
 //! Scripts run by hash (`EVALSHA`, loaded on first use), one round trip per check.

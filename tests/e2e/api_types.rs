@@ -399,7 +399,7 @@ async fn answer(s: &Server, request: reqwest::RequestBuilder, status: u16) -> Va
 /// A demo pipeline spec (scripts/demo/NAME.json).
 fn demo(name: &str) -> Value {
     let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join(format!("../scripts/demo/{name}.json"));
+        .join(format!("../../scripts/demo/{name}.json"));
     serde_json::from_slice(&std::fs::read(file).unwrap()).unwrap()
 }
 

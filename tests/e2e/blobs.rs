@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 pub fn plugin_file(name: &str) -> PathBuf {
     let dir = std::env::var("INFERGATE_PLUGINS")
         .map(PathBuf::from)
-        .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugins/dist"));
+        .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../plugins/dist"));
     let path = dir.join(format!("{name}.wasm"));
     assert!(
         path.is_file(),
@@ -58,7 +58,7 @@ async fn infer_cls(s: &Server, name: &str) -> reqwest::Response {
         .expect("infer reaches the server")
 }
 
-/// Issue 13: a delete of a model racing an upload of the same bytes under another name could
+/// A delete of a model racing an upload of the same bytes under another name could
 /// remove the shared file after the upload stored it and before its row was written (10 of 100
 /// tries), leaving a listed model whose every inference failed. The delete is fired at a random
 /// point of the upload (seeded; printed) many times; each time the deleted model holds the only
@@ -136,7 +136,7 @@ async fn deleting_a_model_while_its_bytes_are_uploaded_again_keeps_the_file() {
     }
 }
 
-/// Issue 13: a rejected plugin upload left its compiled artifact in the cache (tens of MB for
+/// A rejected plugin upload left its compiled artifact in the cache (tens of MB for
 /// a large plugin) and nothing ever removed it. Now a rejected upload removes it, a delete
 /// removes the deleted version's, and a start removes what no stored plugin uses.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -12,10 +12,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
 pub(crate) fn dist() -> PathBuf {

@@ -6,8 +6,8 @@
 //! tests/python/test_grpc.py.
 
 use crate::harness::{model, strip_ansi, Options, Server};
-use infergate::grpc::proto::model_infer_request::InferInputTensor;
-use infergate::grpc::proto::{ModelInferRequest, ModelStreamInferResponse};
+use infergate_kserve::proto::model_infer_request::InferInputTensor;
+use infergate_kserve::proto::{ModelInferRequest, ModelStreamInferResponse};
 use prost::Message;
 use std::time::Duration;
 

@@ -9,8 +9,8 @@ use crate::grpc::{frame, grpc_url};
 use crate::harness::{Options, Server};
 use crate::websocket::{connect, next_json};
 use futures_util::SinkExt;
-use infergate::grpc::proto::model_infer_request::InferInputTensor;
-use infergate::grpc::proto::ModelInferRequest;
+use infergate_kserve::proto::model_infer_request::InferInputTensor;
+use infergate_kserve::proto::ModelInferRequest;
 use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::Message;
 

@@ -3,8 +3,7 @@
 //! INFERGATE_MODELS).
 
 mod harness;
-#[path = "../../gateway/src/store/test_postgres.rs"]
-mod test_postgres;
+use infergate_store::test_postgres;
 mod webdriver;
 
 mod api_types;

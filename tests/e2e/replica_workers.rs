@@ -1,4 +1,4 @@
-//! Workers across gateway replicas (issue 15): two replicas on one PostgreSQL (a real server,
+//! Workers across gateway replicas: two replicas on one PostgreSQL (a real server,
 //! `crate::test_postgres`), neither running models itself (`--no-local-engine`), each with a data
 //! directory of its own (so the cluster CA and token key can only agree through the store), and
 //! one worker joined with A's URL first and B's second. Whichever replica its heartbeats reach,

@@ -1,7 +1,7 @@
 //! A gateway whose PostgreSQL store is reached over TLS (`sslmode=require&sslrootcert=FILE`):
 //! the offline CLI registers a model through it and the server authenticates and serves
 //! through it. The certificate check itself is tested beside the connector
-//! (`gateway/src/store/pg_tls.rs`).
+//! (`gateway/store/src/pg_tls.rs`).
 
 use crate::harness::{model, register_with_env, Options, Server};
 use crate::test_postgres::PgServer;

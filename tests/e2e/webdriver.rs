@@ -267,7 +267,7 @@ impl Session<'_> {
         let body = self.text_of("body").await.unwrap_or_default();
         let logs = self.severe_logs().await;
         let shot = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../target/dashboard-screenshots/failure.png");
+            .join("../../target/dashboard-screenshots/failure.png");
         let _ = std::fs::create_dir_all(shot.parent().unwrap());
         self.screenshot(&shot).await;
         panic!(

@@ -1,4 +1,4 @@
-//! Pipelines whose model stage runs on a worker (issue 14): the native op (resize + normalize)
+//! Pipelines whose model stage runs on a worker: the native op (resize + normalize)
 //! runs with the model on the worker and the manager sends the decoded image, or with
 //! `[cluster] pipeline_ops = "manager"` runs it itself and sends the model's input. Both answer
 //! what an all-in-one server answers, on the demo `classify` pipeline, on the same pipeline
@@ -73,7 +73,7 @@ async fn as_admin(s: &Server, what: &str, request: reqwest::RequestBuilder) {
 async fn save_pipelines(s: &Server) {
     let plugins = std::env::var("INFERGATE_PLUGINS")
         .map(std::path::PathBuf::from)
-        .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugins/dist"));
+        .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../plugins/dist"));
     for plugin in ["image-decode", "imagenet-topk", "ctc-decode"] {
         let wasm = std::fs::read(plugins.join(format!("{plugin}.wasm")))
             .unwrap_or_else(|e| panic!("{plugin}.wasm: {e}: run plugins/build.sh"));
@@ -81,7 +81,7 @@ async fn save_pipelines(s: &Server) {
     }
     let demo = |name: &str| -> Value {
         let file =
-            Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../scripts/demo/{name}.json"));
+            Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../../scripts/demo/{name}.json"));
         serde_json::from_slice(&std::fs::read(file).unwrap()).unwrap()
     };
     let classify = demo("classify");

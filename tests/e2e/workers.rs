@@ -1,4 +1,4 @@
-//! Workers on other hosts (issue 14): a manager and worker processes on 127.0.0.1, joined with a
+//! Workers on other hosts: a manager and worker processes on 127.0.0.1, joined with a
 //! join secret, mutual TLS between them, requests routed to workers, kill -9 under load, lost
 //! workers, removal, draining on SIGTERM.
 
@@ -345,8 +345,8 @@ async fn relayed_as_the_client_asked(s: &Server, key: &str) {
 
 /// A direct-mode client for an assign answer: it trusts the cluster CA the answer carries.
 /// minilm's three INT64 inputs for one four-token sentence, as a gRPC message.
-fn grpc_request(model: &str) -> infergate::grpc::proto::ModelInferRequest {
-    use infergate::grpc::proto::model_infer_request::InferInputTensor;
+fn grpc_request(model: &str) -> infergate_kserve::proto::ModelInferRequest {
+    use infergate_kserve::proto::model_infer_request::InferInputTensor;
     let tensor = |values: [i64; 4]| values.iter().flat_map(|v| v.to_le_bytes()).collect();
     let input = |name: &str| InferInputTensor {
         name: name.into(),
@@ -354,7 +354,7 @@ fn grpc_request(model: &str) -> infergate::grpc::proto::ModelInferRequest {
         shape: vec![1, 4],
         ..Default::default()
     };
-    infergate::grpc::proto::ModelInferRequest {
+    infergate_kserve::proto::ModelInferRequest {
         model_name: model.into(),
         inputs: vec![
             input("input_ids"),
@@ -698,7 +698,7 @@ async fn direct_tokens_are_checked_on_the_worker_and_tampered_model_files_refuse
     assert!(answer.headers().get("grpc-status").is_none(), "{answer:?}");
     let bytes = answer.bytes().await.unwrap();
     let decoded =
-        <infergate::grpc::proto::ModelInferResponse as prost::Message>::decode(&bytes[5..])
+        <infergate_kserve::proto::ModelInferResponse as prost::Message>::decode(&bytes[5..])
             .expect("an inference answer");
     assert_eq!(decoded.outputs[0].shape, [1, 4, 384]);
     for (model, token, code, says) in [

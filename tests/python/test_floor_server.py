@@ -1,4 +1,4 @@
-"""gateway/examples/floor_server.rs in its batching mode, which bench/http_floor.py measures as
+"""bench/floor/floor_server.rs in its batching mode, which bench/http_floor.py measures as
 the floor under the MLP's batched figure: an inference is held until its batch closes (full, or
 its delay ran out) and only then answered, with either batch clock. Without that, the floor
 would measure a server answering at once and understate what batching costs."""

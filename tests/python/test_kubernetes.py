@@ -126,7 +126,7 @@ def test_replicated_gateways_share_postgres_and_redis_from_secrets():
     gateway = one(docs, "Deployment", "infergate")
     assert gateway["spec"]["replicas"] >= 2
     c = container(gateway, "gateway")
-    # The variables behind --store and --ratelimit (gateway/src/cli/serve.rs).
+    # The variables behind --store and --ratelimit (gateway/infergate/src/cli/serve.rs).
     for var, secret in (("INFERGATE_STORE", "infergate-store"), ("INFERGATE_RATELIMIT", "infergate-redis")):
         e = env(c, var)
         assert "value" not in e, var

@@ -1,4 +1,4 @@
-"""Workers on other hosts (issue 14): the official Triton clients (HTTP, JSON and binary, and
+"""Workers on other hosts: the official Triton clients (HTTP, JSON and binary, and
 gRPC), unchanged, through a manager that runs nothing itself (`--no-local-engine`) and two
 workers that joined it; answers compared with ONNX Runtime's Python API."""
 import contextlib

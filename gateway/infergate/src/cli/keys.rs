@@ -1,0 +1,217 @@
+//! `infergate keys`: create, limit, list and revoke API keys, offline on a data directory or
+//! online through the admin API.
+
+use super::client::{online, Target};
+use super::open_store;
+use super::table::Table;
+use anyhow::anyhow;
+use clap::{Args, Subcommand};
+use infergate_api_types::keys::{KeyCreated, KeyInfo, KeyList, KeyRevoked, KeyUpdated};
+use infergate_store::auth::Scopes;
+use infergate_store::keys::{KeyLimits, KeyRecord};
+
+#[derive(Subcommand)]
+pub(super) enum KeysCommand {
+    /// Create a key; prints the secret alone on stdout (shown once).
+    Create {
+        #[command(flatten)]
+        target: Target,
+        /// Comma-separated scopes: infer, upload, admin (admin implies the others).
+        #[arg(long, default_value = "infer")]
+        scope: String,
+        /// A name to recognise the key by.
+        #[arg(long, default_value = "cli")]
+        name: String,
+        #[command(flatten)]
+        limits: LimitArgs,
+    },
+    /// Change a key's rate limit and concurrency cap (flags not given stay as they are).
+    Limits {
+        #[command(flatten)]
+        target: Target,
+        /// Numeric id or 12-character public id.
+        id: String,
+        #[command(flatten)]
+        limits: LimitArgs,
+        /// Drop the key's own rate limit and cap: it gets the server default again.
+        #[arg(long, conflicts_with_all = ["rps", "burst", "max_concurrent"])]
+        clear: bool,
+    },
+    /// List keys (never their secrets).
+    List {
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Revoke a key by id or public id; takes effect on the next request.
+    Revoke {
+        #[command(flatten)]
+        target: Target,
+        /// Numeric id or 12-character public id.
+        id: String,
+    },
+}
+
+/// A key's own limits; absent = the server default.
+#[derive(Args)]
+pub(super) struct LimitArgs {
+    /// Rate limit in requests per second (GCRA).
+    #[arg(long)]
+    rps: Option<f64>,
+    /// Requests allowed at once above the rate [default: the rate rounded up].
+    #[arg(long, requires = "rps")]
+    burst: Option<u32>,
+    /// Requests of this key in flight at once.
+    #[arg(long)]
+    max_concurrent: Option<u32>,
+}
+
+impl LimitArgs {
+    /// The admin API's JSON fields for the flags given.
+    fn to_json(&self) -> serde_json::Map<String, serde_json::Value> {
+        let mut m = serde_json::Map::new();
+        if let Some(rps) = self.rps {
+            m.insert(
+                "rate_limit".into(),
+                serde_json::json!({"rps": rps, "burst": self.burst}),
+            );
+        }
+        if let Some(n) = self.max_concurrent {
+            m.insert("max_concurrent".into(), serde_json::json!(n));
+        }
+        m
+    }
+
+    fn apply(&self, current: KeyLimits) -> anyhow::Result<KeyLimits> {
+        Ok(infergate_service::key_limits::parse_limits(
+            &self.to_json(),
+            current,
+        )?)
+    }
+}
+
+pub(super) fn run(cmd: KeysCommand) -> anyhow::Result<()> {
+    match cmd {
+        KeysCommand::Create {
+            target,
+            scope,
+            name,
+            limits,
+        } => {
+            let scopes = Scopes::parse_list(&scope).map_err(|e| anyhow!(e))?;
+            let own = limits.apply(KeyLimits::default())?;
+            let secret = match &target.url {
+                Some(_) => {
+                    let scopes: Vec<&str> = scopes.iter().map(|s| s.as_str()).collect();
+                    let mut body = limits.to_json();
+                    body.insert("name".into(), serde_json::json!(name));
+                    body.insert("scopes".into(), serde_json::json!(scopes));
+                    let created: KeyCreated = online(
+                        &target,
+                        reqwest::Method::POST,
+                        "/api/keys",
+                        Some(body.into()),
+                    )?;
+                    created.secret
+                }
+                None => {
+                    open_store(&target.data_dir)?
+                        .create_key_with_limits(&name, &scopes, &own)?
+                        .1
+                }
+            };
+            println!("{secret}");
+        }
+        KeysCommand::Limits {
+            target,
+            id,
+            limits,
+            clear,
+        } => {
+            let record = match &target.url {
+                Some(_) => {
+                    let body = if clear {
+                        serde_json::json!({"rate_limit": null, "max_concurrent": null})
+                    } else {
+                        limits.to_json().into()
+                    };
+                    let updated: KeyUpdated = online(
+                        &target,
+                        reqwest::Method::PATCH,
+                        &format!("/api/keys/{id}"),
+                        Some(body),
+                    )?;
+                    updated.key
+                }
+                None => {
+                    let store = open_store(&target.data_dir)?;
+                    let current = store
+                        .get_key(&id)?
+                        .ok_or_else(|| anyhow!("no API key '{id}'"))?;
+                    let new = if clear {
+                        KeyLimits::default()
+                    } else {
+                        limits.apply(current.limits())?
+                    };
+                    let updated = store
+                        .set_key_limits(&id, &new)?
+                        .ok_or_else(|| anyhow!("no API key '{id}'"))?;
+                    updated.info()
+                }
+            };
+            eprintln!(
+                "key {}: rate_limit {}, max_concurrent {}",
+                record.id,
+                serde_json::to_string(&record.rate_limit)?,
+                serde_json::to_string(&record.max_concurrent)?
+            );
+        }
+        KeysCommand::List { target } => {
+            let keys: Vec<KeyInfo> = match &target.url {
+                Some(_) => online::<KeyList>(&target, reqwest::Method::GET, "/api/keys", None)?
+                    .keys
+                    .into_iter()
+                    .map(|k| k.key)
+                    .collect(),
+                None => open_store(&target.data_dir)?
+                    .list_keys()?
+                    .iter()
+                    .map(KeyRecord::info)
+                    .collect(),
+            };
+            let mut table = Table::new(&["ID", "PUBLIC ID", "NAME", "SCOPES", "STATUS"]);
+            for k in keys {
+                let status = match k.revoked_at {
+                    None => "active",
+                    Some(_) => "revoked",
+                };
+                table.row([
+                    k.id.to_string(),
+                    k.public_id,
+                    k.name,
+                    k.scopes.join(","),
+                    status.into(),
+                ]);
+            }
+            table.print();
+        }
+        KeysCommand::Revoke { target, id } => {
+            match &target.url {
+                Some(_) => {
+                    online::<KeyRevoked>(
+                        &target,
+                        reqwest::Method::DELETE,
+                        &format!("/api/keys/{id}"),
+                        None,
+                    )?;
+                }
+                None => {
+                    open_store(&target.data_dir)?
+                        .revoke_key(&id)?
+                        .ok_or_else(|| anyhow!("no API key '{id}'"))?;
+                }
+            }
+            eprintln!("revoked {id}");
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,17 @@
+//! `infergate`: the command line ([`cli`]) and the wiring of the gateway's crates into one
+//! binary. `serve` runs `infergate_server`, `worker` runs `infergate_worker`; the offline
+//! commands work on a data directory through `infergate_store` and `infergate_service`.
+
+#![forbid(unsafe_code)]
+
+mod cli;
+
+/// mimalloc instead of the system allocator: a request's buffers are allocated on one thread
+/// and freed on another (the async worker and the engine's instance thread), a pattern glibc's
+/// per-thread caches serve badly (`bench/request_instructions.py` counts the difference).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+fn main() -> std::process::ExitCode {
+    cli::main()
+}

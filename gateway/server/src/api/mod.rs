@@ -1,0 +1,159 @@
+//! HTTP routes. Each module owns one protocol or resource; this file only wires them.
+
+pub mod admission;
+pub mod authorized;
+pub mod body;
+mod completion_stream;
+pub mod dashboard;
+pub mod embeddings;
+pub mod events;
+pub mod front;
+pub mod history;
+pub mod key_admin;
+pub mod keys;
+pub mod kserve;
+pub mod limits;
+pub mod metrics;
+pub mod models;
+pub mod openai;
+mod openai_answer;
+pub mod openai_llm;
+pub mod pipelines;
+pub mod plugins;
+pub mod stream;
+pub mod triton;
+pub mod unread;
+pub mod worker_admin;
+pub mod workers;
+
+use axum::routing::{delete, get, post, put};
+use infergate_service::state::AppState;
+use std::sync::Arc;
+
+/// The routes behind the front door (`front`): request id, CORS (answers preflight itself),
+/// metrics, per-key admission.
+pub fn router(state: Arc<AppState>) -> front::Front {
+    let cors = crate::cors::layer(&state.config().cors).unwrap_or_else(|e| {
+        // Config::validate refused this at start; a router built without it gets no CORS.
+        tracing::error!(error = %e, "CORS disabled");
+        None
+    });
+    routes().finish(state, cors)
+}
+
+fn routes() -> front::Routes {
+    front::Routes::default()
+        // KServe v2 / Open Inference Protocol
+        .route("/v2", get(kserve::server_metadata))
+        .route("/v2/health/live", get(kserve::live))
+        .route("/v2/health/ready", get(kserve::ready))
+        .route("/v2/models/{model}", get(kserve::model_metadata))
+        .route(
+            "/v2/models/{model}/versions/{version}",
+            get(kserve::model_version_metadata),
+        )
+        .route("/v2/models/{model}/ready", get(kserve::model_ready))
+        .route(
+            "/v2/models/{model}/versions/{version}/ready",
+            get(kserve::model_version_ready),
+        )
+        .route("/v2/models/{model}/infer", post(kserve::infer))
+        .route(
+            "/v2/models/{model}/versions/{version}/infer",
+            post(kserve::infer_version),
+        )
+        // Triton's extensions that real clients call
+        .route("/v2/models/{model}/config", get(triton::model_config))
+        .route(
+            "/v2/models/{model}/versions/{version}/config",
+            get(triton::model_version_config),
+        )
+        .route("/v2/models/stats", get(triton::all_stats))
+        .route("/v2/models/{model}/stats", get(triton::model_stats))
+        .route(
+            "/v2/models/{model}/versions/{version}/stats",
+            get(triton::model_version_stats),
+        )
+        .route("/v2/repository/index", post(triton::repository_index))
+        .route("/v2/repository/models/{model}/load", post(triton::load))
+        .route("/v2/repository/models/{model}/unload", post(triton::unload))
+        // Management API
+        .route("/api/models", get(models::list))
+        .route(
+            "/api/models/{model}",
+            get(models::get).delete(models::delete_all),
+        )
+        .route("/api/models/{model}/versions", post(models::upload))
+        .route("/api/models/{model}/config", put(models::put_latest_config))
+        .route(
+            "/api/models/{model}/versions/{version}/config",
+            put(models::put_version_config),
+        )
+        .route(
+            "/api/models/{model}/versions/{version}",
+            get(models::get_version).delete(models::delete_version),
+        )
+        .route("/api/plugins", get(plugins::list).post(plugins::upload))
+        .route(
+            "/api/plugins/{plugin}",
+            get(plugins::get).delete(plugins::delete_all),
+        )
+        .route(
+            "/api/plugins/{plugin}/versions/{version}",
+            delete(plugins::delete_version),
+        )
+        .route(
+            "/api/plugins/{plugin}/versions/{version}/limits",
+            put(plugins::put_limits),
+        )
+        .route("/api/pipelines", get(pipelines::list))
+        .route(
+            "/api/pipelines/{pipeline}",
+            get(pipelines::get)
+                .put(pipelines::put)
+                .delete(pipelines::delete),
+        )
+        .route("/api/pipelines/{pipeline}/run", post(pipelines::run_raw))
+        .route("/api/keys", get(keys::list).post(keys::create))
+        .route("/api/keys/{id}", delete(keys::revoke).patch(limits::update))
+        .route("/api/keys/{id}/usage", get(limits::usage))
+        .route("/metrics", get(metrics::scrape))
+        .route("/api/metrics/history", get(history::history))
+        // WebSocket streaming
+        .route("/v2/stream", get(stream::upgrade))
+        .route("/v2/events", get(events::upgrade))
+        // OpenAI-compatible API
+        .route("/v1/models", get(openai::models))
+        .route("/v1/completions", post(openai::completions))
+        .route("/v1/embeddings", post(embeddings::embeddings))
+        .route("/v1/chat/completions", post(openai::chat_completions))
+        .route("/api/whoami", get(keys::whoami))
+        // Workers on other hosts: their own endpoints (worker credentials) and the operators'.
+        .route("/v2/models/{model}/assign", post(workers::assign))
+        .route("/cluster/v1/join", post(workers::join))
+        .route("/cluster/v1/heartbeat", post(workers::heartbeat))
+        .route("/cluster/v1/deregister", post(workers::deregister))
+        .route(
+            "/cluster/v1/models/{model}/versions/{version}",
+            get(workers::model_version),
+        )
+        .route("/cluster/v1/models/{model}", get(workers::model_latest))
+        .route("/cluster/v1/blobs/{sha256}", get(workers::blob))
+        .route("/api/workers", get(workers::list))
+        .route("/api/workers/tokens", post(workers::create_token))
+        .route("/api/workers/tokens/{id}", delete(workers::revoke_token))
+        .route("/api/workers/{id}", delete(workers::remove))
+        .route("/api/workers/{id}/drain", post(workers::drain))
+        // Everything else: the dashboard's files (API paths keep their JSON 404).
+        .fallback(dashboard::fallback)
+}
+
+/// The status of a create-or-replace: 201 when it created, 200 when it replaced or found the
+/// same thing already there.
+pub(crate) fn saved_status(created: bool) -> http::StatusCode {
+    if created {
+        http::StatusCode::CREATED
+    } else {
+        http::StatusCode::OK
+    }
+}

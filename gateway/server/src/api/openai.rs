@@ -1,0 +1,358 @@
+//! The OpenAI-compatible API (scope `infer`): `GET /v1/models`, `POST /v1/completions` and
+//! `POST /v1/chat/completions`.
+//!
+//! A request naming a chat model (a registered GGUF version; `[openai] completions_model` when
+//! it names none) is served by `openai_llm.rs`. A request naming `[openai] textgen_model`, the
+//! character-level LSTM, is served here when its vocabulary `[openai] vocab` is configured:
+//! `stream: true` answers Server-Sent Events in OpenAI's chunk format ending with
+//! `data: [DONE]`; generation is driven by the stream, so a client that disconnects stops it at
+//! the next character. Its chat prompt is the messages' contents joined by newlines: that model
+//! continues text, it does not follow instructions.
+//!
+//! `/v1/embeddings` is served by pipelines (see `embeddings.rs`). The bodies this module and
+//! `embeddings.rs` take are parsed and checked in `infergate_service::openai_request`.
+
+use super::authorized::{Authorized, Infer};
+use super::body::read_limited;
+use super::openai_answer::{Generated, Kind, Meta};
+use super::openai_llm;
+use infergate_kserve::http_error::{HttpError, HttpResult};
+// `Stop` and `StreamOptions` are shared with the chat models' requests (openai_llm.rs).
+use crate::request_id::RequestId;
+use axum::extract::State;
+use axum::response::Response;
+use axum::{Extension, Json};
+use futures_util::future::BoxFuture;
+use http::HeaderMap;
+use infergate_api_types::openai::{
+    ErrorBody, ErrorDetail, ModelCard, ModelCardList, Object, Usage,
+};
+use infergate_service::error::{self, ApiError, ApiResult};
+use infergate_service::openai_request::{parse, ChatRequest, Common, CompletionRequest, Sampling};
+pub(super) use infergate_service::openai_request::{Stop, StreamOptions};
+use infergate_service::state::AppState;
+use infergate_service::textgen::{Generation, RunModel, Step, Vocab};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+type S = State<Arc<AppState>>;
+
+const PROTOCOL: &str = "openai";
+const DEFAULT_COMPLETION_TOKENS: u32 = 16;
+const DEFAULT_CHAT_TOKENS: u32 = 256;
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// The vocabulary and the registered model the request names.
+pub(crate) fn generator(
+    state: &AppState,
+    model: &str,
+) -> ApiResult<(Arc<Vocab>, Arc<infergate_store::models::ModelRecord>)> {
+    let configured = &state.config().openai.textgen_model;
+    if model != configured {
+        return Err(ApiError::not_found(format!(
+            "model '{model}' does not exist or does not generate text; GET /v1/models lists the models"
+        )));
+    }
+    let vocab = state.textgen_vocab().cloned().ok_or_else(|| {
+        ApiError::unavailable(
+            "text generation is not configured: set [openai] vocab (or --openai-vocab) to the model's vocabulary",
+        )
+    })?;
+    let record = state.catalog().resolve(model, None)?;
+    Ok((vocab, record))
+}
+
+/// A generation whose model runs through the inference service.
+pub fn start_generation(
+    state: &Arc<AppState>,
+    vocab: Arc<Vocab>,
+    record: Arc<infergate_store::models::ModelRecord>,
+    prompt: &str,
+    sampling: Sampling,
+) -> ApiResult<Generation> {
+    let (state, model) = (state.clone(), record.clone());
+    let run: RunModel = Box::new(move |inputs, outputs| -> BoxFuture<'static, _> {
+        let (state, model) = (state.clone(), model.clone());
+        Box::pin(async move {
+            let options = infergate_engine::InferOptions::default();
+            infergate_service::infer::backend::run_model(&state, &model, inputs, outputs, options)
+                .await
+        })
+    });
+    Generation::new(run, vocab, record, prompt, sampling)
+}
+
+pub async fn models(_: Authorized<Infer>, State(state): S) -> HttpResult<Json<ModelCardList>> {
+    // Only what the OpenAI endpoints can run: chat models (GGUF), the character LSTM when its
+    // vocabulary is configured, and pipelines (/v1/embeddings); other models are served through
+    // KServe v2, where clients find them in /v2/models.
+    let mut first_seen: BTreeMap<String, (i64, Option<u32>)> = BTreeMap::new();
+    for record in state.catalog().all() {
+        let chat = infergate_service::chat_models::is_gguf(&record);
+        let textgen =
+            state.textgen_vocab().is_some() && record.name == state.config().openai.textgen_model;
+        if chat || textgen {
+            let context = record
+                .signature
+                .metadata
+                .get("context_length")
+                .and_then(|n| n.parse::<u32>().ok())
+                .map(|n| n.min(state.config().llm.context_per_sequence));
+            let entry = first_seen
+                .entry(record.name.clone())
+                .or_insert((record.created_at, context));
+            entry.0 = entry.0.min(record.created_at);
+        }
+    }
+    let mut data: Vec<ModelCard> = first_seen
+        .into_iter()
+        .map(|(id, (created, context))| model_card(id, created, context))
+        .collect();
+    for pipeline in state.pipelines().all() {
+        let record = &pipeline.record;
+        data.push(model_card(record.name.clone(), record.created_at, None));
+    }
+    // The default model first, as clients that take the first entry expect.
+    let default = &state.config().openai.completions_model;
+    data.sort_by_key(|m| m.id != *default);
+    Ok(Json(ModelCardList {
+        object: Object::List,
+        data,
+    }))
+}
+
+/// One model of `GET /v1/models`; `max_model_len` is a chat model's context per sequence.
+fn model_card(id: String, created: i64, max_model_len: Option<u32>) -> ModelCard {
+    ModelCard {
+        id,
+        object: Object::Model,
+        created,
+        owned_by: "infergate".into(),
+        max_model_len,
+    }
+}
+
+/// An error in OpenAI's shape (`{"error": {"message", "type", "param", "code"}}`), which the
+/// official clients read their exception's message from.
+fn openai_error(e: ApiError) -> Response {
+    let kind = match e.kind {
+        error::Kind::Invalid
+        | error::Kind::NotFound
+        | error::Kind::TooLarge
+        | error::Kind::Unprocessable => "invalid_request_error",
+        error::Kind::Unauthenticated => "authentication_error",
+        error::Kind::Forbidden => "permission_error",
+        error::Kind::RateLimited => "rate_limit_error",
+        _ => "server_error",
+    };
+    let body = ErrorBody {
+        error: ErrorDetail {
+            message: e.message.clone(),
+            kind: kind.into(),
+            param: Some(None),
+            code: Some(None),
+        },
+    };
+    infergate_kserve::http_error::respond_with(e, body)
+}
+
+pub async fn completions(
+    auth: Result<Authorized<Infer>, HttpError>,
+    state: S,
+    request_id: Extension<RequestId>,
+    headers: HeaderMap,
+    body: axum::body::Body,
+) -> Response {
+    if let Err(refused) = auth {
+        // In the OpenAI error shape, still drained by the middleware (`before_body`).
+        return openai_error(refused.0);
+    }
+    completion(state, request_id, headers, body)
+        .await
+        .unwrap_or_else(openai_error)
+}
+
+pub async fn chat_completions(
+    auth: Result<Authorized<Infer>, HttpError>,
+    state: S,
+    request_id: Extension<RequestId>,
+    headers: HeaderMap,
+    body: axum::body::Body,
+) -> Response {
+    if let Err(refused) = auth {
+        // In the OpenAI error shape, still drained by the middleware (`before_body`).
+        return openai_error(refused.0);
+    }
+    chat_completion(state, request_id, headers, body)
+        .await
+        .unwrap_or_else(openai_error)
+}
+
+async fn completion(
+    State(state): S,
+    Extension(request_id): Extension<RequestId>,
+    headers: HeaderMap,
+    body: axum::body::Body,
+) -> ApiResult<Response> {
+    let limit = state.config().limits.max_request_bytes;
+    let body = read_limited(&headers, body, limit).await?;
+    if let Some(record) = openai_llm::chat_model(&state, &body)? {
+        let id = format!("cmpl-{}", request_id.as_str());
+        return openai_llm::respond(state, record, Kind::Completion, id, unix_now(), &body).await;
+    }
+    let req: CompletionRequest = parse(&body)?;
+    let prompt = req.prompt()?;
+    let limit = state.config().openai.max_tokens_limit;
+    let sampling = req.common.sampling(DEFAULT_COMPLETION_TOKENS, limit)?;
+    let meta = Meta {
+        kind: Kind::Completion,
+        id: format!("cmpl-{}", request_id.as_str()),
+        created: unix_now(),
+        model: req.common.model.clone(),
+        chat_model: false,
+    };
+    run(state, meta, &req.common, &prompt, sampling).await
+}
+
+async fn chat_completion(
+    State(state): S,
+    Extension(request_id): Extension<RequestId>,
+    headers: HeaderMap,
+    body: axum::body::Body,
+) -> ApiResult<Response> {
+    let limit = state.config().limits.max_request_bytes;
+    let body = read_limited(&headers, body, limit).await?;
+    if let Some(record) = openai_llm::chat_model(&state, &body)? {
+        let id = format!("chatcmpl-{}", request_id.as_str());
+        return openai_llm::respond(state, record, Kind::Chat, id, unix_now(), &body).await;
+    }
+    let req: ChatRequest = parse(&body)?;
+    let prompt = req.prompt()?;
+    let limit = state.config().openai.max_tokens_limit;
+    let sampling = req.common.sampling(DEFAULT_CHAT_TOKENS, limit)?;
+    let meta = Meta {
+        kind: Kind::Chat,
+        id: format!("chatcmpl-{}", request_id.as_str()),
+        created: unix_now(),
+        model: req.common.model.clone(),
+        chat_model: false,
+    };
+    run(state, meta, &req.common, &prompt, sampling).await
+}
+
+async fn run(
+    state: Arc<AppState>,
+    meta: Meta,
+    common: &Common,
+    prompt: &str,
+    sampling: Sampling,
+) -> ApiResult<Response> {
+    let (vocab, record) = generator(&state, &common.model)?;
+    let generation = start_generation(&state, vocab, record, prompt, sampling)?;
+    let include_usage = common
+        .stream_options
+        .as_ref()
+        .is_some_and(|o| o.include_usage);
+    if common.stream {
+        Ok(super::completion_stream::response(
+            state,
+            meta,
+            generation,
+            include_usage,
+        ))
+    } else {
+        // On its own thread; dropping this future (client gone) stops the generation.
+        infergate_service::own_thread::run(complete(state, meta, generation)).await
+    }
+}
+
+/// Records one generation in the metrics: tokens as they come, the request when it ends. A
+/// generation dropped before its end (client gone) is recorded with status 499.
+pub(super) struct Tracked {
+    state: Arc<AppState>,
+    model: String,
+    version: String,
+    started: Instant,
+    ended: bool,
+    tokens: prometheus_client::metrics::counter::Counter,
+    _in_progress: infergate_service::metrics::GaugeGuard,
+}
+
+impl Tracked {
+    pub(super) fn new(state: &Arc<AppState>, g: &Generation) -> Tracked {
+        Tracked {
+            state: state.clone(),
+            model: g.model_name().to_string(),
+            version: g.model_version().to_string(),
+            started: Instant::now(),
+            ended: false,
+            tokens: state.metrics().token_counter(g.model_name(), PROTOCOL),
+            _in_progress: state.metrics().generation_started(),
+        }
+    }
+
+    pub(super) fn token(&self) {
+        self.tokens.inc();
+    }
+
+    pub(super) fn end(&mut self, status: u16) {
+        if !self.ended {
+            self.ended = true;
+            let elapsed = self.started.elapsed();
+            self.state
+                .metrics()
+                .inference(&self.model, &self.version, PROTOCOL, status, elapsed);
+        }
+    }
+}
+
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        if !self.ended {
+            tracing::debug!(model = %self.model, "client went away; generation stopped");
+            self.end(499);
+        }
+    }
+}
+
+async fn complete(state: Arc<AppState>, meta: Meta, mut g: Generation) -> ApiResult<Response> {
+    let mut tracked = Tracked::new(&state, &g);
+    let mut text = String::new();
+    loop {
+        match g.next().await {
+            Ok(Some(Step { text: t, finish })) => {
+                if finish.is_none() || !t.is_empty() {
+                    tracked.token();
+                }
+                text.push_str(&t);
+                if let Some(finish) = finish {
+                    tracked.end(200);
+                    let whole = Generated {
+                        text,
+                        logprobs: Vec::new(),
+                        finish,
+                    };
+                    let usage = Usage::new(g.prompt_tokens, g.completion_tokens);
+                    return Ok(meta.answer(vec![whole], usage));
+                }
+            }
+            Ok(None) => {
+                tracked.end(500);
+                return Err(ApiError::internal(
+                    "generation ended without a finish reason",
+                ));
+            }
+            Err(e) => {
+                tracked.end(infergate_kserve::http_error::status(&e).as_u16());
+                return Err(e);
+            }
+        }
+    }
+}

@@ -1,0 +1,709 @@
+//! `/v1/completions` and `/v1/chat/completions` on a chat model (a registered GGUF version, run
+//! by `infergate-llm`): the parameters vLLM and TGI accept (`max_tokens` /
+//! `max_completion_tokens`, `temperature`, `top_p`, `top_k`, `min_p`, `seed`, `stop`,
+//! `presence_penalty`, `frequency_penalty`, `logprobs` + `top_logprobs`, `n`, `response_format`
+//! with `json_object` / `json_schema`, `stream` + `stream_options.include_usage`), usage in the
+//! model's tokens, `finish_reason` `stop` / `length`.
+//!
+//! Each of the `n` choices is its own sequence in the model's continuous batch; the prompt is
+//! computed once and its KV copied to all. `priority` (vLLM's: lower first, default 0) orders
+//! admission to the batch. Streaming sends OpenAI's chunks as Server-Sent Events;
+//! a client that goes away drops the response, which drops the sequences' receivers: the
+//! scheduler frees them at its next step.
+
+use super::openai::{Stop, StreamOptions};
+use super::openai_answer::{stream_error, Generated, Kind, Meta};
+use super::stream::encoded;
+use axum::body::{Body, Bytes};
+use axum::response::{IntoResponse, Response};
+use futures_util::stream::{self, BoxStream, StreamExt};
+use futures_util::FutureExt;
+use infergate_api_types::openai::{PromptTokensDetails, Usage};
+use infergate_api_types::stream::{GeneratedToken, GenerationDone};
+use infergate_llm::{
+    ChatMessage, Constraint, Done, Event, Generation, LlmModel, SamplingParams, TokenLogprob,
+};
+use infergate_service::chat_models::api_error;
+use infergate_service::error::{ApiError, ApiResult};
+use infergate_service::state::AppState;
+use infergate_store::models::ModelRecord;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::histogram::Histogram;
+use serde::Deserialize;
+use serde_json::Value;
+use std::borrow::Cow;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Instant;
+
+const PROTOCOL: &str = "openai";
+/// OpenAI's default for `/v1/completions`; chat completions default to the rest of the context
+/// (as vLLM does), bounded by `[openai] max_tokens_limit`.
+const DEFAULT_COMPLETION_TOKENS: u32 = 16;
+const MAX_CHOICES: u32 = 16;
+/// Completions' `logprobs` is at most 5 (OpenAI's limit).
+const MAX_COMPLETION_LOGPROBS: u32 = 5;
+
+#[derive(Debug, Deserialize)]
+struct JsonSchemaFormat {
+    #[serde(default)]
+    schema: Option<Value>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum ResponseFormat {
+    Text,
+    JsonObject,
+    JsonSchema { json_schema: JsonSchemaFormat },
+}
+
+#[derive(Debug, Deserialize)]
+struct Message {
+    role: String,
+    #[serde(default)]
+    content: Option<Value>,
+}
+
+/// Both endpoints' requests; unknown fields are ignored as OpenAI clients send many.
+#[derive(Debug, Deserialize)]
+struct Request {
+    #[serde(default)]
+    messages: Option<Vec<Message>>,
+    #[serde(default)]
+    prompt: Option<Value>,
+    max_tokens: Option<u32>,
+    max_completion_tokens: Option<u32>,
+    temperature: Option<f32>,
+    top_p: Option<f32>,
+    top_k: Option<i32>,
+    min_p: Option<f32>,
+    seed: Option<u64>,
+    stop: Option<Stop>,
+    n: Option<u32>,
+    #[serde(default)]
+    stream: bool,
+    stream_options: Option<StreamOptions>,
+    presence_penalty: Option<f32>,
+    frequency_penalty: Option<f32>,
+    logprobs: Option<Value>,
+    top_logprobs: Option<u32>,
+    response_format: Option<ResponseFormat>,
+    echo: Option<bool>,
+    best_of: Option<u32>,
+    logit_bias: Option<serde_json::Map<String, Value>>,
+    tools: Option<Vec<Value>>,
+    priority: Option<i32>,
+}
+
+fn bad(field: &str, rule: impl std::fmt::Display) -> ApiError {
+    ApiError::bad_request(format!("{field}: {rule}"))
+}
+
+/// The registered GGUF version a request names (its `model`, or `[openai] completions_model`
+/// when it names none); None when it names something else (the character LSTM).
+pub(super) fn chat_model(state: &AppState, body: &[u8]) -> ApiResult<Option<Arc<ModelRecord>>> {
+    #[derive(Deserialize)]
+    struct ModelOnly {
+        model: Option<Value>,
+    }
+    let named: ModelOnly = serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("invalid request: {e}")))?;
+    let name = match named.model {
+        None | Some(Value::Null) => state.config().openai.completions_model.clone(),
+        Some(Value::String(s)) => s,
+        Some(_) => return Err(bad("model", "must be a string")),
+    };
+    match state.catalog().resolve(&name, None) {
+        Ok(record) if infergate_service::chat_models::is_gguf(&record) => Ok(Some(record)),
+        _ => Ok(None),
+    }
+}
+
+/// One request, checked: the prompt text or tokens, the parameters of each choice.
+struct Plan {
+    prompt: Vec<i32>,
+    params: SamplingParams,
+    grammar: Option<String>,
+    n: u32,
+    stream: bool,
+    include_usage: bool,
+}
+
+impl Request {
+    fn plan(self, kind: Kind, model: &LlmModel, limit: u32) -> ApiResult<Plan> {
+        if self.echo == Some(true) {
+            return Err(bad("echo", "is not supported"));
+        }
+        if self.best_of.is_some_and(|b| b > 1) {
+            return Err(bad("best_of", "only 1 is supported"));
+        }
+        if self.logit_bias.as_ref().is_some_and(|b| !b.is_empty()) {
+            return Err(bad("logit_bias", "is not supported"));
+        }
+        if self.tools.as_ref().is_some_and(|t| !t.is_empty()) {
+            return Err(bad(
+                "tools",
+                "tool calls are not supported by this model server",
+            ));
+        }
+        let n = self.n.unwrap_or(1);
+        if !(1..=MAX_CHOICES).contains(&n) {
+            return Err(bad("n", format!("must be between 1 and {MAX_CHOICES}")));
+        }
+        let prompt = match kind {
+            Kind::Chat => {
+                let messages = self
+                    .messages
+                    .as_deref()
+                    .ok_or_else(|| bad("messages", "is required"))?;
+                model
+                    .render_chat(&chat_messages(messages)?)
+                    .map(|text| model.tokenize(&text))
+                    .map_err(|e| bad("messages", e))?
+            }
+            Kind::Completion => prompt_tokens(model, self.prompt.as_ref())?,
+        };
+        let logprobs = match (kind, &self.logprobs) {
+            (_, None | Some(Value::Null) | Some(Value::Bool(false))) => None,
+            (Kind::Chat, Some(Value::Bool(true))) => Some(self.top_logprobs.unwrap_or(0)),
+            (Kind::Completion, Some(Value::Number(k))) => {
+                let k = k
+                    .as_u64()
+                    .filter(|&k| k <= u64::from(MAX_COMPLETION_LOGPROBS))
+                    .ok_or_else(|| {
+                        bad(
+                            "logprobs",
+                            format!("must be between 0 and {MAX_COMPLETION_LOGPROBS}"),
+                        )
+                    })?;
+                Some(k as u32)
+            }
+            (Kind::Chat, _) => return Err(bad("logprobs", "must be a boolean")),
+            (Kind::Completion, _) => return Err(bad("logprobs", "must be an integer")),
+        };
+        if logprobs.is_none() && self.top_logprobs.is_some_and(|k| k > 0) {
+            return Err(bad("top_logprobs", "needs logprobs: true"));
+        }
+        let requested = self.max_completion_tokens.or(self.max_tokens);
+        let field = if self.max_completion_tokens.is_some() {
+            "max_completion_tokens"
+        } else {
+            "max_tokens"
+        };
+        if let Some(max) = requested {
+            if max == 0 || max > limit {
+                return Err(bad(
+                    field,
+                    format!("must be between 1 and {limit} on this server"),
+                ));
+            }
+        }
+        let default = match kind {
+            Kind::Completion => DEFAULT_COMPLETION_TOKENS,
+            Kind::Chat => limit,
+        };
+        let max_tokens = model
+            .completion_budget(prompt.len() as u32, requested, default)
+            .map_err(api_error)?;
+        let constraint = match self.response_format {
+            None | Some(ResponseFormat::Text) => Constraint::None,
+            Some(ResponseFormat::JsonObject) => Constraint::JsonObject,
+            Some(ResponseFormat::JsonSchema { json_schema }) => match json_schema.schema {
+                Some(schema @ Value::Object(_)) => Constraint::JsonSchema(schema),
+                _ => {
+                    return Err(bad(
+                        "response_format.json_schema.schema",
+                        "a JSON Schema object is required",
+                    ))
+                }
+            },
+        };
+        let params = SamplingParams {
+            temperature: self.temperature.unwrap_or(1.0),
+            top_p: self.top_p.unwrap_or(1.0),
+            top_k: self.top_k.unwrap_or(0),
+            min_p: self.min_p.unwrap_or(0.0),
+            seed: self.seed,
+            presence_penalty: self.presence_penalty.unwrap_or(0.0),
+            frequency_penalty: self.frequency_penalty.unwrap_or(0.0),
+            max_tokens,
+            stop: match self.stop {
+                None => vec![],
+                Some(Stop::One(s)) => vec![s],
+                Some(Stop::Many(v)) => v,
+            },
+            logprobs,
+            constraint,
+            priority: self.priority.unwrap_or(0),
+        };
+        params.validate().map_err(api_error)?;
+        let grammar = params.grammar().map_err(api_error)?;
+        Ok(Plan {
+            prompt,
+            params,
+            grammar,
+            n,
+            stream: self.stream,
+            include_usage: self.stream_options.is_some_and(|o| o.include_usage),
+        })
+    }
+}
+
+/// Messages with roles `system` (`developer`), `user`, `assistant`; content a string or a list
+/// of text parts.
+fn chat_messages(messages: &[Message]) -> ApiResult<Vec<ChatMessage>> {
+    if messages.is_empty() {
+        return Err(bad("messages", "must not be empty"));
+    }
+    messages
+        .iter()
+        .enumerate()
+        .map(|(i, m)| {
+            let role = match m.role.as_str() {
+                "system" | "developer" => "system",
+                "user" => "user",
+                "assistant" => "assistant",
+                other => {
+                    return Err(bad(
+                        &format!("messages[{i}].role"),
+                        format!("'{other}' is not supported (system, user, assistant)"),
+                    ))
+                }
+            };
+            let content = match &m.content {
+                None | Some(Value::Null) => String::new(),
+                Some(Value::String(s)) => s.clone(),
+                Some(Value::Array(parts)) => parts
+                    .iter()
+                    .map(|p| match (p["type"].as_str(), p["text"].as_str()) {
+                        (Some("text"), Some(t)) => Ok(t),
+                        _ => Err(bad(
+                            &format!("messages[{i}].content"),
+                            "parts must be of type 'text'",
+                        )),
+                    })
+                    .collect::<ApiResult<Vec<_>>>()?
+                    .join(""),
+                Some(_) => {
+                    return Err(bad(
+                        &format!("messages[{i}].content"),
+                        "must be a string or a list of text parts",
+                    ))
+                }
+            };
+            Ok(ChatMessage {
+                role: role.into(),
+                content,
+            })
+        })
+        .collect()
+}
+
+/// A completion's prompt: a string, or a list of token ids (one prompt per request).
+fn prompt_tokens(model: &LlmModel, prompt: Option<&Value>) -> ApiResult<Vec<i32>> {
+    let one_prompt = "one prompt per request: a string or a list of token ids";
+    match prompt {
+        Some(Value::String(s)) => Ok(model.tokenize(s)),
+        Some(Value::Array(items)) => match items.as_slice() {
+            [Value::String(s)] => Ok(model.tokenize(s)),
+            [Value::Array(tokens)] => token_ids(model, tokens),
+            tokens if tokens.iter().all(Value::is_number) => token_ids(model, tokens),
+            _ => Err(bad("prompt", one_prompt)),
+        },
+        None => Err(bad("prompt", "is required")),
+        Some(_) => Err(bad("prompt", one_prompt)),
+    }
+}
+
+fn token_ids(model: &LlmModel, tokens: &[Value]) -> ApiResult<Vec<i32>> {
+    let vocab = model.vocab_size();
+    tokens
+        .iter()
+        .map(|t| {
+            t.as_i64()
+                .filter(|&t| (0..i64::from(vocab)).contains(&t))
+                .map(|t| t as i32)
+                .ok_or_else(|| {
+                    bad(
+                        "prompt",
+                        format!("token ids must be between 0 and {}", vocab - 1),
+                    )
+                })
+        })
+        .collect()
+}
+
+fn usage(prompt_tokens: u32, done: &[Option<Done>]) -> Usage {
+    let completion: u32 = done.iter().flatten().map(|d| d.completion_tokens).sum();
+    let cached = done
+        .iter()
+        .flatten()
+        .map(|d| d.cached_tokens)
+        .max()
+        .unwrap_or(0);
+    Usage {
+        prompt_tokens_details: Some(PromptTokensDetails {
+            cached_tokens: cached,
+        }),
+        ..Usage::new(prompt_tokens, completion)
+    }
+}
+
+/// Metrics of one request: counted while it runs, recorded when it ends (499 when the client
+/// left first).
+struct Tracked {
+    state: Arc<AppState>,
+    record: Arc<ModelRecord>,
+    started: Instant,
+    ended: bool,
+    tokens: Counter,
+    ttft: Histogram,
+    itl: Histogram,
+    /// Per choice: when its last text came.
+    last: Vec<Option<Instant>>,
+    _in_progress: infergate_service::metrics::GaugeGuard,
+}
+
+impl Tracked {
+    fn new(
+        state: &Arc<AppState>,
+        record: &Arc<ModelRecord>,
+        n: usize,
+        started: Instant,
+    ) -> Tracked {
+        Tracked {
+            tokens: state.metrics().token_counter(&record.name, PROTOCOL),
+            ttft: state.metrics().llm_time_to_first_token(&record.name),
+            itl: state.metrics().llm_inter_token_latency(&record.name),
+            _in_progress: state.metrics().generation_started(),
+            state: state.clone(),
+            record: record.clone(),
+            started,
+            ended: false,
+            last: vec![None; n],
+        }
+    }
+
+    fn token(&mut self, index: usize) {
+        self.tokens.inc();
+        let now = Instant::now();
+        match self.last[index].replace(now) {
+            None => self
+                .ttft
+                .observe(now.duration_since(self.started).as_secs_f64()),
+            Some(before) => self.itl.observe(now.duration_since(before).as_secs_f64()),
+        }
+    }
+
+    fn end(&mut self, status: u16) {
+        if !self.ended {
+            self.ended = true;
+            self.state.metrics().inference(
+                &self.record.name,
+                &self.record.version.to_string(),
+                PROTOCOL,
+                status,
+                self.started.elapsed(),
+            );
+        }
+    }
+}
+
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        self.end(499);
+    }
+}
+
+pub(super) async fn respond(
+    state: Arc<AppState>,
+    record: Arc<ModelRecord>,
+    kind: Kind,
+    id: String,
+    created: u64,
+    body: &[u8],
+) -> ApiResult<Response> {
+    let started = Instant::now();
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let request: Request = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        ApiError::bad_request(format!("invalid request: {path}: {}", e.into_inner()))
+    })?;
+    let model = state
+        .llm()
+        .get(&record, state.model_file(&record, false))
+        .await?;
+    let plan = request.plan(kind, &model, state.config().openai.max_tokens_limit)?;
+    let generations = model
+        .generate_n(
+            &plan.prompt,
+            &plan.params,
+            plan.grammar.as_deref(),
+            plan.n as usize,
+        )
+        .map_err(api_error)?;
+    let meta = Meta {
+        kind,
+        id,
+        created,
+        model: record.name.clone(),
+        chat_model: true,
+    };
+    let tracked = Tracked::new(&state, &record, generations.len(), started);
+    let prompt_tokens = plan.prompt.len() as u32;
+    if plan.stream {
+        Ok(stream_response(
+            meta,
+            generations,
+            tracked,
+            prompt_tokens,
+            plan.include_usage,
+        ))
+    } else {
+        complete(meta, generations, tracked, prompt_tokens).await
+    }
+}
+
+/// Every choice's events, tagged with its index, in the order they come.
+fn merged(generations: Vec<Generation>) -> BoxStream<'static, (usize, Event)> {
+    stream::select_all(generations.into_iter().enumerate().map(|(i, g)| {
+        stream::unfold(g.events, move |mut rx| async move {
+            rx.recv().await.map(|event| ((i, event), rx))
+        })
+        .boxed()
+    }))
+    .boxed()
+}
+
+#[derive(Default)]
+struct Choice {
+    text: String,
+    logprobs: Vec<TokenLogprob>,
+    done: Option<Done>,
+}
+
+async fn complete(
+    meta: Meta,
+    generations: Vec<Generation>,
+    mut tracked: Tracked,
+    prompt_tokens: u32,
+) -> ApiResult<Response> {
+    let mut choices: Vec<Choice> = (0..generations.len()).map(|_| Choice::default()).collect();
+    let mut events = merged(generations);
+    while let Some((i, event)) = events.next().await {
+        match event {
+            Event::Text { text, logprob } => {
+                tracked.token(i);
+                choices[i].text.push_str(&text);
+                choices[i].logprobs.extend(logprob);
+            }
+            Event::Done(done) => choices[i].done = Some(done),
+            Event::Error(message) => {
+                tracked.end(500);
+                return Err(ApiError::internal(message));
+            }
+        }
+    }
+    let done: Vec<Option<Done>> = choices.iter().map(|c| c.done).collect();
+    let Some(finished) = choices
+        .into_iter()
+        .map(|c| {
+            c.done.map(|d| Generated {
+                text: c.text,
+                logprobs: c.logprobs,
+                finish: d.finish,
+            })
+        })
+        .collect::<Option<Vec<_>>>()
+    else {
+        tracked.end(500);
+        return Err(ApiError::internal("a generation ended without finishing"));
+    };
+    tracked.end(200);
+    Ok(meta.answer(finished, usage(prompt_tokens, &done)))
+}
+
+/// Where a streamed response is.
+struct Streaming {
+    meta: Meta,
+    events: BoxStream<'static, (usize, Event)>,
+    tracked: Tracked,
+    prompt_tokens: u32,
+    include_usage: bool,
+    done: Vec<Option<Done>>,
+    /// Text bytes sent per choice (completions' `text_offset`).
+    sent: Vec<usize>,
+    over: bool,
+}
+
+impl Streaming {
+    fn sse(out: &mut Vec<u8>, payload: &str) {
+        out.extend_from_slice(b"data: ");
+        out.extend_from_slice(payload.as_bytes());
+        out.extend_from_slice(b"\n\n");
+    }
+
+    fn first_chunks(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        if self.meta.is_chat() {
+            for i in 0..self.done.len() {
+                Streaming::sse(&mut out, &self.meta.role_chunk(i as u32));
+            }
+        }
+        out
+    }
+
+    /// Formats one event; the last one adds usage and `[DONE]`.
+    fn write(&mut self, (i, event): (usize, Event), out: &mut Vec<u8>) {
+        match event {
+            Event::Text { text, logprob } => {
+                self.tracked.token(i);
+                let logprob = logprob.map(|lp| (lp, self.sent[i]));
+                self.sent[i] += text.len();
+                Streaming::sse(out, &self.meta.chunk(i as u32, &text, logprob, None));
+            }
+            Event::Done(done) => {
+                self.done[i] = Some(done);
+                let last = self.meta.chunk(i as u32, "", None, Some(done.finish));
+                Streaming::sse(out, &last);
+                if self.done.iter().all(Option::is_some) {
+                    self.tracked.end(200);
+                    self.finish(out);
+                }
+            }
+            Event::Error(message) => {
+                self.tracked.end(500);
+                Streaming::sse(out, &stream_error(message, 500));
+                self.finish(out);
+            }
+        }
+    }
+
+    fn finish(&mut self, out: &mut Vec<u8>) {
+        if self.include_usage {
+            let usage = usage(self.prompt_tokens, &self.done);
+            Streaming::sse(out, &self.meta.usage_chunk(usage));
+        }
+        out.extend_from_slice(b"data: [DONE]\n\n");
+        self.over = true;
+    }
+}
+
+fn stream_response(
+    meta: Meta,
+    generations: Vec<Generation>,
+    tracked: Tracked,
+    prompt_tokens: u32,
+    include_usage: bool,
+) -> Response {
+    let n = generations.len();
+    let streaming = Streaming {
+        meta,
+        events: merged(generations),
+        tracked,
+        prompt_tokens,
+        include_usage,
+        done: vec![None; n],
+        sent: vec![0; n],
+        over: false,
+    };
+    let first = Bytes::from(streaming.first_chunks());
+    let body = stream::unfold(streaming, |mut s| async move {
+        if s.over {
+            return None;
+        }
+        // Events that are ready go into one write: one TLS record and one client wake-up.
+        let mut out = Vec::with_capacity(512);
+        match s.events.next().await {
+            Some(event) => s.write(event, &mut out),
+            None => {
+                // Senders gone without a Done: the model was unloaded under the request.
+                s.write((0, Event::Error("the model stopped".into())), &mut out);
+            }
+        }
+        while !s.over {
+            match s.events.next().now_or_never() {
+                Some(Some(event)) => s.write(event, &mut out),
+                _ => break,
+            }
+        }
+        Some((Ok::<_, Infallible>(Bytes::from(out)), s))
+    });
+    let body = stream::once(async move { Ok::<_, Infallible>(first) }).chain(body);
+    (
+        [
+            (http::header::CONTENT_TYPE, "text/event-stream"),
+            (http::header::CACHE_CONTROL, "no-cache"),
+        ],
+        Body::from_stream(body),
+    )
+        .into_response()
+}
+
+/// `generate` over WebSocket (`/v2/stream`) on a chat model, in the frames the character model
+/// uses: `{"id", "token"}` per piece of text, then `{"id", "done": true, "finish_reason",
+/// "text", "usage"}`. `prompt` is continued as is; `messages` instead goes through the chat
+/// template. The other fields are the OpenAI endpoints' (one choice, no logprobs).
+pub(crate) async fn websocket_generate(
+    state: &Arc<AppState>,
+    record: Arc<ModelRecord>,
+    generate: Value,
+    id: &Value,
+    out: &tokio::sync::mpsc::Sender<axum::extract::ws::Message>,
+) -> ApiResult<()> {
+    let request: Request = serde_json::from_value(generate).map_err(|e| bad("generate", e))?;
+    let kind = if request.messages.is_some() {
+        Kind::Chat
+    } else {
+        Kind::Completion
+    };
+    let model = state
+        .llm()
+        .get(&record, state.model_file(&record, false))
+        .await?;
+    let plan = request.plan(kind, &model, state.config().openai.max_tokens_limit)?;
+    if plan.n != 1 || plan.params.logprobs.is_some() {
+        return Err(bad(
+            "generate",
+            "n and logprobs are not supported over WebSocket",
+        ));
+    }
+    let mut generation = model
+        .generate(&plan.prompt, &plan.params, plan.grammar.as_deref())
+        .map_err(api_error)?;
+    let tokens = state.metrics().token_counter(&record.name, "websocket");
+    let _in_progress = state.metrics().generation_started();
+    let mut text = String::new();
+    while let Some(event) = generation.events.recv().await {
+        match event {
+            Event::Text { text: piece, .. } => {
+                tokens.inc();
+                if piece.is_empty() {
+                    continue;
+                }
+                text.push_str(&piece);
+                let token = GeneratedToken {
+                    id: Cow::Borrowed(id),
+                    token: piece.into(),
+                };
+                if out.send(encoded(&token)?).await.is_err() {
+                    return Ok(());
+                }
+            }
+            Event::Done(done) => {
+                let last = GenerationDone {
+                    id: Cow::Borrowed(id),
+                    done: true,
+                    finish_reason: done.finish.as_str().into(),
+                    text: text.into(),
+                    usage: usage(generation.prompt_tokens, &[Some(done)]),
+                };
+                let _ = out.send(encoded(&last)?).await;
+                return Ok(());
+            }
+            Event::Error(message) => return Err(ApiError::internal(message)),
+        }
+    }
+    Err(ApiError::internal("the generation ended without finishing"))
+}

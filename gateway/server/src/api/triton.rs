@@ -1,0 +1,183 @@
+//! Triton's HTTP extensions that its clients and perf_analyzer call: model configuration,
+//! statistics and the model repository (index, load, unload), in Triton's JSON shapes.
+
+use super::authorized::{Authorized, Infer, Upload};
+use super::body::read_limited;
+use axum::extract::{Path, State};
+use axum::Json;
+use http::{HeaderMap, StatusCode};
+use infergate_api_types::kserve::RepositoryEntry;
+use infergate_api_types::stats::{BatchStats, InferenceStats, ModelStats, StatDuration, StatsList};
+use infergate_engine::ModelState;
+use infergate_kserve::http_error::HttpResult;
+use infergate_service::catalog::model_key;
+use infergate_service::infer::describe;
+use infergate_service::names::parse_version;
+use infergate_service::state::AppState;
+use infergate_store::models::ModelRecord;
+use serde_json::Value;
+use std::sync::Arc;
+
+type S = State<Arc<AppState>>;
+
+pub async fn model_config(
+    _: Authorized<Infer>,
+    State(state): S,
+    Path(model): Path<String>,
+) -> HttpResult<Json<Value>> {
+    let record = state.catalog().resolve(&model, None)?;
+    Ok(Json(describe::triton_config(&state, &record)))
+}
+
+pub async fn model_version_config(
+    _: Authorized<Infer>,
+    State(state): S,
+    Path((model, version)): Path<(String, String)>,
+) -> HttpResult<Json<Value>> {
+    let record = state
+        .catalog()
+        .resolve(&model, Some(parse_version(&version)?))?;
+    Ok(Json(describe::triton_config(&state, &record)))
+}
+
+fn duration(d: infergate_engine::stats::StatDuration) -> StatDuration {
+    StatDuration {
+        count: d.count,
+        ns: d.ns,
+    }
+}
+
+fn stats_entry(state: &AppState, record: &ModelRecord) -> ModelStats {
+    let s = state.engine().stats(&model_key(record)).unwrap_or_default();
+    let batch_stats = s
+        .batch_stats
+        .iter()
+        .map(|b| BatchStats {
+            batch_size: b.batch_size,
+            compute_input: duration(b.compute_input),
+            compute_infer: duration(b.compute_infer),
+            compute_output: duration(b.compute_output),
+        })
+        .collect();
+    ModelStats {
+        name: record.name.clone(),
+        version: record.version.to_string(),
+        last_inference: s.last_inference,
+        inference_count: s.inference_count,
+        execution_count: s.execution_count,
+        inference_stats: InferenceStats {
+            success: duration(s.success),
+            fail: duration(s.fail),
+            queue: duration(s.queue),
+            compute_input: duration(s.compute_input),
+            compute_infer: duration(s.compute_infer),
+            compute_output: duration(s.compute_output),
+            // No response cache: Triton's clients expect the entries.
+            cache_hit: StatDuration::default(),
+            cache_miss: StatDuration::default(),
+        },
+        response_stats: Default::default(),
+        batch_stats,
+        memory_usage: Vec::new(),
+    }
+}
+
+/// The versions a statistics request covers: every model's, one model's (404 if unknown), or
+/// one version. Shared by the HTTP and gRPC statistics endpoints.
+fn stats_json(state: &AppState, records: &[Arc<ModelRecord>]) -> Json<StatsList> {
+    let model_stats = records.iter().map(|r| stats_entry(state, r)).collect();
+    Json(StatsList { model_stats })
+}
+
+pub async fn all_stats(_: Authorized<Infer>, State(state): S) -> HttpResult<Json<StatsList>> {
+    Ok(stats_json(
+        &state,
+        &describe::stats_records(&state, None, None)?,
+    ))
+}
+
+pub async fn model_stats(
+    _: Authorized<Infer>,
+    State(state): S,
+    Path(model): Path<String>,
+) -> HttpResult<Json<StatsList>> {
+    Ok(stats_json(
+        &state,
+        &describe::stats_records(&state, Some(&model), None)?,
+    ))
+}
+
+pub async fn model_version_stats(
+    _: Authorized<Infer>,
+    State(state): S,
+    Path((model, version)): Path<(String, String)>,
+) -> HttpResult<Json<StatsList>> {
+    let version = parse_version(&version)?;
+    Ok(stats_json(
+        &state,
+        &describe::stats_records(&state, Some(&model), Some(version))?,
+    ))
+}
+
+pub async fn repository_index(
+    _: Authorized<Infer>,
+    State(state): S,
+    headers: HeaderMap,
+    body: axum::body::Body,
+) -> HttpResult<Json<Vec<RepositoryEntry>>> {
+    let limit = super::body::MAX_JSON_API_BYTES;
+    let body = read_limited(&headers, body, limit).await?;
+    let only_ready = serde_json::from_slice::<Value>(&body)
+        .ok()
+        .and_then(|v| v.get("ready").and_then(Value::as_bool))
+        .unwrap_or(false);
+    let entries = state
+        .catalog()
+        .all()
+        .iter()
+        .filter_map(|r| {
+            let (st, reason) = match state.engine().state(&model_key(r)) {
+                ModelState::Ready => ("READY", String::new()),
+                ModelState::Loading => ("LOADING", String::new()),
+                ModelState::Unloaded => ("UNAVAILABLE", "unloaded".to_string()),
+                ModelState::Failed(reason) => ("UNAVAILABLE", reason),
+            };
+            (!only_ready || st == "READY").then(|| RepositoryEntry {
+                name: r.name.clone(),
+                version: r.version.to_string(),
+                state: st.to_owned(),
+                reason,
+            })
+        })
+        .collect();
+    Ok(Json(entries))
+}
+
+/// Loads the latest version now rather than on first request.
+pub async fn load(
+    _: Authorized<Upload>,
+    State(state): S,
+    Path(model): Path<String>,
+) -> HttpResult<StatusCode> {
+    let record = state.catalog().resolve(&model, None)?;
+    let key = model_key(&record);
+    let ready = state.engine().state(&key) == ModelState::Ready;
+    state
+        .engine()
+        .load(&key, &state.model_file(&record, ready).await?)
+        .await?;
+    Ok(StatusCode::OK)
+}
+
+/// Unloads every loaded version; requests already queued finish.
+pub async fn unload(
+    _: Authorized<Upload>,
+    State(state): S,
+    Path(model): Path<String>,
+) -> HttpResult<StatusCode> {
+    state.catalog().resolve(&model, None)?;
+    for record in state.catalog().versions(&model) {
+        state.engine().unload(&model_key(&record));
+    }
+    Ok(StatusCode::OK)
+}

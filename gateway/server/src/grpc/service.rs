@@ -1,0 +1,233 @@
+//! The unary RPCs of `inference.GRPCInferenceService`, with the HTTP handlers' semantics:
+//! liveness and readiness need no key; everything else needs an `infer`-scoped key and passes
+//! the key's limits; models and pipelines resolve, infer and are described by the inference
+//! service (`infergate_service::infer`) that the HTTP KServe handlers call too.
+
+use super::{auth, describe, stream};
+use http::HeaderMap;
+use infergate_kserve::http_error::status_of;
+use infergate_kserve::proto::grpc_inference_service_server::GrpcInferenceService;
+use infergate_kserve::proto::{
+    ModelConfigRequest, ModelConfigResponse, ModelInferRequest, ModelInferResponse,
+    ModelMetadataRequest, ModelMetadataResponse, ModelReadyRequest, ModelReadyResponse,
+    ModelStatisticsRequest, ModelStatisticsResponse, ServerLiveRequest, ServerLiveResponse,
+    ServerMetadataRequest, ServerMetadataResponse, ServerReadyRequest, ServerReadyResponse,
+};
+use infergate_kserve::status::status;
+use infergate_kserve::{convert, ResponseStream, PROTOCOL_LABEL};
+use infergate_limits::Admission;
+use infergate_service::error::{ApiResult, Kind};
+use infergate_service::infer;
+use infergate_service::infer::describe as triton;
+use infergate_service::metrics::Served;
+use infergate_service::phases::Outcome;
+use infergate_service::state::AppState;
+use infergate_store::auth::Scope;
+use std::sync::Arc;
+use std::time::Instant;
+use tonic::{Request, Response, Status, Streaming};
+
+pub struct InferenceService {
+    state: Arc<AppState>,
+}
+
+impl InferenceService {
+    pub fn new(state: Arc<AppState>) -> InferenceService {
+        InferenceService { state }
+    }
+
+    /// Checks a call's key and limits; the admission is held until the handler returns.
+    async fn admit<T>(&self, request: &Request<T>) -> Result<Admission, Status> {
+        let headers = infergate_kserve::credentials::key_headers(request.metadata());
+        auth::admit(&self.state, &headers, Scope::Infer)
+            .await
+            .map(|(_, admission)| admission)
+            .map_err(status)
+    }
+}
+
+/// One inference request, unary or streamed: key and limits, then the shared KServe path.
+/// Recorded in the inference metrics under protocol `grpc`.
+pub async fn infer(
+    state: &AppState,
+    headers: &HeaderMap,
+    message: ModelInferRequest,
+) -> ApiResult<ModelInferResponse> {
+    let started = Instant::now();
+    let (name, version) = (message.model_name.clone(), message.model_version.clone());
+    let result = run_infer(state, headers, message).await;
+    let (model, version, code) = match &result {
+        Ok((_, Some(served))) => (served.model.clone(), served.version.to_string(), 200),
+        // A pipeline: labelled like the HTTP route labels it (no model).
+        Ok((_, None)) => (String::new(), String::new(), 200),
+        Err(e) => {
+            // Only registered names become label values, so clients cannot grow the metrics.
+            let known = state.catalog().resolve(&name, None).is_ok();
+            let version = if known && version.parse::<u64>().is_ok() {
+                version
+            } else {
+                String::new()
+            };
+            let model = if known { name } else { String::new() };
+            (model, version, status_of(e.kind).as_u16())
+        }
+    };
+    state
+        .metrics()
+        .inference(&model, &version, PROTOCOL_LABEL, code, started.elapsed());
+    result.map(|(response, _)| response)
+}
+
+async fn run_infer(
+    state: &AppState,
+    headers: &HeaderMap,
+    message: ModelInferRequest,
+) -> ApiResult<(ModelInferResponse, Option<Served>)> {
+    let (caller, _admission) = auth::admit(state, headers, Scope::Infer).await?;
+    let version = convert::version(&message.model_version)?;
+    let target = infer::resolve(state, &message.model_name, version)?;
+    let request = convert::request(&message);
+    let inputs = convert::decode_inputs(&message)?;
+    // The request's raw bytes are copied into the inputs: free them before the model runs.
+    drop(message);
+    let request_in = infer::Request::kserve(&request, inputs)?;
+    let mut inferred = infer::run(state, &caller, target, version, request_in).await?;
+    let served = inferred.served.clone();
+    let passage = std::mem::take(&mut inferred.passage);
+    let id = request.id.unwrap_or_default();
+    let response = convert::response(inferred, id);
+    // gRPC hands the message to tonic, which writes it: the answer counts as sent here.
+    passage.finish(Outcome::Sent);
+    Ok((response, served))
+}
+
+#[tonic::async_trait]
+impl GrpcInferenceService for InferenceService {
+    async fn server_live(
+        &self,
+        _request: Request<ServerLiveRequest>,
+    ) -> Result<Response<ServerLiveResponse>, Status> {
+        Ok(Response::new(ServerLiveResponse { live: true }))
+    }
+
+    /// False while the server drains on shutdown.
+    async fn server_ready(
+        &self,
+        _request: Request<ServerReadyRequest>,
+    ) -> Result<Response<ServerReadyResponse>, Status> {
+        Ok(Response::new(ServerReadyResponse {
+            ready: self.state.is_ready(),
+        }))
+    }
+
+    /// Unknown model: NOT_FOUND; known but not servable (its load failed, a pipeline's plugin
+    /// or model is missing): `ready: false`, where HTTP answers 503.
+    async fn model_ready(
+        &self,
+        request: Request<ModelReadyRequest>,
+    ) -> Result<Response<ModelReadyResponse>, Status> {
+        let _admission = self.admit(&request).await?;
+        let r = request.get_ref();
+        let target = convert::version(&r.version)
+            .and_then(|version| infer::resolve(&self.state, &r.name, version))
+            .map_err(status)?;
+        let ready = match infer::readiness(&self.state, &target) {
+            Ok(()) => true,
+            Err(e) if e.kind == Kind::Overloaded => false,
+            Err(e) => return Err(status(e)),
+        };
+        Ok(Response::new(ModelReadyResponse { ready }))
+    }
+
+    async fn server_metadata(
+        &self,
+        request: Request<ServerMetadataRequest>,
+    ) -> Result<Response<ServerMetadataResponse>, Status> {
+        let _admission = self.admit(&request).await?;
+        Ok(Response::new(ServerMetadataResponse {
+            name: infergate_kserve::SERVER_NAME.to_string(),
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            extensions: infergate_kserve::EXTENSIONS
+                .iter()
+                .map(|e| e.to_string())
+                .collect(),
+        }))
+    }
+
+    async fn model_metadata(
+        &self,
+        request: Request<ModelMetadataRequest>,
+    ) -> Result<Response<ModelMetadataResponse>, Status> {
+        let _admission = self.admit(&request).await?;
+        let r = request.get_ref();
+        let target = convert::version(&r.version)
+            .and_then(|version| infer::resolve(&self.state, &r.name, version))
+            .map_err(status)?;
+        let description = infer::describe(&self.state, &target);
+        Ok(Response::new(describe::metadata(description)))
+    }
+
+    async fn model_infer(
+        &self,
+        request: Request<ModelInferRequest>,
+    ) -> Result<Response<ModelInferResponse>, Status> {
+        let headers = infergate_kserve::credentials::key_headers(request.metadata());
+        infer(&self.state, &headers, request.into_inner())
+            .await
+            .map(Response::new)
+            .map_err(status)
+    }
+
+    type ModelStreamInferStream = ResponseStream;
+
+    async fn model_stream_infer(
+        &self,
+        request: Request<Streaming<ModelInferRequest>>,
+    ) -> Result<Response<Self::ModelStreamInferStream>, Status> {
+        let headers = infergate_kserve::credentials::key_headers(request.metadata());
+        // A stream without a valid key is refused as a whole; each request is checked again.
+        crate::api::authorized::authorize(
+            &self.state,
+            infergate_kserve::credentials::presented_key(&headers),
+            Scope::Infer,
+        )
+        .map_err(status)?;
+        let responses = stream::open(self.state.clone(), headers, request.into_inner());
+        Ok(Response::new(responses))
+    }
+
+    /// Models only, as over HTTP: a pipeline has no Triton configuration (NOT_FOUND).
+    async fn model_config(
+        &self,
+        request: Request<ModelConfigRequest>,
+    ) -> Result<Response<ModelConfigResponse>, Status> {
+        let _admission = self.admit(&request).await?;
+        let r = request.get_ref();
+        let record = convert::version(&r.version)
+            .and_then(|version| self.state.catalog().resolve(&r.name, version))
+            .map_err(status)?;
+        let config = describe::config(&triton::triton_config(&self.state, &record));
+        Ok(Response::new(ModelConfigResponse {
+            config: Some(config),
+        }))
+    }
+
+    /// Every model's versions when `name` is empty, a model's versions, or one version.
+    async fn model_statistics(
+        &self,
+        request: Request<ModelStatisticsRequest>,
+    ) -> Result<Response<ModelStatisticsResponse>, Status> {
+        let _admission = self.admit(&request).await?;
+        let r = request.get_ref();
+        let name = (!r.name.is_empty()).then_some(r.name.as_str());
+        let records = convert::version(&r.version)
+            .and_then(|version| triton::stats_records(&self.state, name, version))
+            .map_err(status)?;
+        Ok(Response::new(ModelStatisticsResponse {
+            model_stats: records
+                .iter()
+                .map(|record| describe::statistics(&self.state, record))
+                .collect(),
+        }))
+    }
+}

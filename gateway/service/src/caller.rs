@@ -1,0 +1,141 @@
+//! Who is calling. Every transport turns the credentials it was given (a key in a header, in
+//! gRPC metadata, in a WebSocket's first message) into one [`Caller`] before it asks the service
+//! for anything; what the service and its policies know of a caller (scopes, limits, the id
+//! that limits and metrics count under) comes from here, never from a transport's headers.
+//!
+//! A caller's limits are looked up once, when the caller is made: the key's own where it has
+//! them, the server's defaults otherwise.
+
+use crate::error::{ApiError, ApiResult};
+use infergate_limits::Limits;
+use infergate_store::auth::Scope;
+use infergate_store::keys::KeyRecord;
+use std::sync::Arc;
+
+/// What a caller proved about itself.
+#[derive(Clone, Debug)]
+pub enum Principal {
+    /// An API key from the store.
+    Key(Arc<KeyRecord>),
+}
+
+/// A caller the service serves: who it is and the limits it is held to.
+#[derive(Clone, Debug)]
+pub struct Caller {
+    principal: Principal,
+    limits: Limits,
+}
+
+impl Caller {
+    /// The caller holding `key`, with the key's own limits over `defaults`.
+    pub fn of_key(key: Arc<KeyRecord>, defaults: &Limits) -> Caller {
+        let limits = effective_limits(&key, defaults);
+        Caller {
+            principal: Principal::Key(key),
+            limits,
+        }
+    }
+
+    pub fn principal(&self) -> &Principal {
+        &self.principal
+    }
+
+    /// The caller's key, when it presented one.
+    pub fn key(&self) -> Option<&Arc<KeyRecord>> {
+        match &self.principal {
+            Principal::Key(key) => Some(key),
+        }
+    }
+
+    /// The id the per-caller limiters, activity and metrics count this caller under.
+    pub fn id(&self) -> i64 {
+        match &self.principal {
+            Principal::Key(key) => key.id,
+        }
+    }
+
+    /// The caller's effective limits.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// Whether the caller may use `scope` (`admin` allows everything).
+    pub fn allows(&self, scope: Scope) -> bool {
+        match &self.principal {
+            Principal::Key(key) => key.allows(scope),
+        }
+    }
+
+    /// 403 unless the caller holds one of `scopes`, naming what it holds and what it lacks.
+    pub fn check_scopes(&self, scopes: &[Scope]) -> ApiResult<()> {
+        if scopes.iter().any(|&s| self.allows(s)) {
+            return Ok(());
+        }
+        let wanted: Vec<&str> = scopes.iter().map(|s| s.as_str()).collect();
+        let wanted = match wanted.as_slice() {
+            [one] => format!("the '{one}' scope"),
+            many => format!("any of the '{}' scopes", many.join("', '")),
+        };
+        let held = match &self.principal {
+            Principal::Key(key) => format!("this key (scopes: {})", key.scopes().to_list()),
+        };
+        Err(ApiError::forbidden(format!("{held} lacks {wanted}")))
+    }
+}
+
+/// A key's effective limits: its own where set, the server's defaults otherwise.
+pub fn effective_limits(key: &KeyRecord, defaults: &Limits) -> Limits {
+    Limits {
+        rate: key.rate_limit.or(defaults.rate),
+        max_concurrent: key.max_concurrent.or(defaults.max_concurrent),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use infergate_limits::RateLimit;
+
+    fn key(scopes: &[Scope], rate: Option<RateLimit>) -> Arc<KeyRecord> {
+        Arc::new(KeyRecord {
+            id: 7,
+            public_id: "0123456789ab".into(),
+            name: "app".into(),
+            scopes: scopes.to_vec(),
+            created_at: 0,
+            revoked_at: None,
+            rate_limit: rate,
+            max_concurrent: None,
+        })
+    }
+
+    #[test]
+    fn a_key_caller_takes_its_own_limits_over_the_defaults() {
+        let defaults = Limits {
+            rate: Some(RateLimit::new(10.0, None).unwrap()),
+            max_concurrent: Some(4),
+        };
+        let own = RateLimit::new(2.0, Some(5)).unwrap();
+        let caller = Caller::of_key(key(&[Scope::Infer], Some(own)), &defaults);
+        assert_eq!(caller.limits().rate, Some(own));
+        assert_eq!(caller.limits().max_concurrent, Some(4));
+        assert_eq!(caller.id(), 7);
+        let plain = Caller::of_key(key(&[Scope::Infer], None), &defaults);
+        assert_eq!(plain.limits().rate, defaults.rate);
+    }
+
+    #[test]
+    fn scopes_are_checked_and_a_refusal_names_them() {
+        let caller = Caller::of_key(key(&[Scope::Infer], None), &Limits::default());
+        assert!(caller.check_scopes(&[Scope::Infer]).is_ok());
+        let refused = caller.check_scopes(&[Scope::Upload]).unwrap_err();
+        assert_eq!(refused.kind, crate::error::Kind::Forbidden);
+        assert!(
+            refused.message.contains("scopes: infer") && refused.message.contains("'upload'"),
+            "{}",
+            refused.message
+        );
+        let admin = Caller::of_key(key(&[Scope::Admin], None), &Limits::default());
+        assert!(admin.check_scopes(&[Scope::Upload]).is_ok());
+    }
+}

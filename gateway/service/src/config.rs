@@ -1,0 +1,566 @@
+//! Configuration: defaults, overridden by a TOML file, overridden by environment variables,
+//! overridden by command-line flags (clap reads flags and `INFERGATE_*` variables together,
+//! flags first).
+
+use crate::cors::CorsConfig;
+use infergate_engine::kernels::DeviceChoice;
+use serde::Deserialize;
+use std::net::SocketAddr;
+use std::num::{NonZeroU32, NonZeroUsize};
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Address to listen on.
+    pub listen: SocketAddr,
+    /// Data directory: SQLite database, model files, TLS material, admin key.
+    pub data_dir: PathBuf,
+    /// Path of libonnxruntime.so.
+    pub ort_lib: Option<PathBuf>,
+    /// Serve plain HTTP instead of TLS (development only).
+    pub insecure_http: bool,
+    pub tls: TlsConfig,
+    pub limits: Limits,
+    pub engine: EngineSettings,
+    pub plugins: PluginSettings,
+    /// Log format: "text" or "json".
+    pub log_format: String,
+    /// The dashboard's built files, served instead of the copy embedded in the binary.
+    pub dashboard_dir: Option<PathBuf>,
+    pub cors: CorsConfig,
+    pub metrics: MetricsConfig,
+    pub openai: OpenAiConfig,
+    pub websocket: WebSocketConfig,
+    pub grpc: GrpcConfig,
+    pub llm: infergate_llm::LlmConfig,
+    /// Workers on other hosts: see `workers`.
+    pub cluster: ClusterConfig,
+    /// The database: SQLite in the data directory, or PostgreSQL shared by replicas.
+    pub store: infergate_store::StoreConfig,
+    /// Threads of the async runtime (connections, TLS, HTTP, request decode and encode); absent
+    /// or 0: half the cores (rounded up) beside a local engine, every core without one
+    /// (`infergate_engine::sizing::async_threads`).
+    pub async_threads: Option<usize>,
+}
+
+/// KServe v2 over gRPC (Triton's `GRPCInferenceService`) on its own port, with the same TLS,
+/// keys and limits as HTTP.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GrpcConfig {
+    pub enabled: bool,
+    pub listen: SocketAddr,
+}
+
+impl Default for GrpcConfig {
+    fn default() -> Self {
+        GrpcConfig {
+            enabled: true,
+            listen: SocketAddr::from(([127, 0, 0, 1], 8444)),
+        }
+    }
+}
+
+/// `[cluster]` in the configuration file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ClusterConfig {
+    /// Run requests on this server's own engine too (one more worker); false: route to workers
+    /// only.
+    pub local_engine: bool,
+    /// How often workers report.
+    pub heartbeat_ms: u64,
+    /// Reports a worker may miss before it is lost (out of routing).
+    pub missed_heartbeats: NonZeroU32,
+    /// How long the manager waits for a worker's answer to one request.
+    pub request_timeout_s: u64,
+    /// When a model's least loaded copy would keep a new request waiting longer than this,
+    /// one more worker loads it.
+    pub scale_out_queue_delay_ms: u64,
+    /// Where a pipeline's native ops (resize/normalize) run when its model stage goes to a
+    /// worker: on the worker, next to the model and its GPU (the manager sends the smaller
+    /// pre-op tensors), or on the manager (it sends the model's input tensors).
+    pub pipeline_ops: PipelineOps,
+}
+
+/// `[cluster] pipeline_ops`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PipelineOps {
+    #[default]
+    Worker,
+    Manager,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        ClusterConfig {
+            local_engine: true,
+            heartbeat_ms: 2000,
+            missed_heartbeats: const { NonZeroU32::new(3).expect("not zero") },
+            request_timeout_s: 60,
+            scale_out_queue_delay_ms: 50,
+            pipeline_ops: PipelineOps::Worker,
+        }
+    }
+}
+
+/// Prometheus metrics. `/metrics` on the main listener needs an admin-scoped key; `listen`
+/// opens a second, plain-HTTP listener that serves only `/metrics` without a key (bind it to a
+/// private address).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MetricsConfig {
+    pub listen: Option<SocketAddr>,
+}
+
+/// The OpenAI-compatible API: which registered model generates text and its vocabulary.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct OpenAiConfig {
+    /// The default model of /v1/completions and /v1/chat/completions (requests that name none),
+    /// listed first in /v1/models.
+    pub completions_model: String,
+    /// Registered name of the character-level LSTM (textgenrnn), served when `vocab` is set.
+    pub textgen_model: String,
+    /// Vocabulary file (format `infergate-textgen-vocab/1`); without it completions answer 503.
+    pub vocab: Option<PathBuf>,
+    /// Upper bound for `max_tokens`.
+    pub max_tokens_limit: u32,
+    /// Streamed tokens produced within this many microseconds of the last write are sent
+    /// together; 0 writes every token on its own.
+    pub stream_coalesce_us: u64,
+}
+
+/// WebSocket streaming (`/v2/stream`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WebSocketConfig {
+    /// Requests in flight per connection; further messages wait (backpressure).
+    pub max_in_flight: NonZeroUsize,
+    /// Seconds without any message from the client before the server closes.
+    pub idle_timeout_s: u64,
+    /// Seconds between server pings.
+    pub ping_interval_s: u64,
+    /// Largest message in bytes.
+    pub max_message_bytes: usize,
+    /// Frames produced within this many microseconds of the last write are sent together
+    /// (tokens of a generation); 0 writes every frame on its own.
+    pub coalesce_us: u64,
+}
+
+/// Streamed tokens made within this many µs of the last write go out together. 10 ms is below
+/// one frame of a 60 Hz display, so a reader sees no difference, while the writes, TLS records
+/// and client wake-ups drop from one per 2 ms to one per 10 ms: on 2-vCPU machines, measured
+/// with `cargo bench -p infergate --bench streaming`, SSE went from 0.84–0.91 to 0.94–0.97 of
+/// the in-process generation speed.
+pub const DEFAULT_COALESCE_US: u64 = 10_000;
+
+impl Default for OpenAiConfig {
+    fn default() -> Self {
+        OpenAiConfig {
+            completions_model: "smollm2".into(),
+            textgen_model: "textgen".into(),
+            vocab: None,
+            max_tokens_limit: 4096,
+            stream_coalesce_us: DEFAULT_COALESCE_US,
+        }
+    }
+}
+
+impl Default for WebSocketConfig {
+    fn default() -> Self {
+        WebSocketConfig {
+            max_in_flight: const { NonZeroUsize::new(16).expect("not zero") },
+            idle_timeout_s: 300,
+            ping_interval_s: 30,
+            max_message_bytes: 16 << 20,
+            coalesce_us: DEFAULT_COALESCE_US,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TlsConfig {
+    /// PEM certificate chain; with `key`. Absent: a self-signed certificate in DATA/tls.
+    pub cert: Option<PathBuf>,
+    pub key: Option<PathBuf>,
+    /// PEM CA bundle; when set, clients must present a certificate it signed.
+    pub client_ca: Option<PathBuf>,
+}
+
+/// What one client may cost the server: sizes, connections and the deadline of every phase of
+/// a connection (the per-phase timeouts Envoy, nginx and Pingora give their operators). Every
+/// listener (HTTPS and gRPC) applies all of them; see `server.rs` for where each one acts.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Limits {
+    /// Largest inference request body, in bytes.
+    pub max_request_bytes: usize,
+    /// Largest model or plugin upload, in bytes.
+    pub max_upload_bytes: usize,
+    /// Concurrent connections, WebSockets included; more wait in the kernel's accept queue.
+    pub max_connections: NonZeroUsize,
+    /// Connections from one IP address that have not yet presented a valid API key (in the TLS
+    /// handshake, before their first request, or having sent only unauthenticated ones); more
+    /// are closed at accept, so that one address cannot take the whole `max_connections`.
+    /// 0: no per-address cap.
+    pub max_unauthenticated_connections_per_ip: usize,
+    /// Seconds allowed for the TLS handshake.
+    pub handshake_timeout_s: u64,
+    /// Seconds from the end of the handshake until the first request's headers are complete
+    /// (protocol detection and first byte included), for the headers of each later HTTP/1
+    /// request, and the idle limit of a keep-alive connection that has not presented a valid
+    /// key (HTTP/1 keep-alive connections always: hyper starts the header timer when it waits
+    /// for the next request).
+    pub header_timeout_s: u64,
+    /// Seconds an HTTP/2 connection that has presented a valid key stays open with no request
+    /// in flight.
+    pub idle_timeout_s: u64,
+    /// Seconds a request body may go without a byte arriving, and the grace period before
+    /// `body_min_rate_bytes_per_s` applies; beyond either, 408.
+    pub body_timeout_s: u64,
+    /// Slowest average rate, in bytes per second, a request body may arrive at once its first
+    /// `body_timeout_s` have passed (408 below it).
+    pub body_min_rate_bytes_per_s: u64,
+    /// Seconds a write to a client may make no progress (a client that stopped reading) before
+    /// the connection is closed.
+    pub send_timeout_s: u64,
+    /// Largest request line target (URI), in bytes (414 beyond).
+    pub max_uri_bytes: usize,
+    /// Largest total size of a request's header fields, in bytes (431 beyond).
+    pub max_header_bytes: usize,
+    /// Most header fields in one request (431 beyond).
+    pub max_headers: usize,
+    /// Seconds in-flight requests get to finish on shutdown.
+    pub shutdown_grace_s: u64,
+    /// Seconds after a shutdown signal that an idle HTTP/1 keep-alive connection stays open, so
+    /// that a request a client is already sending on it is answered (with `Connection: close`)
+    /// rather than cut off; HTTP/2 connections get a GOAWAY at once. At most `shutdown_grace_s`.
+    pub shutdown_keepalive_s: u64,
+    /// Rate limit for keys without their own: requests per second (absent = unlimited).
+    pub default_rps: Option<f64>,
+    /// Burst for `default_rps` (default: the rate rounded up).
+    pub default_burst: Option<u32>,
+    /// Concurrent requests per key for keys without their own cap (absent = unlimited).
+    pub default_max_concurrent: Option<NonZeroU32>,
+    /// Redis URL (`redis://host:port/db`, `rediss://` with TLS) holding the per-key rate limits
+    /// that every gateway replica shares; absent = limits per process.
+    pub shared_url: Option<String>,
+    /// What a request meets while the shared limiter (Redis) cannot answer.
+    pub shared_failure: SharedFailure,
+}
+
+/// `open`: admit under this replica's own limiter (each replica then allows the full rate);
+/// `closed`: refuse with 503 until Redis answers again.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum SharedFailure {
+    #[default]
+    Open,
+    Closed,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EngineSettings {
+    /// ORT intra-op threads per instance; absent or 0: sized from the available cores
+    /// (`infergate_engine::sizing`).
+    pub intra_threads: Option<usize>,
+    /// Execution instances per model version; absent or 0: sized from the available cores.
+    pub instances: Option<usize>,
+    /// Queued requests per model version before 503 (unless its config sets one).
+    pub max_queue_size: NonZeroUsize,
+    /// Where native ops run: `auto` (CUDA when a driver, a GPU and NVRTC are present, else the
+    /// CPU, with the reason logged), `cpu`, or `cuda:N`.
+    pub device: Device,
+    /// Host memory all loaded model instances together may use, in bytes (estimated as the
+    /// model file's size × 2 per instance); loading beyond it is refused with 503. None: no cap.
+    pub host_memory_budget_bytes: Option<u64>,
+    /// Microseconds an instance that ran out of work spins for the next request before it
+    /// sleeps, while requests keep coming that fast (token-by-token generation) and its model
+    /// would run a lone request at once (not while it batches with a queue delay); 0: never.
+    pub idle_spin_us: u64,
+    /// Whether ONNX Runtime's intra-op threads spin for work between operators (ORT's own
+    /// default) rather than sleep at once (ours: spinning burnt more CPU than it saved).
+    pub ort_spinning: bool,
+}
+
+/// Limits every plugin call runs under (see plugins/README.md).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PluginSettings {
+    /// Largest plugin upload, in bytes.
+    pub max_upload_bytes: usize,
+    /// Wall-clock deadline of one plugin call, in milliseconds.
+    pub deadline_ms: u64,
+    /// Linear memory one plugin instance may grow to, in MiB.
+    pub memory_mib: usize,
+    /// Largest output one call may return, in MiB.
+    pub max_output_mib: usize,
+    /// Uploads compiled (Cranelift) at once; each compile uses every core and, for a large
+    /// component, hundreds of MB. More wait for a slot.
+    pub max_concurrent_compiles: NonZeroUsize,
+    /// Seconds an upload waits for a compile slot before it is answered 503 with Retry-After.
+    pub compile_wait_s: u64,
+}
+
+impl Default for PluginSettings {
+    fn default() -> Self {
+        PluginSettings {
+            max_upload_bytes: 32 << 20,
+            deadline_ms: 2000,
+            memory_mib: 256,
+            max_output_mib: 64,
+            max_concurrent_compiles: const { NonZeroUsize::new(2).expect("not zero") },
+            compile_wait_s: 30,
+        }
+    }
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8443)),
+            data_dir: PathBuf::from("./data"),
+            ort_lib: None,
+            insecure_http: false,
+            tls: TlsConfig::default(),
+            limits: Limits::default(),
+            engine: EngineSettings::default(),
+            plugins: PluginSettings::default(),
+            log_format: "text".into(),
+            dashboard_dir: None,
+            cors: CorsConfig::default(),
+            metrics: MetricsConfig::default(),
+            openai: OpenAiConfig::default(),
+            websocket: WebSocketConfig::default(),
+            grpc: GrpcConfig::default(),
+            llm: infergate_llm::LlmConfig::default(),
+            cluster: ClusterConfig::default(),
+            store: infergate_store::StoreConfig::default(),
+            async_threads: None,
+        }
+    }
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_request_bytes: 64 << 20,
+            max_upload_bytes: 1 << 30,
+            max_connections: const { NonZeroUsize::new(4096).expect("not zero") },
+            max_unauthenticated_connections_per_ip: 256,
+            handshake_timeout_s: 10,
+            header_timeout_s: 10,
+            idle_timeout_s: 120,
+            body_timeout_s: 20,
+            body_min_rate_bytes_per_s: 1024,
+            send_timeout_s: 30,
+            max_uri_bytes: 8 << 10,
+            max_header_bytes: 64 << 10,
+            max_headers: 100,
+            shutdown_grace_s: 30,
+            shutdown_keepalive_s: 2,
+            default_rps: None,
+            default_burst: None,
+            default_max_concurrent: None,
+            shared_url: None,
+            shared_failure: SharedFailure::Open,
+        }
+    }
+}
+
+impl Default for EngineSettings {
+    fn default() -> Self {
+        EngineSettings {
+            intra_threads: None,
+            instances: None,
+            max_queue_size: const { NonZeroUsize::new(1024).expect("not zero") },
+            host_memory_budget_bytes: None,
+            idle_spin_us: infergate_engine::engine::EngineConfig::DEFAULT_IDLE_SPIN.as_micros()
+                as u64,
+            ort_spinning: false,
+            device: Device(DeviceChoice::Auto),
+        }
+    }
+}
+
+/// Where native ops run, parsed once where it is read (file, flag or environment):
+/// `auto`, `cpu` or `cuda:N`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Device(pub DeviceChoice);
+
+impl std::str::FromStr for Device {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Device, String> {
+        match text {
+            "auto" => Ok(Device(DeviceChoice::Auto)),
+            "cpu" => Ok(Device(DeviceChoice::Cpu)),
+            _ => text
+                .strip_prefix("cuda:")
+                .and_then(|n| n.parse::<usize>().ok())
+                .map(|n| Device(DeviceChoice::Cuda(n)))
+                .ok_or_else(|| format!("device must be auto, cpu or cuda:N, not '{text}'")),
+        }
+    }
+}
+
+impl std::fmt::Display for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            DeviceChoice::Auto => f.write_str("auto"),
+            DeviceChoice::Cpu => f.write_str("cpu"),
+            DeviceChoice::Cuda(n) => write!(f, "cuda:{n}"),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Device {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Device, D::Error> {
+        let text = String::deserialize(d)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+impl serde::Serialize for Device {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl Config {
+    /// Threads of the async runtime: `async_threads`, or sized from the cores
+    /// (`infergate_engine::sizing::async_threads`).
+    pub fn async_threads(&self) -> usize {
+        infergate_engine::sizing::async_threads(
+            infergate_engine::sizing::available_cores(),
+            self.async_threads,
+            self.cluster.local_engine,
+        )
+    }
+
+    /// Checks what serde cannot: the default rate limit and the CORS rules.
+    pub fn validate(&self) -> Result<(), String> {
+        self.default_key_limits()?;
+        self.cors.origins()?;
+        self.llm.validate().map_err(|e| format!("[llm] {e}"))?;
+        Ok(())
+    }
+
+    /// The limits of keys that have none of their own.
+    pub fn default_key_limits(&self) -> Result<infergate_limits::Limits, String> {
+        let rate = match self.limits.default_rps {
+            Some(rps) => Some(
+                infergate_limits::RateLimit::new(rps, self.limits.default_burst)
+                    .map_err(|e| format!("[limits] default_rps/default_burst: {e}"))?,
+            ),
+            None if self.limits.default_burst.is_some() => {
+                return Err("[limits] default_burst needs default_rps".into())
+            }
+            None => None,
+        };
+        Ok(infergate_limits::Limits {
+            rate,
+            max_concurrent: self.limits.default_max_concurrent.map(NonZeroU32::get),
+        })
+    }
+
+    /// Reads a TOML file over the defaults.
+    pub fn from_file(path: &Path) -> Result<Config, String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("reading config {}: {e}", path.display()))?;
+        toml::from_str(&text).map_err(|e| format!("config {}: {e}", path.display()))
+    }
+
+    /// The ONNX Runtime library: configured path, else `ORT_DYLIB_PATH`.
+    pub fn ort_library(&self) -> Result<PathBuf, String> {
+        self.ort_lib
+            .clone()
+            .or_else(|| std::env::var_os("ORT_DYLIB_PATH").map(PathBuf::from))
+            .ok_or_else(|| "no ONNX Runtime library: pass --ort-lib or set ORT_DYLIB_PATH (scripts/setup.sh installs one)".into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn toml_overrides_defaults_and_rejects_unknown_keys() {
+        let c: Config =
+            toml::from_str("listen = \"0.0.0.0:9000\"\n[limits]\nmax_request_bytes = 10\n")
+                .unwrap();
+        assert_eq!(c.listen.port(), 9000);
+        assert_eq!(c.limits.max_request_bytes, 10);
+        assert_eq!(c.limits.max_connections.get(), 4096);
+        assert!(toml::from_str::<Config>("lisen = \"x\"").is_err());
+    }
+
+    #[test]
+    fn readme_example_parses_and_validates() {
+        let readme = include_str!("../../../README.md");
+        let start = readme.find("```toml\n").expect("a TOML example") + 8;
+        let len = readme[start..].find("```").expect("its end");
+        let c: Config = toml::from_str(&readme[start..start + len]).unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.limits.default_rps, Some(100.0));
+        assert_eq!(c.cors.allowed_origins, ["https://dashboard.example.com"]);
+    }
+
+    #[test]
+    fn devices_parse_and_print_back() {
+        let parse = |t: &str| t.parse::<Device>().map(|d| d.0);
+        assert_eq!(parse("auto").unwrap(), DeviceChoice::Auto);
+        assert_eq!(parse("cpu").unwrap(), DeviceChoice::Cpu);
+        assert_eq!(parse("cuda:1").unwrap(), DeviceChoice::Cuda(1));
+        assert!(parse("gpu").unwrap_err().contains("cuda:N"));
+        assert!(parse("cuda:x").is_err());
+        for text in ["auto", "cpu", "cuda:3"] {
+            assert_eq!(text.parse::<Device>().unwrap().to_string(), text);
+        }
+        let file: EngineSettings = toml::from_str("device = \"cuda:0\"").unwrap();
+        assert_eq!(file.device.0, DeviceChoice::Cuda(0));
+        let refused = toml::from_str::<EngineSettings>("device = \"tpu\"").unwrap_err();
+        assert!(
+            refused.to_string().contains("auto, cpu or cuda:N"),
+            "{refused}"
+        );
+    }
+
+    #[test]
+    fn zero_is_refused_where_it_is_invalid() {
+        // Each of these was clamped to 1 in silence before: a config error now.
+        for (section, key) in [
+            ("limits", "max_connections"),
+            ("limits", "default_max_concurrent"),
+            ("websocket", "max_in_flight"),
+            ("engine", "max_queue_size"),
+            ("plugins", "max_concurrent_compiles"),
+            ("cluster", "missed_heartbeats"),
+        ] {
+            let text = format!("[{section}]\n{key} = 0\n");
+            let refused = toml::from_str::<Config>(&text).unwrap_err().to_string();
+            assert!(refused.contains("nonzero"), "{section}.{key}: {refused}");
+            assert!(refused.contains(key), "{section}.{key}: {refused}");
+            let one = format!("[{section}]\n{key} = 1\n");
+            assert!(
+                toml::from_str::<Config>(&one).is_ok(),
+                "{section}.{key} = 1"
+            );
+        }
+    }
+
+    #[test]
+    fn default_limits_are_checked() {
+        let mut c = Config::default();
+        assert!(c.default_key_limits().unwrap().is_unlimited());
+        c.limits.default_burst = Some(3);
+        assert!(c.validate().is_err(), "burst without rps");
+        c.limits.default_rps = Some(2.0);
+        assert_eq!(c.default_key_limits().unwrap().rate.unwrap().burst, 3);
+    }
+}

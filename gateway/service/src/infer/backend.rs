@@ -1,0 +1,241 @@
+//! Where a model version runs. Every inference reaches a model through [`run_model`]: KServe
+//! on a model, a pipeline's model stage, text generation. The manager chooses the local engine
+//! or a worker (`workers::Manager::choose`: power of two choices among the copies, rendezvous
+//! affinity); a unary request whose worker fails before answering is tried once more on
+//! another, so every protocol gains workers and failover at once.
+//!
+//! A pipeline's model stage comes with its native op ([`run_stage`]): it runs where the model
+//! runs, so on a worker next to its GPU, and the manager sends the smaller pre-op tensors
+//! (`[cluster] pipeline_ops = "worker"`, the default; `"manager"` runs it here and sends the
+//! model's inputs). Either way the same op runs on the same tensors, so the answer is the same.
+
+use crate::catalog::model_key;
+use crate::config::PipelineOps;
+use crate::error::{ApiError, ApiResult, Kind};
+use crate::manager::Choice;
+use crate::state::AppState;
+use infergate_cluster::messages::LoadedModel;
+use infergate_engine::kernels::Ops;
+use infergate_engine::preprocess::{ResizeNormalize, ResizeNormalizeExt};
+use infergate_engine::{InferOptions, ModelState, Tensor};
+use infergate_hop::remote::{self, Failure};
+use infergate_store::models::ModelRecord;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Workers tried for one request: the first choice and one retry.
+const ATTEMPTS: usize = 2;
+
+/// Runs `inputs` through one model version, answering `outputs` (all when empty), queued at
+/// the options' priority and timeout. Dropping the future takes the request out of the queue
+/// (locally) or closes its request to the worker.
+pub async fn run_model(
+    state: &AppState,
+    record: &ModelRecord,
+    inputs: Vec<Tensor>,
+    outputs: Vec<String>,
+    options: InferOptions,
+) -> ApiResult<Vec<Tensor>> {
+    run_stage(state, record, inputs, None, outputs, options).await
+}
+
+/// The native op (resize + normalize) on `tensors`, on a blocking thread: CPU-bound, or a GPU
+/// launch and wait when `ops` has a device.
+pub async fn preprocess(
+    ops: Arc<Ops>,
+    op: ResizeNormalize,
+    tensors: Vec<Tensor>,
+) -> ApiResult<Vec<Tensor>> {
+    tokio::task::spawn_blocking(move || op.apply(&ops, tensors))
+        .await
+        .map_err(|e| ApiError::internal(format!("preprocessing task failed: {e}")))?
+        .map_err(ApiError::from)
+}
+
+/// [`run_model`] for a pipeline stage: `op` (when given) turns `inputs` into the model's inputs
+/// where the model runs, or on this server when `[cluster] pipeline_ops = "manager"`.
+pub async fn run_stage(
+    state: &AppState,
+    record: &ModelRecord,
+    mut inputs: Vec<Tensor>,
+    mut op: Option<&ResizeNormalize>,
+    outputs: Vec<String>,
+    options: InferOptions,
+) -> ApiResult<Vec<Tensor>> {
+    if let Some(here) = op.filter(|_| state.workers().config.pipeline_ops == PipelineOps::Manager) {
+        inputs = preprocess(state.ops().clone(), here.clone(), inputs).await?;
+        op = None;
+    }
+    let mut routing = Routing::new(state, record);
+    let mut encoded = None;
+    loop {
+        let worker = match routing.next()? {
+            Some(Choice::Local) => {
+                let _outstanding = routing.manager.begin(crate::manager::LOCAL);
+                // A version the engine serves needs no file: the path is built only if it was
+                // unloaded in the meantime.
+                let checked = if routing.local_loaded {
+                    None
+                } else {
+                    Some(state.model_file(record, false).await?)
+                };
+                if let Some(op) = op {
+                    inputs = preprocess(state.ops().clone(), op.clone(), inputs).await?;
+                }
+                let path = || checked.unwrap_or_else(|| state.model_path(record));
+                return Ok(state
+                    .engine()
+                    .infer_with(&routing.local_key, path, inputs, outputs, options)
+                    .await?);
+            }
+            Some(Choice::Worker { id, advertise }) => (id, advertise),
+            None => return Err(routing.exhausted()),
+        };
+        let body = encoded.get_or_insert_with(|| match op {
+            Some(op) => remote::encode_stage(&inputs, op, &outputs, options),
+            None => remote::encode(&inputs, &outputs, options),
+        });
+        if let Some(answer) = routing.attempt(&worker.0, &worker.1, body).await? {
+            return remote::decode_answer(&worker.1, &answer).map_err(ApiError::from);
+        }
+    }
+}
+
+/// Where [`forward`] ran a KServe v2 request.
+pub enum Forwarded {
+    /// A worker answered it: its body as the client asked for it (JSON, or a JSON header and
+    /// binary tensors).
+    Worker(remote::Answer),
+    /// The local engine is the choice: the caller decodes the body and runs it through
+    /// [`run_model`].
+    Local,
+}
+
+/// A KServe v2 request over HTTP as the client sent it, relayed to a worker undecoded, and the
+/// worker's answer relayed back likewise: a manager that only routes decodes no tensor and
+/// encodes none (at concurrency 1 every microsecond it spends is added to the client's
+/// latency). The worker decodes and validates the request as this server would (its errors
+/// are relayed with their status), and it sees the client's own parameters (priority, queue
+/// timeout, output encoding). Failover as in [`run_stage`]: the body is sent again as it is.
+pub async fn forward(
+    state: &AppState,
+    record: &ModelRecord,
+    body: bytes::Bytes,
+    header_len: Option<usize>,
+) -> ApiResult<Forwarded> {
+    let mut routing = Routing::new(state, record);
+    let request = remote::Encoded::relayed(body, header_len);
+    loop {
+        let (id, advertise) = match routing.next()? {
+            Some(Choice::Local) => return Ok(Forwarded::Local),
+            Some(Choice::Worker { id, advertise }) => (id, advertise),
+            None => return Err(routing.exhausted()),
+        };
+        if let Some(answer) = routing.attempt(&id, &advertise, &request).await? {
+            return Ok(Forwarded::Worker(answer));
+        }
+    }
+}
+
+/// One request's way to a model version's copies: the manager's choice for each attempt, the
+/// workers already tried and why the last one failed.
+struct Routing<'a> {
+    manager: &'a crate::manager::Manager,
+    record: &'a ModelRecord,
+    model: LoadedModel,
+    /// Whether the local engine held the version at the last choice.
+    local_loaded: bool,
+    local_key: infergate_engine::ModelKey,
+    local_engine: &'a infergate_engine::Engine,
+    tried: Vec<String>,
+    last_failure: String,
+    digest: Option<String>,
+}
+
+impl<'a> Routing<'a> {
+    fn new(state: &'a AppState, record: &'a ModelRecord) -> Routing<'a> {
+        Routing {
+            manager: state.workers(),
+            record,
+            model: LoadedModel {
+                name: record.name.clone(),
+                version: u32::try_from(record.version).unwrap_or(u32::MAX),
+            },
+            local_loaded: false,
+            local_key: model_key(record),
+            local_engine: state.engine(),
+            tried: Vec::new(),
+            last_failure: String::new(),
+            digest: None,
+        }
+    }
+
+    /// The next copy to try; None once every attempt is spent. No copy at all is the
+    /// manager's error (503 naming the model), with the last failure when there was one.
+    fn next(&mut self) -> ApiResult<Option<Choice>> {
+        if self.tried.len() >= ATTEMPTS {
+            return Ok(None);
+        }
+        self.local_loaded = self.local_engine.state(&self.local_key) == ModelState::Ready;
+        match self
+            .manager
+            .choose(&self.model, self.local_loaded, &self.tried)
+        {
+            Ok(choice) => Ok(Some(choice)),
+            Err(e) if self.tried.is_empty() => Err(e),
+            Err(mut e) => {
+                e.message = format!("{} (last failure: {})", e.message, self.last_failure);
+                Err(e)
+            }
+        }
+    }
+
+    /// Sends `body` to worker `id`, counted outstanding meanwhile: its answer, or None when
+    /// the worker failed before answering (another may be tried), or the error to give the
+    /// client (the worker's answer, or the deadline).
+    async fn attempt(
+        &mut self,
+        id: &str,
+        advertise: &str,
+        body: &remote::Encoded,
+    ) -> ApiResult<Option<remote::Answer>> {
+        let manager = self.manager;
+        let _outstanding = manager.begin(id);
+        manager
+            .counters()
+            .sent_bytes
+            .fetch_add(body.wire_bytes() as u64, Ordering::Relaxed);
+        let timeout = Duration::from_secs(manager.config.request_timeout_s.max(1));
+        let record = self.record;
+        let to = remote::Destination {
+            advertise,
+            model: &record.name,
+            version: record.version,
+            config_digest: self
+                .digest
+                .get_or_insert_with(|| remote::config_digest(&record.config)),
+        };
+        match remote::send(&manager.pool, &to, body, timeout).await {
+            Ok(answer) => Ok(Some(answer)),
+            Err(Failure::Answered(refusal)) => Err(refusal.into()),
+            Err(Failure::TimedOut(why)) => Err(ApiError::new(Kind::Timeout, why)),
+            Err(Failure::Unreachable(why)) => {
+                tracing::warn!(worker = %id, model = %self.local_key, error = %why, "worker failed before answering; trying another");
+                crate::manager::metrics::RoutingCounters::count(&manager.counters().retries);
+                self.last_failure = why;
+                self.tried.push(id.to_owned());
+                Ok(None)
+            }
+        }
+    }
+
+    /// Every attempt failed before an answer.
+    fn exhausted(&self) -> ApiError {
+        crate::manager::metrics::RoutingCounters::count(&self.manager.counters().no_worker);
+        ApiError::unavailable(format!(
+            "model '{}' version {}: {} workers failed before answering (last: {})",
+            self.record.name, self.record.version, ATTEMPTS, self.last_failure
+        ))
+    }
+}

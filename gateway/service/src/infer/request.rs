@@ -1,0 +1,118 @@
+//! A request as every protocol hands it to [`super::run`].
+
+use crate::error::{ApiError, ApiResult};
+use infergate_engine::{InferOptions, Tensor};
+use infergate_protocol::kserve::InferRequest;
+use serde_json::Value;
+use std::time::Duration;
+
+pub struct Request {
+    pub inputs: Vec<Tensor>,
+    /// The outputs asked for by name; empty for all of them.
+    pub outputs: Vec<String>,
+    /// The request's scalar parameters as text: a pipeline's plugins get them as metadata.
+    pub parameters: Vec<(String, String)>,
+    /// Queue priority and timeout for the model version that runs it.
+    pub options: InferOptions,
+}
+
+impl Request {
+    /// A KServe v2 request, as HTTP, gRPC and WebSocket all decode one, with its decoded
+    /// inputs. Triton's parameters `priority` (1 = highest) and `timeout` (microseconds in the
+    /// queue) become the options.
+    pub fn kserve(request: &InferRequest, inputs: Vec<Tensor>) -> ApiResult<Request> {
+        let parameters = request
+            .parameters
+            .iter()
+            .filter_map(|(k, v)| match v {
+                Value::String(s) => Some((k.clone(), s.clone())),
+                Value::Number(_) | Value::Bool(_) => Some((k.clone(), v.to_string())),
+                _ => None,
+            })
+            .collect();
+        Ok(Request {
+            inputs,
+            outputs: request.outputs.iter().map(|o| o.name.clone()).collect(),
+            parameters,
+            options: options(request)?,
+        })
+    }
+}
+
+fn options(request: &InferRequest) -> ApiResult<InferOptions> {
+    let number = |name: &str| -> ApiResult<Option<u64>> {
+        match request.parameters.get(name) {
+            None => Ok(None),
+            Some(v) => v.as_u64().map(Some).ok_or_else(|| {
+                ApiError::bad_request(format!(
+                    "request parameter '{name}' must be a non-negative integer, got {v}"
+                ))
+            }),
+        }
+    };
+    let priority = number("priority")?.unwrap_or(0);
+    Ok(InferOptions {
+        priority: u32::try_from(priority).map_err(|_| {
+            ApiError::bad_request(format!(
+                "request parameter 'priority' {priority} is too large"
+            ))
+        })?,
+        timeout: number("timeout")?
+            .filter(|&us| us > 0)
+            .map(Duration::from_micros),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn kserve(body: Value) -> ApiResult<Request> {
+        let request: InferRequest = serde_json::from_value(body).unwrap();
+        Request::kserve(&request, Vec::new())
+    }
+
+    #[test]
+    fn priority_and_timeout_become_the_options() {
+        let r =
+            kserve(json!({"inputs": [], "parameters": {"priority": 2, "timeout": 1500}})).unwrap();
+        assert_eq!(r.options.priority, 2);
+        assert_eq!(r.options.timeout, Some(Duration::from_micros(1500)));
+        // A zero timeout is no timeout; no priority is the model's default level.
+        let r = kserve(json!({"inputs": [], "parameters": {"timeout": 0}})).unwrap();
+        assert_eq!((r.options.priority, r.options.timeout), (0, None));
+    }
+
+    #[test]
+    fn malformed_options_are_the_clients_fault() {
+        for parameters in [
+            json!({"priority": -1}),
+            json!({"priority": 4294967296u64}),
+            json!({"timeout": "soon"}),
+            json!({"timeout": 1.5}),
+        ] {
+            let e = kserve(json!({"inputs": [], "parameters": parameters}))
+                .err()
+                .unwrap();
+            assert_eq!(e.kind, crate::error::Kind::Invalid, "{parameters}");
+        }
+    }
+
+    #[test]
+    fn scalar_parameters_reach_plugins_as_text_and_outputs_by_name() {
+        let r = kserve(json!({
+            "inputs": [],
+            "parameters": {"lang": "en", "k": 3, "fast": true, "nested": {"a": 1}},
+            "outputs": [{"name": "b"}, {"name": "a"}],
+        }))
+        .unwrap();
+        let mut parameters = r.parameters.clone();
+        parameters.sort();
+        assert_eq!(
+            parameters,
+            [("fast", "true"), ("k", "3"), ("lang", "en")].map(|(k, v)| (k.into(), v.into()))
+        );
+        assert_eq!(r.outputs, ["b", "a"]);
+    }
+}

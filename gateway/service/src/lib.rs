@@ -1,0 +1,61 @@
+//! What every transport of the gateway shares, without any transport's types: the inference
+//! service every protocol calls, and the parts it is built from.
+//!
+//! - [`state`]: the shared state, built from its parts, and the key check; [`caller`]: who is
+//!   calling, as every transport hands it to the service, with its limits.
+//! - [`infer`]: the one inference path (resolve, readiness, describe, run, a pipeline's
+//!   stages) and the seam where a model version runs: the local engine or a worker;
+//!   [`phases`]: the named phases of a request where policies attach.
+//! - [`admission`]: per-key limits, in this process or shared by replicas ([`shared_limits`]);
+//!   [`key_limits`]: a key's limits as the API and the CLI write them.
+//! - [`catalog`]: the model versions in memory and their version policies.
+//! - [`model_repository`]: model versions' life cycle (upload, configuration, delete).
+//! - [`pipelines`]: WebAssembly plugins and pipelines (pre-plugins → model → post-plugins).
+//! - [`chat_models`]: chat models (GGUF, llama.cpp): lazy load, idle unload, upload checks.
+//! - [`textgen`]: character-level text generation for the OpenAI API; [`openai_request`]: the
+//!   OpenAI request bodies, parsed and checked; [`own_thread`]: a generation loop on its own
+//!   thread.
+//! - [`manager`]: workers on other hosts, the manager's side: join, heartbeats, routing;
+//!   [`host`]: a host's devices, CPU and memory for reports.
+//! - [`replica_sync`]: replicas on PostgreSQL follow each other's models, plugins, pipelines.
+//! - [`metrics`], [`latency`], [`key_activity`], [`history`]: what `/metrics`, the live
+//!   dashboard and the last hour show.
+//! - [`config`] and [`cors`]: the configuration, checked; [`startup`]: what a process does once
+//!   at start; [`drain`]: shutdown of long streams.
+//! - [`error`]: the domain error, whose kind says whose fault it is; [`names`]: names and
+//!   versions as requests carry them.
+//!
+//! It must not name a transport's types (axum, hyper's server, tonic): the HTTP and gRPC
+//! mappings live with their transports (`infergate_server`, `infergate_kserve`), so that every
+//! transport calls the same service. It may use the store, the engine, the plugin host, the
+//! chat-model engine and the hop to workers.
+
+#![forbid(unsafe_code)]
+
+pub mod admission;
+pub mod caller;
+pub mod catalog;
+pub mod chat_models;
+pub mod config;
+pub mod cors;
+pub mod drain;
+pub mod error;
+pub mod history;
+pub mod host;
+pub mod infer;
+pub mod key_activity;
+pub mod key_limits;
+pub mod latency;
+pub mod manager;
+pub mod metrics;
+pub mod model_repository;
+pub mod names;
+pub mod openai_request;
+pub mod own_thread;
+pub mod phases;
+pub mod pipelines;
+pub mod replica_sync;
+pub mod shared_limits;
+pub mod startup;
+pub mod state;
+pub mod textgen;
