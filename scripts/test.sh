@@ -18,6 +18,10 @@ cargo fmt --all -- --check
 step "gateway modules: no import cycle, lib.rs lists them top to bottom"
 python3 scripts/module_cycles.py gateway/src --check
 
+step "files: no import circle in the crates outside gateway/"
+python3 scripts/module_cycles.py --files --check engine/src protocol/src cluster/src kernels/src \
+    plugins/host/src api-types/src redis-limit/src
+
 # One build for the tests: `cargo test` builds proc-macros and build scripts in its own profile,
 # so a separate `cargo build --all-targets` would compile those (wasmtime and cranelift among
 # them) twice. Benchmarks are type-checked by clippy below.
@@ -29,7 +33,8 @@ cargo test --locked --workspace
 
 step "python client tests"
 export INFERGATE_BIN="$ROOT/target/debug/infergate"
-"$INFERGATE_PYTHON" -m pytest -q -p no:cacheprovider tests/python scripts/test_exports.py
+"$INFERGATE_PYTHON" -m pytest -q -p no:cacheprovider tests/python scripts/test_exports.py \
+    scripts/test_module_cycles.py
 
 step "cargo clippy"
 cargo clippy --locked --workspace --all-targets -- -D warnings

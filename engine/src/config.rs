@@ -6,9 +6,9 @@
 //! it have a batch dimension? do the warm-up inputs exist?) live in [`ModelConfig::validate_for`].
 
 use crate::error::{EngineError, Result};
+use crate::optimization::Optimization;
 use crate::postprocess::{self, PostOp};
 use crate::preprocess::{ResizeNormalize, ResizeNormalizeExt};
-use crate::providers::Optimization;
 use crate::signature::{ModelSignature, TensorSpec};
 use crate::tensor::DataType;
 use serde::{Deserialize, Serialize};

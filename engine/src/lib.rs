@@ -7,10 +7,12 @@
 //!   idle unload, warm-up), and Triton's config JSON.
 //! - [`preprocess`]: the native resize/normalize pre-op (pipelines and model configs).
 //! - [`postprocess`]: native post-ops a config names (softmax top-k, NMS), adding outputs.
+//! - [`optimization`]: Triton's `optimization` block (TensorRT, CUDA accelerators), checked.
 //! - [`providers`]: ORT execution providers per model (CUDA, TensorRT) with CPU fallback.
 //! - [`runtime`]: the one ONNX Runtime environment of the process.
 //! - [`heap`]: freed memory back to the operating system after sessions are dropped.
 //! - [`session`]: running one ORT session on engine tensors.
+//! - `pool`: a version's executors (loaded sessions) and the pool idle ones wait in.
 //! - `queue`: the bounded priority queue of a model version.
 //! - `batcher`: which queued requests run together; joining and splitting their tensors.
 //! - [`sizing`]: how many instances and intra-op threads a version gets by default.
@@ -31,6 +33,8 @@ mod idle_spin;
 mod instance;
 mod lifecycle;
 mod lone_run;
+pub mod optimization;
+mod pool;
 pub mod postprocess;
 pub mod preprocess;
 pub mod providers;
