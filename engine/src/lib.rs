@@ -12,6 +12,7 @@
 //! - [`runtime`]: the one ONNX Runtime environment of the process.
 //! - [`heap`]: freed memory back to the operating system after sessions are dropped.
 //! - [`session`]: running one ORT session on engine tensors.
+//! - `strings`: ORT string tensors filled and read as bytes (BYTES elements with any bytes).
 //! - `pool`: a version's executors (loaded sessions) and the pool idle ones wait in.
 //! - `queue`: the bounded priority queue of a model version.
 //! - `batcher`: which queued requests run together; joining and splitting their tensors.
@@ -44,6 +45,7 @@ pub mod session;
 pub mod signature;
 pub mod sizing;
 pub mod stats;
+mod strings;
 pub mod tensor;
 pub mod timerfd;
 mod warmup;
