@@ -20,6 +20,11 @@
 //! - `instance`: execution instances, each a thread that owns its session and runs batches.
 //! - `warmup`: the config's warm-up requests, run before a version reports ready.
 //! - `lifecycle`: the host-memory budget and the reaper that unloads idle versions.
+//! - [`sequence_config`]: Triton's `sequence_batching` block (strategies, control inputs,
+//!   implicit state), checked.
+//! - `sequence_slots`: a stateful version's sequences, slots, backlog and batch formation.
+//! - `sequence_rows`: a sequence batch as the model's tensors (controls, state) and back.
+//! - `sequences`: the sequencer that runs sequence batches on the version's executors.
 //! - [`engine`]: the registry of model versions and the request entry point.
 //! - [`stats`]: per-model counters in the shape Triton reports them.
 //! - [`error`]: the engine's error type, saying whose fault a failure is.
@@ -41,6 +46,10 @@ pub mod preprocess;
 pub mod providers;
 mod queue;
 pub mod runtime;
+pub mod sequence_config;
+mod sequence_rows;
+mod sequence_slots;
+mod sequences;
 pub mod session;
 pub mod signature;
 pub mod sizing;
@@ -57,6 +66,8 @@ pub use config::{Extensions, ModelConfig, ServableVersions, VersionPolicy};
 pub use engine::{Engine, EngineConfig, InferOptions, ModelInfo, ModelKey, ModelState};
 pub use error::{EngineError, Fault};
 pub use providers::ExecutionReport;
+pub use sequence_config::SequenceBatching;
+pub use sequence_slots::{CorrelationId, SequenceFlags, SequenceInfo};
 pub use signature::{ModelSignature, TensorSpec};
 pub use stats::{BatchStats, ModelStats};
 pub use tensor::{DataType, Tensor, TensorData};
