@@ -21,6 +21,10 @@ for crate in gateway/*/; do
 done
 bash scripts/check_layers.sh
 
+step "no import circle between the files of the library crates (module_cycles.py --files)"
+python3 scripts/module_cycles.py --files --check engine/src protocol/src cluster/src kernels/src \
+    plugins/host/src api-types/src redis-limit/src gateway/shm/src
+
 # One build for the tests: `cargo test` builds proc-macros and build scripts in its own profile,
 # so a separate `cargo build --all-targets` would compile those (wasmtime and cranelift among
 # them) twice. Benchmarks are type-checked by clippy below.
@@ -32,7 +36,8 @@ cargo test --locked --workspace
 
 step "python client tests"
 export INFERGATE_BIN="$ROOT/target/debug/infergate"
-"$INFERGATE_PYTHON" -m pytest -q -p no:cacheprovider tests/python scripts/test_exports.py
+"$INFERGATE_PYTHON" -m pytest -q -p no:cacheprovider tests/python scripts/test_exports.py \
+    scripts/test_module_cycles.py
 
 step "cargo clippy"
 cargo clippy --locked --workspace --all-targets -- -D warnings

@@ -1,6 +1,6 @@
 //! The batch clock on the async runtime: a timerfd registered with tokio's I/O driver, armed for
 //! the moment a waiting batch is due, whose expiry wakes a tokio worker that runs the batch
-//! itself ([`Scheduler::on_clock`]).
+//! itself (the scheduler's [`ClockTarget::on_clock`]).
 //!
 //! Why not the instance thread's own timed wait: with a queue delay, every batch cost that
 //! thread two sleeps and wake-ups (one to learn that a batch had started waiting, one when it
@@ -21,11 +21,20 @@
 //! down, a model run panics on it), it says so ([`BatchClock::alive`]) and the scheduler goes
 //! back to its instance threads' timers.
 
-use crate::instance::Scheduler;
 use crate::timerfd::Timer;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Instant;
+
+/// What the clock calls: a version's scheduler.
+pub(crate) trait ClockTarget: Send + Sync + 'static {
+    /// The version's label, for logs.
+    fn label(&self) -> &str;
+    /// The clock fired: run or hand over the batch that is due, re-arm for a later one.
+    fn on_clock(&self);
+    /// The clock's task ended: the instance threads keep the time from now on.
+    fn clock_stopped(&self);
+}
 
 /// A version's batch clock: arm it for an instant, and its task calls the scheduler then.
 pub(crate) struct BatchClock {
@@ -40,7 +49,7 @@ struct Shared {
 impl BatchClock {
     /// Starts the clock's task on the current runtime, for `scheduler`; None where there is no
     /// multi-threaded runtime here or no timerfd on this system (logged).
-    pub fn start(scheduler: Weak<Scheduler>) -> Option<BatchClock> {
+    pub fn start<S: ClockTarget>(scheduler: Weak<S>) -> Option<BatchClock> {
         let handle = tokio::runtime::Handle::try_current().ok()?;
         if handle.runtime_flavor() != tokio::runtime::RuntimeFlavor::MultiThread {
             return None;
@@ -76,7 +85,7 @@ impl BatchClock {
                         scheduler.on_clock()
                     }));
                     if ran.is_err() {
-                        tracing::error!(model = %scheduler.label, "a batch run on the batch clock panicked; instance threads keep the time from now on");
+                        tracing::error!(model = %scheduler.label(), "a batch run on the batch clock panicked; instance threads keep the time from now on");
                     }
                     ran.is_ok()
                 })
@@ -100,12 +109,12 @@ impl BatchClock {
 }
 
 /// Marks the clock stopped when its task ends.
-struct Stopped {
+struct Stopped<S: ClockTarget> {
     shared: Arc<Shared>,
-    scheduler: Weak<Scheduler>,
+    scheduler: Weak<S>,
 }
 
-impl Drop for Stopped {
+impl<S: ClockTarget> Drop for Stopped<S> {
     fn drop(&mut self) {
         self.shared.alive.store(false, Ordering::Release);
         if let Some(scheduler) = self.scheduler.upgrade() {

@@ -34,7 +34,13 @@ impl BatchPolicy {
         preferred.dedup();
         let policy = db.map(|d| &d.default_queue_policy);
         BatchPolicy {
-            max_batch_size: config.max_batch_size as usize,
+            // A stateful version's batches are formed by its sequencer and queued whole: the
+            // queue runs them one at a time, as given.
+            max_batch_size: if config.sequence_batching.is_some() {
+                0
+            } else {
+                config.max_batch_size as usize
+            },
             preferred,
             max_delay: config.queue_delay(),
             priority_levels: db.map_or(0, |d| d.priority_levels),
@@ -282,37 +288,43 @@ pub(crate) fn concat(batch: &[Request]) -> Result<Vec<Tensor>> {
                         })
                 })
                 .collect::<Result<_>>()?;
-            let rows: i64 = parts.iter().map(|t| t.shape[0]).sum();
-            let mut shape = proto.shape.clone();
-            shape[0] = rows;
-            let data = match &proto.data {
-                TensorData::Raw(_) => {
-                    let mut bytes = Vec::with_capacity(parts.iter().map(|t| t.byte_len()).sum());
-                    for t in &parts {
-                        if let TensorData::Raw(b) = &t.data {
-                            bytes.extend_from_slice(b);
-                        }
-                    }
-                    TensorData::Raw(bytes)
-                }
-                TensorData::Bytes(_) => {
-                    let mut items = Vec::new();
-                    for t in &parts {
-                        if let TensorData::Bytes(b) = &t.data {
-                            items.extend(b.iter().cloned());
-                        }
-                    }
-                    TensorData::Bytes(items)
-                }
-            };
-            Ok(Tensor::new(
-                proto.name.clone(),
-                proto.datatype,
-                shape,
-                data,
-            )?)
+            join(proto, &parts)
         })
         .collect()
+}
+
+/// Joins `parts` (tensors shaped like `proto` but for dimension 0) along dimension 0, under
+/// `proto`'s name and datatype.
+pub(crate) fn join(proto: &Tensor, parts: &[&Tensor]) -> Result<Tensor> {
+    let rows: i64 = parts.iter().map(|t| t.shape[0]).sum();
+    let mut shape = proto.shape.clone();
+    shape[0] = rows;
+    let data = match &proto.data {
+        TensorData::Raw(_) => {
+            let mut bytes = Vec::with_capacity(parts.iter().map(|t| t.byte_len()).sum());
+            for t in parts {
+                if let TensorData::Raw(b) = &t.data {
+                    bytes.extend_from_slice(b);
+                }
+            }
+            TensorData::Raw(bytes)
+        }
+        TensorData::Bytes(_) => {
+            let mut items = Vec::new();
+            for t in parts {
+                if let TensorData::Bytes(b) = &t.data {
+                    items.extend(b.iter().cloned());
+                }
+            }
+            TensorData::Bytes(items)
+        }
+    };
+    Ok(Tensor::new(
+        proto.name.clone(),
+        proto.datatype,
+        shape,
+        data,
+    )?)
 }
 
 /// Splits a batch's outputs back into one set per request, by sample counts.

@@ -6,9 +6,10 @@
 //! it have a batch dimension? do the warm-up inputs exist?) live in [`ModelConfig::validate_for`].
 
 use crate::error::{EngineError, Result};
+use crate::optimization::Optimization;
 use crate::postprocess::{self, PostOp};
 use crate::preprocess::{ResizeNormalize, ResizeNormalizeExt};
-use crate::providers::Optimization;
+use crate::sequence_config::SequenceBatching;
 use crate::signature::{ModelSignature, TensorSpec};
 use crate::tensor::DataType;
 use serde::{Deserialize, Serialize};
@@ -31,6 +32,11 @@ pub struct ModelConfig {
     /// waiting for more, with the engine's default queue bound.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub dynamic_batching: Option<DynamicBatching>,
+    /// Triton's sequence batcher for stateful models: requests carry a correlation id and
+    /// start/end flags, and the engine fills control inputs and carries implicit state.
+    /// Exclusive with `dynamic_batching`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sequence_batching: Option<SequenceBatching>,
     /// Execution instances; empty = the engine's default count on the CPU.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub instance_group: Vec<InstanceGroup>,
@@ -304,15 +310,12 @@ pub struct WarmupInput {
 
 impl WarmupInput {
     pub fn datatype(&self) -> Result<DataType> {
-        DataType::ALL
-            .into_iter()
-            .find(|d| d.config_name() == self.data_type)
-            .ok_or_else(|| {
-                EngineError::InvalidConfig(format!(
-                    "warm-up data_type '{}' is not a Triton type (TYPE_FP32, TYPE_INT64, ...)",
-                    self.data_type
-                ))
-            })
+        DataType::from_config_name(&self.data_type).ok_or_else(|| {
+            EngineError::InvalidConfig(format!(
+                "warm-up data_type '{}' is not a Triton type (TYPE_FP32, TYPE_INT64, ...)",
+                self.data_type
+            ))
+        })
     }
 }
 
@@ -358,6 +361,19 @@ impl ModelConfig {
         }
         if let Some(optimization) = &self.optimization {
             optimization.accelerators()?;
+        }
+        if let Some(sb) = &self.sequence_batching {
+            if self.dynamic_batching.is_some() {
+                return Err(invalid(
+                    "dynamic_batching and sequence_batching exclude each other (Triton's scheduling choice); keep one".into(),
+                ));
+            }
+            if !self.post_ops().is_empty() {
+                return Err(invalid(
+                    "infergate.postprocess is not supported with sequence_batching".into(),
+                ));
+            }
+            sb.validate(self.max_batch_size)?;
         }
         if let Some(db) = &self.dynamic_batching {
             for &p in &db.preferred_batch_size {
@@ -477,6 +493,9 @@ impl ModelConfig {
         if let Some(pre) = self.pre_op() {
             pre.validate_for(signature)?;
         }
+        if let Some(sb) = &self.sequence_batching {
+            sb.plan(self.max_batch_size, signature)?;
+        }
         if self.max_batch_size > 0 {
             for spec in signature.inputs.iter().chain(&signature.outputs) {
                 if spec.shape.first().is_none_or(|&d| d >= 0) {
@@ -557,6 +576,23 @@ impl ModelConfig {
         let mut outputs = signature.outputs.clone();
         outputs.extend(postprocess::output_specs(self.post_ops(), signature).unwrap_or_default());
         outputs
+    }
+
+    /// The inputs a client gives: the model's, less the control and state inputs a sequence
+    /// batcher fills (Triton's config lists those under `sequence_batching` only).
+    pub fn client_inputs(&self, signature: &ModelSignature) -> Vec<TensorSpec> {
+        let Some(sb) = &self.sequence_batching else {
+            return signature.inputs.clone();
+        };
+        signature
+            .inputs
+            .iter()
+            .filter(|s| {
+                !sb.control_input.iter().any(|c| c.name == s.name)
+                    && !sb.state.iter().any(|st| st.input_name == s.name)
+            })
+            .cloned()
+            .collect()
     }
 
     /// Total execution instances, or `default` when the config names none.
@@ -649,7 +685,7 @@ impl ModelConfig {
             "backend": "onnxruntime",
             "version_policy": self.version_policy.clone().unwrap_or_default().to_triton_json(),
             "max_batch_size": self.max_batch_size,
-            "input": tensors(&signature.inputs, false),
+            "input": tensors(&self.client_inputs(signature), false),
             "output": tensors(&self.served_outputs(signature), true),
             "instance_group": groups,
             "default_model_filename": "model.onnx",
@@ -658,6 +694,9 @@ impl ModelConfig {
         });
         if let Some(optimization) = &self.optimization {
             config["optimization"] = json!(optimization);
+        }
+        if let Some(sb) = &self.sequence_batching {
+            config["sequence_batching"] = json!(sb);
         }
         if let Some(extensions) = &self.infergate {
             config["infergate"] = json!(extensions);
@@ -899,5 +938,40 @@ mod tests {
         assert_eq!(batched["instance_group"][0]["kind"], "KIND_CPU");
         assert_eq!(batched["instance_group"][0]["count"], 3);
         assert_eq!(batched["platform"], "onnxruntime_onnx");
+    }
+
+    #[test]
+    fn sequence_batching_is_exclusive_and_hides_the_inputs_it_fills() {
+        let e = ModelConfig::from_json_str(
+            r#"{"max_batch_size": 4, "dynamic_batching": {}, "sequence_batching": {}}"#,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("exclude each other"), "{e}");
+        let e = ModelConfig::from_json_str(
+            r#"{"sequence_batching": {}, "infergate": {"postprocess": {"op": "softmax_topk", "output": "y", "k": 1}}}"#,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("postprocess"), "{e}");
+
+        let mut s = sig(vec![-1, 1]);
+        s.inputs.push(TensorSpec {
+            name: "start".into(),
+            datatype: DataType::Int32,
+            shape: vec![-1, 1],
+        });
+        let config = ModelConfig::from_json_str(
+            r#"{"max_batch_size": 4, "sequence_batching": {"oldest": {},
+                "control_input": [{"name": "start", "control": [{"kind": "CONTROL_SEQUENCE_START", "int32_false_true": [0, 1]}]}]}}"#,
+        )
+        .unwrap();
+        config.validate_for(&s).unwrap();
+        let triton = config.to_triton_json("m", &s, 1);
+        assert_eq!(triton["input"].as_array().unwrap().len(), 1);
+        assert_eq!(triton["input"][0]["name"], "x");
+        assert_eq!(
+            triton["sequence_batching"]["control_input"][0]["control"][0]["kind"],
+            "CONTROL_SEQUENCE_START"
+        );
+        assert!(triton.get("dynamic_batching").is_none());
     }
 }

@@ -12,6 +12,8 @@ use crate::preprocess::ResizeNormalizeExt;
 use crate::providers::{ExecutionReport, ProviderPlan};
 use crate::queue::{BatchKey, Request, Ticket};
 use crate::runtime;
+use crate::sequence_slots::{CorrelationId, SequenceFlags, SequenceInfo};
+use crate::sequences::Sequencer;
 use crate::session::{OrtSession, SessionOptions};
 use crate::signature::ModelSignature;
 use crate::sizing::{self, Threads};
@@ -166,6 +168,9 @@ struct Loaded {
     signature: ModelSignature,
     scheduler: Arc<Scheduler>,
     pool: InstancePool,
+    /// The sequence batcher of a version whose config has `sequence_batching`; its requests go
+    /// there instead of straight to the queue.
+    sequencer: Option<Arc<Sequencer>>,
     config: Mutex<ModelConfig>,
     /// The engine's config generation this version last caught up with.
     applied_generation: AtomicU64,
@@ -333,6 +338,11 @@ impl Engine {
         config.validate()?;
         if let Some(loaded) = self.inner.loaded_now(key) {
             config.validate_for(&loaded.signature)?;
+            if loaded.config.lock().sequence_batching != config.sequence_batching {
+                return Err(EngineError::InvalidConfig(format!(
+                    "sequence_batching of '{key}' cannot change while it is loaded (its sequences hold state); unload it first"
+                )));
+            }
         }
         let generation = self.inner.generation.fetch_add(1, Ordering::AcqRel) + 1;
         self.inner
@@ -482,6 +492,60 @@ impl Engine {
         outputs: Vec<String>,
         options: InferOptions,
     ) -> Result<Vec<Tensor>> {
+        self.infer_request(key, path, inputs, outputs, options, None)
+            .await
+    }
+
+    /// Runs one request of a sequence (request parameters `sequence_id`, `sequence_start`,
+    /// `sequence_end`) on a version whose config has `sequence_batching`: the engine fills its
+    /// control inputs and carries its implicit state from the previous request of the same
+    /// sequence. The outputs are those asked for; without a list, every output but the state
+    /// outputs. A version without `sequence_batching` ignores the flags, as Triton does.
+    ///
+    /// Errors (the client's): no or zero id, a request of a sequence that was never started,
+    /// has ended or expired (idle longer than `max_sequence_idle_microseconds`), a START for an
+    /// id whose sequence is still live, a batch of more than one sample, a control or state
+    /// input given by the client. A full backlog is `Unavailable`, too many queued requests
+    /// `QueueFull`. Dropping the future does not withdraw the request: it runs in its turn, as
+    /// its sequence's later requests depend on it.
+    pub async fn infer_in_sequence(
+        &self,
+        key: &ModelKey,
+        path: impl FnOnce() -> PathBuf + Send,
+        inputs: Vec<Tensor>,
+        outputs: Vec<String>,
+        options: InferOptions,
+        sequence: SequenceFlags,
+    ) -> Result<Vec<Tensor>> {
+        self.infer_request(key, path, inputs, outputs, options, Some(sequence))
+            .await
+    }
+
+    /// The live sequences of a loaded stateful version; `None` when the version is not loaded
+    /// or has no `sequence_batching`.
+    pub fn sequences(&self, key: &ModelKey) -> Option<Vec<SequenceInfo>> {
+        let loaded = self.inner.loaded_now(key)?;
+        loaded.sequencer.as_ref().map(|s| s.list())
+    }
+
+    /// Ends a live sequence of a loaded stateful version now, freeing its slot and state: its
+    /// queued requests fail, one already running finishes. Returns whether it was live.
+    pub fn clear_sequence(&self, key: &ModelKey, id: &CorrelationId) -> bool {
+        self.inner
+            .loaded_now(key)
+            .and_then(|l| l.sequencer.clone())
+            .is_some_and(|s| s.clear(id))
+    }
+
+    async fn infer_request(
+        &self,
+        key: &ModelKey,
+        path: impl FnOnce() -> PathBuf + Send,
+        inputs: Vec<Tensor>,
+        outputs: Vec<String>,
+        options: InferOptions,
+        sequence: Option<SequenceFlags>,
+    ) -> Result<Vec<Tensor>> {
         let loaded = self.inner.loaded(key, path).await?;
         if loaded.applied_generation.load(Ordering::Acquire)
             != self.inner.generation.load(Ordering::Acquire)
@@ -503,6 +567,11 @@ impl Engine {
             }
             _ => inputs,
         };
+        if let Some(sequencer) = &loaded.sequencer {
+            loaded.in_flight.fetch_add(1, Ordering::Relaxed);
+            let _in_flight = InFlight(&loaded);
+            return sequencer.infer(sequence.as_ref(), inputs, outputs).await;
+        }
         crate::signature::check_inputs(&loaded.signature, &inputs)?;
         let (outputs, post) = postprocess::plan(key, &post_ops, &loaded.signature, outputs)?;
         let policy = loaded.scheduler.policy();
@@ -720,6 +789,17 @@ impl Inner {
             execution,
             intra_threads,
         } = prepared;
+        let sequencer = match &config.sequence_batching {
+            Some(sb) => Some(Sequencer::start(
+                &key.to_string(),
+                sb.plan(config.max_batch_size, &signature)?,
+                signature.clone(),
+                scheduler.clone(),
+                count,
+                self.config.max_queue_size,
+            )),
+            None => None,
+        };
         pool.start(instances)?;
         tracing::info!(
             model = %key,
@@ -738,6 +818,7 @@ impl Inner {
             signature,
             scheduler,
             pool,
+            sequencer,
             config: Mutex::new(config),
             applied_generation: AtomicU64::new(generation),
             per_instance_bytes: AtomicU64::new(per_instance),

@@ -3,19 +3,20 @@
 //! scheduling so a slow model never stalls I/O. Instances can be added and retired while the
 //! version serves.
 //!
-//! Sessions are not tied to threads: an idle executor waits in the queue's [`Pool`], and a
+//! Sessions are not tied to threads: an idle executor waits in the queue's pool (`crate::pool`), and a
 //! lone request to an idle version (every executor idle, nothing else queued), with nothing it
 //! would have to wait for, runs on its own thread ([`Scheduler::submit`]); it then pays no
 //! thread wake-up on its way to the model and none on its way back. Under load, requests queue
 //! and the instance threads batch them: a batch is always what the batcher decides.
 
-use crate::batch_clock::BatchClock;
+use crate::batch_clock::{BatchClock, ClockTarget};
 use crate::batcher::{self, BatchPolicy, Decision};
 use crate::config::ModelConfig;
 use crate::error::{EngineError, Result};
 use crate::idle_spin::{self, IdleSpin};
 use crate::lifecycle::Reservation;
 use crate::lone_run;
+use crate::pool::Executor;
 use crate::providers::{ExecutionReport, ProviderPlan};
 use crate::queue::{Levels, Request, RequestQueue};
 use crate::session::{OrtSession, SessionOptions, StageTimes};
@@ -133,7 +134,7 @@ pub(crate) fn prepare(
     reservations: Vec<Reservation>,
     probe: bool,
 ) -> Result<Prepared> {
-    let plan = ProviderPlan::new(options, config)?;
+    let plan = ProviderPlan::new(options.device, options.device_explicit, config)?;
     let mut options = options.clone();
     let mut instances = Vec::with_capacity(reservations.len());
     let mut first = None;
@@ -171,52 +172,6 @@ pub(crate) fn prepare(
         execution,
         intra_threads: options.intra_threads,
     })
-}
-
-/// One loaded session with what running a batch on it needs. Idle executors wait in the queue's
-/// [`Pool`]; whoever runs a batch (an instance thread, or the request's own thread when the
-/// version is idle) takes one and puts it back.
-pub(crate) struct Executor {
-    session: OrtSession,
-    /// The post-ops on a CUDA stream of this executor's own.
-    ops: Ops,
-    /// Dropped with the session: its memory goes back to the budget.
-    _reservation: Reservation,
-}
-
-/// The executors of one version and the threads that serve its queue, kept under the queue's
-/// lock so that taking a batch and an executor to run it is one step.
-#[derive(Default)]
-pub(crate) struct Pool {
-    idle: Vec<Executor>,
-    /// Executors alive, idle or running a batch.
-    live: usize,
-    /// How many of them are dropped instead of put back when they next finish.
-    retiring: usize,
-    /// Instance threads alive; one leaves whenever there are more than executors.
-    threads: usize,
-    /// The earliest time an instance thread waiting for a batch to fill wakes by itself.
-    timer: Option<Instant>,
-}
-
-impl Pool {
-    /// Executors that serve (not retiring).
-    pub fn serving(&self) -> usize {
-        self.live - self.retiring
-    }
-
-    /// Returns an executor after its batch, or drops it if it is retiring (given back to the
-    /// caller, so the session is dropped outside the lock).
-    fn put(&mut self, executor: Executor) -> Option<Executor> {
-        if self.retiring > 0 {
-            self.retiring -= 1;
-            self.live -= 1;
-            Some(executor)
-        } else {
-            self.idle.push(executor);
-            None
-        }
-    }
 }
 
 /// The running instances of one version.
@@ -526,6 +481,20 @@ impl Scheduler {
         } else if waiting {
             self.queue.notify_one();
         }
+    }
+}
+
+impl ClockTarget for Scheduler {
+    fn label(&self) -> &str {
+        &self.label
+    }
+
+    fn on_clock(&self) {
+        Scheduler::on_clock(self)
+    }
+
+    fn clock_stopped(&self) {
+        Scheduler::clock_stopped(self)
     }
 }
 

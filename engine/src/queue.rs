@@ -4,7 +4,7 @@
 //! request can never both time out and run.
 
 use crate::error::{EngineError, Result};
-use crate::instance::Pool;
+use crate::pool::Pool;
 use crate::postprocess::PostPlan;
 use crate::tensor::{DataType, Tensor};
 use parking_lot::{Condvar, Mutex, MutexGuard};

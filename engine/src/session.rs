@@ -3,6 +3,7 @@
 use crate::error::{EngineError, Result};
 use crate::providers::{ExecutionReport, ProviderPlan};
 use crate::signature::{element_type_of, spec_of, ModelSignature};
+use crate::strings;
 use crate::tensor::{element_count, DataType, Tensor, TensorData};
 use ort::error::ErrorCode;
 use ort::memory::Allocator;
@@ -361,17 +362,7 @@ fn to_value(tensor: &Tensor) -> Result<DynValue> {
     let invalid =
         |reason: String| EngineError::InvalidInput(format!("input '{}': {reason}", tensor.name));
     match &tensor.data {
-        TensorData::Bytes(items) => {
-            let strings = items
-                .iter()
-                .map(|b| String::from_utf8(b.clone()))
-                .collect::<std::result::Result<Vec<_>, _>>()
-                .map_err(|_| invalid("BYTES elements must be UTF-8 for this model".into()))?;
-            let value =
-                ort::value::Tensor::from_string_array((tensor.shape.clone(), strings.as_slice()))
-                    .map_err(|e| invalid(e.message().to_string()))?;
-            Ok(value.into_dyn())
-        }
+        TensorData::Bytes(items) => strings::to_value(&tensor.shape, items).map_err(invalid),
         TensorData::Raw(bytes) => {
             let mut value = ort::value::DynTensor::new(
                 &Allocator::default(),
@@ -402,10 +393,7 @@ fn from_value(name: &str, value: &DynValue) -> Result<Tensor> {
     let internal =
         |reason: String| EngineError::Internal(format!("reading output '{name}': {reason}"));
     if spec.datatype == DataType::Bytes {
-        let (_, strings) = value
-            .try_extract_strings()
-            .map_err(|e| internal(e.message().to_string()))?;
-        let data = TensorData::Bytes(strings.into_iter().map(String::into_bytes).collect());
+        let data = TensorData::Bytes(strings::from_value(value).map_err(internal)?);
         return Ok(Tensor::new(name, spec.datatype, spec.shape, data)?);
     }
     let count =

@@ -216,7 +216,18 @@ impl<'de> Visitor<'de> for Walk<'_> {
     }
 }
 
-/// Encodes a tensor's elements as a flat JSON array.
+/// Whether [`encode`] gives a tensor's elements exactly: always, but for BYTES elements that
+/// are not UTF-8 (a JSON string holds text; a zero byte is fine, as `\u0000`). Such a tensor
+/// belongs in the binary section, where BYTES elements are any bytes.
+pub fn represents(tensor: &Tensor) -> bool {
+    match &tensor.data {
+        TensorData::Bytes(items) => items.iter().all(|b| std::str::from_utf8(b).is_ok()),
+        TensorData::Raw(_) => true,
+    }
+}
+
+/// Encodes a tensor's elements as a flat JSON array. BYTES elements that are not UTF-8 come out
+/// with U+FFFD in place of the invalid bytes ([`represents`] says when that happens).
 pub fn encode(tensor: &Tensor) -> Value {
     let raw = match &tensor.data {
         TensorData::Bytes(items) => {
@@ -312,6 +323,33 @@ mod tests {
         }
         // Within range after rounding: the largest finite value.
         assert!(decode(DataType::Fp32, 1, "[3.4028235e38]").is_ok());
+    }
+
+    #[test]
+    fn bytes_elements_with_zero_bytes_decode_and_encode_exactly() {
+        let text = r#"["he\u0000llo", "\u0000\u0001\u0002\u0003"]"#;
+        let data = decode(DataType::Bytes, 2, text).unwrap();
+        assert_eq!(
+            data,
+            TensorData::Bytes(vec![b"he\x00llo".to_vec(), b"\x00\x01\x02\x03".to_vec()])
+        );
+        let tensor = Tensor::new("t", DataType::Bytes, vec![2], data).unwrap();
+        assert!(represents(&tensor));
+        let encoded = serde_json::to_string(&encode(&tensor)).unwrap();
+        assert_eq!(encoded, text.replace(", ", ","));
+    }
+
+    #[test]
+    fn bytes_that_are_not_utf8_are_not_represented_in_json() {
+        let tensor = Tensor::new(
+            "t",
+            DataType::Bytes,
+            vec![2],
+            TensorData::Bytes(vec![b"ok".to_vec(), vec![0xff, 0x00, 0xfe]]),
+        )
+        .unwrap();
+        assert!(!represents(&tensor));
+        assert!(represents(&Tensor::from_f32("f", vec![1], &[1.0]).unwrap()));
     }
 
     #[test]

@@ -162,7 +162,9 @@ fn head<'t>(
     let mut encoded = Vec::with_capacity(outputs.len());
     for tensor in outputs {
         let mut parameters = Map::new();
-        let data = if wants_binary(request, &tensor.name) {
+        // BYTES that are not UTF-8 cannot be a JSON string: they go in the binary section,
+        // which Triton's clients read whenever an output announces `binary_data_size`.
+        let data = if wants_binary(request, &tensor.name) || !json::represents(tensor) {
             parameters.insert(
                 "binary_data_size".into(),
                 Value::from(binary::encoded_len(tensor)),
@@ -311,6 +313,55 @@ mod tests {
             .unwrap_err()
             .0
             .contains("belong to no input"));
+    }
+
+    #[test]
+    fn bytes_with_any_bytes_round_trip_through_the_binary_section() {
+        let items = vec![
+            b"he\x00llo".to_vec(),
+            b"\x00\x01\x02\x03".to_vec(),
+            Vec::new(),
+        ];
+        let tensor = Tensor::new(
+            "t",
+            DataType::Bytes,
+            vec![3],
+            crate::tensor::TensorData::Bytes(items.clone()),
+        )
+        .unwrap();
+        let mut bin = Vec::new();
+        binary::encode(&tensor, &mut bin);
+        assert_eq!(&bin[..9], b"\x06\x00\x00\x00he\x00ll");
+        let mut req = request(
+            json!({"inputs":[{"name":"t","shape":[3],"datatype":"BYTES","parameters":{"binary_data_size":bin.len()}}]}),
+        );
+        assert_eq!(decode_inputs(&mut req, &bin).unwrap(), vec![tensor.clone()]);
+
+        // Asked for as JSON: the UTF-8 elements stay JSON strings, zero bytes included...
+        let req = request(json!({"inputs":[]}));
+        let (body, json_len) =
+            encode_response(&req, "m", 1, std::slice::from_ref(&tensor)).unwrap();
+        assert_eq!(json_len, None);
+        let header: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(
+            header["outputs"][0]["data"],
+            json!(["he\u{0}llo", "\u{0}\u{1}\u{2}\u{3}", ""])
+        );
+
+        // ...and elements JSON cannot hold go in the binary section, announced as Triton does.
+        let blob = Tensor::new(
+            "blob",
+            DataType::Bytes,
+            vec![1],
+            crate::tensor::TensorData::Bytes(vec![vec![0xff, 0x00, 0x80]]),
+        )
+        .unwrap();
+        let (body, json_len) = encode_response(&req, "m", 1, &[blob]).unwrap();
+        let json_len = json_len.expect("a binary section");
+        let header: Value = serde_json::from_slice(&body[..json_len]).unwrap();
+        assert_eq!(header["outputs"][0]["parameters"]["binary_data_size"], 7);
+        assert!(header["outputs"][0].get("data").is_none());
+        assert_eq!(&body[json_len..], &[3, 0, 0, 0, 0xff, 0x00, 0x80]);
     }
 
     #[test]

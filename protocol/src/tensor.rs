@@ -83,6 +83,11 @@ impl DataType {
         }
     }
 
+    /// The datatype Triton's model configuration calls `name` (`TYPE_FP32`, `TYPE_STRING`, ...).
+    pub fn from_config_name(name: &str) -> Option<DataType> {
+        DataType::ALL.into_iter().find(|d| d.config_name() == name)
+    }
+
     /// Bytes per element, or `None` for variable-length BYTES.
     pub fn size(self) -> Option<usize> {
         match self {
@@ -173,6 +178,19 @@ impl Tensor {
         }
     }
 
+    /// Zeros of `shape` (empty elements for BYTES). The shape is the caller's, not a client's:
+    /// it is allocated as given.
+    pub fn zeros(name: impl Into<String>, datatype: DataType, shape: Vec<i64>) -> Result<Tensor> {
+        let name = name.into();
+        let count = element_count(&shape)
+            .ok_or_else(|| DecodeError(format!("tensor '{name}': invalid shape {shape:?}")))?;
+        let data = match datatype.size() {
+            Some(size) => TensorData::Raw(vec![0; count * size]),
+            None => TensorData::Bytes(vec![Vec::new(); count]),
+        };
+        Tensor::new(name, datatype, shape, data)
+    }
+
     /// Convenience constructor for FP32 data.
     pub fn from_f32(name: impl Into<String>, shape: Vec<i64>, values: &[f32]) -> Result<Tensor> {
         let bytes = values.iter().flat_map(|v| v.to_le_bytes()).collect();
@@ -215,6 +233,7 @@ mod tests {
     fn names_round_trip() {
         for dt in DataType::ALL {
             assert_eq!(DataType::from_name(dt.name()), Some(dt));
+            assert_eq!(DataType::from_config_name(dt.config_name()), Some(dt));
         }
         assert_eq!(DataType::from_name("FLOAT"), None);
     }

@@ -102,13 +102,31 @@ pub async fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
 /// setup step's Python (scripts/tiny_model.py).
 pub fn tiny_model(dir: &Path) -> PathBuf {
     let path = dir.join("tiny.onnx");
+    run_script(
+        "tiny_model.py",
+        &["--dynamic-batch".as_ref(), path.as_os_str()],
+    );
+    path
+}
+
+/// Writes one of `scripts/test_models.py`'s models (`kind`: `string-identity`, `accumulator`)
+/// into `dir` with the setup step's Python.
+pub fn test_model(dir: &Path, kind: &str) -> PathBuf {
+    let path = dir.join(format!("{kind}.onnx"));
+    run_script("test_models.py", &[kind.as_ref(), path.as_os_str()]);
+    path
+}
+
+/// Runs a script of `scripts/` with the setup step's Python; fails the test if it fails.
+fn run_script(script: &str, args: &[&std::ffi::OsStr]) {
     let python = std::env::var("INFERGATE_PYTHON").unwrap_or_else(|_| "python3".into());
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/tiny_model.py");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../scripts")
+        .join(script);
     let status = std::process::Command::new(python)
-        .args([script, "--dynamic-batch"])
-        .arg(&path)
+        .arg(&script)
+        .args(args)
         .status()
         .expect("run python (source .cache/env.sh)");
-    assert!(status.success(), "writing the tiny model failed");
-    path
+    assert!(status.success(), "{} {args:?} failed", script.display());
 }

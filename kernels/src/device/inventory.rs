@@ -2,7 +2,7 @@
 //! capability when it joins, memory in use with each heartbeat. Needs only the CUDA driver
 //! (not NVRTC); without one the answer is an error saying why, never a panic.
 
-use super::{driver_present, drv};
+use super::driver::{driver_present, drv};
 use crate::device::ptx::guarded;
 use crate::error::Result;
 use cudarc::driver::CudaContext;

@@ -9,8 +9,9 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, CudaView, CudaViewMut, PinnedHostSlice};
 
+use super::driver::drv;
 use super::pool::{Lease, Pool, PoolStats, RawAllocator};
-use super::{drv, guarded};
+use super::ptx::guarded;
 use crate::error::{Error, Result};
 
 /// Device memory (`cuMemAllocAsync` on the pool's stream).

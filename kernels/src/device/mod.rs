@@ -7,6 +7,7 @@
 //! call runs under [`ptx::guarded`]. Launchers validate inputs with the same
 //! checks as the CPU ops, so a bad input is [`Error::InvalidInput`] on both.
 
+mod driver;
 pub mod inventory;
 pub mod memory;
 pub mod nvml;
@@ -24,6 +25,8 @@ use crate::error::{Error, Result};
 use crate::nms::{Candidate, NmsSpec};
 use crate::preprocess::{check_batch, Geometry, ImageU8, PreprocessSpec, CHANNELS};
 use crate::softmax::TopKShape;
+pub use driver::driver_present;
+use driver::drv;
 use memory::{MemoryStats, Pools};
 use ptx::{guarded, CudaSource, PtxCache};
 
@@ -31,18 +34,6 @@ use ptx::{guarded, CudaSource, PtxCache};
 const DEVICE_POOL_BYTES: usize = 512 << 20;
 /// Pinned host memory the staging pool may keep.
 const PINNED_POOL_BYTES: usize = 128 << 20;
-
-/// Whether the CUDA driver library can be loaded, or why not.
-pub fn driver_present() -> Result<()> {
-    // SAFETY: only tries to dlopen the candidate library names.
-    if unsafe { cudarc::driver::sys::is_culib_present() } {
-        Ok(())
-    } else {
-        Err(Error::DeviceUnavailable(
-            "CUDA driver (libcuda.so.1) not found: no NVIDIA driver on this host".into(),
-        ))
-    }
-}
 
 /// Mirror of `ImageDesc` in `cuda/preprocess.cu`; field order and types
 /// must match it.
@@ -109,10 +100,6 @@ pub struct Gpu {
     nms_rank: CudaFunction,
     nms_mask: CudaFunction,
     nms_select: CudaFunction,
-}
-
-fn drv<T>(op: &'static str, r: std::result::Result<T, cudarc::driver::DriverError>) -> Result<T> {
-    r.map_err(|e| Error::device(op, e))
 }
 
 impl Gpu {

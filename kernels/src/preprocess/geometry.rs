@@ -105,7 +105,7 @@ pub(super) fn taps_f64(axis: &AxisMap, dst: usize) -> (usize, Vec<f64>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::preprocess::test_spec as spec;
+    use crate::preprocess::test_support::test_spec as spec;
 
     #[test]
     fn upscaling_weights_are_two_tap_half_pixel_bilinear() {

@@ -3,11 +3,11 @@
 //! [`RgbxTaps`](super::taps::RgbxTaps) and, 16 pixels at a time on AVX-512F,
 //! [`QuadTaps`](super::taps::QuadTaps), then normalisation.
 
+#[cfg(target_arch = "x86_64")]
+use super::plan::Norm;
 use super::spec::CHANNELS;
 #[cfg(target_arch = "x86_64")]
 use super::taps::{TapQuad, RGBX_LANES};
-#[cfg(target_arch = "x86_64")]
-use super::Norm;
 
 /// Output pixels [`horizontal_block_avx512`] computes at once.
 #[cfg(target_arch = "x86_64")]
@@ -207,7 +207,7 @@ mod tests {
         if !std::arch::is_x86_feature_detected!("avx512f") {
             return;
         }
-        let mut next = crate::preprocess::xorshift(0x2545_f491u32);
+        let mut next = crate::preprocess::test_support::xorshift(0x2545_f491u32);
         let norm = Norm {
             mean: [123.675, 116.28, 103.53],
             inv_std: [1.0 / 58.395, 1.0 / 57.12, 1.0 / 57.375],

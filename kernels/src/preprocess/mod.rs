@@ -66,10 +66,13 @@ use rayon::prelude::*;
 
 mod geometry;
 mod horizontal;
+mod plan;
 mod reference;
 mod rows;
 mod spec;
 mod taps;
+#[cfg(test)]
+mod test_support;
 mod vertical;
 
 pub(crate) use geometry::Geometry;
@@ -78,20 +81,10 @@ pub(crate) use spec::check_batch;
 pub use spec::{ImageU8, PreprocessSpec, ResizeMode, CHANNELS};
 
 use crate::error::Result;
+use plan::{ImagePlan, Norm, RowTask};
 use rows::fill_rows_body;
 use taps::{AxisTaps, FixedTaps, QuadTaps, RgbxTaps};
 use vertical::Vertical;
-
-/// Everything one image needs for the fast path.
-struct ImagePlan<'a> {
-    image: ImageU8<'a>,
-    geo: Geometry,
-    x: AxisTaps,
-    x_rgbx: RgbxTaps,
-    x_quads: QuadTaps,
-    y: AxisTaps,
-    y_fixed: FixedTaps,
-}
 
 /// Output rows one rayon task fills; small enough to spread a single
 /// 224-row image over the available cores.
@@ -168,22 +161,6 @@ pub fn resize_normalize(
     Ok(())
 }
 
-struct Norm {
-    mean: [f32; CHANNELS],
-    inv_std: [f32; CHANNELS],
-    pad: [f32; CHANNELS],
-}
-
-/// One rayon task: output rows `y0..` of one image, as many as `planes` hold.
-struct RowTask<'a, 'p> {
-    plan: &'a ImagePlan<'p>,
-    /// Output width: each plane holds whole rows of it.
-    width: usize,
-    y0: usize,
-    planes: [&'a mut [f32]; CHANNELS],
-    norm: &'a Norm,
-}
-
 /// The instruction sets [`fill_rows`] runs with, detected once per
 /// [`resize_normalize`] call rather than once per task. Only [`Isa::detect`]
 /// makes the SIMD variants: holding one means the CPU has its features.
@@ -248,33 +225,11 @@ unsafe fn fill_rows_avx2_fma(task: RowTask<'_, '_>, scratch: &mut Vec<f32>) {
     fill_rows_body::<true, false>(task, scratch, Vertical::F32);
 }
 
-/// Mean 0, std 1 (outputs in 0‥255 levels): the specs of the unit tests.
-#[cfg(test)]
-fn test_spec(width: usize, height: usize, mode: ResizeMode) -> PreprocessSpec {
-    PreprocessSpec {
-        width,
-        height,
-        mean: [0.0; 3],
-        std: [1.0; 3],
-        mode,
-    }
-}
-
-/// A xorshift32 generator: reproducible pseudo-random test data without a dependency.
-#[cfg(test)]
-fn xorshift(mut seed: u32) -> impl FnMut() -> u32 {
-    move || {
-        seed ^= seed << 13;
-        seed ^= seed >> 17;
-        seed ^= seed << 5;
-        seed
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use super::test_support::test_spec as spec;
     use super::*;
-    use crate::preprocess::test_spec as spec;
+    use crate::error::Error;
 
     /// The fast path (fixed-point vertical and 16-pixel horizontal blocks where the CPU has
     /// them) against the reference: odd and even tap counts, upscaling, letterbox and
@@ -317,5 +272,15 @@ mod tests {
                 assert!(diff <= 0.02, "{w}x{h} -> {out_w}x{out_h} {mode:?}: {diff}");
             }
         }
+    }
+
+    #[test]
+    fn rejects_wrong_lengths() {
+        assert!(ImageU8::new(&[0; 5], 1, 2).is_err());
+        let data = [0u8; 12];
+        let image = ImageU8::new(&data, 2, 2).unwrap_or_else(|e| panic!("{e}"));
+        let mut out = vec![0.0; 10];
+        let err = resize_normalize(&[image], &spec(2, 2, ResizeMode::Stretch), &mut out);
+        assert!(matches!(err, Err(Error::InvalidInput(_))));
     }
 }

@@ -5,9 +5,9 @@
 use super::horizontal::horizontal_dot;
 #[cfg(target_arch = "x86_64")]
 use super::horizontal::{horizontal_block_avx512, HORIZONTAL_BLOCK};
+use super::plan::RowTask;
 use super::spec::CHANNELS;
 use super::vertical::{vertical_fixed, vertical_pass, Vertical};
-use super::RowTask;
 
 /// `FMA`: compiled with avx2+fma; `WIDE`: with avx512f too. `vertical` is
 /// [`Vertical::F32`] or a pass the CPU supports.

@@ -150,19 +150,3 @@ pub(crate) fn check_batch(
     }
     Ok(())
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::preprocess::{resize_normalize, test_spec as spec};
-
-    #[test]
-    fn rejects_wrong_lengths() {
-        assert!(ImageU8::new(&[0; 5], 1, 2).is_err());
-        let data = [0u8; 12];
-        let image = ImageU8::new(&data, 2, 2).unwrap_or_else(|e| panic!("{e}"));
-        let mut out = vec![0.0; 10];
-        let err = resize_normalize(&[image], &spec(2, 2, ResizeMode::Stretch), &mut out);
-        assert!(matches!(err, Err(Error::InvalidInput(_))));
-    }
-}

@@ -10,6 +10,7 @@ use crate::config::HostConfig;
 use crate::error::{PluginError, PluginId};
 use crate::metrics::{Metrics, MetricsSnapshot};
 use crate::plugin::{Compiled, Plugin};
+use crate::shared::Shared;
 use crate::store::CallState;
 use crate::ticker::Ticker;
 use crate::validate;
@@ -23,17 +24,6 @@ use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConf
 #[derive(Clone)]
 pub struct PluginHost {
     shared: Arc<Shared>,
-}
-
-pub(crate) struct Shared {
-    pub(crate) engine: Engine,
-    pub(crate) config: HostConfig,
-    pub(crate) metrics: Metrics,
-    linker: Linker<CallState>,
-    cache: Option<ArtifactCache>,
-    compile_slots: CompileSlots,
-    /// Advances the epoch while calls run; its `Drop` stops the thread.
-    pub(crate) ticker: Ticker,
 }
 
 impl PluginHost {
@@ -230,14 +220,6 @@ impl PluginHost {
     /// Where the compiled artifact of a component with this SHA-256 is cached.
     pub fn cache_path(&self, component_sha256: &str) -> Option<std::path::PathBuf> {
         self.shared.cache.as_ref().map(|c| c.path(component_sha256))
-    }
-}
-
-impl Shared {
-    /// Epoch ticks that cover `deadline`, plus one for the tick in progress.
-    pub(crate) fn deadline_ticks(&self, deadline: std::time::Duration) -> u64 {
-        let tick = self.config.epoch_tick.as_nanos().max(1);
-        (deadline.as_nanos().div_ceil(tick) as u64).saturating_add(1)
     }
 }
 

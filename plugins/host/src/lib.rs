@@ -35,6 +35,7 @@ mod convert; //  public types <-> plugin-facing types
 mod lift; //     output read under a byte budget
 mod lower; //    input written, its buffers donated to the output
 mod scope; //    per-call thread-local budget and spare buffers
+mod shared; //   engine, linker, config, cache, ticker: what a host and its plugins share
 mod store; //    per-call store state, limiter, log import
 mod ticker; //   epoch ticker, running while calls do
 mod validate; // header and description checks

@@ -6,10 +6,10 @@
 use crate::config::Limits;
 use crate::convert;
 use crate::error::{FaultKind, PluginError, PluginId};
-use crate::host::Shared;
 use crate::lift::{Limited, RawDescription, RawPluginError, RawPostOutput, RawTensor};
 use crate::lower::{InPreInput, InTensor};
 use crate::scope::CallScope;
+use crate::shared::Shared;
 use crate::store::CallState;
 use crate::types::{Description, Metadata, PostOutput, PreInput, Tensor};
 use std::sync::Arc;

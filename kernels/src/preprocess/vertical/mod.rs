@@ -147,7 +147,7 @@ mod tests {
                 }
             }
         }
-        let mut next = crate::preprocess::xorshift(0x9e37_79b9u32);
+        let mut next = crate::preprocess::test_support::xorshift(0x9e37_79b9u32);
         for len in [1, 63, 64, 65, 200, 5760] {
             let rows: Vec<Vec<u8>> = (0..7)
                 .map(|_| (0..len).map(|_| next() as u8).collect())
