@@ -19,6 +19,7 @@
 //! [`ENTRY_OVERHEAD`] per entry. Heap memory the metadata owns is not counted: keep it small
 //! (a content type, the served version, a few header values).
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -65,9 +66,15 @@ pub enum Inserted {
     Disabled,
 }
 
-/// One model's counters. Times are nanoseconds spent inside the cache.
-#[derive(Debug, Default)]
+/// One model's counters, one slot per shard so that threads working on different shards
+/// never write the same cache line. Times are nanoseconds spent inside the cache.
+#[derive(Debug)]
 pub struct CacheCounters {
+    slots: Box<[Padded<Slot>]>,
+}
+
+#[derive(Debug, Default)]
+struct Slot {
     hits: AtomicU64,
     hit_ns: AtomicU64,
     misses: AtomicU64,
@@ -83,10 +90,12 @@ pub struct CacheCounters {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CacheStats {
     pub hits: u64,
-    /// Time spent finding hits (Triton's `cache_hit.ns`).
+    /// Time spent finding hits (Triton's `cache_hit.ns`), estimated from one lookup in
+    /// [`TIME_EVERY`].
     pub hit_ns: u64,
     pub misses: u64,
-    /// Time spent finding nothing; Triton's `cache_miss.ns` is this plus `insert_ns`.
+    /// Time spent finding nothing (estimated likewise); Triton's `cache_miss.ns` is this plus
+    /// `insert_ns`.
     pub miss_ns: u64,
     pub inserts: u64,
     pub insert_ns: u64,
@@ -98,25 +107,56 @@ pub struct CacheStats {
     pub invalidated: u64,
 }
 
+/// One lookup in this many is timed, and counts for this many: a clock read costs about as
+/// much as the rest of a hit, so timing every lookup would double its cost.
+pub const TIME_EVERY: u32 = 8;
+
+thread_local! {
+    static LOOKUPS: Cell<u32> = const { Cell::new(0) };
+}
+
+/// The start of a lookup, if this thread's turn to time one has come.
+fn sampled_start() -> Option<Instant> {
+    LOOKUPS.with(|n| {
+        let next = n.get().wrapping_add(1);
+        n.set(next);
+        (next % TIME_EVERY == 0).then(Instant::now)
+    })
+}
+
+fn elapsed_ns(started: Instant) -> u64 {
+    u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX)
+}
+
 impl CacheCounters {
-    fn add(&self, count: &AtomicU64, ns: &AtomicU64, started: Instant) {
-        count.fetch_add(1, Ordering::Relaxed);
-        ns.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    fn new(slots: usize) -> CacheCounters {
+        CacheCounters {
+            slots: (0..slots).map(|_| Padded(Slot::default())).collect(),
+        }
+    }
+
+    fn slot(&self, shard: usize) -> &Slot {
+        &self.slots[shard % self.slots.len()].0
     }
 
     pub fn snapshot(&self) -> CacheStats {
         let r = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        CacheStats {
-            hits: r(&self.hits),
-            hit_ns: r(&self.hit_ns),
-            misses: r(&self.misses),
-            miss_ns: r(&self.miss_ns),
-            inserts: r(&self.inserts),
-            insert_ns: r(&self.insert_ns),
-            too_large: r(&self.too_large),
-            evictions: r(&self.evictions),
-            invalidated: r(&self.invalidated),
+        let mut total = CacheStats::default();
+        for slot in self.slots.iter() {
+            let s = &slot.0;
+            total += CacheStats {
+                hits: r(&s.hits),
+                hit_ns: r(&s.hit_ns),
+                misses: r(&s.misses),
+                miss_ns: r(&s.miss_ns),
+                inserts: r(&s.inserts),
+                insert_ns: r(&s.insert_ns),
+                too_large: r(&s.too_large),
+                evictions: r(&s.evictions),
+                invalidated: r(&s.invalidated),
+            };
         }
+        total
     }
 }
 
@@ -143,6 +183,12 @@ pub struct CacheSize {
     /// The budget (`[cache] bytes`).
     pub capacity: u64,
 }
+
+/// Keeps shards and counter slots on their own cache lines, so threads on different shards
+/// do not contend.
+#[repr(align(128))]
+#[derive(Debug)]
+struct Padded<T>(T);
 
 struct Entry<M> {
     body: Bytes,
@@ -176,10 +222,6 @@ struct Shard<M> {
     table: Table<M>,
     bytes: usize,
 }
-
-/// Keeps shards on their own cache lines, so threads on different shards do not contend.
-#[repr(align(128))]
-struct Padded<T>(T);
 
 struct Inner<M> {
     shards: Box<[Padded<Mutex<Shard<M>>>]>,
@@ -249,7 +291,7 @@ impl<M: Send + Sync + 'static> ResponseCache<M> {
             Some((name, counters)) => (name.clone(), counters.clone()),
             None => {
                 let name: Arc<str> = Arc::from(model);
-                let counters = Arc::new(CacheCounters::default());
+                let counters = Arc::new(CacheCounters::new(self.inner.shards.len()));
                 models.insert(name.clone(), counters.clone());
                 (name, counters)
             }
@@ -312,7 +354,7 @@ impl<M: Send + Sync + 'static> ResponseCache<M> {
 
     fn remove_where(&self, doomed: impl Fn(&Entry<M>) -> bool) -> u64 {
         let mut removed = 0u64;
-        for shard in self.inner.shards.iter() {
+        for (i, shard) in self.inner.shards.iter().enumerate() {
             let mut s = shard.0.lock();
             let keys: Vec<CacheKey> = s
                 .table
@@ -323,7 +365,10 @@ impl<M: Send + Sync + 'static> ResponseCache<M> {
             for key in keys {
                 if let Some(e) = s.table.pop(&key) {
                     s.bytes -= e.charge;
-                    e.counters.invalidated.fetch_add(1, Ordering::Relaxed);
+                    e.counters
+                        .slot(i)
+                        .invalidated
+                        .fetch_add(1, Ordering::Relaxed);
                     removed += 1;
                 }
             }
@@ -333,11 +378,11 @@ impl<M: Send + Sync + 'static> ResponseCache<M> {
 }
 
 impl<M> Inner<M> {
-    fn shard(&self, key: &CacheKey) -> &Mutex<Shard<M>> {
-        let head = u64::from_le_bytes([
-            key.0[0], key.0[1], key.0[2], key.0[3], key.0[4], key.0[5], key.0[6], key.0[7],
-        ]);
-        &self.shards[(head % self.shards.len() as u64) as usize].0
+    /// The shard of `key`, by its first bytes (the hash table inside uses others).
+    fn shard_of(&self, key: &CacheKey) -> usize {
+        let b = key.as_bytes();
+        let head = u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]);
+        (head % self.shards.len() as u64) as usize
     }
 }
 
@@ -348,15 +393,28 @@ impl<M: Send + Sync + 'static> ModelCache<M> {
 
     /// The cached answer for `key`, now the most recently used; counted as a hit or a miss.
     pub fn get(&self, key: &CacheKey) -> Option<Hit<M>> {
-        let started = Instant::now();
-        let hit = self.inner.shard(key).lock().table.get(key).map(|e| Hit {
-            body: e.body.clone(),
-            meta: e.meta.clone(),
-        });
-        let c = &self.counters;
-        match &hit {
-            Some(_) => c.add(&c.hits, &c.hit_ns, started),
-            None => c.add(&c.misses, &c.miss_ns, started),
+        let started = sampled_start();
+        let shard = self.inner.shard_of(key);
+        let hit = self.inner.shards[shard]
+            .0
+            .lock()
+            .table
+            .get(key)
+            .map(|e| Hit {
+                body: e.body.clone(),
+                meta: e.meta.clone(),
+            });
+        let c = self.counters.slot(shard);
+        let (count, ns) = match &hit {
+            Some(_) => (&c.hits, &c.hit_ns),
+            None => (&c.misses, &c.miss_ns),
+        };
+        count.fetch_add(1, Ordering::Relaxed);
+        if let Some(started) = started {
+            ns.fetch_add(
+                elapsed_ns(started).saturating_mul(u64::from(TIME_EVERY)),
+                Ordering::Relaxed,
+            );
         }
         hit
     }
@@ -369,8 +427,9 @@ impl<M: Send + Sync + 'static> ModelCache<M> {
         if inner.capacity == 0 {
             return Inserted::Disabled;
         }
+        let shard = inner.shard_of(&key);
+        let c = self.counters.slot(shard);
         let charge = body.len() + std::mem::size_of::<M>() + ENTRY_OVERHEAD;
-        let c = &self.counters;
         if charge > inner.shard_bytes {
             c.too_large.fetch_add(1, Ordering::Relaxed);
             return Inserted::TooLarge;
@@ -388,7 +447,7 @@ impl<M: Send + Sync + 'static> ModelCache<M> {
         // not work the other threads of this shard should wait for.
         let mut dropped = Vec::new();
         {
-            let mut s = inner.shard(&key).lock();
+            let mut s = inner.shards[shard].0.lock();
             if let Some(old) = s.table.pop(&key) {
                 s.bytes -= old.charge;
                 dropped.push(old);
@@ -397,7 +456,10 @@ impl<M: Send + Sync + 'static> ModelCache<M> {
                 match s.table.pop_lru() {
                     Some((_, old)) => {
                         s.bytes -= old.charge;
-                        old.counters.evictions.fetch_add(1, Ordering::Relaxed);
+                        old.counters
+                            .slot(shard)
+                            .evictions
+                            .fetch_add(1, Ordering::Relaxed);
                         evicted += 1;
                         dropped.push(old);
                     }
@@ -408,7 +470,9 @@ impl<M: Send + Sync + 'static> ModelCache<M> {
             s.table.put(key, entry);
         }
         drop(dropped);
-        c.add(&c.inserts, &c.insert_ns, started);
+        c.inserts.fetch_add(1, Ordering::Relaxed);
+        c.insert_ns
+            .fetch_add(elapsed_ns(started), Ordering::Relaxed);
         Inserted::Stored { evicted }
     }
 
@@ -451,6 +515,11 @@ mod tests {
         );
         assert_eq!(cache.stats_for("other").hits, 1);
         assert_eq!(cache.stats().hits, 2);
+        // Lookups are timed one in TIME_EVERY: enough of them and the time shows.
+        for _ in 0..2 * TIME_EVERY {
+            mlp.get(&key(1));
+        }
+        assert!(mlp.stats().hit_ns > 0);
         let size = cache.size();
         assert_eq!(size.entries, 1);
         assert_eq!(

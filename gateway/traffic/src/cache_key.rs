@@ -22,9 +22,16 @@ use sha2::{Digest, Sha256};
 /// a new one.
 const DOMAIN: &[u8] = b"infergate response cache key v1";
 
-/// A response cache key: 32 bytes of SHA-256.
+/// A response cache key: 32 bytes of SHA-256, made only by [`KeyBuilder`]. The cache relies
+/// on its bytes being uniformly spread (it uses them as its hash), so none can be made by hand.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct CacheKey(pub [u8; 32]);
+pub struct CacheKey([u8; 32]);
+
+impl CacheKey {
+    pub fn as_bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
+}
 
 impl std::fmt::Debug for CacheKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

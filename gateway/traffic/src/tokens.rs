@@ -325,16 +325,18 @@ impl Reservation {
 
     /// Settles with the tokens the request used (prompt plus completion, for a cancelled
     /// stream those generated before the cancel).
+    /// A refund reads no clock; only an excess over the reservation does.
     pub fn settle(self, used: u64) -> Settlement {
-        let now = Now {
-            mono_ns: self.epoch.elapsed().as_nanos() as u64,
-            unix_s: unix_now(),
-        };
-        self.settle_at(used, now)
+        let epoch = self.epoch;
+        self.settle_with(used, || epoch.elapsed().as_nanos() as u64)
     }
 
     /// [`settle`](Self::settle) at a given clock (tests, replays).
     pub fn settle_at(self, used: u64, now: Now) -> Settlement {
+        self.settle_with(used, || now.mono_ns)
+    }
+
+    fn settle_with(self, used: u64, mono_ns: impl FnOnce() -> u64) -> Settlement {
         let mut s = self.state.lock();
         if used <= self.tokens {
             let refund = self.tokens - used;
@@ -356,7 +358,7 @@ impl Reservation {
             if let Some(tpm) = self.tpm {
                 let more = minute_charge(used, tpm, NANOS_PER_MINUTE)
                     - minute_charge(self.tokens, tpm, NANOS_PER_MINUTE);
-                s.tat = s.tat.max(now.mono_ns).saturating_add(more);
+                s.tat = s.tat.max(mono_ns()).saturating_add(more);
             }
             if self.period_start.is_some() {
                 // Charged to the period it was used in, the current one.
@@ -426,7 +428,14 @@ impl TokenLimiter {
         if limits.is_unlimited() {
             return Ok(None);
         }
-        self.reserve_at(key, limits, tokens, self.now()).map(Some)
+        // Only the clocks the limits need: each read costs tens of ns.
+        let now = Now {
+            mono_ns: limits
+                .tokens_per_minute
+                .map_or(0, |_| self.epoch.elapsed().as_nanos() as u64),
+            unix_s: limits.token_budget.map_or(0, |_| unix_now()),
+        };
+        self.reserve_at(key, limits, tokens, now).map(Some)
     }
 
     /// [`reserve`](Self::reserve) at a given clock (tests, replays); `limits` not unlimited.
