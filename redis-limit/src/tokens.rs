@@ -19,9 +19,9 @@ use redis::{RedisError, Script};
 const MICROS_PER_MINUTE: u64 = 60_000_000;
 
 /// A reservation held in Redis. Settle it with the tokens used; dropped without settling it
-/// counts as fully used.
+/// counts as fully used. Not `Clone`: a reservation settles once.
 #[must_use = "settle the reservation with the tokens used, or the whole reservation is charged"]
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct TokenReservation {
     minute_key: String,
     budget_key: String,
