@@ -412,6 +412,19 @@ impl TokenLimiter {
         self.keys.is_empty()
     }
 
+    /// Restores what a key spent in the budget period starting at `period_start` (Unix s), as
+    /// the store's accounting has it: the budget survives a restart. Call it before serving;
+    /// a key that already spent more in this process keeps the larger figure.
+    pub fn restore_spent(&self, key: i64, period_start: i64, spent: u64) {
+        let state = self.keys.state(key);
+        let mut s = state.lock();
+        if s.period_start != period_start {
+            s.period_start = period_start;
+            s.spent = 0;
+        }
+        s.spent = s.spent.max(spent);
+    }
+
     /// Forgets a key (revoked or deleted). Its open reservations still settle harmlessly.
     pub fn forget(&self, key: i64) {
         self.keys.forget(key);
