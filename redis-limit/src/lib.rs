@@ -8,16 +8,27 @@
 //! The concurrency cap is a set of leases per key, each expiring unless renewed: a replica that
 //! crashes mid-request cannot leak its slots, they lapse after the lease time.
 //!
+//! Token limits (tokens per minute and a budget per UTC day or month) are reservations taken at
+//! admission and settled when the answer is done, by one script (`tokens.lua`): see
+//! [`RedisLimiter::reserve_tokens`].
+//!
 //! Errors are returned, never hidden: the gateway decides whether an unreachable Redis means
 //! "admit under the local limiter" (fail-open) or 503 (fail-closed).
 
 #![forbid(unsafe_code)]
 
+mod tokens;
+
 use std::time::Duration;
+
+use infergate_traffic::tokens::{Refusal, Settlement, TokenLimits};
 
 use rand::RngCore;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Client, Script};
+
+pub use tokens::TokenReservation;
+use tokens::TokenScript;
 
 /// Redis could not give an answer: unreachable, timed out, or refused the script.
 #[derive(Debug, thiserror::Error)]
@@ -71,6 +82,7 @@ pub struct RedisLimiter {
     gcra: Script,
     acquire: Script,
     renew: Script,
+    tokens: TokenScript,
 }
 
 impl RedisLimiter {
@@ -91,6 +103,7 @@ impl RedisLimiter {
             gcra: Script::new(include_str!("gcra.lua")),
             acquire: Script::new(include_str!("acquire.lua")),
             renew: Script::new(include_str!("renew.lua")),
+            tokens: TokenScript::new(),
         })
     }
 
@@ -162,6 +175,79 @@ impl RedisLimiter {
             .query_async::<i64>(&mut connection)
             .await?;
         Ok(())
+    }
+
+    /// Reserves `tokens` (a request's prompt plus its `max_tokens`) for key `key` under
+    /// `limits`, against both limits or neither; one round trip. The inner `Err` is a refusal
+    /// (429, or 400 when it can never fit); `Ok(None)`: the key has no token limit.
+    pub async fn reserve_tokens(
+        &self,
+        key: &str,
+        limits: &TokenLimits,
+        tokens: u64,
+    ) -> Result<Result<Option<TokenReservation>, Refusal>, Unavailable> {
+        if limits.is_unlimited() {
+            return Ok(Ok(None));
+        }
+        let mut connection = self.connection.clone();
+        let r = self
+            .tokens
+            .reserve(&mut connection, &self.prefix, key, limits, tokens, None)
+            .await?;
+        Ok(r.map(Some))
+    }
+
+    /// Settles a reservation with the tokens the request used (for a cancelled stream, those
+    /// generated before the cancel); one round trip, none when it used exactly its reservation.
+    /// If this fails (Redis unreachable) the reservation stays fully charged.
+    pub async fn settle_tokens(
+        &self,
+        reservation: TokenReservation,
+        used: u64,
+    ) -> Result<Settlement, Unavailable> {
+        let mut connection = self.connection.clone();
+        Ok(self
+            .tokens
+            .settle(&mut connection, reservation, used, None)
+            .await?)
+    }
+
+    /// [`reserve_tokens`](Self::reserve_tokens) at a given Unix time (µs) instead of Redis's
+    /// clock: for tests that cross a period's end without waiting for it. Never for serving:
+    /// replicas would disagree on "now".
+    pub async fn reserve_tokens_at(
+        &self,
+        key: &str,
+        limits: &TokenLimits,
+        tokens: u64,
+        unix_us: u64,
+    ) -> Result<Result<TokenReservation, Refusal>, Unavailable> {
+        let mut connection = self.connection.clone();
+        Ok(self
+            .tokens
+            .reserve(
+                &mut connection,
+                &self.prefix,
+                key,
+                limits,
+                tokens,
+                Some(unix_us),
+            )
+            .await?)
+    }
+
+    /// [`settle_tokens`](Self::settle_tokens) at a given Unix time (µs); tests only.
+    pub async fn settle_tokens_at(
+        &self,
+        reservation: TokenReservation,
+        used: u64,
+        unix_us: u64,
+    ) -> Result<Settlement, Unavailable> {
+        let mut connection = self.connection.clone();
+        Ok(self
+            .tokens
+            .settle(&mut connection, reservation, used, Some(unix_us))
+            .await?)
     }
 
     /// The lease time, for callers that schedule renewals.

@@ -1,78 +1,12 @@
 //! Against a real Redis (Debian's redis-server, started here on a random port): two limiters
 //! stand for two gateway replicas sharing one key.
 
-use std::net::{TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
+mod common;
+
 use std::time::{Duration, Instant};
 
+use common::RedisServer;
 use infergate_redis_limit::{RedisLimiter, Settings};
-
-struct RedisServer {
-    child: Child,
-    port: u16,
-    _dir: tempfile::TempDir,
-}
-
-impl RedisServer {
-    fn start() -> RedisServer {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        RedisServer::start_on(port)
-    }
-
-    fn start_on(port: u16) -> RedisServer {
-        let dir = tempfile::tempdir().unwrap();
-        let child = Command::new("redis-server")
-            .args([
-                "--port",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
-            .arg("--dir")
-            .arg(dir.path())
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("redis-server (Debian package redis-server, installed by scripts/setup.sh)");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "redis-server did not listen on {port} within 10 s"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        RedisServer {
-            child,
-            port,
-            _dir: dir,
-        }
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
-    }
-
-    fn stop(mut self) -> u16 {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        self.port
-    }
-}
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 fn limiter(server: &RedisServer, ttl: Duration) -> RedisLimiter {
     let settings = Settings {
