@@ -31,6 +31,11 @@ step "python client tests"
 export INFERGATE_BIN="$ROOT/target/debug/infergate"
 "$INFERGATE_PYTHON" -m pytest -q -p no:cacheprovider tests/python scripts/test_exports.py
 
+# Needs root (network namespaces, nftables): without it the run fails, it is never skipped.
+# -s prints each scenario's fault schedule (with its seed) and its report.
+step "fault tests between hosts (network namespaces)"
+"$INFERGATE_PYTHON" -m pytest -q -s -p no:cacheprovider tests/faults
+
 step "cargo clippy"
 cargo clippy --locked --workspace --all-targets -- -D warnings
 

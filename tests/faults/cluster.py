@@ -6,7 +6,6 @@ The `[cluster]` settings are the test's: the time bounds a scenario asserts are 
 them (`Timing`), never fixed figures."""
 import dataclasses
 import json
-import math
 import os
 import re
 import signal
@@ -185,7 +184,7 @@ class Cluster:
         self.until(lambda ws: len(ws) == len(workers) and all(w["state"] == "ready" for w in ws),
                    "every worker joined and ready", 10 * timing.budget + 10)
         # Worker ids by node, from their advertised addresses.
-        by_address = {w["address"]: w["id"] for w in self.view()}
+        by_address = {w["advertise"]: w["id"] for w in self.view()}
         self.ids = {n.name: by_address[f"{n.ip}:{WORKER_PORT}"] for n in workers}
 
     # The manager's API, from the client's namespace.
@@ -261,6 +260,3 @@ class Cluster:
             process.stop()
         self.manager.stop()
 
-
-def ceil_s(seconds):
-    return int(math.ceil(seconds))

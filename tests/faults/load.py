@@ -23,7 +23,7 @@ import threading
 import time
 import http.client
 
-from tls_client import ManagerConnection, request
+from tls_client import ManagerConnection, identity_body, request
 
 
 def main():
@@ -118,8 +118,7 @@ class Load:
                 break
             # Multiples of 1/8 survive FP32 and JSON exactly: an identity model returns them as sent.
             values = [rng.randrange(-64, 64) / 8 for _ in range(a.width)]
-            body = {"id": rid, "inputs": [{"name": a.input, "shape": [1, a.width], "datatype": "FP32", "data": values}],
-                    "outputs": [{"name": a.output}]}
+            body = identity_body(rid, values, a.input, a.output)
             status, cause, error = None, "ok", ""
             try:
                 if conn is None:

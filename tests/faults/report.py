@@ -3,6 +3,7 @@ twice, time to detect and to recover, and the requests that were in flight when 
 struck. Printed as one JSON line (`fault report: {...}`) that the docs quote."""
 import collections
 import json
+import re
 
 # A retry whose first attempt never reached the worker: nothing can have run there. Any other
 # failure (reset, closed, timed out after the request was written) may have run it.
@@ -31,6 +32,8 @@ def build(scenario, records, fault_at, healed_at, seed, retries, retry_reasons, 
     # Longest time a request stayed open after the fault struck (never-ended ones: till stop).
     held = [(r["end"] if r["end"] is not None else float("inf")) - fault_at for r in open_at_fault]
     possibly_twice = [why for why in retry_reasons if not any(marker in why for marker in NOT_SENT)]
+    # Reasons without addresses and figures, so that alike ones count together.
+    reasons = collections.Counter(re.sub(r"[0-9.:]+[0-9]", "N", why) for why in retry_reasons)
     since = lambda name, origin: None if marks.get(name) is None or origin is None else round(marks[name] - origin, 3)
     return {
         "scenario": scenario,
@@ -39,6 +42,7 @@ def build(scenario, records, fault_at, healed_at, seed, retries, retry_reasons, 
         "answered": causes.get("ok", 0),
         "failed": {cause: n for cause, n in sorted(causes.items()) if cause != "ok"},
         "retried": int(retries),
+        "retry_reasons": dict(reasons.most_common()),
         "possibly_run_twice": len(possibly_twice),
         "time_to_detect_s": since("lost", fault_at),
         "time_to_ready_after_heal_s": since("ready", healed_at),

@@ -21,6 +21,12 @@ class ManagerConnection(http.client.HTTPSConnection):
         self.sock = self._context.wrap_socket(self.sock, server_hostname=CERT_NAME)
 
 
+def identity_body(rid, values, input_name="x", output_name="y"):
+    """A KServe v2 request of an identity model on FP32 [1, len(values)]."""
+    return {"id": rid, "inputs": [{"name": input_name, "shape": [1, len(values)], "datatype": "FP32", "data": values}],
+            "outputs": [{"name": output_name}]}
+
+
 def request(conn, method, path, key=None, body=None, headers=None):
     """One exchange on `conn`: (status, headers, body bytes)."""
     sent = dict(headers or {})

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 
+import tls_client
 from cluster import MANAGER_PORT
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -75,3 +76,21 @@ class LoadRun:
         self.stderr.close()
         return self.records()
 
+
+
+def probe(cluster, rid, timeout):
+    """One request on a fresh connection from the client's node, apart from the load: (status
+    or the error's name, seconds it took)."""
+    def once():
+        conn = tls_client.ManagerConnection(cluster.manager_node.ip, MANAGER_PORT, cluster.ca, timeout)
+        started = time.monotonic()
+        try:
+            body = tls_client.identity_body(rid, [1.0] * cluster.width)
+            status, _, _ = tls_client.request(conn, "POST", f"/v2/models/{cluster.model}/infer", key=cluster.key,
+                                              body=body, headers={"X-Request-Id": rid})
+        except OSError as e:
+            status = type(e).__name__
+        finally:
+            conn.close()
+        return status, time.monotonic() - started
+    return cluster.client.call(once, timeout=timeout + 5)
