@@ -3,8 +3,10 @@ networks fails the run, it is never skipped), leftovers of crashed runs removed,
 network removed after its test, whether it passed, failed or was interrupted."""
 import atexit
 import os
+import shutil
 import signal
 import sys
+import tempfile
 
 import pytest
 
@@ -20,8 +22,6 @@ def _remove_own():
     for ns in netns.namespaces():
         if ns.startswith(prefix):
             netns.delete_namespace(ns)
-    import shutil
-    import tempfile
     tmp = tempfile.gettempdir()
     for entry in os.listdir(tmp):
         if entry.startswith(prefix):

@@ -62,11 +62,16 @@ def partition(privileged, infergate_bin):
             load = LoadRun(cluster, CONNECTIONS, max_requests=int(2000 * max_seconds), max_seconds=max_seconds,
                            timeout=request_deadline, seed=seed)
             load.wait_answered(50, start_s)
-            serving = {}
-            poll(cluster, "a worker serving the model", 10 * timing.interval + 10,
-                 lambda view, _: serving.update(holding(view, cluster.model)) or any(r > 0 for r in serving.values()))
-            served_by = max(serving, key=serving.get)
-            node = next(name for name, wid in cluster.ids.items() if wid == served_by)
+            serving = []
+
+            def busiest(view, _):
+                rates = dict(holding(view, cluster.model))
+                if any(rate > 0 for rate in rates.values()):
+                    serving.append(max(rates, key=rates.get))
+                return bool(serving)
+            if poll(cluster, "a worker serving the model", 10 * timing.interval + 10, busiest) is None:
+                raise AssertionError(f"no worker reported serving '{cluster.model}': {cluster.view()}")
+            node = next(name for name, wid in cluster.ids.items() if wid == serving[0])
             retries_before = cluster.counter(cluster.metrics(), "infergate_worker_retries")
 
             schedule = Schedule(seed, [Fault("cut", node, at=round(rng.uniform(0, timing.interval), 3), duration=cut_s)])
