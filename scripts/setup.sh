@@ -48,6 +48,15 @@ if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
   fi
 fi
 
+# nftables and iptables from Debian: the fault tests (tests/faults) filter ports, drop and copy
+# packets with nftables, and queue packets to their user-space delayer with iptables' NFQUEUE
+# (these kernels have no netem), inside network namespaces of their own.
+if ! command -v nft >/dev/null || ! command -v iptables >/dev/null; then
+  log "installing nftables and iptables"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nftables iptables >/dev/null
+fi
+
 # 1. Rust targets for plugins (wasm32-unknown-unknown + wasm-tools) and the dashboard.
 if ! rustup target list --installed | grep -q wasm32-unknown-unknown \
   || ! rustup target list --installed | grep -q wasm32-wasip2; then

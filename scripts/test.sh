@@ -39,6 +39,11 @@ export INFERGATE_BIN="$ROOT/target/debug/infergate"
 "$INFERGATE_PYTHON" -m pytest -q -p no:cacheprovider tests/python scripts/test_exports.py \
     scripts/test_module_cycles.py
 
+# Needs root (network namespaces, nftables): without it the run fails, it is never skipped.
+# -s prints each scenario's fault schedule (with its seed) and its report.
+step "fault tests between hosts (network namespaces)"
+"$INFERGATE_PYTHON" -m pytest -q -s -p no:cacheprovider tests/faults
+
 step "cargo clippy"
 cargo clippy --locked --workspace --all-targets -- -D warnings
 
