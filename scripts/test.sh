@@ -31,6 +31,8 @@ step "python client tests"
 export INFERGATE_BIN="$ROOT/target/debug/infergate"
 "$INFERGATE_PYTHON" -m pytest -q -p no:cacheprovider tests/python scripts/test_exports.py
 
+step "the book: build, links, examples"; bash scripts/docs.sh
+
 step "cargo clippy"
 cargo clippy --locked --workspace --all-targets -- -D warnings
 
