@@ -248,12 +248,13 @@ def run_page(page, blocks, server, work, fixture_dir, timeout):
     env = {
         **os.environ,
         "PATH": f"{os.path.dirname(os.path.abspath(server.binary))}:{os.environ['PATH']}",
-        "INFERGATE_URL": server.url, "INFERGATE_CA": server.ca, "INFERGATE_GRPC": server.grpc,
+        "GATEWAY_URL": server.url, "GATEWAY_CA": server.ca, "GATEWAY_GRPC": server.grpc,
         "INFERGATE_API_KEY": server.admin_key, "APP_KEY": server.app_key,
         "INFERGATE_REPO": ROOT, "CURL_HOME": curl_home, "NO_COLOR": "1",
         "__DIR": d, "__ERR": os.path.join(d, "err"),
     }
-    env.pop("INFERGATE_DATA_DIR", None)
+    for inherited in ("INFERGATE_DATA_DIR", "INFERGATE_URL", "INFERGATE_STORE"):
+        env.pop(inherited, None)
     proc = subprocess.Popen(["bash", script], cwd=d, env=env, stdin=subprocess.DEVNULL,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
@@ -293,7 +294,8 @@ def run_page(page, blocks, server, work, fixture_dir, timeout):
         else:
             err = os.path.join(d, "err")
             line = int(open(err).read().split()[0]) if os.path.exists(err) else b.line
-            failures.append(f"{b.where(line)}: the {b.lang} block failed\n{output_of(b)}{stderr}")
+            failures.append(f"{b.where(line)}: the {b.lang} block (fence at line {b.line}) failed\n"
+                            f"{output_of(b)}{stderr}")
         break
     return failures
 
