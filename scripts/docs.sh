@@ -9,7 +9,7 @@ cd "$ROOT"
 # shellcheck source=/dev/null
 [ -n "${INFERGATE_PYTHON:-}" ] || source .cache/env.sh
 MDBOOK="$ROOT/.cache/tools/bin/mdbook"
-LYCHEE="$(dirname "$INFERGATE_PYTHON")/lychee"
+LYCHEE="${LYCHEE:-$(dirname "$INFERGATE_PYTHON")/lychee}"
 
 "$MDBOOK" build docs
 "$LYCHEE" --offline --include-fragments --no-progress --exclude-path docs/book/404.html \

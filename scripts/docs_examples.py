@@ -5,7 +5,8 @@ Every fenced block tagged `sh`, `bash` or `python` is run, page by page in the b
 (README first, then docs/src/SUMMARY.md's), the blocks of a page in order in one bash process
 (so a variable set in one block is there in the next; a Python block runs on its own with the
 shell's environment at that point). A block followed by an `output` block must print that
-output (trailing spaces ignored; `...` in an expected line matches any text). A block whose
+output on its standard output (trailing spaces ignored; `...` in an expected line matches any
+text). A block whose
 fence says `skip=REASON` is not run and is listed with its reason.
 
 The server is started as scripts/run.sh starts it: the binary at $INFERGATE_BIN (default
@@ -213,7 +214,7 @@ def page_script(blocks, n_lines, work):
         else:
             for k, text in enumerate(b.text.split("\n")):
                 lines[b.line + k] = text
-        lines[b.end - 1] = f"}} > {out} 2>&1; echo {b.line} >> \"$__DIR/done\""
+        lines[b.end - 1] = f"}} > {out} 2> {out}.err; echo {b.line} >> \"$__DIR/done\""
     return "\n".join(lines) + "\n"
 
 
@@ -278,9 +279,12 @@ def run_page(page, blocks, server, work, fixture_dir, timeout):
         done = {int(x) for x in open(os.path.join(d, "done")).read().split()}
     failures = []
 
-    def output_of(b):
-        path = os.path.join(d, "out", str(b.line))
+    def output_of(b, stream=""):
+        path = os.path.join(d, "out", f"{b.line}{stream}")
         return open(path, errors="replace").read() if os.path.exists(path) else ""
+
+    def both(b):
+        return output_of(b) + output_of(b, ".err")
 
     runnable = [b for b in blocks if b.lang in RUNNABLE and b.skip is None]
     for b in runnable:
@@ -290,12 +294,12 @@ def run_page(page, blocks, server, work, fixture_dir, timeout):
                                 f"--- expected\n{b.expected.text}\n--- got\n{output_of(b)}")
             continue
         if timed_out:
-            failures.append(f"{b.where()}: timed out after {timeout} s\n{output_of(b)}")
+            failures.append(f"{b.where()}: timed out after {timeout} s\n{both(b)}")
         else:
             err = os.path.join(d, "err")
             line = int(open(err).read().split()[0]) if os.path.exists(err) else b.line
             failures.append(f"{b.where(line)}: the {b.lang} block (fence at line {b.line}) failed\n"
-                            f"{output_of(b)}{stderr}")
+                            f"{both(b)}{stderr}")
         break
     return failures
 
