@@ -11,7 +11,7 @@
    the same batches with no model (its leanest design: the batch clock on a timerfd, one tokio
    worker), plus ORT's CPU;
 3. added p50 at concurrency 1 for MiniLM (1 instance, 1 thread on both sides) vs in process,
-   perf_analyzer's own client send + receive excluded (as README's breakdown does); target
+   perf_analyzer's own client send + receive excluded (as the book's benchmarks page does); target
    <= 150 µs. Beside it, the server's own time for the model run, and (a diagnostic row, no
    target) the same measurement on bench/workers.py's tiny model (an Identity over 16 floats) on
    the same server: what serving adds to a lone request with no model run to drift; and, when

@@ -28,7 +28,7 @@ too, beside the two pinned workers), so the CPU each process spent per request i
 
 Usage: bench/workers.py [--bin target/release/infergate] [--seconds 5] [--concurrency 8]
                         [--phases hop,scale,direct,failover] [--hop-model tiny]
-                        [--out bench/workers-results]
+                        [--out bench/results/workers]
 Needs: scripts/setup.sh (models, ORT library, Python venv); `taskset` (util-linux); for the
 reference hop, HAProxy (Debian: `apt-get install haproxy`; left out when absent).
 Results: printed, and written to OUT/workers-LABEL.json and OUT/workers-LABEL.txt.
@@ -778,7 +778,7 @@ def main():
     ap.add_argument("--label", default=time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()),
                     help="results file name part [default: the UTC time]")
     ap.add_argument("--note", default="", help="free text stored with the results (build, machine)")
-    ap.add_argument("--out", default=os.path.join(ROOT, "bench", "workers-results"))
+    ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "workers"))
     args = ap.parse_args()
     args.phases = args.phases.split(",")
     if not os.access(args.bin, os.X_OK):

@@ -24,6 +24,13 @@ if ! command -v cmake >/dev/null || ! ls /usr/lib/llvm-*/lib/libclang.so >/dev/n
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq cmake clang libclang-dev >/dev/null
 fi
 
+# jq, which the book's examples use to pick fields out of JSON answers (scripts/docs.sh runs them).
+if ! command -v jq >/dev/null; then
+  log "installing jq"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq jq >/dev/null
+fi
+
 # Redis from Debian: the cluster-wide rate limiter's tests (crate infergate-redis-limit) start
 # their own redis-server on a random port; the gateway itself only needs a Redis URL.
 if ! command -v redis-server >/dev/null; then
@@ -126,6 +133,16 @@ for exporter in "$ROOT"/scripts/export_*.py; do
   [ -f "$exporter" ] || continue
   "$PY" "$exporter" --pkgs "$P" --out "$M"
 done
+
+# 5b. mdBook for the book in docs/ (scripts/docs.sh), from crates.io, pinned; without its file
+#     watcher and web server, which `mdbook build` does not need.
+MDBOOK_VERSION=0.5.4
+if [ "$("$CACHE/tools/bin/mdbook" --version 2>/dev/null)" != "mdbook v$MDBOOK_VERSION" ]; then
+  log "installing mdbook $MDBOOK_VERSION"
+  cargo install mdbook --version "$MDBOOK_VERSION" --locked --no-default-features --features search \
+    --root "$CACHE/tools" --target-dir "$CACHE/tools/build" --quiet
+  rm -rf "$CACHE/tools/build"
+fi
 
 # 6. WebAssembly plugins (SDK, examples, test plugins) into plugins/dist, and the dashboard into
 #    dashboard/dist. Both are incremental after the first build.

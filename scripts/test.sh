@@ -44,6 +44,8 @@ export INFERGATE_BIN="$ROOT/target/debug/infergate"
 step "fault tests between hosts (network namespaces)"
 "$INFERGATE_PYTHON" -m pytest -q -s -p no:cacheprovider tests/faults
 
+step "the book: build, links, examples"; bash scripts/docs.sh
+
 step "cargo clippy"
 cargo clippy --locked --workspace --all-targets -- -D warnings
 

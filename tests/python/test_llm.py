@@ -26,7 +26,7 @@ CAPITAL = [{"role": "user", "content": "What is the capital city of France? Answ
 def llm():
     # 4 sequences: the 16-stream test then also exercises the queue (12 wait for a slot).
     # 1 thread: CI runs several test processes on 2 cores, and 2 llama.cpp threads there stall
-    # for seconds per token (their barriers wait for each other; see README "threads").
+    # for seconds per token (their barriers wait for each other; see docs/src/chat-models.md, "Settings").
     g = start([("smollm2", "smollm2.gguf")],
               extra_args=["--llm-max-sequences", "4", "--llm-context", "1024", "--llm-threads", "1"])
     yield g
