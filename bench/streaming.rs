@@ -18,7 +18,7 @@ mod harness;
 
 use futures_util::{SinkExt, StreamExt};
 use harness::{model, Options, Server};
-use infergate_server::api::openai::start_generation;
+use infergate_server::api::textgen::start_generation;
 use infergate_service::config::Config;
 use infergate_service::state::AppState;
 use infergate_service::textgen::Sampling;

@@ -9,7 +9,7 @@ components with more than one module, each with the edges that keep it together 
 edge, the file:line that makes it. Comments (and so doc links) do not count: they compile to
 nothing.
 
-    python3 scripts/module_cycles.py [gateway/src] [--edges] [--check]
+    python3 scripts/module_cycles.py CRATE/src [--edges] [--check]
     python3 scripts/module_cycles.py --files CRATE/src [CRATE/src ...] [--edges] [--check]
 
 `--files` checks files instead (see `file_cycles`): a file depends on another when it names a
@@ -472,7 +472,7 @@ def main() -> int:
     if "--files" in sys.argv:
         circles = sum(file_cycles(Path(a), "--edges" in sys.argv) for a in args)
         return 1 if "--check" in sys.argv and circles else 0
-    src = Path(args[0] if args else "gateway/src")
+    src = Path(args[0] if args else "gateway/service/src")
     files = sorted(src.rglob("*.rs"))
     modules = {m for f in files if (m := module_of(f, src))}
     edges: dict[str, set[str]] = defaultdict(set)

@@ -163,7 +163,7 @@ def test_gpu_workers_join_the_gateway_and_scale_on_a_real_metric():
     # A metric the gateway really exports (registered under the `infergate` prefix) and the
     # one the Prometheus adapter rule shipped beside the overlay publishes.
     assert name.startswith("infergate_")
-    with open(os.path.join(ROOT, "gateway", "src", "workers", "metrics.rs")) as f:
+    with open(os.path.join(ROOT, "gateway", "service", "src", "manager", "metrics.rs")) as f:
         assert f'"{name.removeprefix("infergate_")}"' in f.read(), name
     with open(os.path.join(KUBE, "overlays", "gpu-workers", "prometheus-adapter-rules.yaml")) as f:
         rules = yaml.safe_load(f)["external"]

@@ -288,7 +288,7 @@ pub struct EngineSettings {
     pub ort_spinning: bool,
 }
 
-/// Limits every plugin call runs under (see plugins/README.md).
+/// Limits every plugin call runs under (see the book: docs/src/plugins.md).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct PluginSettings {
@@ -501,8 +501,8 @@ mod tests {
     }
 
     #[test]
-    fn readme_example_parses_and_validates() {
-        let readme = include_str!("../../../README.md");
+    fn the_books_example_parses_and_validates() {
+        let readme = include_str!("../../../docs/src/reference/configuration.md");
         let start = readme.find("```toml\n").expect("a TOML example") + 8;
         let len = readme[start..].find("```").expect("its end");
         let c: Config = toml::from_str(&readme[start..start + len]).unwrap();

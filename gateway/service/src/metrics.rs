@@ -342,7 +342,10 @@ impl Metrics {
         let mut scraped = Registry::with_prefix("infergate");
         scraped.register_collector(Box::new(EngineSnapshot::read(catalog, engine)));
         scraped.register_collector(Box::new(LlmSnapshot::read(llm)));
-        scraped.register_collector(Box::new(crate::manager::metrics::Snapshot::read(workers)));
+        scraped.register_collector(Box::new(crate::manager::metrics::Snapshot::read(
+            workers.view(),
+            workers.counters(),
+        )));
         prometheus_client::encoding::text::encode_registry(&mut out, &scraped)?;
         prometheus_client::encoding::text::encode_eof(&mut out)?;
         Ok(out)

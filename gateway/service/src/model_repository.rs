@@ -177,13 +177,13 @@ mod tests {
     use super::*;
     use crate::error::Kind;
 
-    /// The model configuration example in README.md is accepted as documented.
+    /// The book's model configuration example is accepted as documented.
     #[test]
-    fn readme_model_config_example_parses() {
-        let readme = include_str!("../../../README.md");
+    fn the_books_model_config_example_parses() {
+        let readme = include_str!("../../../docs/src/model-configuration.md");
         let section = readme
-            .find("### Model configuration")
-            .expect("the README documents model configuration");
+            .find("# Model configuration")
+            .expect("the book documents model configuration");
         let start = readme[section..].find("```json\n").expect("a JSON example") + section + 8;
         let len = readme[start..].find("```").expect("its end");
         let parsed = ParsedConfig::parse(&readme[start..start + len]).unwrap();

@@ -4,7 +4,7 @@
 //! The rate is checked in Redis (crate `infergate-redis-limit`: the same GCRA as
 //! [`infergate_limits`], one Lua script on Redis's clock), so N replicas together admit what one
 //! would. Concurrency caps stay per replica: a key capped at 4 may run 4 requests on each
-//! replica (README says so). While Redis cannot answer, [`SharedFailure`] decides: `open`
+//! replica (the book's replicas page says so). While Redis cannot answer, [`SharedFailure`] decides: `open`
 //! admits under this replica's own limiter, `closed` refuses with 503.
 
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -14,7 +14,9 @@
 
 use super::files::{persist, BlobWriter, DataDir};
 use super::sql::{vals, Db};
-use super::{now_secs, Backend, Store, StoreError};
+use crate::clock::now_secs;
+use crate::error::StoreError;
+use crate::store::{Backend, Store};
 use sha2::{Digest, Sha256};
 use std::collections::HashSet;
 use std::fs::File;
@@ -148,7 +150,7 @@ pub(super) fn intact_copy(path: &Path, sha256: &str) -> bool {
         Ok(actual) if actual == sha256 => true,
         Ok(actual) => {
             tracing::warn!(sha256, %actual, path = %path.display(), "a stored file was damaged; replaced by the new upload of its content");
-            super::remove_blob(path);
+            crate::files::remove_blob(path);
             false
         }
         Err(_) => false,
@@ -195,7 +197,7 @@ impl Store {
         };
         if path.exists() {
             tracing::warn!(kind = what, sha256, %problem, path = %path.display(), "the local copy of a stored file is damaged; fetching it again from PostgreSQL");
-            super::remove_blob(&path);
+            crate::files::remove_blob(&path);
         }
         self.fetch_blob(kind, sha256, &path)?;
         Ok(path)
@@ -341,7 +343,7 @@ impl Store {
             .at(0)
         })?;
         if !referenced {
-            super::remove_blob(&kind.path(&self.dir, sha256));
+            crate::files::remove_blob(&kind.path(&self.dir, sha256));
         }
         Ok(())
     }

@@ -168,6 +168,18 @@ pub fn persist(file: tempfile::NamedTempFile, dest: &Path) -> io::Result<()> {
     sync_dir(dest.parent().unwrap_or(Path::new(".")))
 }
 
+/// Removes a content-addressed file nothing references any more. A failure leaves an
+/// unreferenced file behind, which the next start collects, so it is logged, not returned.
+pub(crate) fn remove_blob(path: &Path) {
+    match std::fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => {
+            tracing::warn!(path = %path.display(), error = %e, "could not remove an unreferenced file; the next start collects it")
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -57,7 +57,7 @@ impl Store {
         let inserted =
             self.insert_model_version(name, sha256, &dest, size_bytes, signature, config);
         if inserted.is_err() && !existed {
-            super::remove_blob(&dest);
+            crate::files::remove_blob(&dest);
         }
         inserted
     }
@@ -152,7 +152,7 @@ impl Store {
         })?;
         Ok(deleted.map(|(rec, shared)| {
             if !shared {
-                super::remove_blob(&self.dir.model_file(&rec.sha256));
+                crate::files::remove_blob(&self.dir.model_file(&rec.sha256));
             }
             rec
         }))

@@ -113,7 +113,7 @@ impl Store {
                 Ok(PluginInsert::Created(_) | PluginInsert::Unchanged(_))
             )
         {
-            super::remove_blob(&dest);
+            crate::files::remove_blob(&dest);
         }
         inserted
     }
@@ -251,7 +251,7 @@ impl Store {
         if let Ok(deleted) = &deletion {
             for (rec, shared) in deleted {
                 if !shared {
-                    super::remove_blob(&self.dir.plugin_file(&rec.sha256));
+                    crate::files::remove_blob(&self.dir.plugin_file(&rec.sha256));
                 }
             }
         }

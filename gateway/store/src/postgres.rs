@@ -14,18 +14,15 @@
 //! not wait at all: API keys are authenticated from memory ([`super::replica_keys`]).
 
 use super::catalog_changes::CatalogSignal;
+use super::pg_io::{self, ROUND_TRIP};
 use super::replica_keys::ReplicaKeys;
-use super::sql::{vals, Db, Value};
+use super::sql::{vals, Db};
 use super::StoreError;
 use deadpool_postgres::{ClientWrapper, Manager, ManagerConfig, Pool, RecyclingMethod};
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::runtime::{Handle, Runtime, RuntimeFlavor};
 
-/// How long one round trip (or getting a connection) may take before the database counts as
-/// unavailable: a partitioned network otherwise hangs a request until TCP gives up.
-const ROUND_TRIP: Duration = Duration::from_secs(5);
 /// Connections in the pool: queries are short; more would only queue inside PostgreSQL.
 const POOL_SIZE: usize = 16;
 /// Every migration, in order, as for SQLite (`super::migrate`), in PostgreSQL's dialect.
@@ -156,26 +153,12 @@ impl Postgres {
         }
     }
 
-    /// Waits for one round trip (inside `run`), bounded by `ROUND_TRIP`.
-    fn wait<T>(
-        &self,
-        fut: impl Future<Output = Result<T, tokio_postgres::Error>>,
-    ) -> Result<T, StoreError> {
-        match futures_executor::block_on(tokio::time::timeout(ROUND_TRIP, fut)) {
-            Ok(result) => result.map_err(StoreError::from),
-            Err(_) => Err(StoreError::Unavailable(format!(
-                "PostgreSQL did not answer within {} s",
-                ROUND_TRIP.as_secs()
-            ))),
-        }
-    }
-
     /// Runs `f` on a pooled connection.
     pub(super) fn with<T>(
         &self,
         f: impl FnOnce(&Db<'_>) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        self.with_client(|client| f(&Db::Postgres(self, client)))
+        self.with_client(|client| f(&Db::Postgres(client)))
     }
 
     fn with_client<T>(
@@ -201,46 +184,18 @@ impl Postgres {
         client: &ClientWrapper,
         f: impl FnOnce(&Db<'_>) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        self.batch(client, "BEGIN")?;
-        match f(&Db::Postgres(self, client)) {
+        pg_io::batch(client, "BEGIN")?;
+        match f(&Db::Postgres(client)) {
             Ok(out) => {
-                self.batch(client, "COMMIT")?;
+                pg_io::batch(client, "COMMIT")?;
                 Ok(out)
             }
             Err(e) => {
                 // A connection that cannot roll back is broken, and the pool drops it.
-                let _ = self.batch(client, "ROLLBACK");
+                let _ = pg_io::batch(client, "ROLLBACK");
                 Err(e)
             }
         }
-    }
-
-    pub(super) fn execute(
-        &self,
-        client: &ClientWrapper,
-        sql: &str,
-        params: &[Value],
-    ) -> Result<u64, StoreError> {
-        let stmt = self.wait(client.prepare_cached(sql))?;
-        let params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
-            params.iter().map(|p| p as _).collect();
-        self.wait(client.execute(&stmt, &params))
-    }
-
-    pub(super) fn query(
-        &self,
-        client: &ClientWrapper,
-        sql: &str,
-        params: &[Value],
-    ) -> Result<Vec<tokio_postgres::Row>, StoreError> {
-        let stmt = self.wait(client.prepare_cached(sql))?;
-        let params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
-            params.iter().map(|p| p as _).collect();
-        self.wait(client.query(&stmt, &params))
-    }
-
-    fn batch(&self, client: &ClientWrapper, sql: &str) -> Result<(), StoreError> {
-        self.wait(client.batch_execute(sql))
     }
 
     fn migrate(&self) -> Result<Vec<i64>, StoreError> {
@@ -262,7 +217,7 @@ impl Postgres {
         for &(version, name, sql) in list {
             let fresh = self.in_transaction(client, |db| {
                 db.execute("SELECT pg_advisory_xact_lock(?1)", vals![MIGRATION_LOCK])?;
-                self.batch(
+                pg_io::batch(
                     client,
                     "CREATE TABLE IF NOT EXISTS schema_migrations (
                         version BIGINT PRIMARY KEY, name TEXT NOT NULL, applied_at BIGINT NOT NULL)",
@@ -276,7 +231,7 @@ impl Postgres {
                 if done {
                     return Ok(false);
                 }
-                self.batch(client, sql)
+                pg_io::batch(client, sql)
                     .map_err(|e| StoreError::Migration(format!("migration {name} failed: {e}")))?;
                 db.execute(
                     "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?1, ?2, ?3)",
@@ -297,18 +252,6 @@ impl Drop for Postgres {
         if let Some(runtime) = self.runtime.take() {
             runtime.shutdown_background();
         }
-    }
-}
-
-/// Whether a PostgreSQL error means the database cannot be reached or is not taking queries
-/// (so the request may succeed later: 503), rather than a fault in what was asked (500).
-pub(super) fn unavailable(e: &tokio_postgres::Error) -> bool {
-    match e.as_db_error() {
-        // 08: connection exception; 53: insufficient resources; 57: operator intervention
-        // (shutdown, restart).
-        Some(db) => matches!(&db.code().code()[..2], "08" | "53" | "57"),
-        // I/O, a closed connection, a timeout: nothing reached the server.
-        None => true,
     }
 }
 

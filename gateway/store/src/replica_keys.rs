@@ -40,7 +40,7 @@ impl ReplicaKeys {
     pub(super) fn authenticate(
         &self,
         presented: &str,
-    ) -> Option<std::sync::Arc<crate::keys::KeyRecord>> {
+    ) -> Option<std::sync::Arc<crate::key_record::KeyRecord>> {
         let public_id = auth::public_id(presented)?;
         self.by_public_id
             .read()

@@ -3,8 +3,8 @@
 //! read by column name ([`Row`]). Each query is written once, in the common subset of the two
 //! dialects, with SQLite's numbered placeholders (`?1`), which become PostgreSQL's (`$1`).
 
-use super::postgres::Postgres;
-use super::StoreError;
+use crate::error::StoreError;
+use crate::pg_io;
 use std::sync::Arc;
 use tokio_postgres::types::{to_sql_checked, IsNull, ToSql, Type};
 
@@ -175,7 +175,7 @@ impl Row {
 /// A connection to run the store's queries on, inside or outside a transaction.
 pub enum Db<'a> {
     Sqlite(&'a rusqlite::Connection),
-    Postgres(&'a Postgres, &'a deadpool_postgres::ClientWrapper),
+    Postgres(&'a deadpool_postgres::ClientWrapper),
 }
 
 impl Db<'_> {
@@ -186,7 +186,7 @@ impl Db<'_> {
                 let mut stmt = conn.prepare_cached(sql)?;
                 Ok(stmt.execute(rusqlite::params_from_iter(params))? as u64)
             }
-            Db::Postgres(pg, client) => pg.execute(client, &placeholders(sql), params),
+            Db::Postgres(client) => pg_io::execute(client, &placeholders(sql), &pg_params(params)),
         }
     }
 
@@ -211,8 +211,7 @@ impl Db<'_> {
                 }
                 Ok(out)
             }
-            Db::Postgres(pg, client) => pg
-                .query(client, &placeholders(sql), params)?
+            Db::Postgres(client) => pg_io::query(client, &placeholders(sql), &pg_params(params))?
                 .iter()
                 .map(Row::from_postgres)
                 .collect(),
@@ -229,6 +228,11 @@ impl Db<'_> {
         self.query_opt(sql, params)?
             .ok_or_else(|| StoreError::Corrupt(format!("no row returned by: {sql}")))
     }
+}
+
+/// The parameters as PostgreSQL's client takes them.
+fn pg_params(params: &[Value]) -> Vec<&(dyn ToSql + Sync)> {
+    params.iter().map(|p| p as _).collect()
 }
 
 /// `?N` → `$N` outside string literals: the queries are written for SQLite first.

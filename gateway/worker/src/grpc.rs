@@ -9,7 +9,7 @@
 //! missing one UNAUTHENTICATED) and runs on the worker's engine. Model metadata, configuration,
 //! statistics and streams stay on the manager (UNIMPLEMENTED here, saying so).
 
-use super::agent::{Node, Peer};
+use super::node::{Node, Peer};
 use infergate_engine::ModelState;
 use infergate_kserve::credentials::key_headers;
 use infergate_kserve::proto::grpc_inference_service_server::{

@@ -2,7 +2,7 @@
 //! online through the admin API.
 
 use super::client::{online, Target};
-use super::open_store;
+use super::data_dir::open_store;
 use super::table::Table;
 use anyhow::anyhow;
 use clap::{Args, Subcommand};

@@ -4,6 +4,7 @@
 //! [`client`]). Tables are printed by [`table`].
 
 mod client;
+mod data_dir;
 mod keys;
 mod models;
 mod pipelines;
@@ -15,8 +16,6 @@ pub use serve::ServeArgs;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use infergate_store::Store;
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -48,7 +47,7 @@ enum Command {
     #[command(subcommand)]
     Pipelines(pipelines::PipelinesCommand),
     /// Run a worker: join a manager (`infergate serve`) and run model versions for it.
-    Worker(Box<infergate_worker::agent::WorkerArgs>),
+    Worker(Box<infergate_worker::args::WorkerArgs>),
     /// Join secrets for workers, and the workers that joined.
     #[command(subcommand)]
     Workers(workers::WorkersCommand),
@@ -121,19 +120,4 @@ fn async_runtime(threads: usize) -> anyhow::Result<tokio::runtime::Runtime> {
     let threads = runtime.metrics().num_workers();
     tracing::info!(threads, "async runtime");
     Ok(runtime)
-}
-
-/// The store of the offline commands: the data directory's SQLite database, or the PostgreSQL
-/// database that `INFERGATE_STORE` names (as `serve --store` does), so that `keys create` and
-/// the like work against the database replicas share.
-pub(crate) fn open_store(dir: &Option<PathBuf>) -> anyhow::Result<Store> {
-    let dir = dir.clone().unwrap_or_else(|| PathBuf::from("./data"));
-    let config = infergate_store::StoreConfig {
-        url: std::env::var("INFERGATE_STORE")
-            .ok()
-            .filter(|u| !u.is_empty()),
-        ..Default::default()
-    };
-    Store::open_with(&dir, &config)
-        .with_context(|| format!("opening data directory {}", dir.display()))
 }

@@ -1,6 +1,6 @@
 //! `infergate models`: register and list model versions in a data directory (offline).
 
-use super::open_store;
+use super::data_dir::open_store;
 use super::table::Table;
 use anyhow::Context;
 use clap::Subcommand;

@@ -37,7 +37,7 @@ pub enum PluginsCommand {
 
 #[derive(Subcommand)]
 pub enum PipelinesCommand {
-    /// Create or replace pipeline NAME from a JSON spec (see README: Plugins and pipelines).
+    /// Create or replace pipeline NAME from a JSON spec (see the book: docs/src/pipelines.md).
     Put {
         /// Data directory [default: ./data].
         #[arg(long, env = "INFERGATE_DATA_DIR", default_value = "./data")]
@@ -56,7 +56,7 @@ pub enum PipelinesCommand {
 }
 
 fn open(data_dir: &Path) -> anyhow::Result<(Arc<Store>, PluginRegistry)> {
-    let store = Arc::new(super::open_store(&Some(data_dir.to_path_buf()))?);
+    let store = Arc::new(super::data_dir::open_store(&Some(data_dir.to_path_buf()))?);
     let host = Arc::new(infergate_service::startup::plugin_host(
         &Config::default(),
         &store,
@@ -154,7 +154,7 @@ pub fn pipelines(cmd: PipelinesCommand) -> anyhow::Result<()> {
             );
         }
         PipelinesCommand::List { data_dir } => {
-            let store = super::open_store(&Some(data_dir))?;
+            let store = super::data_dir::open_store(&Some(data_dir))?;
             for p in store.list_pipelines()? {
                 println!("{:<24} {}", p.name, p.spec);
             }

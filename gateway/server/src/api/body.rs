@@ -110,6 +110,16 @@ pub async fn stream_limited(
 /// few hundred bytes in practice.
 pub const MAX_JSON_API_BYTES: usize = 1 << 20;
 
+/// The status of a create-or-replace: 201 when it created, 200 when it replaced or found the
+/// same thing already there.
+pub(crate) fn saved_status(created: bool) -> http::StatusCode {
+    if created {
+        http::StatusCode::CREATED
+    } else {
+        http::StatusCode::OK
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -12,7 +12,7 @@
 //! Dropping the response (client gone) closes the channel, which stops the generation at its
 //! next step, dropping the model call in progress.
 
-use super::openai::Tracked;
+use super::generation_metrics::Tracked;
 use super::openai_answer::{stream_error, Meta};
 use crate::coalesce::Coalescer;
 use axum::body::{Body, Bytes};

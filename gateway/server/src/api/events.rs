@@ -34,10 +34,10 @@
 //! over `[websocket] max_message_bytes` with 1009 before its payload is read.
 
 use super::stream::{
-    encoded, limited, read_failure_close, too_many_control_frames, upgrade_key, ControlBudget,
-    SUBPROTOCOL,
+    limited, read_failure_close, too_many_control_frames, upgrade_key, ControlBudget, SUBPROTOCOL,
 };
 use super::workers::listing;
+use super::ws_frame::encoded;
 use axum::extract::ws::{close_code, CloseFrame, Message, Utf8Bytes, WebSocket, WebSocketUpgrade};
 use axum::extract::State;
 use axum::response::Response;

@@ -8,6 +8,7 @@ pub mod dashboard;
 pub mod embeddings;
 pub mod events;
 pub mod front;
+mod generation_metrics;
 pub mod history;
 pub mod key_admin;
 pub mod keys;
@@ -21,10 +22,12 @@ pub mod openai_llm;
 pub mod pipelines;
 pub mod plugins;
 pub mod stream;
+pub mod textgen;
 pub mod triton;
 pub mod unread;
 pub mod worker_admin;
 pub mod workers;
+mod ws_frame;
 
 use axum::routing::{delete, get, post, put};
 use infergate_service::state::AppState;
@@ -146,14 +149,4 @@ fn routes() -> front::Routes {
         .route("/api/workers/{id}/drain", post(workers::drain))
         // Everything else: the dashboard's files (API paths keep their JSON 404).
         .fallback(dashboard::fallback)
-}
-
-/// The status of a create-or-replace: 201 when it created, 200 when it replaced or found the
-/// same thing already there.
-pub(crate) fn saved_status(created: bool) -> http::StatusCode {
-    if created {
-        http::StatusCode::CREATED
-    } else {
-        http::StatusCode::OK
-    }
 }

@@ -16,29 +16,26 @@ use super::authorized::{Authorized, Infer};
 use super::body::read_limited;
 use super::openai_answer::{Generated, Kind, Meta};
 use super::openai_llm;
-use infergate_kserve::http_error::{HttpError, HttpResult};
-// `Stop` and `StreamOptions` are shared with the chat models' requests (openai_llm.rs).
 use crate::request_id::RequestId;
 use axum::extract::State;
 use axum::response::Response;
 use axum::{Extension, Json};
-use futures_util::future::BoxFuture;
 use http::HeaderMap;
 use infergate_api_types::openai::{
     ErrorBody, ErrorDetail, ModelCard, ModelCardList, Object, Usage,
 };
+use infergate_kserve::http_error::{HttpError, HttpResult};
 use infergate_service::error::{self, ApiError, ApiResult};
 use infergate_service::openai_request::{parse, ChatRequest, Common, CompletionRequest, Sampling};
-pub(super) use infergate_service::openai_request::{Stop, StreamOptions};
 use infergate_service::state::AppState;
-use infergate_service::textgen::{Generation, RunModel, Step, Vocab};
+use infergate_service::textgen::{Generation, Step};
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Instant;
 
 type S = State<Arc<AppState>>;
 
-const PROTOCOL: &str = "openai";
+use super::generation_metrics::Tracked;
+use super::textgen::{generator, start_generation};
 const DEFAULT_COMPLETION_TOKENS: u32 = 16;
 const DEFAULT_CHAT_TOKENS: u32 = 256;
 
@@ -47,46 +44,6 @@ fn unix_now() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0)
-}
-
-/// The vocabulary and the registered model the request names.
-pub(crate) fn generator(
-    state: &AppState,
-    model: &str,
-) -> ApiResult<(Arc<Vocab>, Arc<infergate_store::models::ModelRecord>)> {
-    let configured = &state.config().openai.textgen_model;
-    if model != configured {
-        return Err(ApiError::not_found(format!(
-            "model '{model}' does not exist or does not generate text; GET /v1/models lists the models"
-        )));
-    }
-    let vocab = state.textgen_vocab().cloned().ok_or_else(|| {
-        ApiError::unavailable(
-            "text generation is not configured: set [openai] vocab (or --openai-vocab) to the model's vocabulary",
-        )
-    })?;
-    let record = state.catalog().resolve(model, None)?;
-    Ok((vocab, record))
-}
-
-/// A generation whose model runs through the inference service.
-pub fn start_generation(
-    state: &Arc<AppState>,
-    vocab: Arc<Vocab>,
-    record: Arc<infergate_store::models::ModelRecord>,
-    prompt: &str,
-    sampling: Sampling,
-) -> ApiResult<Generation> {
-    let (state, model) = (state.clone(), record.clone());
-    let run: RunModel = Box::new(move |inputs, outputs| -> BoxFuture<'static, _> {
-        let (state, model) = (state.clone(), model.clone());
-        Box::pin(async move {
-            let options = infergate_engine::InferOptions::default();
-            infergate_service::infer::backend::run_model(&state, &model, inputs, outputs, options)
-                .await
-        })
-    });
-    Generation::new(run, vocab, record, prompt, sampling)
 }
 
 pub async fn models(_: Authorized<Infer>, State(state): S) -> HttpResult<Json<ModelCardList>> {
@@ -270,55 +227,6 @@ async fn run(
     } else {
         // On its own thread; dropping this future (client gone) stops the generation.
         infergate_service::own_thread::run(complete(state, meta, generation)).await
-    }
-}
-
-/// Records one generation in the metrics: tokens as they come, the request when it ends. A
-/// generation dropped before its end (client gone) is recorded with status 499.
-pub(super) struct Tracked {
-    state: Arc<AppState>,
-    model: String,
-    version: String,
-    started: Instant,
-    ended: bool,
-    tokens: prometheus_client::metrics::counter::Counter,
-    _in_progress: infergate_service::metrics::GaugeGuard,
-}
-
-impl Tracked {
-    pub(super) fn new(state: &Arc<AppState>, g: &Generation) -> Tracked {
-        Tracked {
-            state: state.clone(),
-            model: g.model_name().to_string(),
-            version: g.model_version().to_string(),
-            started: Instant::now(),
-            ended: false,
-            tokens: state.metrics().token_counter(g.model_name(), PROTOCOL),
-            _in_progress: state.metrics().generation_started(),
-        }
-    }
-
-    pub(super) fn token(&self) {
-        self.tokens.inc();
-    }
-
-    pub(super) fn end(&mut self, status: u16) {
-        if !self.ended {
-            self.ended = true;
-            let elapsed = self.started.elapsed();
-            self.state
-                .metrics()
-                .inference(&self.model, &self.version, PROTOCOL, status, elapsed);
-        }
-    }
-}
-
-impl Drop for Tracked {
-    fn drop(&mut self) {
-        if !self.ended {
-            tracing::debug!(model = %self.model, "client went away; generation stopped");
-            self.end(499);
-        }
     }
 }
 

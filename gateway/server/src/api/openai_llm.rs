@@ -11,9 +11,8 @@
 //! a client that goes away drops the response, which drops the sequences' receivers: the
 //! scheduler frees them at its next step.
 
-use super::openai::{Stop, StreamOptions};
 use super::openai_answer::{stream_error, Generated, Kind, Meta};
-use super::stream::encoded;
+use super::ws_frame::encoded;
 use axum::body::{Body, Bytes};
 use axum::response::{IntoResponse, Response};
 use futures_util::stream::{self, BoxStream, StreamExt};
@@ -25,6 +24,7 @@ use infergate_llm::{
 };
 use infergate_service::chat_models::api_error;
 use infergate_service::error::{ApiError, ApiResult};
+use infergate_service::openai_request::{Stop, StreamOptions};
 use infergate_service::state::AppState;
 use infergate_store::models::ModelRecord;
 use prometheus_client::metrics::counter::Counter;

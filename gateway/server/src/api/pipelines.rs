@@ -69,7 +69,7 @@ pub async fn put(
     let (record, created) = state.store().put_pipeline(&name, &normalized, &refs)?;
     let pipeline = state.pipelines().insert(record, spec);
     tracing::info!(pipeline = %name, created, "pipeline saved");
-    Ok((super::saved_status(created), Json(view(&pipeline))))
+    Ok((super::body::saved_status(created), Json(view(&pipeline))))
 }
 
 pub async fn list(_: Authorized<Infer>, State(state): S) -> HttpResult<Json<PipelineList>> {

@@ -58,7 +58,7 @@ pub async fn upload(
         tokio::task::spawn_blocking(move || worker.plugins().register(worker.store(), &bytes))
             .await
             .map_err(|e| ApiError::internal(format!("plugin registration task failed: {e}")))??;
-    Ok((super::saved_status(created), Json(view(&loaded))))
+    Ok((super::body::saved_status(created), Json(view(&loaded))))
 }
 
 pub async fn list(_: Authorized<Infer>, State(state): S) -> HttpResult<Json<PluginList>> {

@@ -38,6 +38,7 @@
 //! authentication failed or too many control frames, 1009 message too large, 4408 idle
 //! timeout.
 
+use super::ws_frame::{encoded, frame};
 use crate::coalesce::Coalescer;
 use axum::extract::ws::{close_code, CloseFrame, Message, Utf8Bytes, WebSocket, WebSocketUpgrade};
 use axum::extract::State;
@@ -187,19 +188,6 @@ fn close(code: u16, reason: &str) -> Message {
         code,
         reason: Utf8Bytes::from(reason.to_string()),
     }))
-}
-
-/// A typed answer as a frame.
-pub(super) fn encoded(answer: &impl Serialize) -> ApiResult<Message> {
-    let text = serde_json::to_string(answer)
-        .map_err(|e| ApiError::internal(format!("encoding the answer: {e}")))?;
-    Ok(Message::Text(Utf8Bytes::from(text)))
-}
-
-/// A frame of plain data (strings, numbers, options), which always serializes: [`encoded`]
-/// without a failure to handle (were one to happen, the frame would be empty).
-fn frame(answer: &impl Serialize) -> Message {
-    encoded(answer).unwrap_or_else(|_| Message::Text(Utf8Bytes::default()))
 }
 
 fn error_frame(id: &Value, e: &ApiError) -> Message {
@@ -628,7 +616,7 @@ async fn generate_stream(
     id: &Value,
     out: &mpsc::Sender<Message>,
 ) -> ApiResult<()> {
-    let (vocab, record) = crate::api::openai::generator(state, model)?;
+    let (vocab, record) = crate::api::textgen::generator(state, model)?;
     let limit = state.config().openai.max_tokens_limit;
     let max_tokens = generate.max_tokens.unwrap_or(16);
     if max_tokens > limit {
@@ -644,7 +632,7 @@ async fn generate_stream(
         stop: generate.stop,
     };
     let mut g =
-        crate::api::openai::start_generation(state, vocab, record, &generate.prompt, sampling)?;
+        crate::api::textgen::start_generation(state, vocab, record, &generate.prompt, sampling)?;
     let _in_progress = state.metrics().generation_started();
     let tokens = state.metrics().token_counter(model, PROTOCOL_LABEL);
     let mut coalescer = Coalescer::new(Duration::from_micros(state.config().websocket.coalesce_us));

@@ -5,10 +5,12 @@
 //! - [`server`]: the service as a router for the gateway's listener, message size limits.
 //! - [`auth`]: API keys from the `authorization` metadata, scopes and per-key admission.
 //! - [`describe`]: metadata, model configuration and statistics messages.
-//! - [`service`]: the unary RPCs; [`stream`]: the bidirectional `ModelStreamInfer`.
+//! - [`infer`]: one inference, unary or a stream's; [`service`]: the unary RPCs; [`stream`]:
+//!   the bidirectional `ModelStreamInfer`.
 
 pub mod auth;
 pub mod describe;
+pub mod infer;
 pub mod server;
 pub mod service;
 pub mod stream;

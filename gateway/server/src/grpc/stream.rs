@@ -9,7 +9,7 @@
 //! On shutdown a stream reads no further requests, finishes those in flight, and ends; the
 //! server waits for it like for a WebSocket stream.
 
-use super::service::infer;
+use super::infer::infer;
 use http::HeaderMap;
 use infergate_kserve::proto::{ModelInferRequest, ModelInferResponse, ModelStreamInferResponse};
 use infergate_kserve::status::read_failure;

@@ -3,7 +3,8 @@
 //! module to [`resolve`] the name it was given, then [`run`]s it and encodes the [`Inferred`]
 //! answer; readiness and metadata come from here too, so every transport answers alike.
 //!
-//! - [`target`]: what a name (and version) addresses: a model version or a pipeline.
+//! - [`target`]: what a name (and version) addresses: a model version or a pipeline;
+//!   [`resolve`]: the target of a name.
 //! - [`readiness`]: whether a target can serve now.
 //! - [`describe`]: the metadata endpoints' description of a target.
 //! - [`request`]: a request as every protocol hands it over (tensors, outputs, parameters,
@@ -23,6 +24,7 @@ pub mod describe;
 pub mod detect;
 pub mod readiness;
 pub mod request;
+pub mod resolve;
 pub mod run;
 pub mod stages;
 pub mod target;
@@ -30,5 +32,6 @@ pub mod target;
 pub use describe::{describe, Description};
 pub use readiness::readiness;
 pub use request::Request;
+pub use resolve::resolve;
 pub use run::{run, Inferred};
-pub use target::{resolve, Target};
+pub use target::Target;

@@ -1,25 +1,11 @@
-//! What a `/v2/models/{name}` name addresses. Models win; models and pipelines share one
-//! namespace (saving a pipeline under a model's name is refused).
+//! What a `/v2/models/{name}` name addresses: a model version or a pipeline ([`super::resolve`]
+//! finds it).
 
-use crate::error::{ApiResult, Kind};
 use crate::pipelines::Pipeline;
-use crate::state::AppState;
 use infergate_store::models::ModelRecord;
 use std::sync::Arc;
 
 pub enum Target {
     Model(Arc<ModelRecord>),
     Pipeline(Arc<Pipeline>),
-}
-
-/// A model version (the one its policy serves when `version` is None), else a pipeline of that
-/// name (pipelines have the one version 1).
-pub fn resolve(state: &AppState, name: &str, version: Option<u64>) -> ApiResult<Target> {
-    match state.catalog().resolve(name, version) {
-        Ok(record) => Ok(Target::Model(record)),
-        Err(e) if e.kind == Kind::NotFound && matches!(version, None | Some(1)) => {
-            state.pipelines().get(name).map(Target::Pipeline).ok_or(e)
-        }
-        Err(e) => Err(e),
-    }
 }

@@ -2,7 +2,6 @@
 //! `up`, heartbeat age, in-flight (as reported) and outstanding (as the manager counts), and the
 //! routing counters (retries on another worker, 503s for want of a worker, direct tokens issued).
 
-use super::Manager;
 use infergate_cluster::registry::WorkerView;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
@@ -39,10 +38,11 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    pub fn read(manager: &Manager) -> Snapshot {
-        let c = manager.counters();
+    /// The metrics of `workers` (the registry's view) and the routing `counters`.
+    pub fn read(workers: Vec<WorkerView>, counters: &RoutingCounters) -> Snapshot {
+        let c = counters;
         Snapshot {
-            workers: manager.view(),
+            workers,
             counters: [&c.retries, &c.no_worker, &c.direct_tokens, &c.sent_bytes]
                 .map(|a| a.load(Ordering::Relaxed)),
         }
