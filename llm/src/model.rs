@@ -77,8 +77,31 @@ impl LlmConfig {
     }
 }
 
-/// llama.cpp's process-wide initialisation, once.
-fn backend() -> Result<&'static LlamaBackend, LlmError> {
+impl LlmConfig {
+    /// The llama.cpp context a model runs with: `max_sequences` KV streams of
+    /// `context_per_sequence` tokens (the model's limit applied), computed on `threads`.
+    pub fn context_params(&self, context_per_sequence: u32) -> LlamaContextParams {
+        let threads = i32::try_from(self.threads).unwrap_or(i32::MAX);
+        // One KV stream per sequence (not unified): a sequence's cells then always lie in
+        // position order from the stream's start, whatever earlier sequences left behind, so a
+        // repeated request computes exactly as its first run did (see the scheduler).
+        LlamaContextParams::default()
+            .with_n_ctx(NonZeroU32::new(
+                context_per_sequence * self.max_sequences as u32,
+            ))
+            .with_n_batch(self.batch_tokens as u32)
+            .with_n_ubatch(self.batch_tokens as u32)
+            .with_n_seq_max(self.max_sequences as u32)
+            .with_n_threads(threads)
+            .with_n_threads_batch(threads)
+            .with_kv_unified(false)
+    }
+}
+
+/// llama.cpp's process-wide initialisation, once. Public for code that drives llama.cpp beside
+/// this crate in the same process (benchmarks and reference tests): llama.cpp refuses a second
+/// initialisation.
+pub fn backend() -> Result<&'static LlamaBackend, LlmError> {
     static BACKEND: OnceLock<Result<LlamaBackend, String>> = OnceLock::new();
     BACKEND
         .get_or_init(|| {
@@ -160,18 +183,7 @@ impl LlmModel {
             n_ctx,
             prefix_cache: config.prefix_cache,
         };
-        let threads = i32::try_from(config.threads).unwrap_or(i32::MAX);
-        // One KV stream per sequence (not unified): a sequence's cells then always lie in
-        // position order from the stream's start, whatever earlier sequences left behind, so a
-        // repeated request computes exactly as its first run did (see the scheduler).
-        let ctx_params = LlamaContextParams::default()
-            .with_n_ctx(NonZeroU32::new(n_ctx))
-            .with_n_batch(config.batch_tokens as u32)
-            .with_n_ubatch(config.batch_tokens as u32)
-            .with_n_seq_max(config.max_sequences as u32)
-            .with_n_threads(threads)
-            .with_n_threads_batch(threads)
-            .with_kv_unified(false);
+        let ctx_params = config.context_params(context_per_sequence);
         let stats = Arc::new(Stats::default());
         let (requests, receiver) = crossbeam_channel::unbounded();
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
