@@ -7,6 +7,7 @@
 //! - [`model`]: loading a model and queueing generations ([`LlmModel`]).
 //! - `scheduler`: the thread per model doing continuous batching, chunked prefill and the
 //!   prefix cache.
+//! - [`speculative`]: drafting tokens from the prediction and n-grams, and how many to verify.
 //! - [`output`]: token bytes to text, stop sequences held back.
 //! - [`stats`]: counters and gauges for `/metrics`.
 //! - [`error`]: the crate's error and whose fault it is.
@@ -19,6 +20,7 @@ pub mod model;
 pub mod output;
 pub mod params;
 mod scheduler;
+pub mod speculative;
 pub mod stats;
 pub mod template;
 
@@ -26,6 +28,7 @@ pub use error::{Fault, LlmError};
 pub use gguf::GgufInfo;
 pub use model::{validate, Generation, LlmConfig, LlmModel};
 pub use params::{Constraint, SamplingParams};
+pub use speculative::{Speculation, SpeculationParams};
 pub use stats::StatsSnapshot;
 pub use template::ChatMessage;
 
@@ -73,6 +76,10 @@ pub struct Done {
     pub completion_tokens: u32,
     /// Prompt tokens whose KV came from the prefix cache.
     pub cached_tokens: u32,
+    /// Drafted tokens (speculative decoding: from the prediction or n-grams) that the model
+    /// produced, and those it did not (OpenAI's `completion_tokens_details`).
+    pub accepted_prediction_tokens: u32,
+    pub rejected_prediction_tokens: u32,
 }
 
 /// What a generation sends, in order: text (one event per generated token that released text

@@ -6,6 +6,7 @@ use crate::error::LlmError;
 use crate::gguf::{self, GgufInfo};
 use crate::params::SamplingParams;
 use crate::scheduler::{Choice, Limits, Request, Scheduler};
+use crate::speculative::{Speculation, SpeculationParams};
 use crate::stats::{Stats, StatsSnapshot};
 use crate::template::{ChatMessage, ChatTemplate};
 use crate::Event;
@@ -37,6 +38,8 @@ pub struct LlmConfig {
     pub prefix_cache: bool,
     /// Layers offloaded to the GPU (builds with the `cuda` feature).
     pub gpu_layers: u32,
+    /// Speculative decoding's defaults for the model's requests.
+    pub speculation: Speculation,
 }
 
 impl Default for LlmConfig {
@@ -53,6 +56,7 @@ impl Default for LlmConfig {
             queue_capacity: 256,
             prefix_cache: true,
             gpu_layers: if cfg!(feature = "cuda") { 999 } else { 0 },
+            speculation: Speculation::default(),
         }
     }
 }
@@ -73,7 +77,9 @@ impl LlmConfig {
         if self.threads == 0 {
             return Err("threads must be at least 1".into());
         }
-        Ok(())
+        self.speculation
+            .validate()
+            .map_err(|e| format!("speculation: {e}"))
     }
 }
 
@@ -182,6 +188,7 @@ impl LlmModel {
             n_batch: config.batch_tokens,
             n_ctx,
             prefix_cache: config.prefix_cache,
+            row_cost: config.speculation.row_cost,
         };
         let ctx_params = config.context_params(context_per_sequence);
         let stats = Arc::new(Stats::default());
@@ -307,13 +314,28 @@ impl LlmModel {
 
     /// Queues `n` generations of one prompt (OpenAI's `n`): the prompt is computed once and its
     /// KV copied to the other `n - 1` sequences, each sampling on its own. Choice `i` is
-    /// seeded with `seed + i`, so choices differ and a seeded request repeats.
+    /// seeded with `seed + i`, so choices differ and a seeded request repeats. Speculative
+    /// decoding as the model's configuration says.
     pub fn generate_n(
         &self,
         prompt: &[i32],
         params: &SamplingParams,
         grammar: Option<&str>,
         n: usize,
+    ) -> Result<Vec<Generation>, LlmError> {
+        self.generate_n_with(prompt, params, grammar, n, &SpeculationParams::default())
+    }
+
+    /// [`generate_n`](Self::generate_n) with the request's own speculative decoding: on or
+    /// off, its draft length, and the output it predicts (drafted from first). Every choice
+    /// drafts on its own.
+    pub fn generate_n_with(
+        &self,
+        prompt: &[i32],
+        params: &SamplingParams,
+        grammar: Option<&str>,
+        n: usize,
+        speculation: &SpeculationParams,
     ) -> Result<Vec<Generation>, LlmError> {
         params.validate()?;
         if n == 0 {
@@ -333,6 +355,11 @@ impl LlmModel {
         }
         let prompt_tokens = prompt.len() as u32;
         self.completion_budget(prompt_tokens, Some(params.max_tokens), params.max_tokens)?;
+        let spec = speculation.resolve(&self.inner.config.speculation)?;
+        let prediction = match (&spec, &speculation.prediction) {
+            (Some(_), Some(text)) => self.prediction_tokens(text)?,
+            _ => Vec::new(),
+        };
         let waiting =
             self.inner.stats.waiting.load(Ordering::Relaxed) as usize + self.inner.requests.len();
         if waiting >= self.inner.config.queue_capacity {
@@ -365,8 +392,34 @@ impl LlmModel {
                 priority: params.priority,
                 choice: first,
                 forks: choices,
+                speculation: spec,
+                prediction,
             })
             .map_err(|_| LlmError::Stopped("its scheduler thread has ended".into()))?;
         Ok(generations)
+    }
+
+    /// A predicted output's tokens, as the model would write that text (no BOS, special tokens
+    /// as plain text). Longer than the context is refused: it could never be followed whole.
+    fn prediction_tokens(&self, text: &str) -> Result<Vec<LlamaToken>, LlmError> {
+        let limit = self.context_length() as usize;
+        // Not even tokenized when it could not fit (no vocabulary averages 64 bytes a token).
+        if text.len() > limit * 64 {
+            return Err(LlmError::InvalidParam(format!(
+                "prediction: longer than the model's context of {limit} tokens"
+            )));
+        }
+        let tokens = self
+            .inner
+            .model
+            .vocab()
+            .tokenize(text.as_bytes(), false, false);
+        if tokens.len() > limit {
+            return Err(LlmError::InvalidParam(format!(
+                "prediction: {} tokens, more than the model's context of {limit}",
+                tokens.len()
+            )));
+        }
+        Ok(tokens)
     }
 }
