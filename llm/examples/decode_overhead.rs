@@ -11,29 +11,19 @@
 //! first (the prompt's computation left out). `--only plain` or `--only scheduler` runs one side
 //! alone, for `perf stat` (instructions per token do not move with the machine's load).
 
-use infergate_llm::{ChatMessage, Event, LlmConfig, LlmModel, SamplingParams};
+mod support;
+
+use infergate_llm::{Event, LlmConfig, LlmModel, SamplingParams};
 use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::model::params::LlamaModelParams;
 use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::sampling::LlamaSampler;
 use llama_cpp_2::token::LlamaToken;
-use std::path::PathBuf;
 use std::time::Instant;
+use support::{arg, arg_text, chat, demo_config, demo_path};
 
 const PROMPT: &str =
     "Write a long story about a dragon who learns to bake bread in a small village.";
-
-fn arg_text(name: &str) -> Option<String> {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .cloned()
-}
-
-fn arg(name: &str, default: usize) -> usize {
-    arg_text(name).map_or(default, |v| v.parse().expect("a number"))
-}
 
 /// Tokens generated, and the seconds and the CPU seconds of the whole process (every thread)
 /// from the first token to the last.
@@ -162,26 +152,13 @@ fn main() {
     let tokens = arg("--tokens", 256);
     let rounds = arg("--rounds", 3);
     let threads = arg("--threads", 2);
-    let path = PathBuf::from(std::env::var("INFERGATE_MODELS").expect("INFERGATE_MODELS"))
-        .join("smollm2.gguf");
-    let config = LlmConfig {
-        threads,
-        max_sequences: 8,
-        context_per_sequence: 2048,
-        ..LlmConfig::default()
-    };
+    let path = demo_path();
+    let config = demo_config(threads);
     let ours = LlmModel::load(&path, config.clone()).expect("the model loads");
     let backend = infergate_llm::model::backend().expect("llama.cpp");
     let plain = LlamaModel::load_from_file(backend, &path, &LlamaModelParams::default())
         .expect("the model loads");
-    let prompt = ours.tokenize(
-        &ours
-            .render_chat(&[ChatMessage {
-                role: "user".into(),
-                content: PROMPT.into(),
-            }])
-            .expect("renders"),
-    );
+    let prompt = chat(&ours, PROMPT);
     let context = ours.context_length();
     // Untimed: the first pass faults the weights in and starts llama.cpp's threads.
     plain_loop(&plain, &config, context, &prompt, 32);

@@ -10,23 +10,18 @@
 //! cargo run --release -p infergate-llm --example speculation_bench -- [--rounds 3] [--threads 2] [--max-tokens 256]
 //! ```
 
-use infergate_llm::{ChatMessage, Event, LlmConfig, LlmModel, SamplingParams, SpeculationParams};
+mod support;
+
+use infergate_llm::{Event, LlmModel, SamplingParams, SpeculationParams};
 use std::path::PathBuf;
 use std::time::Instant;
+use support::{arg, chat, demo_config, demo_path};
 
 #[derive(serde::Deserialize)]
 struct Case {
     name: String,
     prompt: String,
     prediction: Option<String>,
-}
-
-fn arg(name: &str, default: usize) -> usize {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .map_or(default, |v| v.parse().expect("a number"))
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -134,28 +129,8 @@ fn main() {
             .expect("prompts"),
     )
     .expect("the prompt set parses");
-    let path = PathBuf::from(std::env::var("INFERGATE_MODELS").expect("INFERGATE_MODELS"))
-        .join("smollm2.gguf");
-    let config = LlmConfig {
-        threads,
-        max_sequences: 8,
-        context_per_sequence: 2048,
-        ..LlmConfig::default()
-    };
-    let model = LlmModel::load(&path, config).expect("the model loads");
-    let prompts: Vec<Vec<i32>> = cases
-        .iter()
-        .map(|c| {
-            model.tokenize(
-                &model
-                    .render_chat(&[ChatMessage {
-                        role: "user".into(),
-                        content: c.prompt.clone(),
-                    }])
-                    .expect("renders"),
-            )
-        })
-        .collect();
+    let model = LlmModel::load(&demo_path(), demo_config(threads)).expect("the model loads");
+    let prompts: Vec<Vec<i32>> = cases.iter().map(|c| chat(&model, &c.prompt)).collect();
     // Untimed: weights faulted in, every prompt in the prefix cache (each mode then starts
     // from the same cached prompts).
     pass(&model, &cases, &prompts, Mode::Off, 1, 8);
