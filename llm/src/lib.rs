@@ -5,6 +5,7 @@
 //! - [`template`]: the model's chat template, rendered with minijinja.
 //! - [`params`]: per-sequence sampling parameters, grammars for JSON output, the sampler chain.
 //! - [`model`]: loading a model and queueing generations ([`LlmModel`]).
+//! - [`embedding`]: embeddings from a GGUF model's own context ([`Embedder`]).
 //! - `scheduler`: the thread per model doing continuous batching, chunked prefill and the
 //!   prefix cache.
 //! - [`speculative`]: drafting tokens from the prediction and n-grams, and how many to verify.
@@ -14,6 +15,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod embedding;
 pub mod error;
 pub mod gguf;
 pub mod model;
@@ -24,6 +26,7 @@ pub mod speculative;
 pub mod stats;
 pub mod template;
 
+pub use embedding::{EmbedInput, Embedder, EmbeddingConfig, Embeddings, Pooling};
 pub use error::{Fault, LlmError};
 pub use gguf::GgufInfo;
 pub use model::{validate, Generation, LlmConfig, LlmModel};

@@ -2,6 +2,7 @@
 //! scheduler thread that owns its context. Cloning the handle is cheap; the thread stops once
 //! every handle is dropped and its last sequence is done.
 
+use crate::embedding::{Embedder, EmbeddingConfig};
 use crate::error::LlmError;
 use crate::gguf::{self, GgufInfo};
 use crate::params::SamplingParams;
@@ -255,6 +256,12 @@ impl LlmModel {
 
     pub fn stats(&self) -> StatsSnapshot {
         self.inner.stats.snapshot()
+    }
+
+    /// An embedding context for this model, beside its chat context (the weights are
+    /// shared; its memory is [`Embedder::memory_bytes`]). Blocking.
+    pub fn embedder(&self, config: EmbeddingConfig) -> Result<Embedder, LlmError> {
+        Embedder::start(self.inner.model.clone(), &self.inner.info, config)
     }
 
     /// The prompt for a chat, from the model's template.
