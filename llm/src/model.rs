@@ -32,7 +32,11 @@ pub struct LlmConfig {
     pub context_per_sequence: u32,
     /// Tokens one step decodes at most (generated tokens first, then prompt chunks).
     pub batch_tokens: usize,
-    /// CPU threads llama.cpp uses.
+    /// CPU threads llama.cpp uses. They are OpenMP's: between two steps libgomp keeps them
+    /// spinning unless the process starts with `OMP_WAIT_POLICY=passive` (read once, when
+    /// libgomp loads). Where the cores are shared (other processes, the gateway's own
+    /// threads), a spinning thread holds a core the others need: measured on 2 busy cores, one
+    /// stream ran 15-25 tokens/s active and 50-56 passive (llama-server: 4-6 and 59).
     pub threads: usize,
     /// Requests that may wait for a slot before new ones are refused.
     pub queue_capacity: usize,
