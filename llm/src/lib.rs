@@ -4,6 +4,8 @@
 //! - [`gguf`]: reading and checking a GGUF file's header and metadata (upload validation).
 //! - [`template`]: the model's chat template, rendered with minijinja.
 //! - [`params`]: per-sequence sampling parameters, grammars for JSON output, the sampler chain.
+//! - [`tools`]: tool calling: the prompt with tools, the grammar of a forced call, the calls
+//!   recognised in the answer (whole or streamed).
 //! - [`model`]: loading a model and queueing generations ([`LlmModel`]).
 //! - [`embedding`]: embeddings from a GGUF model's own context ([`Embedder`]).
 //! - `scheduler`: the thread per model doing continuous batching, chunked prefill and the
@@ -25,6 +27,7 @@ mod scheduler;
 pub mod speculative;
 pub mod stats;
 pub mod template;
+pub mod tools;
 
 pub use embedding::{EmbedInput, Embedder, EmbeddingConfig, Embeddings, Pooling};
 pub use error::{Fault, LlmError};
@@ -34,6 +37,7 @@ pub use params::{Constraint, SamplingParams};
 pub use speculative::{Speculation, SpeculationParams};
 pub use stats::StatsSnapshot;
 pub use template::ChatMessage;
+pub use tools::{Message, Parsed, StreamEvent, ToolCall, ToolChoice, ToolDef, ToolStream, Tools};
 
 /// Why a generation ended (OpenAI's `finish_reason`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

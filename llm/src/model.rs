@@ -276,6 +276,16 @@ impl LlmModel {
             .map_err(LlmError::InvalidMessages)
     }
 
+    /// The prompt for a chat whose messages may carry tool calls and tool results, with the
+    /// tools offered when `tools` offers them (see [`crate::tools::prompt`]).
+    pub fn render_chat_with_tools(
+        &self,
+        messages: &[crate::tools::Message],
+        tools: Option<&crate::tools::Tools>,
+    ) -> Result<String, LlmError> {
+        crate::tools::prompt::render(&self.inner.template, messages, tools)
+    }
+
     /// Tokenizes a prompt as llama.cpp's server does: special tokens written in the text
     /// (`<|im_start|>`) are parsed, BOS added when the model asks for it.
     pub fn tokenize(&self, text: &str) -> Vec<i32> {
