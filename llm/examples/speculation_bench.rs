@@ -7,15 +7,16 @@
 //! many answers differ from the answer without drafts (greedy: the goal is none).
 //!
 //! ```text
-//! cargo run --release -p infergate-llm --example speculation_bench -- [--rounds 3] [--threads 2] [--max-tokens 256]
+//! cargo run --release -p infergate-llm --example speculation_bench -- [--rounds 3] [--threads 2] [--max-tokens 256] [--streams 1,8] [--json]
 //! ```
+//! `--json` prints each pass as a JSON line instead (what `bench/llm_speculation.py` reads).
 
 mod support;
 
 use infergate_llm::{Event, LlmModel, SamplingParams, SpeculationParams};
 use std::path::PathBuf;
 use std::time::Instant;
-use support::{arg, chat, demo_config, demo_path};
+use support::{arg, arg_text, chat, demo_config, demo_path};
 
 #[derive(serde::Deserialize)]
 struct Case {
@@ -135,7 +136,13 @@ fn main() {
     // from the same cached prompts).
     pass(&model, &cases, &prompts, Mode::Off, 1, 8);
     let modes = [Mode::Off, Mode::Ngrams, Mode::Predicted];
-    for streams in [1, 8] {
+    let json = std::env::args().any(|a| a == "--json");
+    let stream_counts: Vec<usize> = arg_text("--streams")
+        .unwrap_or_else(|| "1,8".into())
+        .split(',')
+        .map(|s| s.parse().expect("stream counts"))
+        .collect();
+    for streams in stream_counts {
         let mut rows: Vec<Vec<Pass>> = modes.iter().map(|_| Vec::new()).collect();
         for round in 0..rounds {
             // Alternate the order so a drift of the machine's speed hits each mode alike.
@@ -145,8 +152,22 @@ fn main() {
                 vec![2, 1, 0]
             };
             for m in order {
-                rows[m].push(pass(&model, &cases, &prompts, modes[m], streams, max));
+                let p = pass(&model, &cases, &prompts, modes[m], streams, max);
+                if json {
+                    println!(
+                        "{}",
+                        serde_json::json!({
+                            "mode": modes[m].label(), "streams": streams, "round": round,
+                            "seconds": p.seconds, "tokens": p.tokens, "accepted": p.accepted,
+                            "drafted": p.drafted, "answers": p.answers,
+                        })
+                    );
+                }
+                rows[m].push(p);
             }
+        }
+        if json {
+            continue;
         }
         let rate = |p: &Pass| p.tokens as f64 / p.seconds;
         for (m, passes) in rows.iter().enumerate().skip(1) {
