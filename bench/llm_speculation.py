@@ -18,9 +18,10 @@ file; acceptance is read from `usage.completion_tokens_details` once the OpenAI 
 or in process (`--in-process`: the infergate-llm example speculation_bench, no HTTP, built with
 cargo), until the gateway passes `prediction` through.
 
-Both servers run with the same OMP_WAIT_POLICY (default passive: llama.cpp's OpenMP threads
-otherwise spin between steps, which on shared cores costs more than it saves; see
-LlmConfig.threads).
+Both servers run with the same OMP_WAIT_POLICY (--omp-wait-policy; by default libgomp's own:
+its threads spin a while at every barrier before they sleep). It moves the figures a lot: on 2
+quiet cores one stream ran 101-116 tokens/s by default and 53 passive (every op's barrier a
+sleep), while on busy cores passive kept 50-59 where spinning fell to 4-25 (LlmConfig.threads).
 
 Usage: python bench/llm_speculation.py (--bin target/release/infergate | --in-process
          [--example-bin target/release/examples/speculation_bench]) [--llama-server PATH]
@@ -123,7 +124,8 @@ def in_process(args):
     cmd += ["--json", "--rounds", "1", "--threads", str(args.threads),
             "--max-tokens", str(args.max_tokens), "--streams", args.streams]
     out = subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, text=True,
-                         env={**os.environ, "OMP_WAIT_POLICY": args.omp_wait_policy}).stdout
+                         env={**os.environ, **({"OMP_WAIT_POLICY": args.omp_wait_policy}
+                                                if args.omp_wait_policy else {})}).stdout
     passes = {}
     for line in out.splitlines():
         if not line.startswith("{"):
@@ -148,16 +150,18 @@ def main():
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--max-tokens", type=int, default=256)
     p.add_argument("--streams", default="1,8")
-    p.add_argument("--omp-wait-policy", default="passive")
+    p.add_argument("--omp-wait-policy", default=None,
+                   help="OMP_WAIT_POLICY for both servers (unset: libgomp's default)")
     a = p.parse_args()
     cases = load_cases()
-    env = {"OMP_WAIT_POLICY": a.omp_wait_policy}
+    env = {"OMP_WAIT_POLICY": a.omp_wait_policy} if a.omp_wait_policy else {}
     streams_list = [int(s) for s in a.streams.split(",")]
     peer_bin = a.llama_server or subprocess.run(
         ["bash", os.path.join(ROOT, "bench", "setup-llama-server.sh")],
         check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
     print(f"{len(cases)} prompts, greedy, max {a.max_tokens} tokens, {a.threads} threads, "
-          f"OMP_WAIT_POLICY={a.omp_wait_policy}; provisional on a shared machine", flush=True)
+          f"OMP_WAIT_POLICY={a.omp_wait_policy or os.environ.get('OMP_WAIT_POLICY', '(libgomp default)')}; "
+          "provisional on a shared machine", flush=True)
 
     configs = {
         ("llama-server", "off"): lambda: LlamaServer(peer_bin, a.threads, SLOTS, CONTEXT, env=env),

@@ -32,11 +32,13 @@ pub struct LlmConfig {
     pub context_per_sequence: u32,
     /// Tokens one step decodes at most (generated tokens first, then prompt chunks).
     pub batch_tokens: usize,
-    /// CPU threads llama.cpp uses. They are OpenMP's: between two steps libgomp keeps them
-    /// spinning unless the process starts with `OMP_WAIT_POLICY=passive` (read once, when
-    /// libgomp loads). Where the cores are shared (other processes, the gateway's own
-    /// threads), a spinning thread holds a core the others need: measured on 2 busy cores, one
-    /// stream ran 15-25 tokens/s active and 50-56 passive (llama-server: 4-6 and 59).
+    /// CPU threads llama.cpp uses. They are OpenMP's, and llama.cpp's barrier between two ops
+    /// is an OpenMP barrier, so how they wait is libgomp's `OMP_WAIT_POLICY` (read once, when
+    /// libgomp loads): by default they spin a while, then sleep. Measured with one stream on 2
+    /// cores (`examples/decode_overhead.rs`, provisional): on quiet cores 101-116 tokens/s by
+    /// default and 53 with `passive` (a sleep at every barrier); on cores busy with other
+    /// processes spinning loses most of it (llama-server: 4-8 tokens/s by default, 59
+    /// passive). Leave it unset unless the cores are shared.
     pub threads: usize,
     /// Requests that may wait for a slot before new ones are refused.
     pub queue_capacity: usize,
