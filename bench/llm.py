@@ -64,7 +64,9 @@ def wait_ready(url, headers, deadline_s=180):
 
 
 class Infergate:
-    def __init__(self, binary, threads, slots, context, prefix_cache=True):
+    def __init__(self, binary, threads, slots, context, prefix_cache=True, config=None, env=None):
+        """`config`: TOML text for --config (e.g. an [llm.speculation] section); `env`: extra
+        environment variables (e.g. OMP_WAIT_POLICY, read when llama.cpp's OpenMP loads)."""
         self.data = tempfile.mkdtemp(prefix="infergate-llm-bench-")
         subprocess.run([binary, "models", "add", "--data-dir", self.data, "--name", "smollm2", GGUF],
                        check=True, capture_output=True)
@@ -74,7 +76,13 @@ class Infergate:
                 "--llm-max-sequences", str(slots), "--llm-context", str(context)]
         if not prefix_cache:
             args.append("--llm-no-prefix-cache")
-        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if config:
+            path = os.path.join(self.data, "bench.toml")
+            with open(path, "w") as f:
+                f.write(config)
+            args += ["--config", path]
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                     env={**os.environ, **(env or {})})
         key_file = os.path.join(self.data, "admin.key")
         deadline = time.monotonic() + 60
         while not os.path.exists(key_file):  # written by the first start
@@ -95,13 +103,14 @@ class Infergate:
 
 
 class LlamaServer:
-    def __init__(self, binary, threads, slots, context):
+    def __init__(self, binary, threads, slots, context, extra=(), env=None):
+        """`extra`: more llama-server arguments (e.g. --spec-type ngram-simple)."""
         port = free_port()
         self.proc = subprocess.Popen(
             [binary, "-m", GGUF, "--host", "127.0.0.1", "--port", str(port), "-t", str(threads),
              "-tb", str(threads), "-np", str(slots), "-c", str(slots * context), "--kv-unified",
-             "--no-webui"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+             "--no-webui", *extra],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, **(env or {})})
         self.headers = {}
         self.url = f"http://127.0.0.1:{port}"
         wait_ready(f"{self.url}/health", {})

@@ -2,10 +2,12 @@
 //! scheduler thread that owns its context. Cloning the handle is cheap; the thread stops once
 //! every handle is dropped and its last sequence is done.
 
+use crate::embedding::{Embedder, EmbeddingConfig};
 use crate::error::LlmError;
 use crate::gguf::{self, GgufInfo};
 use crate::params::SamplingParams;
 use crate::scheduler::{Choice, Limits, Request, Scheduler};
+use crate::speculative::{Speculation, SpeculationParams};
 use crate::stats::{Stats, StatsSnapshot};
 use crate::template::{ChatMessage, ChatTemplate};
 use crate::Event;
@@ -30,13 +32,21 @@ pub struct LlmConfig {
     pub context_per_sequence: u32,
     /// Tokens one step decodes at most (generated tokens first, then prompt chunks).
     pub batch_tokens: usize,
-    /// CPU threads llama.cpp uses.
+    /// CPU threads llama.cpp uses. They are OpenMP's, and llama.cpp's barrier between two ops
+    /// is an OpenMP barrier, so how they wait is libgomp's `OMP_WAIT_POLICY` (read once, when
+    /// libgomp loads): by default they spin a while, then sleep. Measured with one stream on 2
+    /// cores (`examples/decode_overhead.rs`, provisional): on quiet cores 101-116 tokens/s by
+    /// default and 53 with `passive` (a sleep at every barrier); on cores busy with other
+    /// processes spinning loses most of it (llama-server: 4-8 tokens/s by default, 59
+    /// passive). Leave it unset unless the cores are shared.
     pub threads: usize,
     /// Requests that may wait for a slot before new ones are refused.
     pub queue_capacity: usize,
     pub prefix_cache: bool,
     /// Layers offloaded to the GPU (builds with the `cuda` feature).
     pub gpu_layers: u32,
+    /// Speculative decoding's defaults for the model's requests.
+    pub speculation: Speculation,
 }
 
 impl Default for LlmConfig {
@@ -53,6 +63,7 @@ impl Default for LlmConfig {
             queue_capacity: 256,
             prefix_cache: true,
             gpu_layers: if cfg!(feature = "cuda") { 999 } else { 0 },
+            speculation: Speculation::default(),
         }
     }
 }
@@ -73,12 +84,37 @@ impl LlmConfig {
         if self.threads == 0 {
             return Err("threads must be at least 1".into());
         }
-        Ok(())
+        self.speculation
+            .validate()
+            .map_err(|e| format!("speculation: {e}"))
     }
 }
 
-/// llama.cpp's process-wide initialisation, once.
-fn backend() -> Result<&'static LlamaBackend, LlmError> {
+impl LlmConfig {
+    /// The llama.cpp context a model runs with: `max_sequences` KV streams of
+    /// `context_per_sequence` tokens (the model's limit applied), computed on `threads`.
+    pub fn context_params(&self, context_per_sequence: u32) -> LlamaContextParams {
+        let threads = i32::try_from(self.threads).unwrap_or(i32::MAX);
+        // One KV stream per sequence (not unified): a sequence's cells then always lie in
+        // position order from the stream's start, whatever earlier sequences left behind, so a
+        // repeated request computes exactly as its first run did (see the scheduler).
+        LlamaContextParams::default()
+            .with_n_ctx(NonZeroU32::new(
+                context_per_sequence * self.max_sequences as u32,
+            ))
+            .with_n_batch(self.batch_tokens as u32)
+            .with_n_ubatch(self.batch_tokens as u32)
+            .with_n_seq_max(self.max_sequences as u32)
+            .with_n_threads(threads)
+            .with_n_threads_batch(threads)
+            .with_kv_unified(false)
+    }
+}
+
+/// llama.cpp's process-wide initialisation, once. Public for code that drives llama.cpp beside
+/// this crate in the same process (benchmarks and reference tests): llama.cpp refuses a second
+/// initialisation.
+pub fn backend() -> Result<&'static LlamaBackend, LlmError> {
     static BACKEND: OnceLock<Result<LlamaBackend, String>> = OnceLock::new();
     BACKEND
         .get_or_init(|| {
@@ -159,19 +195,9 @@ impl LlmModel {
             n_batch: config.batch_tokens,
             n_ctx,
             prefix_cache: config.prefix_cache,
+            row_cost: config.speculation.row_cost,
         };
-        let threads = i32::try_from(config.threads).unwrap_or(i32::MAX);
-        // One KV stream per sequence (not unified): a sequence's cells then always lie in
-        // position order from the stream's start, whatever earlier sequences left behind, so a
-        // repeated request computes exactly as its first run did (see the scheduler).
-        let ctx_params = LlamaContextParams::default()
-            .with_n_ctx(NonZeroU32::new(n_ctx))
-            .with_n_batch(config.batch_tokens as u32)
-            .with_n_ubatch(config.batch_tokens as u32)
-            .with_n_seq_max(config.max_sequences as u32)
-            .with_n_threads(threads)
-            .with_n_threads_batch(threads)
-            .with_kv_unified(false);
+        let ctx_params = config.context_params(context_per_sequence);
         let stats = Arc::new(Stats::default());
         let (requests, receiver) = crossbeam_channel::unbounded();
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
@@ -238,12 +264,28 @@ impl LlmModel {
         self.inner.stats.snapshot()
     }
 
+    /// An embedding context for this model, beside its chat context (the weights are
+    /// shared; its memory is [`Embedder::memory_bytes`]). Blocking.
+    pub fn embedder(&self, config: EmbeddingConfig) -> Result<Embedder, LlmError> {
+        Embedder::start(self.inner.model.clone(), &self.inner.info, config)
+    }
+
     /// The prompt for a chat, from the model's template.
     pub fn render_chat(&self, messages: &[ChatMessage]) -> Result<String, LlmError> {
         self.inner
             .template
             .render(messages, true)
             .map_err(LlmError::InvalidMessages)
+    }
+
+    /// The prompt for a chat whose messages may carry tool calls and tool results, with the
+    /// tools offered when `tools` offers them (see [`crate::tools::prompt`]).
+    pub fn render_chat_with_tools(
+        &self,
+        messages: &[crate::tools::Message],
+        tools: Option<&crate::tools::Tools>,
+    ) -> Result<String, LlmError> {
+        crate::tools::prompt::render(&self.inner.template, messages, tools)
     }
 
     /// Tokenizes a prompt as llama.cpp's server does: special tokens written in the text
@@ -295,13 +337,28 @@ impl LlmModel {
 
     /// Queues `n` generations of one prompt (OpenAI's `n`): the prompt is computed once and its
     /// KV copied to the other `n - 1` sequences, each sampling on its own. Choice `i` is
-    /// seeded with `seed + i`, so choices differ and a seeded request repeats.
+    /// seeded with `seed + i`, so choices differ and a seeded request repeats. Speculative
+    /// decoding as the model's configuration says.
     pub fn generate_n(
         &self,
         prompt: &[i32],
         params: &SamplingParams,
         grammar: Option<&str>,
         n: usize,
+    ) -> Result<Vec<Generation>, LlmError> {
+        self.generate_n_with(prompt, params, grammar, n, &SpeculationParams::default())
+    }
+
+    /// [`generate_n`](Self::generate_n) with the request's own speculative decoding: on or
+    /// off, its draft length, and the output it predicts (drafted from first). Every choice
+    /// drafts on its own.
+    pub fn generate_n_with(
+        &self,
+        prompt: &[i32],
+        params: &SamplingParams,
+        grammar: Option<&str>,
+        n: usize,
+        speculation: &SpeculationParams,
     ) -> Result<Vec<Generation>, LlmError> {
         params.validate()?;
         if n == 0 {
@@ -321,6 +378,11 @@ impl LlmModel {
         }
         let prompt_tokens = prompt.len() as u32;
         self.completion_budget(prompt_tokens, Some(params.max_tokens), params.max_tokens)?;
+        let spec = speculation.resolve(&self.inner.config.speculation)?;
+        let prediction = match (&spec, &speculation.prediction) {
+            (Some(_), Some(text)) => self.prediction_tokens(text)?,
+            _ => Vec::new(),
+        };
         let waiting =
             self.inner.stats.waiting.load(Ordering::Relaxed) as usize + self.inner.requests.len();
         if waiting >= self.inner.config.queue_capacity {
@@ -353,8 +415,34 @@ impl LlmModel {
                 priority: params.priority,
                 choice: first,
                 forks: choices,
+                speculation: spec,
+                prediction,
             })
             .map_err(|_| LlmError::Stopped("its scheduler thread has ended".into()))?;
         Ok(generations)
+    }
+
+    /// A predicted output's tokens, as the model would write that text (no BOS, special tokens
+    /// as plain text). Longer than the context is refused: it could never be followed whole.
+    fn prediction_tokens(&self, text: &str) -> Result<Vec<LlamaToken>, LlmError> {
+        let limit = self.context_length() as usize;
+        // Not even tokenized when it could not fit (no vocabulary averages 64 bytes a token).
+        if text.len() > limit * 64 {
+            return Err(LlmError::InvalidParam(format!(
+                "prediction: longer than the model's context of {limit} tokens"
+            )));
+        }
+        let tokens = self
+            .inner
+            .model
+            .vocab()
+            .tokenize(text.as_bytes(), false, false);
+        if tokens.len() > limit {
+            return Err(LlmError::InvalidParam(format!(
+                "prediction: {} tokens, more than the model's context of {limit}",
+                tokens.len()
+            )));
+        }
+        Ok(tokens)
     }
 }

@@ -180,7 +180,7 @@ const UNSUPPORTED_KEYWORDS: [&str; 11] = [
     "prefixItems",
 ];
 
-fn unsupported_keyword(schema: &serde_json::Value, path: &str) -> Result<(), LlmError> {
+pub(crate) fn unsupported_keyword(schema: &serde_json::Value, path: &str) -> Result<(), LlmError> {
     match schema {
         serde_json::Value::Object(map) => {
             for (key, value) in map {

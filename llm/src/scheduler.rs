@@ -44,8 +44,21 @@
 //!   whole in the cache recomputes its last tokens on the path its last token took the first
 //!   time (1, 2 or 64 rows: the fewest that path takes), so its first token's logits are the
 //!   ones its first run computed, with no step of its own before the first token.
+//!
+//! Speculative decoding ([`speculative`]): a generating sequence's row may be followed by rows
+//! of drafted tokens, all sampled in order until one differs from its draft; the KV of the rows
+//! after it is dropped. Fewer than 64 rows of one sequence take the row-by-row attention path,
+//! which is also the path of a lone token while its stream holds at most 256 cells, and of
+//! every token decoded beside other sequences. Past 256 cells a lone token's attention is split
+//! over the threads by cell ranges instead (another order of sums), so a sequence that drafts
+//! alone past 256 cells computes other bits than one that does not, and a greedy or seeded
+//! answer may then differ where two candidates nearly tie (what a sequence decoded alone and
+//! the same sequence decoded in a batch already do). Under that length, answers with and
+//! without drafts are bit-identical (tests/speculation.rs). The draft length depends only on
+//! token counts (not timings), so a repeated request still repeats.
 
 use crate::output::{Pushed, TextOutput};
+use crate::speculative::{self, Candidate, Drafter, Speculation};
 use crate::stats::Stats;
 use crate::{Done, Event, Finish, TokenLogprob, TopLogprob};
 use crossbeam_channel::Receiver;
@@ -78,6 +91,9 @@ pub(crate) struct Request {
     /// copy of its KV (`llama_memory_seq_cp`) and samples from the same logits, so the prompt
     /// is computed once.
     pub forks: Vec<Choice>,
+    /// How the request drafts tokens (None: it does not), and the output it predicts.
+    pub speculation: Option<Speculation>,
+    pub prediction: Vec<LlamaToken>,
 }
 
 impl Request {
@@ -96,6 +112,8 @@ impl Request {
             priority: self.priority,
             choice,
             forks: Vec::new(),
+            speculation: self.speculation.clone(),
+            prediction: self.prediction.clone(),
         }
     }
 }
@@ -107,6 +125,8 @@ pub(crate) struct Limits {
     pub n_batch: usize,
     pub n_ctx: u32,
     pub prefix_cache: bool,
+    /// [`Speculation::row_cost`] of the model.
+    pub row_cost: f32,
 }
 
 /// A sequence being served.
@@ -121,6 +141,10 @@ struct Active {
     output: TextOutput,
     /// Admission order: prefill is served first come, first served.
     admitted: u64,
+    drafter: Option<Drafter>,
+    /// Drafted tokens the sampler produced, and the others.
+    accepted: u32,
+    rejected: u32,
 }
 
 struct Slot {
@@ -195,8 +219,10 @@ impl Slot {
 struct Planned {
     slot: usize,
     tokens: Vec<LlamaToken>,
-    /// Batch row whose logits are sampled, when the batch ends this slot's prompt or it is a
-    /// generated token.
+    /// How many of `tokens` (after the first) are drafted, to be verified.
+    drafted: usize,
+    /// Batch row of the first logits sampled: the last prompt token's, or a generating
+    /// sequence's first row (its drafted rows follow).
     logits_row: Option<i32>,
 }
 
@@ -352,6 +378,10 @@ impl<'m> Scheduler<'m> {
 
     /// Puts a sequence into slot `i`, its first `fed` prompt tokens already in the KV cache.
     fn occupy(&mut self, i: usize, req: Request, fed: usize, cached: u32) {
+        let drafter = req
+            .speculation
+            .clone()
+            .map(|config| Drafter::new(config, req.prediction.clone()));
         self.slots[i].active = Some(Active {
             output: TextOutput::new(req.stop.clone()),
             req,
@@ -360,6 +390,9 @@ impl<'m> Scheduler<'m> {
             generated: 0,
             cached,
             admitted: self.clock,
+            drafter,
+            accepted: 0,
+            rejected: 0,
         });
     }
 
@@ -411,21 +444,63 @@ impl<'m> Scheduler<'m> {
         Stats::set(&self.stats.kv_usage_milli, usage);
     }
 
-    /// What one step computes: every generating sequence's next token, then prompt chunks in
-    /// the tokens left of `n_batch`.
-    fn plan(&self) -> Vec<Planned> {
+    /// The generating sequences' rows: each one's next token, then the tokens drafted for it
+    /// (up to the length that pays for the whole step, see [`speculative`]).
+    fn plan_generating(&mut self) -> Vec<Planned> {
         let mut plan = Vec::new();
-        let mut budget = self.limits.n_batch;
-        for (i, slot) in self.slots.iter().enumerate() {
-            if let Some(token) = slot.active.as_ref().and_then(|a| a.next) {
-                plan.push(Planned {
-                    slot: i,
-                    tokens: vec![token],
-                    logits_row: None,
-                });
-                budget -= 1;
+        let mut drafts = Vec::new();
+        for (i, slot) in self.slots.iter_mut().enumerate() {
+            let Some(a) = slot.active.as_mut() else {
+                continue;
+            };
+            let Some(token) = a.next else {
+                continue;
+            };
+            let draft = match a.drafter.as_mut() {
+                Some(drafter) => {
+                    let mut history = Vec::with_capacity(slot.tokens.len() + 1);
+                    history.extend_from_slice(&slot.tokens);
+                    history.push(token);
+                    // Never past the sequence's budget: a token after its last is wasted.
+                    let left = a.req.max_tokens.saturating_sub(a.generated) as usize;
+                    let mut d = drafter.draft(&history, a.req.prompt.len());
+                    d.truncate(left.saturating_sub(1));
+                    d
+                }
+                None => Vec::new(),
+            };
+            drafts.push(Candidate {
+                seq: slot.seq,
+                draft_len: draft.len(),
+                alpha: a.drafter.as_ref().map_or(0.0, Drafter::acceptance),
+            });
+            plan.push(Planned {
+                slot: i,
+                tokens: [&[token][..], &draft].concat(),
+                drafted: draft.len(),
+                logits_row: None,
+            });
+        }
+        if drafts.iter().any(|c| c.draft_len > 0) {
+            let cap = speculative::choose_draft_len(
+                &drafts,
+                f64::from(self.limits.row_cost),
+                self.limits.n_batch,
+                self.limits.n_batch,
+            );
+            for p in &mut plan {
+                p.drafted = p.drafted.min(cap);
+                p.tokens.truncate(1 + p.drafted);
             }
         }
+        plan
+    }
+
+    /// What one step computes: every generating sequence's next token and the tokens drafted
+    /// after it, then prompt chunks in the tokens left of `n_batch`.
+    fn plan(&mut self) -> Vec<Planned> {
+        let mut plan = self.plan_generating();
+        let mut budget = self.limits.n_batch - plan.iter().map(|p| p.tokens.len()).sum::<usize>();
         let mut prefilling: Vec<usize> = (0..self.slots.len())
             .filter(|&i| {
                 self.slots[i]
@@ -452,6 +527,7 @@ impl<'m> Scheduler<'m> {
             plan.push(Planned {
                 slot: i,
                 tokens: a.req.prompt[a.fed..a.fed + take].to_vec(),
+                drafted: 0,
                 logits_row: None,
             });
         }
@@ -495,6 +571,7 @@ impl<'m> Scheduler<'m> {
         let mut rows = Vec::new();
         for p in plan {
             let slot = &mut self.slots[p.slot];
+            let start = slot.tokens.len();
             slot.tokens.extend_from_slice(&p.tokens);
             let path = RowPath::of(p.tokens.len());
             slot.paths.resize(slot.tokens.len(), path);
@@ -505,11 +582,54 @@ impl<'m> Scheduler<'m> {
                 a.fed += p.tokens.len();
             }
             if let Some(row) = p.logits_row {
-                rows.push((p.slot, row));
+                let draft = p.tokens[p.tokens.len() - p.drafted..].to_vec();
+                rows.push((p.slot, row, draft, start));
             }
         }
-        for (slot, row) in rows {
-            self.sample(slot, row);
+        for (slot, row, draft, start) in rows {
+            if draft.is_empty() {
+                self.sample(slot, row, None);
+            } else {
+                self.verify(slot, row, &draft, start);
+            }
+        }
+    }
+
+    /// Samples slot `i`'s rows from batch row `row` on, the first computed from its token at
+    /// position `start` and each next one from the token drafted before it: while the sampled
+    /// token is the drafted one it is accepted (its KV is already computed), and the first
+    /// that differs is the next token, as if nothing had been drafted. The rows after it are
+    /// dropped from the KV cache.
+    fn verify(&mut self, i: usize, row: i32, draft: &[LlamaToken], start: usize) {
+        if let Some(a) = self.slots[i].active.as_mut() {
+            // Counted rejected until the sampler produces them.
+            a.rejected += draft.len() as u32;
+        }
+        Stats::add(&self.stats.draft_tokens, draft.len() as u64);
+        let mut accepted = 0;
+        let mut last = 0;
+        for (j, r) in (row..).take(draft.len() + 1).enumerate() {
+            last = j;
+            let expected = draft.get(j).copied();
+            let sampled = self.sample(i, r, expected);
+            if expected.is_some() && sampled.produced == expected {
+                accepted += 1;
+            }
+            if !sampled.running || sampled.produced != expected {
+                break;
+            }
+            if let Some(a) = self.slots[i].active.as_mut() {
+                // The drafted token is in the KV cache already: nothing to feed.
+                a.next = None;
+            }
+        }
+        self.remove_kv(i, start + 1 + last);
+        if let Some(d) = self.slots[i]
+            .active
+            .as_mut()
+            .and_then(|a| a.drafter.as_mut())
+        {
+            d.verified(draft.len(), accepted);
         }
     }
 
@@ -522,14 +642,21 @@ impl<'m> Scheduler<'m> {
             let Some(a) = slot.active.as_ref() else {
                 continue;
             };
-            let wants_logits = a.next.is_some() || a.fed + p.tokens.len() == a.req.prompt.len();
+            let generating = a.next.is_some();
+            let wants_logits = generating || a.fed + p.tokens.len() == a.req.prompt.len();
             let start = slot.tokens.len() as i32;
             for (k, &token) in p.tokens.iter().enumerate() {
                 let last = k + 1 == p.tokens.len();
+                // A generating sequence's rows are all sampled (its drafted ones verified).
+                let logits = if generating {
+                    true
+                } else {
+                    last && wants_logits
+                };
                 self.batch
-                    .add(token, start + k as i32, &[slot.seq], last && wants_logits)
+                    .add(token, start + k as i32, &[slot.seq], logits)
                     .map_err(|e| StepError::Other(format!("building the batch: {e}")))?;
-                if last && wants_logits {
+                if logits && p.logits_row.is_none() {
                     p.logits_row = Some(row);
                 }
                 row += 1;
@@ -581,17 +708,18 @@ impl<'m> Scheduler<'m> {
             }
             self.clock += 1;
             self.occupy(j, req, len, cached);
-            self.sample(j, row);
+            self.sample(j, row, None);
         }
     }
 
-    /// Samples slot `i`'s next token from batch row `row` and hands out what it produced.
-    fn sample(&mut self, i: usize, row: i32) {
+    /// Samples slot `i`'s next token from batch row `row` and hands out what it produced;
+    /// `expected` is the token drafted there, if any (counted accepted when produced).
+    fn sample(&mut self, i: usize, row: i32, expected: Option<LlamaToken>) -> Sampled {
         self.start_forks(i, row);
         let model = self.model;
         let vocab = model.vocab();
         let Some(a) = self.slots[i].active.as_mut() else {
-            return;
+            return Sampled::default();
         };
         let logprobs = a
             .req
@@ -599,10 +727,20 @@ impl<'m> Scheduler<'m> {
             .map(|top| (top, log_softmax(self.ctx.get_logits_ith(row))));
         let token = a.req.choice.sampler.sample(&self.ctx, row);
         a.generated += 1;
+        if expected == Some(token) {
+            a.accepted += 1;
+            a.rejected -= 1;
+            // Counted before the generation's end is sent, so its client sees it counted.
+            Stats::add(&self.stats.draft_accepted, 1);
+        }
         Stats::add(&self.stats.generation_tokens, 1);
+        let ended = Sampled {
+            produced: Some(token),
+            running: false,
+        };
         if vocab.is_eog(token) {
             self.finish(i, Finish::Stop, Last::default());
-            return;
+            return ended;
         }
         let piece = vocab.token_to_piece(token, false, None);
         let logprob = logprobs.map(|(top, lp)| token_logprob(model, &lp, token, &piece, top));
@@ -618,19 +756,26 @@ impl<'m> Scheduler<'m> {
             None
         };
         match finish {
-            Some(finish) => self.finish(
-                i,
-                finish,
-                Last {
-                    text,
-                    logprob,
-                    flush: !stopped,
-                },
-            ),
+            Some(finish) => {
+                self.finish(
+                    i,
+                    finish,
+                    Last {
+                        text,
+                        logprob,
+                        flush: !stopped,
+                    },
+                );
+                ended
+            }
             None => {
                 a.next = Some(token);
                 if !text.is_empty() || logprob.is_some() {
                     let _ = a.req.choice.events.send(Event::Text { text, logprob });
+                }
+                Sampled {
+                    produced: Some(token),
+                    running: true,
                 }
             }
         }
@@ -656,9 +801,19 @@ impl<'m> Scheduler<'m> {
             prompt_tokens: a.req.prompt.len() as u32,
             completion_tokens: a.generated,
             cached_tokens: a.cached,
+            accepted_prediction_tokens: a.accepted,
+            rejected_prediction_tokens: a.rejected,
         }));
         self.release(i);
     }
+}
+
+/// What sampling a row gave: the token (None when the slot was empty), and whether the
+/// sequence goes on.
+#[derive(Debug, Default)]
+struct Sampled {
+    produced: Option<LlamaToken>,
+    running: bool,
 }
 
 /// What a finishing sequence still has to hand out.

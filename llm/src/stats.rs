@@ -16,6 +16,9 @@ pub struct Stats {
     pub(crate) prefix_hits: AtomicU64,
     /// Sequences freed because their client went away.
     pub(crate) cancelled: AtomicU64,
+    /// Tokens drafted for speculative decoding, and those the sampler then produced.
+    pub(crate) draft_tokens: AtomicU64,
+    pub(crate) draft_accepted: AtomicU64,
 }
 
 /// One reading of [`Stats`].
@@ -29,6 +32,10 @@ pub struct StatsSnapshot {
     pub prefix_cache_queries: u64,
     pub prefix_cache_hits: u64,
     pub cancelled: u64,
+    /// Drafted tokens verified (vLLM's `spec_decode_num_draft_tokens`), and accepted
+    /// (`spec_decode_num_accepted_tokens`).
+    pub speculative_draft_tokens: u64,
+    pub speculative_accepted_tokens: u64,
 }
 
 impl Stats {
@@ -43,6 +50,8 @@ impl Stats {
             prefix_cache_queries: get(&self.prefix_queries),
             prefix_cache_hits: get(&self.prefix_hits),
             cancelled: get(&self.cancelled),
+            speculative_draft_tokens: get(&self.draft_tokens),
+            speculative_accepted_tokens: get(&self.draft_accepted),
         }
     }
 

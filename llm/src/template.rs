@@ -24,6 +24,8 @@ pub struct ChatTemplate {
     env: Environment<'static>,
     bos_token: String,
     eos_token: String,
+    /// Whether the template reads `tools` (renders the tools it is given).
+    supports_tools: bool,
 }
 
 fn raise_exception(message: String) -> Result<String, Error> {
@@ -94,11 +96,22 @@ impl ChatTemplate {
         env.add_function("strftime_now", strftime_now);
         env.add_template_owned("chat", source.unwrap_or(CHATML).to_string())
             .map_err(|e| format!("the model's chat template does not compile: {e:#}"))?;
+        let supports_tools = env
+            .get_template("chat")
+            .map(|t| t.undeclared_variables(false).contains("tools"))
+            .unwrap_or(false);
         Ok(ChatTemplate {
             env,
             bos_token: bos_token.to_string(),
             eos_token: eos_token.to_string(),
+            supports_tools,
         })
+    }
+
+    /// Whether the template renders the tools it is given (else tools are described in the
+    /// generic form, see [`crate::tools::prompt`]).
+    pub fn supports_tools(&self) -> bool {
+        self.supports_tools
     }
 
     /// The prompt for `messages`, ending with the assistant's turn opened when
@@ -107,6 +120,18 @@ impl ChatTemplate {
     pub fn render(
         &self,
         messages: &[ChatMessage],
+        add_generation_prompt: bool,
+    ) -> Result<String, String> {
+        let values = serde_json::to_value(messages).map_err(|e| format!("messages: {e}"))?;
+        self.render_values(&values, None, add_generation_prompt)
+    }
+
+    /// [`render`](Self::render) of messages in any form the template reads (tool calls,
+    /// tool results), with `tools` when given.
+    pub fn render_values(
+        &self,
+        messages: &serde_json::Value,
+        tools: Option<&serde_json::Value>,
         add_generation_prompt: bool,
     ) -> Result<String, String> {
         let template = self
@@ -119,7 +144,7 @@ impl ChatTemplate {
                 add_generation_prompt => add_generation_prompt,
                 bos_token => self.bos_token.as_str(),
                 eos_token => self.eos_token.as_str(),
-                tools => (),
+                tools => tools.map(Serde),
             })
             .map_err(|e| match e.kind() {
                 ErrorKind::InvalidOperation => e.detail().unwrap_or("invalid messages").to_string(),

@@ -2,53 +2,14 @@
 //! Q4_1, fetched by scripts/setup.sh): answers, batching equal to running alone, cancellation,
 //! the prefix cache, stop sequences and grammar-constrained JSON. Short generations only.
 
+mod support;
+
 use infergate_llm::{
     ChatMessage, Constraint, Event, Finish, Generation, LlmConfig, LlmError, LlmModel,
     SamplingParams,
 };
-use std::path::PathBuf;
-use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
-
-fn model_path() -> PathBuf {
-    let dir = std::env::var("INFERGATE_MODELS")
-        .expect("INFERGATE_MODELS must point at the demo models (source .cache/env.sh)");
-    PathBuf::from(dir).join("smollm2.gguf")
-}
-
-/// The tests share one model and read its counters and cache: one at a time.
-fn serial() -> MutexGuard<'static, ()> {
-    static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-/// One model for every test (loading takes a moment): 4 sequences, short contexts.
-fn model() -> &'static LlmModel {
-    static MODEL: OnceLock<LlmModel> = OnceLock::new();
-    MODEL.get_or_init(|| {
-        let config = LlmConfig {
-            max_sequences: 4,
-            context_per_sequence: 512,
-            batch_tokens: 64,
-            // 1 thread: 2 stall for seconds per token when the machine is oversubscribed (CI).
-            threads: 1,
-            queue_capacity: 64,
-            ..LlmConfig::default()
-        };
-        LlmModel::load(&model_path(), config).expect("the demo model loads")
-    })
-}
-
-fn chat(content: &str) -> Vec<i32> {
-    let m = model();
-    let prompt = m
-        .render_chat(&[ChatMessage {
-            role: "user".into(),
-            content: content.into(),
-        }])
-        .unwrap();
-    m.tokenize(&prompt)
-}
+use support::{chat, model, model_path, serial, wait_for};
 
 fn greedy(max_tokens: u32) -> SamplingParams {
     SamplingParams {
@@ -271,15 +232,6 @@ fn validation_reads_the_real_file_and_refuses_a_cut_one() {
     assert!(e.contains("truncated"), "{e}");
 }
 
-/// Waits (bounded) until the model's counters satisfy `what`.
-fn wait_for(what: &str, ready: impl Fn(&infergate_llm::StatsSnapshot) -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !ready(&model().stats()) {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
 #[test]
 fn a_higher_priority_request_is_admitted_first() {
     let _serial = serial();
@@ -354,19 +306,9 @@ fn n_choices_compute_the_prompt_once() {
 }
 
 /// A generation's tokens with their log probabilities (bit for bit), and how it ended.
-fn logprobs(mut g: Generation) -> (Vec<(String, u32)>, Finish) {
-    let mut tokens = Vec::new();
-    while let Some(event) = g.events.blocking_recv() {
-        match event {
-            Event::Text { logprob, .. } => {
-                let lp = logprob.expect("log probabilities were asked for");
-                tokens.push((lp.token, lp.logprob.to_bits()));
-            }
-            Event::Done(done) => return (tokens, done.finish),
-            Event::Error(e) => panic!("generation failed: {e}"),
-        }
-    }
-    panic!("the generation ended without Done");
+fn logprobs(g: Generation) -> (Vec<(String, u32)>, Finish) {
+    let (tokens, done) = support::with_logprobs(g);
+    (tokens, done.finish)
 }
 
 #[test]
