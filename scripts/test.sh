@@ -17,7 +17,7 @@ cargo fmt --all -- --check
 
 step "layers: no import circle between files (module_cycles.py --files); what each crate must not depend on"
 python3 scripts/module_cycles.py --files --check gateway/*/src engine/src protocol/src cluster/src \
-    kernels/src plugins/host/src api-types/src redis-limit/src
+    kernels/src plugins/host/src api-types/src redis-limit/src llm/src
 bash scripts/check_layers.sh
 
 # One build for the tests: `cargo test` builds proc-macros and build scripts in its own profile,

@@ -142,7 +142,7 @@ fn plain_loop(
     prompt: &[i32],
     max_tokens: usize,
 ) -> Run {
-    let backend = infergate_llm::model::backend().expect("llama.cpp");
+    let backend = infergate_llm::backend().expect("llama.cpp");
     let mut ctx = model
         .new_context(backend, config.context_params(context))
         .expect("a context");
@@ -187,7 +187,7 @@ fn main() {
     let path = demo_path();
     let config = demo_config(threads);
     let ours = LlmModel::load(&path, config.clone()).expect("the model loads");
-    let backend = infergate_llm::model::backend().expect("llama.cpp");
+    let backend = infergate_llm::backend().expect("llama.cpp");
     let plain = LlamaModel::load_from_file(backend, &path, &LlamaModelParams::default())
         .expect("the model loads");
     let prompt = chat(&ours, PROMPT);

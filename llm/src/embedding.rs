@@ -183,7 +183,7 @@ impl Embedder {
         let info = crate::gguf::inspect(path).map_err(|e| LlmError::InvalidModel(e.0))?;
         let params = llama_cpp_2::model::params::LlamaModelParams::default()
             .with_n_gpu_layers(config.gpu_layers);
-        let model = LlamaModel::load_from_file(crate::model::backend()?, path, &params)
+        let model = LlamaModel::load_from_file(crate::backend::backend()?, path, &params)
             .map_err(|e| LlmError::InvalidModel(format!("llama.cpp cannot load it: {e}")))?;
         Embedder::start(Arc::new(model), &info, config)
     }
@@ -217,7 +217,7 @@ impl Embedder {
         let (jobs, receiver) = crossbeam_channel::unbounded();
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let thread_model = model.clone();
-        let backend = crate::model::backend()?;
+        let backend = crate::backend::backend()?;
         let limits = (batch_tokens as usize, config.batch_inputs as usize);
         std::thread::Builder::new()
             .name("llm-embeddings".into())

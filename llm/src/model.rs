@@ -2,24 +2,25 @@
 //! scheduler thread that owns its context. Cloning the handle is cheap; the thread stops once
 //! every handle is dropped and its last sequence is done.
 
+use crate::backend::backend;
 use crate::embedding::{Embedder, EmbeddingConfig};
 use crate::error::LlmError;
+use crate::event::Event;
 use crate::gguf::{self, GgufInfo};
 use crate::params::SamplingParams;
 use crate::scheduler::{Choice, Limits, Request, Scheduler};
 use crate::speculative::{Speculation, SpeculationParams};
 use crate::stats::{Stats, StatsSnapshot};
 use crate::template::{ChatMessage, ChatTemplate};
-use crate::Event;
 use llama_cpp_2::context::params::LlamaContextParams;
-use llama_cpp_2::llama_backend::LlamaBackend;
 use llama_cpp_2::model::params::LlamaModelParams;
 use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::token::LlamaToken;
+use std::collections::BTreeMap;
 use std::num::NonZeroU32;
 use std::path::Path;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 
 /// How a model instance runs (the gateway's `[llm]` section).
@@ -47,6 +48,19 @@ pub struct LlmConfig {
     pub gpu_layers: u32,
     /// Speculative decoding's defaults for the model's requests.
     pub speculation: Speculation,
+    /// How a model serves embeddings, from an embedding context of its own (`[llm.embeddings]`).
+    pub embeddings: EmbeddingConfig,
+    /// Per model name, what differs from the settings above (`[llm.models.NAME]`).
+    pub models: BTreeMap<String, ModelOverrides>,
+}
+
+/// One model's own settings (`[llm.models.NAME]`): each replaces the server's whole section
+/// (fields it leaves out take their built-in defaults, not the server's).
+#[derive(Debug, Clone, Default, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ModelOverrides {
+    pub speculation: Option<Speculation>,
+    pub embeddings: Option<EmbeddingConfig>,
 }
 
 impl Default for LlmConfig {
@@ -64,6 +78,8 @@ impl Default for LlmConfig {
             prefix_cache: true,
             gpu_layers: if cfg!(feature = "cuda") { 999 } else { 0 },
             speculation: Speculation::default(),
+            embeddings: EmbeddingConfig::default(),
+            models: BTreeMap::new(),
         }
     }
 }
@@ -86,7 +102,36 @@ impl LlmConfig {
         }
         self.speculation
             .validate()
-            .map_err(|e| format!("speculation: {e}"))
+            .map_err(|e| format!("speculation: {e}"))?;
+        self.embeddings
+            .validate()
+            .map_err(|e| format!("embeddings: {e}"))?;
+        for (name, o) in &self.models {
+            if let Some(s) = &o.speculation {
+                s.validate()
+                    .map_err(|e| format!("models.{name}.speculation: {e}"))?;
+            }
+            if let Some(e) = &o.embeddings {
+                e.validate()
+                    .map_err(|m| format!("models.{name}.embeddings: {m}"))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The settings of the model named `name`: these with its own (`models`) applied.
+    pub fn for_model(&self, name: &str) -> LlmConfig {
+        let mut config = self.clone();
+        if let Some(o) = self.models.get(name) {
+            if let Some(s) = &o.speculation {
+                config.speculation = s.clone();
+            }
+            if let Some(e) = &o.embeddings {
+                config.embeddings = e.clone();
+            }
+        }
+        config.models.clear();
+        config
     }
 }
 
@@ -109,20 +154,6 @@ impl LlmConfig {
             .with_n_threads_batch(threads)
             .with_kv_unified(false)
     }
-}
-
-/// llama.cpp's process-wide initialisation, once. Public for code that drives llama.cpp beside
-/// this crate in the same process (benchmarks and reference tests): llama.cpp refuses a second
-/// initialisation.
-pub fn backend() -> Result<&'static LlamaBackend, LlmError> {
-    static BACKEND: OnceLock<Result<LlamaBackend, String>> = OnceLock::new();
-    BACKEND
-        .get_or_init(|| {
-            llama_cpp_2::send_logs_to_tracing(llama_cpp_2::LogOptions::default());
-            LlamaBackend::init().map_err(|e| e.to_string())
-        })
-        .as_ref()
-        .map_err(|e| LlmError::Internal(format!("initialising llama.cpp: {e}")))
 }
 
 /// A model file checked and its description, without loading weights: the header and metadata

@@ -57,10 +57,10 @@
 //! without drafts are bit-identical (tests/speculation.rs). The draft length depends only on
 //! token counts (not timings), so a repeated request still repeats.
 
+use crate::event::{Done, Event, Finish, TokenLogprob, TopLogprob};
 use crate::output::{Pushed, TextOutput};
 use crate::speculative::{self, Candidate, Drafter, Speculation};
 use crate::stats::Stats;
-use crate::{Done, Event, Finish, TokenLogprob, TopLogprob};
 use crossbeam_channel::Receiver;
 use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::llama_batch::LlamaBatch;

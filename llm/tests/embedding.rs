@@ -50,7 +50,7 @@ fn embed(e: &Embedder, t: &[&str]) -> Vec<Vec<f32>> {
 /// llama.cpp's embedding of one text, through llama-cpp-2 directly, L2-normalised.
 fn reference(text: &str, pooling: LlamaPoolingType) -> Vec<f32> {
     static MODEL: OnceLock<LlamaModel> = OnceLock::new();
-    let backend = infergate_llm::model::backend().unwrap();
+    let backend = infergate_llm::backend().unwrap();
     let m = MODEL.get_or_init(|| {
         LlamaModel::load_from_file(backend, model_path(), &LlamaModelParams::default()).unwrap()
     });

@@ -3,7 +3,7 @@
 //! part comes from llama.cpp's JSON-Schema converter (the path `response_format` takes), its
 //! root renamed and wrapped in the blocks.
 
-use super::{no_parameters, ToolDef};
+use super::defs::{no_parameters, ToolDef};
 use crate::error::LlmError;
 
 /// Most bytes of grammar the calls may take (a schema's enums and nesting multiply).

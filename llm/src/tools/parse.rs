@@ -4,8 +4,9 @@
 //! or, when a grammar forces it, its name as soon as it is written and its arguments as they
 //! are. The events of any split of a text add up to the same answer ([`Parsed`]).
 
+use super::checked::Tools;
+use super::defs::{call_id, ToolCall};
 use super::json_scan;
-use super::{call_id, ToolCall, Tools};
 use crate::output::longest_suffix_prefix;
 use serde_json::Value;
 
@@ -13,6 +14,22 @@ const OPEN: &str = "<tool_call>";
 const CLOSE: &str = "</tool_call>";
 /// Starts of an answer that may be a bare JSON call (or list of calls).
 const BARE_STARTS: [&str; 3] = ["{", "[", "```json"];
+
+impl Tools {
+    /// The calls in a whole answer, and its text outside them; what [`ToolStream`] hands out
+    /// for the same text in any pieces.
+    pub fn parse(&self, text: &str) -> Parsed {
+        let mut stream = self.stream();
+        let mut events = stream.push(text);
+        events.extend(stream.finish());
+        Parsed::from_events(events)
+    }
+
+    /// A parser for an answer that arrives in pieces.
+    pub fn stream(&self) -> ToolStream {
+        ToolStream::new(self)
+    }
+}
 
 /// What the parser hands out, in order (OpenAI's streamed `content` and `tool_calls` deltas).
 #[derive(Debug, Clone, PartialEq)]
@@ -74,8 +91,8 @@ enum State {
 
 /// A parser fed the answer in pieces ([`Tools::stream`]).
 #[derive(Debug)]
-pub struct ToolStream<'t> {
-    tools: &'t Tools,
+pub struct ToolStream {
+    tools: Tools,
     /// Text not handed out yet.
     buf: String,
     state: State,
@@ -87,10 +104,10 @@ pub struct ToolStream<'t> {
     skip_ws: bool,
 }
 
-impl<'t> ToolStream<'t> {
-    pub(super) fn new(tools: &'t Tools) -> ToolStream<'t> {
+impl ToolStream {
+    pub(super) fn new(tools: &Tools) -> ToolStream {
         ToolStream {
-            tools,
+            tools: tools.clone(),
             buf: String::new(),
             state: State::Text,
             calls: 0,

@@ -6,7 +6,8 @@
 //! `<tool_call>` blocks, results as a user turn of `<tool_response>` blocks (Hermes/Qwen's
 //! form, which the parser reads back).
 
-use super::{ToolCall, Tools};
+use super::checked::Tools;
+use super::defs::{ToolCall, ToolChoice};
 use crate::error::LlmError;
 use crate::template::{ChatMessage, ChatTemplate};
 use serde_json::{json, Value};
@@ -186,10 +187,8 @@ fn instructions(tools: &Tools) -> String {
         listed.join("\n")
     );
     match tools.choice() {
-        super::ToolChoice::Function(name) => {
-            text.push_str(&format!("\n\nCall the function {name}."))
-        }
-        super::ToolChoice::Required => text.push_str("\n\nCall at least one function."),
+        ToolChoice::Function(name) => text.push_str(&format!("\n\nCall the function {name}.")),
+        ToolChoice::Required => text.push_str("\n\nCall at least one function."),
         _ => {}
     }
     text

@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::template::ChatTemplate;
-use serde_json::json;
+use serde_json::{json, Value};
 
 fn weather() -> ToolDef {
     ToolDef {
