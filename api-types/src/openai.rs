@@ -116,7 +116,51 @@ pub struct ChatChoice<'a> {
 pub struct AssistantMessage<'a> {
     /// `assistant`.
     pub role: Cow<'a, str>,
-    pub content: Cow<'a, str>,
+    /// `null` when the answer is only tool calls.
+    pub content: Option<Cow<'a, str>>,
+    /// The functions the model called (absent when none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
+}
+
+/// A call the model made of a function the request offered (`tools`).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct ToolCall {
+    /// `call_` and 24 letters and digits; a `tool` message answering it names it.
+    pub id: String,
+    /// `function`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub function: FunctionCall,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct FunctionCall {
+    pub name: String,
+    /// The arguments object as JSON text, as the model wrote it.
+    pub arguments: String,
+}
+
+/// A chunk's part of a tool call: the first of a call has its `id`, `type` and
+/// `function.name` (arguments empty), the next ones more of `function.arguments`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct ToolCallDelta<'a> {
+    /// Which call of the choice (0, 1, ...).
+    pub index: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<Cow<'a, str>>,
+    /// `function`, in a call's first chunk.
+    #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
+    pub kind: Option<Cow<'a, str>>,
+    pub function: FunctionDelta<'a>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct FunctionDelta<'a> {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<Cow<'a, str>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arguments: Option<Cow<'a, str>>,
 }
 
 /// A chunk's part of a `/v1/chat/completions` choice.
@@ -130,14 +174,16 @@ pub struct ChatChunkChoice<'a> {
     pub finish_reason: Option<Cow<'a, str>>,
 }
 
-/// What a chunk adds to a chat choice: the role in a choice's first chunk, then text; `{}` in
-/// a chunk that adds nothing (the one that finishes the choice).
+/// What a chunk adds to a chat choice: the role in a choice's first chunk, then text or parts
+/// of tool calls; `{}` in a chunk that adds nothing (the one that finishes the choice).
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 pub struct Delta<'a> {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub role: Option<Cow<'a, str>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub content: Option<Cow<'a, str>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<ToolCallDelta<'a>>>,
 }
 
 /// A chat choice's log probabilities: one entry per generated token.
@@ -186,6 +232,9 @@ pub struct Usage {
     /// From a chat model; absent from the character model, which caches no prompt.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompt_tokens_details: Option<PromptTokensDetails>,
+    /// From a chat model; absent from the character model, which drafts no tokens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_tokens_details: Option<CompletionTokensDetails>,
 }
 
 impl Usage {
@@ -196,6 +245,7 @@ impl Usage {
             completion_tokens,
             total_tokens: prompt_tokens + completion_tokens,
             prompt_tokens_details: None,
+            completion_tokens_details: None,
         }
     }
 }
@@ -206,13 +256,23 @@ pub struct PromptTokensDetails {
     pub cached_tokens: u32,
 }
 
+/// Speculative decoding's drafted tokens (from the request's `prediction` or from n-grams of
+/// the prompt and answer): those the model produced, and those it did not (OpenAI's Predicted
+/// Outputs count the rejected ones as completion tokens too; here a rejected draft costs
+/// compute but is not in `completion_tokens`).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CompletionTokensDetails {
+    pub accepted_prediction_tokens: u32,
+    pub rejected_prediction_tokens: u32,
+}
+
 /// `POST /v1/embeddings`: one vector per input text, in the order of the inputs.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct EmbeddingList {
     /// `list`.
     pub object: Object,
     pub data: Vec<Embedding>,
-    /// The pipeline that computed them.
+    /// The pipeline or chat model that computed them.
     pub model: String,
     pub usage: EmbeddingUsage,
 }
@@ -234,8 +294,9 @@ pub enum EmbeddingVector {
     Base64(String),
 }
 
-/// An embedding request's size. The pipeline does not report its token count: both are the
-/// inputs' characters, an upper bound of the WordPiece tokens (each covers at least one).
+/// An embedding request's size: a GGUF model's tokens; a pipeline does not report its token
+/// count, so for a pipeline both are the inputs' characters, an upper bound of the WordPiece
+/// tokens (each covers at least one).
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 pub struct EmbeddingUsage {
     pub prompt_tokens: u64,
@@ -305,7 +366,8 @@ mod tests {
                 index: 0,
                 message: AssistantMessage {
                     role: "assistant".into(),
-                    content: "Hi".into(),
+                    content: Some("Hi".into()),
+                    tool_calls: vec![],
                 },
                 logprobs: Some(ChatLogprobs {
                     content: vec![TokenLogprob {
@@ -348,6 +410,7 @@ mod tests {
         let first = Delta {
             role: Some("assistant".into()),
             content: Some("".into()),
+            tool_calls: None,
         };
         same_text(
             &chunk(first, None),
@@ -365,6 +428,77 @@ mod tests {
         same_text(
             &usage,
             r#"{"id":"chatcmpl-1","object":"chat.completion.chunk","created":5,"model":"textgen","choices":[],"usage":{"prompt_tokens":2,"completion_tokens":3,"total_tokens":5}}"#,
+        );
+    }
+
+    #[test]
+    fn tool_calls_whole_and_streamed() {
+        let answer = ChatCompletion {
+            id: "chatcmpl-1".into(),
+            object: Object::ChatCompletion,
+            created: 5,
+            model: "smollm2".into(),
+            system_fingerprint: Some(None),
+            choices: vec![ChatChoice {
+                index: 0,
+                message: AssistantMessage {
+                    role: "assistant".into(),
+                    content: None,
+                    tool_calls: vec![ToolCall {
+                        id: "call_1".into(),
+                        kind: "function".into(),
+                        function: FunctionCall {
+                            name: "get_weather".into(),
+                            arguments: r#"{"city": "Paris"}"#.into(),
+                        },
+                    }],
+                },
+                logprobs: None,
+                finish_reason: Some("tool_calls".into()),
+            }],
+            usage: Some(Usage {
+                completion_tokens_details: Some(CompletionTokensDetails {
+                    accepted_prediction_tokens: 4,
+                    rejected_prediction_tokens: 1,
+                }),
+                ..Usage::new(20, 9)
+            }),
+        };
+        same_text(
+            &answer,
+            r#"{"id":"chatcmpl-1","object":"chat.completion","created":5,"model":"smollm2","system_fingerprint":null,"choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"get_weather","arguments":"{\"city\": \"Paris\"}"}}]},"logprobs":null,"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":20,"completion_tokens":9,"total_tokens":29,"completion_tokens_details":{"accepted_prediction_tokens":4,"rejected_prediction_tokens":1}}}"#,
+        );
+        let start = Delta {
+            tool_calls: Some(vec![ToolCallDelta {
+                index: 0,
+                id: Some("call_1".into()),
+                kind: Some("function".into()),
+                function: FunctionDelta {
+                    name: Some("get_weather".into()),
+                    arguments: Some("".into()),
+                },
+            }]),
+            ..Delta::default()
+        };
+        same_text(
+            &start,
+            r#"{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"get_weather","arguments":""}}]}"#,
+        );
+        let more = Delta {
+            tool_calls: Some(vec![ToolCallDelta {
+                index: 0,
+                id: None,
+                kind: None,
+                function: FunctionDelta {
+                    name: None,
+                    arguments: Some("{\"city\"".into()),
+                },
+            }]),
+            ..Delta::default()
+        };
+        same_text(
+            &more,
+            r#"{"tool_calls":[{"index":0,"function":{"arguments":"{\"city\""}}]}"#,
         );
     }
 

@@ -342,6 +342,7 @@ impl Metrics {
         let mut scraped = Registry::with_prefix("infergate");
         scraped.register_collector(Box::new(EngineSnapshot::read(catalog, engine)));
         scraped.register_collector(Box::new(LlmSnapshot::read(llm)));
+        scraped.register_collector(Box::new(crate::llm_metrics::Speculation::read(llm)));
         scraped.register_collector(Box::new(crate::manager::metrics::Snapshot::read(
             workers.view(),
             workers.counters(),

@@ -86,7 +86,7 @@ impl Producer {
                             } else {
                                 Phase::Done
                             };
-                            let last = self.meta.chunk(0, &step.text, None, Some(finish));
+                            let last = self.meta.chunk(0, &step.text, None, Some(finish.into()));
                             return Some(Piece::Event(last));
                         }
                         Ok(None) => self.phase = Phase::Done,

@@ -245,7 +245,8 @@ async fn complete(state: Arc<AppState>, meta: Meta, mut g: Generation) -> ApiRes
                     let whole = Generated {
                         text,
                         logprobs: Vec::new(),
-                        finish,
+                        tool_calls: Vec::new(),
+                        finish: finish.into(),
                     };
                     let usage = Usage::new(g.prompt_tokens, g.completion_tokens);
                     return Ok(meta.answer(vec![whole], usage));

@@ -147,9 +147,16 @@ impl App {
         }
     }
 
+    /// Sends one request through the front door and hands back the answer as it comes (a
+    /// stream read in pieces, or dropped half read).
+    pub async fn raw(&self, request: Request<Body>) -> http::Response<Body> {
+        let Ok(response) = self.service.clone().oneshot(request).await;
+        response
+    }
+
     /// Sends one request through the front door and reads the whole answer.
     pub async fn call(&self, request: Request<Body>) -> Reply {
-        let Ok(response) = self.service.clone().oneshot(request).await;
+        let response = self.raw(request).await;
         let (parts, body) = response.into_parts();
         let body = body.collect().await.expect("answer body").to_bytes();
         Reply {

@@ -1,0 +1,155 @@
+//! A chat model's answer streamed as OpenAI's chunks (Server-Sent Events): per choice its role,
+//! then its text (and log probabilities) as tokens come, or, with tools, the text outside
+//! calls and the calls' `tool_calls` deltas; its finish; the usage when asked; `[DONE]`. The
+//! events ready together go out in one write. A client that goes away drops the body, which
+//! drops the sequences' receivers: the scheduler frees them at its next step.
+
+use super::openai_answer::{stream_error, FinishReason, Meta};
+use super::openai_llm_usage::{merged, usage, Tracked};
+use super::openai_tools::ChoiceCalls;
+use axum::body::{Body, Bytes};
+use axum::response::{IntoResponse, Response};
+use futures_util::stream::{self, BoxStream, StreamExt};
+use futures_util::FutureExt;
+use infergate_llm::{Done, Event, Generation, Tools};
+use std::convert::Infallible;
+
+/// Where a streamed response is.
+struct Streaming {
+    meta: Meta,
+    events: BoxStream<'static, (usize, Event)>,
+    tracked: Tracked,
+    prompt_tokens: u32,
+    include_usage: bool,
+    done: Vec<Option<Done>>,
+    /// Per choice, its answer read for tool calls.
+    calls: Vec<ChoiceCalls>,
+    /// Text bytes sent per choice (completions' `text_offset`).
+    sent: Vec<usize>,
+    over: bool,
+}
+
+fn sse(out: &mut Vec<u8>, payload: &str) {
+    out.extend_from_slice(b"data: ");
+    out.extend_from_slice(payload.as_bytes());
+    out.extend_from_slice(b"\n\n");
+}
+
+impl Streaming {
+    fn first_chunks(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        if self.meta.is_chat() {
+            for i in 0..self.done.len() {
+                sse(&mut out, &self.meta.role_chunk(i as u32));
+            }
+        }
+        out
+    }
+
+    /// Formats one event; the last one adds usage and `[DONE]`.
+    fn write(&mut self, (i, event): (usize, Event), out: &mut Vec<u8>) {
+        let index = i as u32;
+        match event {
+            Event::Text { text, logprob } => {
+                self.tracked.token(i);
+                let pieces = self.calls[i].push(&text);
+                // A token's log probability goes with it even when its text is held back.
+                if !pieces.content.is_empty() || logprob.is_some() || pieces.calls.is_empty() {
+                    let logprob = logprob.map(|lp| (lp, self.sent[i]));
+                    self.sent[i] += pieces.content.len();
+                    sse(out, &self.meta.chunk(index, &pieces.content, logprob, None));
+                }
+                if !pieces.calls.is_empty() {
+                    sse(out, &self.meta.tool_chunk(index, pieces.calls));
+                }
+            }
+            Event::Done(done) => {
+                let rest = self.calls[i].finish();
+                if !rest.content.is_empty() {
+                    sse(out, &self.meta.chunk(index, &rest.content, None, None));
+                }
+                if !rest.calls.is_empty() {
+                    sse(out, &self.meta.tool_chunk(index, rest.calls));
+                }
+                self.done[i] = Some(done);
+                let finish = match FinishReason::from(done.finish) {
+                    FinishReason::Stop if self.calls[i].called => FinishReason::ToolCalls,
+                    other => other,
+                };
+                sse(out, &self.meta.chunk(index, "", None, Some(finish)));
+                if self.done.iter().all(Option::is_some) {
+                    self.tracked.end(200);
+                    self.finish(out);
+                }
+            }
+            Event::Error(message) => {
+                self.tracked.end(500);
+                sse(out, &stream_error(message, 500));
+                self.finish(out);
+            }
+        }
+    }
+
+    fn finish(&mut self, out: &mut Vec<u8>) {
+        if self.include_usage {
+            let usage = usage(self.prompt_tokens, &self.done);
+            sse(out, &self.meta.usage_chunk(usage));
+        }
+        out.extend_from_slice(b"data: [DONE]\n\n");
+        self.over = true;
+    }
+}
+
+/// The streamed answer of `generations` (one per choice).
+pub(super) fn response(
+    meta: Meta,
+    generations: Vec<Generation>,
+    tools: Option<&Tools>,
+    tracked: Tracked,
+    prompt_tokens: u32,
+    include_usage: bool,
+) -> Response {
+    let n = generations.len();
+    let streaming = Streaming {
+        meta,
+        events: merged(generations),
+        tracked,
+        prompt_tokens,
+        include_usage,
+        done: vec![None; n],
+        calls: (0..n).map(|_| ChoiceCalls::new(tools)).collect(),
+        sent: vec![0; n],
+        over: false,
+    };
+    let first = Bytes::from(streaming.first_chunks());
+    let body = stream::unfold(streaming, |mut s| async move {
+        if s.over {
+            return None;
+        }
+        // Events that are ready go into one write: one TLS record and one client wake-up.
+        let mut out = Vec::with_capacity(512);
+        match s.events.next().await {
+            Some(event) => s.write(event, &mut out),
+            None => {
+                // Senders gone without a Done: the model was unloaded under the request.
+                s.write((0, Event::Error("the model stopped".into())), &mut out);
+            }
+        }
+        while !s.over {
+            match s.events.next().now_or_never() {
+                Some(Some(event)) => s.write(event, &mut out),
+                _ => break,
+            }
+        }
+        Some((Ok::<_, Infallible>(Bytes::from(out)), s))
+    });
+    let body = stream::once(async move { Ok::<_, Infallible>(first) }).chain(body);
+    (
+        [
+            (http::header::CONTENT_TYPE, "text/event-stream"),
+            (http::header::CACHE_CONTROL, "no-cache"),
+        ],
+        Body::from_stream(body),
+    )
+        .into_response()
+}
