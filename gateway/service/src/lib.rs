@@ -18,8 +18,8 @@
 //! - [`manager`]: workers on other hosts, the manager's side: join, heartbeats, routing;
 //!   [`host`]: a host's devices, CPU and memory for reports.
 //! - [`replica_sync`]: replicas on PostgreSQL follow each other's models, plugins, pipelines.
-//! - [`metrics`], [`llm_metrics`], [`latency`], [`key_activity`], [`history`]: what
-//!   `/metrics`, the live dashboard and the last hour show.
+//! - [`metrics`], [`latency`], [`key_activity`], [`history`]: what `/metrics`, the live
+//!   dashboard and the last hour show.
 //! - [`config`] and [`cors`]: the configuration, checked; [`startup`]: what a process does once
 //!   at start; [`drain`]: shutdown of long streams.
 //! - [`error`]: the domain error, whose kind says whose fault it is; [`names`]: names and
@@ -46,7 +46,6 @@ pub mod infer;
 pub mod key_activity;
 pub mod key_limits;
 pub mod latency;
-pub mod llm_metrics;
 pub mod manager;
 pub mod metrics;
 pub mod model_repository;
