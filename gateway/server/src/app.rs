@@ -44,6 +44,16 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     };
     let plugin_host = Arc::new(infergate_service::startup::plugin_host(&config, &store)?);
     let state = Arc::new(AppState::new(config.clone(), store, engine, plugin_host)?);
+    if let Some(access) = state.anonymous() {
+        tracing::warn!("{}", access.warning());
+    }
+    if let Some(shm) = state.shared_memory() {
+        tracing::info!(
+            key_prefix = shm.prefix(),
+            "system shared memory: loopback callers may register objects named {}*; set [shared_memory] key_prefix to confine them, or enabled = false",
+            shm.prefix()
+        );
+    }
     // Workers reach this listener by the cluster's own server name and certificate.
     let tls = match tls {
         Some(acceptor) => Some(tokio_rustls::TlsAcceptor::from(

@@ -38,6 +38,10 @@ pub struct Config {
     pub cluster: ClusterConfig,
     /// The database: SQLite in the data directory, or PostgreSQL shared by replicas.
     pub store: infergate_store::StoreConfig,
+    /// Callers without a key: anonymous access and the proxies trusted to name a client.
+    pub auth: crate::anonymous::AuthConfig,
+    /// Triton's system shared-memory extension (tensors in the client's shared memory).
+    pub shared_memory: SharedMemoryConfig,
     /// Threads of the async runtime (connections, TLS, HTTP, request decode and encode); absent
     /// or 0: half the cores (rounded up) beside a local engine, every core without one
     /// (`infergate_engine::sizing::async_threads`).
@@ -58,6 +62,31 @@ impl Default for GrpcConfig {
         GrpcConfig {
             enabled: true,
             listen: SocketAddr::from(([127, 0, 0, 1], 8444)),
+        }
+    }
+}
+
+/// `[shared_memory]`: Triton's system shared-memory extension. Shared memory only works on the
+/// caller's own host, so it is offered to loopback callers only (a caller elsewhere is told
+/// so); regions belong to the caller that registered them.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SharedMemoryConfig {
+    pub enabled: bool,
+    /// Only POSIX shared-memory objects whose key starts with this prefix may be registered
+    /// (never another program's segments, never a path). tritonclient's examples use keys such
+    /// as `/input_simple`: a prefix of `/` followed by a word lets a deployment choose.
+    pub key_prefix: String,
+    /// Regions one caller may hold at once (each keeps a file descriptor open).
+    pub max_regions_per_caller: usize,
+}
+
+impl Default for SharedMemoryConfig {
+    fn default() -> Self {
+        SharedMemoryConfig {
+            enabled: true,
+            key_prefix: "/".into(),
+            max_regions_per_caller: 64,
         }
     }
 }
@@ -246,6 +275,13 @@ pub struct Limits {
     pub default_burst: Option<u32>,
     /// Concurrent requests per key for keys without their own cap (absent = unlimited).
     pub default_max_concurrent: Option<NonZeroU32>,
+    /// Rate limit of anonymous callers (`[auth] anonymous_scopes`), requests per second per
+    /// client address (absent = `default_rps`).
+    pub anonymous_rps: Option<f64>,
+    /// Burst for `anonymous_rps` (default: the rate rounded up).
+    pub anonymous_burst: Option<u32>,
+    /// Concurrent requests per anonymous client address (absent = `default_max_concurrent`).
+    pub anonymous_max_concurrent: Option<NonZeroU32>,
     /// Redis URL (`redis://host:port/db`, `rediss://` with TLS) holding the per-key rate limits
     /// that every gateway replica shares; absent = limits per process.
     pub shared_url: Option<String>,
@@ -341,6 +377,8 @@ impl Default for Config {
             llm: infergate_llm::LlmConfig::default(),
             cluster: ClusterConfig::default(),
             store: infergate_store::StoreConfig::default(),
+            auth: crate::anonymous::AuthConfig::default(),
+            shared_memory: SharedMemoryConfig::default(),
             async_threads: None,
         }
     }
@@ -367,6 +405,9 @@ impl Default for Limits {
             default_rps: None,
             default_burst: None,
             default_max_concurrent: None,
+            anonymous_rps: None,
+            anonymous_burst: None,
+            anonymous_max_concurrent: None,
             shared_url: None,
             shared_failure: SharedFailure::Open,
         }
@@ -443,9 +484,15 @@ impl Config {
         )
     }
 
-    /// Checks what serde cannot: the default rate limit and the CORS rules.
+    /// Checks what serde cannot: the default rate limit, the CORS rules, anonymous access.
     pub fn validate(&self) -> Result<(), String> {
         self.default_key_limits()?;
+        self.anonymous_access()?;
+        crate::anonymous::TrustedProxies::new(&self.auth)?;
+        if self.shared_memory.enabled {
+            infergate_shm::SharedMemory::new(&self.shared_memory.key_prefix, Default::default())
+                .map_err(|e| format!("[shared_memory] key_prefix: {e}"))?;
+        }
         self.cors.origins()?;
         self.llm.validate().map_err(|e| format!("[llm] {e}"))?;
         Ok(())
@@ -467,6 +514,31 @@ impl Config {
             rate,
             max_concurrent: self.limits.default_max_concurrent.map(NonZeroU32::get),
         })
+    }
+
+    /// What anonymous callers get (`[auth]`), with their limits per client address: the
+    /// `anonymous_*` limits, each absent one the keys' default. `None`: anonymous access is off.
+    pub fn anonymous_access(&self) -> Result<Option<crate::anonymous::AnonymousAccess>, String> {
+        let defaults = self.default_key_limits()?;
+        let rate = match self.limits.anonymous_rps {
+            Some(rps) => Some(
+                infergate_limits::RateLimit::new(rps, self.limits.anonymous_burst)
+                    .map_err(|e| format!("[limits] anonymous_rps/anonymous_burst: {e}"))?,
+            ),
+            None if self.limits.anonymous_burst.is_some() => {
+                return Err("[limits] anonymous_burst needs anonymous_rps".into())
+            }
+            None => defaults.rate,
+        };
+        let limits = infergate_limits::Limits {
+            rate,
+            max_concurrent: self
+                .limits
+                .anonymous_max_concurrent
+                .map(NonZeroU32::get)
+                .or(defaults.max_concurrent),
+        };
+        crate::anonymous::AnonymousAccess::new(&self.auth, limits)
     }
 
     /// Reads a TOML file over the defaults.
@@ -552,6 +624,26 @@ mod tests {
                 "{section}.{key} = 1"
             );
         }
+    }
+
+    #[test]
+    fn anonymous_limits_fall_back_to_the_key_defaults() {
+        let mut c: Config = toml::from_str(
+            "[auth]\nanonymous_scopes = [\"infer\"]\n[limits]\ndefault_rps = 4.0\nanonymous_max_concurrent = 2\n",
+        )
+        .unwrap();
+        let access = c.anonymous_access().unwrap().unwrap();
+        assert_eq!(access.limits().rate.unwrap().rps, 4.0);
+        assert_eq!(access.limits().max_concurrent, Some(2));
+        c.limits.anonymous_rps = Some(1.0);
+        let access = c.anonymous_access().unwrap().unwrap();
+        assert_eq!(access.limits().rate.unwrap().rps, 1.0);
+        c.auth.anonymous_scopes = vec!["admin".into()];
+        assert!(c.validate().unwrap_err().contains("admin"));
+        c.auth.anonymous_scopes.clear();
+        assert!(c.anonymous_access().unwrap().is_none());
+        c.shared_memory.key_prefix = "no-slash".into();
+        assert!(c.validate().unwrap_err().contains("[shared_memory]"));
     }
 
     #[test]

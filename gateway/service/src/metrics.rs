@@ -7,7 +7,8 @@
 //!   `openai`, `websocket`, `grpc`, and `pipeline` for raw-body pipeline runs), end to end as
 //!   the gateway sees them; `status` is the HTTP status the outcome maps to (4xx and 5xx
 //!   alike: a client error is an answer the client did not want either).
-//! - `infergate_rate_limited_requests_total{key_id,reason}`: refusals by the per-key limiter.
+//! - `infergate_rate_limited_requests_total{key_id,reason}`: refusals by the per-key limiter
+//!   (`key_id` is `anonymous` for callers without a key, limited per client address).
 //! - `infergate_plugin_call_duration_seconds{plugin,version,stage,outcome}` (histogram): every
 //!   WebAssembly plugin call, `outcome` = `ok`, `bad_input`, `busy` or the fault kind.
 //! - `infergate_generated_tokens_total{model,protocol}`, `infergate_generations_in_progress`,
@@ -278,10 +279,11 @@ impl Metrics {
             .observe(elapsed.as_secs_f64());
     }
 
-    pub fn rate_limited(&self, key_id: i64, reason: &'static str) {
+    /// A refusal of `caller`'s request: its key id, or `anonymous` (`Caller::label`).
+    pub fn rate_limited(&self, caller: &str, reason: &'static str) {
         self.rate_limited
             .get_or_create(&LimitLabels {
-                key_id: key_id.to_string(),
+                key_id: caller.to_string(),
                 reason,
             })
             .inc();

@@ -2,6 +2,7 @@
 //! authentication. It is built from its parts (catalog, pipelines, metrics, chat models,
 //! workers, ...), which know nothing of it: a part that needs another gets it handed in.
 
+use crate::anonymous::{AnonymousAccess, TrustedProxies};
 use crate::caller::Caller;
 use crate::catalog::model_key;
 use crate::catalog::Catalog;
@@ -24,6 +25,7 @@ use infergate_plugin_host::PluginHost;
 use infergate_store::auth::Scope;
 use infergate_store::models::ModelRecord;
 use infergate_store::{BlobKind, Store, StoreError};
+use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -60,6 +62,12 @@ pub struct AppState {
     workers: Arc<Manager>,
     /// The policies attached to the request phases.
     phases: Phases,
+    /// What callers without a key get, when anonymous access is on.
+    anonymous: Option<AnonymousAccess>,
+    /// The proxies whose `X-Forwarded-For` names the client.
+    proxies: TrustedProxies,
+    /// Triton's system shared-memory regions, when `[shared_memory] enabled`.
+    shared_memory: Option<infergate_shm::SharedMemory>,
 }
 
 impl AppState {
@@ -91,6 +99,20 @@ impl AppState {
             .map(Arc::new)
             .map_err(|e| ApiError::internal(format!("cluster: {e:#}")))?;
         let llm = Arc::new(LlmModels::new(config.llm.clone(), engine.clone()));
+        let anonymous = config.anonymous_access().map_err(ApiError::bad_request)?;
+        let proxies = TrustedProxies::new(&config.auth).map_err(ApiError::bad_request)?;
+        let shared_memory = if config.shared_memory.enabled {
+            let limits = infergate_shm::Limits {
+                max_regions_per_owner: config.shared_memory.max_regions_per_caller,
+                max_transfer_bytes: config.limits.max_request_bytes as u64,
+            };
+            Some(
+                infergate_shm::SharedMemory::new(&config.shared_memory.key_prefix, limits)
+                    .map_err(|e| ApiError::bad_request(format!("[shared_memory] {e}")))?,
+            )
+        } else {
+            None
+        };
         Ok(AppState {
             config,
             store,
@@ -110,6 +132,9 @@ impl AppState {
             llm,
             workers,
             phases: Phases::default(),
+            anonymous,
+            proxies,
+            shared_memory,
         })
     }
 
@@ -188,6 +213,22 @@ impl AppState {
         &self.workers
     }
 
+    /// What callers without a key get; `None` when anonymous access is off.
+    pub fn anonymous(&self) -> Option<&AnonymousAccess> {
+        self.anonymous.as_ref()
+    }
+
+    /// The client behind a connection from `peer`: the peer itself, or the address a trusted
+    /// proxy names in `forwarded_for` (see [`TrustedProxies::client`]).
+    pub fn client_address(&self, peer: IpAddr, forwarded_for: &[&str]) -> IpAddr {
+        self.proxies.client(peer, forwarded_for)
+    }
+
+    /// The system shared-memory regions; `None` when `[shared_memory] enabled` is false.
+    pub fn shared_memory(&self) -> Option<&infergate_shm::SharedMemory> {
+        self.shared_memory.as_ref()
+    }
+
     pub fn is_ready(&self) -> bool {
         self.ready.load(Ordering::Relaxed)
     }
@@ -199,20 +240,53 @@ impl AppState {
     /// Authenticates the key a request presents (`None`: it presented none) and checks it has
     /// `scope`: 401 without a valid key, 403 with a valid key lacking the scope. HTTP handlers
     /// take the server's `Authorized` extractor instead; this serves gRPC and WebSocket keys.
+    /// Keys only: [`Self::authorize_from`] also serves anonymous callers.
     pub fn authorize(&self, presented: Option<&str>, scope: Scope) -> ApiResult<Caller> {
-        let caller = self.authenticate(presented)?;
+        self.authorize_from(presented, None, scope)
+    }
+
+    /// [`Self::authorize`] for a caller at `client` (its address, when known): without a key, a
+    /// caller from a network granted anonymous access is served as anonymous.
+    pub fn authorize_from(
+        &self,
+        presented: Option<&str>,
+        client: Option<IpAddr>,
+        scope: Scope,
+    ) -> ApiResult<Caller> {
+        let caller = self.authenticate_from(presented, client)?;
         caller.check_scopes(&[scope])?;
         Ok(caller)
     }
 
     /// The caller holding the active key the request presents (from the in-memory key cache),
-    /// with its limits: 401 without one.
+    /// with its limits: 401 without one. Keys only: [`Self::authenticate_from`] also serves
+    /// anonymous callers.
     pub fn authenticate(&self, presented: Option<&str>) -> ApiResult<Caller> {
-        let presented = presented.ok_or_else(|| {
-            ApiError::unauthorized(
-                "missing API key: send 'Authorization: Bearer <key>' or 'X-API-Key: <key>'",
-            )
-        })?;
+        self.authenticate_from(presented, None)
+    }
+
+    /// [`Self::authenticate`] for a caller at `client`: without a key, the anonymous caller at
+    /// `client` when anonymous access covers it. A key that does not check out is a 401 even
+    /// where anonymous access would have served the caller without one.
+    pub fn authenticate_from(
+        &self,
+        presented: Option<&str>,
+        client: Option<IpAddr>,
+    ) -> ApiResult<Caller> {
+        const MISSING: &str =
+            "missing API key: send 'Authorization: Bearer <key>' or 'X-API-Key: <key>'";
+        let Some(presented) = presented else {
+            return match (&self.anonymous, client) {
+                (Some(access), Some(addr)) if access.admits(addr) => {
+                    Ok(Caller::anonymous(addr, access))
+                }
+                (Some(_), Some(addr)) => Err(ApiError::unauthorized(format!(
+                    "{MISSING} (anonymous access is not granted to {})",
+                    addr.to_canonical()
+                ))),
+                _ => Err(ApiError::unauthorized(MISSING)),
+            };
+        };
         let key = self
             .store
             .authenticate(presented)?

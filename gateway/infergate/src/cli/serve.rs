@@ -138,6 +138,15 @@ pub struct ServeArgs {
     /// [default: 5].
     #[arg(long, env = "INFERGATE_STORE_RESYNC_S")]
     store_resync_s: Option<u64>,
+    /// Serve callers without an API key from --anonymous-networks with these scopes (infer,
+    /// upload; never admin), each client address under its own rate limit ([limits]
+    /// anonymous_rps) [default: off].
+    #[arg(long, env = "INFERGATE_ANONYMOUS_SCOPES", value_delimiter = ',')]
+    anonymous_scopes: Vec<String>,
+    /// Networks (CIDR or addresses) whose callers may go without a key when --anonymous-scopes
+    /// is given [default: loopback, 127.0.0.0/8 and ::1].
+    #[arg(long, env = "INFERGATE_ANONYMOUS_NETWORKS", value_delimiter = ',')]
+    anonymous_networks: Vec<String>,
     /// Run no requests on this server's engine: route every one to workers that joined.
     #[arg(long, env = "INFERGATE_NO_LOCAL_ENGINE")]
     no_local_engine: bool,
@@ -220,6 +229,12 @@ impl ServeArgs {
         set!(c.grpc.listen, self.grpc_listen);
         c.grpc.enabled &= !self.no_grpc;
         c.cluster.local_engine &= !self.no_local_engine;
+        if !self.anonymous_scopes.is_empty() {
+            c.auth.anonymous_scopes = self.anonymous_scopes;
+        }
+        if !self.anonymous_networks.is_empty() {
+            c.auth.anonymous_networks = self.anonymous_networks;
+        }
         c.validate().map_err(|e| anyhow!(e))?;
         if !matches!(c.log_format.as_str(), "text" | "json") {
             bail!(

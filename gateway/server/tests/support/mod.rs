@@ -8,6 +8,8 @@
 
 #![allow(dead_code)]
 
+pub mod grpc;
+
 use axum::body::Body;
 use bytes::Bytes;
 use http::{HeaderMap, Method, Request, StatusCode};
@@ -23,6 +25,19 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use tower::ServiceExt;
+
+/// A peer address (`"127.0.0.1"`, `"[::1]"`, with or without a port) as the listener marks it.
+pub fn peer_addr(peer: &str) -> infergate_server::client_addr::PeerAddr {
+    let addr = peer
+        .parse::<std::net::SocketAddr>()
+        .or_else(|_| {
+            peer.trim_matches(|c| c == '[' || c == ']')
+                .parse::<std::net::IpAddr>()
+                .map(|ip| std::net::SocketAddr::new(ip, 40000))
+        })
+        .expect("a peer address");
+    infergate_server::client_addr::PeerAddr(addr)
+}
 
 /// The tiny model ([1,16] -> x + x), written once per test process.
 pub fn tiny_model() -> &'static Path {
@@ -47,6 +62,8 @@ pub fn tiny_model() -> &'static Path {
 pub struct App {
     pub state: Arc<AppState>,
     service: FrontService,
+    /// The gRPC service, as the gRPC listener serves it ([`grpc`]).
+    pub grpc: axum::Router,
     pub admin: String,
     pub upload: String,
     pub infer: String,
@@ -138,6 +155,7 @@ impl App {
         let state = Arc::new(state);
         let front = Arc::new(infergate_server::api::router(state.clone()));
         App {
+            grpc: infergate_server::grpc::server::router(state.clone()),
             state,
             service: FrontService(front),
             admin,
@@ -157,6 +175,38 @@ impl App {
             headers: parts.headers,
             body,
         }
+    }
+
+    /// Sends one request as if it came from `peer` (an address, as the listener marks it).
+    pub async fn call_from(&self, peer: &str, mut request: Request<Body>) -> Reply {
+        request.extensions_mut().insert(peer_addr(peer));
+        self.call(request).await
+    }
+
+    /// `POST path` with a JSON body from `peer`, with `key` if given.
+    pub async fn post_from(&self, peer: &str, path: &str, key: Option<&str>, json: Value) -> Reply {
+        let mut request = Request::builder()
+            .method(Method::POST)
+            .uri(path)
+            .header(http::header::CONTENT_TYPE, "application/json");
+        if let Some(key) = key {
+            request = request.header(http::header::AUTHORIZATION, format!("Bearer {key}"));
+        }
+        self.call_from(
+            peer,
+            request.body(Body::from(json.to_string())).expect("request"),
+        )
+        .await
+    }
+
+    /// `GET path` from `peer`, with `key` if given.
+    pub async fn get_from(&self, peer: &str, path: &str, key: Option<&str>) -> Reply {
+        let mut request = Request::builder().uri(path);
+        if let Some(key) = key {
+            request = request.header(http::header::AUTHORIZATION, format!("Bearer {key}"));
+        }
+        self.call_from(peer, request.body(Body::empty()).expect("request"))
+            .await
     }
 
     /// `method path` with `key` (as `Authorization: Bearer`) and a JSON body, if given.
