@@ -4,6 +4,7 @@ pub mod admission;
 pub mod authorized;
 pub mod body;
 mod completion_stream;
+pub mod compressed;
 pub mod dashboard;
 pub mod embeddings;
 pub mod events;
@@ -21,6 +22,7 @@ mod openai_answer;
 pub mod openai_llm;
 pub mod pipelines;
 pub mod plugins;
+pub mod shared_memory;
 pub mod stream;
 pub mod textgen;
 pub mod triton;
@@ -80,6 +82,47 @@ fn routes() -> front::Routes {
         .route("/v2/repository/index", post(triton::repository_index))
         .route("/v2/repository/models/{model}/load", post(triton::load))
         .route("/v2/repository/models/{model}/unload", post(triton::unload))
+        // Triton's shared-memory extension (system shared memory; no CUDA here)
+        .route(
+            "/v2/systemsharedmemory/status",
+            get(shared_memory::status_all),
+        )
+        .route(
+            "/v2/systemsharedmemory/region/{name}/status",
+            get(shared_memory::status_one),
+        )
+        .route(
+            "/v2/systemsharedmemory/region/{name}/register",
+            post(shared_memory::register),
+        )
+        .route(
+            "/v2/systemsharedmemory/unregister",
+            post(shared_memory::unregister_all),
+        )
+        .route(
+            "/v2/systemsharedmemory/region/{name}/unregister",
+            post(shared_memory::unregister_one),
+        )
+        .route(
+            "/v2/cudasharedmemory/status",
+            get(shared_memory::cuda_status_all),
+        )
+        .route(
+            "/v2/cudasharedmemory/region/{name}/status",
+            get(shared_memory::cuda_status_one),
+        )
+        .route(
+            "/v2/cudasharedmemory/region/{name}/register",
+            post(shared_memory::cuda_register),
+        )
+        .route(
+            "/v2/cudasharedmemory/unregister",
+            post(shared_memory::cuda_unregister),
+        )
+        .route(
+            "/v2/cudasharedmemory/region/{name}/unregister",
+            post(shared_memory::cuda_unregister),
+        )
         // Management API
         .route("/api/models", get(models::list))
         .route(
