@@ -41,6 +41,12 @@ pub struct PipelineSpec {
     /// String parameters handed to every plugin as metadata (e.g. `top_k`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub parameters: BTreeMap<String, String>,
+    /// Answers a KServe gRPC stream request with one response per result (Triton's decoupled
+    /// transaction policy): each row of the outputs' first dimension, or each element of a
+    /// JSON array the last post-plugin returns, then the final flag. Unary calls are refused,
+    /// as Triton refuses them for a decoupled model.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub decoupled: bool,
 }
 
 impl PipelineSpec {

@@ -31,6 +31,10 @@ pub struct Exchange<'a> {
     pub inputs: &'a [Tensor],
     /// The outputs asked for by name; empty for all of them.
     pub outputs: &'a [String],
+    /// Set when the request belongs to a sequence (request parameter `sequence_id`): its
+    /// state lives on one copy of the model, so policies that would send it elsewhere (traffic
+    /// splits, mirrors) or answer it from elsewhere (response caches) must let it pass.
+    pub sequence: Option<&'a infergate_engine::SequenceFlags>,
 }
 
 /// How a request ended, for [`Hook::answer_sent`].
@@ -257,6 +261,7 @@ mod tests {
             named_version: None,
             inputs: &[],
             outputs: &[],
+            sequence: None,
         };
         futures_executor::block_on(phases.admit(&exchange))
     }

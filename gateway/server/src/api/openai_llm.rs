@@ -641,6 +641,33 @@ fn stream_response(
         .into_response()
 }
 
+/// One generation (one choice, no logprobs) on a chat model from an OpenAI-style document:
+/// `prompt` is continued as is, `messages` go through the chat template, the other fields are
+/// the OpenAI endpoints'. The WebSocket and the KServe gRPC stream (decoupled) use it.
+pub(crate) async fn start(
+    state: &AppState,
+    record: &ModelRecord,
+    generate: Value,
+) -> ApiResult<Generation> {
+    let request: Request = serde_json::from_value(generate).map_err(|e| bad("generate", e))?;
+    let kind = if request.messages.is_some() {
+        Kind::Chat
+    } else {
+        Kind::Completion
+    };
+    let model = state
+        .llm()
+        .get(record, state.model_file(record, false))
+        .await?;
+    let plan = request.plan(kind, &model, state.config().openai.max_tokens_limit)?;
+    if plan.n != 1 || plan.params.logprobs.is_some() {
+        return Err(bad("generate", "n and logprobs are not supported here"));
+    }
+    model
+        .generate(&plan.prompt, &plan.params, plan.grammar.as_deref())
+        .map_err(api_error)
+}
+
 /// `generate` over WebSocket (`/v2/stream`) on a chat model, in the frames the character model
 /// uses: `{"id", "token"}` per piece of text, then `{"id", "done": true, "finish_reason",
 /// "text", "usage"}`. `prompt` is continued as is; `messages` instead goes through the chat
@@ -652,26 +679,7 @@ pub(crate) async fn websocket_generate(
     id: &Value,
     out: &tokio::sync::mpsc::Sender<axum::extract::ws::Message>,
 ) -> ApiResult<()> {
-    let request: Request = serde_json::from_value(generate).map_err(|e| bad("generate", e))?;
-    let kind = if request.messages.is_some() {
-        Kind::Chat
-    } else {
-        Kind::Completion
-    };
-    let model = state
-        .llm()
-        .get(&record, state.model_file(&record, false))
-        .await?;
-    let plan = request.plan(kind, &model, state.config().openai.max_tokens_limit)?;
-    if plan.n != 1 || plan.params.logprobs.is_some() {
-        return Err(bad(
-            "generate",
-            "n and logprobs are not supported over WebSocket",
-        ));
-    }
-    let mut generation = model
-        .generate(&plan.prompt, &plan.params, plan.grammar.as_deref())
-        .map_err(api_error)?;
+    let mut generation = start(state, &record, generate).await?;
     let tokens = state.metrics().token_counter(&record.name, "websocket");
     let _in_progress = state.metrics().generation_started();
     let mut text = String::new();

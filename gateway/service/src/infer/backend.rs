@@ -17,7 +17,7 @@ use crate::state::AppState;
 use infergate_cluster::messages::LoadedModel;
 use infergate_engine::kernels::Ops;
 use infergate_engine::preprocess::{ResizeNormalize, ResizeNormalizeExt};
-use infergate_engine::{InferOptions, ModelState, Tensor};
+use infergate_engine::{InferOptions, ModelState, SequenceFlags, Tensor};
 use infergate_hop::remote::{self, Failure};
 use infergate_store::models::ModelRecord;
 use std::sync::atomic::Ordering;
@@ -98,6 +98,69 @@ pub async fn run_stage(
         });
         if let Some(answer) = routing.attempt(&worker.0, &worker.1, body).await? {
             return remote::decode_answer(&worker.1, &answer).map_err(ApiError::from);
+        }
+    }
+}
+
+/// Runs one request of a sequence of a stateful model version. The sequence's state lives
+/// where its first request ran, so its copy is chosen from its correlation id
+/// ([`crate::manager::Manager::choose_for_sequence`], the same on every replica) and never
+/// changes: a worker that fails before answering is not retried elsewhere, and the sequence
+/// ends there with an error that says so.
+pub async fn run_sequence(
+    state: &AppState,
+    record: &ModelRecord,
+    inputs: Vec<Tensor>,
+    outputs: Vec<String>,
+    options: InferOptions,
+    sequence: SequenceFlags,
+) -> ApiResult<Vec<Tensor>> {
+    let manager = state.workers();
+    let model = LoadedModel {
+        name: record.name.clone(),
+        version: u32::try_from(record.version).unwrap_or(u32::MAX),
+    };
+    let (id, advertise) = match manager.choose_for_sequence(&model, &sequence.id.to_string())? {
+        Choice::Local => {
+            let _outstanding = manager.begin(crate::manager::LOCAL);
+            let key = model_key(record);
+            let checked = if state.engine().state(&key) == ModelState::Ready {
+                None
+            } else {
+                Some(state.model_file(record, false).await?)
+            };
+            let path = || checked.unwrap_or_else(|| state.model_path(record));
+            return Ok(state
+                .engine()
+                .infer_in_sequence(&key, path, inputs, outputs, options, sequence)
+                .await?);
+        }
+        Choice::Worker { id, advertise } => (id, advertise),
+    };
+    let _outstanding = manager.begin(&id);
+    let body = remote::encode_sequence(&inputs, &outputs, options, &sequence);
+    manager
+        .counters()
+        .sent_bytes
+        .fetch_add(body.wire_bytes() as u64, Ordering::Relaxed);
+    let timeout = Duration::from_secs(manager.config.request_timeout_s.max(1));
+    let digest = remote::config_digest(&record.config);
+    let to = remote::Destination {
+        advertise: &advertise,
+        model: &record.name,
+        version: record.version,
+        config_digest: &digest,
+    };
+    match remote::send(&manager.pool, &to, &body, timeout).await {
+        Ok(answer) => remote::decode_answer(&advertise, &answer).map_err(ApiError::from),
+        Err(Failure::Answered(refusal)) => Err(refusal.into()),
+        Err(Failure::TimedOut(why)) => Err(ApiError::new(Kind::Timeout, why)),
+        Err(Failure::Unreachable(why)) => {
+            tracing::warn!(worker = %id, model = %record.name, sequence = %sequence.id, error = %why, "the worker of a sequence failed; the sequence ends");
+            Err(ApiError::unavailable(format!(
+                "sequence {} of model '{}' ran on worker {id}, which failed before answering ({why}): its state is lost and the sequence has ended; start it again with sequence_start",
+                sequence.id, record.name
+            )))
         }
     }
 }

@@ -45,6 +45,7 @@ pub async fn run(
             named_version,
             inputs: &request.inputs,
             outputs: &request.outputs,
+            sequence: request.sequence.as_ref(),
         };
         state.phases().admit(&exchange).await?
     };
@@ -94,14 +95,29 @@ async fn run_target(state: &AppState, target: Target, request: Request) -> ApiRe
         Target::Model(record) => record,
         Target::Pipeline(pipeline) => return pipeline_tensors(state, &pipeline, request).await,
     };
-    let outputs = backend::run_model(
-        state,
-        &record,
-        request.inputs,
-        request.outputs,
-        request.options,
-    )
-    .await?;
+    let outputs = match request.sequence {
+        Some(sequence) if is_stateful(state, &record) => {
+            backend::run_sequence(
+                state,
+                &record,
+                request.inputs,
+                request.outputs,
+                request.options,
+                sequence,
+            )
+            .await?
+        }
+        _ => {
+            backend::run_model(
+                state,
+                &record,
+                request.inputs,
+                request.outputs,
+                request.options,
+            )
+            .await?
+        }
+    };
     Ok(Inferred {
         served: Some(Served {
             model: record.name.clone(),
@@ -113,6 +129,16 @@ async fn run_target(state: &AppState, target: Target, request: Request) -> ApiRe
         times: None,
         passage: Passage::default(),
     })
+}
+
+/// Whether a model version serves sequences (its configuration has `sequence_batching`); a
+/// version without ignores the sequence parameters, as Triton does.
+pub fn is_stateful(state: &AppState, record: &infergate_store::models::ModelRecord) -> bool {
+    state
+        .engine()
+        .model_config(&crate::catalog::model_key(record))
+        .sequence_batching
+        .is_some()
 }
 
 /// Tensors in, tensors out, like a model: request parameters reach every plugin as metadata,

@@ -428,6 +428,39 @@ impl Manager {
         self.pick(&registry, model, &candidates, &tried)
     }
 
+    /// Where a request of sequence `correlation` of `model` goes: the first of the ready workers
+    /// in the rendezvous order of the model version and correlation id, which every replica
+    /// computes alike from the same workers, so a sequence keeps its worker (and its state)
+    /// whichever replica a request reaches; the local engine only when no worker is ready
+    /// (another replica's local engine holds other state). Never the local engine of a
+    /// manager that only routes.
+    pub fn choose_for_sequence(&self, model: &LoadedModel, correlation: &str) -> ApiResult<Choice> {
+        let registry = self.registry.lock();
+        let candidates = registry.candidates(model, Instant::now());
+        let ready = candidates
+            .iter()
+            .filter(|c| c.state.routable())
+            .map(|c| c.id);
+        let key = format!("{}:{}/{correlation}", model.name, model.version);
+        let Some(first) = infergate_cluster::rendezvous::rank(&key, ready)
+            .first()
+            .copied()
+        else {
+            if self.config.local_engine {
+                return Ok(Choice::Local);
+            }
+            RoutingCounters::count(&self.counters.no_worker);
+            return Err(no_worker(model, NoWorker::NoneReady));
+        };
+        let advertise = registry
+            .address(first)
+            .ok_or_else(|| ApiError::internal("a ranked worker has no address"))?;
+        Ok(Choice::Worker {
+            id: first.to_owned(),
+            advertise: advertise.to_owned(),
+        })
+    }
+
     /// A worker (never the local engine) for a direct-mode client of `model`: its id, its
     /// address and its gRPC address (as its last heartbeat gave it). Direct traffic never passes the manager, so the load compared is what workers
     /// report in flight plus the grants since (see `Registry::direct_candidates`).
