@@ -298,18 +298,14 @@ async fn inputs_and_outputs_pass_through_a_callers_own_regions() {
     assert_eq!(floats(&written[8..]), vec![6.0; 16]);
 
     // Another key neither sees nor uses these regions.
-    let upload = Some(app.upload.as_str());
+    let other = app.key("infer");
+    let other = Some(other.as_str());
     let theirs = app
-        .get_from("127.0.0.1", "/v2/systemsharedmemory/status", upload)
+        .get_from("127.0.0.1", "/v2/systemsharedmemory/status", other)
         .await;
     assert_eq!(theirs.json(), json!([]));
     let used = app
-        .post_from(
-            "127.0.0.1",
-            "/v2/models/tiny/infer",
-            upload,
-            request.clone(),
-        )
+        .post_from("127.0.0.1", "/v2/models/tiny/infer", other, request.clone())
         .await;
     assert_eq!(used.status, StatusCode::NOT_FOUND, "{:?}", used.error());
     assert!(

@@ -112,7 +112,7 @@ async fn inputs_that_do_not_fit_are_named_in_tritons_words() {
         .post(
             "/v2/models/tiny/infer",
             key,
-            json!({"inputs": [{"name": "z", "datatype": "FP32", "shape": [1, 16], "data": [0.0; 16]}]}),
+            json!({"inputs": [{"name": "z", "datatype": "FP32", "shape": [1, 16], "data": vec![0.0; 16]}]}),
         )
         .await;
     assert_eq!(name.status, StatusCode::BAD_REQUEST);
@@ -136,7 +136,7 @@ async fn inputs_that_do_not_fit_are_named_in_tritons_words() {
         .post(
             "/v2/models/tiny/infer",
             key,
-            json!({"inputs": [{"name": "x", "datatype": "INT32", "shape": [1, 16], "data": [0; 16]}]}),
+            json!({"inputs": [{"name": "x", "datatype": "INT32", "shape": [1, 16], "data": vec![0; 16]}]}),
         )
         .await;
     assert!(

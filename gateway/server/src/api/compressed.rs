@@ -144,7 +144,9 @@ pub async fn respond(request_headers: &HeaderMap, response: Response) -> Respons
     };
     let (mut parts, body) = response.into_parts();
     // Only a whole body known in advance (an inference answer) is compressed.
-    let exact = body.size_hint().exact().map(|n| n as usize);
+    let exact = axum::body::HttpBody::size_hint(&body)
+        .exact()
+        .map(|n| n as usize);
     if parts.headers.contains_key(header::CONTENT_ENCODING) || exact.is_none_or(|n| n < WORTH_IT) {
         return Response::from_parts(parts, body);
     }

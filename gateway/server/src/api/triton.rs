@@ -8,7 +8,6 @@ use axum::Json;
 use http::{HeaderMap, StatusCode};
 use infergate_api_types::kserve::RepositoryEntry;
 use infergate_api_types::stats::{BatchStats, InferenceStats, ModelStats, StatDuration, StatsList};
-use infergate_engine::ModelState;
 use infergate_kserve::http_error::HttpResult;
 use infergate_service::catalog::model_key;
 use infergate_service::error::ApiError;

@@ -13,7 +13,7 @@
 
 use super::auth::Presented;
 use super::infer::infer;
-use infergate_kserve::proto::{ModelInferRequest, ModelInferResponse, ModelStreamInferResponse};
+use infergate_kserve::proto::{ModelInferRequest, ModelStreamInferResponse};
 use infergate_kserve::status::read_failure;
 use infergate_kserve::ResponseStream;
 use infergate_service::state::AppState;
