@@ -238,9 +238,9 @@ mod tests {
             let e = inflate(encoding, b"not compressed", 1 << 20).unwrap_err();
             assert_eq!(e.kind, infergate_service::error::Kind::Invalid);
         }
-        // 64 MiB of zeros in 64 KiB: refused after 1 MiB + 1 of output.
+        // 64 MiB of zeros in a few hundred KiB: refused after 1 MiB + 1 of output.
         let bomb = deflate(Encoding::Gzip, &vec![0u8; 64 << 20]).unwrap();
-        assert!(bomb.len() < 128 << 10, "{}", bomb.len());
+        assert!(bomb.len() < 512 << 10, "{}", bomb.len());
         let e = inflate(Encoding::Gzip, &bomb, 1 << 20).unwrap_err();
         assert!(e.message.contains("once decompressed"), "{}", e.message);
     }
