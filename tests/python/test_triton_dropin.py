@@ -496,9 +496,9 @@ def test_error_texts_are_tritons(g):
 
 
 def run_sequences(send, model):
-    """Three interleaved sequences (integer and string ids); each answer is its sequence's
+    """Three interleaved sequences (integer ids: the CORRID control is TYPE_INT64); each answer is its sequence's
     running sum."""
-    values = {1001: [1, 2, 3, 4], 1002: [10, 20, 30, 40], "user-7": [100, 200, 300, 400]}
+    values = {1001: [1, 2, 3, 4], 1002: [10, 20, 30, 40], 1003: [100, 200, 300, 400]}
     sums = {k: 0 for k in values}
     for step in range(4):
         for corr, xs in values.items():
@@ -536,7 +536,7 @@ def test_interleaved_sequences_on_a_grpc_stream(g, model):
     c.start_stream(callback=callback)
     expected = {}
     sums = {}
-    values = {7: [1, 2, 3, 4], 8: [5, 6, 7, 8], "s-9": [9, 10, 11, 12]}
+    values = {7: [1, 2, 3, 4], 8: [5, 6, 7, 8], 9: [9, 10, 11, 12]}
     for step in range(4):
         for corr, xs in values.items():
             sums[corr] = sums.get(corr, 0) + xs[step]
