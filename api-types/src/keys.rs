@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 
 /// A rate limit: `rps` requests per second on average, up to `burst` at once.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RateLimit {
     pub rps: f64,
     pub burst: u32,
@@ -11,6 +12,7 @@ pub struct RateLimit {
 
 /// The limits a key is admitted under: its own, else the server's defaults (`null`: none).
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct EffectiveLimits {
     pub rate_limit: Option<RateLimit>,
     pub max_concurrent: Option<u32>,
@@ -19,6 +21,7 @@ pub struct EffectiveLimits {
 /// A key's admission counters since the server started (`usage` in `GET /api/keys` and
 /// `GET /api/keys/{id}/usage`).
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct KeyUsage {
     pub in_flight: u32,
     /// Requests the rate limit would allow right now (`null` without a rate limit).
@@ -33,6 +36,7 @@ pub struct KeyUsage {
 /// A key's requests since the server started, whatever its limits, and its last use
 /// (`activity` in `GET /api/keys` and `GET /api/keys/{id}/usage`).
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct KeyActivity {
     pub admitted: u64,
     pub refused: u64,
@@ -42,6 +46,7 @@ pub struct KeyActivity {
 
 /// One key of `GET /api/keys` (never its secret).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ApiKey {
     #[serde(flatten)]
     pub key: KeyInfo,
@@ -52,6 +57,7 @@ pub struct ApiKey {
 
 /// `GET /api/keys`.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct KeyList {
     pub keys: Vec<ApiKey>,
 }
@@ -59,6 +65,7 @@ pub struct KeyList {
 /// The effective limits of `GET /api/keys/{id}/usage` and where each comes from: `key` (its
 /// own), `default` (the server's) or `unlimited`.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct LimitSources {
     pub rate_limit: Option<RateLimit>,
     pub rate_limit_source: String,
@@ -68,6 +75,7 @@ pub struct LimitSources {
 
 /// `GET /api/keys/{id}/usage`.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct KeyUsageReport {
     pub key_id: i64,
     pub public_id: String,
@@ -77,8 +85,9 @@ pub struct KeyUsageReport {
 }
 
 /// A key as stored, without its usage: what `POST /api/keys` (with its secret),
-/// `DELETE /api/keys/{id}` and `PUT /api/keys/{id}/limits` answer about it.
+/// `DELETE /api/keys/{id}` and `PATCH /api/keys/{id}` answer about it.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct KeyInfo {
     pub id: i64,
     pub public_id: String,
@@ -95,6 +104,7 @@ pub struct KeyInfo {
 
 /// `POST /api/keys`: the new key and its secret, shown this once.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct KeyCreated {
     #[serde(flatten)]
     pub key: KeyInfo,
@@ -103,18 +113,21 @@ pub struct KeyCreated {
 
 /// `DELETE /api/keys/{id}`.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct KeyRevoked {
     pub revoked: KeyInfo,
 }
 
-/// `PUT /api/keys/{id}/limits`.
+/// `PATCH /api/keys/{id}`: the key with its new limits.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct KeyUpdated {
     pub key: KeyInfo,
 }
 
 /// `GET /api/whoami`: the calling key's identity and scopes.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Identity {
     pub id: i64,
     pub public_id: String,

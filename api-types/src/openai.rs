@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 
 /// OpenAI's `object` field: what a JSON object of an answer is.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Object {
     List,
@@ -28,6 +29,7 @@ pub enum Object {
 
 /// `GET /v1/models`: the models the OpenAI routes serve, the default completions model first.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ModelCardList {
     /// `list`.
     pub object: Object,
@@ -36,6 +38,7 @@ pub struct ModelCardList {
 
 /// One model of `GET /v1/models`: a chat model, the character model or an embedding pipeline.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ModelCard {
     pub id: String,
     /// `model`.
@@ -53,6 +56,7 @@ pub struct ModelCard {
 /// streams ([`TextCompletion`], [`ChatCompletionChunk`]). The last chunk of a stream asked for
 /// usage (`stream_options.include_usage`) has no choices and the usage.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Completion<'a, C> {
     pub id: Cow<'a, str>,
     pub object: Object,
@@ -75,6 +79,7 @@ pub struct Completion<'a, C> {
 /// What a `data:` event of a completion stream carries (but the last, `[DONE]`): a chunk, or
 /// the error that ends a stream whose generation failed after it started.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(untagged)]
 pub enum StreamEvent<'a, C> {
     Chunk(Completion<'a, C>),
@@ -90,6 +95,7 @@ pub type ChatCompletionChunk<'a> = Completion<'a, ChatChunkChoice<'a>>;
 
 /// A `/v1/completions` choice, whole or one chunk's part of it.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TextChoice<'a> {
     pub index: u32,
     /// In a chunk: the text it adds (empty in the chunk that only finishes the choice).
@@ -102,6 +108,7 @@ pub struct TextChoice<'a> {
 
 /// A whole `/v1/chat/completions` choice.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ChatChoice<'a> {
     pub index: u32,
     pub message: AssistantMessage<'a>,
@@ -113,6 +120,7 @@ pub struct ChatChoice<'a> {
 
 /// The message a chat choice answers.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AssistantMessage<'a> {
     /// `assistant`.
     pub role: Cow<'a, str>,
@@ -121,6 +129,7 @@ pub struct AssistantMessage<'a> {
 
 /// A chunk's part of a `/v1/chat/completions` choice.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ChatChunkChoice<'a> {
     pub index: u32,
     pub delta: Delta<'a>,
@@ -133,6 +142,7 @@ pub struct ChatChunkChoice<'a> {
 /// What a chunk adds to a chat choice: the role in a choice's first chunk, then text; `{}` in
 /// a chunk that adds nothing (the one that finishes the choice).
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Delta<'a> {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub role: Option<Cow<'a, str>>,
@@ -142,6 +152,7 @@ pub struct Delta<'a> {
 
 /// A chat choice's log probabilities: one entry per generated token.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ChatLogprobs {
     pub content: Vec<TokenLogprob>,
 }
@@ -149,6 +160,7 @@ pub struct ChatLogprobs {
 /// One generated token of a chat choice, with the likeliest tokens at its place
 /// (`top_logprobs` of them, likeliest first).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TokenLogprob {
     pub token: String,
     pub logprob: f64,
@@ -159,6 +171,7 @@ pub struct TokenLogprob {
 
 /// One of the likeliest tokens at a place of a chat choice.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TopLogprob {
     pub token: String,
     pub logprob: f64,
@@ -168,6 +181,7 @@ pub struct TopLogprob {
 /// A `/v1/completions` choice's log probabilities, in that endpoint's (older) form: lists with
 /// one entry per generated token.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TextLogprobs {
     pub tokens: Vec<String>,
     pub token_logprobs: Vec<f64>,
@@ -179,6 +193,7 @@ pub struct TextLogprobs {
 
 /// The tokens a completion counted, in the model's tokens (the character model's are characters).
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Usage {
     pub prompt_tokens: u32,
     pub completion_tokens: u32,
@@ -201,6 +216,7 @@ impl Usage {
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PromptTokensDetails {
     /// Prompt tokens whose KV came from the prefix cache.
     pub cached_tokens: u32,
@@ -208,6 +224,7 @@ pub struct PromptTokensDetails {
 
 /// `POST /v1/embeddings`: one vector per input text, in the order of the inputs.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct EmbeddingList {
     /// `list`.
     pub object: Object,
@@ -218,6 +235,7 @@ pub struct EmbeddingList {
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Embedding {
     /// `embedding`.
     pub object: Object,
@@ -228,6 +246,7 @@ pub struct Embedding {
 /// A vector as `encoding_format` asked: numbers (`float`, the default), or `base64`, the
 /// little-endian bytes of its FP32 values.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(untagged)]
 pub enum EmbeddingVector {
     Float(Vec<f64>),
@@ -237,6 +256,7 @@ pub enum EmbeddingVector {
 /// An embedding request's size. The pipeline does not report its token count: both are the
 /// inputs' characters, an upper bound of the WordPiece tokens (each covers at least one).
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct EmbeddingUsage {
     pub prompt_tokens: u64,
     pub total_tokens: u64,
@@ -246,11 +266,13 @@ pub struct EmbeddingUsage {
 /// clients read their exception's message from it), and the event that ends a stream that
 /// failed after it started.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema), schema(as = OpenAiError))]
 pub struct ErrorBody {
     pub error: ErrorDetail,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema), schema(as = OpenAiErrorDetail))]
 pub struct ErrorDetail {
     pub message: String,
     /// invalid_request_error, authentication_error, permission_error, rate_limit_error or

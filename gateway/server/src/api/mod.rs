@@ -19,6 +19,7 @@ pub mod models;
 pub mod openai;
 mod openai_answer;
 pub mod openai_llm;
+pub mod openapi;
 pub mod pipelines;
 pub mod plugins;
 pub mod stream;
@@ -42,6 +43,12 @@ pub fn router(state: Arc<AppState>) -> front::Front {
         None
     });
     routes().finish(state, cors)
+}
+
+/// The template of every route (`/v2/models/{model}/infer`), in the order they are added: what
+/// the OpenAPI document must describe or exclude (gateway/server/tests/openapi.rs).
+pub fn route_templates() -> Vec<&'static str> {
+    routes().templates()
 }
 
 fn routes() -> front::Routes {
@@ -122,6 +129,7 @@ fn routes() -> front::Routes {
         .route("/api/keys/{id}/usage", get(limits::usage))
         .route("/metrics", get(metrics::scrape))
         .route("/api/metrics/history", get(history::history))
+        .route("/api/openapi.json", get(openapi::document))
         // WebSocket streaming
         .route("/v2/stream", get(stream::upgrade))
         .route("/v2/events", get(events::upgrade))
