@@ -11,15 +11,17 @@ use rusqlite::Connection;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// Where the database is (`[store]` in the configuration file, `--store` flags).
-#[derive(Debug, Clone, serde::Deserialize)]
+/// Where the database is: SQLite in the data directory, or PostgreSQL shared by replicas.
+#[derive(Debug, Clone, serde::Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct StoreConfig {
-    /// `postgres://user[:password]@host:port/db`; absent = SQLite in the data directory.
+    /// PostgreSQL shared by every replica: `postgres://user[:password]@host:port/db`, over TLS
+    /// with `?sslmode=require&sslrootcert=CA_FILE` (the server's certificate always verified).
+    /// Absent: SQLite in the data directory.
     pub url: Option<String>,
-    /// PostgreSQL: seconds between full reloads of each replica's cached keys, models, plugins
-    /// and pipelines, which bound how long a change whose notification was lost (listener
-    /// reconnecting) takes to arrive.
+    /// With PostgreSQL: seconds between full reloads of each replica's cached keys, models,
+    /// plugins and pipelines, which bound how long a change whose notification was lost (its
+    /// listener reconnecting) takes to arrive.
     pub resync_s: u64,
 }
 

@@ -89,6 +89,17 @@ impl LimitArgs {
     }
 }
 
+impl KeysCommand {
+    pub(super) fn target_mut(&mut self) -> &mut Target {
+        match self {
+            KeysCommand::Create { target, .. }
+            | KeysCommand::Limits { target, .. }
+            | KeysCommand::List { target }
+            | KeysCommand::Revoke { target, .. } => target,
+        }
+    }
+}
+
 pub(super) fn run(cmd: KeysCommand) -> anyhow::Result<()> {
     match cmd {
         KeysCommand::Create {
