@@ -278,7 +278,10 @@ mod tests {
             // A section that is absent by default (`Option` of a table) is a leaf here.
             let row = format!("| `{key}` |");
             let section = format!("## [{key}]");
-            assert!(text.contains(&row) || text.contains(&section), "{key} is missing");
+            assert!(
+                text.contains(&row) || text.contains(&section),
+                "{key} is missing"
+            );
         }
         for (_, key) in FLAG_KEYS {
             assert!(
