@@ -27,11 +27,19 @@ pub enum Object {
     ChatCompletionChunk,
 }
 
+/// `Object`'s own schema for the fields named `object`: utoipa takes a type named `Object` for
+/// any JSON object.
+#[cfg(feature = "openapi")]
+fn object_schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+    <Object as utoipa::PartialSchema>::schema()
+}
+
 /// `GET /v1/models`: the models the OpenAI routes serve, the default completions model first.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ModelCardList {
     /// `list`.
+    #[cfg_attr(feature = "openapi", schema(schema_with = object_schema))]
     pub object: Object,
     pub data: Vec<ModelCard>,
 }
@@ -42,6 +50,7 @@ pub struct ModelCardList {
 pub struct ModelCard {
     pub id: String,
     /// `model`.
+    #[cfg_attr(feature = "openapi", schema(schema_with = object_schema))]
     pub object: Object,
     /// Unix seconds: when its first version was registered.
     pub created: i64,
@@ -59,6 +68,7 @@ pub struct ModelCard {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Completion<'a, C> {
     pub id: Cow<'a, str>,
+    #[cfg_attr(feature = "openapi", schema(schema_with = object_schema))]
     pub object: Object,
     /// Unix seconds.
     pub created: u64,
@@ -227,6 +237,7 @@ pub struct PromptTokensDetails {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct EmbeddingList {
     /// `list`.
+    #[cfg_attr(feature = "openapi", schema(schema_with = object_schema))]
     pub object: Object,
     pub data: Vec<Embedding>,
     /// The pipeline that computed them.
@@ -238,6 +249,7 @@ pub struct EmbeddingList {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Embedding {
     /// `embedding`.
+    #[cfg_attr(feature = "openapi", schema(schema_with = object_schema))]
     pub object: Object,
     pub index: u32,
     pub embedding: EmbeddingVector,

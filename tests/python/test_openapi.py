@@ -8,6 +8,7 @@ import io
 import json
 import os
 import subprocess
+import tempfile
 
 import pytest
 import requests
@@ -15,7 +16,7 @@ from jsonschema import Draft202012Validator
 from openapi_spec_validator import validate as validate_spec
 from PIL import Image
 
-from conftest import BIN, MODELS, start
+from conftest import BIN, MODELS, Gateway, register
 from test_pipelines import plugin_file
 
 DEMO = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
@@ -24,15 +25,20 @@ DEMO = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.absp
 
 @pytest.fixture(scope="module")
 def server():
-    g = start([("ocr-cls", "ocr-cls.onnx"), ("minilm", "minilm.onnx"),
-               ("efficientnet-lite0", "efficientnet-lite0.onnx"), ("textgen", "textgen.onnx"),
-               ("smollm2", "smollm2.gguf")],
-              extra_args=["--openai-vocab", os.path.join(MODELS, "textgen-vocab.json"),
-                          "--llm-max-sequences", "2", "--llm-context", "512", "--llm-threads", "1"])
+    # The plugins are registered offline before the start: a running server picks up what the
+    # offline commands register only at its next start.
+    data = tempfile.mkdtemp(prefix="infergate-py-")
+    for name, file in [("ocr-cls", "ocr-cls.onnx"), ("minilm", "minilm.onnx"),
+                       ("efficientnet-lite0", "efficientnet-lite0.onnx"),
+                       ("textgen", "textgen.onnx"), ("smollm2", "smollm2.gguf")]:
+        register(data, name, file)
     plugins = [plugin_file(p) for p in ("image-decode", "imagenet-topk", "wordpiece-tokenizer",
                                         "mean-pool")]
-    subprocess.run([BIN, "plugins", "add", "--data-dir", g.data, *plugins], check=True,
+    subprocess.run([BIN, "plugins", "add", "--data-dir", data, *plugins], check=True,
                    capture_output=True)
+    g = Gateway(data, extra_args=["--openai-vocab", os.path.join(MODELS, "textgen-vocab.json"),
+                                  "--llm-max-sequences", "2", "--llm-context", "512",
+                                  "--llm-threads", "1"])
     yield g
     g.stop()
 
@@ -44,7 +50,6 @@ class Checked:
     def __init__(self, g, doc):
         self.g, self.doc, self.called = g, doc, set()
         self.session = requests.Session()
-        self.session.verify = g.cert
         self.session.headers["Authorization"] = f"Bearer {g.admin_key}"
 
     def validator(self, schema):
@@ -67,8 +72,9 @@ class Checked:
             h["Authorization"] = ""
         elif key != "admin":
             h["Authorization"] = f"Bearer {key}"
+        # verify per request: REQUESTS_CA_BUNDLE in the environment overrides Session.verify.
         r = self.session.request(method, self.g.url + path, data=body, headers=h, params=query,
-                                 stream=stream)
+                                 stream=stream, verify=self.g.cert)
         self.called.add((method.upper(), template))
         self.check(op, method, template, r)
         return r

@@ -52,11 +52,11 @@ pub fn key_usage() {}
     responses((status = 200, description = "Who is calling.", body = Identity)))]
 pub fn whoami() {}
 
-/// Prometheus metrics in the text exposition format (see the book's "Metrics"). Also served
+/// Prometheus metrics in the OpenMetrics text format (see the book's "Metrics"). Also served
 /// without a key on `metrics.listen` when set.
 #[utoipa::path(get, path = "/metrics", tag = "Metrics",
     security(("bearer" = ["admin"]), ("api_key" = ["admin"])),
-    responses((status = 200, description = "The metrics.", content_type = "text/plain", body = String)))]
+    responses((status = 200, description = "The metrics.", content_type = "application/openmetrics-text", body = String)))]
 pub fn metrics() {}
 
 /// The per-second history of every model and pipeline (and, for an admin caller, of every

@@ -32,7 +32,8 @@ pub(crate) fn markdown() -> String {
                     "| {} | `{path}` | {} | {} |",
                     method.to_uppercase(),
                     scope(operation),
-                    summary.replace('|', "\\|")
+                    // One line: a newline would end the table row.
+                    summary.replace('\n', " ").replace('|', "\\|")
                 );
             }
         }

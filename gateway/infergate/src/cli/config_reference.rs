@@ -183,13 +183,14 @@ impl Doc<'_> {
         let described: Vec<String> = choices(self.resolve(non_null(schema)))
             .unwrap_or_default()
             .into_iter()
-            .filter_map(|(v, about)| about.map(|a| format!("`{v}`: {a}")))
+            .filter_map(|(v, about)| about.map(|a| format!("`{v}`: {}", a.trim_end_matches('.'))))
             .collect();
         if !described.is_empty() {
             if !text.is_empty() {
                 text.push(' ');
             }
             text.push_str(&described.join("; "));
+            text.push('.');
         }
         text
     }
@@ -273,7 +274,11 @@ mod tests {
         let defaults = serde_json::to_value(Config::default()).expect("serializes");
         let mut keys = Vec::new();
         leaves(&defaults, "", &mut keys);
-        assert!(keys.len() > 80, "{keys:?}");
+        // The walk reaches the keys of nested tables, not only the top level.
+        assert!(
+            keys.iter().any(|k| k == "limits.max_request_bytes") && keys.len() > 60,
+            "{keys:?}"
+        );
         for key in keys {
             // A section that is absent by default (`Option` of a table) is a leaf here.
             let row = format!("| `{key}` |");
