@@ -51,6 +51,9 @@ enum Held {
     Shared(TokenReservation, Arc<SharedLimits>),
 }
 
+/// Tokens spent per key id.
+type SpentByKey = Vec<(i64, u64)>;
+
 impl Held {
     fn quota(&self) -> &TokenQuota {
         match self {
@@ -123,7 +126,8 @@ impl TokenGate {
         }
         let now = infergate_store::now_secs();
         let starts = [Period::Day, Period::Month].map(|p| (p, p.bounds(now).0));
-        let spent: Vec<(Period, i64, Vec<(i64, u64)>)> = starts
+        // Per period: its start and the tokens each key spent since.
+        let spent: Vec<(Period, i64, SpentByKey)> = starts
             .iter()
             .map(|&(p, start)| Ok((p, start, store.tokens_spent_since(start)?)))
             .collect::<Result<_, infergate_store::StoreError>>()?;

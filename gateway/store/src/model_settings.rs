@@ -7,6 +7,9 @@ use crate::sql::{vals, Db};
 use crate::{now_secs, Store, StoreError};
 use serde_json::{Map, Value};
 
+/// One model's settings: a field per feature.
+pub type SettingsObject = Map<String, Value>;
+
 /// `pg_advisory_xact_lock` key that orders replicas changing model settings ("modelset").
 const SETTINGS_LOCK: i64 = 0x6d6f_6465_6c73_6574;
 
@@ -21,7 +24,7 @@ fn parse(name: &str, text: &str) -> Result<Map<String, Value>, StoreError> {
 
 impl Store {
     /// Every model's settings, by name.
-    pub fn list_model_settings(&self) -> Result<Vec<(String, Map<String, Value>)>, StoreError> {
+    pub fn list_model_settings(&self) -> Result<Vec<(String, SettingsObject)>, StoreError> {
         self.with(|db| {
             db.query(
                 "SELECT name, settings FROM model_settings ORDER BY name",

@@ -83,6 +83,7 @@ fn keys_are_created_authenticated_limited_and_revoked(store: &Store) {
     let limits = KeyLimits {
         rate_limit: Some(RateLimit::new(2.5, Some(4)).unwrap()),
         max_concurrent: Some(3),
+        tokens: Default::default(),
     };
     let (limited, limited_secret) = store
         .create_key_with_limits("lim", &infer(), &limits)

@@ -223,12 +223,15 @@ struct Shard<M> {
     bytes: usize,
 }
 
+/// Cache counters by model and version.
+type CountersByVersion = HashMap<(Arc<str>, u64), Arc<CacheCounters>>;
+
 struct Inner<M> {
     shards: Box<[Padded<Mutex<Shard<M>>>]>,
     shard_bytes: usize,
     capacity: usize,
     /// Counters by model and version (version 0: a handle for the whole model).
-    models: Mutex<HashMap<(Arc<str>, u64), Arc<CacheCounters>>>,
+    models: Mutex<CountersByVersion>,
 }
 
 /// The server's response cache. Cheap to clone (shared).
