@@ -12,7 +12,7 @@
 use crate::catalog::model_key;
 use crate::config::PipelineOps;
 use crate::error::{ApiError, ApiResult, Kind};
-use crate::manager::Choice;
+use crate::manager::routing::Choice;
 use crate::state::AppState;
 use infergate_cluster::messages::LoadedModel;
 use infergate_engine::kernels::Ops;
