@@ -38,6 +38,8 @@ pub struct Config {
     pub cluster: ClusterConfig,
     /// The database: SQLite in the data directory, or PostgreSQL shared by replicas.
     pub store: infergate_store::StoreConfig,
+    /// The response cache shared by the models whose config enables it.
+    pub cache: CacheConfig,
     /// Threads of the async runtime (connections, TLS, HTTP, request decode and encode); absent
     /// or 0: half the cores (rounded up) beside a local engine, every core without one
     /// (`infergate_engine::sizing::async_threads`).
@@ -250,6 +252,20 @@ pub struct Limits {
     pub shared_url: Option<String>,
     /// What a request meets while the shared limiter (Redis) cannot answer.
     pub shared_failure: SharedFailure,
+    /// Tokens per minute for keys without their own (LLM requests; absent = unlimited).
+    pub default_tokens_per_minute: Option<u64>,
+    /// Token budget for keys without their own: `{ tokens = N, period = "day" | "month" }`
+    /// (absent = unlimited).
+    pub default_token_budget: Option<infergate_traffic::tokens::TokenBudget>,
+}
+
+/// `[cache]`: the response cache (`"response_cache": {"enable": true}` in a model's config).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CacheConfig {
+    /// Bytes the cached answers of every model may take together, counted in
+    /// `[engine] host_memory_budget_bytes`; 0 (the default): no response cache.
+    pub bytes: u64,
 }
 
 /// `open`: admit under this replica's own limiter (each replica then allows the full rate);
@@ -340,6 +356,7 @@ impl Default for Config {
             llm: infergate_llm::LlmConfig::default(),
             cluster: ClusterConfig::default(),
             store: infergate_store::StoreConfig::default(),
+            cache: CacheConfig::default(),
             async_threads: None,
         }
     }
@@ -368,6 +385,8 @@ impl Default for Limits {
             default_max_concurrent: None,
             shared_url: None,
             shared_failure: SharedFailure::Open,
+            default_tokens_per_minute: None,
+            default_token_budget: None,
         }
     }
 }
@@ -445,6 +464,17 @@ impl Config {
     /// Checks what serde cannot: the default rate limit and the CORS rules.
     pub fn validate(&self) -> Result<(), String> {
         self.default_key_limits()?;
+        self.default_token_limits()
+            .validate()
+            .map_err(|e| format!("[limits] default_{e}"))?;
+        if let Some(budget) = self.engine.host_memory_budget_bytes {
+            if self.cache.bytes >= budget {
+                return Err(format!(
+                    "[cache] bytes ({}) must be less than [engine] host_memory_budget_bytes ({budget}): the cache is counted in it",
+                    self.cache.bytes
+                ));
+            }
+        }
         self.cors.origins()?;
         self.llm.validate().map_err(|e| format!("[llm] {e}"))?;
         Ok(())
@@ -466,6 +496,21 @@ impl Config {
             rate,
             max_concurrent: self.limits.default_max_concurrent.map(NonZeroU32::get),
         })
+    }
+
+    /// The token limits of keys that have none of their own.
+    pub fn default_token_limits(&self) -> infergate_traffic::tokens::TokenLimits {
+        infergate_traffic::tokens::TokenLimits {
+            tokens_per_minute: self.limits.default_tokens_per_minute,
+            token_budget: self.limits.default_token_budget,
+        }
+    }
+
+    /// The host memory budget left to models once the response cache has its share.
+    pub fn model_memory_budget(&self) -> Option<u64> {
+        self.engine
+            .host_memory_budget_bytes
+            .map(|b| b.saturating_sub(self.cache.bytes))
     }
 
     /// Reads a TOML file over the defaults.
@@ -562,5 +607,32 @@ mod tests {
         assert!(c.validate().is_err(), "burst without rps");
         c.limits.default_rps = Some(2.0);
         assert_eq!(c.default_key_limits().unwrap().rate.unwrap().burst, 3);
+    }
+
+    #[test]
+    fn token_defaults_and_the_cache_share_of_the_memory_budget() {
+        let c: Config = toml::from_str(
+            "[limits]\ndefault_tokens_per_minute = 1000\ndefault_token_budget = { tokens = 50000, period = \"day\" }\n[cache]\nbytes = 1000\n[engine]\nhost_memory_budget_bytes = 5000\n",
+        )
+        .unwrap();
+        c.validate().unwrap();
+        let t = c.default_token_limits();
+        assert_eq!(t.tokens_per_minute, Some(1000));
+        assert_eq!(t.token_budget.unwrap().tokens, 50_000);
+        assert_eq!(c.model_memory_budget(), Some(4000));
+        let week = toml::from_str::<Config>(
+            "[limits]\ndefault_token_budget = { tokens = 5, period = \"week\" }\n",
+        );
+        assert!(week.is_err());
+        let mut zero = Config::default();
+        zero.limits.default_tokens_per_minute = Some(0);
+        assert!(zero
+            .validate()
+            .unwrap_err()
+            .contains("default_tokens_per_minute"));
+        let mut big = Config::default();
+        big.cache.bytes = 10;
+        big.engine.host_memory_budget_bytes = Some(10);
+        assert!(big.validate().unwrap_err().contains("[cache] bytes"));
     }
 }

@@ -62,6 +62,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "0007_shared_workers.sql",
         include_str!("../../../migrations/postgres/0007_shared_workers.sql"),
     ),
+    (
+        8,
+        "0008_traffic.sql",
+        include_str!("../../../migrations/postgres/0008_traffic.sql"),
+    ),
 ];
 /// `pg_advisory_xact_lock` key that serialises migrations of replicas starting together
 /// ("infergat" in ASCII).
