@@ -9,8 +9,9 @@ use std::time::{Duration, Instant};
 
 async fn served(s: &crate::harness::Server, key: &str) -> String {
     let r = s.post_json("/v2/models/cls/infer", key, &cls_body()).await;
-    assert_eq!(r.status(), 200);
-    let body: Value = r.json().await.unwrap();
+    let status = r.status();
+    let body: Value = r.json().await.unwrap_or(Value::Null);
+    assert_eq!(status, 200, "{body}");
     body["model_version"].as_str().unwrap().to_owned()
 }
 
