@@ -17,6 +17,12 @@
 //! (`local`), so joining workers adds capacity; `--no-local-engine` makes a manager that only
 //! routes (it still validates uploads with its engine but never runs requests on it). The hop
 //! to a worker is `infergate_hop`'s; the worker process is `infergate_worker`.
+//!
+//! A worker declared lost (its heartbeats stopped) or removed takes its requests with it:
+//! each request in flight there holds the worker's signal ([`Outstanding::lost`]), fired on
+//! that transition, so the request ends at once (tried on another worker, or failed) instead
+//! of waiting on a host that stopped answering; its idle pooled connections are closed. The
+//! signal is renewed for the requests sent after the worker comes back.
 
 pub mod material;
 pub mod metrics;
@@ -39,6 +45,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
 
 /// The id the local engine has among the workers (worker ids are `w-` + 16 hex digits).
 pub const LOCAL: &str = "local";
@@ -70,6 +77,18 @@ pub struct Manager {
     /// Workers removed from this registry so far (counted under its lock): a snapshot of the
     /// store read meanwhile may still hold one, and is not applied.
     removals: AtomicU64,
+    /// Each worker's "lost or removed" signal, held by the requests in flight there (taken
+    /// under the registry's lock, after it: see [`Manager::begin`]).
+    signals: Mutex<HashMap<String, Signal>>,
+    /// Workers whose hop failed, until when they are routed around ([`Manager::suspect`]).
+    suspected: Mutex<HashMap<String, Instant>>,
+}
+
+/// What ends a worker's requests when it is lost or removed, and where its pooled connections
+/// go.
+struct Signal {
+    token: CancellationToken,
+    advertise: String,
 }
 
 /// Where a request goes.
@@ -82,11 +101,13 @@ impl Manager {
     pub fn new(store: &Store, config: ClusterConfig) -> anyhow::Result<Manager> {
         let material = Material::open(store)?;
         let tls = infergate_hop::tls::manager_client_config(&material.ca)?;
-        let connect_timeout = Duration::from_secs(3);
-        let pool = infergate_hop::pool::WorkerPool::new(tls.clone(), connect_timeout);
+        let link = config.link();
+        let pool = infergate_hop::pool::WorkerPool::new(tls.clone(), link);
         let client = reqwest::Client::builder()
             .use_preconfigured_tls(tls)
-            .connect_timeout(connect_timeout)
+            .connect_timeout(link.connect_timeout)
+            .tcp_keepalive(link.probe_every())
+            .tcp_user_timeout(link.silence)
             .build()?;
         let heartbeat = Heartbeat {
             interval: Duration::from_millis(config.heartbeat_ms.max(100)),
@@ -108,6 +129,8 @@ impl Manager {
             store_failing: AtomicBool::new(false),
             admitted: Mutex::new(HashMap::new()),
             removals: AtomicU64::new(0),
+            signals: Mutex::new(HashMap::new()),
+            suspected: Mutex::new(HashMap::new()),
             config,
         })
     }
@@ -184,8 +207,9 @@ impl Manager {
                 revision: store.worker_joined(&id)?,
                 age: Duration::ZERO,
             };
-            let transition = self.registry.lock().apply(observed, Instant::now());
-            transition.iter().for_each(log_transition);
+            let mut registry = self.registry.lock();
+            let transition = registry.apply(observed, Instant::now());
+            transition.iter().for_each(|t| self.announce(t));
         } else {
             let transition = self.registry.lock().join(record.info(), Instant::now());
             log_transition(&transition);
@@ -261,7 +285,7 @@ impl Manager {
                         return;
                     };
                     let transition = registry.apply(observed, Instant::now());
-                    transition.iter().for_each(log_transition);
+                    transition.iter().for_each(|t| self.announce(t));
                     return;
                 }
                 Err(e) => self.store_failed(
@@ -282,7 +306,7 @@ impl Manager {
             }
         };
         if let Some(t) = transition {
-            log_transition(&t);
+            self.announce(&t);
         }
     }
 
@@ -335,7 +359,7 @@ impl Manager {
                     return;
                 }
                 for t in registry.sync(snapshot, taken) {
-                    log_transition(&t);
+                    self.announce(&t);
                 }
             }
             Err(e) => self.store_failed(
@@ -366,7 +390,7 @@ impl Manager {
         self.removals.fetch_add(1, Ordering::AcqRel);
         let transition = registry.remove(id);
         if let Some(t) = &transition {
-            log_transition(t);
+            self.announce(t);
         }
         transition.is_some()
     }
@@ -383,7 +407,7 @@ impl Manager {
         match registry.drain(id, Instant::now()) {
             Ok(transition) => {
                 if let Some(t) = &transition {
-                    log_transition(t);
+                    self.announce(t);
                 }
                 // A snapshot read before the drain was written must not undo it here.
                 if let Some(revision) = revision {
@@ -398,9 +422,27 @@ impl Manager {
 
     /// Turns workers whose heartbeats stopped into `lost`; run on a timer.
     pub fn sweep(&self) {
-        for t in self.registry.lock().sweep(Instant::now()) {
-            log_transition(&t);
+        let mut registry = self.registry.lock();
+        for t in registry.sweep(Instant::now()) {
+            self.announce(&t);
         }
+    }
+
+    /// Logs a transition; a worker that is lost or removed has its requests in flight ended
+    /// (their signal fired) and its idle connections closed. Called with the registry locked,
+    /// so that a request beginning meanwhile either holds the signal fired here or sees the
+    /// worker gone (see [`Manager::begin`]).
+    fn announce(&self, t: &Transition) {
+        log_transition(t);
+        if !matches!(t.to, None | Some(WorkerState::Lost)) {
+            return;
+        }
+        let Some(signal) = self.signals.lock().remove(&t.worker) else {
+            return;
+        };
+        signal.token.cancel();
+        let closed = self.pool.evict(&signal.advertise);
+        tracing::info!(worker = %t.worker, idle_connections_closed = closed, "requests in flight there ended");
     }
 
     /// Where one request for `model` goes, skipping the workers in `tried`. The local engine
@@ -425,7 +467,31 @@ impl Manager {
             });
         }
         let tried: Vec<&str> = tried.iter().map(String::as_str).collect();
-        self.pick(&registry, model, &candidates, &tried)
+        let suspects = self.suspects(Instant::now());
+        let suspects: Vec<&str> = suspects.iter().map(String::as_str).collect();
+        self.pick(&registry, model, &candidates, &tried, &suspects)
+    }
+
+    /// The hop to worker `id` failed (no connection, or one that went silent or broke): it is
+    /// left out of routing for one heartbeat deadline while another copy can serve, so that
+    /// the requests that follow do not each wait out the hop's deadlines there. A worker that
+    /// the manager can no longer reach while its heartbeats still arrive (a partition one way)
+    /// is otherwise never declared lost.
+    pub fn suspect(&self, id: &str) {
+        let until = Instant::now() + self.heartbeat().deadline();
+        if self.suspected.lock().insert(id.to_owned(), until).is_none() {
+            tracing::warn!(worker = %id, for_ms = self.heartbeat().deadline().as_millis() as u64, "worker suspect: its hop failed; routing around it while another copy serves");
+        }
+    }
+
+    /// Workers suspect at `now` (the expired ones forgotten).
+    fn suspects(&self, now: Instant) -> Vec<String> {
+        let mut suspected = self.suspected.lock();
+        if suspected.is_empty() {
+            return Vec::new();
+        }
+        suspected.retain(|_, until| *until > now);
+        suspected.keys().cloned().collect()
     }
 
     /// A worker (never the local engine) for a direct-mode client of `model`: its id, its
@@ -438,7 +504,9 @@ impl Manager {
         let mut registry = self.registry.lock();
         let choice = {
             let candidates = registry.direct_candidates(model, Instant::now());
-            self.pick(&registry, model, &candidates, &[])?
+            // Direct clients reach workers themselves: the manager's own hop failures say
+            // nothing about their links.
+            self.pick(&registry, model, &candidates, &[], &[])?
         };
         match choice {
             Choice::Worker { id, advertise } => {
@@ -452,7 +520,8 @@ impl Manager {
         }
     }
 
-    /// Routes among `candidates` (see `infergate_cluster::routing`); a version's affinity key
+    /// Routes among `candidates` (see `infergate_cluster::routing`) other than those in
+    /// `tried`, and other than the `suspects` while another can serve; a version's affinity key
     /// is `name:version`.
     fn pick(
         &self,
@@ -460,6 +529,7 @@ impl Manager {
         model: &LoadedModel,
         candidates: &[Candidate<'_>],
         tried: &[&str],
+        suspects: &[&str],
     ) -> ApiResult<Choice> {
         let key = format!("{}:{}", model.name, model.version);
         let delay = routing::queue_delay(
@@ -468,15 +538,22 @@ impl Manager {
                 .filter(|c| c.loaded && c.state.routable() && c.id != LOCAL)
                 .filter_map(|c| Some((c.outstanding, registry.report_of(c.id)?.p50_ms))),
         );
-        let route = routing::route(
-            &key,
-            candidates,
-            tried,
-            delay,
-            &self.policy,
-            &mut rand::rng(),
-        )
-        .map_err(|e| {
+        let route = |avoid: &[&str]| {
+            routing::route(
+                &key,
+                candidates,
+                avoid,
+                delay,
+                &self.policy,
+                &mut rand::rng(),
+            )
+        };
+        let avoid: Vec<&str> = tried.iter().chain(suspects).copied().collect();
+        let routed = match route(&avoid) {
+            Err(_) if avoid.len() > tried.len() => route(tried),
+            routed => routed,
+        };
+        let route = routed.map_err(|e| {
             RoutingCounters::count(&self.counters.no_worker);
             no_worker(model, e)
         })?;
@@ -527,16 +604,42 @@ impl Manager {
         });
     }
 
-    /// Counts a request as outstanding on `id` until the guard drops.
+    /// Counts a request as outstanding on `id` until the guard drops; the guard's
+    /// [`Outstanding::lost`] ends when the worker is lost or removed (at once when it already
+    /// is: a request routed just before the worker's last heartbeat aged out).
     pub fn begin(&self, id: &str) -> Outstanding<'_> {
-        if id == LOCAL {
+        let lost = if id == LOCAL {
             self.local_outstanding.fetch_add(1, Ordering::Relaxed);
+            None
         } else {
-            self.registry.lock().begin(id);
-        }
+            let mut registry = self.registry.lock();
+            registry.begin(id);
+            let live = registry
+                .state(id, Instant::now())
+                .is_some_and(|s| s != WorkerState::Lost);
+            let token = match registry.address(id) {
+                Some(advertise) if live => self
+                    .signals
+                    .lock()
+                    .entry(id.to_owned())
+                    .or_insert_with(|| Signal {
+                        token: CancellationToken::new(),
+                        advertise: advertise.to_owned(),
+                    })
+                    .token
+                    .clone(),
+                _ => {
+                    let gone = CancellationToken::new();
+                    gone.cancel();
+                    gone
+                }
+            };
+            Some(token)
+        };
         Outstanding {
             manager: self,
             id: id.to_owned(),
+            lost,
         }
     }
 
@@ -586,6 +689,18 @@ pub fn spawn_refresh(workers: Arc<Manager>, store: Arc<Store>) {
 pub struct Outstanding<'a> {
     manager: &'a Manager,
     id: String,
+    /// The worker's signal (None for the local engine, which is never lost).
+    lost: Option<CancellationToken>,
+}
+
+impl Outstanding<'_> {
+    /// Ends when the worker is lost or removed; never for the local engine.
+    pub async fn lost(&self) {
+        match &self.lost {
+            Some(token) => token.cancelled().await,
+            None => std::future::pending().await,
+        }
+    }
 }
 
 impl Drop for Outstanding<'_> {
@@ -683,6 +798,112 @@ mod tests {
         assert!(is_worker_id(&new_worker_id()));
         assert!(!is_worker_id(LOCAL));
         assert!(!is_worker_id("w-../../etc"));
+    }
+
+    #[test]
+    fn a_worker_lost_or_removed_ends_its_requests_and_coming_back_renews_the_signal() {
+        use futures_util::FutureExt;
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        // A heartbeat budget of 100 ms: the worker is lost, on the real clock, soon after.
+        let config = ClusterConfig {
+            heartbeat_ms: 100,
+            missed_heartbeats: std::num::NonZeroU32::MIN,
+            ..ClusterConfig::default()
+        };
+        let manager = Manager::new(&store, config).unwrap();
+        let info = infergate_cluster::registry::WorkerInfo {
+            id: "w-1".into(),
+            advertise: "127.0.0.1:9".into(),
+            version: "test".into(),
+            devices: Default::default(),
+        };
+        manager.registry.lock().join(info, Instant::now());
+        let ended = |o: &Outstanding<'_>| o.lost().now_or_never().is_some();
+
+        let held = manager.begin("w-1");
+        assert!(!ended(&held), "a ready worker's request goes on");
+        std::thread::sleep(manager.heartbeat().deadline() + Duration::from_millis(20));
+        manager.sweep();
+        assert!(ended(&held), "lost: the request ends");
+        assert!(
+            ended(&manager.begin("w-1")),
+            "one begun on a lost worker ends at once"
+        );
+
+        // It reports again: requests sent now hold a fresh signal.
+        let report = manager
+            .registry
+            .lock()
+            .report("w-1", Report::default(), Instant::now());
+        assert!(report.is_ok());
+        let again = manager.begin("w-1");
+        assert!(!ended(&again));
+        assert!(manager.forget("w-1"));
+        assert!(ended(&again), "removed: the request ends");
+        assert!(
+            ended(&manager.begin("w-1")),
+            "an unknown worker's request ends at once"
+        );
+        assert!(
+            !ended(&manager.begin(LOCAL)),
+            "the local engine is never lost"
+        );
+    }
+
+    #[test]
+    fn a_worker_whose_hop_failed_is_routed_around_for_one_heartbeat_deadline() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let config = ClusterConfig {
+            local_engine: false,
+            ..ClusterConfig::default()
+        };
+        let manager = Manager::new(&store, config).unwrap();
+        let model = LoadedModel {
+            name: "m".into(),
+            version: 1,
+        };
+        for (id, port) in [("w-1", 9), ("w-2", 10)] {
+            let info = infergate_cluster::registry::WorkerInfo {
+                id: id.into(),
+                advertise: format!("127.0.0.1:{port}"),
+                version: "test".into(),
+                devices: Default::default(),
+            };
+            let mut registry = manager.registry.lock();
+            registry.join(info, Instant::now());
+            let holding = Report {
+                models: vec![model.clone()],
+                ..Report::default()
+            };
+            assert!(registry.report(id, holding, Instant::now()).is_ok());
+        }
+        let chosen = |manager: &Manager| match manager.choose(&model, false, &[]) {
+            Ok(Choice::Worker { id, .. }) => id,
+            _ => panic!("no worker chosen"),
+        };
+        manager.suspect("w-2");
+        assert!(
+            (0..20).all(|_| chosen(&manager) == "w-1"),
+            "routed around w-2"
+        );
+        // Both suspect: routing goes on among them rather than refusing.
+        manager.suspect("w-1");
+        let both: std::collections::HashSet<String> = (0..40).map(|_| chosen(&manager)).collect();
+        assert!(!both.is_empty());
+        let now = Instant::now();
+        let mut suspects = manager.suspects(now);
+        suspects.sort();
+        assert_eq!(suspects, ["w-1", "w-2"]);
+        let deadline = manager.heartbeat().deadline();
+        assert!(manager
+            .suspects(now + deadline + Duration::from_millis(1))
+            .is_empty());
+        assert!(
+            manager.suspected.lock().is_empty(),
+            "forgotten once expired"
+        );
     }
 
     fn replica(
