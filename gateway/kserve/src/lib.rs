@@ -10,7 +10,9 @@
 //! - [`credentials`]: the key in HTTP headers or gRPC metadata.
 //! - [`http_error`]: the service's errors as HTTP statuses and bodies.
 //!
-//! It holds no routes and no state: the server and the worker each serve their own.
+//! It holds no routes and no state: the server and the worker each serve their own. It must
+//! not reach into either of them (both depend on it), nor decide anything the service decides
+//! (what runs where, who may call).
 
 #![forbid(unsafe_code)]
 

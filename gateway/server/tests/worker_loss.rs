@@ -14,7 +14,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use infergate_cluster::messages::{JoinRequest, LoadedModel, Report};
-use infergate_service::manager::create_join_secret;
+use infergate_service::manager::admission::create_join_secret;
 use infergate_service::state::AppState;
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

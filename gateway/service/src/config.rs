@@ -187,10 +187,9 @@ pub struct WebSocketConfig {
 }
 
 /// Streamed tokens made within this many µs of the last write go out together. 10 ms is below
-/// one frame of a 60 Hz display, so a reader sees no difference, while the writes, TLS records
-/// and client wake-ups drop from one per 2 ms to one per 10 ms: on 2-vCPU machines, measured
-/// with `cargo bench -p infergate --bench streaming`, SSE went from 0.84–0.91 to 0.94–0.97 of
-/// the in-process generation speed.
+/// one frame of a 60 Hz display, so a reader sees no difference, while a fast model's writes,
+/// TLS records and client wake-ups drop to one per 10 ms, which keeps SSE close to the
+/// in-process generation speed (`cargo bench -p infergate --bench streaming`).
 pub const DEFAULT_COALESCE_US: u64 = 10_000;
 
 impl Default for OpenAiConfig {
@@ -570,7 +569,8 @@ mod tests {
 
     #[test]
     fn zero_is_refused_where_it_is_invalid() {
-        // Each of these was clamped to 1 in silence before: a config error now.
+        // Zero would mean "nothing at all" (no connection, no request): a config error, never
+        // silently raised to 1.
         for (section, key) in [
             ("limits", "max_connections"),
             ("limits", "default_max_concurrent"),

@@ -79,9 +79,13 @@ pub(super) fn run(cmd: WorkersCommand) -> anyhow::Result<()> {
                 None => {
                     let store = open_store(&target.data_dir)?;
                     let material = Material::open(&store)?;
-                    infergate_service::manager::create_join_secret(&store, &material.ca, ttl_s)?
-                        .0
-                        .to_string()
+                    infergate_service::manager::admission::create_join_secret(
+                        &store,
+                        &material.ca,
+                        ttl_s,
+                    )?
+                    .0
+                    .to_string()
                 }
             };
             println!("{token}");

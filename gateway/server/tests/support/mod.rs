@@ -189,6 +189,28 @@ impl App {
         self.send(Method::POST, path, key, Some(json)).await
     }
 
+    /// Registers `file` from the models `scripts/setup.sh` fetched (`INFERGATE_MODELS`) as
+    /// version 1 of `name`, as `infergate models add` does, and shows it to the catalog.
+    pub fn register(&self, name: &str, file: &str) {
+        let dir = std::env::var("INFERGATE_MODELS")
+            .expect("INFERGATE_MODELS is unset: run scripts/setup.sh and `source .cache/env.sh`");
+        let record = self
+            .state
+            .models()
+            .register_file(name, &Path::new(&dir).join(file), &ParsedConfig::empty())
+            .unwrap_or_else(|e| panic!("register {file} as {name}: {}", e.message));
+        self.state.catalog().insert(record);
+    }
+
+    /// A new key with these comma-separated scopes.
+    pub fn key(&self, scopes: &str) -> String {
+        self.state
+            .store()
+            .create_key("test", &Scopes::parse_list(scopes).expect("scopes"))
+            .expect("key")
+            .1
+    }
+
     /// A KServe v2 JSON request for the tiny model: sixteen FP32 values.
     pub fn tiny_request(values: &[f32]) -> Value {
         serde_json::json!({
