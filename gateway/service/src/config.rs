@@ -77,6 +77,16 @@ pub struct ClusterConfig {
     pub missed_heartbeats: NonZeroU32,
     /// How long the manager waits for a worker's answer to one request.
     pub request_timeout_s: u64,
+    /// A TCP connect, then the TLS and HTTP handshakes, to a worker (inference and loads).
+    pub connect_timeout_ms: u64,
+    /// The hop's own deadline: a connection to a worker whose peer acknowledges nothing (data
+    /// sent, or keepalive probes while it waits for an answer) for this long fails, and its
+    /// request is tried on another worker. A slow model is not silent: it is waited for.
+    pub link_timeout_ms: u64,
+    /// A unary request outside a sequence whose worker failed or was lost after the request
+    /// reached it is run again on another worker (it may then have run on both). Off: only
+    /// requests that never reached a worker are tried again; the others fail with 503.
+    pub retry_in_flight: bool,
     /// When a model's least loaded copy would keep a new request waiting longer than this,
     /// one more worker loads it.
     pub scale_out_queue_delay_ms: u64,
@@ -84,6 +94,29 @@ pub struct ClusterConfig {
     /// worker: on the worker, next to the model and its GPU (the manager sends the smaller
     /// pre-op tensors), or on the manager (it sends the model's input tensors).
     pub pipeline_ops: PipelineOps,
+}
+
+impl ClusterConfig {
+    /// The hop's connect timeout and silence deadline.
+    pub fn link(&self) -> infergate_hop::link::LinkSettings {
+        infergate_hop::link::LinkSettings {
+            connect_timeout: std::time::Duration::from_millis(self.connect_timeout_ms),
+            silence: std::time::Duration::from_millis(self.link_timeout_ms),
+        }
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        if self.connect_timeout_ms == 0 {
+            return Err("[cluster] connect_timeout_ms must be at least 1".into());
+        }
+        if self.link_timeout_ms < 1000 {
+            return Err(format!(
+                "[cluster] link_timeout_ms must be at least 1000 (the kernel counts keepalive in seconds), not {}",
+                self.link_timeout_ms
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// `[cluster] pipeline_ops`.
@@ -102,6 +135,9 @@ impl Default for ClusterConfig {
             heartbeat_ms: 2000,
             missed_heartbeats: const { NonZeroU32::new(3).expect("not zero") },
             request_timeout_s: 60,
+            connect_timeout_ms: 3000,
+            link_timeout_ms: 10_000,
+            retry_in_flight: true,
             scale_out_queue_delay_ms: 50,
             pipeline_ops: PipelineOps::Worker,
         }
@@ -477,6 +513,7 @@ impl Config {
         }
         self.cors.origins()?;
         self.llm.validate().map_err(|e| format!("[llm] {e}"))?;
+        self.cluster.validate()?;
         Ok(())
     }
 
@@ -595,6 +632,25 @@ mod tests {
             assert!(
                 toml::from_str::<Config>(&one).is_ok(),
                 "{section}.{key} = 1"
+            );
+        }
+    }
+
+    #[test]
+    fn the_hops_timeouts_are_checked() {
+        let c: Config =
+            toml::from_str("[cluster]\nconnect_timeout_ms = 500\nlink_timeout_ms = 4000\n")
+                .unwrap();
+        c.validate().unwrap();
+        let link = c.cluster.link();
+        assert_eq!(link.connect_timeout, std::time::Duration::from_millis(500));
+        assert_eq!(link.silence, std::time::Duration::from_secs(4));
+        for bad in ["connect_timeout_ms = 0", "link_timeout_ms = 999"] {
+            let c: Config = toml::from_str(&format!("[cluster]\n{bad}\n")).unwrap();
+            let refused = c.validate().unwrap_err();
+            assert!(
+                refused.contains(bad.split(' ').next().unwrap()),
+                "{refused}"
             );
         }
     }

@@ -192,7 +192,7 @@ impl Store {
             Backend::Sqlite { keys, .. } => {
                 keys.authenticate(presented, || self.with(crate::key_cache::load_active))
             }
-            Backend::Postgres(pg) => Ok(pg.keys.authenticate(presented)),
+            Backend::Postgres(pg) => pg.keys.authenticate(presented),
         }
     }
 

@@ -24,6 +24,7 @@ fn postgres_store(server: &PgServer, dir: &std::path::Path, resync_s: u64) -> St
         &StoreConfig {
             url: Some(server.url()),
             resync_s,
+            ..StoreConfig::default()
         },
     )
     .expect("opening the PostgreSQL store")
@@ -426,6 +427,52 @@ fn the_resync_catches_a_change_that_sent_no_notification() {
         "a change without notification arrived in {:?}",
         took.unwrap()
     );
+}
+
+/// A replica that cannot reload its keys honours them for `resync_s + keys_stale_s`, then
+/// refuses every key as unavailable (503) until a reload succeeds again.
+#[test]
+fn cached_keys_are_honoured_for_a_bounded_time_while_postgres_is_away() {
+    let mut server = PgServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open_with(
+        dir.path(),
+        &StoreConfig {
+            url: Some(server.url()),
+            resync_s: 1,
+            keys_stale_s: 1,
+        },
+    )
+    .unwrap();
+    let (_, secret) = store.create_key("cached", &infer()).unwrap();
+    assert!(store.authenticate(&secret).unwrap().is_some());
+    server.stop();
+    // Honoured at first (the last reload is recent), refused once it is older than the bound.
+    let refused =
+        within_10s(|| matches!(store.authenticate(&secret), Err(StoreError::Unavailable(_))));
+    assert!(refused.is_some(), "cached keys honoured without a bound");
+    match store.authenticate(&secret) {
+        Err(StoreError::Unavailable(why)) => assert!(why.contains("keys_stale_s"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    server.resume();
+    let back = within_10s(|| matches!(store.authenticate(&secret), Ok(Some(_))));
+    assert!(
+        back.is_some(),
+        "the keys never came back after PostgreSQL did"
+    );
+    // No bound at all: honoured for as long as it takes.
+    let other = tempfile::tempdir().unwrap();
+    let unbounded = Store::open_with(
+        other.path(),
+        &StoreConfig {
+            url: Some(server.url()),
+            resync_s: 1,
+            keys_stale_s: 0,
+        },
+    )
+    .unwrap();
+    assert!(unbounded.authenticate(&secret).unwrap().is_some());
 }
 
 /// What the gateway follows besides keys: a model version or a pipeline written through one
