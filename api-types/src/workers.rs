@@ -231,7 +231,7 @@ mod tests {
             "state": "lost", "last_seen_ms": 7,
             "report": {"state": "draining", "models": [{"name": "m", "version": 2}],
                 "in_flight": 1, "queued": 0, "requests_per_s": 0.5, "p50_ms": 1.0,
-                "p99_ms": 2.0, "cpu_percent": 3.0, "rss_bytes": 4,
+                "p99_ms": 2.0, "cpu_percent": 3.0, "rss_bytes": 4, "answered_total": 0,
                 "gpus": [{"memory_used_bytes": 5, "utilisation_percent": null}], "grpc": null},
             "outstanding": 0,
         });
