@@ -49,6 +49,11 @@ async fn a_policy_set_on_one_replica_applies_on_the_other() {
         .await
         .unwrap();
     let key = created["secret"].as_str().unwrap().to_owned();
+    // A key created on A reaches B by the store's notification, a moment later.
+    assert!(
+        crate::replicas::until_status(&b, &key, 200).await.is_some(),
+        "B never knew the key created on A"
+    );
     assert_eq!(served(&b, &key).await, "2", "newest without a policy");
     let set = a
         .client
