@@ -10,12 +10,23 @@ pub struct RateLimit {
     pub burst: u32,
 }
 
+/// A token budget: `tokens` per UTC `period` (`day` or `month`).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct TokenBudget {
+    pub tokens: u64,
+    pub period: String,
+}
+
 /// The limits a key is admitted under: its own, else the server's defaults (`null`: none).
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq)]
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct EffectiveLimits {
     pub rate_limit: Option<RateLimit>,
     pub max_concurrent: Option<u32>,
+    #[serde(default)]
+    pub tokens_per_minute: Option<u64>,
+    #[serde(default)]
+    pub token_budget: Option<TokenBudget>,
 }
 
 /// A key's admission counters since the server started (`usage` in `GET /api/keys` and
@@ -71,6 +82,60 @@ pub struct LimitSources {
     pub rate_limit_source: String,
     pub max_concurrent: Option<u32>,
     pub max_concurrent_source: String,
+    #[serde(default)]
+    pub tokens_per_minute: Option<u64>,
+    #[serde(default)]
+    pub tokens_per_minute_source: String,
+    #[serde(default)]
+    pub token_budget: Option<TokenBudget>,
+    #[serde(default)]
+    pub token_budget_source: String,
+}
+
+/// Tokens one key used on one model (`tokens.today` and `tokens.period` of the usage report).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ModelTokens {
+    pub model: String,
+    pub requests: u64,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    /// The part of prompt + completion tokens served from the response cache.
+    pub cached_tokens: u64,
+}
+
+/// The per-minute token limit now.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct MinuteTokens {
+    pub limit: u64,
+    pub remaining: u64,
+    pub reset_s: u64,
+}
+
+/// The token budget now.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct BudgetTokens {
+    pub limit: u64,
+    pub remaining: u64,
+    pub period: String,
+    /// The current period, Unix seconds.
+    pub period_start: i64,
+    pub period_end: i64,
+    pub reset_s: u64,
+}
+
+/// `tokens` of `GET /api/keys/{id}/usage`: the token limits' state and what the key used, per
+/// model, today (UTC) and in the budget's current period (the month when it has no budget).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct KeyTokens {
+    pub per_minute: Option<MinuteTokens>,
+    pub budget: Option<BudgetTokens>,
+    pub today: Vec<ModelTokens>,
+    /// Unix seconds where `period` starts.
+    pub period_start: i64,
+    pub period: Vec<ModelTokens>,
 }
 
 /// `GET /api/keys/{id}/usage`.
@@ -82,6 +147,8 @@ pub struct KeyUsageReport {
     pub limits: LimitSources,
     pub usage: KeyUsage,
     pub activity: KeyActivity,
+    #[serde(default)]
+    pub tokens: KeyTokens,
 }
 
 /// A key as stored, without its usage: what `POST /api/keys` (with its secret),
@@ -100,6 +167,10 @@ pub struct KeyInfo {
     /// The key's own limits; `null`: the server's defaults.
     pub rate_limit: Option<RateLimit>,
     pub max_concurrent: Option<u32>,
+    #[serde(default)]
+    pub tokens_per_minute: Option<u64>,
+    #[serde(default)]
+    pub token_budget: Option<TokenBudget>,
 }
 
 /// `POST /api/keys`: the new key and its secret, shown this once.

@@ -298,13 +298,24 @@ pub struct ErrorDetail {
         skip_serializing_if = "Option::is_none"
     )]
     pub param: Option<Option<String>>,
-    /// `null` in an error answer; the HTTP status of the failure in a stream's error event.
+    /// In an error answer, `null` or OpenAI's reason (`rate_limit_exceeded` for a rate,
+    /// `insufficient_quota` for a spent budget); the HTTP status of the failure in a stream's
+    /// error event.
     #[serde(
         default,
         deserialize_with = "crate::present",
         skip_serializing_if = "Option::is_none"
     )]
-    pub code: Option<Option<u16>>,
+    pub code: Option<Option<ErrorCode>>,
+}
+
+/// An error's `code`: a reason's name, or (in a stream's error event) an HTTP status.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(untagged)]
+pub enum ErrorCode {
+    Status(u16),
+    Name(String),
 }
 
 #[cfg(test)]
@@ -466,13 +477,22 @@ mod tests {
             r#"{"error":{"message":"model 'x' does not exist","type":"invalid_request_error","param":null,"code":null}}"#,
         );
         same_text(
-            &error(None, Some(Some(500))),
+            &error(
+                Some(None),
+                Some(Some(ErrorCode::Name("insufficient_quota".into()))),
+            ),
+            r#"{"error":{"message":"model 'x' does not exist","type":"invalid_request_error","param":null,"code":"insufficient_quota"}}"#,
+        );
+        same_text(
+            &error(None, Some(Some(ErrorCode::Status(500)))),
             r#"{"error":{"message":"model 'x' does not exist","type":"invalid_request_error","code":500}}"#,
         );
         // In a stream, an error event is told from a chunk by its shape.
         let event = r#"{"error":{"message":"the model stopped","type":"server_error","code":500}}"#;
         let read: StreamEvent<TextChoice> = serde_json::from_str(event).unwrap();
-        assert!(matches!(read, StreamEvent::Error(e) if e.error.code == Some(Some(500))));
+        assert!(
+            matches!(read, StreamEvent::Error(e) if e.error.code == Some(Some(ErrorCode::Status(500))))
+        );
     }
 
     #[test]

@@ -59,6 +59,10 @@ pub struct Report {
     pub requests_per_s: f64,
     pub p50_ms: f64,
     pub p99_ms: f64,
+    /// Requests the worker answered since it started (its models ran them to an answer,
+    /// whether or not the answer reached the caller): summed over workers and compared with
+    /// what clients were answered, it counts requests that ran twice.
+    pub answered_total: u64,
     pub cpu_percent: f64,
     pub rss_bytes: u64,
     pub gpus: Vec<GpuUsage>,
@@ -77,6 +81,7 @@ impl Default for Report {
             requests_per_s: 0.0,
             p50_ms: 0.0,
             p99_ms: 0.0,
+            answered_total: 0,
             cpu_percent: 0.0,
             rss_bytes: 0,
             gpus: Vec::new(),
@@ -242,7 +247,7 @@ mod tests {
             "state": "lost", "last_seen_ms": 7,
             "report": {"state": "draining", "models": [{"name": "m", "version": 2}],
                 "in_flight": 1, "queued": 0, "requests_per_s": 0.5, "p50_ms": 1.0,
-                "p99_ms": 2.0, "cpu_percent": 3.0, "rss_bytes": 4,
+                "p99_ms": 2.0, "cpu_percent": 3.0, "rss_bytes": 4, "answered_total": 0,
                 "gpus": [{"memory_used_bytes": 5, "utilisation_percent": null}], "grpc": null},
             "outstanding": 0,
         });

@@ -47,6 +47,8 @@ pub struct Config {
     pub llm: infergate_llm::LlmConfig,
     pub cluster: ClusterConfig,
     pub store: infergate_store::StoreConfig,
+    /// The response cache shared by the models whose config enables it.
+    pub cache: CacheConfig,
     /// Threads of the async runtime: connections, TLS, HTTP, request decode and encode; 0 =
     /// the default.
     #[schemars(extend(
@@ -89,12 +91,45 @@ pub struct ClusterConfig {
     pub missed_heartbeats: NonZeroU32,
     /// Seconds the manager waits for a worker's answer to one request.
     pub request_timeout_s: u64,
+    /// A TCP connect, then the TLS and HTTP handshakes, to a worker (inference and loads).
+    pub connect_timeout_ms: u64,
+    /// The hop's own deadline: a connection to a worker whose peer acknowledges nothing (data
+    /// sent, or keepalive probes while it waits for an answer) for this long fails, and its
+    /// request is tried on another worker. A slow model is not silent: it is waited for.
+    pub link_timeout_ms: u64,
+    /// A unary request outside a sequence whose worker failed or was lost after the request
+    /// reached it is run again on another worker (it may then have run on both). Off: only
+    /// requests that never reached a worker are tried again; the others fail with 503.
+    pub retry_in_flight: bool,
     /// When a model's least loaded copy would keep a new request waiting longer than this
     /// (milliseconds), one more worker loads it.
     pub scale_out_queue_delay_ms: u64,
     /// Where a pipeline's native ops (resize/normalize) run when its model stage goes to a
     /// worker.
     pub pipeline_ops: PipelineOps,
+}
+
+impl ClusterConfig {
+    /// The hop's connect timeout and silence deadline.
+    pub fn link(&self) -> infergate_hop::link::LinkSettings {
+        infergate_hop::link::LinkSettings {
+            connect_timeout: std::time::Duration::from_millis(self.connect_timeout_ms),
+            silence: std::time::Duration::from_millis(self.link_timeout_ms),
+        }
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        if self.connect_timeout_ms == 0 {
+            return Err("[cluster] connect_timeout_ms must be at least 1".into());
+        }
+        if self.link_timeout_ms < 1000 {
+            return Err(format!(
+                "[cluster] link_timeout_ms must be at least 1000 (the kernel counts keepalive in seconds), not {}",
+                self.link_timeout_ms
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// Where a pipeline's native ops run when its model runs on a worker.
@@ -118,6 +153,9 @@ impl Default for ClusterConfig {
             heartbeat_ms: 2000,
             missed_heartbeats: const { NonZeroU32::new(3).expect("not zero") },
             request_timeout_s: 60,
+            connect_timeout_ms: 3000,
+            link_timeout_ms: 10_000,
+            retry_in_flight: true,
             scale_out_queue_delay_ms: 50,
             pipeline_ops: PipelineOps::Worker,
         }
@@ -282,6 +320,20 @@ pub struct Limits {
     pub shared_url: Option<String>,
     /// What a request meets while the shared limiter (Redis) cannot answer.
     pub shared_failure: SharedFailure,
+    /// Tokens per minute for keys without their own (LLM requests; absent = unlimited).
+    pub default_tokens_per_minute: Option<u64>,
+    /// Token budget for keys without their own: `{ tokens = N, period = "day" | "month" }`
+    /// (absent = unlimited).
+    pub default_token_budget: Option<infergate_traffic::tokens::TokenBudget>,
+}
+
+/// `[cache]`: the response cache (`"response_cache": {"enable": true}` in a model's config).
+#[derive(Debug, Clone, Default, Deserialize, Serialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct CacheConfig {
+    /// Bytes the cached answers of every model may take together, counted in
+    /// `[engine] host_memory_budget_bytes`; 0 (the default): no response cache.
+    pub bytes: u64,
 }
 
 /// What a request meets while the shared limiter (Redis) cannot answer.
@@ -395,6 +447,7 @@ impl Default for Config {
             llm: infergate_llm::LlmConfig::default(),
             cluster: ClusterConfig::default(),
             store: infergate_store::StoreConfig::default(),
+            cache: CacheConfig::default(),
             async_threads: None,
         }
     }
@@ -423,6 +476,8 @@ impl Default for Limits {
             default_max_concurrent: None,
             shared_url: None,
             shared_failure: SharedFailure::Open,
+            default_tokens_per_minute: None,
+            default_token_budget: None,
         }
     }
 }
@@ -514,8 +569,20 @@ impl Config {
     /// Checks what serde cannot: the default rate limit and the CORS rules.
     pub fn validate(&self) -> Result<(), String> {
         self.default_key_limits()?;
+        self.default_token_limits()
+            .validate()
+            .map_err(|e| format!("[limits] default_{e}"))?;
+        if let Some(budget) = self.engine.host_memory_budget_bytes {
+            if self.cache.bytes >= budget {
+                return Err(format!(
+                    "[cache] bytes ({}) must be less than [engine] host_memory_budget_bytes ({budget}): the cache is counted in it",
+                    self.cache.bytes
+                ));
+            }
+        }
         self.cors.origins()?;
         self.llm.validate().map_err(|e| format!("[llm] {e}"))?;
+        self.cluster.validate()?;
         Ok(())
     }
 
@@ -535,6 +602,21 @@ impl Config {
             rate,
             max_concurrent: self.limits.default_max_concurrent.map(NonZeroU32::get),
         })
+    }
+
+    /// The token limits of keys that have none of their own.
+    pub fn default_token_limits(&self) -> infergate_traffic::tokens::TokenLimits {
+        infergate_traffic::tokens::TokenLimits {
+            tokens_per_minute: self.limits.default_tokens_per_minute,
+            token_budget: self.limits.default_token_budget,
+        }
+    }
+
+    /// The host memory budget left to models once the response cache has its share.
+    pub fn model_memory_budget(&self) -> Option<u64> {
+        self.engine
+            .host_memory_budget_bytes
+            .map(|b| b.saturating_sub(self.cache.bytes))
     }
 
     /// Reads a TOML file over the defaults.
@@ -624,6 +706,25 @@ mod tests {
     }
 
     #[test]
+    fn the_hops_timeouts_are_checked() {
+        let c: Config =
+            toml::from_str("[cluster]\nconnect_timeout_ms = 500\nlink_timeout_ms = 4000\n")
+                .unwrap();
+        c.validate().unwrap();
+        let link = c.cluster.link();
+        assert_eq!(link.connect_timeout, std::time::Duration::from_millis(500));
+        assert_eq!(link.silence, std::time::Duration::from_secs(4));
+        for bad in ["connect_timeout_ms = 0", "link_timeout_ms = 999"] {
+            let c: Config = toml::from_str(&format!("[cluster]\n{bad}\n")).unwrap();
+            let refused = c.validate().unwrap_err();
+            assert!(
+                refused.contains(bad.split(' ').next().unwrap()),
+                "{refused}"
+            );
+        }
+    }
+
+    #[test]
     fn default_limits_are_checked() {
         let mut c = Config::default();
         assert!(c.default_key_limits().unwrap().is_unlimited());
@@ -631,5 +732,32 @@ mod tests {
         assert!(c.validate().is_err(), "burst without rps");
         c.limits.default_rps = Some(2.0);
         assert_eq!(c.default_key_limits().unwrap().rate.unwrap().burst, 3);
+    }
+
+    #[test]
+    fn token_defaults_and_the_cache_share_of_the_memory_budget() {
+        let c: Config = toml::from_str(
+            "[limits]\ndefault_tokens_per_minute = 1000\ndefault_token_budget = { tokens = 50000, period = \"day\" }\n[cache]\nbytes = 1000\n[engine]\nhost_memory_budget_bytes = 5000\n",
+        )
+        .unwrap();
+        c.validate().unwrap();
+        let t = c.default_token_limits();
+        assert_eq!(t.tokens_per_minute, Some(1000));
+        assert_eq!(t.token_budget.unwrap().tokens, 50_000);
+        assert_eq!(c.model_memory_budget(), Some(4000));
+        let week = toml::from_str::<Config>(
+            "[limits]\ndefault_token_budget = { tokens = 5, period = \"week\" }\n",
+        );
+        assert!(week.is_err());
+        let mut zero = Config::default();
+        zero.limits.default_tokens_per_minute = Some(0);
+        assert!(zero
+            .validate()
+            .unwrap_err()
+            .contains("default_tokens_per_minute"));
+        let mut big = Config::default();
+        big.cache.bytes = 10;
+        big.engine.host_memory_budget_bytes = Some(10);
+        assert!(big.validate().unwrap_err().contains("[cache] bytes"));
     }
 }

@@ -91,6 +91,10 @@ pub struct ServeArgs {
     /// (closed) [default: open].
     #[arg(long, env = "INFERGATE_RATELIMIT_FAILURE", value_enum)]
     ratelimit_failure: Option<infergate_service::config::SharedFailure>,
+    /// Bytes of the response cache for models whose config enables it, counted in the host
+    /// memory budget [default: 0, no cache].
+    #[arg(long, env = "INFERGATE_CACHE_BYTES")]
+    cache_bytes: Option<u64>,
     /// Allow this browser origin (CORS); repeat for several, or '*' for any (no credentials).
     #[arg(
         long = "cors-origin",
@@ -240,6 +244,7 @@ impl ServeArgs {
             c.limits.shared_url = self.ratelimit_url;
         }
         set!(c.limits.shared_failure, self.ratelimit_failure);
+        set!(c.cache.bytes, self.cache_bytes);
         if self.store_url.is_some() {
             c.store.url = self.store_url;
         }

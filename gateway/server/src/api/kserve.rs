@@ -158,8 +158,16 @@ async fn run_infer(
     // A manager that only routes relays a model's request and its answer undecoded.
     if let (Target::Model(record), false) = (&target, state.workers().config.local_engine) {
         let header_len = codec::header_length(&headers)?;
+        // The model's traffic split applies to relayed requests too (not its mirror nor the
+        // response cache, which need the decoded request).
+        let record = match version {
+            None => {
+                infergate_service::traffic::split(&state, Some(caller), record.clone(), &headers).0
+            }
+            Some(_) => record.clone(),
+        };
         if let Forwarded::Worker(answer) =
-            backend::forward(&state, record, body.clone(), header_len).await?
+            backend::forward(&state, &record, body.clone(), header_len).await?
         {
             let served = Served {
                 model: record.name.clone(),
@@ -171,7 +179,8 @@ async fn run_infer(
     // The body is freed once decoded: only the tensors stay while the model runs.
     let (request, inputs) = codec::decode(&headers, &body)?;
     drop(body);
-    let request_in = infer::Request::kserve(&request, inputs)?;
+    // The headers go with it: a traffic split may be sticky by one of them.
+    let request_in = infer::Request::kserve(&request, inputs)?.with_headers(headers);
     let mut inferred = infer::run(&state, caller, target, version, request_in).await?;
     let passage = std::mem::take(&mut inferred.passage);
     let response = codec::respond(&request, inferred)?;

@@ -3,6 +3,7 @@
 pub mod admission;
 pub mod authorized;
 pub mod body;
+mod chat_phases;
 mod completion_stream;
 pub mod dashboard;
 pub mod embeddings;
@@ -24,6 +25,7 @@ pub mod pipelines;
 pub mod plugins;
 pub mod stream;
 pub mod textgen;
+pub mod traffic;
 pub mod triton;
 pub mod unread;
 pub mod worker_admin;
@@ -95,6 +97,10 @@ fn routes() -> front::Routes {
         )
         .route("/api/models/{model}/versions", post(models::upload))
         .route("/api/models/{model}/config", put(models::put_latest_config))
+        .route(
+            "/api/models/{model}/traffic",
+            get(traffic::get).put(traffic::put).delete(traffic::delete),
+        )
         .route(
             "/api/models/{model}/versions/{version}/config",
             put(models::put_version_config),

@@ -58,7 +58,8 @@ async fn run_infer(
     let inputs = convert::decode_inputs(&message)?;
     // The request's raw bytes are copied into the inputs: free them before the model runs.
     drop(message);
-    let request_in = infer::Request::kserve(&request, inputs)?;
+    // The metadata goes with it: a traffic split may be sticky by one of its fields.
+    let request_in = infer::Request::kserve(&request, inputs)?.with_headers(headers.clone());
     let mut inferred = infer::run(state, &caller, target, version, request_in).await?;
     let served = inferred.served.clone();
     let passage = std::mem::take(&mut inferred.passage);

@@ -136,6 +136,7 @@ impl App {
             state = state.with_policy(policy);
         }
         let state = Arc::new(state);
+        infergate_service::traffic::spawn(&state);
         let front = Arc::new(infergate_server::api::router(state.clone()));
         App {
             state,

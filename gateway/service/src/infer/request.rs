@@ -14,7 +14,16 @@ pub struct Request {
     pub parameters: Vec<(String, String)>,
     /// Queue priority and timeout for the model version that runs it.
     pub options: InferOptions,
+    /// The request's header fields (HTTP headers, gRPC metadata, a WebSocket's upgrade
+    /// request): what a traffic policy that is sticky by header reads. Empty when the
+    /// transport passes none.
+    pub headers: http::HeaderMap,
 }
+
+/// Parameters that make a request one step of a stateful sequence (Triton's sequence batcher):
+/// such requests depend on the state earlier steps left, so they are never answered from a
+/// cache, never split between versions and never mirrored.
+const SEQUENCE_PARAMETERS: [&str; 3] = ["sequence_id", "sequence_start", "sequence_end"];
 
 impl Request {
     /// A KServe v2 request, as HTTP, gRPC and WebSocket all decode one, with its decoded
@@ -35,7 +44,23 @@ impl Request {
             outputs: request.outputs.iter().map(|o| o.name.clone()).collect(),
             parameters,
             options: options(request)?,
+            headers: http::HeaderMap::new(),
         })
+    }
+
+    /// The same request carrying the transport's header fields (for sticky traffic splits).
+    pub fn with_headers(mut self, headers: http::HeaderMap) -> Request {
+        self.headers = headers;
+        self
+    }
+
+    /// Whether the request is one step of a stateful sequence (see [`SEQUENCE_PARAMETERS`]):
+    /// the traffic split, the mirror and the response cache leave it alone. Where decoupled
+    /// models and sequences gain more ways to be asked for, this is the one check to extend.
+    pub fn is_stateful(&self) -> bool {
+        self.parameters
+            .iter()
+            .any(|(name, _)| SEQUENCE_PARAMETERS.contains(&name.as_str()))
     }
 }
 
