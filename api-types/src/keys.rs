@@ -12,6 +12,7 @@ pub struct RateLimit {
 
 /// A token budget: `tokens` per UTC `period` (`day` or `month`).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TokenBudget {
     pub tokens: u64,
     pub period: String,
@@ -115,6 +116,7 @@ pub struct MinuteTokens {
 
 /// The token budget now.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct BudgetTokens {
     pub limit: u64,
     pub remaining: u64,
