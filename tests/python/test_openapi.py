@@ -179,6 +179,14 @@ def test_every_documented_operation_answers_as_documented(api, server):
     call("DELETE", "/api/models/{model}/versions/{version}", {"model": "copy", "version": 1})
     call("POST", "/api/models/{model}/versions", {"model": "copy"}, body=onnx,
          headers={"Content-Type": "application/octet-stream"})
+    r = call("PUT", "/api/models/{model}/traffic", {"model": "copy"},
+             json_body={"split": [{"version": 1, "weight": 1}], "sticky": "key"})
+    assert r.status_code == 200, r.text
+    r = call("PUT", "/api/models/{model}/traffic", {"model": "copy"},
+             json_body={"split": [{"version": 1, "weight": 0}]})
+    assert r.status_code == 400, r.text
+    call("GET", "/api/models/{model}/traffic", {"model": "copy"})
+    assert call("DELETE", "/api/models/{model}/traffic", {"model": "copy"}).status_code == 200
     assert call("DELETE", "/api/models/{model}", {"model": "copy"}).status_code == 200
 
     # Plugins and pipelines

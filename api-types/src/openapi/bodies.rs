@@ -196,3 +196,44 @@ pub struct EmbeddingRequest {
 #[derive(serde::Deserialize, ToSchema)]
 #[allow(dead_code)]
 pub struct ModelConfig(BTreeMap<String, Value>);
+
+/// A model's traffic policy between its versions (`PUT /api/models/{model}/traffic`); every
+/// field may be absent.
+#[derive(serde::Deserialize, ToSchema)]
+#[allow(dead_code)]
+pub struct TrafficPolicy {
+    /// Versions and their weights; absent: the model's version policy picks the version.
+    split: Option<Vec<TrafficSplit>>,
+    /// What keeps one caller on one version: `key` (the caller's API key) or `header:NAME`
+    /// (that request header's value); absent: every request is drawn anew.
+    sticky: Option<String>,
+    /// A share of requests copied to another version, whose answers are dropped.
+    mirror: Option<TrafficMirror>,
+}
+
+/// One version's share of a split.
+#[derive(serde::Deserialize, ToSchema)]
+#[allow(dead_code)]
+pub struct TrafficSplit {
+    version: u64,
+    /// A positive integer weight (1 to 1000000), relative to the other entries'.
+    weight: u32,
+}
+
+/// A mirror: `percent` of the requests are copied to `version`.
+#[derive(serde::Deserialize, ToSchema)]
+#[allow(dead_code)]
+pub struct TrafficMirror {
+    version: u64,
+    /// 0 to 100; fractions allowed, down to 0.0001.
+    percent: f64,
+}
+
+/// The answer of every traffic route: the model and its policy (`null`: none, the version
+/// policy chooses).
+#[derive(serde::Deserialize, ToSchema)]
+#[allow(dead_code)]
+pub struct TrafficView {
+    model: String,
+    policy: Option<TrafficPolicy>,
+}

@@ -3,7 +3,7 @@
 #![allow(dead_code)]
 
 use crate::models::{ModelDeleted, ModelList, ModelVersion, ModelVersions, VersionDeleted};
-use crate::openapi::bodies::ModelConfig;
+use crate::openapi::bodies::{ModelConfig, TrafficPolicy, TrafficView};
 use crate::pipelines::{PipelineDeleted, PipelineList, PipelineSpec, PipelineView};
 use crate::plugins::{PluginDeleted, PluginLimits, PluginList, PluginVersions, PluginView};
 use crate::ErrorBody;
@@ -47,6 +47,33 @@ pub fn delete_model() {}
         (status = 422, description = "The file is no model ONNX Runtime or llama.cpp can load.", body = ErrorBody),
     ))]
 pub fn upload_model() {}
+
+/// Sets a model's traffic policy: a weighted split between its versions, sticky by key or
+/// header, and a mirror. Checked against the model's versions; nothing is stored when refused.
+#[utoipa::path(put, path = "/api/models/{model}/traffic", tag = "Models",
+    params(("model" = String, Path, description = "A model name.")),
+    request_body(content = TrafficPolicy, description = "The policy."),
+    security(("bearer" = ["upload"]), ("api_key" = ["upload"])),
+    responses(
+        (status = 200, description = "The policy now in force.", body = TrafficView),
+        (status = 400, description = "The policy does not fit the model (the field is named).", body = ErrorBody),
+        (status = 404, description = "No such model.", body = ErrorBody),
+    ))]
+pub fn put_traffic() {}
+
+/// A model's traffic policy.
+#[utoipa::path(get, path = "/api/models/{model}/traffic", tag = "Models",
+    params(("model" = String, Path, description = "A model name.")),
+    security(("bearer" = ["infer"]), ("api_key" = ["infer"])),
+    responses((status = 200, description = "The policy (`null`: none).", body = TrafficView)))]
+pub fn get_traffic() {}
+
+/// Removes a model's traffic policy: its version policy chooses again.
+#[utoipa::path(delete, path = "/api/models/{model}/traffic", tag = "Models",
+    params(("model" = String, Path, description = "A model name.")),
+    security(("bearer" = ["upload"]), ("api_key" = ["upload"])),
+    responses((status = 200, description = "No policy any more.", body = TrafficView)))]
+pub fn delete_traffic() {}
 
 /// Sets the configuration of a model's newest version (it reloads with it).
 #[utoipa::path(put, path = "/api/models/{model}/config", tag = "Models",

@@ -166,6 +166,7 @@ pub(crate) const FLAG_KEYS: &[(&str, &str)] = &[
     ("device", "engine.device"),
     ("instances", "engine.instances"),
     ("async_threads", "async_threads"),
+    ("cache_bytes", "cache.bytes"),
     ("log_format", "log_format"),
     ("dashboard_dir", "dashboard_dir"),
     ("default_rps", "limits.default_rps"),
