@@ -257,7 +257,7 @@ fn cell(text: &str) -> String {
 /// A byte count, with its size in KiB, MiB or GiB when it is a round one.
 fn with_unit(bytes: u64) -> String {
     for (unit, size) in [("GiB", 1u64 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)] {
-        if bytes >= size && bytes % size == 0 {
+        if bytes >= size && bytes.is_multiple_of(size) {
             return format!("`{bytes}` ({} {unit})", bytes / size);
         }
     }
