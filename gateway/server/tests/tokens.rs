@@ -11,9 +11,7 @@ use serde_json::{json, Value};
 use support::{App, Reply};
 
 fn gguf() -> std::path::PathBuf {
-    let models =
-        std::env::var("INFERGATE_MODELS").expect("INFERGATE_MODELS (source .cache/env.sh)");
-    std::path::Path::new(&models).join("smollm2.gguf")
+    support::model_file("smollm2.gguf")
 }
 
 /// A gateway with the chat model registered as `smollm2`.
