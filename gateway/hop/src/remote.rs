@@ -266,9 +266,10 @@ pub enum Failure {
     /// The worker answered with an error that is the request's or the model's (4xx, 500): the
     /// client gets it as is, no retry (another worker would answer the same).
     Answered(Refusal),
-    /// No answer (connection refused or reset, the worker died mid-response) or the worker
-    /// refused new work (503 while draining): safe to try another worker.
-    Unreachable(String),
+    /// No answer (connection refused or reset, the worker died mid-response, the link went
+    /// silent) or the worker refused new work (503 while draining): another worker may be
+    /// tried. `reached`: the request was written to the worker, which may have run it.
+    Unreachable { why: String, reached: bool },
     /// The request's deadline passed with the worker silent (hung): not retried, the time
     /// is spent.
     TimedOut(String),
@@ -352,7 +353,12 @@ pub async fn send(
         })?;
     let answer = match tokio::time::timeout(timeout, pool.send(advertise, call)).await {
         Ok(Ok(answer)) => answer,
-        Ok(Err(why)) => return Err(Failure::Unreachable(format!("worker {advertise}: {why}"))),
+        Ok(Err(failed)) => {
+            return Err(Failure::Unreachable {
+                why: format!("worker {advertise}: {}", failed.message),
+                reached: failed.reached,
+            })
+        }
         Err(_) => {
             return Err(Failure::TimedOut(format!(
                 "worker {advertise} did not answer within {timeout:?}"
@@ -381,9 +387,11 @@ pub async fn send(
     }
     let message = message.unwrap_or_else(|| format!("worker {advertise} answered {status}"));
     if status == StatusCode::SERVICE_UNAVAILABLE {
-        return Err(Failure::Unreachable(format!(
-            "worker {advertise}: {message}"
-        )));
+        // The worker refused it (draining, its queue full): nothing ran.
+        return Err(Failure::Unreachable {
+            why: format!("worker {advertise}: {message}"),
+            reached: false,
+        });
     }
     // The worker's answer is relayed as it was given (its status says whose fault).
     Err(Failure::Answered(Refusal {

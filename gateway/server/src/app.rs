@@ -69,6 +69,11 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     state.plugins().prune_cache(state.store())?;
     state.apply_model_configs().await;
     infergate_service::replica_sync::spawn(&state);
+    infergate_service::traffic::spawn(&state);
+    infergate_service::token_accounting::TokenAccounting::spawn_flusher(
+        state.tokens().accounting(),
+        state.store().clone(),
+    );
     infergate_service::chat_models::LlmModels::spawn_idle_unloader(state.llm());
     let handler = api::front::Handler::Api(Arc::new(api::router(state.clone())));
     let listener = tokio::net::TcpListener::bind(config.listen)

@@ -16,7 +16,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 /// `[auth]` in the configuration file.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct AuthConfig {
     /// Scopes of callers without a key (`infer`, `upload`); empty: anonymous access is off.

@@ -12,6 +12,7 @@ use crate::error::{ApiError, ApiResult};
 use infergate_limits::Limits;
 use infergate_store::auth::{Scope, Scopes};
 use infergate_store::keys::KeyRecord;
+use infergate_traffic::tokens::TokenLimits;
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -37,15 +38,29 @@ pub const ANONYMOUS_LABEL: &str = "anonymous";
 pub struct Caller {
     principal: Principal,
     limits: Limits,
+    tokens: TokenLimits,
 }
 
 impl Caller {
-    /// The caller holding `key`, with the key's own limits over `defaults`.
+    /// The caller holding `key`, with the key's own limits over `defaults` (no token limit
+    /// but the key's own).
     pub fn of_key(key: Arc<KeyRecord>, defaults: &Limits) -> Caller {
+        Caller::of_key_with(key, defaults, &TokenLimits::default())
+    }
+
+    /// The caller holding `key`, with the key's own request and token limits over the
+    /// server's defaults.
+    pub fn of_key_with(
+        key: Arc<KeyRecord>,
+        defaults: &Limits,
+        token_defaults: &TokenLimits,
+    ) -> Caller {
         let limits = effective_limits(&key, defaults);
+        let tokens = effective_token_limits(&key, token_defaults);
         Caller {
             principal: Principal::Key(key),
             limits,
+            tokens,
         }
     }
 
@@ -116,6 +131,11 @@ impl Caller {
         &self.limits
     }
 
+    /// The caller's effective token limits (LLM requests).
+    pub fn token_limits(&self) -> &TokenLimits {
+        &self.tokens
+    }
+
     /// Whether the caller may use `scope` (`admin` allows everything).
     pub fn allows(&self, scope: Scope) -> bool {
         match &self.principal {
@@ -148,6 +168,14 @@ impl Caller {
     }
 }
 
+/// A key's effective token limits: its own where set, the server's defaults otherwise.
+pub fn effective_token_limits(key: &KeyRecord, defaults: &TokenLimits) -> TokenLimits {
+    TokenLimits {
+        tokens_per_minute: key.tokens.tokens_per_minute.or(defaults.tokens_per_minute),
+        token_budget: key.tokens.token_budget.or(defaults.token_budget),
+    }
+}
+
 /// A key's effective limits: its own where set, the server's defaults otherwise.
 pub fn effective_limits(key: &KeyRecord, defaults: &Limits) -> Limits {
     Limits {
@@ -171,6 +199,7 @@ mod tests {
             revoked_at: None,
             rate_limit: rate,
             max_concurrent: None,
+            tokens: Default::default(),
         })
     }
 

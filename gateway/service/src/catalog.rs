@@ -116,6 +116,15 @@ impl Catalog {
             .ok_or_else(|| no_version(wanted, ""))
     }
 
+    /// One stored version, whatever the version policy serves (a traffic split names its
+    /// versions itself).
+    pub fn version(&self, name: &str, version: u64) -> Option<Arc<ModelRecord>> {
+        self.models
+            .read()
+            .get(name)
+            .and_then(|m| m.versions.get(&version).cloned())
+    }
+
     pub fn versions(&self, name: &str) -> Vec<Arc<ModelRecord>> {
         self.models
             .read()

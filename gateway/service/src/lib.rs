@@ -21,7 +21,14 @@
 //!   thread.
 //! - [`manager`]: workers on other hosts, the manager's side: join, heartbeats, routing;
 //!   [`host`]: a host's devices, CPU and memory for reports.
-//! - [`replica_sync`]: replicas on PostgreSQL follow each other's models, plugins, pipelines.
+//! - [`replica_sync`]: replicas on PostgreSQL follow each other's models, plugins, pipelines
+//!   and models' settings.
+//! - [`model_settings`]: a model's own settings (they survive new versions), in memory;
+//!   [`traffic`]: its traffic policy on the request path (weighted, sticky and mirrored
+//!   traffic between versions); [`response_cache`]: the response cache as a policy;
+//!   [`token_limits`]: token limits per key as a policy on chat generations, and
+//!   [`token_accounting`]: tokens per key, model and hour on their way to the store;
+//!   [`mirror_queue`]: mirrored copies waiting to run; [`traffic_metrics`]: their metrics.
 //! - [`metrics`], [`latency`], [`key_activity`], [`history`]: what `/metrics`, the live
 //!   dashboard and the last hour show.
 //! - [`config`] and [`cors`]: the configuration, checked; [`startup`]: what a process does once
@@ -54,15 +61,22 @@ pub mod latency;
 pub mod manager;
 pub mod metrics;
 pub mod model_control;
+pub mod mirror_queue;
 pub mod model_repository;
+pub mod model_settings;
 pub mod names;
 pub mod openai_request;
 pub mod own_thread;
 pub mod phases;
 pub mod pipelines;
 pub mod replica_sync;
+pub mod response_cache;
 pub mod shared_limits;
 pub mod shared_memory;
 pub mod startup;
 pub mod state;
 pub mod textgen;
+pub mod token_accounting;
+pub mod token_limits;
+pub mod traffic;
+pub mod traffic_metrics;

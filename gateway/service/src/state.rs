@@ -13,11 +13,16 @@ use crate::error::{ApiError, ApiResult};
 use crate::history::History;
 use crate::manager::Manager;
 use crate::metrics::Metrics;
+use crate::mirror_queue::Mirrors;
+use crate::model_settings::ModelSettings;
 use crate::phases::{Phases, Policy};
 use crate::pipelines::registry::PluginRegistry;
 use crate::pipelines::Pipelines;
+use crate::response_cache::{AnswerCache, CachePolicy};
 use crate::shared_limits::SharedLimits;
 use crate::textgen::Vocab;
+use crate::token_accounting::TokenAccounting;
+use crate::token_limits::{TokenGate, TokenPolicy};
 use infergate_engine::kernels::Ops;
 use infergate_engine::{Engine, ModelConfig};
 use infergate_limits::{Limiter, Limits};
@@ -25,6 +30,7 @@ use infergate_plugin_host::PluginHost;
 use infergate_store::auth::Scope;
 use infergate_store::models::ModelRecord;
 use infergate_store::{BlobKind, Store, StoreError};
+use infergate_traffic::tokens::TokenLimits;
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -48,8 +54,8 @@ pub struct AppState {
     limiter: Arc<Limiter>,
     default_limits: Limits,
     /// Rate limits shared with other replicas (Redis), when configured.
-    shared_limits: Option<SharedLimits>,
-    metrics: Metrics,
+    shared_limits: Option<Arc<SharedLimits>>,
+    metrics: Arc<Metrics>,
     /// The last hour per model and pipeline (`/api/metrics/history`).
     history: History,
     /// The text generator's vocabulary (`[openai] vocab`), for the OpenAI API.
@@ -68,6 +74,16 @@ pub struct AppState {
     proxies: TrustedProxies,
     /// Triton's system shared-memory regions, when `[shared_memory] enabled`.
     shared_memory: Option<infergate_shm::SharedMemory>,
+    /// Models' own settings (traffic policies), next to the catalog.
+    model_settings: ModelSettings,
+    /// The token limits of keys without their own.
+    default_token_limits: TokenLimits,
+    /// Token limits and their accounting (LLM requests).
+    tokens: Arc<TokenGate>,
+    /// The response cache (`[cache] bytes`).
+    cache: AnswerCache,
+    /// Mirrored copies waiting to run.
+    mirrors: Mirrors,
 }
 
 impl AppState {
@@ -85,12 +101,31 @@ impl AppState {
         let pipelines = Pipelines::load(store.list_pipelines()?);
         let default_limits = config.default_key_limits().map_err(ApiError::bad_request)?;
         let shared_limits = match &config.limits.shared_url {
-            Some(url) => Some(
+            Some(url) => Some(Arc::new(
                 SharedLimits::new(url, config.limits.shared_failure)
                     .map_err(ApiError::bad_request)?,
-            ),
+            )),
             None => None,
         };
+        let default_token_limits = config.default_token_limits();
+        default_token_limits
+            .validate()
+            .map_err(|e| ApiError::bad_request(format!("[limits] default_{e}")))?;
+        let model_settings = ModelSettings::load(&store)?;
+        let metrics = Arc::new(Metrics::new());
+        let cache = AnswerCache::new(config.cache.bytes);
+        metrics.traffic.attach_cache(cache.clone());
+        let tokens = Arc::new(TokenGate::new(
+            shared_limits.clone(),
+            Arc::new(TokenAccounting::default()),
+            metrics.clone(),
+        ));
+        tokens.restore(&store, &default_token_limits)?;
+        // Built-in policies, in order: a cached chat answer is charged its tokens, so the token
+        // limits admit first.
+        let mut phases = Phases::default();
+        phases.attach(Arc::new(TokenPolicy::new(tokens.clone())));
+        phases.attach(Arc::new(CachePolicy::new(cache.clone())));
         let textgen_vocab = match &config.openai.vocab {
             Some(path) => Some(Arc::new(Vocab::load(path).map_err(ApiError::bad_request)?)),
             None => None,
@@ -125,16 +160,21 @@ impl AppState {
             limiter: Arc::new(Limiter::new()),
             default_limits,
             shared_limits,
-            metrics: Metrics::new(),
+            metrics,
             history: History::default(),
             textgen_vocab,
             drain: Drain::default(),
             llm,
             workers,
-            phases: Phases::default(),
             anonymous,
             proxies,
             shared_memory,
+            phases,
+            model_settings,
+            default_token_limits,
+            tokens,
+            cache,
+            mirrors: Mirrors::default(),
         })
     }
 
@@ -186,7 +226,27 @@ impl AppState {
     }
 
     pub fn shared_limits(&self) -> Option<&SharedLimits> {
-        self.shared_limits.as_ref()
+        self.shared_limits.as_deref()
+    }
+
+    pub fn model_settings(&self) -> &ModelSettings {
+        &self.model_settings
+    }
+
+    pub fn default_token_limits(&self) -> &TokenLimits {
+        &self.default_token_limits
+    }
+
+    pub fn tokens(&self) -> &Arc<TokenGate> {
+        &self.tokens
+    }
+
+    pub fn cache(&self) -> &AnswerCache {
+        &self.cache
+    }
+
+    pub fn mirrors(&self) -> &Mirrors {
+        &self.mirrors
     }
 
     pub fn metrics(&self) -> &Metrics {
@@ -291,7 +351,28 @@ impl AppState {
             .store
             .authenticate(presented)?
             .ok_or_else(|| ApiError::unauthorized("invalid or revoked API key"))?;
-        Ok(Caller::of_key(key, &self.default_limits))
+        Ok(Caller::of_key_with(
+            key,
+            &self.default_limits,
+            &self.default_token_limits,
+        ))
+    }
+
+    /// A version's config changed: its cached answers go (they could not be hit any more:
+    /// the key has the config's digest; this frees their bytes).
+    pub fn version_reconfigured(&self, name: &str, version: u64) {
+        self.cache.invalidate_version(name, version);
+    }
+
+    /// A version was deleted (its catalog entry already removed): its cached answers go, and
+    /// when the model has no version left, its settings (the store dropped them with the last
+    /// version) and every answer and counter of its cache.
+    pub fn version_deleted(&self, name: &str, version: u64) {
+        self.cache.invalidate_version(name, version);
+        if self.catalog.versions(name).is_empty() {
+            self.cache.invalidate_model(name);
+            self.model_settings.remove(name);
+        }
     }
 
     /// Hands every stored version's configuration to the engine (at start). A stored config the

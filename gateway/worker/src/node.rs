@@ -84,6 +84,7 @@ impl Node {
             requests_per_s: latencies.requests_per_s,
             p50_ms: latencies.p50_ms,
             p99_ms: latencies.p99_ms,
+            answered_total: latencies.answered_total,
             cpu_percent: cpu.sample(),
             rss_bytes: host::rss_bytes(),
             gpus: host::gpu_usage(&self.devices),

@@ -26,11 +26,17 @@ use std::future::Future;
 pub const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
 pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
 
+/// The request policy's items, before any the handler set for another limit (a token
+/// budget's), in one field each.
 fn set_quota_headers(headers: &mut HeaderMap, quota: &Quota) {
     for (name, value) in [
         (RATELIMIT_POLICY, quota.policy_header()),
         (RATELIMIT, quota.header()),
     ] {
+        let value = match headers.get(&name).and_then(|v| v.to_str().ok()) {
+            Some(more) => format!("{value}, {more}"),
+            None => value,
+        };
         if let Ok(v) = HeaderValue::from_str(&value) {
             headers.insert(name, v);
         }

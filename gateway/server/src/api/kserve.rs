@@ -180,8 +180,17 @@ async fn run_infer(
         }
         if relayable {
             let header_len = codec::header_length(&headers)?;
+            // The model's traffic split applies to relayed requests too (not its mirror nor
+            // the response cache, which need the decoded request).
+            let record = match version {
+                None => {
+                    infergate_service::traffic::split(&state, Some(caller), record.clone(), &headers)
+                        .0
+                }
+                Some(_) => record.clone(),
+            };
             if let Forwarded::Worker(answer) =
-                backend::forward(&state, record, body.clone(), header_len).await?
+                backend::forward(&state, &record, body.clone(), header_len).await?
             {
                 let served = Served {
                     model: record.name.clone(),
@@ -207,7 +216,8 @@ async fn run_infer(
             .iter()
             .map(|o| (o.name.as_str(), &o.parameters)),
     )?;
-    let request_in = infer::Request::kserve(&request, inputs)?;
+    // The headers go with it: a traffic split may be sticky by one of them.
+    let request_in = infer::Request::kserve(&request, inputs)?.with_headers(headers.clone());
     let mut inferred = infer::run(&state, caller, target, version, request_in).await?;
     regions.write_outputs(&shared_outputs, &inferred.outputs)?;
     let passage = std::mem::take(&mut inferred.passage);

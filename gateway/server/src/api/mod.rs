@@ -3,6 +3,7 @@
 pub mod admission;
 pub mod authorized;
 pub mod body;
+mod chat_phases;
 mod completion_stream;
 pub mod compressed;
 pub mod dashboard;
@@ -20,11 +21,13 @@ pub mod models;
 pub mod openai;
 mod openai_answer;
 pub mod openai_llm;
+pub mod openapi;
 pub mod pipelines;
 pub mod plugins;
 pub mod shared_memory;
 pub mod stream;
 pub mod textgen;
+pub mod traffic;
 pub mod triton;
 pub mod unread;
 pub mod worker_admin;
@@ -44,6 +47,12 @@ pub fn router(state: Arc<AppState>) -> front::Front {
         None
     });
     routes().finish(state, cors)
+}
+
+/// The template of every route (`/v2/models/{model}/infer`), in the order they are added: what
+/// the OpenAPI document must describe or exclude (gateway/server/tests/openapi.rs).
+pub fn route_templates() -> Vec<&'static str> {
+    routes().templates()
 }
 
 fn routes() -> front::Routes {
@@ -132,6 +141,10 @@ fn routes() -> front::Routes {
         .route("/api/models/{model}/versions", post(models::upload))
         .route("/api/models/{model}/config", put(models::put_latest_config))
         .route(
+            "/api/models/{model}/traffic",
+            get(traffic::get).put(traffic::put).delete(traffic::delete),
+        )
+        .route(
             "/api/models/{model}/versions/{version}/config",
             put(models::put_version_config),
         )
@@ -165,6 +178,7 @@ fn routes() -> front::Routes {
         .route("/api/keys/{id}/usage", get(limits::usage))
         .route("/metrics", get(metrics::scrape))
         .route("/api/metrics/history", get(history::history))
+        .route("/api/openapi.json", get(openapi::document))
         // WebSocket streaming
         .route("/v2/stream", get(stream::upgrade))
         .route("/v2/events", get(events::upgrade))

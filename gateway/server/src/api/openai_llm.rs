@@ -11,6 +11,7 @@
 //! a client that goes away drops the response, which drops the sequences' receivers: the
 //! scheduler frees them at its next step.
 
+use super::chat_phases::{self, ChatFacts};
 use super::openai_answer::{stream_error, Generated, Kind, Meta};
 use super::ws_frame::encoded;
 use axum::body::{Body, Bytes};
@@ -22,9 +23,11 @@ use infergate_api_types::stream::{GeneratedToken, GenerationDone};
 use infergate_llm::{
     ChatMessage, Constraint, Done, Event, Generation, LlmModel, SamplingParams, TokenLogprob,
 };
+use infergate_service::caller::Caller;
 use infergate_service::chat_models::api_error;
-use infergate_service::error::{ApiError, ApiResult};
+use infergate_service::error::{ApiError, ApiResult, Kind as ErrorKind};
 use infergate_service::openai_request::{Stop, StreamOptions};
+use infergate_service::phases::{ChatAnswer, ChatChoice, ChatPassage, Outcome};
 use infergate_service::state::AppState;
 use infergate_store::models::ModelRecord;
 use prometheus_client::metrics::counter::Counter;
@@ -101,8 +104,14 @@ fn bad(field: &str, rule: impl std::fmt::Display) -> ApiError {
 }
 
 /// The registered GGUF version a request names (its `model`, or `[openai] completions_model`
-/// when it names none); None when it names something else (the character LSTM).
-pub(super) fn chat_model(state: &AppState, body: &[u8]) -> ApiResult<Option<Arc<ModelRecord>>> {
+/// when it names none), the version its traffic split chooses for `caller`; None when it names
+/// something else (the character LSTM).
+pub(super) fn chat_model(
+    state: &AppState,
+    caller: &Caller,
+    headers: &http::HeaderMap,
+    body: &[u8],
+) -> ApiResult<Option<Arc<ModelRecord>>> {
     #[derive(Deserialize)]
     struct ModelOnly {
         model: Option<Value>,
@@ -115,7 +124,11 @@ pub(super) fn chat_model(state: &AppState, body: &[u8]) -> ApiResult<Option<Arc<
         Some(_) => return Err(bad("model", "must be a string")),
     };
     match state.catalog().resolve(&name, None) {
-        Ok(record) if infergate_service::chat_models::is_gguf(&record) => Ok(Some(record)),
+        Ok(record) if infergate_service::chat_models::is_gguf(&record) => {
+            let (record, _) =
+                infergate_service::traffic::split(state, Some(caller), record, headers);
+            Ok(Some(record).filter(|r| infergate_service::chat_models::is_gguf(r)))
+        }
         _ => Ok(None),
     }
 }
@@ -123,6 +136,9 @@ pub(super) fn chat_model(state: &AppState, body: &[u8]) -> ApiResult<Option<Arc<
 /// One request, checked: the prompt text or tokens, the parameters of each choice.
 struct Plan {
     prompt: Vec<i32>,
+    /// The prompt as the model continues it (after the chat template), for the cache's key; a
+    /// completion's token ids as text, marked apart from any text.
+    rendered: String,
     params: SamplingParams,
     grammar: Option<String>,
     n: u32,
@@ -151,18 +167,28 @@ impl Request {
         if !(1..=MAX_CHOICES).contains(&n) {
             return Err(bad("n", format!("must be between 1 and {MAX_CHOICES}")));
         }
-        let prompt = match kind {
+        let (prompt, rendered) = match kind {
             Kind::Chat => {
                 let messages = self
                     .messages
                     .as_deref()
                     .ok_or_else(|| bad("messages", "is required"))?;
-                model
+                let text = model
                     .render_chat(&chat_messages(messages)?)
-                    .map(|text| model.tokenize(&text))
-                    .map_err(|e| bad("messages", e))?
+                    .map_err(|e| bad("messages", e))?;
+                (model.tokenize(&text), text)
             }
-            Kind::Completion => prompt_tokens(model, self.prompt.as_ref())?,
+            Kind::Completion => {
+                let tokens = prompt_tokens(model, self.prompt.as_ref())?;
+                let rendered = match self.prompt.as_ref() {
+                    Some(Value::String(s)) => s.clone(),
+                    Some(Value::Array(items)) if items.len() == 1 && items[0].is_string() => {
+                        items[0].as_str().unwrap_or_default().to_owned()
+                    }
+                    _ => format!("\u{0}token ids: {tokens:?}"),
+                };
+                (tokens, rendered)
+            }
         };
         let logprobs = match (kind, &self.logprobs) {
             (_, None | Some(Value::Null) | Some(Value::Bool(false))) => None,
@@ -241,6 +267,7 @@ impl Request {
         let grammar = params.grammar().map_err(api_error)?;
         Ok(Plan {
             prompt,
+            rendered,
             params,
             grammar,
             n,
@@ -416,8 +443,35 @@ impl Drop for Tracked {
     }
 }
 
+impl Plan {
+    /// What the chat phases see of the request: its rendered prompt, the most tokens its
+    /// answer may take, the parameters a cached answer depends on, and whether it is
+    /// deterministic (temperature 0 or a seed, one choice, no log probabilities: a cached
+    /// answer keeps only text).
+    fn facts(&self, kind: Kind) -> ChatFacts<'_> {
+        let p = &self.params;
+        ChatFacts {
+            prompt: &self.rendered,
+            prompt_tokens: self.prompt.len() as u64,
+            max_completion_tokens: u64::from(p.max_tokens) * u64::from(self.n),
+            parameters: vec![
+                ("endpoint", (kind == Kind::Chat).to_string()),
+                ("sampling", format!("{p:?}")),
+                ("grammar", format!("{:?}", self.grammar)),
+                ("n", self.n.to_string()),
+            ],
+            deterministic: (p.temperature == 0.0 || p.seed.is_some())
+                && self.n == 1
+                && p.logprobs.is_none(),
+            stream: self.stream,
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn respond(
     state: Arc<AppState>,
+    caller: &Caller,
     record: Arc<ModelRecord>,
     kind: Kind,
     id: String,
@@ -435,6 +489,23 @@ pub(super) async fn respond(
         .get(&record, state.model_file(&record, false))
         .await?;
     let plan = request.plan(kind, &model, state.config().openai.max_tokens_limit)?;
+    let mut passage = chat_phases::admit(&state, caller, &record, &plan.facts(kind)).await?;
+    let fields = passage.limit_fields();
+    let meta = Meta {
+        kind,
+        id,
+        created,
+        model: record.name.clone(),
+        chat_model: true,
+    };
+    if let Some(answer) = passage.before_generation() {
+        let mut tracked = Tracked::new(&state, &record, answer.choices.len(), started);
+        tracked.end(200);
+        passage.after_generation(&answer);
+        passage.finish(Outcome::Sent);
+        let response = chat_phases::replay(&meta, &answer, plan.stream, plan.include_usage);
+        return Ok(chat_phases::with_headers(response, fields, &record));
+    }
     let generations = model
         .generate_n(
             &plan.prompt,
@@ -443,26 +514,21 @@ pub(super) async fn respond(
             plan.n as usize,
         )
         .map_err(api_error)?;
-    let meta = Meta {
-        kind,
-        id,
-        created,
-        model: record.name.clone(),
-        chat_model: true,
-    };
     let tracked = Tracked::new(&state, &record, generations.len(), started);
     let prompt_tokens = plan.prompt.len() as u32;
-    if plan.stream {
-        Ok(stream_response(
+    let response = if plan.stream {
+        stream_response(
             meta,
             generations,
             tracked,
             prompt_tokens,
             plan.include_usage,
-        ))
+            passage,
+        )
     } else {
-        complete(meta, generations, tracked, prompt_tokens).await
-    }
+        complete(meta, generations, tracked, prompt_tokens, passage).await?
+    };
+    Ok(chat_phases::with_headers(response, fields, &record))
 }
 
 /// Every choice's events, tagged with its index, in the order they come.
@@ -479,6 +545,8 @@ fn merged(generations: Vec<Generation>) -> BoxStream<'static, (usize, Event)> {
 #[derive(Default)]
 struct Choice {
     text: String,
+    /// The text as sent, piece by piece (what a cache keeps).
+    pieces: Vec<String>,
     logprobs: Vec<TokenLogprob>,
     done: Option<Done>,
 }
@@ -488,6 +556,7 @@ async fn complete(
     generations: Vec<Generation>,
     mut tracked: Tracked,
     prompt_tokens: u32,
+    mut passage: ChatPassage,
 ) -> ApiResult<Response> {
     let mut choices: Vec<Choice> = (0..generations.len()).map(|_| Choice::default()).collect();
     let mut events = merged(generations);
@@ -495,17 +564,63 @@ async fn complete(
         match event {
             Event::Text { text, logprob } => {
                 tracked.token(i);
+                passage.generated(1);
+                let text = match passage.text(i, text) {
+                    Ok(text) => text,
+                    Err(e) => {
+                        tracked.end(infergate_kserve::http_error::status(&e).as_u16());
+                        passage.finish(Outcome::Failed(e.kind));
+                        return Err(e);
+                    }
+                };
                 choices[i].text.push_str(&text);
+                choices[i].pieces.push(text);
                 choices[i].logprobs.extend(logprob);
             }
-            Event::Done(done) => choices[i].done = Some(done),
+            Event::Done(done) => {
+                let tail = passage.end_of_text(i);
+                match tail {
+                    Ok(tail) if !tail.is_empty() => {
+                        choices[i].text.push_str(&tail);
+                        choices[i].pieces.push(tail);
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracked.end(infergate_kserve::http_error::status(&e).as_u16());
+                        passage.finish(Outcome::Failed(e.kind));
+                        return Err(e);
+                    }
+                }
+                choices[i].done = Some(done);
+            }
             Event::Error(message) => {
                 tracked.end(500);
-                return Err(ApiError::internal(message));
+                let e = ApiError::internal(message);
+                passage.finish(Outcome::Failed(e.kind));
+                return Err(e);
             }
         }
     }
     let done: Vec<Option<Done>> = choices.iter().map(|c| c.done).collect();
+    passage.set_generated(
+        done.iter()
+            .flatten()
+            .map(|d| u64::from(d.completion_tokens))
+            .sum(),
+    );
+    let answer = ChatAnswer {
+        choices: choices
+            .iter()
+            .filter_map(|c| {
+                c.done.map(|d| ChatChoice {
+                    pieces: c.pieces.clone(),
+                    finish: d.finish.as_str(),
+                    completion_tokens: u64::from(d.completion_tokens),
+                })
+            })
+            .collect(),
+        prompt_tokens: u64::from(prompt_tokens),
+    };
     let Some(finished) = choices
         .into_iter()
         .map(|c| {
@@ -518,9 +633,13 @@ async fn complete(
         .collect::<Option<Vec<_>>>()
     else {
         tracked.end(500);
-        return Err(ApiError::internal("a generation ended without finishing"));
+        let e = ApiError::internal("a generation ended without finishing");
+        passage.finish(Outcome::Failed(e.kind));
+        return Err(e);
     };
     tracked.end(200);
+    passage.after_generation(&answer);
+    passage.finish(Outcome::Sent);
     Ok(meta.answer(finished, usage(prompt_tokens, &done)))
 }
 
@@ -534,6 +653,11 @@ struct Streaming {
     done: Vec<Option<Done>>,
     /// Text bytes sent per choice (completions' `text_offset`).
     sent: Vec<usize>,
+    /// The pieces sent per choice (what a cache keeps).
+    pieces: Vec<Vec<String>>,
+    /// The chat phases until the stream ends; dropped with the stream (client gone), it
+    /// settles with the tokens generated until then.
+    passage: Option<ChatPassage>,
     over: bool,
 }
 
@@ -559,25 +683,84 @@ impl Streaming {
         match event {
             Event::Text { text, logprob } => {
                 self.tracked.token(i);
+                let text = match self.passage.as_mut().map(|p| {
+                    p.generated(1);
+                    p.text(i, text.clone())
+                }) {
+                    None => text,
+                    Some(Ok(text)) => text,
+                    Some(Err(e)) => return self.refused(e, out),
+                };
                 let logprob = logprob.map(|lp| (lp, self.sent[i]));
                 self.sent[i] += text.len();
                 Streaming::sse(out, &self.meta.chunk(i as u32, &text, logprob, None));
+                self.pieces[i].push(text);
             }
             Event::Done(done) => {
+                match self.passage.as_mut().map(|p| p.end_of_text(i)) {
+                    Some(Ok(tail)) if !tail.is_empty() => {
+                        self.sent[i] += tail.len();
+                        Streaming::sse(out, &self.meta.chunk(i as u32, &tail, None, None));
+                        self.pieces[i].push(tail);
+                    }
+                    Some(Err(e)) => return self.refused(e, out),
+                    _ => {}
+                }
                 self.done[i] = Some(done);
                 let last = self.meta.chunk(i as u32, "", None, Some(done.finish));
                 Streaming::sse(out, &last);
                 if self.done.iter().all(Option::is_some) {
                     self.tracked.end(200);
+                    self.answered();
                     self.finish(out);
                 }
             }
             Event::Error(message) => {
                 self.tracked.end(500);
+                if let Some(p) = self.passage.take() {
+                    p.finish(Outcome::Failed(ErrorKind::Internal));
+                }
                 Streaming::sse(out, &stream_error(message, 500));
                 self.finish(out);
             }
         }
+    }
+
+    /// A hook refused the answer from here on: the stream ends with its reason.
+    fn refused(&mut self, e: ApiError, out: &mut Vec<u8>) {
+        let status = infergate_kserve::http_error::status(&e).as_u16();
+        self.tracked.end(status);
+        if let Some(p) = self.passage.take() {
+            p.finish(Outcome::Failed(e.kind));
+        }
+        Streaming::sse(out, &stream_error(e.message, status));
+        self.finish(out);
+    }
+
+    /// Every choice is done: the passage hears the whole answer and its real usage.
+    fn answered(&mut self) {
+        let Some(mut passage) = self.passage.take() else {
+            return;
+        };
+        let choices: Vec<ChatChoice> = self
+            .done
+            .iter()
+            .zip(&mut self.pieces)
+            .filter_map(|(done, pieces)| {
+                done.map(|d| ChatChoice {
+                    pieces: std::mem::take(pieces),
+                    finish: d.finish.as_str(),
+                    completion_tokens: u64::from(d.completion_tokens),
+                })
+            })
+            .collect();
+        let answer = ChatAnswer {
+            choices,
+            prompt_tokens: u64::from(self.prompt_tokens),
+        };
+        passage.set_generated(answer.completion_tokens());
+        passage.after_generation(&answer);
+        passage.finish(Outcome::Sent);
     }
 
     fn finish(&mut self, out: &mut Vec<u8>) {
@@ -596,6 +779,7 @@ fn stream_response(
     tracked: Tracked,
     prompt_tokens: u32,
     include_usage: bool,
+    passage: ChatPassage,
 ) -> Response {
     let n = generations.len();
     let streaming = Streaming {
@@ -606,6 +790,8 @@ fn stream_response(
         include_usage,
         done: vec![None; n],
         sent: vec![0; n],
+        pieces: vec![Vec::new(); n],
+        passage: Some(passage),
         over: false,
     };
     let first = Bytes::from(streaming.first_chunks());
@@ -668,18 +854,54 @@ pub(crate) async fn start(
         .map_err(api_error)
 }
 
+/// One generation (one choice, no logprobs) on a chat model from an OpenAI-style document,
+/// admitted by the chat phases (token limits; never answered from the response cache):
+/// `prompt` is continued as is, `messages` go through the chat template, the other fields are
+/// the OpenAI endpoints'. The WebSocket and the KServe gRPC stream (decoupled) use it.
+pub(crate) async fn start(
+    state: &AppState,
+    caller: &Caller,
+    record: &Arc<ModelRecord>,
+    generate: Value,
+) -> ApiResult<(Generation, ChatPassage)> {
+    let request: Request = serde_json::from_value(generate).map_err(|e| bad("generate", e))?;
+    let kind = if request.messages.is_some() {
+        Kind::Chat
+    } else {
+        Kind::Completion
+    };
+    let model = state
+        .llm()
+        .get(record, state.model_file(record, false))
+        .await?;
+    let plan = request.plan(kind, &model, state.config().openai.max_tokens_limit)?;
+    if plan.n != 1 || plan.params.logprobs.is_some() {
+        return Err(bad("generate", "n and logprobs are not supported here"));
+    }
+    let facts = ChatFacts {
+        deterministic: false,
+        ..plan.facts(kind)
+    };
+    let passage = chat_phases::admit(state, caller, record, &facts).await?;
+    let generation = model
+        .generate(&plan.prompt, &plan.params, plan.grammar.as_deref())
+        .map_err(api_error)?;
+    Ok((generation, passage))
+}
+
 /// `generate` over WebSocket (`/v2/stream`) on a chat model, in the frames the character model
 /// uses: `{"id", "token"}` per piece of text, then `{"id", "done": true, "finish_reason",
 /// "text", "usage"}`. `prompt` is continued as is; `messages` instead goes through the chat
 /// template. The other fields are the OpenAI endpoints' (one choice, no logprobs).
 pub(crate) async fn websocket_generate(
     state: &Arc<AppState>,
+    caller: &Caller,
     record: Arc<ModelRecord>,
     generate: Value,
     id: &Value,
     out: &tokio::sync::mpsc::Sender<axum::extract::ws::Message>,
 ) -> ApiResult<()> {
-    let mut generation = start(state, &record, generate).await?;
+    let (mut generation, mut passage) = start(state, caller, &record, generate).await?;
     let tokens = state.metrics().token_counter(&record.name, "websocket");
     let _in_progress = state.metrics().generation_started();
     let mut text = String::new();
@@ -687,6 +909,8 @@ pub(crate) async fn websocket_generate(
         match event {
             Event::Text { text: piece, .. } => {
                 tokens.inc();
+                passage.generated(1);
+                let piece = passage.text(0, piece)?;
                 if piece.is_empty() {
                     continue;
                 }
@@ -700,6 +924,17 @@ pub(crate) async fn websocket_generate(
                 }
             }
             Event::Done(done) => {
+                let tail = passage.end_of_text(0)?;
+                if !tail.is_empty() {
+                    text.push_str(&tail);
+                    let token = GeneratedToken {
+                        id: Cow::Borrowed(id),
+                        token: tail.into(),
+                    };
+                    let _ = out.send(encoded(&token)?).await;
+                }
+                passage.set_generated(u64::from(done.completion_tokens));
+                passage.finish(Outcome::Sent);
                 let last = GenerationDone {
                     id: Cow::Borrowed(id),
                     done: true,
@@ -710,7 +945,11 @@ pub(crate) async fn websocket_generate(
                 let _ = out.send(encoded(&last)?).await;
                 return Ok(());
             }
-            Event::Error(message) => return Err(ApiError::internal(message)),
+            Event::Error(message) => {
+                let e = ApiError::internal(message);
+                passage.finish(Outcome::Failed(e.kind));
+                return Err(e);
+            }
         }
     }
     Err(ApiError::internal("the generation ended without finishing"))

@@ -60,6 +60,7 @@ use infergate_protocol::message::Incoming;
 use infergate_service::caller::Caller;
 use infergate_service::error::{ApiError, ApiResult};
 use infergate_service::infer::{self, Target};
+use infergate_service::phases::Outcome;
 use infergate_service::state::AppState;
 use infergate_service::textgen::Sampling;
 use infergate_store::auth::Scope;
@@ -643,14 +644,17 @@ async fn run(
             )));
         };
         if infergate_service::chat_models::is_gguf(&record) {
-            return super::openai_llm::websocket_generate(state, record, generate, id, out).await;
+            return super::openai_llm::websocket_generate(
+                state, &caller, record, generate, id, out,
+            )
+            .await;
         }
         let generate: Generate = serde_json::from_value(generate)
             .map_err(|e| ApiError::bad_request(format!("generate: {e}")))?;
         // On its own thread; dropping this future (cancel, client gone) stops the generation.
         let (state, id, out) = (state.clone(), id.clone(), out.clone());
         return infergate_service::own_thread::run(async move {
-            generate_stream(&state, &model, generate, &id, &out).await
+            generate_stream(&state, &caller, &model, generate, &id, &out).await
         })
         .await;
     }
@@ -691,6 +695,7 @@ struct Answer<'a> {
 
 async fn generate_stream(
     state: &Arc<AppState>,
+    caller: &Caller,
     model: &str,
     generate: Generate,
     id: &Value,
@@ -711,8 +716,29 @@ async fn generate_stream(
         max_tokens,
         stop: generate.stop,
     };
-    let mut g =
-        crate::api::textgen::start_generation(state, vocab, record, &generate.prompt, sampling)?;
+    let max_completion_tokens = u64::from(sampling.max_tokens);
+    let mut g = crate::api::textgen::start_generation(
+        state,
+        vocab,
+        record.clone(),
+        &generate.prompt,
+        sampling,
+    )?;
+    // Token limits apply; WebSocket answers are not served from the response cache.
+    let mut passage = super::chat_phases::admit(
+        state,
+        caller,
+        &record,
+        &super::chat_phases::ChatFacts {
+            prompt: &generate.prompt,
+            prompt_tokens: u64::from(g.prompt_tokens),
+            max_completion_tokens,
+            parameters: Vec::new(),
+            deterministic: false,
+            stream: true,
+        },
+    )
+    .await?;
     let _in_progress = state.metrics().generation_started();
     let tokens = state.metrics().token_counter(model, PROTOCOL_LABEL);
     let mut coalescer = Coalescer::new(Duration::from_micros(state.config().websocket.coalesce_us));
@@ -726,6 +752,7 @@ async fn generate_stream(
                 for message in coalescer.take_held() {
                     let _ = out.send(message).await;
                 }
+                passage.finish(Outcome::Failed(e.kind));
                 return Err(e);
             }
         };
@@ -737,11 +764,16 @@ async fn generate_stream(
         if g.completion_tokens > before {
             tokens.inc();
         }
-        if !step.text.is_empty() {
-            text.push_str(&step.text);
+        passage.set_generated(u64::from(g.completion_tokens));
+        let mut piece = passage.text(0, step.text)?;
+        if step.finish.is_some() {
+            piece.push_str(&passage.end_of_text(0)?);
+        }
+        if !piece.is_empty() {
+            text.push_str(&piece);
             let token = GeneratedToken {
                 id: Cow::Borrowed(id),
-                token: step.text.into(),
+                token: piece.into(),
             };
             for message in coalescer.token(encoded(&token)?) {
                 if out.send(message).await.is_err() {
@@ -757,6 +789,7 @@ async fn generate_stream(
                 text: text.into(),
                 usage: Usage::new(g.prompt_tokens, g.completion_tokens),
             })?;
+            passage.finish(Outcome::Sent);
             for message in coalescer.urgent(done) {
                 if out.send(message).await.is_err() {
                     break;

@@ -50,6 +50,7 @@ fn duration(d: infergate_engine::stats::StatDuration) -> StatDuration {
 
 fn stats_entry(state: &AppState, record: &ModelRecord) -> ModelStats {
     let s = state.engine().stats(&model_key(record)).unwrap_or_default();
+    let cache = state.cache().stats(&record.name, record.version);
     let batch_stats = s
         .batch_stats
         .iter()
@@ -73,9 +74,15 @@ fn stats_entry(state: &AppState, record: &ModelRecord) -> ModelStats {
             compute_input: duration(s.compute_input),
             compute_infer: duration(s.compute_infer),
             compute_output: duration(s.compute_output),
-            // No response cache: Triton's clients expect the entries.
-            cache_hit: StatDuration::default(),
-            cache_miss: StatDuration::default(),
+            // Triton's meaning: a miss's time is the lookup plus storing the answer.
+            cache_hit: StatDuration {
+                count: cache.hits,
+                ns: cache.hit_ns,
+            },
+            cache_miss: StatDuration {
+                count: cache.misses,
+                ns: cache.miss_ns + cache.insert_ns,
+            },
         },
         response_stats: Default::default(),
         batch_stats,

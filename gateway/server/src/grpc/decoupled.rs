@@ -24,10 +24,14 @@ use infergate_kserve::proto::{
 use infergate_kserve::{convert, PROTOCOL_LABEL};
 use infergate_llm::Event;
 use infergate_service::error::{ApiError, ApiResult};
+use infergate_service::caller::Caller;
 use infergate_service::infer::{self, Inferred, Target};
+use infergate_service::phases::Outcome;
 use infergate_service::state::AppState;
 use infergate_store::auth::Scope;
+use infergate_store::models::ModelRecord;
 use serde_json::{Map, Value};
+use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::mpsc;
 use tonic::Status;
@@ -188,7 +192,7 @@ async fn run(
     let target = infer::resolve(state, &message.model_name, version)?;
     match target {
         Target::Model(record) => {
-            generate(state, &record, &message, sender).await?;
+            generate(state, &caller, &record, &message, sender).await?;
             Ok(Some((record.name.clone(), record.version.to_string())))
         }
         Target::Pipeline(pipeline) => {
@@ -218,7 +222,7 @@ async fn run(
                     return Ok(None);
                 }
             }
-            passage.finish(infergate_service::phases::Outcome::Sent);
+            passage.finish(Outcome::Sent);
             Ok(None)
         }
     }
@@ -228,13 +232,15 @@ async fn run(
 /// request's `stream` input is false).
 async fn generate(
     state: &AppState,
-    record: &infergate_store::models::ModelRecord,
+    caller: &Caller,
+    record: &Arc<ModelRecord>,
     message: &ModelInferRequest,
     sender: &mut Sender<'_>,
 ) -> ApiResult<()> {
     let inputs = convert::decode_inputs(message)?;
     let (document, stream) = generation_request(&record.name, &inputs)?;
-    let mut generation = crate::api::openai_llm::start(state, record, document).await?;
+    let (mut generation, mut passage) =
+        crate::api::openai_llm::start(state, caller, record, document).await?;
     let tokens = state.metrics().token_counter(&record.name, PROTOCOL_LABEL);
     let _in_progress = state.metrics().generation_started();
     let mut whole = String::new();
@@ -261,23 +267,38 @@ async fn generate(
         match event {
             Event::Text { text, .. } => {
                 tokens.inc();
+                passage.generated(1);
+                let text = passage.text(0, text)?;
                 if text.is_empty() {
                     continue;
                 }
                 if !stream {
                     whole.push_str(&text);
                 } else if !sender.send(respond(text)).await {
-                    // The client is gone: dropping the receiver stops the generation.
+                    // The client is gone: dropping the receiver stops the generation; the
+                    // passage, dropped unfinished, settles what was generated.
                     return Ok(());
                 }
             }
-            Event::Done(_) => {
-                if !stream {
+            Event::Done(done) => {
+                let tail = passage.end_of_text(0)?;
+                if stream {
+                    if !tail.is_empty() {
+                        sender.send(respond(tail)).await;
+                    }
+                } else {
+                    whole.push_str(&tail);
                     sender.send(respond(whole)).await;
                 }
+                passage.set_generated(u64::from(done.completion_tokens));
+                passage.finish(Outcome::Sent);
                 return Ok(());
             }
-            Event::Error(message) => return Err(ApiError::internal(message)),
+            Event::Error(message) => {
+                let e = ApiError::internal(message);
+                passage.finish(Outcome::Failed(e.kind));
+                return Err(e);
+            }
         }
     }
     Err(ApiError::internal("the generation ended without finishing"))

@@ -74,7 +74,9 @@ async fn run_infer(
             .iter()
             .map(|o| (o.name.as_str(), &o.parameters)),
     )?;
-    let request_in = infer::Request::kserve(&request, inputs)?;
+    // The metadata goes with it: a traffic split may be sticky by one of its fields.
+    let request_in =
+        infer::Request::kserve(&request, inputs)?.with_headers(presented.headers.clone());
     let mut inferred = infer::run(state, &caller, target, version, request_in).await?;
     regions.write_outputs(&shared_outputs, &inferred.outputs)?;
     let served = inferred.served.clone();

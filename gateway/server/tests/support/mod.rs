@@ -58,6 +58,13 @@ pub fn tiny_model() -> &'static Path {
     })
 }
 
+/// `file` among the models `scripts/setup.sh` fetched (`INFERGATE_MODELS`).
+pub fn model_file(file: &str) -> PathBuf {
+    let dir = std::env::var("INFERGATE_MODELS")
+        .expect("INFERGATE_MODELS is unset: run scripts/setup.sh and `source .cache/env.sh`");
+    Path::new(&dir).join(file)
+}
+
 /// A gateway in this process, with the tiny model registered as `tiny` and one key per scope.
 pub struct App {
     pub state: Arc<AppState>,
@@ -153,6 +160,7 @@ impl App {
             state = state.with_policy(policy);
         }
         let state = Arc::new(state);
+        infergate_service::traffic::spawn(&state);
         let front = Arc::new(infergate_server::api::router(state.clone()));
         App {
             grpc: infergate_server::grpc::server::router(state.clone()),
@@ -242,12 +250,10 @@ impl App {
     /// Registers `file` from the models `scripts/setup.sh` fetched (`INFERGATE_MODELS`) as
     /// version 1 of `name`, as `infergate models add` does, and shows it to the catalog.
     pub fn register(&self, name: &str, file: &str) {
-        let dir = std::env::var("INFERGATE_MODELS")
-            .expect("INFERGATE_MODELS is unset: run scripts/setup.sh and `source .cache/env.sh`");
         let record = self
             .state
             .models()
-            .register_file(name, &Path::new(&dir).join(file), &ParsedConfig::empty())
+            .register_file(name, &model_file(file), &ParsedConfig::empty())
             .unwrap_or_else(|e| panic!("register {file} as {name}: {}", e.message));
         self.state.catalog().insert(record);
     }

@@ -17,6 +17,10 @@ pub struct Request {
     /// Its place in a sequence of a stateful model (request parameters `sequence_id`,
     /// `sequence_start`, `sequence_end`), when it names one.
     pub sequence: Option<SequenceFlags>,
+    /// The request's header fields (HTTP headers, gRPC metadata, a WebSocket's upgrade
+    /// request): what a traffic policy that is sticky by header reads. Empty when the
+    /// transport passes none.
+    pub headers: http::HeaderMap,
 }
 
 /// Triton's request parameter naming a request's sequence (an unsigned integer or a string).
@@ -44,7 +48,21 @@ impl Request {
             parameters,
             options: options(request)?,
             sequence: sequence(request)?,
+            headers: http::HeaderMap::new(),
         })
+    }
+
+    /// The same request carrying the transport's header fields (for sticky traffic splits).
+    pub fn with_headers(mut self, headers: http::HeaderMap) -> Request {
+        self.headers = headers;
+        self
+    }
+
+    /// Whether the request is one step of a stateful sequence (it names one in `sequence_id`,
+    /// `sequence_start` or `sequence_end`): such a step depends on the state earlier steps
+    /// left, so the traffic split, the mirror and the response cache leave it alone.
+    pub fn is_stateful(&self) -> bool {
+        self.sequence.is_some()
     }
 }
 

@@ -89,6 +89,8 @@ pub struct Metrics {
     pub latency: LatencyHistograms,
     /// Requests and last use per API key (`/api/keys`, the history's per-key traffic).
     pub keys: std::sync::Arc<crate::key_activity::KeyActivity>,
+    /// Splits, mirrors, tokens per key, the response cache (`traffic_metrics`).
+    pub traffic: crate::traffic_metrics::TrafficMetrics,
 }
 
 impl Default for Metrics {
@@ -168,7 +170,9 @@ impl Metrics {
             "Chat models: time between two tokens of a sequence (vLLM: inter_token_latency_seconds)",
             llm_itl.clone(),
         );
+        let traffic = crate::traffic_metrics::TrafficMetrics::register(&mut registry);
         Metrics {
+            traffic,
             registry,
             generations,
             llm_ttft,
