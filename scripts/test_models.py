@@ -5,6 +5,8 @@
 Usage: scripts/test_models.py KIND PATH
   string-identity  `text` STRING [N] -> `echo` STRING [N]: the same elements back, byte for byte
                    (BYTES with zero bytes and non-UTF-8 data go through ONNX Runtime and back).
+  double           y = x + x over FP32 [N, D] (any shape): tensors of any size for shared
+                   memory, compression and the shared-memory benchmark.
   accumulator      a stateful model for sequence batching, batch dimension N:
                      inputs  x FP32 [N,1]; start, ready INT32 [N,1] (control inputs);
                              corrid INT64 [N,1] (control input); acc_in FP32 [N,1] (state)
@@ -25,6 +27,12 @@ def string_identity():
     echo = helper.make_tensor_value_info("echo", TensorProto.STRING, ["N"])
     nodes = [helper.make_node("Identity", ["text"], ["echo"])]
     return helper.make_graph(nodes, "string_identity", [text], [echo])
+
+
+def double():
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", "D"])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", "D"])
+    return helper.make_graph([helper.make_node("Add", ["x", "x"], ["y"])], "double", [x], [y])
 
 
 def accumulator():
@@ -53,7 +61,7 @@ def accumulator():
     return helper.make_graph(nodes, "accumulator", inputs, outputs, initializer=[one])
 
 
-KINDS = {"string-identity": string_identity, "accumulator": accumulator}
+KINDS = {"string-identity": string_identity, "double": double, "accumulator": accumulator}
 
 
 def main():

@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 
 /// OpenAI's `object` field: what a JSON object of an answer is.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Object {
     List,
@@ -26,19 +27,30 @@ pub enum Object {
     ChatCompletionChunk,
 }
 
+/// `Object`'s own schema for the fields named `object`: utoipa takes a type named `Object` for
+/// any JSON object.
+#[cfg(feature = "openapi")]
+fn object_schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+    <Object as utoipa::PartialSchema>::schema()
+}
+
 /// `GET /v1/models`: the models the OpenAI routes serve, the default completions model first.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ModelCardList {
     /// `list`.
+    #[cfg_attr(feature = "openapi", schema(schema_with = object_schema))]
     pub object: Object,
     pub data: Vec<ModelCard>,
 }
 
 /// One model of `GET /v1/models`: a chat model, the character model or an embedding pipeline.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ModelCard {
     pub id: String,
     /// `model`.
+    #[cfg_attr(feature = "openapi", schema(schema_with = object_schema))]
     pub object: Object,
     /// Unix seconds: when its first version was registered.
     pub created: i64,
@@ -53,8 +65,10 @@ pub struct ModelCard {
 /// streams ([`TextCompletion`], [`ChatCompletionChunk`]). The last chunk of a stream asked for
 /// usage (`stream_options.include_usage`) has no choices and the usage.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Completion<'a, C> {
     pub id: Cow<'a, str>,
+    #[cfg_attr(feature = "openapi", schema(schema_with = object_schema))]
     pub object: Object,
     /// Unix seconds.
     pub created: u64,
@@ -75,6 +89,7 @@ pub struct Completion<'a, C> {
 /// What a `data:` event of a completion stream carries (but the last, `[DONE]`): a chunk, or
 /// the error that ends a stream whose generation failed after it started.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(untagged)]
 pub enum StreamEvent<'a, C> {
     Chunk(Completion<'a, C>),
@@ -90,6 +105,7 @@ pub type ChatCompletionChunk<'a> = Completion<'a, ChatChunkChoice<'a>>;
 
 /// A `/v1/completions` choice, whole or one chunk's part of it.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TextChoice<'a> {
     pub index: u32,
     /// In a chunk: the text it adds (empty in the chunk that only finishes the choice).
@@ -102,6 +118,7 @@ pub struct TextChoice<'a> {
 
 /// A whole `/v1/chat/completions` choice.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ChatChoice<'a> {
     pub index: u32,
     pub message: AssistantMessage<'a>,
@@ -113,6 +130,7 @@ pub struct ChatChoice<'a> {
 
 /// The message a chat choice answers.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AssistantMessage<'a> {
     /// `assistant`.
     pub role: Cow<'a, str>,
@@ -165,6 +183,7 @@ pub struct FunctionDelta<'a> {
 
 /// A chunk's part of a `/v1/chat/completions` choice.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ChatChunkChoice<'a> {
     pub index: u32,
     pub delta: Delta<'a>,
@@ -177,6 +196,7 @@ pub struct ChatChunkChoice<'a> {
 /// What a chunk adds to a chat choice: the role in a choice's first chunk, then text or parts
 /// of tool calls; `{}` in a chunk that adds nothing (the one that finishes the choice).
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Delta<'a> {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub role: Option<Cow<'a, str>>,
@@ -188,6 +208,7 @@ pub struct Delta<'a> {
 
 /// A chat choice's log probabilities: one entry per generated token.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ChatLogprobs {
     pub content: Vec<TokenLogprob>,
 }
@@ -195,6 +216,7 @@ pub struct ChatLogprobs {
 /// One generated token of a chat choice, with the likeliest tokens at its place
 /// (`top_logprobs` of them, likeliest first).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TokenLogprob {
     pub token: String,
     pub logprob: f64,
@@ -205,6 +227,7 @@ pub struct TokenLogprob {
 
 /// One of the likeliest tokens at a place of a chat choice.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TopLogprob {
     pub token: String,
     pub logprob: f64,
@@ -214,6 +237,7 @@ pub struct TopLogprob {
 /// A `/v1/completions` choice's log probabilities, in that endpoint's (older) form: lists with
 /// one entry per generated token.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TextLogprobs {
     pub tokens: Vec<String>,
     pub token_logprobs: Vec<f64>,
@@ -225,6 +249,7 @@ pub struct TextLogprobs {
 
 /// The tokens a completion counted, in the model's tokens (the character model's are characters).
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Usage {
     pub prompt_tokens: u32,
     pub completion_tokens: u32,
@@ -251,6 +276,7 @@ impl Usage {
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PromptTokensDetails {
     /// Prompt tokens whose KV came from the prefix cache.
     pub cached_tokens: u32,
@@ -268,8 +294,10 @@ pub struct CompletionTokensDetails {
 
 /// `POST /v1/embeddings`: one vector per input text, in the order of the inputs.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct EmbeddingList {
     /// `list`.
+    #[cfg_attr(feature = "openapi", schema(schema_with = object_schema))]
     pub object: Object,
     pub data: Vec<Embedding>,
     /// The pipeline or chat model that computed them.
@@ -278,8 +306,10 @@ pub struct EmbeddingList {
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Embedding {
     /// `embedding`.
+    #[cfg_attr(feature = "openapi", schema(schema_with = object_schema))]
     pub object: Object,
     pub index: u32,
     pub embedding: EmbeddingVector,
@@ -288,6 +318,7 @@ pub struct Embedding {
 /// A vector as `encoding_format` asked: numbers (`float`, the default), or `base64`, the
 /// little-endian bytes of its FP32 values.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(untagged)]
 pub enum EmbeddingVector {
     Float(Vec<f64>),
@@ -298,6 +329,7 @@ pub enum EmbeddingVector {
 /// count, so for a pipeline both are the inputs' characters, an upper bound of the WordPiece
 /// tokens (each covers at least one).
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct EmbeddingUsage {
     pub prompt_tokens: u64,
     pub total_tokens: u64,
@@ -307,11 +339,13 @@ pub struct EmbeddingUsage {
 /// clients read their exception's message from it), and the event that ends a stream that
 /// failed after it started.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema), schema(as = OpenAiError))]
 pub struct ErrorBody {
     pub error: ErrorDetail,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema), schema(as = OpenAiErrorDetail))]
 pub struct ErrorDetail {
     pub message: String,
     /// invalid_request_error, authentication_error, permission_error, rate_limit_error or
@@ -325,13 +359,24 @@ pub struct ErrorDetail {
         skip_serializing_if = "Option::is_none"
     )]
     pub param: Option<Option<String>>,
-    /// `null` in an error answer; the HTTP status of the failure in a stream's error event.
+    /// In an error answer, `null` or OpenAI's reason (`rate_limit_exceeded` for a rate,
+    /// `insufficient_quota` for a spent budget); the HTTP status of the failure in a stream's
+    /// error event.
     #[serde(
         default,
         deserialize_with = "crate::present",
         skip_serializing_if = "Option::is_none"
     )]
-    pub code: Option<Option<u16>>,
+    pub code: Option<Option<ErrorCode>>,
+}
+
+/// An error's `code`: a reason's name, or (in a stream's error event) an HTTP status.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(untagged)]
+pub enum ErrorCode {
+    Status(u16),
+    Name(String),
 }
 
 #[cfg(test)]
@@ -566,13 +611,22 @@ mod tests {
             r#"{"error":{"message":"model 'x' does not exist","type":"invalid_request_error","param":null,"code":null}}"#,
         );
         same_text(
-            &error(None, Some(Some(500))),
+            &error(
+                Some(None),
+                Some(Some(ErrorCode::Name("insufficient_quota".into()))),
+            ),
+            r#"{"error":{"message":"model 'x' does not exist","type":"invalid_request_error","param":null,"code":"insufficient_quota"}}"#,
+        );
+        same_text(
+            &error(None, Some(Some(ErrorCode::Status(500)))),
             r#"{"error":{"message":"model 'x' does not exist","type":"invalid_request_error","code":500}}"#,
         );
         // In a stream, an error event is told from a chunk by its shape.
         let event = r#"{"error":{"message":"the model stopped","type":"server_error","code":500}}"#;
         let read: StreamEvent<TextChoice> = serde_json::from_str(event).unwrap();
-        assert!(matches!(read, StreamEvent::Error(e) if e.error.code == Some(Some(500))));
+        assert!(
+            matches!(read, StreamEvent::Error(e) if e.error.code == Some(Some(ErrorCode::Status(500))))
+        );
     }
 
     #[test]

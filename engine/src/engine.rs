@@ -573,7 +573,7 @@ impl Engine {
             let _in_flight = InFlight(&loaded);
             return sequencer.infer(sequence.as_ref(), inputs, outputs).await;
         }
-        crate::signature::check_inputs(&loaded.signature, &inputs)?;
+        crate::signature::check_inputs(&key.name, &loaded.signature, &inputs)?;
         let (outputs, post) = postprocess::plan(key, &post_ops, &loaded.signature, outputs)?;
         let policy = loaded.scheduler.policy();
         let samples = if policy.max_batch_size > 0 {

@@ -167,7 +167,10 @@ async fn every_mismatch_is_a_400_naming_the_tensor() {
     let inputs = minilm_inputs().as_array().expect("inputs")[..2].to_vec();
     let (code, msg) = error_for(&app, &key, p, json!({"inputs": inputs})).await;
     assert_eq!(code, 400);
-    assert!(msg.contains("missing input 'token_type_ids'"), "{msg}");
+    assert!(
+        msg.contains("missing required input(s) ['token_type_ids']"),
+        "{msg}"
+    );
     let (code, msg) = error_for(
         &app,
         &key,

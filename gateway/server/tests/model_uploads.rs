@@ -11,9 +11,7 @@ use serde_json::json;
 use support::{App, Reply};
 
 fn models_file(name: &str) -> Vec<u8> {
-    let dir = std::env::var("INFERGATE_MODELS")
-        .expect("INFERGATE_MODELS is unset: run scripts/setup.sh and `source .cache/env.sh`");
-    std::fs::read(std::path::Path::new(&dir).join(name)).expect("a model setup.sh fetched")
+    std::fs::read(support::model_file(name)).expect("a model setup.sh fetched")
 }
 
 /// Files under the data directory's `models/` (content-addressed blobs) and `tmp/` (uploads

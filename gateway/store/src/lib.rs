@@ -21,6 +21,7 @@ mod key_cache;
 mod key_record;
 pub mod keys;
 pub mod migrate;
+pub mod model_settings;
 pub mod models;
 mod pg_io;
 mod pg_tls;
@@ -33,6 +34,7 @@ mod store;
 pub mod test_postgres;
 #[cfg(test)]
 mod tests;
+pub mod token_usage;
 mod worker_status;
 pub mod workers;
 

@@ -1,13 +1,18 @@
 //! The `infergate` command, one module per subcommand: `serve` runs the gateway, `worker` joins
 //! a manager; `keys`, `models`, `plugins`, `pipelines` and `workers` work offline on a data
 //! directory, and `keys` and `workers` also online through the admin API (`--url`, in
-//! [`client`]). Tables are printed by [`table`].
+//! [`client`]); `reference` prints the configuration and command-line references. Tables are
+//! printed by [`table`].
 
+mod api_reference;
+mod cli_reference;
 mod client;
+mod config_reference;
 mod data_dir;
 mod keys;
 mod models;
 mod pipelines;
+mod reference;
 mod serve;
 mod table;
 mod workers;
@@ -15,7 +20,7 @@ mod workers;
 pub use serve::ServeArgs;
 
 use anyhow::Context;
-use clap::{Parser, Subcommand};
+use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser, Subcommand};
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -23,7 +28,7 @@ use std::process::ExitCode;
     name = "infergate",
     version,
     about = "TLS edge gateway for machine-learning inference",
-    long_about = "infergate serves ONNX models over KServe v2 (HTTP), with API keys, TLS and an embedded SQLite store.\n\nStart with `infergate serve`; the first start prints an admin API key and saves it to DATA_DIR/admin.key."
+    long_about = "infergate serves machine-learning models (ONNX models on its own engine, GGUF chat models on llama.cpp) over KServe v2 (HTTP and gRPC), the OpenAI API and WebSockets, behind TLS, API keys with scopes and per-key rate limits. Keys, models, plugins and pipelines live in SQLite in the data directory, or in PostgreSQL shared by replicas; workers on other hosts can run the models.\n\nStart with `infergate serve`; the first start prints an admin API key and saves it to DATA_DIR/admin.key."
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -33,6 +38,13 @@ pub struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the gateway.
+    ///
+    /// Every flag has an INFERGATE_* variable and a key in the configuration file (see `infergate
+    /// reference config`). The first start on an empty store creates an admin key, prints it
+    /// once and writes it to DATA_DIR/admin.key (mode 0600). The server logs a line containing
+    /// `listening on` when it accepts connections, then (with gRPC on) one containing `grpc
+    /// listening on`. On SIGTERM or SIGINT it turns readiness off, lets in-flight requests and
+    /// streams finish (up to `limits.shutdown_grace_s`) and exits 0.
     Serve(Box<ServeArgs>),
     /// Create, list and revoke API keys.
     #[command(subcommand)]
@@ -51,16 +63,29 @@ enum Command {
     /// Join secrets for workers, and the workers that joined.
     #[command(subcommand)]
     Workers(workers::WorkersCommand),
+    /// Print the configuration or command-line reference (Markdown), generated from the
+    /// definitions the server parses.
+    #[command(subcommand)]
+    Reference(reference::ReferenceCommand),
 }
 
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
-    let log_format = match &cli.command {
-        Command::Serve(a) => a.log_format().unwrap_or_else(|| "text".into()),
-        _ => "text".into(),
+    let matches = Cli::command().get_matches();
+    let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    // The command's own arguments: where each came from (a flag or the environment).
+    let mut own = &matches;
+    while let Some((_, sub)) = own.subcommand() {
+        own = sub;
+    }
+    let (log_format, default_filter) = match &cli.command {
+        Command::Serve(a) => (a.log_format().unwrap_or_else(|| "text".into()), SERVER_LOG),
+        Command::Worker(_) => ("text".into(), SERVER_LOG),
+        // The offline commands print what they did; the engine's and plugin host's start-up
+        // lines only when something is wrong.
+        _ => ("text".into(), "warn"),
     };
-    init_logging(&log_format);
-    match run(cli) {
+    init_logging(&log_format, default_filter);
+    match settle(&mut cli, own).and_then(|()| run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("infergate: error: {e:#}");
@@ -69,11 +94,14 @@ pub fn main() -> ExitCode {
     }
 }
 
-fn init_logging(format: &str) {
+/// The log filter of `serve` and `worker` without `INFERGATE_LOG`: llama.cpp reports every
+/// tensor it loads at info level, so only its warnings.
+const SERVER_LOG: &str = "info,llama-cpp-2=warn";
+
+fn init_logging(format: &str, default_filter: &str) {
     use tracing_subscriber::EnvFilter;
-    // llama.cpp reports every tensor it loads at info level: only its warnings by default.
-    let filter = EnvFilter::try_from_env("INFERGATE_LOG")
-        .unwrap_or_else(|_| EnvFilter::new("info,llama-cpp-2=warn"));
+    let filter =
+        EnvFilter::try_from_env("INFERGATE_LOG").unwrap_or_else(|_| EnvFilter::new(default_filter));
     // Colours only for a person at a terminal: a log file or journald gets plain text, and
     // every span's fields are formatted once per request without the escape codes (at the
     // default level the request span's three fields took ≈ 7,900 instructions with them).
@@ -87,6 +115,15 @@ fn init_logging(format: &str) {
         builder.json().init();
     } else {
         builder.init();
+    }
+}
+
+/// Settles what the parsed arguments leave open, with `own`, the command's own matches.
+fn settle(cli: &mut Cli, own: &ArgMatches) -> anyhow::Result<()> {
+    match &mut cli.command {
+        Command::Keys(cmd) => cmd.target_mut().settle(own),
+        Command::Workers(cmd) => cmd.target_mut().settle(own),
+        _ => Ok(()),
     }
 }
 
@@ -106,6 +143,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             runtime.block_on(infergate_worker::agent::run(*args))
         }
         Command::Workers(cmd) => workers::run(cmd),
+        Command::Reference(cmd) => reference::run(cmd, Cli::command()),
     }
 }
 
@@ -120,4 +158,54 @@ fn async_runtime(threads: usize) -> anyhow::Result<tokio::runtime::Runtime> {
     let threads = runtime.metrics().num_workers();
     tracing::info!(threads, "async runtime");
     Ok(runtime)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The committed page equals what `infergate reference WHICH --write` would make of it.
+    fn assert_current(page: &str, path: &str, which: &str, text: &str) {
+        let expected = reference::splice(page, which, text).expect("the page has the markers");
+        assert!(
+            expected == page,
+            "{path} differs from the reference the code prints: run \
+             `cargo run -p infergate -- reference {which} --write {path}`"
+        );
+    }
+
+    #[test]
+    fn the_books_configuration_page_is_the_generated_reference() {
+        assert_current(
+            include_str!("../../../../docs/src/reference/configuration.md"),
+            "docs/src/reference/configuration.md",
+            "config",
+            &config_reference::markdown(),
+        );
+    }
+
+    #[test]
+    fn the_books_command_line_page_is_the_generated_reference() {
+        assert_current(
+            include_str!("../../../../docs/src/reference/cli.md"),
+            "docs/src/reference/cli.md",
+            "cli",
+            &cli_reference::markdown(Cli::command()),
+        );
+    }
+
+    #[test]
+    fn the_books_http_api_page_is_the_generated_reference() {
+        assert_current(
+            include_str!("../../../../docs/src/reference/http-api.md"),
+            "docs/src/reference/http-api.md",
+            "api",
+            &api_reference::markdown(),
+        );
+    }
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
 }

@@ -61,6 +61,19 @@ pub(crate) enum TokenCommand {
     },
 }
 
+impl WorkersCommand {
+    pub(super) fn target_mut(&mut self) -> &mut Target {
+        match self {
+            WorkersCommand::Token {
+                command: TokenCommand::Create { target, .. } | TokenCommand::Revoke { target, .. },
+            }
+            | WorkersCommand::List { target }
+            | WorkersCommand::Drain { target, .. }
+            | WorkersCommand::Remove { target, .. } => target,
+        }
+    }
+}
+
 pub(super) fn run(cmd: WorkersCommand) -> anyhow::Result<()> {
     match cmd {
         WorkersCommand::Token {

@@ -7,8 +7,8 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use infergate_api_types::openai::{
     AssistantMessage, ChatChoice, ChatChunkChoice, ChatLogprobs, Completion, Delta, ErrorBody,
-    ErrorDetail, FunctionCall, Object, TextChoice, TextLogprobs, ToolCall, ToolCallDelta,
-    TopLogprob, Usage,
+    ErrorCode, ErrorDetail, FunctionCall, Object, TextChoice, TextLogprobs, ToolCall,
+    ToolCallDelta, TopLogprob, Usage,
 };
 use infergate_llm::{Finish, TokenLogprob};
 use serde::Serialize;
@@ -234,7 +234,7 @@ pub(super) fn stream_error(message: String, status: u16) -> String {
             message,
             kind: "server_error".into(),
             param: None,
-            code: Some(Some(status)),
+            code: Some(Some(ErrorCode::Status(status))),
         },
     })
 }

@@ -21,6 +21,7 @@
 //! admission to the batch. Streaming (`openai_llm_stream.rs`) sends OpenAI's chunks as
 //! Server-Sent Events.
 
+use super::chat_phases::{self, ChatFacts};
 use super::openai_answer::{FinishReason, Generated, Kind, Meta};
 use super::openai_llm_usage::{merged, usage, Tracked};
 use super::openai_tools;
@@ -32,9 +33,11 @@ use infergate_llm::{
     Constraint, Done, Event, Generation, LlmModel, SamplingParams, SpeculationParams, TokenLogprob,
     Tools,
 };
+use infergate_service::caller::Caller;
 use infergate_service::chat_models::api_error;
 use infergate_service::error::{ApiError, ApiResult};
 use infergate_service::openai_request::{self, Stop, StreamOptions};
+use infergate_service::phases::{ChatAnswer, ChatChoice, ChatPassage, Outcome};
 use infergate_service::state::AppState;
 use infergate_store::models::ModelRecord;
 use serde::Deserialize;
@@ -42,6 +45,7 @@ use serde_json::Value;
 use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Instant;
+
 /// OpenAI's default for `/v1/completions`; chat completions default to the rest of the context
 /// (as vLLM does), bounded by `[openai] max_tokens_limit`.
 const DEFAULT_COMPLETION_TOKENS: u32 = 16;
@@ -111,8 +115,14 @@ fn bad(field: &str, rule: impl std::fmt::Display) -> ApiError {
 }
 
 /// The registered GGUF version a request names (its `model`, or `[openai] completions_model`
-/// when it names none); None when it names something else (the character LSTM).
-pub(super) fn chat_model(state: &AppState, body: &[u8]) -> ApiResult<Option<Arc<ModelRecord>>> {
+/// when it names none), the version its traffic split chooses for `caller`; None when it names
+/// something else (the character LSTM).
+pub(super) fn chat_model(
+    state: &AppState,
+    caller: &Caller,
+    headers: &http::HeaderMap,
+    body: &[u8],
+) -> ApiResult<Option<Arc<ModelRecord>>> {
     #[derive(Deserialize)]
     struct ModelOnly {
         model: Option<Value>,
@@ -125,7 +135,11 @@ pub(super) fn chat_model(state: &AppState, body: &[u8]) -> ApiResult<Option<Arc<
         Some(_) => return Err(bad("model", "must be a string")),
     };
     match state.catalog().resolve(&name, None) {
-        Ok(record) if infergate_service::chat_models::is_gguf(&record) => Ok(Some(record)),
+        Ok(record) if infergate_service::chat_models::is_gguf(&record) => {
+            let (record, _) =
+                infergate_service::traffic::split(state, Some(caller), record, headers);
+            Ok(Some(record).filter(|r| infergate_service::chat_models::is_gguf(r)))
+        }
         _ => Ok(None),
     }
 }
@@ -133,6 +147,9 @@ pub(super) fn chat_model(state: &AppState, body: &[u8]) -> ApiResult<Option<Arc<
 /// One request, checked: the prompt text or tokens, the parameters of each choice.
 struct Plan {
     prompt: Vec<i32>,
+    /// The prompt as the model continues it (after the chat template), for the cache's key; a
+    /// completion's token ids as text, marked apart from any text.
+    rendered: String,
     params: SamplingParams,
     grammar: Option<String>,
     /// The tools a chat request offers (or whose calls it forces).
@@ -169,19 +186,29 @@ impl Request {
             }
             Kind::Completion => None,
         };
-        let prompt = match kind {
+        let (prompt, rendered) = match kind {
             Kind::Chat => {
                 let messages = self
                     .messages
                     .as_deref()
                     .ok_or_else(|| bad("messages", "is required"))?;
                 let messages = openai_tools::messages(messages)?;
-                model
+                let text = model
                     .render_chat_with_tools(&messages, tools.as_ref())
-                    .map(|text| model.tokenize(&text))
-                    .map_err(api_error)?
+                    .map_err(api_error)?;
+                (model.tokenize(&text), text)
             }
-            Kind::Completion => prompt_tokens(model, self.prompt.as_ref())?,
+            Kind::Completion => {
+                let tokens = prompt_tokens(model, self.prompt.as_ref())?;
+                let rendered = match self.prompt.as_ref() {
+                    Some(Value::String(s)) => s.clone(),
+                    Some(Value::Array(items)) if items.len() == 1 && items[0].is_string() => {
+                        items[0].as_str().unwrap_or_default().to_owned()
+                    }
+                    _ => format!("\u{0}token ids: {tokens:?}"),
+                };
+                (tokens, rendered)
+            }
         };
         let speculation = SpeculationParams {
             enabled: self.speculation.as_ref().and_then(|s| s.enabled),
@@ -274,6 +301,7 @@ impl Request {
         };
         Ok(Plan {
             prompt,
+            rendered,
             params,
             grammar,
             tools,
@@ -319,8 +347,37 @@ fn token_ids(model: &LlmModel, tokens: &[Value]) -> ApiResult<Vec<i32>> {
         .collect()
 }
 
+impl Plan {
+    /// What the chat phases see of the request: its rendered prompt, the most tokens its
+    /// answer may take, the parameters a cached answer depends on, and whether it is
+    /// deterministic (temperature 0 or a seed, one choice, no log probabilities: a cached
+    /// answer keeps only text).
+    fn facts(&self, kind: Kind) -> ChatFacts<'_> {
+        let p = &self.params;
+        ChatFacts {
+            prompt: &self.rendered,
+            prompt_tokens: self.prompt.len() as u64,
+            max_completion_tokens: u64::from(p.max_tokens) * u64::from(self.n),
+            parameters: vec![
+                ("endpoint", (kind == Kind::Chat).to_string()),
+                ("sampling", format!("{p:?}")),
+                ("grammar", format!("{:?}", self.grammar)),
+                ("n", self.n.to_string()),
+            ],
+            // A cached answer replays text: an answer read for tool calls is not kept.
+            deterministic: (p.temperature == 0.0 || p.seed.is_some())
+                && self.n == 1
+                && p.logprobs.is_none()
+                && self.tools.is_none(),
+            stream: self.stream,
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn respond(
     state: Arc<AppState>,
+    caller: &Caller,
     record: Arc<ModelRecord>,
     kind: Kind,
     id: String,
@@ -338,6 +395,23 @@ pub(super) async fn respond(
         .get(&record, state.model_file(&record, false))
         .await?;
     let plan = request.plan(kind, &model, state.config().openai.max_tokens_limit)?;
+    let mut passage = chat_phases::admit(&state, caller, &record, &plan.facts(kind)).await?;
+    let fields = passage.limit_fields();
+    let meta = Meta {
+        kind,
+        id,
+        created,
+        model: record.name.clone(),
+        chat_model: true,
+    };
+    if let Some(answer) = passage.before_generation() {
+        let mut tracked = Tracked::new(&state, &record, answer.choices.len(), started);
+        tracked.end(200);
+        passage.after_generation(&answer);
+        passage.finish(Outcome::Sent);
+        let response = chat_phases::replay(&meta, &answer, plan.stream, plan.include_usage);
+        return Ok(chat_phases::with_headers(response, fields, &record));
+    }
     let generations = model
         .generate_n_with(
             &plan.prompt,
@@ -347,24 +421,18 @@ pub(super) async fn respond(
             &plan.speculation,
         )
         .map_err(api_error)?;
-    let meta = Meta {
-        kind,
-        id,
-        created,
-        model: record.name.clone(),
-        chat_model: true,
-    };
     let tracked = Tracked::new(&state, &record, generations.len(), started);
     let prompt_tokens = plan.prompt.len() as u32;
-    if plan.stream {
-        Ok(super::openai_llm_stream::response(
+    let response = if plan.stream {
+        super::openai_llm_stream::response(
             meta,
             generations,
             plan.tools.as_ref(),
             tracked,
             prompt_tokens,
             plan.include_usage,
-        ))
+            passage,
+        )
     } else {
         complete(
             meta,
@@ -372,14 +440,18 @@ pub(super) async fn respond(
             plan.tools.as_ref(),
             tracked,
             prompt_tokens,
+            passage,
         )
-        .await
-    }
+        .await?
+    };
+    Ok(chat_phases::with_headers(response, fields, &record))
 }
 
 #[derive(Default)]
 struct Choice {
     text: String,
+    /// The text as sent, piece by piece (what a cache keeps).
+    pieces: Vec<String>,
     logprobs: Vec<TokenLogprob>,
     done: Option<Done>,
 }
@@ -390,6 +462,7 @@ async fn complete(
     tools: Option<&Tools>,
     mut tracked: Tracked,
     prompt_tokens: u32,
+    mut passage: ChatPassage,
 ) -> ApiResult<Response> {
     let mut choices: Vec<Choice> = (0..generations.len()).map(|_| Choice::default()).collect();
     let mut events = merged(generations);
@@ -397,17 +470,63 @@ async fn complete(
         match event {
             Event::Text { text, logprob } => {
                 tracked.token(i);
+                passage.generated(1);
+                let text = match passage.text(i, text) {
+                    Ok(text) => text,
+                    Err(e) => {
+                        tracked.end(infergate_kserve::http_error::status(&e).as_u16());
+                        passage.finish(Outcome::Failed(e.kind));
+                        return Err(e);
+                    }
+                };
                 choices[i].text.push_str(&text);
+                choices[i].pieces.push(text);
                 choices[i].logprobs.extend(logprob);
             }
-            Event::Done(done) => choices[i].done = Some(done),
+            Event::Done(done) => {
+                let tail = passage.end_of_text(i);
+                match tail {
+                    Ok(tail) if !tail.is_empty() => {
+                        choices[i].text.push_str(&tail);
+                        choices[i].pieces.push(tail);
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracked.end(infergate_kserve::http_error::status(&e).as_u16());
+                        passage.finish(Outcome::Failed(e.kind));
+                        return Err(e);
+                    }
+                }
+                choices[i].done = Some(done);
+            }
             Event::Error(message) => {
                 tracked.end(500);
-                return Err(ApiError::internal(message));
+                let e = ApiError::internal(message);
+                passage.finish(Outcome::Failed(e.kind));
+                return Err(e);
             }
         }
     }
     let done: Vec<Option<Done>> = choices.iter().map(|c| c.done).collect();
+    passage.set_generated(
+        done.iter()
+            .flatten()
+            .map(|d| u64::from(d.completion_tokens))
+            .sum(),
+    );
+    let answer = ChatAnswer {
+        choices: choices
+            .iter()
+            .filter_map(|c| {
+                c.done.map(|d| ChatChoice {
+                    pieces: c.pieces.clone(),
+                    finish: d.finish.as_str(),
+                    completion_tokens: u64::from(d.completion_tokens),
+                })
+            })
+            .collect(),
+        prompt_tokens: u64::from(prompt_tokens),
+    };
     let Some(finished) = choices
         .into_iter()
         .map(|c| {
@@ -434,23 +553,26 @@ async fn complete(
         .collect::<Option<Vec<_>>>()
     else {
         tracked.end(500);
-        return Err(ApiError::internal("a generation ended without finishing"));
+        let e = ApiError::internal("a generation ended without finishing");
+        passage.finish(Outcome::Failed(e.kind));
+        return Err(e);
     };
     tracked.end(200);
+    passage.after_generation(&answer);
+    passage.finish(Outcome::Sent);
     Ok(meta.answer(finished, usage(prompt_tokens, &done)))
 }
 
-/// `generate` over WebSocket (`/v2/stream`) on a chat model, in the frames the character model
-/// uses: `{"id", "token"}` per piece of text, then `{"id", "done": true, "finish_reason",
-/// "text", "usage"}`. `prompt` is continued as is; `messages` instead goes through the chat
-/// template. The other fields are the OpenAI endpoints' (one choice, no logprobs).
-pub(crate) async fn websocket_generate(
-    state: &Arc<AppState>,
-    record: Arc<ModelRecord>,
+/// One generation (one choice, no logprobs) on a chat model from an OpenAI-style document,
+/// admitted by the chat phases (token limits; never answered from the response cache):
+/// `prompt` is continued as is, `messages` go through the chat template, the other fields are
+/// the OpenAI endpoints'. The WebSocket and the KServe gRPC stream (decoupled) use it.
+pub(crate) async fn start(
+    state: &AppState,
+    caller: &Caller,
+    record: &Arc<ModelRecord>,
     generate: Value,
-    id: &Value,
-    out: &tokio::sync::mpsc::Sender<axum::extract::ws::Message>,
-) -> ApiResult<()> {
+) -> ApiResult<(Generation, ChatPassage)> {
     let request: Request = serde_json::from_value(generate).map_err(|e| bad("generate", e))?;
     let kind = if request.messages.is_some() {
         Kind::Chat
@@ -459,16 +581,18 @@ pub(crate) async fn websocket_generate(
     };
     let model = state
         .llm()
-        .get(&record, state.model_file(&record, false))
+        .get(record, state.model_file(record, false))
         .await?;
     let plan = request.plan(kind, &model, state.config().openai.max_tokens_limit)?;
     if plan.n != 1 || plan.params.logprobs.is_some() || plan.tools.is_some() {
-        return Err(bad(
-            "generate",
-            "n, logprobs and tools are not supported over WebSocket",
-        ));
+        return Err(bad("generate", "n, logprobs and tools are not supported here"));
     }
-    let mut generation = model
+    let facts = ChatFacts {
+        deterministic: false,
+        ..plan.facts(kind)
+    };
+    let passage = chat_phases::admit(state, caller, record, &facts).await?;
+    let generation = model
         .generate_n_with(
             &plan.prompt,
             &plan.params,
@@ -478,6 +602,22 @@ pub(crate) async fn websocket_generate(
         )
         .map_err(api_error)?
         .remove(0);
+    Ok((generation, passage))
+}
+
+/// `generate` over WebSocket (`/v2/stream`) on a chat model, in the frames the character model
+/// uses: `{"id", "token"}` per piece of text, then `{"id", "done": true, "finish_reason",
+/// "text", "usage"}`. `prompt` is continued as is; `messages` instead goes through the chat
+/// template. The other fields are the OpenAI endpoints' (one choice, no logprobs).
+pub(crate) async fn websocket_generate(
+    state: &Arc<AppState>,
+    caller: &Caller,
+    record: Arc<ModelRecord>,
+    generate: Value,
+    id: &Value,
+    out: &tokio::sync::mpsc::Sender<axum::extract::ws::Message>,
+) -> ApiResult<()> {
+    let (mut generation, mut passage) = start(state, caller, &record, generate).await?;
     let tokens = state.metrics().token_counter(&record.name, "websocket");
     let _in_progress = state.metrics().generation_started();
     let mut text = String::new();
@@ -485,6 +625,8 @@ pub(crate) async fn websocket_generate(
         match event {
             Event::Text { text: piece, .. } => {
                 tokens.inc();
+                passage.generated(1);
+                let piece = passage.text(0, piece)?;
                 if piece.is_empty() {
                     continue;
                 }
@@ -498,6 +640,17 @@ pub(crate) async fn websocket_generate(
                 }
             }
             Event::Done(done) => {
+                let tail = passage.end_of_text(0)?;
+                if !tail.is_empty() {
+                    text.push_str(&tail);
+                    let token = GeneratedToken {
+                        id: Cow::Borrowed(id),
+                        token: tail.into(),
+                    };
+                    let _ = out.send(encoded(&token)?).await;
+                }
+                passage.set_generated(u64::from(done.completion_tokens));
+                passage.finish(Outcome::Sent);
                 let last = GenerationDone {
                     id: Cow::Borrowed(id),
                     done: true,
@@ -508,7 +661,11 @@ pub(crate) async fn websocket_generate(
                 let _ = out.send(encoded(&last)?).await;
                 return Ok(());
             }
-            Event::Error(message) => return Err(ApiError::internal(message)),
+            Event::Error(message) => {
+                let e = ApiError::internal(message);
+                passage.finish(Outcome::Failed(e.kind));
+                return Err(e);
+            }
         }
     }
     Err(ApiError::internal("the generation ended without finishing"))

@@ -1,8 +1,10 @@
 //! A chat model's answer streamed as OpenAI's chunks (Server-Sent Events): per choice its role,
 //! then its text (and log probabilities) as tokens come, or, with tools, the text outside
 //! calls and the calls' `tool_calls` deltas; its finish; the usage when asked; `[DONE]`. The
-//! events ready together go out in one write. A client that goes away drops the body, which
-//! drops the sequences' receivers: the scheduler frees them at its next step.
+//! events ready together go out in one write. The text passes the chat phases' hooks before it
+//! is read for calls; a hook that refuses ends the stream with its reason. A client that goes
+//! away drops the body, which drops the sequences' receivers (the scheduler frees them at its
+//! next step) and the passage, which settles the tokens generated until then.
 
 use super::openai_answer::{stream_error, FinishReason, Meta};
 use super::openai_llm_usage::{merged, usage, Tracked};
@@ -12,6 +14,8 @@ use axum::response::{IntoResponse, Response};
 use futures_util::stream::{self, BoxStream, StreamExt};
 use futures_util::FutureExt;
 use infergate_llm::{Done, Event, Generation, Tools};
+use infergate_service::error::{ApiError, Kind as ErrorKind};
+use infergate_service::phases::{ChatAnswer, ChatChoice, ChatPassage, Outcome};
 use std::convert::Infallible;
 
 /// Where a streamed response is.
@@ -26,6 +30,10 @@ struct Streaming {
     calls: Vec<ChoiceCalls>,
     /// Text bytes sent per choice (completions' `text_offset`).
     sent: Vec<usize>,
+    /// The text per choice as the hooks passed it, piece by piece (what a cache keeps).
+    pieces: Vec<Vec<String>>,
+    /// The chat phases until the stream ends.
+    passage: Option<ChatPassage>,
     over: bool,
 }
 
@@ -52,7 +60,16 @@ impl Streaming {
         match event {
             Event::Text { text, logprob } => {
                 self.tracked.token(i);
+                let text = match self.passage.as_mut().map(|p| {
+                    p.generated(1);
+                    p.text(i, text.clone())
+                }) {
+                    None => text,
+                    Some(Ok(text)) => text,
+                    Some(Err(e)) => return self.refused(e, out),
+                };
                 let pieces = self.calls[i].push(&text);
+                self.pieces[i].push(text);
                 // A token's log probability goes with it even when its text is held back.
                 if !pieces.content.is_empty() || logprob.is_some() || pieces.calls.is_empty() {
                     let logprob = logprob.map(|lp| (lp, self.sent[i]));
@@ -64,6 +81,21 @@ impl Streaming {
                 }
             }
             Event::Done(done) => {
+                match self.passage.as_mut().map(|p| p.end_of_text(i)) {
+                    Some(Ok(tail)) if !tail.is_empty() => {
+                        let pieces = self.calls[i].push(&tail);
+                        self.pieces[i].push(tail);
+                        if !pieces.content.is_empty() {
+                            self.sent[i] += pieces.content.len();
+                            sse(out, &self.meta.chunk(index, &pieces.content, None, None));
+                        }
+                        if !pieces.calls.is_empty() {
+                            sse(out, &self.meta.tool_chunk(index, pieces.calls));
+                        }
+                    }
+                    Some(Err(e)) => return self.refused(e, out),
+                    _ => {}
+                }
                 let rest = self.calls[i].finish();
                 if !rest.content.is_empty() {
                     sse(out, &self.meta.chunk(index, &rest.content, None, None));
@@ -79,15 +111,56 @@ impl Streaming {
                 sse(out, &self.meta.chunk(index, "", None, Some(finish)));
                 if self.done.iter().all(Option::is_some) {
                     self.tracked.end(200);
+                    self.answered();
                     self.finish(out);
                 }
             }
             Event::Error(message) => {
                 self.tracked.end(500);
+                if let Some(p) = self.passage.take() {
+                    p.finish(Outcome::Failed(ErrorKind::Internal));
+                }
                 sse(out, &stream_error(message, 500));
                 self.finish(out);
             }
         }
+    }
+
+    /// A hook refused the answer from here on: the stream ends with its reason.
+    fn refused(&mut self, e: ApiError, out: &mut Vec<u8>) {
+        let status = infergate_kserve::http_error::status(&e).as_u16();
+        self.tracked.end(status);
+        if let Some(p) = self.passage.take() {
+            p.finish(Outcome::Failed(e.kind));
+        }
+        sse(out, &stream_error(e.message, status));
+        self.finish(out);
+    }
+
+    /// Every choice is done: the passage hears the whole answer and its real usage.
+    fn answered(&mut self) {
+        let Some(mut passage) = self.passage.take() else {
+            return;
+        };
+        let choices: Vec<ChatChoice> = self
+            .done
+            .iter()
+            .zip(&mut self.pieces)
+            .filter_map(|(done, pieces)| {
+                done.map(|d| ChatChoice {
+                    pieces: std::mem::take(pieces),
+                    finish: d.finish.as_str(),
+                    completion_tokens: u64::from(d.completion_tokens),
+                })
+            })
+            .collect();
+        let answer = ChatAnswer {
+            choices,
+            prompt_tokens: u64::from(self.prompt_tokens),
+        };
+        passage.set_generated(answer.completion_tokens());
+        passage.after_generation(&answer);
+        passage.finish(Outcome::Sent);
     }
 
     fn finish(&mut self, out: &mut Vec<u8>) {
@@ -108,6 +181,7 @@ pub(super) fn response(
     tracked: Tracked,
     prompt_tokens: u32,
     include_usage: bool,
+    passage: ChatPassage,
 ) -> Response {
     let n = generations.len();
     let streaming = Streaming {
@@ -119,6 +193,8 @@ pub(super) fn response(
         done: vec![None; n],
         calls: (0..n).map(|_| ChoiceCalls::new(tools)).collect(),
         sent: vec![0; n],
+        pieces: vec![Vec::new(); n],
+        passage: Some(passage),
         over: false,
     };
     let first = Bytes::from(streaming.first_chunks());

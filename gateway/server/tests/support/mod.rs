@@ -8,6 +8,8 @@
 
 #![allow(dead_code)]
 
+pub mod grpc;
+
 use axum::body::Body;
 use bytes::Bytes;
 use http::{HeaderMap, Method, Request, StatusCode};
@@ -23,6 +25,19 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use tower::ServiceExt;
+
+/// A peer address (`"127.0.0.1"`, `"[::1]"`, with or without a port) as the listener marks it.
+pub fn peer_addr(peer: &str) -> infergate_server::client_addr::PeerAddr {
+    let addr = peer
+        .parse::<std::net::SocketAddr>()
+        .or_else(|_| {
+            peer.trim_matches(|c| c == '[' || c == ']')
+                .parse::<std::net::IpAddr>()
+                .map(|ip| std::net::SocketAddr::new(ip, 40000))
+        })
+        .expect("a peer address");
+    infergate_server::client_addr::PeerAddr(addr)
+}
 
 /// The tiny model ([1,16] -> x + x), written once per test process.
 pub fn tiny_model() -> &'static Path {
@@ -43,10 +58,19 @@ pub fn tiny_model() -> &'static Path {
     })
 }
 
+/// `file` among the models `scripts/setup.sh` fetched (`INFERGATE_MODELS`).
+pub fn model_file(file: &str) -> PathBuf {
+    let dir = std::env::var("INFERGATE_MODELS")
+        .expect("INFERGATE_MODELS is unset: run scripts/setup.sh and `source .cache/env.sh`");
+    Path::new(&dir).join(file)
+}
+
 /// A gateway in this process, with the tiny model registered as `tiny` and one key per scope.
 pub struct App {
     pub state: Arc<AppState>,
     service: FrontService,
+    /// The gRPC service, as the gRPC listener serves it ([`grpc`]).
+    pub grpc: axum::Router,
     pub admin: String,
     pub upload: String,
     pub infer: String,
@@ -136,8 +160,10 @@ impl App {
             state = state.with_policy(policy);
         }
         let state = Arc::new(state);
+        infergate_service::traffic::spawn(&state);
         let front = Arc::new(infergate_server::api::router(state.clone()));
         App {
+            grpc: infergate_server::grpc::server::router(state.clone()),
             state,
             service: FrontService(front),
             admin,
@@ -164,6 +190,38 @@ impl App {
             headers: parts.headers,
             body,
         }
+    }
+
+    /// Sends one request as if it came from `peer` (an address, as the listener marks it).
+    pub async fn call_from(&self, peer: &str, mut request: Request<Body>) -> Reply {
+        request.extensions_mut().insert(peer_addr(peer));
+        self.call(request).await
+    }
+
+    /// `POST path` with a JSON body from `peer`, with `key` if given.
+    pub async fn post_from(&self, peer: &str, path: &str, key: Option<&str>, json: Value) -> Reply {
+        let mut request = Request::builder()
+            .method(Method::POST)
+            .uri(path)
+            .header(http::header::CONTENT_TYPE, "application/json");
+        if let Some(key) = key {
+            request = request.header(http::header::AUTHORIZATION, format!("Bearer {key}"));
+        }
+        self.call_from(
+            peer,
+            request.body(Body::from(json.to_string())).expect("request"),
+        )
+        .await
+    }
+
+    /// `GET path` from `peer`, with `key` if given.
+    pub async fn get_from(&self, peer: &str, path: &str, key: Option<&str>) -> Reply {
+        let mut request = Request::builder().uri(path);
+        if let Some(key) = key {
+            request = request.header(http::header::AUTHORIZATION, format!("Bearer {key}"));
+        }
+        self.call_from(peer, request.body(Body::empty()).expect("request"))
+            .await
     }
 
     /// `method path` with `key` (as `Authorization: Bearer`) and a JSON body, if given.
@@ -199,12 +257,10 @@ impl App {
     /// Registers `file` from the models `scripts/setup.sh` fetched (`INFERGATE_MODELS`) as
     /// version 1 of `name`, as `infergate models add` does, and shows it to the catalog.
     pub fn register(&self, name: &str, file: &str) {
-        let dir = std::env::var("INFERGATE_MODELS")
-            .expect("INFERGATE_MODELS is unset: run scripts/setup.sh and `source .cache/env.sh`");
         let record = self
             .state
             .models()
-            .register_file(name, &Path::new(&dir).join(file), &ParsedConfig::empty())
+            .register_file(name, &model_file(file), &ParsedConfig::empty())
             .unwrap_or_else(|e| panic!("register {file} as {name}: {}", e.message));
         self.state.catalog().insert(record);
     }

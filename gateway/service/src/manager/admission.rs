@@ -78,8 +78,9 @@ impl Manager {
                 revision: store.worker_joined(&id)?,
                 age: Duration::ZERO,
             };
-            let transition = self.registry.lock().apply(observed, Instant::now());
-            transition.iter().for_each(log_transition);
+            let mut registry = self.registry.lock();
+            let transition = registry.apply(observed, Instant::now());
+            transition.iter().for_each(|t| self.announce(t));
         } else {
             let transition = self.registry.lock().join(record.info(), Instant::now());
             log_transition(&transition);

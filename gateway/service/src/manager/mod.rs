@@ -23,6 +23,12 @@
 //! (`local`), so joining workers adds capacity; `--no-local-engine` makes a manager that only
 //! routes (it still validates uploads with its engine but never runs requests on it). The hop
 //! to a worker is `infergate_hop`'s; the worker process is `infergate_worker`.
+//!
+//! A worker declared lost (its heartbeats stopped) or removed takes its requests with it:
+//! each request in flight there holds the worker's signal (`routing::Outstanding::lost`),
+//! fired on that transition, so the request ends at once (tried on another worker, or failed)
+//! instead of waiting on a host that stopped answering; its idle pooled connections are closed.
+//! The signal is renewed for the requests sent after the worker comes back.
 
 pub mod admission;
 pub mod material;
@@ -45,6 +51,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
 
 /// The id the local engine has among the workers (worker ids are `w-` + 16 hex digits).
 pub const LOCAL: &str = "local";
@@ -76,17 +83,31 @@ pub struct Manager {
     /// Workers removed from this registry so far (counted under its lock): a snapshot of the
     /// store read meanwhile may still hold one, and is not applied.
     removals: AtomicU64,
+    /// Each worker's "lost or removed" signal, held by the requests in flight there (taken
+    /// under the registry's lock, after it: see [`Manager::begin`]).
+    signals: Mutex<HashMap<String, Signal>>,
+    /// Workers whose hop failed, until when they are routed around ([`Manager::suspect`]).
+    suspected: Mutex<HashMap<String, Instant>>,
+}
+
+/// What ends a worker's requests when it is lost or removed, and where its pooled connections
+/// go.
+struct Signal {
+    token: CancellationToken,
+    advertise: String,
 }
 
 impl Manager {
     pub fn new(store: &Store, config: ClusterConfig) -> anyhow::Result<Manager> {
         let material = Material::open(store)?;
         let tls = infergate_hop::tls::manager_client_config(&material.ca)?;
-        let connect_timeout = Duration::from_secs(3);
-        let pool = infergate_hop::pool::WorkerPool::new(tls.clone(), connect_timeout);
+        let link = config.link();
+        let pool = infergate_hop::pool::WorkerPool::new(tls.clone(), link);
         let client = reqwest::Client::builder()
             .use_preconfigured_tls(tls)
-            .connect_timeout(connect_timeout)
+            .connect_timeout(link.connect_timeout)
+            .tcp_keepalive(link.probe_every())
+            .tcp_user_timeout(link.silence)
             .build()?;
         let heartbeat = Heartbeat {
             interval: Duration::from_millis(config.heartbeat_ms.max(100)),
@@ -108,6 +129,8 @@ impl Manager {
             store_failing: AtomicBool::new(false),
             admitted: Mutex::new(HashMap::new()),
             removals: AtomicU64::new(0),
+            signals: Mutex::new(HashMap::new()),
+            suspected: Mutex::new(HashMap::new()),
             config,
         })
     }

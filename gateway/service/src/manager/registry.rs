@@ -4,8 +4,9 @@
 
 use super::{log_transition, Manager};
 use crate::error::ApiResult;
+use infergate_cluster::liveness::WorkerState;
 use infergate_cluster::messages::Report;
-use infergate_cluster::registry::{Observed, Registry};
+use infergate_cluster::registry::{Observed, Registry, Transition};
 use infergate_store::workers::WorkerRecord;
 use infergate_store::{Store, StoreError};
 use std::sync::atomic::Ordering;
@@ -39,7 +40,7 @@ impl Manager {
                         return;
                     };
                     let transition = registry.apply(observed, Instant::now());
-                    transition.iter().for_each(log_transition);
+                    transition.iter().for_each(|t| self.announce(t));
                     return;
                 }
                 Err(e) => self.store_failed(
@@ -60,7 +61,7 @@ impl Manager {
             }
         };
         if let Some(t) = transition {
-            log_transition(&t);
+            self.announce(&t);
         }
     }
 
@@ -113,7 +114,7 @@ impl Manager {
                     return;
                 }
                 for t in registry.sync(snapshot, taken) {
-                    log_transition(&t);
+                    self.announce(&t);
                 }
             }
             Err(e) => self.store_failed(
@@ -144,7 +145,7 @@ impl Manager {
         self.removals.fetch_add(1, Ordering::AcqRel);
         let transition = registry.remove(id);
         if let Some(t) = &transition {
-            log_transition(t);
+            self.announce(t);
         }
         transition.is_some()
     }
@@ -161,7 +162,7 @@ impl Manager {
         match registry.drain(id, Instant::now()) {
             Ok(transition) => {
                 if let Some(t) = &transition {
-                    log_transition(t);
+                    self.announce(t);
                 }
                 // A snapshot read before the drain was written must not undo it here.
                 if let Some(revision) = revision {
@@ -176,8 +177,26 @@ impl Manager {
 
     /// Turns workers whose heartbeats stopped into `lost`; run on a timer.
     pub fn sweep(&self) {
-        for t in self.registry.lock().sweep(Instant::now()) {
-            log_transition(&t);
+        let mut registry = self.registry.lock();
+        for t in registry.sweep(Instant::now()) {
+            self.announce(&t);
         }
+    }
+
+    /// Logs a transition; a worker that is lost or removed has its requests in flight ended
+    /// (their signal fired) and its idle connections closed. Called with the registry locked,
+    /// so that a request beginning meanwhile either holds the signal fired here or sees the
+    /// worker gone (see [`Manager::begin`]).
+    pub(super) fn announce(&self, t: &Transition) {
+        log_transition(t);
+        if !matches!(t.to, None | Some(WorkerState::Lost)) {
+            return;
+        }
+        let Some(signal) = self.signals.lock().remove(&t.worker) else {
+            return;
+        };
+        signal.token.cancel();
+        let closed = self.pool.evict(&signal.advertise);
+        tracing::info!(worker = %t.worker, idle_connections_closed = closed, "requests in flight there ended");
     }
 }

@@ -2,7 +2,7 @@
 //! version by `infergate_cluster::routing`; requests outstanding per worker; a scale-out load
 //! asked of one more worker when a version's copies fall behind.
 
-use super::{Manager, LOCAL};
+use super::{Manager, Signal, LOCAL};
 use crate::error::{ApiError, ApiResult};
 use crate::manager::metrics::RoutingCounters;
 use infergate_cluster::liveness::WorkerState;
@@ -11,6 +11,7 @@ use infergate_cluster::registry::Registry;
 use infergate_cluster::routing::{self, Candidate, NoWorker};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
 
 /// Where a request goes.
 pub enum Choice {
@@ -41,7 +42,31 @@ impl Manager {
             });
         }
         let tried: Vec<&str> = tried.iter().map(String::as_str).collect();
-        self.pick(&registry, model, &candidates, &tried)
+        let suspects = self.suspects(Instant::now());
+        let suspects: Vec<&str> = suspects.iter().map(String::as_str).collect();
+        self.pick(&registry, model, &candidates, &tried, &suspects)
+    }
+
+    /// The hop to worker `id` failed (no connection, or one that went silent or broke): it is
+    /// left out of routing for one heartbeat deadline while another copy can serve, so that
+    /// the requests that follow do not each wait out the hop's deadlines there. A worker that
+    /// the manager can no longer reach while its heartbeats still arrive (a partition one way)
+    /// is otherwise never declared lost.
+    pub fn suspect(&self, id: &str) {
+        let until = Instant::now() + self.heartbeat().deadline();
+        if self.suspected.lock().insert(id.to_owned(), until).is_none() {
+            tracing::warn!(worker = %id, for_ms = self.heartbeat().deadline().as_millis() as u64, "worker suspect: its hop failed; routing around it while another copy serves");
+        }
+    }
+
+    /// Workers suspect at `now` (the expired ones forgotten).
+    fn suspects(&self, now: Instant) -> Vec<String> {
+        let mut suspected = self.suspected.lock();
+        if suspected.is_empty() {
+            return Vec::new();
+        }
+        suspected.retain(|_, until| *until > now);
+        suspected.keys().cloned().collect()
     }
 
     /// A worker (never the local engine) for a direct-mode client of `model`: its id, its
@@ -54,7 +79,9 @@ impl Manager {
         let mut registry = self.registry.lock();
         let choice = {
             let candidates = registry.direct_candidates(model, Instant::now());
-            self.pick(&registry, model, &candidates, &[])?
+            // Direct clients reach workers themselves: the manager's own hop failures say
+            // nothing about their links.
+            self.pick(&registry, model, &candidates, &[], &[])?
         };
         match choice {
             Choice::Worker { id, advertise } => {
@@ -68,7 +95,41 @@ impl Manager {
         }
     }
 
-    /// Routes among `candidates` (see `infergate_cluster::routing`); a version's affinity key
+    /// Where a request of sequence `correlation` of `model` goes: the first of the ready workers
+    /// in the rendezvous order of the model version and correlation id, which every replica
+    /// computes alike from the same workers, so a sequence keeps its worker (and its state)
+    /// whichever replica a request reaches; the local engine only when no worker is ready
+    /// (another replica's local engine holds other state). Never the local engine of a
+    /// manager that only routes.
+    pub fn choose_for_sequence(&self, model: &LoadedModel, correlation: &str) -> ApiResult<Choice> {
+        let registry = self.registry.lock();
+        let candidates = registry.candidates(model, Instant::now());
+        let ready = candidates
+            .iter()
+            .filter(|c| c.state.routable())
+            .map(|c| c.id);
+        let key = format!("{}:{}/{correlation}", model.name, model.version);
+        let Some(first) = infergate_cluster::rendezvous::rank(&key, ready)
+            .first()
+            .copied()
+        else {
+            if self.config.local_engine {
+                return Ok(Choice::Local);
+            }
+            RoutingCounters::count(&self.counters.no_worker);
+            return Err(no_worker(model, NoWorker::NoneReady));
+        };
+        let advertise = registry
+            .address(first)
+            .ok_or_else(|| ApiError::internal("a ranked worker has no address"))?;
+        Ok(Choice::Worker {
+            id: first.to_owned(),
+            advertise: advertise.to_owned(),
+        })
+    }
+
+    /// Routes among `candidates` (see `infergate_cluster::routing`) other than those in
+    /// `tried`, and other than the `suspects` while another can serve; a version's affinity key
     /// is `name:version`.
     fn pick(
         &self,
@@ -76,6 +137,7 @@ impl Manager {
         model: &LoadedModel,
         candidates: &[Candidate<'_>],
         tried: &[&str],
+        suspects: &[&str],
     ) -> ApiResult<Choice> {
         let key = format!("{}:{}", model.name, model.version);
         let delay = routing::queue_delay(
@@ -84,15 +146,22 @@ impl Manager {
                 .filter(|c| c.loaded && c.state.routable() && c.id != LOCAL)
                 .filter_map(|c| Some((c.outstanding, registry.report_of(c.id)?.p50_ms))),
         );
-        let route = routing::route(
-            &key,
-            candidates,
-            tried,
-            delay,
-            &self.policy,
-            &mut rand::rng(),
-        )
-        .map_err(|e| {
+        let route = |avoid: &[&str]| {
+            routing::route(
+                &key,
+                candidates,
+                avoid,
+                delay,
+                &self.policy,
+                &mut rand::rng(),
+            )
+        };
+        let avoid: Vec<&str> = tried.iter().chain(suspects).copied().collect();
+        let routed = match route(&avoid) {
+            Err(_) if avoid.len() > tried.len() => route(tried),
+            routed => routed,
+        };
+        let route = routed.map_err(|e| {
             RoutingCounters::count(&self.counters.no_worker);
             no_worker(model, e)
         })?;
@@ -143,16 +212,42 @@ impl Manager {
         });
     }
 
-    /// Counts a request as outstanding on `id` until the guard drops.
+    /// Counts a request as outstanding on `id` until the guard drops; the guard's
+    /// [`Outstanding::lost`] ends when the worker is lost or removed (at once when it already
+    /// is: a request routed just before the worker's last heartbeat aged out).
     pub fn begin(&self, id: &str) -> Outstanding<'_> {
-        if id == LOCAL {
+        let lost = if id == LOCAL {
             self.local_outstanding.fetch_add(1, Ordering::Relaxed);
+            None
         } else {
-            self.registry.lock().begin(id);
-        }
+            let mut registry = self.registry.lock();
+            registry.begin(id);
+            let live = registry
+                .state(id, Instant::now())
+                .is_some_and(|s| s != WorkerState::Lost);
+            let token = match registry.address(id) {
+                Some(advertise) if live => self
+                    .signals
+                    .lock()
+                    .entry(id.to_owned())
+                    .or_insert_with(|| Signal {
+                        token: CancellationToken::new(),
+                        advertise: advertise.to_owned(),
+                    })
+                    .token
+                    .clone(),
+                _ => {
+                    let gone = CancellationToken::new();
+                    gone.cancel();
+                    gone
+                }
+            };
+            Some(token)
+        };
         Outstanding {
             manager: self,
             id: id.to_owned(),
+            lost,
         }
     }
 }
@@ -160,6 +255,18 @@ impl Manager {
 pub struct Outstanding<'a> {
     manager: &'a Manager,
     id: String,
+    /// The worker's signal (None for the local engine, which is never lost).
+    lost: Option<CancellationToken>,
+}
+
+impl Outstanding<'_> {
+    /// Ends when the worker is lost or removed; never for the local engine.
+    pub async fn lost(&self) {
+        match &self.lost {
+            Some(token) => token.cancelled().await,
+            None => std::future::pending().await,
+        }
+    }
 }
 
 impl Drop for Outstanding<'_> {
@@ -183,4 +290,118 @@ fn no_worker(model: &LoadedModel, e: NoWorker) -> ApiError {
         "model '{}' version {}: {why}",
         model.name, model.version
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::ClusterConfig;
+    use infergate_cluster::messages::Report;
+    use infergate_store::Store;
+
+    #[test]
+    fn a_worker_lost_or_removed_ends_its_requests_and_coming_back_renews_the_signal() {
+        use futures_util::FutureExt;
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        // A heartbeat budget of 100 ms: the worker is lost, on the real clock, soon after.
+        let config = ClusterConfig {
+            heartbeat_ms: 100,
+            missed_heartbeats: std::num::NonZeroU32::MIN,
+            ..ClusterConfig::default()
+        };
+        let manager = Manager::new(&store, config).unwrap();
+        let info = infergate_cluster::registry::WorkerInfo {
+            id: "w-1".into(),
+            advertise: "127.0.0.1:9".into(),
+            version: "test".into(),
+            devices: Default::default(),
+        };
+        manager.registry.lock().join(info, Instant::now());
+        let ended = |o: &Outstanding<'_>| o.lost().now_or_never().is_some();
+
+        let held = manager.begin("w-1");
+        assert!(!ended(&held), "a ready worker's request goes on");
+        std::thread::sleep(manager.heartbeat().deadline() + Duration::from_millis(20));
+        manager.sweep();
+        assert!(ended(&held), "lost: the request ends");
+        assert!(
+            ended(&manager.begin("w-1")),
+            "one begun on a lost worker ends at once"
+        );
+
+        // It reports again: requests sent now hold a fresh signal.
+        let report = manager
+            .registry
+            .lock()
+            .report("w-1", Report::default(), Instant::now());
+        assert!(report.is_ok());
+        let again = manager.begin("w-1");
+        assert!(!ended(&again));
+        assert!(manager.forget("w-1"));
+        assert!(ended(&again), "removed: the request ends");
+        assert!(
+            ended(&manager.begin("w-1")),
+            "an unknown worker's request ends at once"
+        );
+        assert!(
+            !ended(&manager.begin(LOCAL)),
+            "the local engine is never lost"
+        );
+    }
+
+    #[test]
+    fn a_worker_whose_hop_failed_is_routed_around_for_one_heartbeat_deadline() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let config = ClusterConfig {
+            local_engine: false,
+            ..ClusterConfig::default()
+        };
+        let manager = Manager::new(&store, config).unwrap();
+        let model = LoadedModel {
+            name: "m".into(),
+            version: 1,
+        };
+        for (id, port) in [("w-1", 9), ("w-2", 10)] {
+            let info = infergate_cluster::registry::WorkerInfo {
+                id: id.into(),
+                advertise: format!("127.0.0.1:{port}"),
+                version: "test".into(),
+                devices: Default::default(),
+            };
+            let mut registry = manager.registry.lock();
+            registry.join(info, Instant::now());
+            let holding = Report {
+                models: vec![model.clone()],
+                ..Report::default()
+            };
+            assert!(registry.report(id, holding, Instant::now()).is_ok());
+        }
+        let chosen = |manager: &Manager| match manager.choose(&model, false, &[]) {
+            Ok(Choice::Worker { id, .. }) => id,
+            _ => panic!("no worker chosen"),
+        };
+        manager.suspect("w-2");
+        assert!(
+            (0..20).all(|_| chosen(&manager) == "w-1"),
+            "routed around w-2"
+        );
+        // Both suspect: routing goes on among them rather than refusing.
+        manager.suspect("w-1");
+        let both: std::collections::HashSet<String> = (0..40).map(|_| chosen(&manager)).collect();
+        assert!(!both.is_empty());
+        let now = Instant::now();
+        let mut suspects = manager.suspects(now);
+        suspects.sort();
+        assert_eq!(suspects, ["w-1", "w-2"]);
+        let deadline = manager.heartbeat().deadline();
+        assert!(manager
+            .suspects(now + deadline + Duration::from_millis(1))
+            .is_empty());
+        assert!(
+            manager.suspected.lock().is_empty(),
+            "forgotten once expired"
+        );
+    }
 }

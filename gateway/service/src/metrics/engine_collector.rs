@@ -192,7 +192,7 @@ impl EngineSnapshot {
             let budget_metric = ConstGauge::new(budget as i64);
             budget_metric.encode(encoder.encode_descriptor(
                 "host_memory_budget",
-                "Host memory budget for loaded model instances (--host-memory-budget)",
+                "Host memory budget for loaded model instances ([engine] host_memory_budget_bytes)",
                 Some(&Unit::Bytes),
                 budget_metric.metric_type(),
             )?)?;

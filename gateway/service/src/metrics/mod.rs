@@ -7,7 +7,8 @@
 //!   `openai`, `websocket`, `grpc`, and `pipeline` for raw-body pipeline runs), end to end as
 //!   the gateway sees them; `status` is the HTTP status the outcome maps to (4xx and 5xx
 //!   alike: a client error is an answer the client did not want either).
-//! - `infergate_rate_limited_requests_total{key_id,reason}`: refusals by the per-key limiter.
+//! - `infergate_rate_limited_requests_total{key_id,reason}`: refusals by the per-key limiter
+//!   (`key_id` is `anonymous` for callers without a key, limited per client address).
 //! - `infergate_plugin_call_duration_seconds{plugin,version,stage,outcome}` (histogram): every
 //!   WebAssembly plugin call, `outcome` = `ok`, `bad_input`, `busy` or the fault kind.
 //! - `infergate_generated_tokens_total{model,protocol}`, `infergate_generations_in_progress`,
@@ -88,6 +89,8 @@ pub struct Metrics {
     pub latency: LatencyHistograms,
     /// Requests and last use per API key (`/api/keys`, the history's per-key traffic).
     pub keys: std::sync::Arc<crate::key_activity::KeyActivity>,
+    /// Splits, mirrors, tokens per key, the response cache (`traffic_metrics`).
+    pub traffic: crate::traffic_metrics::TrafficMetrics,
 }
 
 impl Default for Metrics {
@@ -167,7 +170,9 @@ impl Metrics {
             "Chat models: time between two tokens of a sequence (vLLM: inter_token_latency_seconds)",
             llm_itl.clone(),
         );
+        let traffic = crate::traffic_metrics::TrafficMetrics::register(&mut registry);
         Metrics {
+            traffic,
             registry,
             generations,
             llm_ttft,
@@ -232,10 +237,11 @@ impl Metrics {
             .observe(elapsed.as_secs_f64());
     }
 
-    pub fn rate_limited(&self, key_id: i64, reason: &'static str) {
+    /// A refusal of `caller`'s request: its key id, or `anonymous` (`Caller::label`).
+    pub fn rate_limited(&self, caller: &str, reason: &'static str) {
         self.rate_limited
             .get_or_create(&LimitLabels {
-                key_id: key_id.to_string(),
+                key_id: caller.to_string(),
                 reason,
             })
             .inc();
