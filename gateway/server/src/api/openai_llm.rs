@@ -827,33 +827,6 @@ fn stream_response(
         .into_response()
 }
 
-/// One generation (one choice, no logprobs) on a chat model from an OpenAI-style document:
-/// `prompt` is continued as is, `messages` go through the chat template, the other fields are
-/// the OpenAI endpoints'. The WebSocket and the KServe gRPC stream (decoupled) use it.
-pub(crate) async fn start(
-    state: &AppState,
-    record: &ModelRecord,
-    generate: Value,
-) -> ApiResult<Generation> {
-    let request: Request = serde_json::from_value(generate).map_err(|e| bad("generate", e))?;
-    let kind = if request.messages.is_some() {
-        Kind::Chat
-    } else {
-        Kind::Completion
-    };
-    let model = state
-        .llm()
-        .get(record, state.model_file(record, false))
-        .await?;
-    let plan = request.plan(kind, &model, state.config().openai.max_tokens_limit)?;
-    if plan.n != 1 || plan.params.logprobs.is_some() {
-        return Err(bad("generate", "n and logprobs are not supported here"));
-    }
-    model
-        .generate(&plan.prompt, &plan.params, plan.grammar.as_deref())
-        .map_err(api_error)
-}
-
 /// One generation (one choice, no logprobs) on a chat model from an OpenAI-style document,
 /// admitted by the chat phases (token limits; never answered from the response cache):
 /// `prompt` is continued as is, `messages` go through the chat template, the other fields are
