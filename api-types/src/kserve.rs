@@ -72,3 +72,27 @@ pub struct RepositoryEntry {
     /// Why it is unavailable (`""` otherwise).
     pub reason: String,
 }
+
+/// One system shared-memory region in `GET /v2/systemsharedmemory[/region/{name}]/status`
+/// (Triton's fields).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct SharedMemoryRegion {
+    pub name: String,
+    /// The POSIX shared-memory object (`shm_open`'s name).
+    pub key: String,
+    pub offset: u64,
+    pub byte_size: u64,
+}
+
+/// `POST /v2/systemsharedmemory/region/{name}/register`: the part of a POSIX shared-memory
+/// object a region names.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct SharedMemoryRegister {
+    pub key: String,
+    #[serde(default)]
+    pub offset: u64,
+    pub byte_size: u64,
+}

@@ -160,6 +160,27 @@ def test_every_documented_operation_answers_as_documented(api, server):
     call("POST", "/v2/repository/models/{model}/load", {"model": "minilm"})
     call("POST", "/v2/repository/models/{model}/unload", {"model": "minilm"})
     call("POST", "/v2/repository/models/{model}/load", {"model": "minilm"}, key=infer_key)  # 403
+    shm_key = f"/openapi-{os.getpid()}"
+    with open(f"/dev/shm{shm_key}", "wb") as f:
+        f.write(b"\0" * 64)
+    try:
+        r = call("POST", "/v2/systemsharedmemory/region/{name}/register", {"name": "r"},
+                 json_body={"key": shm_key, "offset": 0, "byte_size": 64})
+        assert r.status_code == 200, r.text
+        call("POST", "/v2/systemsharedmemory/region/{name}/register", {"name": "r"},
+             json_body={"key": shm_key, "byte_size": 64})  # 400: registered already
+        assert call("GET", "/v2/systemsharedmemory/status").json()[0]["byte_size"] == 64
+        call("GET", "/v2/systemsharedmemory/region/{name}/status", {"name": "r"})
+        call("GET", "/v2/systemsharedmemory/region/{name}/status", {"name": "none"})  # 404
+        call("POST", "/v2/systemsharedmemory/region/{name}/unregister", {"name": "r"})
+        call("POST", "/v2/systemsharedmemory/unregister")
+    finally:
+        os.unlink(f"/dev/shm{shm_key}")
+    call("GET", "/v2/cudasharedmemory/status")
+    call("GET", "/v2/cudasharedmemory/region/{name}/status", {"name": "r"})  # 404
+    call("POST", "/v2/cudasharedmemory/region/{name}/register", {"name": "r"})  # 400
+    call("POST", "/v2/cudasharedmemory/region/{name}/unregister", {"name": "r"})
+    call("POST", "/v2/cudasharedmemory/unregister")
 
     # Models
     call("GET", "/api/models")

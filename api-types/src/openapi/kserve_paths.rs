@@ -3,7 +3,9 @@
 
 #![allow(dead_code)]
 
-use crate::kserve::{ModelMetadata, RepositoryEntry, ServerMetadata};
+use crate::kserve::{
+    ModelMetadata, RepositoryEntry, ServerMetadata, SharedMemoryRegion, SharedMemoryRegister,
+};
 use crate::openapi::bodies::{
     InferenceRequest, InferenceResponse, ModelConfig, RepositoryIndexRequest,
 };
@@ -188,3 +190,87 @@ pub fn load() {}
     security(("bearer" = ["upload"]), ("api_key" = ["upload"])),
     responses((status = 200, description = "Unloaded.")))]
 pub fn unload() {}
+
+/// The caller's system shared-memory regions (Triton's shared-memory extension; loopback
+/// callers only, each caller seeing its own).
+#[utoipa::path(get, path = "/v2/systemsharedmemory/status", tag = "Triton extensions",
+    security(("bearer" = ["infer"]), ("api_key" = ["infer"])),
+    responses(
+        (status = 200, description = "The regions.", body = Vec<SharedMemoryRegion>),
+        (status = 400, description = "The caller is not on this host.", body = ErrorBody),
+    ))]
+pub fn system_shm_status() {}
+
+/// One of the caller's system shared-memory regions.
+#[utoipa::path(get, path = "/v2/systemsharedmemory/region/{name}/status", tag = "Triton extensions",
+    params(("name" = String, Path, description = "A region's name.")),
+    security(("bearer" = ["infer"]), ("api_key" = ["infer"])),
+    responses(
+        (status = 200, description = "The region, in a list of one.", body = Vec<SharedMemoryRegion>),
+        (status = 404, description = "The caller has no region of that name.", body = ErrorBody),
+    ))]
+pub fn system_shm_region_status() {}
+
+/// Registers part of a POSIX shared-memory object (whose key starts with `[shared_memory]
+/// key_prefix`) as a region that requests name in their `shared_memory_region` parameters.
+#[utoipa::path(post, path = "/v2/systemsharedmemory/region/{name}/register", tag = "Triton extensions",
+    params(("name" = String, Path, description = "The region's name.")),
+    request_body = SharedMemoryRegister,
+    security(("bearer" = ["infer"]), ("api_key" = ["infer"])),
+    responses(
+        (status = 200, description = "Registered."),
+        (status = 400, description = "A bad key, range or name, or a name already registered.", body = ErrorBody),
+    ))]
+pub fn system_shm_register() {}
+
+/// Unregisters every region of the caller.
+#[utoipa::path(post, path = "/v2/systemsharedmemory/unregister", tag = "Triton extensions",
+    security(("bearer" = ["infer"]), ("api_key" = ["infer"])),
+    responses((status = 200, description = "Unregistered.")))]
+pub fn system_shm_unregister_all() {}
+
+/// Unregisters one region of the caller (nothing when it has none of that name).
+#[utoipa::path(post, path = "/v2/systemsharedmemory/region/{name}/unregister", tag = "Triton extensions",
+    params(("name" = String, Path, description = "A region's name.")),
+    security(("bearer" = ["infer"]), ("api_key" = ["infer"])),
+    responses((status = 200, description = "Unregistered.")))]
+pub fn system_shm_unregister() {}
+
+/// CUDA shared-memory regions: none (answered as Triton does on a host without GPUs).
+#[utoipa::path(get, path = "/v2/cudasharedmemory/status", tag = "Triton extensions",
+    security(("bearer" = ["infer"]), ("api_key" = ["infer"])),
+    responses((status = 200, description = "An empty list.", body = Vec<SharedMemoryRegion>)))]
+pub fn cuda_shm_status() {}
+
+/// One CUDA shared-memory region: never found.
+#[utoipa::path(get, path = "/v2/cudasharedmemory/region/{name}/status", tag = "Triton extensions",
+    params(("name" = String, Path, description = "A region's name.")),
+    security(("bearer" = ["infer"]), ("api_key" = ["infer"])),
+    responses(
+        (status = 200, description = "Never: no CUDA region can exist.", body = Vec<SharedMemoryRegion>),
+        (status = 404, description = "No such region.", body = ErrorBody),
+    ))]
+pub fn cuda_shm_region_status() {}
+
+/// Registering CUDA shared memory is refused: register the bytes as system shared memory.
+#[utoipa::path(post, path = "/v2/cudasharedmemory/region/{name}/register", tag = "Triton extensions",
+    params(("name" = String, Path, description = "A region's name.")),
+    security(("bearer" = ["infer"]), ("api_key" = ["infer"])),
+    responses(
+        (status = 200, description = "Never: CUDA shared memory is not served."),
+        (status = 400, description = "GPUs not supported.", body = ErrorBody),
+    ))]
+pub fn cuda_shm_register() {}
+
+/// Unregistering CUDA shared memory does nothing (no region can exist).
+#[utoipa::path(post, path = "/v2/cudasharedmemory/unregister", tag = "Triton extensions",
+    security(("bearer" = ["infer"]), ("api_key" = ["infer"])),
+    responses((status = 200, description = "Nothing to do.")))]
+pub fn cuda_shm_unregister_all() {}
+
+/// Unregistering one CUDA shared-memory region does nothing (no region can exist).
+#[utoipa::path(post, path = "/v2/cudasharedmemory/region/{name}/unregister", tag = "Triton extensions",
+    params(("name" = String, Path, description = "A region's name.")),
+    security(("bearer" = ["infer"]), ("api_key" = ["infer"])),
+    responses((status = 200, description = "Nothing to do.")))]
+pub fn cuda_shm_unregister() {}

@@ -64,14 +64,21 @@ impl Caller {
         }
     }
 
-    /// An anonymous caller at `addr`, with what `access` grants.
-    pub fn anonymous(addr: IpAddr, access: &AnonymousAccess) -> Caller {
+    /// An anonymous caller at `addr`, with what `access` grants; its token limits are the
+    /// server's defaults, one budget for all anonymous callers together (accounted under
+    /// [`ANONYMOUS_ID`], as their usage is).
+    pub fn anonymous(
+        addr: IpAddr,
+        access: &AnonymousAccess,
+        token_defaults: &TokenLimits,
+    ) -> Caller {
         Caller {
             principal: Principal::Anonymous {
                 addr: addr.to_canonical(),
                 scopes: access.scopes().clone(),
             },
             limits: *access.limits(),
+            tokens: token_defaults.clone(),
         }
     }
 
@@ -244,8 +251,16 @@ mod tests {
             max_concurrent: None,
         };
         let access = AnonymousAccess::new(&config, limits).unwrap().unwrap();
-        let a = Caller::anonymous("127.0.0.1".parse().unwrap(), &access);
-        let b = Caller::anonymous("127.0.0.2".parse().unwrap(), &access);
+        let a = Caller::anonymous(
+            "127.0.0.1".parse().unwrap(),
+            &access,
+            &TokenLimits::default(),
+        );
+        let b = Caller::anonymous(
+            "127.0.0.2".parse().unwrap(),
+            &access,
+            &TokenLimits::default(),
+        );
         assert!(a.key().is_none() && a.is_anonymous());
         assert_eq!((a.id(), b.id()), (ANONYMOUS_ID, ANONYMOUS_ID));
         assert_ne!(a.limit_id(), b.limit_id());

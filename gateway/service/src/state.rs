@@ -338,7 +338,7 @@ impl AppState {
         let Some(presented) = presented else {
             return match (&self.anonymous, client) {
                 (Some(access), Some(addr)) if access.admits(addr) => {
-                    Ok(Caller::anonymous(addr, access))
+                    Ok(Caller::anonymous(addr, access, &self.default_token_limits))
                 }
                 (Some(_), Some(addr)) => Err(ApiError::unauthorized(format!(
                     "{MISSING} (anonymous access is not granted to {})",

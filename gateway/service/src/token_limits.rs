@@ -156,7 +156,7 @@ impl TokenGate {
                 TokenVerdict::Reserved(r) => {
                     return Ok(r.map(|r| Held::Shared(r, shared.clone())));
                 }
-                TokenVerdict::Refused(refusal) => return Err(self.refused(id, &refusal)),
+                TokenVerdict::Refused(refusal) => return Err(self.refused(caller, &refusal)),
                 TokenVerdict::Unavailable => {
                     return Err(ApiError::unavailable(
                         "the shared rate limiter is unavailable (the server's Redis does not answer); retry shortly",
@@ -167,14 +167,15 @@ impl TokenGate {
         }
         match self.local.reserve(id, limits, tokens) {
             Ok(r) => Ok(r.map(Held::Local)),
-            Err(refusal) => Err(self.refused(id, &refusal)),
+            Err(refusal) => Err(self.refused(caller, &refusal)),
         }
     }
 
-    fn refused(&self, key_id: i64, refusal: &Refusal) -> ApiError {
-        self.metrics.rate_limited(key_id, refusal.limit.as_str());
+    fn refused(&self, caller: &Caller, refusal: &Refusal) -> ApiError {
+        self.metrics
+            .rate_limited(&caller.label(), refusal.limit.as_str());
         tracing::debug!(
-            key_id,
+            key_id = caller.id(),
             limit = refusal.limit.as_str(),
             requested = refusal.requested,
             "request refused by the token limiter"

@@ -184,8 +184,13 @@ async fn run_infer(
             // the response cache, which need the decoded request).
             let record = match version {
                 None => {
-                    infergate_service::traffic::split(&state, Some(caller), record.clone(), &headers)
-                        .0
+                    infergate_service::traffic::split(
+                        &state,
+                        Some(caller),
+                        record.clone(),
+                        &headers,
+                    )
+                    .0
                 }
                 Some(_) => record.clone(),
             };

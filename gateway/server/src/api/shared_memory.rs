@@ -12,32 +12,14 @@ use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::Json;
 use http::{HeaderMap, StatusCode};
+use infergate_api_types::kserve::{SharedMemoryRegion as RegionView, SharedMemoryRegister};
 use infergate_kserve::http_error::HttpResult;
 use infergate_service::error::{ApiError, ApiResult};
 use infergate_service::shared_memory;
 use infergate_service::state::AppState;
-use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
 type S = State<Arc<AppState>>;
-
-/// One region in a status answer (Triton's fields).
-#[derive(Serialize)]
-pub struct RegionView {
-    pub name: String,
-    pub key: String,
-    pub offset: u64,
-    pub byte_size: u64,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RegisterBody {
-    key: String,
-    #[serde(default)]
-    offset: u64,
-    byte_size: u64,
-}
 
 fn status(
     state: &AppState,
@@ -88,7 +70,7 @@ pub async fn register(
     let regions =
         shared_memory::regions(&state, &auth.caller, client.0).map_err(ApiError::before_body)?;
     let body = read_limited(&headers, body, MAX_JSON_API_BYTES).await?;
-    let request: RegisterBody = serde_json::from_slice(&body).map_err(|e| {
+    let request: SharedMemoryRegister = serde_json::from_slice(&body).map_err(|e| {
         ApiError::bad_request(format!(
             "a register request is {{\"key\": ..., \"offset\": ..., \"byte_size\": ...}}: {e}"
         ))
@@ -117,14 +99,14 @@ pub async fn unregister_one(
 }
 
 /// No CUDA shared memory here: no regions.
-pub async fn cuda_status_all(_: Authorized<Infer>) -> HttpResult<Json<Vec<()>>> {
+pub async fn cuda_status_all(_: Authorized<Infer>) -> HttpResult<Json<Vec<RegionView>>> {
     Ok(Json(Vec::new()))
 }
 
 pub async fn cuda_status_one(
     _: Authorized<Infer>,
     Path(name): Path<String>,
-) -> HttpResult<Json<Vec<()>>> {
+) -> HttpResult<Json<Vec<RegionView>>> {
     Err(ApiError::not_found(format!(
         "Unable to find cuda shared memory region: '{name}'"
     ))

@@ -23,8 +23,8 @@ use infergate_kserve::proto::{
 };
 use infergate_kserve::{convert, PROTOCOL_LABEL};
 use infergate_llm::Event;
-use infergate_service::error::{ApiError, ApiResult};
 use infergate_service::caller::Caller;
+use infergate_service::error::{ApiError, ApiResult};
 use infergate_service::infer::{self, Inferred, Target};
 use infergate_service::phases::Outcome;
 use infergate_service::state::AppState;

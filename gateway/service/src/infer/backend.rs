@@ -170,7 +170,7 @@ pub async fn run_sequence(
         Ok(answer) => remote::decode_answer(&advertise, &answer).map_err(ApiError::from),
         Err(Failure::Answered(refusal)) => Err(refusal.into()),
         Err(Failure::TimedOut(why)) => Err(ApiError::new(Kind::Timeout, why)),
-        Err(Failure::Unreachable(why)) => {
+        Err(Failure::Unreachable { why, .. }) => {
             tracing::warn!(worker = %id, model = %record.name, sequence = %sequence.id, error = %why, "the worker of a sequence failed; the sequence ends");
             Err(ApiError::unavailable(format!(
                 "sequence {} of model '{}' ran on worker {id}, which failed before answering ({why}): its state is lost and the sequence has ended; start it again with sequence_start",
