@@ -143,6 +143,7 @@ pub struct AssistantMessage<'a> {
 
 /// A call the model made of a function the request offered (`tools`).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ToolCall {
     /// `call_` and 24 letters and digits; a `tool` message answering it names it.
     pub id: String,
@@ -153,6 +154,7 @@ pub struct ToolCall {
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct FunctionCall {
     pub name: String,
     /// The arguments object as JSON text, as the model wrote it.
@@ -162,6 +164,7 @@ pub struct FunctionCall {
 /// A chunk's part of a tool call: the first of a call has its `id`, `type` and
 /// `function.name` (arguments empty), the next ones more of `function.arguments`.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ToolCallDelta<'a> {
     /// Which call of the choice (0, 1, ...).
     pub index: u32,
@@ -174,6 +177,7 @@ pub struct ToolCallDelta<'a> {
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct FunctionDelta<'a> {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<Cow<'a, str>>,
@@ -287,6 +291,7 @@ pub struct PromptTokensDetails {
 /// Outputs count the rejected ones as completion tokens too; here a rejected draft costs
 /// compute but is not in `completion_tokens`).
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct CompletionTokensDetails {
     pub accepted_prediction_tokens: u32,
     pub rejected_prediction_tokens: u32,

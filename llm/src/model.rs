@@ -62,10 +62,14 @@ pub struct LlmConfig {
 
 /// One model's own settings (`[llm.models.NAME]`): each replaces the server's whole section
 /// (fields it leaves out take their built-in defaults, not the server's).
-#[derive(Debug, Clone, Default, PartialEq, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Default, PartialEq, serde::Deserialize, serde::Serialize, schemars::JsonSchema,
+)]
 #[serde(deny_unknown_fields, default)]
 pub struct ModelOverrides {
+    /// The model's speculative decoding, in place of `[llm.speculation]`.
     pub speculation: Option<Speculation>,
+    /// The model's embeddings, in place of `[llm.embeddings]`.
     pub embeddings: Option<EmbeddingConfig>,
 }
 

@@ -28,8 +28,10 @@ def oc():
 
 
 def test_a_forced_call_then_the_answer_from_its_result(oc):
+    # One call: allowed several, a small model repeats its call until max_tokens.
     r = oc.chat.completions.create(model="smollm2", messages=ASK, tools=[WEATHER],
-                                   tool_choice="required", temperature=0, max_tokens=64)
+                                   tool_choice="required", parallel_tool_calls=False,
+                                   temperature=0, max_tokens=64)
     choice = r.choices[0]
     assert choice.finish_reason == "tool_calls"
     assert choice.message.content is None

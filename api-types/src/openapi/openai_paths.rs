@@ -46,9 +46,13 @@ pub fn completions() {}
     ))]
 pub fn chat_completions() {}
 
-/// Vectors of texts from an embedding pipeline, in the order of the inputs.
+/// Vectors of texts from an embedding pipeline or a GGUF model, in the order of the inputs.
 #[utoipa::path(post, path = "/v1/embeddings", tag = "OpenAI",
     request_body = EmbeddingRequest,
     security(("bearer" = ["infer"]), ("api_key" = ["infer"])),
-    responses((status = 200, description = "One vector per input.", body = EmbeddingList)))]
+    responses(
+        (status = 200, description = "One vector per input.", body = EmbeddingList),
+        (status = 400, description = "A malformed request, an input too long, or `dimensions` other than the model's own.", body = OpenAiErrorBody),
+        (status = 404, description = "No such pipeline or GGUF model.", body = OpenAiErrorBody),
+    ))]
 pub fn embeddings() {}

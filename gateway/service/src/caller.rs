@@ -78,7 +78,7 @@ impl Caller {
                 scopes: access.scopes().clone(),
             },
             limits: *access.limits(),
-            tokens: token_defaults.clone(),
+            tokens: *token_defaults,
         }
     }
 

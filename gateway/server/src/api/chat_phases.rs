@@ -94,7 +94,8 @@ pub(super) fn replay(
             .map(|c| Generated {
                 text: c.text(),
                 logprobs: Vec::new(),
-                finish: finish_of(c.finish),
+                tool_calls: Vec::new(),
+                finish: finish_of(c.finish).into(),
             })
             .collect();
         return meta.answer(choices, usage);
@@ -113,7 +114,7 @@ pub(super) fn replay(
         for piece in &choice.pieces {
             event(&meta.chunk(index, piece, None, None));
         }
-        event(&meta.chunk(index, "", None, Some(finish_of(choice.finish))));
+        event(&meta.chunk(index, "", None, Some(finish_of(choice.finish).into())));
     }
     if include_usage {
         event(&meta.usage_chunk(usage));

@@ -149,7 +149,9 @@ impl Producer {
                             } else {
                                 Phase::Done
                             };
-                            let last = self.meta.chunk(0, &(text + &tail), None, Some(finish.into()));
+                            let last =
+                                self.meta
+                                    .chunk(0, &(text + &tail), None, Some(finish.into()));
                             return Some(Piece::Event(last));
                         }
                         Ok(None) => self.phase = Phase::Done,

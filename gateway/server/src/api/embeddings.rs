@@ -9,7 +9,9 @@
 
 use super::authorized::{Authorized, Infer};
 use super::body::read_limited;
+use super::openai::openai_error;
 use axum::extract::State;
+use axum::response::{IntoResponse, Response};
 use axum::Json;
 use base64::Engine as _;
 use http::HeaderMap;
@@ -17,7 +19,7 @@ use infergate_api_types::openai::{
     Embedding, EmbeddingList, EmbeddingUsage, EmbeddingVector, Object,
 };
 use infergate_engine::{DataType, InferOptions, TensorData};
-use infergate_kserve::http_error::HttpResult;
+use infergate_kserve::http_error::HttpError;
 use infergate_llm::EmbedInput;
 use infergate_service::chat_models::{api_error, is_gguf};
 use infergate_service::error::{ApiError, ApiResult};
@@ -54,24 +56,39 @@ fn vector(model: &str, output: PipelineOutput) -> ApiResult<Vec<f32>> {
     }
 }
 
+/// Answers and errors in OpenAI's shape, which the official clients read.
 pub async fn embeddings(
-    _: Authorized<Infer>,
+    auth: Result<Authorized<Infer>, HttpError>,
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
     body: axum::body::Body,
-) -> HttpResult<Json<EmbeddingList>> {
+) -> Response {
+    if let Err(refused) = auth {
+        // Still drained by the middleware (`before_body`).
+        return openai_error(refused.0);
+    }
+    match answer(&state, &headers, body).await {
+        Ok(list) => Json(list).into_response(),
+        Err(e) => openai_error(e),
+    }
+}
+
+async fn answer(
+    state: &Arc<AppState>,
+    headers: &HeaderMap,
+    body: axum::body::Body,
+) -> ApiResult<EmbeddingList> {
     let limit = state.config().limits.max_request_bytes;
-    let body = read_limited(&headers, body, limit).await?;
+    let body = read_limited(headers, body, limit).await?;
     let req: EmbeddingRequest = parse(&body)?;
     let base64 = req.base64()?;
     let Some(pipeline) = state.pipelines().get(&req.model) else {
         return match state.catalog().resolve(&req.model, None) {
-            Ok(record) if is_gguf(&record) => gguf(&state, record, &req, base64).await,
+            Ok(record) if is_gguf(&record) => gguf(state, record, &req, base64).await,
             _ => Err(ApiError::not_found(format!(
                 "no pipeline or GGUF model named '{}' (embeddings are served by pipelines, e.g. 'embed', and GGUF models)",
                 req.model
-            ))
-            .into()),
+            ))),
         };
     };
     let texts = req.texts()?;
@@ -80,7 +97,7 @@ pub async fn embeddings(
     for (index, text) in texts.into_iter().enumerate() {
         chars += text.chars().count();
         let (output, _) = stages::run(
-            &state,
+            state,
             &req.model,
             &pipeline.spec,
             PipelineInput::Bytes {
@@ -101,7 +118,7 @@ pub async fn embeddings(
     // The pipeline does not report its token count; characters are an upper bound of the
     // WordPiece tokens (each token covers at least one character).
     let chars = chars as u64;
-    Ok(Json(EmbeddingList {
+    Ok(EmbeddingList {
         object: Object::List,
         data,
         model: req.model,
@@ -109,7 +126,7 @@ pub async fn embeddings(
             prompt_tokens: chars,
             total_tokens: chars,
         },
-    }))
+    })
 }
 
 /// Embeddings from a GGUF version's embedding context, recorded in the metrics as an `openai`
@@ -119,7 +136,7 @@ async fn gguf(
     record: Arc<ModelRecord>,
     req: &EmbeddingRequest,
     base64: bool,
-) -> HttpResult<Json<EmbeddingList>> {
+) -> ApiResult<EmbeddingList> {
     let started = Instant::now();
     let answer = gguf_embeddings(state, &record, req, base64).await;
     let status = match &answer {
@@ -130,7 +147,7 @@ async fn gguf(
     state
         .metrics()
         .inference(&record.name, &version, "openai", status, started.elapsed());
-    Ok(Json(answer?))
+    answer
 }
 
 async fn gguf_embeddings(

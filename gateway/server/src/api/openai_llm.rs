@@ -585,7 +585,10 @@ pub(crate) async fn start(
         .await?;
     let plan = request.plan(kind, &model, state.config().openai.max_tokens_limit)?;
     if plan.n != 1 || plan.params.logprobs.is_some() || plan.tools.is_some() {
-        return Err(bad("generate", "n, logprobs and tools are not supported here"));
+        return Err(bad(
+            "generate",
+            "n, logprobs and tools are not supported here",
+        ));
     }
     let facts = ChatFacts {
         deterministic: false,

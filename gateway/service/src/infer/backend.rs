@@ -11,8 +11,10 @@
 //! (its answer is what was lost) is run again on another when it is a unary request outside a
 //! sequence and `[cluster] retry_in_flight` is on (the default: a model's run has no effect
 //! beyond its answer, so a second run costs only compute; `infergate_worker_retries_sent_total`
-//! counts them). A request in a sequence (its state lives on that worker) is never run
-//! elsewhere: it fails with 503 naming the worker.
+//! counts them). A request of a sequence of a stateful model ([`run_sequence`]; its state lives
+//! on that worker) is never run elsewhere: it fails with 503 naming the worker. A model without
+//! sequence batching ignores sequence parameters, as Triton does, so its requests are retried
+//! like any other (which is also why a body that names a sequence is decoded, never relayed).
 //!
 //! A pipeline's model stage comes with its native op ([`run_stage`]): it runs where the model
 //! runs, so on a worker next to its GPU, and the manager sends the smaller pre-op tensors
@@ -108,10 +110,7 @@ pub async fn run_stage(
             Some(op) => remote::encode_stage(&inputs, op, &outputs, options),
             None => remote::encode(&inputs, &outputs, options),
         });
-        if let Some(answer) = routing
-            .attempt(&worker.0, &worker.1, body, || false)
-            .await?
-        {
+        if let Some(answer) = routing.attempt(&worker.0, &worker.1, body).await? {
             return remote::decode_answer(&worker.1, &answer).map_err(ApiError::from);
         }
     }
@@ -210,10 +209,7 @@ pub async fn forward(
             Some(Choice::Worker { id, advertise }) => (id, advertise),
             None => return Err(routing.exhausted()),
         };
-        if let Some(answer) = routing
-            .attempt(&id, &advertise, &request, in_sequence(&request))
-            .await?
-        {
+        if let Some(answer) = routing.attempt(&id, &advertise, &request).await? {
             return Ok(Forwarded::Worker(answer));
         }
     }
@@ -275,13 +271,11 @@ impl<'a> Routing<'a> {
     /// Sends `body` to worker `id`, counted outstanding meanwhile: its answer, or None when
     /// the worker failed before answering and another may be tried, or the error to give the
     /// client (the worker's answer, the deadline, or a failure that may not be retried).
-    /// `in_sequence`: `body` is one request of a sequence, whose state is on that worker.
     async fn attempt(
         &mut self,
         id: &str,
         advertise: &str,
         body: &remote::Encoded,
-        in_sequence: impl FnOnce() -> bool,
     ) -> ApiResult<Option<remote::Answer>> {
         let manager = self.manager;
         let record = self.record;
@@ -300,14 +294,8 @@ impl<'a> Routing<'a> {
             Err(Failure::TimedOut(why)) => return Err(ApiError::new(Kind::Timeout, why)),
             Err(Failure::Unreachable { why, reached }) => (why, reached),
         };
-        let not_again = if in_sequence() {
-            Some("a request of a sequence runs only on the worker that holds the sequence")
-        } else if reached && !manager.config.retry_in_flight {
-            Some("it may have run there, and [cluster] retry_in_flight is off")
-        } else {
-            None
-        };
-        if let Some(reason) = not_again {
+        if reached && !manager.config.retry_in_flight {
+            let reason = "it may have run there, and [cluster] retry_in_flight is off";
             return Err(ApiError::unavailable(format!(
                 "model '{}' version {}: {why}; not tried on another worker: {reason}",
                 self.record.name, self.record.version
@@ -370,41 +358,4 @@ pub async fn send_to_worker(
         manager.suspect(id);
     }
     sent
-}
-
-/// Whether a relayed KServe body belongs to a sequence (Triton's `sequence_id` parameter):
-/// read only when an attempt failed, from the JSON part alone. A tensor that happens to carry
-/// the name only makes its request count as one of a sequence, never the reverse.
-fn in_sequence(request: &remote::Encoded) -> impl FnOnce() -> bool + '_ {
-    move || {
-        let body = request.body();
-        let json = &body[..request.header_len().unwrap_or(body.len()).min(body.len())];
-        json.windows(SEQUENCE_ID.len()).any(|w| w == SEQUENCE_ID)
-    }
-}
-
-const SEQUENCE_ID: &[u8] = b"\"sequence_id\"";
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_relayed_request_with_a_sequence_id_is_one_of_a_sequence() {
-        let relayed = |json: &str, binary: &[u8]| {
-            let mut body = json.as_bytes().to_vec();
-            body.extend_from_slice(binary);
-            remote::Encoded::relayed(bytes::Bytes::from(body), Some(json.len()))
-        };
-        let of_sequence = r#"{"parameters":{"sequence_id":7,"sequence_start":true},"inputs":[]}"#;
-        assert!(in_sequence(&relayed(of_sequence, b""))());
-        assert!(!in_sequence(&relayed(r#"{"inputs":[]}"#, b""))());
-        // Bytes of the binary tensors are not read.
-        assert!(!in_sequence(&relayed(
-            r#"{"inputs":[]}"#,
-            b"\"sequence_id\""
-        ))());
-        let all_json = remote::Encoded::relayed(bytes::Bytes::from(of_sequence), None);
-        assert!(in_sequence(&all_json)());
-    }
 }
