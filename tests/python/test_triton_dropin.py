@@ -33,7 +33,7 @@ PYTHON = os.environ.get("INFERGATE_PYTHON", "python3")
 MAX_REQUEST = 8 << 20
 
 
-def accumulator_config(strategy):
+def accumulator_config(strategy, corrid="TYPE_INT64"):
     return json.dumps({
         "max_batch_size": 4,
         "sequence_batching": {
@@ -42,7 +42,7 @@ def accumulator_config(strategy):
             "control_input": [
                 {"name": "start", "control": [{"kind": "CONTROL_SEQUENCE_START", "int32_false_true": [0, 1]}]},
                 {"name": "ready", "control": [{"kind": "CONTROL_SEQUENCE_READY", "int32_false_true": [0, 1]}]},
-                {"name": "corrid", "control": [{"kind": "CONTROL_SEQUENCE_CORRID", "data_type": "TYPE_INT64"}]},
+                {"name": "corrid", "control": [{"kind": "CONTROL_SEQUENCE_CORRID", "data_type": corrid}]},
             ],
             "state": [{"input_name": "acc_in", "output_name": "acc_out", "data_type": "TYPE_FP32", "dims": [1],
                        "initial_state": {"name": "zero", "data_type": "TYPE_FP32", "dims": [1], "zero_data": True}}],
@@ -52,6 +52,7 @@ def accumulator_config(strategy):
 
 ACC_DIRECT = accumulator_config({"direct": {}})
 ACC_OLDEST = accumulator_config({"oldest": {"max_candidate_sequences": 4}})
+ACC_STRING = accumulator_config({"oldest": {"max_candidate_sequences": 4}}, corrid="TYPE_STRING")
 
 
 def write_model(directory, kind):
@@ -75,6 +76,7 @@ def start_dropin(insecure, extra=()):
     accumulator = write_model(models, "accumulator")
     add_model(data, "acc_direct", accumulator, ACC_DIRECT)
     add_model(data, "acc_oldest", accumulator, ACC_OLDEST)
+    add_model(data, "acc_string", write_model(models, "accumulator-string"), ACC_STRING)
     args = ("--anonymous-scopes", "infer,upload", "--max-request-bytes", str(MAX_REQUEST), *extra)
     return Gateway(data, insecure=insecure, extra_args=args)
 
@@ -555,6 +557,36 @@ def test_interleaved_sequences_on_a_grpc_stream(g, model):
         response = result.get_response()
         assert float(result.as_numpy("sum")[0][0]) == expected[response.id], response.id
         assert response.parameters["triton_final_response"].bool_param
+
+
+def test_string_correlation_ids_over_http_and_grpc(g):
+    """A model whose CORRID control is TYPE_STRING takes string ids (and Triton's clients send
+    them as strings); each sequence's model run sees its own id."""
+    values = {"alpha": [1, 2, 3], "beta": [10, 20, 30], "gamma": [100, 200, 300]}
+    for client, module in ((http(g), httpclient), (grpc_client(g), grpcclient)):
+        sums = {k: 0 for k in values}
+        for step in range(3):
+            for corr, xs in values.items():
+                sums[corr] += xs[step]
+                i = module.InferInput("x", [1, 1], "FP32")
+                i.set_data_from_numpy(np.array([[xs[step]]], dtype=np.float32))
+                r = client.infer("acc_string", [i], sequence_id=corr, sequence_start=step == 0,
+                                 sequence_end=step == 2,
+                                 outputs=[module.InferRequestedOutput("sum"),
+                                          module.InferRequestedOutput("corr")])
+                assert float(r.as_numpy("sum")[0][0]) == sums[corr], (module.__name__, corr, step)
+                assert r.as_numpy("corr")[0][0] == corr.encode(), (module.__name__, corr)
+    # An integer id to a string CORRID is given as its text; a string id to an integer CORRID
+    # is refused naming the control's type.
+    i = httpclient.InferInput("x", [1, 1], "FP32")
+    i.set_data_from_numpy(np.array([[5]], dtype=np.float32))
+    r = http(g).infer("acc_string", [i], sequence_id=42, sequence_start=True, sequence_end=True,
+                      outputs=[httpclient.InferRequestedOutput("corr")])
+    assert r.as_numpy("corr")[0][0] == b"42"
+    with pytest.raises(InferenceServerException, match="TYPE_INT64"):
+        i = httpclient.InferInput("x", [1, 1], "FP32")
+        i.set_data_from_numpy(np.array([[1]], dtype=np.float32))
+        http(g).infer("acc_direct", [i], sequence_id="alpha", sequence_start=True)
 
 
 def test_a_request_of_an_unknown_sequence_is_refused(g):
