@@ -212,26 +212,21 @@ fn head<'t>(
         let requested = request.outputs.iter().find(|o| o.name == tensor.name);
         // BYTES that are not UTF-8 cannot be a JSON string: they go in the binary section,
         // which Triton's clients read whenever an output announces `binary_data_size`.
-        let data =
-            if let Some(region) = requested.and_then(|o| o.parameters.get(SHARED_MEMORY_REGION)) {
-                // Written into the client's region already (by the transport): the answer says
-                // where and how much.
-                parameters.insert(SHARED_MEMORY_REGION.into(), region.clone());
-                parameters.insert(
-                    "shared_memory_byte_size".into(),
-                    Value::from(binary::encoded_len(tensor)),
-                );
-                None
-            } else if wants_binary(request, &tensor.name) || !json::represents(tensor) {
-                parameters.insert(
-                    "binary_data_size".into(),
-                    Value::from(binary::encoded_len(tensor)),
-                );
-                binary.push(tensor);
-                None
-            } else {
-                Some(json::encode(tensor))
-            };
+        let data = if requested.is_some_and(|o| o.parameters.contains_key(SHARED_MEMORY_REGION)) {
+            // Written into the client's region already (by the transport): named, with no
+            // parameters, as Triton answers. Its C++ client (perf_analyzer's) reads any
+            // output's `parameters` as the binary section's `binary_data_size`.
+            None
+        } else if wants_binary(request, &tensor.name) || !json::represents(tensor) {
+            parameters.insert(
+                "binary_data_size".into(),
+                Value::from(binary::encoded_len(tensor)),
+            );
+            binary.push(tensor);
+            None
+        } else {
+            Some(json::encode(tensor))
+        };
         encoded.push(OutputTensor {
             name: tensor.name.clone(),
             datatype: tensor.datatype.name(),
@@ -453,14 +448,9 @@ mod tests {
         let (body, json_len) = encode_response(&req, "m", 1, &[y]).unwrap();
         assert_eq!(json_len, None);
         let header: Value = serde_json::from_slice(&body).unwrap();
-        assert_eq!(
-            header["outputs"][0]["parameters"]["shared_memory_region"],
-            "out"
-        );
-        assert_eq!(
-            header["outputs"][0]["parameters"]["shared_memory_byte_size"],
-            8
-        );
+        assert_eq!(header["outputs"][0]["name"], "y");
+        assert_eq!(header["outputs"][0]["shape"], json!([2]));
+        assert!(header["outputs"][0].get("parameters").is_none());
         assert!(header["outputs"][0].get("data").is_none());
     }
 

@@ -9,7 +9,7 @@
 
 use super::authorized::{Authorized, Infer};
 use super::body::read_limited;
-use super::openai::openai_error;
+use super::openai::{admitted, openai_error};
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -63,9 +63,8 @@ pub async fn embeddings(
     headers: HeaderMap,
     body: axum::body::Body,
 ) -> Response {
-    if let Err(refused) = auth {
-        // Still drained by the middleware (`before_body`).
-        return openai_error(refused.0);
+    if let Err(refused) = admitted(auth) {
+        return refused;
     }
     match answer(&state, &headers, body).await {
         Ok(list) => Json(list).into_response(),

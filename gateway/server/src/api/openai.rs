@@ -124,6 +124,14 @@ pub(super) fn openai_error(e: ApiError) -> Response {
     infergate_kserve::http_error::respond_with(e, body)
 }
 
+/// The caller an OpenAI route serves, or its refusal in OpenAI's error shape (still drained by
+/// the middleware: `before_body`).
+pub(super) fn admitted(
+    auth: Result<Authorized<Infer>, HttpError>,
+) -> Result<Authorized<Infer>, Response> {
+    auth.map_err(|refused| openai_error(refused.0))
+}
+
 pub async fn completions(
     auth: Result<Authorized<Infer>, HttpError>,
     state: S,
@@ -131,10 +139,9 @@ pub async fn completions(
     headers: HeaderMap,
     body: axum::body::Body,
 ) -> Response {
-    let auth = match auth {
+    let auth = match admitted(auth) {
         Ok(auth) => auth,
-        // In the OpenAI error shape, still drained by the middleware (`before_body`).
-        Err(refused) => return openai_error(refused.0),
+        Err(refused) => return refused,
     };
     completion(state, &auth.caller, request_id, headers, body)
         .await
@@ -148,10 +155,9 @@ pub async fn chat_completions(
     headers: HeaderMap,
     body: axum::body::Body,
 ) -> Response {
-    let auth = match auth {
+    let auth = match admitted(auth) {
         Ok(auth) => auth,
-        // In the OpenAI error shape, still drained by the middleware (`before_body`).
-        Err(refused) => return openai_error(refused.0),
+        Err(refused) => return refused,
     };
     chat_completion(state, &auth.caller, request_id, headers, body)
         .await
