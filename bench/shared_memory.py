@@ -74,7 +74,8 @@ def inference_count(http_addr):
 
 
 def measure(pa, pid, http_addr, addr, protocol, concurrency, shared, seconds):
-    """(inferences/s, server CPU µs per inference) of one perf_analyzer measurement."""
+    """(inferences/s, server CPU µs per inference) of one perf_analyzer measurement, or (None,
+    why) when perf_analyzer failed or stalled."""
     out = tempfile.mktemp(suffix=".csv")
     cmd = shlex.split(pa) + ["-m", MODEL, "-u", addr, "-i", protocol, "--shape", f"x:1,{ELEMENTS}",
                              "--concurrency-range", f"{concurrency}:{concurrency}",
@@ -83,10 +84,15 @@ def measure(pa, pid, http_addr, addr, protocol, concurrency, shared, seconds):
     if shared:
         cmd += ["--shared-memory", "system", "--output-shared-memory-size", str(ELEMENTS * 4)]
     count, cpu = inference_count(http_addr), tree_cpu_seconds(pid)
-    r = subprocess.run(cmd, capture_output=True, text=True)
+    try:
+        # Bounded: perf_analyzer's trials take at most max-trials windows.
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=10 * seconds + 60)
+    except subprocess.TimeoutExpired:
+        return None, "perf_analyzer did not finish"
     cpu, count = tree_cpu_seconds(pid) - cpu, inference_count(http_addr) - count
     if r.returncode != 0:
-        sys.exit(f"perf_analyzer failed:\n{r.stdout[-3000:]}\n{r.stderr[-2000:]}")
+        lines = [line for line in (r.stdout + r.stderr).splitlines() if line.strip()]
+        return None, f"perf_analyzer exit {r.returncode}: {lines[-1] if lines else ''}"
     with open(out) as f:
         row = next(csv.DictReader(f))
     os.unlink(out)
@@ -158,6 +164,10 @@ def main():
                 for c in map(int, args.concurrency.split(",")):
                     plain, plain_cpu = measure(pa, pid, h, addr, protocol, c, False, args.seconds)
                     shared, shared_cpu = measure(pa, pid, h, addr, protocol, c, True, args.seconds)
+                    if plain is None or shared is None:
+                        why = plain_cpu if plain is None else shared_cpu
+                        print(f"| {name} | {protocol} | {c} | failed: {why} | | | | |", flush=True)
+                        continue
                     print(f"| {name} | {protocol} | {c} | {plain:.1f} | {shared:.1f} | {shared / plain:.2f} "
                           f"| {plain_cpu:.0f} | {shared_cpu:.0f} |", flush=True)
     finally:
