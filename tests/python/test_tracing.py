@@ -196,6 +196,26 @@ def test_sampling_0_records_nothing_the_caller_did_not_ask_for(traced):
         assert receiver.trace(trace) == [], f"trace {trace} was not to be recorded"
 
 
+def test_a_grpc_call_continues_the_callers_trace(traced):
+    import numpy as np
+    import tritonclient.grpc as grpcclient
+
+    manager, receiver = traced
+    trace, parent = "2af7651916cd43dd8448eb211c80319c", "c7ad6b7169203331"
+    c = grpcclient.InferenceServerClient(url=manager.grpc_hostport, ssl=True, root_certificates=manager.cert)
+    inputs = []
+    for name, data in (("input_ids", IDS), ("attention_mask", [1] * 8), ("token_type_ids", [0] * 8)):
+        i = grpcclient.InferInput(name, [1, 8], "INT64")
+        i.set_data_from_numpy(np.array([data], dtype=np.int64))
+        inputs.append(i)
+    c.infer("minilm", inputs, headers={"authorization": f"Bearer {manager.key()}",
+                                       "traceparent": f"00-{trace}-{parent}-01"})
+    spans = wait_for(receiver, trace, {"grpc request", "worker hop", "worker request"})
+    (call,) = [s for _, s in spans if s.name == "grpc request"]
+    assert call.parent_span_id.hex() == parent
+    assert {r["infergate.role"] for r, _ in spans} == {"manager", "worker"}
+
+
 def test_a_receiver_that_is_down_fails_no_request():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -233,6 +233,19 @@ pub enum CallerSampling {
     None,
 }
 
+impl CallerSampling {
+    /// Whether a caller's sampled flag decides, for a request that presents a key or not.
+    /// Whether the key is valid is known only after admission, inside the request's span; a
+    /// request with a wrong key is refused at once, so its trace stays short.
+    pub fn trusts(self, presents_key: bool) -> bool {
+        match self {
+            CallerSampling::All => true,
+            CallerSampling::None => false,
+            CallerSampling::Keyed => presents_key,
+        }
+    }
+}
+
 impl Default for TracingConfig {
     fn default() -> Self {
         TracingConfig {

@@ -13,6 +13,8 @@ pub const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
 pub const TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
 /// The response header naming the trace a request belongs to (32 lowercase hex digits).
 pub const TRACE_ID: HeaderName = HeaderName::from_static("x-trace-id");
+/// [`TRACE_ID`] as gRPC metadata's key.
+pub const TRACE_ID_METADATA: &str = "x-trace-id";
 
 /// The standard's limit on `tracestate` (32 members of at most 256 characters would be more,
 /// but vendors must keep it to 512 characters).

@@ -129,16 +129,8 @@ pub struct Front {
 impl Front {
     pub async fn serve(&self, request: Request) -> Response {
         let trusted_sampling = |request: &Request| {
-            use infergate_service::config::CallerSampling;
-            match self.inner.state.config().tracing.honour_caller_sampling {
-                CallerSampling::All => true,
-                CallerSampling::None => false,
-                // Whether the key is valid is known only after admission, inside the span; a
-                // request with a wrong key is refused at once, so its trace stays short.
-                CallerSampling::Keyed => {
-                    infergate_kserve::credentials::presented_key(request.headers()).is_some()
-                }
-            }
+            let presented = infergate_kserve::credentials::presented_key(request.headers());
+            (self.inner.state.config().tracing.honour_caller_sampling).trusts(presented.is_some())
         };
         crate::request_id::identified(request, trusted_sampling, |request| async move {
             match &self.cors {

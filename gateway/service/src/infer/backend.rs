@@ -99,9 +99,16 @@ pub async fn run_stage(
                     inputs = preprocess(state.ops().clone(), op.clone(), inputs).await?;
                 }
                 let path = || checked.unwrap_or_else(|| state.model_path(record));
+                let span = infergate_telemetry::span!(
+                    "model run",
+                    model = %record.name,
+                    version = record.version as i64,
+                    loaded = routing.local_loaded
+                );
                 return Ok(state
                     .engine()
                     .infer_with(&routing.local_key, path, inputs, outputs, options)
+                    .instrument(span)
                     .await?);
             }
             Some(Choice::Worker { id, advertise }) => (id, advertise),
