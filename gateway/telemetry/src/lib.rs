@@ -35,12 +35,26 @@ pub fn set_exporting() {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TrustedSampling;
 
-/// An info-level span on [`TARGET`] while traces are exported, [`tracing::Span::none`]
-/// otherwise: `span!("decode", bytes = n)`.
+/// Whether a span opened now on [`TARGET`] could be recorded: traces are exported, and the
+/// current span, if there is one, belongs to a recorded trace. Without a current span the new
+/// one is a root and the sampler decides. Asking costs a lookup of the current span; opening
+/// a span the sampler then drops costs several times that, for each of a request's spans.
+pub fn recording() -> bool {
+    use opentelemetry::trace::TraceContextExt;
+    use tracing_opentelemetry::OpenTelemetrySpanExt;
+    if !exporting() {
+        return false;
+    }
+    let current = tracing::Span::current();
+    current.is_none() || current.context().span().span_context().is_sampled()
+}
+
+/// An info-level span on [`TARGET`] while [`recording`], [`tracing::Span::none`] otherwise:
+/// `span!("decode", bytes = n)`.
 #[macro_export]
 macro_rules! span {
     ($name:literal $(, $($fields:tt)*)?) => {
-        if $crate::exporting() {
+        if $crate::recording() {
             ::tracing::info_span!(target: $crate::TARGET, $name $(, $($fields)*)?)
         } else {
             ::tracing::Span::none()

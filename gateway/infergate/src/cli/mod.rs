@@ -138,13 +138,17 @@ fn with_export(
     ansi: bool,
     settings: &traces::Settings,
 ) -> Option<traces::Export> {
-    use tracing_subscriber::filter::{filter_fn, FilterExt};
+    use tracing_subscriber::filter::{LevelFilter, Targets};
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
     use tracing_subscriber::Layer;
-    let log_filter = filter.and(filter_fn(|meta| {
-        meta.target() != infergate_telemetry::TARGET
-    }));
+    // Both filters are static (by target and level), so a callsite either filter leaves out is
+    // never evaluated again: a dynamic filter would make every debug and trace callsite of every
+    // crate (h2, rustls...) ask it on each hit, which is most of what export would cost.
+    let log_filter = match format!("{}=off", infergate_telemetry::TARGET).parse() {
+        Ok(directive) => filter.add_directive(directive),
+        Err(_) => filter,
+    };
     let log = tracing_subscriber::fmt::layer()
         .with_ansi(ansi)
         .with_writer(std::io::stderr);
@@ -167,9 +171,7 @@ fn with_export(
         .with_location(false)
         .with_threads(false)
         .with_tracked_inactivity(false)
-        .with_filter(filter_fn(|meta| {
-            meta.target().starts_with("infergate") && *meta.level() <= tracing::Level::INFO
-        }));
+        .with_filter(Targets::new().with_target("infergate", LevelFilter::INFO));
     tracing_subscriber::registry().with(log).with(spans).init();
     infergate_telemetry::set_exporting();
     tracing::info!(
