@@ -171,6 +171,9 @@ fn with_export(
         .with_location(false)
         .with_threads(false)
         .with_tracked_inactivity(false)
+        // Nothing here reads OpenTelemetry's current context (the hop asks the current span),
+        // so entering a span need not attach one: a request's span is entered at every poll.
+        .with_context_activation(false)
         .with_filter(Targets::new().with_target("infergate", LevelFilter::INFO));
     tracing_subscriber::registry().with(log).with(spans).init();
     infergate_telemetry::set_exporting();
