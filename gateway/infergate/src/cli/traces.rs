@@ -233,3 +233,63 @@ impl<E: SpanExporter> SpanExporter for Counted<E> {
         self.inner.set_resource(resource);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use opentelemetry::trace::{SpanContext, SpanId, TraceFlags, TraceState};
+
+    fn decide(gate: &Gate, parent: Option<&Context>) -> SamplingDecision {
+        let trace_id = TraceId::from_bytes([7; 16]);
+        gate.should_sample(parent, trace_id, "request", &SpanKind::Internal, &[], &[])
+            .decision
+    }
+
+    fn parent(sampled: bool, remote: bool) -> Context {
+        let flags = if sampled {
+            TraceFlags::SAMPLED
+        } else {
+            TraceFlags::NOT_SAMPLED
+        };
+        let context = SpanContext::new(
+            TraceId::from_bytes([7; 16]),
+            SpanId::from_bytes([1; 8]),
+            flags,
+            remote,
+            TraceState::default(),
+        );
+        Context::new().with_remote_span_context(context)
+    }
+
+    #[test]
+    fn only_a_trusted_remote_parent_decides_and_local_parents_are_followed() {
+        let never = Gate {
+            ratio: Sampler::TraceIdRatioBased(0.0),
+        };
+        let always = Gate {
+            ratio: Sampler::TraceIdRatioBased(1.0),
+        };
+        let record = SamplingDecision::RecordAndSample;
+        assert_eq!(decide(&never, None), SamplingDecision::Drop);
+        assert_eq!(decide(&always, None), record);
+        // An untrusted caller cannot force recording, nor prevent it.
+        assert_eq!(
+            decide(&never, Some(&parent(true, true))),
+            SamplingDecision::Drop
+        );
+        assert_eq!(decide(&always, Some(&parent(false, true))), record);
+        // A trusted one decides either way.
+        let trusted = |sampled| parent(sampled, true).with_value(TrustedSampling);
+        assert_eq!(decide(&never, Some(&trusted(true))), record);
+        assert_eq!(
+            decide(&always, Some(&trusted(false))),
+            SamplingDecision::Drop
+        );
+        // A span inside the process follows its parent.
+        assert_eq!(decide(&never, Some(&parent(true, false))), record);
+        assert_eq!(
+            decide(&always, Some(&parent(false, false))),
+            SamplingDecision::Drop
+        );
+    }
+}
