@@ -340,6 +340,10 @@ pub async fn send(
     if let Some(len) = request.header_len {
         call = call.header(HEADER_LENGTH, len);
     }
+    // The worker's spans join the trace of the span this hop runs in.
+    if let Some(headers) = call.headers_mut() {
+        infergate_telemetry::w3c::inject(&tracing::Span::current(), headers);
+    }
     let call = call
         .body(http_body_util::Full::new(request.body.clone()))
         .map_err(|e| {

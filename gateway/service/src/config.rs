@@ -53,6 +53,8 @@ pub struct Config {
     pub shared_memory: SharedMemoryConfig,
     /// The response cache shared by the models whose config enables it.
     pub cache: CacheConfig,
+    /// OpenTelemetry traces exported over OTLP (see the book's "Tracing").
+    pub tracing: TracingConfig,
     /// Threads of the async runtime: connections, TLS, HTTP, request decode and encode; 0 =
     /// the default.
     #[schemars(extend(
@@ -189,6 +191,91 @@ impl Default for ClusterConfig {
             scale_out_queue_delay_ms: 50,
             pipeline_ops: PipelineOps::Worker,
         }
+    }
+}
+
+/// `[tracing]`: the request spans exported as OpenTelemetry traces, continuing the caller's W3C
+/// `traceparent`.
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct TracingConfig {
+    /// Where spans are sent: an OTLP/HTTP collector's traces URL (protobuf bodies, plain HTTP),
+    /// such as `http://127.0.0.1:4318/v1/traces`. Absent: no traces are exported, and requests cost
+    /// what they cost without tracing.
+    pub otlp_endpoint: Option<String>,
+    /// The `service.name` of the exported spans.
+    pub service_name: String,
+    /// The share of traces recorded (0.0 to 1.0), decided from the trace id, so every process
+    /// of a trace decides alike. A span inside a recorded trace is recorded; a caller's
+    /// sampled flag decides only when `honour_caller_sampling` trusts the caller.
+    pub sample_ratio: f64,
+    /// Whose `traceparent` sampled flag is followed: `keyed` (requests that present an API
+    /// key), `all` or `none`. An anonymous caller's flag is followed only with `all`; the
+    /// others keep the caller's trace id and are sampled by `sample_ratio`.
+    pub honour_caller_sampling: CallerSampling,
+    /// Spans waiting to be sent, at most; past it new spans are dropped rather than making
+    /// requests wait for the collector.
+    pub max_queued_spans: NonZeroUsize,
+}
+
+/// Whose sampled flag in `traceparent` decides whether a trace is recorded.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum CallerSampling {
+    /// Requests that present an API key (never anonymous ones).
+    #[default]
+    Keyed,
+    /// Every caller, anonymous ones included (a caller behind the operator's own proxy).
+    All,
+    /// Nobody: `sample_ratio` alone decides.
+    None,
+}
+
+impl CallerSampling {
+    /// Whether a caller's sampled flag decides, for a request that presents a key or not.
+    /// Whether the key is valid is known only after admission, inside the request's span; a
+    /// request with a wrong key is refused at once, so its trace stays short.
+    pub fn trusts(self, presents_key: bool) -> bool {
+        match self {
+            CallerSampling::All => true,
+            CallerSampling::None => false,
+            CallerSampling::Keyed => presents_key,
+        }
+    }
+}
+
+impl Default for TracingConfig {
+    fn default() -> Self {
+        TracingConfig {
+            otlp_endpoint: None,
+            service_name: "infergate".into(),
+            sample_ratio: 0.01,
+            honour_caller_sampling: CallerSampling::Keyed,
+            max_queued_spans: const { NonZeroUsize::new(2048).expect("not zero") },
+        }
+    }
+}
+
+impl TracingConfig {
+    fn validate(&self) -> Result<(), String> {
+        if !(0.0..=1.0).contains(&self.sample_ratio) {
+            return Err(format!(
+                "[tracing] sample_ratio must be between 0.0 and 1.0, not {}",
+                self.sample_ratio
+            ));
+        }
+        if let Some(url) = &self.otlp_endpoint {
+            // The exporter's client has no certificate roots: a collector is reached over plain
+            // HTTP, normally on this host or its private network.
+            if !url.starts_with("http://") {
+                return Err(format!(
+                    "[tracing] otlp_endpoint must be an http:// URL, not '{url}'"
+                ));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -490,6 +577,7 @@ impl Default for Config {
             auth: crate::anonymous::AuthConfig::default(),
             shared_memory: SharedMemoryConfig::default(),
             cache: CacheConfig::default(),
+            tracing: TracingConfig::default(),
             async_threads: None,
         }
     }
@@ -634,6 +722,7 @@ impl Config {
         self.cors.origins()?;
         self.llm.validate().map_err(|e| format!("[llm] {e}"))?;
         self.cluster.validate()?;
+        self.tracing.validate()?;
         Ok(())
     }
 

@@ -15,6 +15,7 @@ mod pipelines;
 mod reference;
 mod serve;
 mod table;
+mod traces;
 mod workers;
 
 pub use serve::ServeArgs;
@@ -77,14 +78,12 @@ pub fn main() -> ExitCode {
     while let Some((_, sub)) = own.subcommand() {
         own = sub;
     }
-    let (log_format, default_filter) = match &cli.command {
-        Command::Serve(a) => (a.log_format().unwrap_or_else(|| "text".into()), SERVER_LOG),
-        Command::Worker(_) => ("text".into(), SERVER_LOG),
-        // The offline commands print what they did; the engine's and plugin host's start-up
-        // lines only when something is wrong.
-        _ => ("text".into(), "warn"),
-    };
-    init_logging(&log_format, default_filter);
+    // `serve` and `worker` start logging themselves (in `run`): whether traces are exported
+    // is in their configuration. The offline commands print what they did; the engine's and
+    // plugin host's start-up lines only when something is wrong.
+    if !matches!(cli.command, Command::Serve(_) | Command::Worker(_)) {
+        init_logging("text", "warn", None);
+    }
     match settle(&mut cli, own).and_then(|()| run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -98,7 +97,13 @@ pub fn main() -> ExitCode {
 /// tensor it loads at info level, so only its warnings.
 const SERVER_LOG: &str = "info,llama-cpp-2=warn";
 
-fn init_logging(format: &str, default_filter: &str) {
+/// Installs the log output on standard error, and with `traces` the OpenTelemetry export
+/// beside it; the export is returned to be shut down at exit.
+fn init_logging(
+    format: &str,
+    default_filter: &str,
+    traces: Option<traces::Settings>,
+) -> Option<traces::Export> {
     use tracing_subscriber::EnvFilter;
     let filter =
         EnvFilter::try_from_env("INFERGATE_LOG").unwrap_or_else(|_| EnvFilter::new(default_filter));
@@ -107,15 +112,78 @@ fn init_logging(format: &str, default_filter: &str) {
     // default level the request span's three fields took ≈ 7,900 instructions with them).
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr())
         && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let Some(settings) = traces else {
+        // Without an export the subscriber stays the plain formatter with one global filter:
+        // the cheapest per request.
+        let builder = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_ansi(ansi)
+            .with_writer(std::io::stderr);
+        if format == "json" {
+            builder.json().init();
+        } else {
+            builder.init();
+        }
+        return None;
+    };
+    with_export(format, filter, ansi, &settings)
+}
+
+/// The log output and the OpenTelemetry layer, each with its own filter: the log keeps
+/// `INFERGATE_LOG` and leaves out the spans that exist only for traces; the traces get
+/// infergate's own spans and events at info and above whatever the log level.
+fn with_export(
+    format: &str,
+    filter: tracing_subscriber::EnvFilter,
+    ansi: bool,
+    settings: &traces::Settings,
+) -> Option<traces::Export> {
+    use tracing_subscriber::filter::{LevelFilter, Targets};
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::Layer;
+    // Both filters are static (by target and level), so a callsite either filter leaves out is
+    // never evaluated again: a dynamic filter would make every debug and trace callsite of every
+    // crate (h2, rustls...) ask it on each hit, which is most of what export would cost.
+    let log_filter = match format!("{}=off", infergate_telemetry::TARGET).parse() {
+        Ok(directive) => filter.add_directive(directive),
+        Err(_) => filter,
+    };
+    let log = tracing_subscriber::fmt::layer()
         .with_ansi(ansi)
         .with_writer(std::io::stderr);
-    if format == "json" {
-        builder.json().init();
+    let log = if format == "json" {
+        log.json().with_filter(log_filter).boxed()
     } else {
-        builder.init();
-    }
+        log.with_filter(log_filter).boxed()
+    };
+    let (export, tracer) = match traces::start(settings) {
+        Ok(started) => started,
+        Err(e) => {
+            tracing_subscriber::registry().with(log).init();
+            // The operator's setting is wrong, not the request path: serve without traces.
+            tracing::error!("traces are not exported: {e:#}");
+            return None;
+        }
+    };
+    let spans = tracing_opentelemetry::layer()
+        .with_tracer(tracer)
+        .with_location(false)
+        .with_threads(false)
+        .with_tracked_inactivity(false)
+        // Nothing here reads OpenTelemetry's current context (the hop asks the current span),
+        // so entering a span need not attach one: a request's span is entered at every poll.
+        .with_context_activation(false)
+        .with_filter(Targets::new().with_target("infergate", LevelFilter::INFO));
+    tracing_subscriber::registry().with(log).with(spans).init();
+    infergate_telemetry::set_exporting();
+    tracing::info!(
+        endpoint = settings.endpoint,
+        role = settings.role,
+        sample_ratio = settings.sample_ratio,
+        "exporting traces over OTLP/HTTP"
+    );
+    Some(export)
 }
 
 /// Settles what the parsed arguments leave open, with `own`, the command's own matches.
@@ -130,17 +198,57 @@ fn settle(cli: &mut Cli, own: &ArgMatches) -> anyhow::Result<()> {
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => {
-            let config = args.into_config()?;
-            let runtime = async_runtime(config.async_threads())?;
-            runtime.block_on(infergate_server::app::serve(config))
+            let log_format = args.log_format().unwrap_or_else(|| "text".into());
+            let config = match args.into_config() {
+                Ok(config) => config,
+                Err(e) => {
+                    init_logging(&log_format, SERVER_LOG, None);
+                    return Err(e);
+                }
+            };
+            let traces = config
+                .tracing
+                .otlp_endpoint
+                .clone()
+                .map(|endpoint| traces::Settings {
+                    endpoint,
+                    service_name: config.tracing.service_name.clone(),
+                    // Without its own engine the server only routes to workers.
+                    role: if config.cluster.local_engine {
+                        "server"
+                    } else {
+                        "manager"
+                    },
+                    sample_ratio: config.tracing.sample_ratio,
+                    max_queued_spans: config.tracing.max_queued_spans.get(),
+                });
+            let export = init_logging(&config.log_format, SERVER_LOG, traces);
+            let served = async_runtime(config.async_threads())
+                .and_then(|runtime| runtime.block_on(infergate_server::app::serve(config)));
+            if let Some(export) = export {
+                export.shutdown();
+            }
+            served
         }
         Command::Keys(cmd) => keys::run(cmd),
         Command::Models(cmd) => models::run(cmd),
         Command::Plugins(cmd) => pipelines::plugins(cmd),
         Command::Pipelines(cmd) => pipelines::pipelines(cmd),
         Command::Worker(args) => {
-            let runtime = async_runtime(args.async_threads())?;
-            runtime.block_on(infergate_worker::agent::run(*args))
+            let traces = args.otlp_endpoint().map(|endpoint| traces::Settings {
+                endpoint: endpoint.to_owned(),
+                service_name: "infergate".into(),
+                role: "worker",
+                sample_ratio: args.trace_sample_ratio(),
+                max_queued_spans: 2048,
+            });
+            let export = init_logging("text", SERVER_LOG, traces);
+            let served = async_runtime(args.async_threads())
+                .and_then(|runtime| runtime.block_on(infergate_worker::agent::run(*args)));
+            if let Some(export) = export {
+                export.shutdown();
+            }
+            served
         }
         Command::Workers(cmd) => workers::run(cmd),
         Command::Reference(cmd) => reference::run(cmd, Cli::command()),

@@ -154,6 +154,13 @@ pub struct ServeArgs {
     /// Run no requests on this server's engine: route every one to workers that joined.
     #[arg(long, env = "INFERGATE_NO_LOCAL_ENGINE")]
     no_local_engine: bool,
+    /// Export request spans as OpenTelemetry traces to this OTLP/HTTP collector
+    /// (http://HOST:4318/v1/traces) [default: no export].
+    #[arg(long, env = "INFERGATE_OTLP_ENDPOINT", value_name = "URL")]
+    otlp_endpoint: Option<String>,
+    /// The share of traces recorded, 0.0 to 1.0 [default: 0.01].
+    #[arg(long, env = "INFERGATE_TRACE_SAMPLE_RATIO")]
+    trace_sample_ratio: Option<f64>,
 }
 
 /// The configuration key each flag of `serve` (and its `INFERGATE_*` variable) sets, by the
@@ -198,6 +205,8 @@ pub(crate) const FLAG_KEYS: &[(&str, &str)] = &[
     ("store_url", "store.url"),
     ("store_resync_s", "store.resync_s"),
     ("no_local_engine", "cluster.local_engine"),
+    ("otlp_endpoint", "tracing.otlp_endpoint"),
+    ("trace_sample_ratio", "tracing.sample_ratio"),
 ];
 
 impl ServeArgs {
@@ -284,6 +293,10 @@ impl ServeArgs {
         if !self.anonymous_networks.is_empty() {
             c.auth.anonymous_networks = self.anonymous_networks;
         }
+        if self.otlp_endpoint.is_some() {
+            c.tracing.otlp_endpoint = self.otlp_endpoint;
+        }
+        set!(c.tracing.sample_ratio, self.trace_sample_ratio);
         c.validate().map_err(|e| anyhow!(e))?;
         if !matches!(c.log_format.as_str(), "text" | "json") {
             bail!(
@@ -362,6 +375,8 @@ mod tests {
             "anonymous_networks" => "10.0.0.0/8",
             "openai_model" => "another",
             "store_url" => "postgres://db.example.com/infergate",
+            "otlp_endpoint" => "http://127.0.0.1:4318/v1/traces",
+            "trace_sample_ratio" => "0.5",
             _ => "77",
         };
         (Some(value), &[])

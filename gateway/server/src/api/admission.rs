@@ -22,6 +22,7 @@ use infergate_kserve::http_error::HttpError;
 use infergate_limits::Quota;
 use infergate_service::state::AppState;
 use std::future::Future;
+use tracing::Instrument;
 
 pub const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
 pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
@@ -73,12 +74,29 @@ where
         (None, Some(_)) => crate::client_addr::of(state, request.extensions(), request.headers()),
         (Some(_), _) => None,
     };
-    let caller = match state.authenticate_from(presented, client) {
+    // The key's id and whether limits apply: never the secret.
+    let span = infergate_telemetry::span!(
+        "admission",
+        key_id = tracing::field::Empty,
+        anonymous = tracing::field::Empty,
+        limited = tracing::field::Empty,
+        refused = tracing::field::Empty
+    );
+    let caller = match span.in_scope(|| state.authenticate_from(presented, client)) {
         Ok(caller) => caller,
         // Unknown keys and store failures are the handler's extractor's to report.
         Err(_) => return next(request).await,
     };
-    match infergate_service::admission::admit(state, &caller).await {
+    span.record("key_id", caller.id());
+    span.record("anonymous", caller.is_anonymous());
+    span.record("limited", !caller.limits().is_unlimited());
+    let admitted = infergate_service::admission::admit(state, &caller)
+        .instrument(span.clone())
+        .await;
+    span.record("refused", admitted.is_err());
+    // The span ends here: what follows is the request's own time.
+    drop(span);
+    match admitted {
         Err(rejection) => {
             let error = infergate_service::admission::rejection_error(&rejection).before_body();
             let mut response = HttpError(error).into_response();

@@ -128,7 +128,11 @@ pub struct Front {
 
 impl Front {
     pub async fn serve(&self, request: Request) -> Response {
-        crate::request_id::identified(request, |request| async move {
+        let trusted_sampling = |request: &Request| {
+            let presented = infergate_kserve::credentials::presented_key(request.headers());
+            (self.inner.state.config().tracing.honour_caller_sampling).trusts(presented.is_some())
+        };
+        crate::request_id::identified(request, trusted_sampling, |request| async move {
             match &self.cors {
                 // The layer's settings are cloned per request, only where CORS is configured.
                 Some(cors) => {

@@ -19,6 +19,7 @@ use infergate_service::names::parse_version;
 use infergate_service::shared_memory::{self, RequestRegions};
 use infergate_service::state::AppState;
 use std::sync::Arc;
+use tracing::Instrument;
 
 type S = State<Arc<AppState>>;
 
@@ -171,6 +172,7 @@ async fn run_infer(
     };
     let body =
         super::compressed::read_body(&headers, body, state.config().limits.max_request_bytes)
+            .instrument(infergate_telemetry::span!("read body"))
             .await?;
     // A manager that only routes relays a model's request and its answer undecoded.
     if let (Target::Model(record), false) = (&target, state.workers().config.local_engine) {
@@ -194,8 +196,16 @@ async fn run_infer(
                 }
                 Some(_) => record.clone(),
             };
+            let forwarding = infergate_telemetry::span!(
+                "forward",
+                model = %record.name,
+                version = record.version as i64,
+                request_bytes = body.len() as i64
+            );
             if let Forwarded::Worker(answer) =
-                backend::forward(&state, &record, body.clone(), header_len).await?
+                backend::forward(&state, &record, body.clone(), header_len)
+                    .instrument(forwarding)
+                    .await?
             {
                 let served = Served {
                     model: record.name.clone(),
@@ -210,9 +220,11 @@ async fn run_infer(
     let client = crate::client_addr::of(&state, &parts.extensions, &headers);
     let mut regions = RequestRegions::new(&state, caller, client);
     // The body is freed once decoded: only the tensors stay while the model runs.
-    let (request, inputs) =
-        codec::decode_with(&headers, &body, &mut |parameters, datatype, count| {
-            regions.read_input(parameters, datatype, count)
+    let (request, inputs) = infergate_telemetry::span!("decode", request_bytes = body.len() as i64)
+        .in_scope(|| {
+            codec::decode_with(&headers, &body, &mut |parameters, datatype, count| {
+                regions.read_input(parameters, datatype, count)
+            })
         })?;
     drop(body);
     let shared_outputs = shared_memory::output_refs(
@@ -223,10 +235,13 @@ async fn run_infer(
     )?;
     // The headers go with it: a traffic split may be sticky by one of them.
     let request_in = infer::Request::kserve(&request, inputs)?.with_headers(headers.clone());
-    let mut inferred = infer::run(&state, caller, target, version, request_in).await?;
+    let mut inferred = infer::run(&state, caller, target, version, request_in)
+        .instrument(infergate_telemetry::span!("inference", model = %model))
+        .await?;
     regions.write_outputs(&shared_outputs, &inferred.outputs)?;
     let passage = std::mem::take(&mut inferred.passage);
-    let response = codec::respond(&request, inferred)?;
+    let response =
+        infergate_telemetry::span!("encode").in_scope(|| codec::respond(&request, inferred))?;
     let response = super::compressed::respond(&headers, response).await;
     Ok(crate::hold_body::until_sent(response, passage))
 }

@@ -30,7 +30,9 @@ use infergate_service::infer::describe as triton;
 use infergate_service::state::AppState;
 use infergate_store::auth::Scope;
 use std::sync::Arc;
+use tonic::metadata::{MetadataMap, MetadataValue};
 use tonic::{Request, Response, Status, Streaming};
+use tracing::Instrument;
 
 pub struct InferenceService {
     state: Arc<AppState>,
@@ -122,10 +124,27 @@ impl GrpcInferenceService for InferenceService {
         request: Request<ModelInferRequest>,
     ) -> Result<Response<ModelInferResponse>, Status> {
         let presented = Presented::of(&self.state, &request);
-        super::infer::infer(&self.state, &presented, request.into_inner())
+        // Only while traces are exported: a call has no span of its own otherwise.
+        let span = infergate_telemetry::span!("grpc request", method = "ModelInfer");
+        if infergate_telemetry::exporting() {
+            let presents_key =
+                infergate_kserve::credentials::presented_key(&presented.headers).is_some();
+            let trusted = (self.state.config().tracing.honour_caller_sampling).trusts(presents_key);
+            let context = trace_headers(request.metadata());
+            infergate_telemetry::w3c::continue_in(&span, &context, trusted);
+        }
+        let trace = infergate_telemetry::w3c::trace_id(&span);
+        let mut response = super::infer::infer(&self.state, &presented, request.into_inner())
+            .instrument(span)
             .await
             .map(Response::new)
-            .map_err(status)
+            .map_err(status)?;
+        if let Some(trace) = trace.and_then(|t| MetadataValue::try_from(t.as_bytes()).ok()) {
+            response
+                .metadata_mut()
+                .insert(infergate_telemetry::w3c::TRACE_ID_METADATA, trace);
+        }
+        Ok(response)
     }
 
     type ModelStreamInferStream = ResponseStream;
@@ -277,4 +296,20 @@ impl GrpcInferenceService for InferenceService {
             .map(|()| Response::new(CudaSharedMemoryUnregisterResponse {}))
             .map_err(status)
     }
+}
+
+/// The W3C trace context among a call's metadata, as headers (the rest is not copied).
+fn trace_headers(metadata: &MetadataMap) -> http::HeaderMap {
+    let mut headers = http::HeaderMap::new();
+    for name in [
+        infergate_telemetry::w3c::TRACEPARENT,
+        infergate_telemetry::w3c::TRACESTATE,
+    ] {
+        for value in metadata.get_all(name.as_str()) {
+            if let Ok(value) = http::HeaderValue::from_bytes(value.as_bytes()) {
+                headers.append(name.clone(), value);
+            }
+        }
+    }
+    headers
 }

@@ -37,6 +37,7 @@ use infergate_store::models::ModelRecord;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
+use tracing::Instrument;
 
 /// Workers tried for one request: the first choice and one retry.
 const ATTEMPTS: usize = 2;
@@ -98,9 +99,16 @@ pub async fn run_stage(
                     inputs = preprocess(state.ops().clone(), op.clone(), inputs).await?;
                 }
                 let path = || checked.unwrap_or_else(|| state.model_path(record));
+                let span = infergate_telemetry::span!(
+                    "model run",
+                    model = %record.name,
+                    version = record.version as i64,
+                    loaded = routing.local_loaded
+                );
                 return Ok(state
                     .engine()
                     .infer_with(&routing.local_key, path, inputs, outputs, options)
+                    .instrument(span)
                     .await?);
             }
             Some(Choice::Worker { id, advertise }) => (id, advertise),
@@ -327,6 +335,46 @@ impl<'a> Routing<'a> {
 /// answering; a worker that failed to answer is routed around for a while
 /// (`Manager::suspect`). Every request to a worker goes through here.
 pub async fn send_to_worker(
+    manager: &Manager,
+    id: &str,
+    to: &remote::Destination<'_>,
+    body: &remote::Encoded,
+) -> Result<remote::Answer, Failure> {
+    let span = infergate_telemetry::span!(
+        "worker hop",
+        worker = %id,
+        advertise = to.advertise,
+        model = to.model,
+        version = to.version as i64,
+        request_bytes = body.wire_bytes() as i64,
+        answer_bytes = tracing::field::Empty,
+        failure = tracing::field::Empty
+    );
+    let sent = send_to_worker_within(manager, id, to, body)
+        .instrument(span.clone())
+        .await;
+    match &sent {
+        Ok(answer) => {
+            span.record("answer_bytes", answer.body.len() as i64);
+        }
+        Err(failure) => {
+            span.record("failure", failure_kind(failure));
+        }
+    }
+    sent
+}
+
+/// What became of an attempt that got no answer, as a span attribute.
+fn failure_kind(failure: &Failure) -> &'static str {
+    match failure {
+        Failure::Answered(_) => "answered with an error",
+        Failure::TimedOut(_) => "timed out",
+        Failure::Unreachable { reached: true, .. } => "failed after the request reached it",
+        Failure::Unreachable { reached: false, .. } => "unreachable",
+    }
+}
+
+async fn send_to_worker_within(
     manager: &Manager,
     id: &str,
     to: &remote::Destination<'_>,
