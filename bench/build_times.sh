@@ -66,7 +66,7 @@ first_of() {
   exit 1
 }
 
-declare -A dir_of handler_of store_of sha_of
+declare -A dir_of handler_of store_of main_of sha_of
 for rev in "${revs[@]}"; do
   sha=$(git -C "$repo" rev-parse --verify "$rev^{commit}")
   dir="$base/${sha:0:12}"
@@ -87,6 +87,7 @@ for rev in "${revs[@]}"; do
   dir_of[$rev]=$dir
   handler_of[$rev]=$(first_of "$dir" gateway/server/src/api/kserve.rs gateway/src/api/kserve.rs)
   store_of[$rev]=$(first_of "$dir" gateway/store/src/keys.rs gateway/src/store/keys.rs)
+  main_of[$rev]=$(first_of "$dir" gateway/infergate/src/main.rs gateway/src/main.rs)
 done
 
 # Seconds (two decimals) that `cargo build --workspace` takes in revision $1's worktree; its
@@ -111,7 +112,7 @@ nudge() {
 
 restore() {
   for rev in "${!dir_of[@]}"; do
-    for path in "${handler_of[$rev]:-}" "${store_of[$rev]:-}"; do
+    for path in "${handler_of[$rev]:-}" "${store_of[$rev]:-}" "${main_of[$rev]:-}"; do
       [ -n "$path" ] && git -C "$repo" show "${sha_of[$rev]}:$path" >"${dir_of[$rev]}/$path"
     done
   done
@@ -124,7 +125,7 @@ median() {
     if (NR % 2) printf "%.2f", v[(NR + 1) / 2]; else printf "%.2f", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
 }
 
-declare -A clean handler store
+declare -A clean handler store floor
 for rev in "${revs[@]}"; do
   if [ "$skip_clean" = 1 ]; then
     echo "build_times: bringing $rev's target up to date (untimed)" >&2
@@ -147,6 +148,7 @@ for rev in "${revs[@]}"; do
   fi
   handler[$rev]=""
   store[$rev]=""
+  floor[$rev]=""
 done
 
 for i in $(seq "$repeat"); do
@@ -162,16 +164,25 @@ for i in $(seq "$repeat"); do
     store[$rev]+=" $t"
     echo "build_times: round $i, $rev, store touched: $t s" >&2
   done
+  # The floor of any change: the binary's own main.rs, so little more than the link.
+  for rev in "${revs[@]}"; do
+    nudge "$rev" "${main_of[$rev]}"
+    t=$(build "$rev")
+    floor[$rev]+=" $t"
+    echo "build_times: round $i, $rev, main.rs touched: $t s" >&2
+  done
 done
 
 old=${revs[0]}
 new=${revs[1]}
-printf '%-14s %10s %12s %12s\n' revision clean_s handler_s store_s
-declare -A med_handler med_store
+printf '%-14s %10s %12s %12s %12s\n' revision clean_s handler_s store_s main_rs_s
+declare -A med_handler med_store med_floor
 for rev in "${revs[@]}"; do
   med_handler[$rev]=$(median <<<"${handler[$rev]}")
   med_store[$rev]=$(median <<<"${store[$rev]}")
-  printf '%-14s %10s %12s %12s\n' "$rev" "${clean[$rev]}" "${med_handler[$rev]}" "${med_store[$rev]}"
+  med_floor[$rev]=$(median <<<"${floor[$rev]}")
+  printf '%-14s %10s %12s %12s %12s\n' "$rev" "${clean[$rev]}" "${med_handler[$rev]}" \
+    "${med_store[$rev]}" "${med_floor[$rev]}"
 done
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0 && a != "-") printf "%.2fx", a / b; else printf "-" }'; }
 printf 'old/new: clean %s, handler %s, store %s (median of %s; %s cores, load %s)\n' \
@@ -181,14 +192,22 @@ printf 'old/new: clean %s, handler %s, store %s (median of %s; %s cores, load %s
   "$repeat" "$(nproc)" "$(cut -d' ' -f1-3 /proc/loadavg)"
 
 if [ -n "$csv" ]; then
-  [ -s "$csv" ] || echo "date,cores,revision,step,seconds,runs" >"$csv"
+  # The columns of bench/results/README.md.
+  [ -s "$csv" ] || echo "date,machine,build,command,case,metric,value,unit,note" >"$csv"
   day=$(date -u +%Y-%m-%d)
+  cmd="bash bench/build_times.sh $([ "$clean_ours" = 1 ] && echo '--clean-ours ')--repeat $repeat ${revs[*]}"
+  load=$(cut -d' ' -f1-3 /proc/loadavg)
+  row() { echo "$day,vm-2core,debug ${sha_of[$1]:0:12},\"$cmd\",$2,seconds,$3,s,\"$4; load $load\"" >>"$csv"; }
   for rev in "${revs[@]}"; do
-    sha=${sha_of[$rev]:0:12}
-    step=clean
-    [ "$clean_ours" = 1 ] && step=clean_ours
-    [ "${clean[$rev]}" = "-" ] || echo "$day,$(nproc),$sha,$step,${clean[$rev]},1" >>"$csv"
-    echo "$day,$(nproc),$sha,handler,${med_handler[$rev]},$repeat" >>"$csv"
-    echo "$day,$(nproc),$sha,store,${med_store[$rev]},$repeat" >>"$csv"
+    if [ "${clean[$rev]}" != "-" ]; then
+      if [ "$clean_ours" = 1 ]; then
+        row "$rev" "clean build of the workspace's own crates" "${clean[$rev]}" "dependencies built; 1 run"
+      else
+        row "$rev" "clean build of the workspace" "${clean[$rev]}" "1 run"
+      fi
+    fi
+    row "$rev" "incremental: one HTTP handler touched" "${med_handler[$rev]}" "median of $repeat"
+    row "$rev" "incremental: one store file touched" "${med_store[$rev]}" "median of $repeat"
+    row "$rev" "incremental: the binary's main.rs touched (floor)" "${med_floor[$rev]}" "median of $repeat"
   done
 fi
