@@ -49,6 +49,21 @@ pub fn recording() -> bool {
     current.is_none() || current.context().span().span_context().is_sampled()
 }
 
+/// Awaits `$fut` inside `$span` while [`recording`], as it is otherwise (the span expression is
+/// then not evaluated). The traced branch is boxed: wrapping a large future in `Instrumented`
+/// in place makes the caller's own future larger by that future's size, and a request's future
+/// is copied whole when the router boxes it, for every request whether traced or not.
+#[macro_export]
+macro_rules! traced {
+    ($fut:expr, $span:expr) => {
+        if $crate::recording() {
+            ::std::boxed::Box::pin(::tracing::Instrument::instrument($fut, $span)).await
+        } else {
+            $fut.await
+        }
+    };
+}
+
 /// An info-level span on [`TARGET`] while [`recording`], [`tracing::Span::none`] otherwise:
 /// `span!("decode", bytes = n)`.
 #[macro_export]

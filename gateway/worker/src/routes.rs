@@ -17,7 +17,6 @@ use infergate_service::infer::Request;
 use infergate_service::names::parse_version;
 use std::sync::Arc;
 use std::time::Instant;
-use tracing::Instrument;
 
 pub(crate) fn router(node: Arc<Node>, max_request_bytes: usize) -> Router {
     Router::new()
@@ -126,22 +125,23 @@ pub(crate) async fn run_infer(
         let mut request = Request::kserve(&document, inputs)?;
         if stage {
             let op = infergate_hop::remote::stage_ops(&document).map_err(ApiError::bad_request)?;
-            request.inputs = infergate_service::infer::backend::preprocess(
-                node.engine.ops().clone(),
-                op,
-                request.inputs,
-            )
-            .instrument(infergate_telemetry::span!("native pre-op"))
-            .await?;
+            request.inputs = infergate_telemetry::traced!(
+                infergate_service::infer::backend::preprocess(
+                    node.engine.ops().clone(),
+                    op,
+                    request.inputs,
+                ),
+                infergate_telemetry::span!("native pre-op")
+            )?;
         }
-        let inferred = node
-            .execute(&record, request)
-            .instrument(infergate_telemetry::span!("model run"))
-            .await?;
+        let inferred = infergate_telemetry::traced!(
+            node.execute(&record, request),
+            infergate_telemetry::span!("model run")
+        )?;
         infergate_telemetry::span!("encode").in_scope(|| codec::respond(&document, inferred))
     };
     let trace = infergate_telemetry::w3c::trace_id(&span);
-    let mut response = match answer.instrument(span).await {
+    let mut response = match infergate_telemetry::traced!(answer, span) {
         Ok(response) => {
             node.answered(started.elapsed());
             response

@@ -22,7 +22,6 @@ use infergate_kserve::http_error::HttpError;
 use infergate_limits::Quota;
 use infergate_service::state::AppState;
 use std::future::Future;
-use tracing::Instrument;
 
 pub const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
 pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
@@ -90,9 +89,10 @@ where
     span.record("key_id", caller.id());
     span.record("anonymous", caller.is_anonymous());
     span.record("limited", !caller.limits().is_unlimited());
-    let admitted = infergate_service::admission::admit(state, &caller)
-        .instrument(span.clone())
-        .await;
+    let admitted = infergate_telemetry::traced!(
+        infergate_service::admission::admit(state, &caller),
+        span.clone()
+    );
     span.record("refused", admitted.is_err());
     // The span ends here: what follows is the request's own time.
     drop(span);

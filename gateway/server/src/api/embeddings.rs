@@ -64,7 +64,7 @@ pub async fn embeddings(
     body: axum::body::Body,
 ) -> Response {
     if let Err(refused) = admitted(auth) {
-        return refused;
+        return *refused;
     }
     match answer(&state, &headers, body).await {
         Ok(list) => Json(list).into_response(),

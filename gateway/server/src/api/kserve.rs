@@ -19,7 +19,6 @@ use infergate_service::names::parse_version;
 use infergate_service::shared_memory::{self, RequestRegions};
 use infergate_service::state::AppState;
 use std::sync::Arc;
-use tracing::Instrument;
 
 type S = State<Arc<AppState>>;
 
@@ -170,10 +169,11 @@ async fn run_infer(
         Ok(target) => target,
         Err(e) => return Err(e.before_body()),
     };
-    let body =
-        super::compressed::read_body(&headers, body, state.config().limits.max_request_bytes)
-            .instrument(infergate_telemetry::span!("read body"))
-            .await?;
+    let limit = state.config().limits.max_request_bytes;
+    let body = infergate_telemetry::traced!(
+        super::compressed::read_body(&headers, body, limit),
+        infergate_telemetry::span!("read body")
+    )?;
     // A manager that only routes relays a model's request and its answer undecoded.
     if let (Target::Model(record), false) = (&target, state.workers().config.local_engine) {
         let mut relayable = true;
@@ -196,17 +196,16 @@ async fn run_infer(
                 }
                 Some(_) => record.clone(),
             };
-            let forwarding = infergate_telemetry::span!(
-                "forward",
-                model = %record.name,
-                version = record.version as i64,
-                request_bytes = body.len() as i64
-            );
-            if let Forwarded::Worker(answer) =
-                backend::forward(&state, &record, body.clone(), header_len)
-                    .instrument(forwarding)
-                    .await?
-            {
+            let forwarded = infergate_telemetry::traced!(
+                backend::forward(&state, &record, body.clone(), header_len),
+                infergate_telemetry::span!(
+                    "forward",
+                    model = %record.name,
+                    version = record.version as i64,
+                    request_bytes = body.len() as i64
+                )
+            )?;
+            if let Forwarded::Worker(answer) = forwarded {
                 let served = Served {
                     model: record.name.clone(),
                     version: record.version,
@@ -235,9 +234,10 @@ async fn run_infer(
     )?;
     // The headers go with it: a traffic split may be sticky by one of them.
     let request_in = infer::Request::kserve(&request, inputs)?.with_headers(headers.clone());
-    let mut inferred = infer::run(&state, caller, target, version, request_in)
-        .instrument(infergate_telemetry::span!("inference", model = %model))
-        .await?;
+    let mut inferred = infergate_telemetry::traced!(
+        infer::run(&state, caller, target, version, request_in),
+        infergate_telemetry::span!("inference", model = %model)
+    )?;
     regions.write_outputs(&shared_outputs, &inferred.outputs)?;
     let passage = std::mem::take(&mut inferred.passage);
     let response =

@@ -128,8 +128,8 @@ pub(super) fn openai_error(e: ApiError) -> Response {
 /// the middleware: `before_body`).
 pub(super) fn admitted(
     auth: Result<Authorized<Infer>, HttpError>,
-) -> Result<Authorized<Infer>, Response> {
-    auth.map_err(|refused| openai_error(refused.0))
+) -> Result<Authorized<Infer>, Box<Response>> {
+    auth.map_err(|refused| Box::new(openai_error(refused.0)))
 }
 
 pub async fn completions(
@@ -141,7 +141,7 @@ pub async fn completions(
 ) -> Response {
     let auth = match admitted(auth) {
         Ok(auth) => auth,
-        Err(refused) => return refused,
+        Err(refused) => return *refused,
     };
     completion(state, &auth.caller, request_id, headers, body)
         .await
@@ -157,7 +157,7 @@ pub async fn chat_completions(
 ) -> Response {
     let auth = match admitted(auth) {
         Ok(auth) => auth,
-        Err(refused) => return refused,
+        Err(refused) => return *refused,
     };
     chat_completion(state, &auth.caller, request_id, headers, body)
         .await

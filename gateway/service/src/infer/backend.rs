@@ -37,7 +37,6 @@ use infergate_store::models::ModelRecord;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
-use tracing::Instrument;
 
 /// Workers tried for one request: the first choice and one retry.
 const ATTEMPTS: usize = 2;
@@ -99,17 +98,18 @@ pub async fn run_stage(
                     inputs = preprocess(state.ops().clone(), op.clone(), inputs).await?;
                 }
                 let path = || checked.unwrap_or_else(|| state.model_path(record));
-                let span = infergate_telemetry::span!(
-                    "model run",
-                    model = %record.name,
-                    version = record.version as i64,
-                    loaded = routing.local_loaded
-                );
-                return Ok(state
-                    .engine()
-                    .infer_with(&routing.local_key, path, inputs, outputs, options)
-                    .instrument(span)
-                    .await?);
+                let loaded = routing.local_loaded;
+                return Ok(infergate_telemetry::traced!(
+                    state
+                        .engine()
+                        .infer_with(&routing.local_key, path, inputs, outputs, options),
+                    infergate_telemetry::span!(
+                        "model run",
+                        model = %record.name,
+                        version = record.version as i64,
+                        loaded
+                    )
+                )?);
             }
             Some(Choice::Worker { id, advertise }) => (id, advertise),
             None => return Err(routing.exhausted()),
@@ -350,9 +350,8 @@ pub async fn send_to_worker(
         answer_bytes = tracing::field::Empty,
         failure = tracing::field::Empty
     );
-    let sent = send_to_worker_within(manager, id, to, body)
-        .instrument(span.clone())
-        .await;
+    let sent =
+        infergate_telemetry::traced!(send_to_worker_within(manager, id, to, body), span.clone());
     match &sent {
         Ok(answer) => {
             span.record("answer_bytes", answer.body.len() as i64);
