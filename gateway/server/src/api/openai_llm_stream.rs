@@ -8,12 +8,12 @@
 
 use super::openai_answer::{stream_error, FinishReason, Meta};
 use super::openai_llm_usage::{merged, usage, Tracked};
-use super::openai_tools::ChoiceCalls;
+use super::openai_tools::{ChoiceCalls, Pieces};
 use axum::body::{Body, Bytes};
 use axum::response::{IntoResponse, Response};
 use futures_util::stream::{self, BoxStream, StreamExt};
 use futures_util::FutureExt;
-use infergate_llm::{Done, Event, Generation, Tools};
+use infergate_llm::{Done, Event, Generation, TokenLogprob, Tools};
 use infergate_service::error::{ApiError, Kind as ErrorKind};
 use infergate_service::phases::{ChatAnswer, ChatChoice, ChatPassage, Outcome};
 use std::convert::Infallible;
@@ -70,39 +70,20 @@ impl Streaming {
                 };
                 let pieces = self.calls[i].push(&text);
                 self.pieces[i].push(text);
-                // A token's log probability goes with it even when its text is held back.
-                if !pieces.content.is_empty() || logprob.is_some() || pieces.calls.is_empty() {
-                    let logprob = logprob.map(|lp| (lp, self.sent[i]));
-                    self.sent[i] += pieces.content.len();
-                    sse(out, &self.meta.chunk(index, &pieces.content, logprob, None));
-                }
-                if !pieces.calls.is_empty() {
-                    sse(out, &self.meta.tool_chunk(index, pieces.calls));
-                }
+                self.emit(i, pieces, logprob, true, out);
             }
             Event::Done(done) => {
                 match self.passage.as_mut().map(|p| p.end_of_text(i)) {
                     Some(Ok(tail)) if !tail.is_empty() => {
                         let pieces = self.calls[i].push(&tail);
                         self.pieces[i].push(tail);
-                        if !pieces.content.is_empty() {
-                            self.sent[i] += pieces.content.len();
-                            sse(out, &self.meta.chunk(index, &pieces.content, None, None));
-                        }
-                        if !pieces.calls.is_empty() {
-                            sse(out, &self.meta.tool_chunk(index, pieces.calls));
-                        }
+                        self.emit(i, pieces, None, false, out);
                     }
                     Some(Err(e)) => return self.refused(e, out),
                     _ => {}
                 }
                 let rest = self.calls[i].finish();
-                if !rest.content.is_empty() {
-                    sse(out, &self.meta.chunk(index, &rest.content, None, None));
-                }
-                if !rest.calls.is_empty() {
-                    sse(out, &self.meta.tool_chunk(index, rest.calls));
-                }
+                self.emit(i, rest, None, false, out);
                 self.done[i] = Some(done);
                 let finish = match FinishReason::from(done.finish) {
                     FinishReason::Stop if self.calls[i].called => FinishReason::ToolCalls,
@@ -123,6 +104,28 @@ impl Streaming {
                 sse(out, &stream_error(message, 500));
                 self.finish(out);
             }
+        }
+    }
+
+    /// Sends what a piece of choice `i`'s answer adds once read for tool calls: its text (with
+    /// the log probability of the token it came from, which goes out even when the text is
+    /// held back; for a `token` with no call in it, even when empty) and its calls' deltas.
+    fn emit(
+        &mut self,
+        i: usize,
+        pieces: Pieces,
+        logprob: Option<TokenLogprob>,
+        token: bool,
+        out: &mut Vec<u8>,
+    ) {
+        let index = i as u32;
+        if !pieces.content.is_empty() || logprob.is_some() || (token && pieces.calls.is_empty()) {
+            let logprob = logprob.map(|lp| (lp, self.sent[i]));
+            self.sent[i] += pieces.content.len();
+            sse(out, &self.meta.chunk(index, &pieces.content, logprob, None));
+        }
+        if !pieces.calls.is_empty() {
+            sse(out, &self.meta.tool_chunk(index, pieces.calls));
         }
     }
 
