@@ -4,7 +4,7 @@
 //! the server serializes), the request bodies the server parses itself from [`bodies`].
 //!
 //! Two tests keep it true: the server's route table and this document name the same routes
-//! (gateway/server/tests/openapi.rs), and real answers of every documented route match their
+//! (gateway/server/tests/handlers/openapi.rs), and real answers of every documented route match their
 //! schemas (tests/python/test_openapi.py, which also runs a real OpenAPI validator over it).
 
 mod admin_paths;

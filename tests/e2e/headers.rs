@@ -1,5 +1,5 @@
 //! What needs the process: request ids in its JSON logs, and a CORS configuration refused
-//! at start. The headers themselves are checked in process (`gateway/server/tests/keys_and_headers.rs`).
+//! at start. The headers themselves are checked in process (`gateway/server/tests/handlers/keys_and_headers.rs`).
 
 use crate::harness::{Options, Server, BIN};
 

@@ -1,5 +1,5 @@
 //! Requests whose declared sizes lie about their data, over gRPC and WebSocket (HTTP is
-//! checked in process, `gateway/server/tests/hostile_tensors.rs`): each is a gRPC
+//! checked in process, `gateway/server/tests/handlers/hostile_tensors.rs`): each is a gRPC
 //! INVALID_ARGUMENT or a WebSocket error frame naming the input, and the server goes on
 //! serving. An oversized gRPC message is RESOURCE_EXHAUSTED, unary or
 //! in a stream (after the answers to the requests before it). Before the size checks in `infergate-protocol::limits`, a

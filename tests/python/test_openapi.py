@@ -2,7 +2,7 @@
 a real validator (openapi-spec-validator), and real answers of every documented operation
 match the schemas it gives for their status and media type, as do the JSON bodies sent to it.
 Which routes the server serves is checked in-process against the router
-(gateway/server/tests/openapi.rs); this checks what they answer."""
+(gateway/server/tests/handlers/openapi.rs); this checks what they answer."""
 import base64
 import io
 import json

@@ -53,7 +53,7 @@ pub fn router(state: Arc<AppState>) -> front::Front {
 }
 
 /// The template of every route (`/v2/models/{model}/infer`), in the order they are added: what
-/// the OpenAPI document must describe or exclude (gateway/server/tests/openapi.rs).
+/// the OpenAPI document must describe or exclude (gateway/server/tests/handlers/openapi.rs).
 pub fn route_templates() -> Vec<&'static str> {
     routes().templates()
 }
