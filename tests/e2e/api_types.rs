@@ -1,36 +1,25 @@
 //! The gateway's answers and the shared answer types (`infergate-api-types`, which the
-//! dashboard reads them with) must not drift: each answer of the routes the dashboard reads is
-//! read into its type and written back, and must come back as the same JSON. A field the
+//! dashboard reads them with) must not drift: each answer of the routes the dashboard reads,
+//! over WebSocket and SSE among them, is read into its type and written back, and must come
+//! back as the same JSON (the admin, plugin and pipeline routes are checked in process,
+//! `gateway/server/tests/handlers/api_types.rs`). A field the
 //! server adds that the type lacks is dropped on the way, one the type expects that the server
 //! no longer sends fails to read or comes back as a default: either way the test fails.
 
-use crate::blobs::plugin_file;
 use crate::harness::{model, register, Options, Server};
 use crate::replicas::cls_body;
 use crate::websocket::{connect, next_json};
-use crate::worker_pipelines::png;
 use futures_util::SinkExt;
 use infergate_api_types::events::Event;
 use infergate_api_types::history::{History, SeriesKind, VersionState};
-use infergate_api_types::keys::{
-    Identity, KeyCreated, KeyList, KeyRevoked, KeyUpdated, KeyUsageReport,
-};
-use infergate_api_types::kserve::{ModelMetadata, RepositoryEntry, ServerDevice, ServerMetadata};
-use infergate_api_types::models::{
-    ModelDeleted, ModelList, ModelVersion, ModelVersions, VersionDeleted,
-};
+use infergate_api_types::keys::{KeyList, KeyUsageReport};
+use infergate_api_types::models::{ModelList, ModelVersion, ModelVersions};
 use infergate_api_types::openai::{
     ChatCompletion, ChatCompletionChunk, ErrorBody, ModelCardList, TextCompletion,
 };
-use infergate_api_types::pipelines::{
-    Mode, PipelineDeleted, PipelineList, PipelineRun, PipelineView,
-};
-use infergate_api_types::plugins::{
-    PluginDeleted, PluginKind, PluginList, PluginVersions, PluginView,
-};
 use infergate_api_types::stats::StatsList;
 use infergate_api_types::stream::{GeneratedToken, GenerationDone};
-use infergate_api_types::workers::{JoinTokenCreated, TokenRevoked, WorkerList};
+use infergate_api_types::workers::WorkerList;
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -259,235 +248,4 @@ async fn the_openai_routes_answer_exactly_their_shared_types() {
     assert_eq!(r.status(), 404);
     let error: ErrorBody = same_as("an error answer", &r.json().await.unwrap());
     assert_eq!(error.error.kind, "invalid_request_error");
-}
-
-/// `answer`'s JSON body read as `T` and written back (any status).
-async fn typed_answer<T: DeserializeOwned + Serialize>(
-    what: &str,
-    answer: reqwest::Response,
-) -> (u16, T) {
-    let status = answer.status().as_u16();
-    let body: Value = answer.json().await.expect("a JSON body");
-    (status, same_as(what, &body))
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_admin_and_metadata_routes_answer_exactly_their_shared_types() {
-    let tmp = tempfile::tempdir().unwrap();
-    register(tmp.path(), "cls", &model("ocr-cls.onnx"));
-    register(tmp.path(), "gone", &model("ocr-cls.onnx"));
-    let s = Server::start_in(tmp.path(), Options::default());
-    let admin = &s.admin_key;
-    let send = |method: reqwest::Method, path: &str, body: Option<Value>| {
-        let mut r = s.client.request(method, s.url(path)).bearer_auth(admin);
-        if let Some(body) = body {
-            r = r.json(&body);
-        }
-        r.send()
-    };
-
-    let server: ServerMetadata = typed(&s, "/v2").await;
-    assert!(server.has_extension("openai"));
-    assert!(matches!(server.device, ServerDevice::Cpu { .. }));
-    let meta: ModelMetadata = typed(&s, "/v2/models/cls").await;
-    assert_eq!(
-        (meta.name.as_str(), meta.inputs[0].datatype.as_str()),
-        ("cls", "FP32")
-    );
-    let (_, index): (_, Vec<RepositoryEntry>) = typed_answer(
-        "repository index",
-        send(
-            reqwest::Method::POST,
-            "/v2/repository/index",
-            Some(json!({})),
-        )
-        .await
-        .unwrap(),
-    )
-    .await;
-    assert!(index
-        .iter()
-        .any(|e| e.name == "gone" && e.state == "UNAVAILABLE"));
-
-    let me: Identity = typed(&s, "/api/whoami").await;
-    assert!(me.can("upload"));
-    let (status, created): (_, KeyCreated) = typed_answer(
-        "key created",
-        send(
-            reqwest::Method::POST,
-            "/api/keys",
-            Some(json!({"name": "typed", "scopes": ["infer"], "max_concurrent": 2})),
-        )
-        .await
-        .unwrap(),
-    )
-    .await;
-    assert_eq!((status, created.key.max_concurrent), (201, Some(2)));
-    let path = format!("/api/keys/{}", created.key.id);
-    let (_, updated): (_, KeyUpdated) = typed_answer(
-        "key limits changed",
-        send(
-            reqwest::Method::PATCH,
-            &path,
-            Some(json!({"rate_limit": {"rps": 3}})),
-        )
-        .await
-        .unwrap(),
-    )
-    .await;
-    assert_eq!(updated.key.rate_limit.map(|r| r.rps), Some(3.0));
-    let (_, revoked): (_, KeyRevoked) = typed_answer(
-        "key revoked",
-        send(reqwest::Method::DELETE, &path, None).await.unwrap(),
-    )
-    .await;
-    assert!(revoked.revoked.revoked_at.is_some());
-
-    let (status, token): (_, JoinTokenCreated) = typed_answer(
-        "join secret",
-        send(
-            reqwest::Method::POST,
-            "/api/workers/tokens",
-            Some(json!({"ttl_s": 60})),
-        )
-        .await
-        .unwrap(),
-    )
-    .await;
-    assert!(status == 201 && token.expires_at.is_some());
-    let path = format!("/api/workers/tokens/{}", token.id);
-    let (_, revoked): (_, TokenRevoked) = typed_answer(
-        "join secret revoked",
-        send(reqwest::Method::DELETE, &path, None).await.unwrap(),
-    )
-    .await;
-    assert_eq!(revoked.revoked, token.id);
-
-    let (_, deleted): (_, VersionDeleted) = typed_answer(
-        "version deleted",
-        send(reqwest::Method::DELETE, "/api/models/gone/versions/1", None)
-            .await
-            .unwrap(),
-    )
-    .await;
-    assert!(deleted.deleted);
-    let (status, error): (_, infergate_api_types::ErrorBody) = typed_answer(
-        "an error",
-        send(reqwest::Method::DELETE, "/api/models/gone", None)
-            .await
-            .unwrap(),
-    )
-    .await;
-    assert_eq!(status, 404, "{}", error.error);
-    let (_, all): (_, ModelDeleted) = typed_answer(
-        "model deleted",
-        send(reqwest::Method::DELETE, "/api/models/cls", None)
-            .await
-            .unwrap(),
-    )
-    .await;
-    assert_eq!(all.deleted_versions, [1]);
-}
-
-/// `request` sent with the admin key: its JSON answer, after checking its status.
-async fn answer(s: &Server, request: reqwest::RequestBuilder, status: u16) -> Value {
-    let r = request.bearer_auth(&s.admin_key).send().await.unwrap();
-    assert_eq!(r.status(), status);
-    r.json().await.unwrap()
-}
-
-/// A demo pipeline spec (scripts/demo/NAME.json).
-fn demo(name: &str) -> Value {
-    let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join(format!("../../scripts/demo/{name}.json"));
-    serde_json::from_slice(&std::fs::read(file).unwrap()).unwrap()
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_plugin_and_pipeline_routes_answer_exactly_their_shared_types() {
-    let tmp = tempfile::tempdir().unwrap();
-    for name in ["efficientnet-lite0", "ocr-det", "ocr-cls", "ocr-rec"] {
-        register(tmp.path(), name, &model(&format!("{name}.onnx")));
-    }
-    let s = Server::start_in(tmp.path(), Options::default());
-    let mut uploaded = Vec::new();
-    for plugin in ["image-decode", "imagenet-topk", "ctc-decode"] {
-        let wasm = std::fs::read(plugin_file(plugin)).unwrap();
-        let post = s.client.post(s.url("/api/plugins")).body(wasm);
-        let view: PluginView = same_as("POST /api/plugins", &answer(&s, post, 201).await);
-        uploaded.push(view);
-    }
-    // One version with limits of its own, the others on the server's defaults.
-    let topk = &uploaded[1];
-    let path = format!("/api/plugins/imagenet-topk/versions/{}", topk.version);
-    let put = s
-        .client
-        .put(s.url(&format!("{path}/limits")))
-        .json(&json!({"deadline_ms": 1500}));
-    let limited: PluginView = same_as("PUT limits", &answer(&s, put, 200).await);
-    assert_eq!(
-        (limited.limits.deadline_ms, limited.limits.memory_mib),
-        (Some(1500), None)
-    );
-    assert_eq!(limited.effective_limits.deadline_ms, 1500);
-
-    // The demo pipelines: a native pre-op, parameters, and a text-detection stage whose
-    // defaults the answer fills in; `probabilities` ends in the model's tensors.
-    let mut classify = demo("classify");
-    classify["parameters"] = json!({"top_k": "3"});
-    let mut probabilities = demo("classify");
-    probabilities["post"] = json!([]);
-    for (name, spec) in [
-        ("classify", classify),
-        ("probabilities", probabilities),
-        ("ocr", demo("ocr")),
-    ] {
-        let put = s
-            .client
-            .put(s.url(&format!("/api/pipelines/{name}")))
-            .json(&spec);
-        let _: PipelineView = same_as("PUT /api/pipelines", &answer(&s, put, 201).await);
-    }
-
-    let plugins: PluginList = typed(&s, "/api/plugins").await;
-    assert_eq!(plugins.plugins.len(), 3);
-    let decode = plugins
-        .plugins
-        .iter()
-        .find(|p| p.name == "image-decode")
-        .unwrap();
-    assert_eq!(
-        (decode.kind, decode.description.kind),
-        (PluginKind::Pre, PluginKind::Pre)
-    );
-    assert!(decode.limits.deadline_ms.is_none() && decode.effective_limits.memory_mib > 0);
-    let versions: PluginVersions = typed(&s, "/api/plugins/imagenet-topk").await;
-    assert_eq!(versions.versions, [limited]);
-
-    let pipelines: PipelineList = typed(&s, "/api/pipelines").await;
-    assert_eq!(pipelines.pipelines.len(), 3);
-    let ocr: PipelineView = typed(&s, "/api/pipelines/ocr").await;
-    let detect = ocr.spec.detect.as_ref().unwrap();
-    assert_eq!((detect.max_side, detect.threshold), (960, 0.3));
-    assert_eq!(ocr.spec.preprocess.as_ref().unwrap().mode, Mode::Letterbox);
-    let classify: PipelineView = typed(&s, "/api/pipelines/classify").await;
-    assert_eq!(classify.spec.parameters["top_k"], "3");
-
-    let image = png(&tmp.path().join("run.png"), 40, 30, "pass");
-    let run = s
-        .client
-        .post(s.url("/api/pipelines/probabilities/run"))
-        .header("content-type", "image/png")
-        .body(image);
-    let run: PipelineRun = same_as("a run's tensors", &answer(&s, run, 200).await);
-    assert_eq!(run.outputs[0].shape, [1, 1000]);
-
-    let delete = s.client.delete(s.url("/api/pipelines/probabilities"));
-    let deleted: PipelineDeleted = same_as("DELETE /api/pipelines", &answer(&s, delete, 200).await);
-    assert_eq!(deleted.deleted, "probabilities");
-    let delete = s.client.delete(s.url("/api/pipelines/classify"));
-    let _: PipelineDeleted = same_as("DELETE /api/pipelines", &answer(&s, delete, 200).await);
-    let delete = s.client.delete(s.url(&path));
-    let deleted: PluginDeleted = same_as("DELETE a plugin version", &answer(&s, delete, 200).await);
-    assert_eq!(deleted.deleted.versions, [topk.version.as_str()]);
 }

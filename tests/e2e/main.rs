@@ -17,7 +17,6 @@ mod grpc;
 mod headers;
 mod hostile_input;
 mod limits;
-mod postops;
 mod replica_traffic;
 mod replica_workers;
 mod replicas;

@@ -2,11 +2,11 @@
 //! (raw body or multipart with a configuration), serves, and goes when deleted; garbage, empty
 //! and oversized uploads are refused with the reason and leave nothing in the data directory.
 
+use crate::support::{App, Reply};
 use axum::body::Body;
 use bytes::Bytes;
 use http::{Method, Request};
 use serde_json::json;
-use crate::support::{App, Reply};
 
 fn models_file(name: &str) -> Vec<u8> {
     std::fs::read(crate::support::model_file(name)).expect("a model setup.sh fetched")
@@ -70,24 +70,15 @@ async fn upload_valid_model_then_infer_and_delete() {
     assert_eq!(stored_files(&app), (before + 1, 0));
 
     // Multipart upload of the same content: version 2, file shared by content address.
-    let boundary = "infergate-test-boundary";
-    let mut form = Vec::new();
-    form.extend(format!("--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"cls.onnx\"\r\nContent-Type: application/octet-stream\r\n\r\n").as_bytes());
-    form.extend(&bytes);
-    form.extend(
-        format!("\r\n--{boundary}\r\nContent-Disposition: form-data; name=\"config\"\r\n\r\n")
-            .as_bytes(),
-    );
-    form.extend(
-        br#"{"max_batch_size": 8, "dynamic_batching": {"max_queue_delay_microseconds": 500}}"#,
-    );
-    form.extend(format!("\r\n--{boundary}--\r\n").as_bytes());
+    let config =
+        r#"{"max_batch_size": 8, "dynamic_batching": {"max_queue_delay_microseconds": 500}}"#;
+    let (form, content_type) = crate::support::model_form(&bytes, "cls.onnx", Some(config));
     let reply = upload(
         &app,
         "/api/models/cls/versions",
         &key,
-        Body::from(form),
-        Some(&format!("multipart/form-data; boundary={boundary}")),
+        form,
+        Some(&content_type),
     )
     .await;
     assert_eq!(reply.status, 201, "{}", reply.json());

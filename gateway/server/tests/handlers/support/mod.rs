@@ -65,6 +65,47 @@ pub fn model_file(file: &str) -> PathBuf {
     Path::new(&dir).join(file)
 }
 
+/// A plugin built by plugins/build.sh (`INFERGATE_PLUGINS`, else `plugins/dist`).
+pub fn plugin_file(name: &str) -> PathBuf {
+    let dir = std::env::var("INFERGATE_PLUGINS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../plugins/dist"));
+    let path = dir.join(format!("{name}.wasm"));
+    assert!(
+        path.is_file(),
+        "{} missing: run plugins/build.sh",
+        path.display()
+    );
+    path
+}
+
+/// A `multipart/form-data` body as the model upload reads it: `file` (named `filename`) and,
+/// when given, the `config` field. Returns the body and its content type.
+pub fn model_form(file: &[u8], filename: &str, config: Option<&str>) -> (Body, String) {
+    let boundary = "infergate-test-boundary";
+    let mut form = Vec::new();
+    form.extend(
+        format!(
+            "--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; \
+             filename=\"{filename}\"\r\nContent-Type: application/octet-stream\r\n\r\n"
+        )
+        .as_bytes(),
+    );
+    form.extend(file);
+    if let Some(config) = config {
+        form.extend(
+            format!("\r\n--{boundary}\r\nContent-Disposition: form-data; name=\"config\"\r\n\r\n")
+                .as_bytes(),
+        );
+        form.extend(config.as_bytes());
+    }
+    form.extend(format!("\r\n--{boundary}--\r\n").as_bytes());
+    (
+        Body::from(form),
+        format!("multipart/form-data; boundary={boundary}"),
+    )
+}
+
 /// A gateway in this process, with the tiny model registered as `tiny` and one key per scope.
 pub struct App {
     pub state: Arc<AppState>,
@@ -263,6 +304,19 @@ impl App {
             .register_file(name, &model_file(file), &ParsedConfig::empty())
             .unwrap_or_else(|e| panic!("register {file} as {name}: {}", e.message));
         self.state.catalog().insert(record);
+    }
+
+    /// Uploads `file` from the models `scripts/setup.sh` fetched as a new version of `name`
+    /// (`POST /api/models/{name}/versions`, multipart with `config`), with `key`.
+    pub async fn upload_model(&self, name: &str, file: &str, config: &Value, key: &str) -> Reply {
+        let bytes = std::fs::read(model_file(file)).expect("a model setup.sh fetched");
+        let (body, content_type) = model_form(&bytes, file, Some(&config.to_string()));
+        let request = Request::builder()
+            .method(Method::POST)
+            .uri(format!("/api/models/{name}/versions"))
+            .header(http::header::AUTHORIZATION, format!("Bearer {key}"))
+            .header(http::header::CONTENT_TYPE, content_type);
+        self.call(request.body(body).expect("request")).await
     }
 
     /// A new key with these comma-separated scopes.

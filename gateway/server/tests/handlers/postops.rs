@@ -1,7 +1,8 @@
-//! Native post-ops named in a model's config, through the real server and the real
-//! EfficientNet-Lite0: a plain KServe client gets top-k classes as named outputs.
+//! Native pre- and post-ops named in a model's config, in process with the real
+//! EfficientNet-Lite0: a plain KServe client gets top-k classes as named outputs, and a raw
+//! image answers as the same image preprocessed by the client.
 
-use crate::harness::{model, Server};
+use crate::support::App;
 use serde_json::{json, Value};
 
 /// Deterministic pseudo-random pixels in roughly the normalised range.
@@ -17,21 +18,9 @@ fn image_values(n: usize, seed: u64) -> Vec<f32> {
         .collect()
 }
 
-async fn upload(s: &Server, key: &str, name: &str, config: Value) -> reqwest::Response {
-    let bytes = std::fs::read(model("efficientnet-lite0.onnx")).unwrap();
-    let form = reqwest::multipart::Form::new()
-        .part(
-            "file",
-            reqwest::multipart::Part::bytes(bytes).file_name("effnet.onnx"),
-        )
-        .text("config", config.to_string());
-    s.client
-        .post(s.url(&format!("/api/models/{name}/versions")))
-        .bearer_auth(key)
-        .multipart(form)
-        .send()
+async fn upload(app: &App, key: &str, name: &str, config: Value) -> crate::support::Reply {
+    app.upload_model(name, "efficientnet-lite0.onnx", &config, key)
         .await
-        .unwrap()
 }
 
 fn floats(v: &Value) -> Vec<f64> {
@@ -53,8 +42,8 @@ fn output<'a>(response: &'a Value, name: &str) -> &'a Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn softmax_topk_post_op_matches_topk_of_the_raw_logits() {
-    let s = Server::with_models(&[]);
-    let key = s.key("upload,infer");
+    let app = App::start().await;
+    let key = app.key("upload,infer");
 
     // Refused at upload, naming the field: k of 0, k beyond the model's 1000 classes, a
     // source the model does not have, an unknown op field.
@@ -77,15 +66,14 @@ async fn softmax_topk_post_op_matches_topk_of_the_raw_logits() {
         ),
     ] {
         let resp = upload(
-            &s,
+            &app,
             &key,
             "bad",
             json!({"infergate": {"postprocess": config}}),
         )
         .await;
-        assert_eq!(resp.status(), 400, "{config}");
-        let body: Value = resp.json().await.unwrap();
-        let error = body["error"].as_str().unwrap();
+        assert_eq!(resp.status, 400, "{config}");
+        let error = resp.error();
         assert!(error.contains(needle), "{needle} not in {error}");
     }
 
@@ -93,11 +81,11 @@ async fn softmax_topk_post_op_matches_topk_of_the_raw_logits() {
         "max_batch_size": 4,
         "infergate": {"postprocess": {"op": "softmax_topk", "output": "logits", "k": 5}},
     });
-    let resp = upload(&s, &key, "effnet", config).await;
-    assert_eq!(resp.status(), 201);
+    let resp = upload(&app, &key, "effnet", config).await;
+    assert_eq!(resp.status, 201, "{}", resp.json());
 
     // The metadata lists the post-op's outputs after the model's own.
-    let meta: Value = s.get_json("/v2/models/effnet", &key).await;
+    let meta = app.get("/v2/models/effnet", Some(&key)).await.json();
     let names: Vec<&str> = meta["outputs"]
         .as_array()
         .unwrap()
@@ -122,16 +110,11 @@ async fn softmax_topk_post_op_matches_topk_of_the_raw_logits() {
         "inputs": [{"name": "input", "shape": [2, 3, 224, 224], "datatype": "FP32", "data": pixels}],
         "outputs": [{"name": "logits_topk_indices"}, {"name": "logits"}, {"name": "logits_topk_scores"}],
     });
-    let resp = s
-        .client
-        .post(s.url("/v2/models/effnet/infer"))
-        .bearer_auth(&key)
-        .json(&request)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200);
-    let out: Value = resp.json().await.unwrap();
+    let resp = app
+        .post("/v2/models/effnet/infer", Some(&key), request)
+        .await;
+    assert_eq!(resp.status, 200, "{}", resp.json());
+    let out = resp.json();
     let names: Vec<&str> = out["outputs"]
         .as_array()
         .unwrap()
@@ -180,17 +163,10 @@ async fn softmax_topk_post_op_matches_topk_of_the_raw_logits() {
     let request = json!({
         "inputs": [{"name": "input", "shape": [1, 3, 224, 224], "datatype": "FP32", "data": &pixels[..3 * 224 * 224]}],
     });
-    let out: Value = s
-        .client
-        .post(s.url("/v2/models/effnet/infer"))
-        .bearer_auth(&key)
-        .json(&request)
-        .send()
+    let out = app
+        .post("/v2/models/effnet/infer", Some(&key), request)
         .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+        .json();
     assert_eq!(out["outputs"].as_array().unwrap().len(), 4, "{out}");
     assert_eq!(output(&out, "logits_topk_indices")["shape"], json!([1, 5]));
 
@@ -199,26 +175,15 @@ async fn softmax_topk_post_op_matches_topk_of_the_raw_logits() {
         "inputs": [{"name": "input", "shape": [1, 3, 224, 224], "datatype": "FP32", "data": &pixels[..3 * 224 * 224]}],
         "outputs": [{"name": "top1"}],
     });
-    let resp = s
-        .client
-        .post(s.url("/v2/models/effnet/infer"))
-        .bearer_auth(&key)
-        .json(&request)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 400);
-    let body: Value = resp.json().await.unwrap();
-    assert!(
-        body["error"]
-            .as_str()
-            .unwrap()
-            .contains("logits_topk_scores"),
-        "{body}"
-    );
+    let resp = app
+        .post("/v2/models/effnet/infer", Some(&key), request)
+        .await;
+    assert_eq!(resp.status, 400);
+    let error = resp.error();
+    assert!(error.contains("logits_topk_scores"), "{error}");
 
     // Loaded now: the metadata says where it runs (the CPU on this machine).
-    let meta: Value = s.get_json("/v2/models/effnet", &key).await;
+    let meta = app.get("/v2/models/effnet", Some(&key)).await.json();
     let providers = meta["execution"]["providers"].as_array().unwrap();
     assert_eq!(providers.last().unwrap(), "CPUExecutionProvider", "{meta}");
 }
@@ -228,52 +193,40 @@ async fn a_model_config_preprocess_takes_raw_images_like_preprocessed_input() {
     use infergate_engine::kernels::preprocess::{
         resize_normalize, ImageU8, PreprocessSpec, ResizeMode,
     };
-    let s = Server::with_models(&[]);
-    let key = s.key("upload,infer");
+    let app = App::start().await;
+    let key = app.key("upload,infer");
     let pre = json!({"output": "input", "width": 224, "height": 224,
                      "mean": [127.0, 127.0, 127.0], "std": [128.0, 128.0, 128.0]});
     let post = json!({"op": "softmax_topk", "output": "logits", "k": 3});
 
     // The pre-op must produce an FP32 image input of the model.
     let resp = upload(
-        &s,
+        &app,
         &key,
         "bad",
         json!({"infergate": {"preprocess": {"output": "input", "width": 200, "height": 224,
                "mean": [0.0, 0.0, 0.0], "std": [1.0, 1.0, 1.0]}}}),
     )
     .await;
-    assert_eq!(resp.status(), 400);
-    let body: Value = resp.json().await.unwrap();
-    assert!(
-        body["error"]
-            .as_str()
-            .unwrap()
-            .contains("infergate.preprocess.output"),
-        "{body}"
-    );
+    assert_eq!(resp.status, 400);
+    let error = resp.error();
+    assert!(error.contains("infergate.preprocess.output"), "{error}");
 
     let config =
         json!({"max_batch_size": 2, "infergate": {"preprocess": pre, "postprocess": post}});
-    assert_eq!(upload(&s, &key, "effnet", config).await.status(), 201);
+    assert_eq!(upload(&app, &key, "effnet", config).await.status, 201);
 
     // A 320×200 RGB8 image sent as UINT8 [H, W, 3] under the model input's name...
     let (w, h) = (320usize, 200usize);
     let pixels: Vec<u8> = (0..w * h * 3).map(|i| ((i * 7919) % 251) as u8).collect();
     let infer = |inputs: Value| {
-        let s = &s;
-        let key = key.clone();
+        let (app, key) = (&app, key.clone());
         async move {
-            let resp = s
-                .client
-                .post(s.url("/v2/models/effnet/infer"))
-                .bearer_auth(&key)
-                .json(&json!({"inputs": inputs, "outputs": [{"name": "logits_topk_indices"}, {"name": "logits"}]}))
-                .send()
-                .await
-                .unwrap();
-            assert_eq!(resp.status(), 200);
-            resp.json::<Value>().await.unwrap()
+            let body = json!({"inputs": inputs,
+                              "outputs": [{"name": "logits_topk_indices"}, {"name": "logits"}]});
+            let resp = app.post("/v2/models/effnet/infer", Some(&key), body).await;
+            assert_eq!(resp.status, 200, "{}", resp.json());
+            resp.json()
         }
     };
     let raw =
