@@ -67,6 +67,10 @@ impl Doc<'_> {
             if let Some(about) = about {
                 let _ = writeln!(out, "{}\n", about.replace('\n', " "));
             }
+            let by = self.overridden_by(path);
+            if by != "—" {
+                let _ = writeln!(out, "Set as a whole by {by}.\n");
+            }
         }
         if !keys.is_empty() {
             out.push_str("| key | type | default | flag / environment | meaning |\n");
@@ -290,7 +294,7 @@ mod tests {
         }
         for (_, key) in FLAG_KEYS {
             assert!(
-                text.contains(&format!("| `{key}` |")),
+                text.contains(&format!("| `{key}` |")) || text.contains(&format!("## [{key}]")),
                 "{key} of FLAG_KEYS is no key"
             );
         }

@@ -73,7 +73,7 @@ pub(super) struct LimitArgs {
 }
 
 /// `N/day` or `N/month`.
-fn parse_budget(text: &str) -> Result<(u64, String), String> {
+pub(crate) fn parse_budget(text: &str) -> Result<(u64, String), String> {
     let (tokens, period) = text
         .split_once('/')
         .ok_or_else(|| format!("expected N/day or N/month, got '{text}'"))?;

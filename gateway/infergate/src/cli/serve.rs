@@ -79,6 +79,15 @@ pub struct ServeArgs {
     /// Concurrent requests per key for keys without their own cap [default: unlimited].
     #[arg(long, env = "INFERGATE_DEFAULT_MAX_CONCURRENT")]
     default_max_concurrent: Option<std::num::NonZeroU32>,
+    /// Tokens per minute (prompt + completion, chat and completion routes) for keys without
+    /// their own token limits [default: unlimited].
+    #[arg(long, env = "INFERGATE_DEFAULT_TOKENS_PER_MINUTE")]
+    default_tokens_per_minute: Option<u64>,
+    /// Token budget per UTC day or month for keys without their own token limits: `N/day` or
+    /// `N/month` [default: none].
+    #[arg(long, env = "INFERGATE_DEFAULT_TOKEN_BUDGET", value_name = "N/PERIOD",
+          value_parser = super::keys::parse_budget)]
+    default_token_budget: Option<(u64, String)>,
     /// Share per-key rate limits with other replicas through this Redis
     /// (redis://host:port/db) [default: limits per process].
     #[arg(
@@ -188,6 +197,11 @@ pub(crate) const FLAG_KEYS: &[(&str, &str)] = &[
     ("default_rps", "limits.default_rps"),
     ("default_burst", "limits.default_burst"),
     ("default_max_concurrent", "limits.default_max_concurrent"),
+    (
+        "default_tokens_per_minute",
+        "limits.default_tokens_per_minute",
+    ),
+    ("default_token_budget", "limits.default_token_budget"),
     ("ratelimit_url", "limits.shared_url"),
     ("ratelimit_failure", "limits.shared_failure"),
     ("cors_origins", "cors.allowed_origins"),
@@ -260,6 +274,16 @@ impl ServeArgs {
         }
         if self.default_max_concurrent.is_some() {
             c.limits.default_max_concurrent = self.default_max_concurrent;
+        }
+        if self.default_tokens_per_minute.is_some() {
+            c.limits.default_tokens_per_minute = self.default_tokens_per_minute;
+        }
+        if let Some((tokens, period)) = self.default_token_budget {
+            let budget = serde_json::json!({"tokens": tokens, "period": period});
+            c.limits.default_token_budget = Some(
+                serde_json::from_value(budget)
+                    .map_err(|e| anyhow!("--default-token-budget: {e}"))?,
+            );
         }
         if self.ratelimit_url.is_some() {
             c.limits.shared_url = self.ratelimit_url;
@@ -367,6 +391,7 @@ mod tests {
             "device" => "cpu",
             "log_format" => "json",
             "default_rps" => "7.5",
+            "default_token_budget" => "5000/month",
             "default_burst" => return (Some("9"), &["--default-rps", "7.5"]),
             "ratelimit_url" => "redis://127.0.0.1:1/0",
             "ratelimit_failure" => "closed",
