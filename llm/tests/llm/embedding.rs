@@ -3,6 +3,7 @@
 //! embedding of the same text (a context made here through `llama-cpp-2`, one input alone, as
 //! llama-server `--embedding --pooling mean` computes it).
 
+use crate::support::{model, model_path, serial};
 use infergate_llm::{EmbedInput, Embedder, EmbeddingConfig, Pooling};
 use llama_cpp_2::context::params::{LlamaContextParams, LlamaPoolingType};
 use llama_cpp_2::llama_batch::LlamaBatch;
@@ -10,7 +11,6 @@ use llama_cpp_2::model::params::LlamaModelParams;
 use llama_cpp_2::model::LlamaModel;
 use std::num::NonZeroU32;
 use std::sync::OnceLock;
-use crate::support::{model, model_path, serial};
 
 const TEXTS: [&str; 4] = [
     "The cat sat on the mat.",

@@ -2,12 +2,12 @@
 //! Q4_1, fetched by scripts/setup.sh): answers, batching equal to running alone, cancellation,
 //! the prefix cache, stop sequences and grammar-constrained JSON. Short generations only.
 
+use crate::support::{chat, model, model_path, serial, wait_for};
 use infergate_llm::{
     ChatMessage, Constraint, Event, Finish, Generation, LlmConfig, LlmError, LlmModel,
     SamplingParams,
 };
 use std::time::{Duration, Instant};
-use crate::support::{chat, model, model_path, serial, wait_for};
 
 fn greedy(max_tokens: u32) -> SamplingParams {
     SamplingParams {

@@ -8,9 +8,9 @@
 //! attention on the path verification rows take (the scheduler's "Reproducibility");
 //! `bench/llm_speculation.py` measures the longer answers.
 
+use crate::support::{chat, model, serial, wait_for};
 use infergate_llm::{Finish, Generation, SamplingParams, SpeculationParams};
 use std::path::PathBuf;
-use crate::support::{chat, model, serial, wait_for};
 
 /// Cells a test sequence may use (prompt + answer), below 256.
 const CELLS: usize = 250;

@@ -2,11 +2,11 @@
 //! tools: the generic form): `required` and a named function forced through the grammar give
 //! valid calls, streamed pieces add up to the whole answer's calls.
 
+use crate::support::{model, serial};
 use infergate_llm::{
     Event, Message, Parsed, SamplingParams, StreamEvent, ToolChoice, ToolDef, Tools,
 };
 use serde_json::{json, Value};
-use crate::support::{model, serial};
 
 fn defs() -> Vec<ToolDef> {
     vec![

@@ -3,11 +3,11 @@
 //! comes from the peer or a trusted proxy only, and each address has its own rate limit while
 //! the metrics count anonymous callers as one caller.
 
+use crate::support::App;
 use http::StatusCode;
 use infergate_kserve::proto::{ModelInferRequest, ServerMetadataRequest, ServerMetadataResponse};
 use infergate_service::config::Config;
 use serde_json::{json, Value};
-use crate::support::App;
 
 fn infer_only(c: &mut Config) {
     c.auth.anonymous_scopes = vec!["infer".into()];

@@ -4,10 +4,10 @@
 //! `[9223372036854775807]` overflows a capacity: every size is checked before allocating.
 //! The same over gRPC and WebSocket is in the end-to-end suite (`tests/e2e/hostile_input.rs`).
 
+use crate::support::App;
 use axum::body::Body;
 use http::{Method, Request};
 use serde_json::{json, Value};
-use crate::support::App;
 
 /// Shapes whose element counts no body can back: 2^40 elements, i64::MAX, and an overflow.
 const ABSURD_SHAPES: [&[i64]; 3] = [&[68719476736, 16], &[i64::MAX], &[i64::MAX, 4]];

@@ -2,10 +2,10 @@
 //! the scope are refused with the right status and a JSON reason; every answer carries a
 //! request id; CORS answers only the configured origins.
 
+use crate::support::{App, Reply};
 use axum::body::Body;
 use http::{Method, Request};
 use serde_json::json;
-use crate::support::{App, Reply};
 
 async fn get_with(app: &App, path: &str, headers: &[(&str, &str)]) -> Reply {
     let mut request = Request::builder().method(Method::GET).uri(path);

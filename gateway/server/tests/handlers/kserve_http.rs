@@ -1,6 +1,7 @@
 //! KServe v2 over HTTP, in process: keys and scopes, statuses and error bodies, a real
 //! inference on the tiny model, and the request phases policies attach to.
 
+use crate::support::App;
 use futures_util::future::BoxFuture;
 use http::StatusCode;
 use infergate_engine::Tensor;
@@ -9,7 +10,6 @@ use infergate_service::phases::{Exchange, Hook, Outcome, Policy};
 use parking_lot::Mutex;
 use serde_json::{json, Value};
 use std::sync::Arc;
-use crate::support::App;
 
 fn ones() -> Vec<f32> {
     vec![1.5; 16]

@@ -3,10 +3,10 @@
 //! input the model's own network cannot compute with is the client's fault, and Triton's
 //! metadata, configuration, statistics and repository routes answer as its clients expect.
 
+use crate::support::{App, Reply};
 use axum::body::Body;
 use http::{Method, Request};
 use serde_json::{json, Value};
-use crate::support::{App, Reply};
 
 fn minilm_inputs() -> Value {
     json!([

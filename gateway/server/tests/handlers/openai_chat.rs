@@ -7,9 +7,9 @@
 //! embeddings' shapes, normalisation, batching, token ids and refusals. Generations are short
 //! and greedy.
 
+use crate::support::App;
 use base64::Engine as _;
 use serde_json::{json, Value};
-use crate::support::App;
 
 /// A gateway with the demo GGUF registered as `smollm2`, sized for tests on shared cores.
 async fn app() -> App {

@@ -3,10 +3,10 @@
 //! are what the router itself answers: a request with a method no route uses is refused with
 //! 405 and an `Allow` header naming the ones it serves.
 
+use crate::support::App;
 use http::{Method, StatusCode};
 use infergate_api_types::openapi::{document, EXCLUDED};
 use std::collections::BTreeSet;
-use crate::support::App;
 
 /// `/v2/models/{model}` with every parameter filled in.
 fn concrete(template: &str) -> String {

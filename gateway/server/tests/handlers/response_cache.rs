@@ -3,9 +3,9 @@
 //! changed byte is a miss, the answers are byte-identical (JSON and binary), and a config
 //! change or a new version never serves an old answer.
 
+use crate::support::{App, Reply};
 use http::{Method, Request, StatusCode};
 use serde_json::{json, Value};
-use crate::support::{App, Reply};
 
 async fn cached_app() -> App {
     let app = App::with_config(|c| c.cache.bytes = 8 << 20).await;

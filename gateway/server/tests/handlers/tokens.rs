@@ -4,9 +4,9 @@
 //! limit and the token policy's RateLimit fields; streams charged their real tokens, as the
 //! usage API shows; no direct-mode token for a key held to a token limit.
 
+use crate::support::{App, Reply};
 use http::{Method, Request, StatusCode};
 use serde_json::{json, Value};
-use crate::support::{App, Reply};
 
 fn gguf() -> std::path::PathBuf {
     crate::support::model_file("smollm2.gguf")

@@ -2,10 +2,10 @@
 //! statuses and errors, a weighted split within binomial bounds, sticky callers, versions
 //! named by the request, and mirrored copies that never answer a caller.
 
+use crate::support::{App, Reply};
 use http::{Method, Request, StatusCode};
 use serde_json::{json, Value};
 use std::collections::HashMap;
-use crate::support::{App, Reply};
 
 /// Uploads `file` as the next version of `model` (raw body), answering the new version.
 async fn upload(app: &App, model: &str, file: &[u8]) -> u64 {

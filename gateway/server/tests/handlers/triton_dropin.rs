@@ -3,6 +3,7 @@
 //! region's owner and size checked, loopback only, CUDA answered as on a host without GPUs),
 //! and model control over gRPC.
 
+use crate::support::App;
 use axum::body::Body;
 use flate2::write::{GzEncoder, ZlibEncoder};
 use flate2::Compression;
@@ -14,7 +15,6 @@ use infergate_kserve::proto::{
 };
 use serde_json::{json, Value};
 use std::io::Write;
-use crate::support::App;
 
 fn gzip(bytes: &[u8]) -> Vec<u8> {
     let mut encoder = GzEncoder::new(Vec::new(), Compression::default());

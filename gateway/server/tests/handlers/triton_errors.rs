@@ -1,11 +1,11 @@
 //! Triton's error texts where its clients match them, over HTTP and gRPC, with infergate's own
 //! detail after them: unknown model and version, wrong input count or name, datatype, shape.
 
+use crate::support::App;
 use http::StatusCode;
 use infergate_kserve::proto::model_infer_request::InferInputTensor;
 use infergate_kserve::proto::ModelInferRequest;
 use serde_json::json;
-use crate::support::App;
 
 fn tiny_grpc(model: &str, version: &str, name: &str, shape: Vec<i64>) -> ModelInferRequest {
     let count: i64 = shape.iter().product();

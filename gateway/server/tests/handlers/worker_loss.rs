@@ -8,6 +8,7 @@
 //! Without the lost-worker signal each of these requests waits for `request_timeout_s` (an
 //! hour here) and fails with 504: the hang guard below turns that into a failure.
 
+use crate::support::App;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
@@ -18,7 +19,6 @@ use serde_json::{json, Value};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use crate::support::App;
 
 /// What a worker does with the requests it receives.
 #[derive(Clone, Copy)]
