@@ -10,10 +10,12 @@ KServe v2 binary over TLS, one keep-alive connection per client thread), and the
 divided by the server's own success count. ONNX Runtime's share (its library) is printed apart
 from the rest (TLS, HTTP, middleware, tensors, the engine's queue), and so is the number of Rust
 heap allocations per request. With --compare-bin the other build is measured the same way in the
-same run and the ratios printed.
+same run and the ratios printed. With --payload-log the measured server logs every request and
+answer of the MLP to a JSON Lines file (mode all, sample 1; [payload_log] in a config file),
+and the baseline (give the same binary as --compare-bin) does not.
 
 Usage: bench/request_instructions.py [--bin target/release/infergate] [--compare-bin OLD]
-                                     [--requests 400] [--concurrency 1]
+                                     [--requests 400] [--concurrency 1] [--payload-log]
 Needs: valgrind (Debian: `apt-get install valgrind`), scripts/setup.sh; a release build.
 Slow: about a minute per build for 400 requests (valgrind runs the server ~50x slower).
 """
@@ -61,9 +63,15 @@ def success_count(port, ctx, headers):
     return json.loads(conn.getresponse().read())["model_stats"][0]["inference_stats"]["success"]["count"]
 
 
-def measure(binary, requests, concurrency):
+def measure(binary, requests, concurrency, payload_log=False):
     """One build under callgrind: (instructions, ORT's instructions, Rust allocations) per request."""
     data = tempfile.mkdtemp(prefix="infergate-callgrind-")
+    extra = []
+    if payload_log:
+        config = os.path.join(data, "payload-log.toml")
+        with open(config, "w") as f:
+            f.write(f'[payload_log.sinks.bench]\nfile = {{ path = "{data}/payload.jsonl" }}\n')
+        extra = ["--config", config]
     model = os.path.join(data, "mlp.onnx")
     cpu_per_request.write_mlp(model)
     subprocess.run([binary, "models", "add", "--data-dir", data, "--name", "mlp",
@@ -71,7 +79,8 @@ def measure(binary, requests, concurrency):
     port = workers.free_port()
     out = os.path.join(data, "callgrind.out")
     proc = subprocess.Popen(["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}",
-                             binary, "serve", "--listen", f"127.0.0.1:{port}", "--no-grpc", "--data-dir", data],
+                             binary, "serve", "--listen", f"127.0.0.1:{port}", "--no-grpc", "--data-dir", data,
+                             *extra],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             # The server's default log level, as operators run it: each request's
                             # span and its fields are recorded at info.
@@ -108,6 +117,14 @@ def measure(binary, requests, concurrency):
                 t.start()
             for t in threads:
                 t.join()
+        if payload_log:
+            conn = http.client.HTTPSConnection("127.0.0.1", port, context=ctx, timeout=300)
+            conn.request("PUT", "/api/models/mlp/payload-log", headers={"Authorization": f"Bearer {key}"},
+                         body=json.dumps({"mode": "all", "sink": "bench"}))
+            answer = conn.getresponse()
+            if answer.status != 200:
+                raise RuntimeError(f"payload log setting answered {answer.status}: {answer.read()[:200]!r}")
+            answer.read()
         load(30)  # load the model, warm every path
         before = success_count(port, ctx, headers)
         subprocess.run(["callgrind_control", "-i", "on", str(proc.pid)], check=True, capture_output=True)
@@ -151,11 +168,14 @@ def main():
     ap.add_argument("--compare-bin", help="another build, measured the same way in the same run (the baseline)")
     ap.add_argument("--requests", type=int, default=400, help="per client thread")
     ap.add_argument("--concurrency", type=int, default=1)
+    ap.add_argument("--payload-log", action="store_true",
+                    help="the measured server logs every request and answer to a file")
     args = ap.parse_args()
     rows = {}
     for label, binary in (("baseline", args.compare_bin), ("measured", args.bin)):
         if binary:
-            total, ort, allocs, done = measure(binary, args.requests, args.concurrency)
+            total, ort, allocs, done = measure(binary, args.requests, args.concurrency,
+                                               payload_log=args.payload_log and label == "measured")
             rows[label] = (total, ort, allocs)
             print(f"{label:9s} {binary}: {done} requests; per request {total:,.0f} instructions, ONNX Runtime "
                   f"{ort:,.0f}, the rest {total - ort:,.0f}; Rust heap allocations {allocs:.1f}", flush=True)

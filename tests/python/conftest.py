@@ -34,7 +34,7 @@ class Gateway:
         while self.hostport is None or (grpc and self.grpc_hostport is None):
             line = re.sub(r"\x1b\[[0-9;]*m", "", lines.get(timeout=60))
             self.startup_log.append(line)
-            m = re.search(r"(grpc )?listening on (https?)://(\S+)", line)
+            m = re.search(r"(grpc )?listening on (https?)://([^\s\"]+)", line)
             if m and m.group(1):
                 self.grpc_hostport = m.group(3)
             elif m:

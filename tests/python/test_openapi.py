@@ -36,7 +36,12 @@ def server():
                                         "mean-pool")]
     subprocess.run([BIN, "plugins", "add", "--data-dir", data, *plugins], check=True,
                    capture_output=True)
-    g = Gateway(data, extra_args=["--openai-vocab", os.path.join(MODELS, "textgen-vocab.json"),
+    # A payload log sink, so that a model's payload log can be set.
+    config = os.path.join(data, "infergate.toml")
+    with open(config, "w") as f:
+        f.write(f'[payload_log.sinks.audit]\nfile = {{ path = "{data}/payload.jsonl" }}\n')
+    g = Gateway(data, extra_args=["--config", config,
+                                  "--openai-vocab", os.path.join(MODELS, "textgen-vocab.json"),
                                   "--llm-max-sequences", "2", "--llm-context", "512",
                                   "--llm-threads", "1"])
     yield g
@@ -208,6 +213,15 @@ def test_every_documented_operation_answers_as_documented(api, server):
     assert r.status_code == 400, r.text
     call("GET", "/api/models/{model}/traffic", {"model": "copy"})
     assert call("DELETE", "/api/models/{model}/traffic", {"model": "copy"}).status_code == 200
+    r = call("PUT", "/api/models/{model}/payload-log", {"model": "copy"},
+             json_body={"mode": "all", "sample": 0.5, "sink": "audit"})
+    assert r.status_code == 200 and r.json()["sinks"] == ["audit"], r.text
+    r = call("PUT", "/api/models/{model}/payload-log", {"model": "copy"},
+             json_body={"mode": "all", "sink": "elsewhere"})
+    assert r.status_code == 400 and "sink" in r.json()["error"], r.text
+    assert call("GET", "/api/models/{model}/payload-log", {"model": "copy"}).json()["payload_log"]["sample"] == 0.5
+    assert call("DELETE", "/api/models/{model}/payload-log", {"model": "copy"}).status_code == 200
+    call("GET", "/api/models/{model}/payload-log", {"model": "nothing"})  # 404
     assert call("DELETE", "/api/models/{model}", {"model": "copy"}).status_code == 200
 
     # Plugins and pipelines

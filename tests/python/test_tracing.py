@@ -216,6 +216,43 @@ def test_a_grpc_call_continues_the_callers_trace(traced):
     assert {r["infergate.role"] for r, _ in spans} == {"manager", "worker"}
 
 
+def test_log_lines_of_a_recorded_request_carry_its_trace_and_span(monkeypatch):
+    monkeypatch.setenv("INFERGATE_LOG", "info,infergate_server::request_id=debug")
+    receiver = Receiver()
+    g = start([("minilm", "minilm.onnx")], extra_args=(
+        "--log-format", "json", "--otlp-endpoint", receiver.url, "--trace-sample-ratio", "0"))
+    try:
+        key = g.key()
+        recorded, dropped = "3af7651916cd43dd8448eb211c80319c", "4af7651916cd43dd8448eb211c80319c"
+        _, headers = infer(g, key, {"traceparent": f"00-{recorded}-d7ad6b7169203331-01",
+                                    "X-Request-Id": "logged-recorded"})
+        infer(g, key, {"traceparent": f"00-{dropped}-d7ad6b7169203331-00",
+                       "X-Request-Id": "logged-dropped"})
+        spans = {}
+        deadline = time.monotonic() + 20
+        while len(spans) < 2 and time.monotonic() < deadline:
+            try:
+                line = g.lines.get(timeout=1)
+            except queue.Empty:
+                continue
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            span = entry.get("span") or {}
+            if entry.get("fields", {}).get("message") == "request finished":
+                spans[span.get("request_id")] = span
+        assert set(spans) >= {"logged-recorded", "logged-dropped"}, spans
+        assert spans["logged-recorded"]["trace_id"] == recorded
+        assert "trace_id" not in spans["logged-dropped"], "a dropped trace is not named in logs"
+        (request,) = [s for _, s in wait_for(receiver, recorded, {"request"}) if s.name == "request"]
+        assert spans["logged-recorded"]["span_id"] == request.span_id.hex(), \
+            "the log line names the exported request span"
+    finally:
+        g.stop()
+        receiver.stop()
+
+
 def test_a_receiver_that_is_down_fails_no_request():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -237,3 +237,25 @@ pub struct TrafficView {
     model: String,
     policy: Option<TrafficPolicy>,
 }
+
+/// Whether a model's requests are logged (`PUT /api/models/{model}/payload-log`).
+#[derive(serde::Deserialize, ToSchema)]
+#[allow(dead_code)]
+pub struct PayloadLogSetting {
+    /// `request`, `response` or `all`: what an entry holds.
+    mode: String,
+    /// The share of requests logged, 0 to 1 (default 1).
+    sample: Option<f64>,
+    /// A sink the server's `[payload_log.sinks]` defines.
+    sink: String,
+}
+
+/// The answer of every payload-log route: the model, its setting (`null`: not logged) and the
+/// sinks the server defines.
+#[derive(serde::Deserialize, ToSchema)]
+#[allow(dead_code)]
+pub struct PayloadLogView {
+    model: String,
+    payload_log: Option<PayloadLogSetting>,
+    sinks: Vec<String>,
+}

@@ -3,7 +3,9 @@
 #![allow(dead_code)]
 
 use crate::models::{ModelDeleted, ModelList, ModelVersion, ModelVersions, VersionDeleted};
-use crate::openapi::bodies::{ModelConfig, TrafficPolicy, TrafficView};
+use crate::openapi::bodies::{
+    ModelConfig, PayloadLogSetting, PayloadLogView, TrafficPolicy, TrafficView,
+};
 use crate::pipelines::{PipelineDeleted, PipelineList, PipelineSpec, PipelineView};
 use crate::plugins::{PluginDeleted, PluginLimits, PluginList, PluginVersions, PluginView};
 use crate::ErrorBody;
@@ -74,6 +76,38 @@ pub fn get_traffic() {}
     security(("bearer" = ["upload"]), ("api_key" = ["upload"])),
     responses((status = 200, description = "No policy any more.", body = TrafficView)))]
 pub fn delete_traffic() {}
+
+/// Logs a model's requests and answers (a share of them) to a sink the server defines.
+#[utoipa::path(put, path = "/api/models/{model}/payload-log", tag = "Models",
+    params(("model" = String, Path, description = "A model name.")),
+    request_body(content = PayloadLogSetting, description = "What to log, how often, where."),
+    security(("bearer" = ["upload"]), ("api_key" = ["upload"])),
+    responses(
+        (status = 200, description = "The setting now in force.", body = PayloadLogView),
+        (status = 400, description = "A bad setting, or a sink the server does not define (the field is named).", body = ErrorBody),
+        (status = 404, description = "No such model.", body = ErrorBody),
+    ))]
+pub fn put_payload_log() {}
+
+/// Whether a model's requests are logged, and the sinks the server defines.
+#[utoipa::path(get, path = "/api/models/{model}/payload-log", tag = "Models",
+    params(("model" = String, Path, description = "A model name.")),
+    security(("bearer" = ["upload"]), ("api_key" = ["upload"])),
+    responses(
+        (status = 200, description = "The setting (`null`: not logged).", body = PayloadLogView),
+        (status = 404, description = "No such model.", body = ErrorBody),
+    ))]
+pub fn get_payload_log() {}
+
+/// Stops logging a model's requests.
+#[utoipa::path(delete, path = "/api/models/{model}/payload-log", tag = "Models",
+    params(("model" = String, Path, description = "A model name.")),
+    security(("bearer" = ["upload"]), ("api_key" = ["upload"])),
+    responses(
+        (status = 200, description = "Not logged any more.", body = PayloadLogView),
+        (status = 404, description = "No such model.", body = ErrorBody),
+    ))]
+pub fn delete_payload_log() {}
 
 /// Sets the configuration of a model's newest version (it reloads with it).
 #[utoipa::path(put, path = "/api/models/{model}/config", tag = "Models",

@@ -11,6 +11,7 @@ use axum::response::Response;
 use http::{HeaderName, HeaderValue};
 use rand::RngCore;
 use std::future::Future;
+use std::sync::Arc;
 use tracing::Instrument;
 
 use infergate_kserve::http_error::Logged;
@@ -76,16 +77,28 @@ where
     // instructions per request. They are named where they are needed, on the request's own
     // lines below (both are cheap to keep: the method is an enum, the URI shares the head's
     // buffer).
-    let span = tracing::info_span!("request", request_id = %id);
+    // A recorded trace's ids are fields of the span too, so that every log line of the
+    // request leads to its trace; they stay empty (never formatted) otherwise.
+    let span = tracing::info_span!(
+        "request",
+        request_id = %id,
+        trace_id = tracing::field::Empty,
+        span_id = tracing::field::Empty
+    );
     if infergate_telemetry::exporting() {
         let trusted = trusted_sampling(&request);
         infergate_telemetry::w3c::continue_in(&span, request.headers(), trusted);
+        if let Some((trace, own)) = infergate_telemetry::w3c::recorded_ids(&span) {
+            span.record("trace_id", trace);
+            span.record("span_id", own);
+        }
     }
     let method = request.method().clone();
     let uri = request.uri().clone();
     request.extensions_mut().insert(RequestId(id.clone()));
     let started = std::time::Instant::now();
-    let mut response = next(request).instrument(span.clone()).await;
+    let scoped = infergate_telemetry::request_id::scope(Arc::from(id.as_str()), next(request));
+    let mut response = scoped.instrument(span.clone()).await;
     let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
     let status = response.status().as_u16();
     // Errors are logged here, once, with their causes (the answer carries only the message).

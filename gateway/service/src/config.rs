@@ -53,6 +53,8 @@ pub struct Config {
     pub shared_memory: SharedMemoryConfig,
     /// The response cache shared by the models whose config enables it.
     pub cache: CacheConfig,
+    /// Where models may log their requests and answers (see the book's "Payload logs").
+    pub payload_log: crate::payload_log::config::PayloadLogConfig,
     /// OpenTelemetry traces exported over OTLP (see the book's "Tracing").
     pub tracing: TracingConfig,
     /// Threads of the async runtime: connections, TLS, HTTP, request decode and encode; 0 =
@@ -577,6 +579,7 @@ impl Default for Config {
             auth: crate::anonymous::AuthConfig::default(),
             shared_memory: SharedMemoryConfig::default(),
             cache: CacheConfig::default(),
+            payload_log: Default::default(),
             tracing: TracingConfig::default(),
             async_threads: None,
         }
@@ -723,6 +726,7 @@ impl Config {
         self.llm.validate().map_err(|e| format!("[llm] {e}"))?;
         self.cluster.validate()?;
         self.tracing.validate()?;
+        self.payload_log.validate()?;
         Ok(())
     }
 

@@ -28,7 +28,8 @@
 //!   traffic between versions); [`response_cache`]: the response cache as a policy;
 //!   [`token_limits`]: token limits per key as a policy on chat generations, and
 //!   [`token_accounting`]: tokens per key, model and hour on their way to the store;
-//!   [`mirror_queue`]: mirrored copies waiting to run; [`traffic_metrics`]: their metrics.
+//!   [`mirror_queue`]: mirrored copies waiting to run; [`traffic_metrics`]: their metrics;
+//!   [`payload_log`]: requests and answers written to the operator's sinks, as a policy.
 //! - [`metrics`], [`latency`], [`key_activity`], [`history`]: what `/metrics`, the live
 //!   dashboard and the last hour show.
 //! - [`config`] and [`cors`]: the configuration, checked; [`startup`]: what a process does once
@@ -67,6 +68,7 @@ pub mod model_settings;
 pub mod names;
 pub mod openai_request;
 pub mod own_thread;
+pub mod payload_log;
 pub mod phases;
 pub mod pipelines;
 pub mod replica_sync;

@@ -6,7 +6,8 @@
 //! field it knows once, when it changes, and keeps the others as they are (a feature this
 //! build does not know is left alone, not dropped). Fields today:
 //! - [`TRAFFIC`]: the traffic policy (weighted, sticky and mirrored traffic between versions),
-//!   compiled into a [`TrafficRoute`].
+//!   compiled into a [`TrafficRoute`];
+//! - [`PAYLOAD_LOG`]: which requests are logged, and to which sink (`crate::payload_log`).
 //!
 //! A new feature adds a field name, its parsed form to [`Settings`], and a line in
 //! [`Settings::parse`]; no table, no store method.
@@ -14,6 +15,7 @@
 //! Updated by the routes that write settings, by the model repository when a model goes, and
 //! on PostgreSQL by `replica_sync` when another replica wrote them.
 
+use crate::payload_log::setting::LogSetting;
 use infergate_store::{Store, StoreError};
 use infergate_traffic::choose::Router;
 use infergate_traffic::policy::TrafficPolicy;
@@ -25,6 +27,9 @@ use std::sync::Arc;
 
 /// The field of a model's settings that holds its traffic policy.
 pub const TRAFFIC: &str = "traffic";
+
+/// The field of a model's settings that says whether its payloads are logged.
+pub const PAYLOAD_LOG: &str = "payload_log";
 
 /// A traffic policy compiled for the request path.
 #[derive(Debug)]
@@ -46,6 +51,7 @@ impl TrafficRoute {
 #[derive(Debug, Default)]
 pub struct Settings {
     pub traffic: Option<Arc<TrafficRoute>>,
+    pub payload_log: Option<Arc<LogSetting>>,
     /// The stored object, every field (known or not), as the API shows it.
     pub raw: Map<String, Value>,
 }
@@ -65,7 +71,18 @@ impl Settings {
                 }
             }
         });
-        Settings { traffic, raw }
+        let payload_log = raw.get(PAYLOAD_LOG).and_then(|v| match LogSetting::from_stored(v) {
+            Ok(setting) => Some(Arc::new(setting)),
+            Err(e) => {
+                tracing::error!(model, error = %e, "stored payload log setting does not parse; ignored");
+                None
+            }
+        });
+        Settings {
+            traffic,
+            payload_log,
+            raw,
+        }
     }
 }
 
@@ -125,6 +142,11 @@ impl ModelSettings {
     /// `name`'s traffic policy, when it has one.
     pub fn traffic(&self, name: &str) -> Option<Arc<TrafficRoute>> {
         self.get(name)?.traffic.clone()
+    }
+
+    /// `name`'s payload log setting, when it has one.
+    pub fn payload_log(&self, name: &str) -> Option<Arc<LogSetting>> {
+        self.get(name)?.payload_log.clone()
     }
 
     /// The stored objects of every model that has settings, by name.

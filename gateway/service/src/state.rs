@@ -15,6 +15,7 @@ use crate::manager::Manager;
 use crate::metrics::Metrics;
 use crate::mirror_queue::Mirrors;
 use crate::model_settings::ModelSettings;
+use crate::payload_log::{PayloadLogPolicy, PayloadLogs};
 use crate::phases::{Phases, Policy};
 use crate::pipelines::registry::PluginRegistry;
 use crate::pipelines::Pipelines;
@@ -75,7 +76,8 @@ pub struct AppState {
     /// Triton's system shared-memory regions, when `[shared_memory] enabled`.
     shared_memory: Option<infergate_shm::SharedMemory>,
     /// Models' own settings (traffic policies), next to the catalog.
-    model_settings: ModelSettings,
+    model_settings: Arc<ModelSettings>,
+    payload_logs: Arc<PayloadLogs>,
     /// The token limits of keys without their own.
     default_token_limits: TokenLimits,
     /// Token limits and their accounting (LLM requests).
@@ -111,7 +113,7 @@ impl AppState {
         default_token_limits
             .validate()
             .map_err(|e| ApiError::bad_request(format!("[limits] default_{e}")))?;
-        let model_settings = ModelSettings::load(&store)?;
+        let model_settings = Arc::new(ModelSettings::load(&store)?);
         let metrics = Arc::new(Metrics::new());
         let cache = AnswerCache::new(config.cache.bytes);
         metrics.traffic.attach_cache(cache.clone());
@@ -126,6 +128,16 @@ impl AppState {
         let mut phases = Phases::default();
         phases.attach(Arc::new(TokenPolicy::new(tokens.clone())));
         phases.attach(Arc::new(CachePolicy::new(cache.clone())));
+        // Last: an entry holds what the policies before it let through.
+        let payload_logs =
+            Arc::new(PayloadLogs::start(&config.payload_log).map_err(ApiError::bad_request)?);
+        metrics.traffic.attach_payload_logs(payload_logs.clone());
+        if !payload_logs.is_empty() {
+            phases.attach(Arc::new(PayloadLogPolicy::new(
+                payload_logs.clone(),
+                model_settings.clone(),
+            )));
+        }
         let textgen_vocab = match &config.openai.vocab {
             Some(path) => Some(Arc::new(Vocab::load(path).map_err(ApiError::bad_request)?)),
             None => None,
@@ -171,6 +183,7 @@ impl AppState {
             shared_memory,
             phases,
             model_settings,
+            payload_logs,
             default_token_limits,
             tokens,
             cache,
@@ -227,6 +240,11 @@ impl AppState {
 
     pub fn shared_limits(&self) -> Option<&SharedLimits> {
         self.shared_limits.as_deref()
+    }
+
+    /// The payload log sinks of `[payload_log]`.
+    pub fn payload_logs(&self) -> &PayloadLogs {
+        &self.payload_logs
     }
 
     pub fn model_settings(&self) -> &ModelSettings {

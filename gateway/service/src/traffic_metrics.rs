@@ -15,7 +15,9 @@
 //!   `..._misses_total`, `..._inserts_total`, `..._evictions_total` `{model}`, and the gauges
 //!   `infergate_response_cache_bytes`, `infergate_response_cache_entries`,
 //!   `infergate_response_cache_capacity_bytes`.
+//! - `infergate_payload_log_entries_total{sink,outcome}` (`crate::payload_log`).
 
+use crate::payload_log::{PayloadLogCollector, PayloadLogs};
 use crate::response_cache::AnswerCache;
 use parking_lot::Mutex;
 use prometheus_client::collector::Collector;
@@ -72,6 +74,7 @@ pub struct TrafficMetrics {
     key_tokens: Family<KeyTokenLabels, Counter>,
     key_token_series: Mutex<HashSet<(i64, String)>>,
     cache: Arc<OnceLock<AnswerCache>>,
+    payload_logs: Arc<OnceLock<Arc<PayloadLogs>>>,
 }
 
 impl TrafficMetrics {
@@ -107,7 +110,11 @@ impl TrafficMetrics {
         registry.register_collector(Box::new(CacheCollector {
             cache: cache.clone(),
         }));
+        let payload_logs = PayloadLogCollector::default();
+        let logs = payload_logs.logs.clone();
+        registry.register_collector(Box::new(payload_logs));
         TrafficMetrics {
+            payload_logs: logs,
             split,
             mirror,
             mirror_duration,
@@ -120,6 +127,11 @@ impl TrafficMetrics {
     /// The response cache whose figures the exposition reads (once, at start).
     pub fn attach_cache(&self, cache: AnswerCache) {
         let _ = self.cache.set(cache);
+    }
+
+    /// The payload log sinks whose counts the exposition reads (once, at start).
+    pub fn attach_payload_logs(&self, logs: Arc<PayloadLogs>) {
+        let _ = self.payload_logs.set(logs);
     }
 
     /// A request the split sent to `version`.

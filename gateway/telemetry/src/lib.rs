@@ -9,6 +9,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod request_id;
 pub mod w3c;
 
 use std::sync::atomic::{AtomicBool, Ordering};

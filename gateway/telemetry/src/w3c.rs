@@ -122,6 +122,23 @@ pub fn trace_id(span: &tracing::Span) -> Option<HeaderValue> {
     HeaderValue::from_str(&format!("{id:032x}")).ok()
 }
 
+/// The trace and span ids of `span` (32 and 16 lowercase hex digits) when its trace is
+/// recorded: what the log lines inside it carry, so a log line leads to its trace. `None`
+/// while traces are not exported or for a trace the sampler dropped.
+pub fn recorded_ids(span: &tracing::Span) -> Option<(String, String)> {
+    if !crate::exporting() {
+        return None;
+    }
+    let cx = span.context();
+    let context = cx.span().span_context().clone();
+    (context.is_valid() && context.is_sampled()).then(|| {
+        (
+            format!("{:032x}", context.trace_id()),
+            format!("{:016x}", context.span_id()),
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

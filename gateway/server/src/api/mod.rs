@@ -17,6 +17,7 @@ pub mod keys;
 pub mod kserve;
 pub mod limits;
 pub mod metrics;
+pub mod model_setting;
 pub mod models;
 pub mod openai;
 mod openai_answer;
@@ -25,6 +26,7 @@ mod openai_llm_stream;
 mod openai_llm_usage;
 mod openai_tools;
 pub mod openapi;
+pub mod payload_log;
 pub mod pipelines;
 pub mod plugins;
 pub mod shared_memory;
@@ -146,6 +148,12 @@ fn routes() -> front::Routes {
         .route(
             "/api/models/{model}/traffic",
             get(traffic::get).put(traffic::put).delete(traffic::delete),
+        )
+        .route(
+            "/api/models/{model}/payload-log",
+            get(payload_log::get)
+                .put(payload_log::put)
+                .delete(payload_log::delete),
         )
         .route(
             "/api/models/{model}/versions/{version}/config",

@@ -4,13 +4,17 @@
 mod support;
 
 mod anonymous;
+mod api_types;
 mod hostile_tensors;
 mod keys_and_headers;
 mod kserve_http;
 mod kserve_infer;
+mod limits;
 mod model_uploads;
 mod openai_chat;
 mod openapi;
+mod payload_log;
+mod postops;
 mod response_cache;
 mod tokens;
 mod traffic;

@@ -1,0 +1,165 @@
+//! `[payload_log]`: the sinks an operator defines, by name, and what is redacted before an
+//! entry leaves the process. Models name a sink in their settings; they cannot point anywhere
+//! else.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+/// Names that are redacted whatever the configuration adds: an input, a parameter or any JSON
+/// field whose name contains one of these (case-insensitive) is logged as `"[redacted]"`.
+pub const ALWAYS_REDACTED: &[&str] = &[
+    "secret",
+    "password",
+    "passwd",
+    "api_key",
+    "apikey",
+    "authorization",
+    "credential",
+    "private_key",
+    "access_token",
+    "auth_token",
+];
+
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct PayloadLogConfig {
+    /// The sinks models may log to, by name: `[payload_log.sinks.audit] file = { path = "..." }`
+    /// or `http = { url = "..." }`.
+    pub sinks: BTreeMap<String, SinkConfig>,
+    /// More names to redact, beside the built-in ones (`secret`, `password`, `api_key`,
+    /// `authorization`, `credential`, `access_token`, ...): an input, parameter or JSON field
+    /// whose name contains one (case-insensitive) is logged as `"[redacted]"`.
+    pub redact: Vec<String>,
+    /// Bytes of tensor data one entry holds in full; tensors past it are summarised by name,
+    /// datatype, shape, size and SHA-256.
+    pub max_entry_bytes: usize,
+}
+
+impl Default for PayloadLogConfig {
+    fn default() -> Self {
+        PayloadLogConfig {
+            sinks: BTreeMap::new(),
+            redact: Vec::new(),
+            max_entry_bytes: 64 * 1024,
+        }
+    }
+}
+
+/// One sink: a JSON Lines file or an HTTP endpoint receiving CloudEvents.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase", deny_unknown_fields)]
+pub enum SinkConfig {
+    File(FileSink),
+    Http(HttpSink),
+}
+
+/// A JSON Lines file (mode 0600), rotated by size: `path` becomes `path.1`, `path.1` becomes
+/// `path.2`, ..., and the oldest past `keep` is deleted.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FileSink {
+    pub path: PathBuf,
+    /// Bytes the current file grows to before it is rotated.
+    #[serde(default = "default_max_bytes")]
+    pub max_bytes: u64,
+    /// Rotated files kept beside the current one.
+    #[serde(default = "default_keep")]
+    pub keep: u32,
+    /// Entries waiting to be written; past it entries are dropped and counted.
+    #[serde(default = "default_queue")]
+    pub queue: usize,
+}
+
+/// An HTTP endpoint receiving CloudEvents in batches (`application/cloudevents-batch+json`),
+/// retried with backoff; entries that do not fit its queue are dropped and counted.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HttpSink {
+    /// `http://` or `https://` (with `ca`).
+    pub url: String,
+    /// A PEM file of the certificates that sign the endpoint's (https only).
+    pub ca: Option<PathBuf>,
+    /// Entries per POST at most.
+    #[serde(default = "default_batch")]
+    pub batch: usize,
+    /// Entries waiting to be sent; past it entries are dropped and counted.
+    #[serde(default = "default_queue")]
+    pub queue: usize,
+    /// Milliseconds one POST may take.
+    #[serde(default = "default_timeout_ms")]
+    pub timeout_ms: u64,
+    /// Attempts after the first for a batch the endpoint refused or did not answer (backoff
+    /// 200 ms, doubling); then the batch is counted as failed.
+    #[serde(default = "default_retries")]
+    pub retries: u32,
+}
+
+fn default_max_bytes() -> u64 {
+    64 * 1024 * 1024
+}
+fn default_keep() -> u32 {
+    5
+}
+fn default_queue() -> usize {
+    10_000
+}
+fn default_batch() -> usize {
+    100
+}
+fn default_timeout_ms() -> u64 {
+    5_000
+}
+fn default_retries() -> u32 {
+    3
+}
+
+impl PayloadLogConfig {
+    /// Checks what serde cannot: names, sizes, URLs.
+    pub fn validate(&self) -> Result<(), String> {
+        for (name, sink) in &self.sinks {
+            if name.is_empty()
+                || !name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+            {
+                return Err(format!(
+                    "[payload_log.sinks] '{name}': a sink's name is letters, digits, '-', '_' and '.'"
+                ));
+            }
+            let field = |f: &str| format!("[payload_log.sinks.{name}] {f}");
+            match sink {
+                SinkConfig::File(f) => {
+                    if f.max_bytes < 4096 {
+                        return Err(format!("{}: at least 4096", field("file.max_bytes")));
+                    }
+                    if f.queue == 0 {
+                        return Err(format!("{}: at least 1", field("file.queue")));
+                    }
+                }
+                SinkConfig::Http(h) => {
+                    if !(h.url.starts_with("http://") || h.url.starts_with("https://")) {
+                        return Err(format!(
+                            "{}: http:// or https://, got '{}'",
+                            field("http.url"),
+                            h.url
+                        ));
+                    }
+                    if h.url.starts_with("https://") && h.ca.is_none() {
+                        return Err(format!(
+                            "{}: an https endpoint needs `ca`",
+                            field("http.ca")
+                        ));
+                    }
+                    if h.batch == 0 || h.queue == 0 || h.timeout_ms == 0 {
+                        return Err(format!(
+                            "{}: batch, queue and timeout_ms are at least 1",
+                            field("http")
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,210 @@
+//! One entry of a payload log: who asked which model what, and what it answered. Tensors are
+//! written in KServe's JSON form while the entry has room (`max_entry_bytes` of tensor data),
+//! then summarised by datatype, shape, size and SHA-256; names like a secret are redacted
+//! before the entry leaves the process.
+
+use infergate_engine::{Tensor, TensorData};
+use serde_json::{json, Map, Value};
+use sha2::{Digest, Sha256};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+const REDACTED: &str = "[redacted]";
+
+/// What an entry redacts: lower-case name fragments.
+#[derive(Debug, Clone)]
+pub struct Redaction {
+    names: Vec<String>,
+}
+
+impl Redaction {
+    /// The built-in names and `extra`.
+    pub fn new(extra: &[String]) -> Redaction {
+        let mut names: Vec<String> = super::config::ALWAYS_REDACTED
+            .iter()
+            .map(|n| n.to_string())
+            .collect();
+        names.extend(extra.iter().map(|n| n.to_ascii_lowercase()));
+        Redaction { names }
+    }
+
+    pub fn hides(&self, name: &str) -> bool {
+        let name = name.to_ascii_lowercase();
+        self.names.iter().any(|n| name.contains(n.as_str()))
+    }
+
+    /// Redacts, in place, every field of `value` (at any depth) whose name it hides.
+    pub fn apply(&self, value: &mut Value) {
+        match value {
+            Value::Object(map) => {
+                for (key, field) in map.iter_mut() {
+                    if self.hides(key) {
+                        *field = Value::String(REDACTED.into());
+                    } else {
+                        self.apply(field);
+                    }
+                }
+            }
+            Value::Array(items) => items.iter_mut().for_each(|v| self.apply(v)),
+            _ => {}
+        }
+    }
+}
+
+/// Tensors written into one entry, sharing its budget of bytes.
+pub struct TensorWriter<'a> {
+    redaction: &'a Redaction,
+    left: usize,
+}
+
+impl<'a> TensorWriter<'a> {
+    pub fn new(redaction: &'a Redaction, max_bytes: usize) -> TensorWriter<'a> {
+        TensorWriter {
+            redaction,
+            left: max_bytes,
+        }
+    }
+
+    /// `tensor` as KServe JSON (`name`, `datatype`, `shape`, `data`) while the entry has room
+    /// and its elements have a JSON form; summarised otherwise. A tensor named like a secret
+    /// keeps only its name, datatype and shape.
+    pub fn write(&mut self, tensor: &Tensor) -> Value {
+        let mut out = json!({
+            "name": tensor.name,
+            "datatype": tensor.datatype.name(),
+            "shape": tensor.shape,
+        });
+        if self.redaction.hides(&tensor.name) {
+            out["data"] = Value::String(REDACTED.into());
+            return out;
+        }
+        let bytes = tensor.byte_len();
+        if bytes <= self.left && infergate_protocol::json::represents(tensor) {
+            self.left -= bytes;
+            out["data"] = infergate_protocol::json::encode(tensor);
+        } else {
+            let mut digest = Sha256::new();
+            match &tensor.data {
+                TensorData::Raw(raw) => digest.update(raw),
+                TensorData::Bytes(items) => {
+                    for item in items {
+                        digest.update((item.len() as u64).to_le_bytes());
+                        digest.update(item);
+                    }
+                }
+            }
+            out["summary"] = json!({"bytes": bytes, "sha256": hex::encode(digest.finalize())});
+        }
+        out
+    }
+}
+
+/// An entry as its request captured it: the fields known at once, and the tensors unencoded
+/// (the sink's writer renders them, off the request's thread).
+pub struct Captured {
+    pub fields: Map<String, Value>,
+    pub tensors: Option<CapturedTensors>,
+}
+
+/// A KServe exchange's tensors, as the mode keeps them.
+pub struct CapturedTensors {
+    /// `None` when the mode leaves the request out.
+    pub request: Option<(Vec<Tensor>, Vec<String>, Vec<(String, String)>)>,
+    /// `None` when the mode leaves the answer out, or there was none.
+    pub outputs: Option<Vec<Tensor>>,
+}
+
+/// Renders captured entries: tensors within the entry's budget, then redaction.
+pub struct Renderer {
+    pub redaction: Redaction,
+    pub max_entry_bytes: usize,
+}
+
+impl Renderer {
+    /// One JSON object, redacted.
+    pub fn render(&self, captured: Captured) -> String {
+        let mut entry = captured.fields;
+        if let Some(tensors) = captured.tensors {
+            let mut writer = TensorWriter::new(&self.redaction, self.max_entry_bytes);
+            if let Some((inputs, outputs, params)) = tensors.request {
+                let inputs: Vec<Value> = inputs.iter().map(|t| writer.write(t)).collect();
+                entry.insert(
+                    "request".into(),
+                    json!({"inputs": inputs, "outputs": outputs, "parameters": parameters(&params)}),
+                );
+            }
+            if let Some(outputs) = tensors.outputs {
+                let outputs: Vec<Value> = outputs.iter().map(|t| writer.write(t)).collect();
+                entry.insert("response".into(), json!({ "outputs": outputs }));
+            }
+        }
+        let mut entry = Value::Object(entry);
+        self.redaction.apply(&mut entry);
+        entry.to_string()
+    }
+}
+
+/// Parameters as a JSON object, values as text.
+pub fn parameters(parameters: &[(String, String)]) -> Value {
+    Value::Object(
+        parameters
+            .iter()
+            .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+            .collect::<Map<String, Value>>(),
+    )
+}
+
+/// Now as RFC 3339 in UTC, to the millisecond.
+pub fn now_rfc3339() -> String {
+    let since = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    rfc3339(since.as_secs() as i64, since.subsec_millis())
+}
+
+fn rfc3339(unix_s: i64, millis: u32) -> String {
+    let days = unix_s.div_euclid(86_400);
+    let secs = unix_s.rem_euclid(86_400);
+    let (y, m, d) = infergate_traffic::period::civil_from_days(days);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{millis:03}Z",
+        secs / 3600,
+        secs % 3600 / 60,
+        secs % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_are_rfc3339_in_utc() {
+        assert_eq!(rfc3339(0, 0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(rfc3339(1_795_874_400, 123), "2026-11-28T14:00:00.123Z");
+    }
+
+    #[test]
+    fn secrets_are_redacted_at_any_depth_and_tensors_summarised_past_the_budget() {
+        let redaction = Redaction::new(&["ssn".to_string()]);
+        let mut v =
+            json!({"a": {"Api_Key": "k", "list": [{"user_SSN": 1, "ok": 2}]}, "password": "p"});
+        redaction.apply(&mut v);
+        assert_eq!(
+            v,
+            json!({"a": {"Api_Key": REDACTED, "list": [{"user_SSN": REDACTED, "ok": 2}]}, "password": REDACTED})
+        );
+        let small = Tensor::from_f32("x", vec![1, 2], &[1.0, 2.0]).expect("tensor");
+        let large = Tensor::from_f32("y", vec![1, 4], &[1.0; 4]).expect("tensor");
+        let hidden = Tensor::from_f32("secret_input", vec![1], &[3.0]).expect("tensor");
+        let mut w = TensorWriter::new(&redaction, 12);
+        assert_eq!(w.write(&small)["data"], json!([1.0, 2.0]));
+        let summary = w.write(&large);
+        assert!(summary.get("data").is_none());
+        assert_eq!(summary["summary"]["bytes"], 16);
+        assert_eq!(
+            summary["summary"]["sha256"].as_str().map(str::len),
+            Some(64)
+        );
+        assert_eq!(w.write(&hidden)["data"], REDACTED);
+    }
+}
