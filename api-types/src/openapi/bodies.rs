@@ -236,4 +236,6 @@ pub struct TrafficMirror {
 pub struct TrafficView {
     model: String,
     policy: Option<TrafficPolicy>,
+    /// What each version served this replica since it started, mirrored copies apart.
+    figures: crate::traffic::TrafficFigures,
 }
