@@ -5,7 +5,9 @@ pub use infergate_api_types::events::{Event, Memory};
 pub use infergate_api_types::history::{
     Activity, History, KeyTraffic, Series as HistorySeries, SeriesKind, Totals, VersionState,
 };
-pub use infergate_api_types::keys::{ApiKey, KeyCreated, KeyList, RateLimit};
+pub use infergate_api_types::keys::{
+    ApiKey, KeyCreated, KeyList, KeyTokens, KeyUsageReport, ModelTokens, RateLimit,
+};
 pub use infergate_api_types::kserve::{ServerDevice, ServerMetadata};
 pub use infergate_api_types::models::{ModelList, ModelVersion, TensorSpec};
 pub use infergate_api_types::openai::{
