@@ -21,6 +21,7 @@ pub use infergate_api_types::plugins::{
     EffectiveLimits, PluginDescription, PluginKind, PluginLimits, PluginList, PluginView,
 };
 pub use infergate_api_types::stats::{InferenceStats, ModelStats, StatDuration, StatsList};
+pub use infergate_api_types::traffic::{Policy, SplitEntry, TrafficAnswer, TrafficFigures};
 pub use infergate_api_types::workers::{
     Devices, GpuUsage, LoadedModel, WorkerFigures, WorkerList, WorkerState,
     WorkerView as WorkerHost,
