@@ -1,7 +1,8 @@
 //! The dashboard's traffic policy at the edge, in a real browser against the real gateway: a
-//! key's token limits set from the keys page and stored by the server, a model's split edited,
-//! promoted and rolled back from the models page (each checked in the server's answer), each
-//! version's figures beside the split, and the response cache's hit rate.
+//! key's token limits edited and a key created with them from the keys page, each stored by
+//! the server; a model's split edited, promoted and rolled back from the models page (each
+//! checked in the server's answer), each version's figures beside the split, and the response
+//! cache's hit rate.
 
 use crate::dashboard::{dist, screenshots, unexpected};
 use crate::harness::{model, register, Options, Server};
@@ -110,6 +111,26 @@ async fn token_limits_splits_and_the_cache_from_the_dashboard() {
         metered["token_budget"],
         json!({"tokens": 50000, "period": "month"}),
         "{metered}"
+    );
+    // A new key with its token limits from the create form.
+    b.type_into("#key-name", "form-made").await;
+    b.type_into("#key-tpm", "500").await;
+    b.type_into("#key-budget", "1000").await;
+    b.click("#create-key").await;
+    b.find("#new-key-secret").await;
+    let keys = s.get_json("/api/keys", &admin).await;
+    let made = keys["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["name"] == "form-made")
+        .cloned()
+        .unwrap_or_else(|| panic!("no key made by the form: {keys}"));
+    assert_eq!(made["tokens_per_minute"], 500, "{made}");
+    assert_eq!(
+        made["token_budget"],
+        json!({"tokens": 1000, "period": "day"}),
+        "{made}"
     );
     b.screenshot(&shots.join("traffic-01-key-tokens.png")).await;
 

@@ -1,5 +1,5 @@
-//! API keys (admin scope): create with scopes, rate limit, burst and concurrency cap (the
-//! secret shown once with a copy button; the form starts over), list with each key's limits
+//! API keys (admin scope): create with scopes, rate limit, burst, concurrency cap and token
+//! limits (the secret shown once with a copy button; the form starts over), list with each key's limits
 //! (token limits included), traffic since the server started and tokens used today and in the
 //! budget's period per model, edit limits, revoke.
 
@@ -486,6 +486,10 @@ fn CreateKey(on_created: Callback<()>) -> impl IntoView {
     let rps = RwSignal::new(String::new());
     let burst = RwSignal::new(String::new());
     let concurrent = RwSignal::new(String::new());
+    let token_fields = RwSignal::new(TokenFields {
+        period: "day".into(),
+        ..TokenFields::default()
+    });
     let error = RwSignal::new(None::<ApiError>);
     let secret = RwSignal::new(None::<(String, String)>);
     let busy = RwSignal::new(false);
@@ -502,11 +506,13 @@ fn CreateKey(on_created: Callback<()>) -> impl IntoView {
             error.set(Some(ApiError::client("Pick at least one scope.")));
             return;
         }
-        let limits = match limits_body(
+        let limits = limits_body(
             &rps.get_untracked(),
             &burst.get_untracked(),
             &concurrent.get_untracked(),
-        ) {
+        )
+        .and_then(|mut b| token_fields.with_untracked(|t| t.apply(&mut b)).map(|()| b));
+        let limits = match limits {
             Ok(l) => l,
             Err(e) => {
                 error.set(Some(ApiError::client(e)));
@@ -534,6 +540,10 @@ fn CreateKey(on_created: Callback<()>) -> impl IntoView {
                     rps.set(String::new());
                     burst.set(String::new());
                     concurrent.set(String::new());
+                    token_fields.update(|t| {
+                        t.per_minute.clear();
+                        t.budget.clear();
+                    });
                     on_created.run(());
                 }
                 Err(e) => error.set(Some(e)),
@@ -570,6 +580,23 @@ fn CreateKey(on_created: Callback<()>) -> impl IntoView {
                     <label for="key-concurrent">"Concurrent requests (optional)"</label>
                     <input id="key-concurrent" inputmode="numeric" placeholder="server default"
                         prop:value=move || concurrent.get() on:input=move |ev| concurrent.set(event_target_value(&ev))/>
+                </div>
+                <div class="field">
+                    <label for="key-tpm">"Tokens per minute (LLM requests, optional)"</label>
+                    <input id="key-tpm" inputmode="numeric" placeholder="server default"
+                        prop:value=move || token_fields.with(|t| t.per_minute.clone()) on:input=move |ev| { let v = event_target_value(&ev); token_fields.update(|t| t.per_minute = v); }/>
+                </div>
+                <div class="field">
+                    <label for="key-budget">"Token budget (optional)"</label>
+                    <div class="budget-row">
+                        <input id="key-budget" inputmode="numeric" placeholder="server default"
+                            prop:value=move || token_fields.with(|t| t.budget.clone()) on:input=move |ev| { let v = event_target_value(&ev); token_fields.update(|t| t.budget = v); }/>
+                        <select id="key-budget-period" aria-label="Budget period" prop:value=move || token_fields.with(|t| t.period.clone())
+                            on:change=move |ev| { let v = event_target_value(&ev); token_fields.update(|t| t.period = v); }>
+                            <option value="day">"per day (UTC)"</option>
+                            <option value="month">"per month (UTC)"</option>
+                        </select>
+                    </div>
                 </div>
             </div>
             <ErrorBox error=error/>
