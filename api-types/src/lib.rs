@@ -20,6 +20,7 @@ pub mod pipelines;
 pub mod plugins;
 pub mod stats;
 pub mod stream;
+pub mod traffic;
 pub mod workers;
 
 /// Deserializes a field that is present (`null` included) as `Some`, for answers that carry a

@@ -5,7 +5,9 @@ pub use infergate_api_types::events::{Event, Memory};
 pub use infergate_api_types::history::{
     Activity, History, KeyTraffic, Series as HistorySeries, SeriesKind, Totals, VersionState,
 };
-pub use infergate_api_types::keys::{ApiKey, KeyCreated, KeyList, RateLimit};
+pub use infergate_api_types::keys::{
+    ApiKey, KeyCreated, KeyList, KeyTokens, KeyUsageReport, ModelTokens, RateLimit,
+};
 pub use infergate_api_types::kserve::{ServerDevice, ServerMetadata};
 pub use infergate_api_types::models::{ModelList, ModelVersion, TensorSpec};
 pub use infergate_api_types::openai::{
@@ -19,6 +21,7 @@ pub use infergate_api_types::plugins::{
     EffectiveLimits, PluginDescription, PluginKind, PluginLimits, PluginList, PluginView,
 };
 pub use infergate_api_types::stats::{InferenceStats, ModelStats, StatDuration, StatsList};
+pub use infergate_api_types::traffic::{Policy, SplitEntry, TrafficAnswer, TrafficFigures};
 pub use infergate_api_types::workers::{
     Devices, GpuUsage, LoadedModel, WorkerFigures, WorkerList, WorkerState,
     WorkerView as WorkerHost,

@@ -19,6 +19,7 @@ use infergate_api_types::openai::{
 };
 use infergate_api_types::stats::StatsList;
 use infergate_api_types::stream::{GeneratedToken, GenerationDone};
+use infergate_api_types::traffic::TrafficAnswer;
 use infergate_api_types::workers::WorkerList;
 
 use serde::de::DeserializeOwned;
@@ -96,6 +97,24 @@ async fn the_dashboard_routes_answer_exactly_their_shared_types() {
     let served = stats.model_stats.iter().find(|m| m.name == "cls").unwrap();
     assert_eq!(served.inference_stats.success.count, 1);
     let _: StatsList = typed(&s, "/v2/models/cls/versions/1/stats").await;
+
+    // The traffic routes: a policy as the server writes it, and the figures beside it.
+    let put = s
+        .client
+        .put(s.url("/api/models/cls/traffic"))
+        .bearer_auth(&s.admin_key)
+        .json(&json!({"split": [{"version": 1, "weight": 3}], "sticky": "header:x-user"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.status(), 200);
+    let traffic: TrafficAnswer = same_as("PUT traffic", &put.json().await.unwrap());
+    assert_eq!(
+        traffic.policy.and_then(|p| p.sticky).as_deref(),
+        Some("header:x-user")
+    );
+    let traffic: TrafficAnswer = typed(&s, "/api/models/cls/traffic").await;
+    assert_eq!(traffic.figures.versions[0].requests, 1);
 
     let workers: WorkerList = typed(&s, "/api/workers").await;
     assert_eq!(workers.workers[0].info.id, "local");

@@ -12,6 +12,7 @@ mod blobs;
 mod constrained;
 mod crash;
 mod dashboard;
+mod dashboard_traffic;
 mod exhaustion;
 mod grpc;
 mod headers;

@@ -236,6 +236,8 @@ pub struct TrafficMirror {
 pub struct TrafficView {
     model: String,
     policy: Option<TrafficPolicy>,
+    /// What each version served this replica since it started, mirrored copies apart.
+    figures: crate::traffic::TrafficFigures,
 }
 
 /// Whether a model's requests are logged (`PUT /api/models/{model}/payload-log`).

@@ -1,14 +1,18 @@
-//! API keys (admin scope): create with scopes, rate limit, burst and concurrency cap (the
-//! secret shown once with a copy button; the form starts over), list with each key's limits
-//! and traffic since the server started, edit limits, revoke.
+//! API keys (admin scope): create with scopes, rate limit, burst, concurrency cap and token
+//! limits (the secret shown once with a copy button; the form starts over), list with each key's limits
+//! (token limits included), traffic since the server started and tokens used today and in the
+//! budget's period per model, edit limits, revoke.
 
 use crate::api::{self, ApiError, Body};
 use crate::format;
 use crate::session::use_session;
-use crate::types::{ApiKey, KeyCreated, KeyList, RateLimit};
+use crate::types::{
+    ApiKey, KeyCreated, KeyList, KeyTokens, KeyUsageReport, ModelTokens, RateLimit,
+};
 use crate::widgets::{Badge, CopyButton, Empty, ErrorBox, PageHeader};
 use leptos::prelude::*;
 use serde_json::{json, Map, Value};
+use std::collections::HashMap;
 
 #[component]
 pub fn Keys() -> impl IntoView {
@@ -25,6 +29,112 @@ pub fn Keys() -> impl IntoView {
             <KeysAdmin/>
         </Show>
     }
+}
+
+/// The token limit fields as typed; empty means "the server's default".
+#[derive(Clone, Debug, Default, PartialEq)]
+struct TokenFields {
+    per_minute: String,
+    budget: String,
+    /// `day` or `month`.
+    period: String,
+}
+
+impl TokenFields {
+    /// Adds `tokens_per_minute` and `token_budget` to a limits body (`null`: the default).
+    fn apply(&self, body: &mut Map<String, Value>) -> Result<(), String> {
+        let whole = |label: &str, s: &str| -> Result<Option<u64>, String> {
+            let s = s.trim();
+            if s.is_empty() {
+                return Ok(None);
+            }
+            s.parse::<u64>()
+                .ok()
+                .filter(|n| *n > 0)
+                .map(Some)
+                .ok_or_else(|| format!("{label}: '{s}' is not a positive whole number"))
+        };
+        let per_minute = whole("Tokens per minute", &self.per_minute)?;
+        body.insert("tokens_per_minute".into(), json!(per_minute));
+        let budget = whole("Token budget", &self.budget)?.map(|tokens| {
+            let period = if self.period == "month" {
+                "month"
+            } else {
+                "day"
+            };
+            json!({"tokens": tokens, "period": period})
+        });
+        body.insert("token_budget".into(), budget.unwrap_or(Value::Null));
+        Ok(())
+    }
+}
+
+/// A token count in few characters: 950, 12.3k, 4.5M.
+fn tokens_text(n: u64) -> String {
+    match n {
+        0..1_000 => n.to_string(),
+        1_000..1_000_000 => format!("{}k", trim_number(n as f64 / 1e3)),
+        _ => format!("{}M", trim_number(n as f64 / 1e6)),
+    }
+}
+
+/// Tokens used per model: "12.3k (chat 12k, emb 300)"; one model needs no breakdown.
+fn used_text(models: &[ModelTokens]) -> String {
+    let total = |m: &ModelTokens| m.prompt_tokens + m.completion_tokens;
+    let sum: u64 = models.iter().map(total).sum();
+    match models {
+        [] => "0".into(),
+        [one] => format!("{} ({})", tokens_text(sum), one.model),
+        many => format!(
+            "{} ({})",
+            tokens_text(sum),
+            many.iter()
+                .map(|m| format!("{} {}", m.model, tokens_text(total(m))))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}
+
+/// The token cell: the limits in force (own or default) and what the key used.
+fn token_text(k: &ApiKey, tokens: Option<&KeyTokens>) -> String {
+    let limits = &k.effective_limits;
+    let mut parts = Vec::new();
+    if let Some(n) = limits.tokens_per_minute {
+        parts.push(format!(
+            "{}/min{}",
+            tokens_text(n),
+            source(k.key.tokens_per_minute.is_some(), true)
+        ));
+    }
+    if let Some(b) = &limits.token_budget {
+        let used = tokens
+            .and_then(|t| t.budget.as_ref())
+            .map(|now| format!("{} left of ", tokens_text(now.remaining)))
+            .unwrap_or_default();
+        parts.push(format!(
+            "{used}{}/{}{}",
+            tokens_text(b.tokens),
+            b.period,
+            source(k.key.token_budget.is_some(), true)
+        ));
+    }
+    if parts.is_empty() {
+        parts.push("unlimited".into());
+    }
+    if let Some(t) = tokens {
+        if !t.today.is_empty() || !t.period.is_empty() {
+            parts.push(format!("today {}", used_text(&t.today)));
+            let period = match &limits.token_budget {
+                Some(b) if b.period == "day" => None,
+                _ => Some("this month"),
+            };
+            if let Some(label) = period {
+                parts.push(format!("{label} {}", used_text(&t.period)));
+            }
+        }
+    }
+    parts.join(" · ")
 }
 
 /// The limit fields as typed; empty means "the server's default".
@@ -97,12 +207,31 @@ fn KeysAdmin() -> impl IntoView {
     let keys = RwSignal::new(None::<Vec<ApiKey>>);
     let error = RwSignal::new(None::<ApiError>);
     let show_revoked = RwSignal::new(false);
+    let tokens = RwSignal::new(HashMap::<i64, KeyTokens>::new());
     let reload = move || {
         leptos::task::spawn_local(async move {
             match api::get::<KeyList>("/api/keys").await {
                 Ok(list) => {
+                    let active: Vec<i64> = list
+                        .keys
+                        .iter()
+                        .filter(|k| k.key.revoked_at.is_none())
+                        .map(|k| k.key.id)
+                        .collect();
                     keys.set(Some(list.keys));
                     error.set(None);
+                    // Tokens used per model are in each key's usage report only.
+                    for id in active {
+                        match api::get::<KeyUsageReport>(&format!("/api/keys/{id}/usage")).await {
+                            Ok(report) => tokens.update(|t| {
+                                t.insert(id, report.tokens);
+                            }),
+                            Err(e) => {
+                                error.set(Some(e));
+                                break;
+                            }
+                        }
+                    }
                 }
                 Err(e) => error.set(Some(e)),
             }
@@ -145,13 +274,14 @@ fn KeysAdmin() -> impl IntoView {
                 Some(_) => view! {
                     <div class="table-wrap">
                         <table class="keys stack" id="keys-table">
-                            <thead><tr><th>"Name"</th><th>"Public id"</th><th>"Scopes"</th><th>"Rate limit"</th><th>"Burst"</th><th>"Concurrent"</th><th>"Traffic since start"</th><th>"Last used"</th><th>"Created"</th><th>"Status"</th><th><span class="sr-only">"Actions"</span></th></tr></thead>
+                            <thead><tr><th>"Name"</th><th>"Public id"</th><th>"Scopes"</th><th>"Rate limit"</th><th>"Burst"</th><th>"Concurrent"</th><th>"Tokens"</th><th>"Traffic since start"</th><th>"Last used"</th><th>"Created"</th><th>"Status"</th><th><span class="sr-only">"Actions"</span></th></tr></thead>
                             <tbody>
                                 // Keyed by id (and revocation): a row being edited survives the refreshes.
                                 <For each=move || ids.get().unwrap_or_default() key=|entry| *entry let:entry>
                                     <KeyRow
                                         k=Signal::derive(move || keys.with(|k| k.as_ref().and_then(|k| k.iter().find(|k| k.key.id == entry.0).cloned())))
                                         own=own_id() == Some(entry.0)
+                                        tokens=Signal::derive(move || tokens.with(|t| t.get(&entry.0).cloned()))
                                         on_change=Callback::new(move |_| reload())
                                         error/>
                                 </For>
@@ -168,6 +298,7 @@ fn KeysAdmin() -> impl IntoView {
 fn KeyRow(
     k: Signal<Option<ApiKey>>,
     own: bool,
+    tokens: Signal<Option<KeyTokens>>,
     on_change: Callback<()>,
     error: RwSignal<Option<ApiError>>,
 ) -> impl IntoView {
@@ -177,6 +308,7 @@ fn KeyRow(
     let rps = RwSignal::new(String::new());
     let burst = RwSignal::new(String::new());
     let concurrent = RwSignal::new(String::new());
+    let token_fields = RwSignal::new(TokenFields::default());
     let Some(first) = k.get_untracked() else {
         return ().into_any();
     };
@@ -210,6 +342,24 @@ fn KeyRow(
                     .map(|c| c.to_string())
                     .unwrap_or_default(),
             );
+            token_fields.set(TokenFields {
+                per_minute: k
+                    .key
+                    .tokens_per_minute
+                    .map(|n| n.to_string())
+                    .unwrap_or_default(),
+                budget: k
+                    .key
+                    .token_budget
+                    .as_ref()
+                    .map(|b| b.tokens.to_string())
+                    .unwrap_or_default(),
+                period: k
+                    .key
+                    .token_budget
+                    .as_ref()
+                    .map_or_else(|| "day".into(), |b| b.period.clone()),
+            });
         }
         row_error.set(None);
         editing.set(true);
@@ -217,11 +367,13 @@ fn KeyRow(
     let save = move |ev: leptos::ev::SubmitEvent| {
         ev.prevent_default();
         row_error.set(None);
-        let body = match limits_body(
+        let body = limits_body(
             &rps.get_untracked(),
             &burst.get_untracked(),
             &concurrent.get_untracked(),
-        ) {
+        )
+        .and_then(|mut b| token_fields.with_untracked(|t| t.apply(&mut b)).map(|()| b));
+        let body = match body {
             Ok(b) => b,
             Err(e) => {
                 row_error.set(Some(ApiError::client(e)));
@@ -258,6 +410,7 @@ fn KeyRow(
                 Some(c) => format!("{c}{}", source(k.key.max_concurrent.is_some(), true)),
                 None => "unlimited".into(),
             })}</td>
+            <td data-label="Tokens" class="key-tokens">{move || k.with(|k| k.as_ref().map(|k| tokens.with(|t| token_text(k, t.as_ref()))).unwrap_or_default())}</td>
             <td data-label="Traffic" class="key-usage">{field(|k| {
                 let (a, u) = (k.activity, k.usage);
                 let mut t = format!("{} allowed", a.admitted);
@@ -300,6 +453,15 @@ fn KeyRow(
                                     <input id=format!("burst-{id}") class="edit-burst" inputmode="numeric" placeholder="= rate" prop:value=move || burst.get() on:input=move |ev| burst.set(event_target_value(&ev))/></div>
                                 <div class="field"><label for=format!("conc-{id}")>"Concurrent"</label>
                                     <input id=format!("conc-{id}") class="edit-concurrent" inputmode="numeric" placeholder="default" prop:value=move || concurrent.get() on:input=move |ev| concurrent.set(event_target_value(&ev))/></div>
+                                <div class="field"><label for=format!("tpm-{id}")>"Tokens/min"</label>
+                                    <input id=format!("tpm-{id}") class="edit-tpm" inputmode="numeric" placeholder="default" prop:value=move || token_fields.with(|t| t.per_minute.clone()) on:input=move |ev| { let v = event_target_value(&ev); token_fields.update(|t| t.per_minute = v); }/></div>
+                                <div class="field"><label for=format!("budget-{id}")>"Token budget"</label>
+                                    <input id=format!("budget-{id}") class="edit-budget" inputmode="numeric" placeholder="default" prop:value=move || token_fields.with(|t| t.budget.clone()) on:input=move |ev| { let v = event_target_value(&ev); token_fields.update(|t| t.budget = v); }/></div>
+                                <div class="field"><label for=format!("period-{id}")>"Budget per"</label>
+                                    <select id=format!("period-{id}") class="edit-period" prop:value=move || token_fields.with(|t| t.period.clone()) on:change=move |ev| { let v = event_target_value(&ev); token_fields.update(|t| t.period = v); }>
+                                        <option value="day">"day (UTC)"</option>
+                                        <option value="month">"month (UTC)"</option>
+                                    </select></div>
                             </div>
                             <ErrorBox error=row_error/>
                             <div class="form-actions">
@@ -324,6 +486,10 @@ fn CreateKey(on_created: Callback<()>) -> impl IntoView {
     let rps = RwSignal::new(String::new());
     let burst = RwSignal::new(String::new());
     let concurrent = RwSignal::new(String::new());
+    let token_fields = RwSignal::new(TokenFields {
+        period: "day".into(),
+        ..TokenFields::default()
+    });
     let error = RwSignal::new(None::<ApiError>);
     let secret = RwSignal::new(None::<(String, String)>);
     let busy = RwSignal::new(false);
@@ -340,11 +506,13 @@ fn CreateKey(on_created: Callback<()>) -> impl IntoView {
             error.set(Some(ApiError::client("Pick at least one scope.")));
             return;
         }
-        let limits = match limits_body(
+        let limits = limits_body(
             &rps.get_untracked(),
             &burst.get_untracked(),
             &concurrent.get_untracked(),
-        ) {
+        )
+        .and_then(|mut b| token_fields.with_untracked(|t| t.apply(&mut b)).map(|()| b));
+        let limits = match limits {
             Ok(l) => l,
             Err(e) => {
                 error.set(Some(ApiError::client(e)));
@@ -372,6 +540,10 @@ fn CreateKey(on_created: Callback<()>) -> impl IntoView {
                     rps.set(String::new());
                     burst.set(String::new());
                     concurrent.set(String::new());
+                    token_fields.update(|t| {
+                        t.per_minute.clear();
+                        t.budget.clear();
+                    });
                     on_created.run(());
                 }
                 Err(e) => error.set(Some(e)),
@@ -408,6 +580,23 @@ fn CreateKey(on_created: Callback<()>) -> impl IntoView {
                     <label for="key-concurrent">"Concurrent requests (optional)"</label>
                     <input id="key-concurrent" inputmode="numeric" placeholder="server default"
                         prop:value=move || concurrent.get() on:input=move |ev| concurrent.set(event_target_value(&ev))/>
+                </div>
+                <div class="field">
+                    <label for="key-tpm">"Tokens per minute (LLM requests, optional)"</label>
+                    <input id="key-tpm" inputmode="numeric" placeholder="server default"
+                        prop:value=move || token_fields.with(|t| t.per_minute.clone()) on:input=move |ev| { let v = event_target_value(&ev); token_fields.update(|t| t.per_minute = v); }/>
+                </div>
+                <div class="field">
+                    <label for="key-budget">"Token budget (optional)"</label>
+                    <div class="budget-row">
+                        <input id="key-budget" inputmode="numeric" placeholder="server default"
+                            prop:value=move || token_fields.with(|t| t.budget.clone()) on:input=move |ev| { let v = event_target_value(&ev); token_fields.update(|t| t.budget = v); }/>
+                        <select id="key-budget-period" aria-label="Budget period" prop:value=move || token_fields.with(|t| t.period.clone())
+                            on:change=move |ev| { let v = event_target_value(&ev); token_fields.update(|t| t.period = v); }>
+                            <option value="day">"per day (UTC)"</option>
+                            <option value="month">"per month (UTC)"</option>
+                        </select>
+                    </div>
                 </div>
             </div>
             <ErrorBox error=error/>

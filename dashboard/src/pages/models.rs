@@ -1,6 +1,7 @@
 //! Models: every version with its state and signature; upload with progress; load, unload,
-//! delete; edit the newest version's batching and instances ([`batching`]). Changing anything
-//! needs the `upload` scope.
+//! delete; the traffic split between versions with each version's figures and the response
+//! cache's hit rate ([`traffic`]); edit the newest version's batching and instances
+//! ([`batching`]). Changing anything needs the `upload` scope.
 
 use crate::api::{self, ApiError, Body, UploadBody};
 use crate::format;
@@ -10,8 +11,10 @@ use crate::widgets::{Badge, Empty, ErrorBox, PageHeader, Progress};
 use batching::BatchingEditor;
 use leptos::html;
 use leptos::prelude::*;
+use traffic::TrafficPanel;
 
 mod batching;
+mod traffic;
 
 #[component]
 pub fn Models() -> impl IntoView {
@@ -322,6 +325,7 @@ fn ModelCard(
                     </tbody>
                 </table>
             </div>
+            <TrafficPanel name=name.clone() versions/>
             <Show when=move || session.can("upload")>
                 {
                     let name = editor_name.clone();

@@ -19,6 +19,7 @@
 
 use crate::payload_log::{PayloadLogCollector, PayloadLogs};
 use crate::response_cache::AnswerCache;
+use infergate_api_types::traffic::MirrorFigures;
 use parking_lot::Mutex;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
@@ -173,6 +174,49 @@ impl TrafficMetrics {
                 })
                 .observe(elapsed.as_secs_f64());
         }
+    }
+
+    /// Requests the split sent to `version` of `model` since start.
+    pub fn split_count(&self, model: &str, version: u64) -> u64 {
+        self.split
+            .get(&VersionLabels {
+                model: model.to_owned(),
+                version: version.to_string(),
+            })
+            .map_or(0, |c| c.get())
+    }
+
+    /// Mirrored copies `version` of `model` ran or shed since start (the JSON figures of the
+    /// traffic route); `None` when it has had none, so only mirrored versions are listed.
+    pub fn mirror_figures(&self, model: &str, version: u64) -> Option<MirrorFigures> {
+        let label = version.to_string();
+        let count = |outcome| {
+            self.mirror
+                .get(&MirrorLabels {
+                    model: model.to_owned(),
+                    version: label.clone(),
+                    outcome,
+                })
+                .map(|c| c.get())
+        };
+        let (ok, error, shed) = (count("ok"), count("error"), count("shed"));
+        if ok.is_none() && error.is_none() && shed.is_none() {
+            return None;
+        }
+        let (seconds, ran) = self
+            .mirror_duration
+            .get(&VersionLabels {
+                model: model.to_owned(),
+                version: label,
+            })
+            .map_or((0.0, 0), |h| (h.sum(), h.count()));
+        Some(MirrorFigures {
+            version,
+            ok: ok.unwrap_or(0),
+            errors: error.unwrap_or(0),
+            shed: shed.unwrap_or(0),
+            mean_ms: (ran > 0).then(|| seconds * 1000.0 / ran as f64),
+        })
     }
 
     /// `tokens` charged to key `key_id` on `model`.

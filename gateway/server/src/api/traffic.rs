@@ -2,13 +2,16 @@
 //! traffic between its versions). `PUT` (scope `upload`) sets it, `GET` (scope `infer`) reads
 //! it, `DELETE` (scope `upload`) returns the model to its version policy. The policy belongs
 //! to the model, not a version: it survives new uploads and goes with the model. It applies to
-//! the next request, on every replica (PostgreSQL's notifications carry it).
+//! the next request, on every replica (PostgreSQL's notifications carry it). Every answer also
+//! carries what each version served this replica since it started, the mirrored copies apart,
+//! so the dashboard shows a split's effect beside the policy.
 
 use super::authorized::{Authorized, Infer, Upload};
 use super::body::read_limited;
 use axum::extract::{Path, State};
 use axum::Json;
 use http::HeaderMap;
+use infergate_api_types::traffic::{TrafficFigures, VersionFigures};
 use infergate_engine::ModelState;
 use infergate_kserve::http_error::HttpResult;
 use infergate_service::catalog::model_key;
@@ -28,6 +31,7 @@ pub struct TrafficView {
     pub model: String,
     /// The policy; `null`: the model's version policy chooses the version.
     pub policy: Option<TrafficPolicy>,
+    pub figures: TrafficFigures,
 }
 
 /// The model's versions as a policy is checked against them: a version whose last load
@@ -46,13 +50,51 @@ fn known_versions(state: &AppState, model: &str) -> ApiResult<Vec<KnownVersion>>
         .collect())
 }
 
-fn view(model: &str, settings: Option<&Map<String, Value>>) -> TrafficView {
+fn view(state: &AppState, model: &str, settings: Option<&Map<String, Value>>) -> TrafficView {
     let policy = settings
         .and_then(|s| s.get(TRAFFIC))
         .and_then(|v| TrafficPolicy::from_json(v.to_string().as_bytes()).ok());
     TrafficView {
         model: model.to_owned(),
         policy,
+        figures: figures(state, model),
+    }
+}
+
+/// Callers' answers per version come from the gateway's own recordings (a mirrored copy never
+/// answers a caller, so it is not among them); the copies from the mirror's counters.
+fn figures(state: &AppState, model: &str) -> TrafficFigures {
+    let metrics = state.metrics();
+    let mut versions: Vec<u64> = state
+        .catalog()
+        .versions(model)
+        .iter()
+        .map(|r| r.version)
+        .collect();
+    versions.sort_unstable();
+    let served = versions
+        .iter()
+        .map(|&version| {
+            let label = version.to_string();
+            let statuses = metrics.latency.statuses(model, &label);
+            let latency = metrics.latency.counts(model, &label);
+            VersionFigures {
+                version,
+                split_requests: metrics.traffic.split_count(model, version),
+                requests: statuses.as_ref().map_or(0, |s| s.in_range(100..600)),
+                errors: statuses.as_ref().map_or(0, |s| s.in_range(400..600)),
+                p50_ms: latency.as_ref().and_then(|c| c.quantile_ms(0.5)),
+                p99_ms: latency.as_ref().and_then(|c| c.quantile_ms(0.99)),
+            }
+        })
+        .collect();
+    let mirror = versions
+        .iter()
+        .filter_map(|&version| metrics.traffic.mirror_figures(model, version))
+        .collect();
+    TrafficFigures {
+        versions: served,
+        mirror,
     }
 }
 
@@ -63,7 +105,7 @@ async fn store_policy(
     value: Option<Value>,
 ) -> ApiResult<TrafficView> {
     let settings = super::model_setting::store(state, model, TRAFFIC, value).await?;
-    Ok(view(model, Some(&settings)))
+    Ok(view(state, model, Some(&settings)))
 }
 
 /// `PUT /api/models/{model}/traffic`: `{"split": [{"version": 1, "weight": 90}, ...],
@@ -96,7 +138,11 @@ pub async fn get(
 ) -> HttpResult<Json<TrafficView>> {
     known_versions(&state, &model)?;
     let settings = state.model_settings().get(&model);
-    Ok(Json(view(&model, settings.as_ref().map(|s| &s.raw))))
+    Ok(Json(view(
+        &state,
+        &model,
+        settings.as_ref().map(|s| &s.raw),
+    )))
 }
 
 /// `DELETE /api/models/{model}/traffic`: back to the version policy.

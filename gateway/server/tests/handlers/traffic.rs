@@ -1,6 +1,7 @@
 //! A model's traffic policy, in process: `PUT/GET/DELETE /api/models/{m}/traffic` with its
 //! statuses and errors, a weighted split within binomial bounds, sticky callers, versions
-//! named by the request, and mirrored copies that never answer a caller.
+//! named by the request, and mirrored copies that never answer a caller (nor count in its
+//! version's figures).
 
 use crate::support::{App, Reply};
 use http::{Method, Request, StatusCode};
@@ -108,7 +109,15 @@ async fn a_policy_is_set_read_and_removed_and_bad_ones_name_their_field() {
     let app = versions(2).await;
     let none = app.get("/api/models/tiny/traffic", Some(&app.infer)).await;
     assert_eq!(none.status, StatusCode::OK);
-    assert_eq!(none.json(), json!({"model": "tiny", "policy": null}));
+    assert_eq!(none.json()["model"], "tiny");
+    assert_eq!(none.json()["policy"], Value::Null);
+    // Nothing served yet: every version listed with zeros, no mirror.
+    assert_eq!(
+        none.json()["figures"]["versions"][1],
+        json!({"version": 2, "split_requests": 0, "requests": 0, "errors": 0,
+               "p50_ms": null, "p99_ms": null})
+    );
+    assert_eq!(none.json()["figures"]["mirror"], json!([]));
 
     for (policy, field) in [
         (
@@ -318,6 +327,34 @@ async fn a_mirror_runs_copies_whose_answers_never_reach_callers_and_a_failing_on
         "the mirror's statistics did not grow: {}",
         stats.json()
     );
+    // The traffic answer keeps callers' figures and the copies apart: version 2 answered no
+    // caller, and its copies are all in the mirror's entry.
+    let figures = app
+        .get("/api/models/tiny/traffic", Some(&app.infer))
+        .await
+        .json()["figures"]
+        .clone();
+    let version = |v: u64| {
+        figures["versions"]
+            .as_array()
+            .and_then(|all| all.iter().find(|f| f["version"] == v))
+            .cloned()
+            .unwrap_or_else(|| panic!("no figures for version {v}: {figures}"))
+    };
+    assert_eq!(version(1)["requests"], n, "{figures}");
+    assert_eq!(version(1)["split_requests"], n, "{figures}");
+    assert_eq!(version(1)["errors"], 0, "{figures}");
+    assert!(version(1)["p50_ms"].as_f64() > Some(0.0), "{figures}");
+    assert_eq!(version(2)["requests"], 0, "{figures}");
+    assert_eq!(version(2)["p50_ms"], Value::Null, "{figures}");
+    let mirror = &figures["mirror"][0];
+    assert_eq!(mirror["version"], 2, "{figures}");
+    assert_eq!(
+        mirror["ok"].as_u64().unwrap_or(0) + mirror["shed"].as_u64().unwrap_or(0),
+        n,
+        "{figures}"
+    );
+    assert!(mirror["ok"].as_u64() > Some(0) && mirror["mean_ms"].as_f64() > Some(0.0));
 
     // A version that fails every copy: callers still get version 1's answers.
     let broken = upload(&app, "tiny", &wrong_input_model()).await;
