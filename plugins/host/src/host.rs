@@ -8,6 +8,7 @@ use crate::cache::{ArtifactCache, Lookup};
 use crate::compile_slots::CompileSlots;
 use crate::config::HostConfig;
 use crate::error::{PluginError, PluginId};
+use crate::guardrail::{self, Guardrail};
 use crate::metrics::{Metrics, MetricsSnapshot};
 use crate::plugin::{Compiled, Plugin};
 use crate::shared::Shared;
@@ -97,6 +98,21 @@ impl PluginHost {
     /// default limits. Anything else is [`PluginError::Invalid`] with the reason.
     pub fn compile(&self, bytes: &[u8]) -> Result<Plugin, PluginError> {
         let compiled = self.compile_inner(bytes);
+        if matches!(compiled, Err(PluginError::Invalid { .. })) {
+            self.shared.metrics.invalid();
+        }
+        compiled
+    }
+
+    /// Validates and compiles an uploaded chat guardrail: a component that implements
+    /// `infergate:plugin/guardrail@0.1.0`, imports nothing but the log interface and answers
+    /// `describe` within the default limits. Anything else is [`PluginError::Invalid`].
+    pub fn compile_guardrail(&self, bytes: &[u8]) -> Result<Guardrail, PluginError> {
+        let compiled = validate::check_header(bytes).and_then(|()| {
+            let sha256 = hex::encode(Sha256::digest(bytes));
+            let component = self.load_or_compile(bytes, &sha256)?;
+            guardrail::load(&self.shared, &component, sha256)
+        });
         if matches!(compiled, Err(PluginError::Invalid { .. })) {
             self.shared.metrics.invalid();
         }

@@ -2,7 +2,9 @@
 //!
 //! Plugins are components implementing the `infergate:plugin/plugin@0.1.0`
 //! world (`plugins/wit`). They pre-process requests before a model and
-//! post-process its results. Each call runs in a fresh instance with a
+//! post-process its results. Chat guardrails implement the
+//! `infergate:plugin/guardrail@0.1.0` world of the same package: they read a
+//! chat's messages and answer and let them pass, rewrite or refuse them. Each call runs in a fresh instance with a
 //! wall-clock deadline, a memory cap, table/instance caps and an output cap;
 //! plugins get no WASI and no capability but structured logging.
 //!
@@ -10,6 +12,8 @@
 //! PluginHost::new(HostConfig)        engine, pool, epoch ticker, cache
 //!   .compile(&bytes) -> Plugin       validate + compile (or load from cache)
 //! Plugin::preprocess / postprocess   one call = fresh Store + instance
+//!   .compile_guardrail(&bytes) -> Guardrail
+//! Guardrail::check_prompt / check_answer / check_stream   the same, per call
 //! PluginHost::evict_cached / retain_cached   prune the artifact cache
 //! PluginError::fault()               invalid, bad input, plugin, busy, internal
 //! PluginHost::metrics()              counters for /metrics
@@ -22,6 +26,7 @@
 // Public surface.
 mod config; //   HostConfig, Limits
 mod error; //    PluginError, FaultKind, PluginId
+mod guardrail; // Guardrail: chat text checks under limits
 mod host; //     PluginHost: engine, linker, compile
 mod metrics; //  MetricsSnapshot
 mod plugin; //   Plugin: calls under limits
@@ -30,6 +35,7 @@ mod types; //    Tensor, DataType, PreInput, PostOutput, Description
 // Internals.
 mod bindings; // generated from plugins/wit
 mod cache; //    compiled-artifact cache on disk
+mod call; //     a call's store and whose fault a failure was
 mod compile_slots; // bound on compiles running at once
 mod convert; //  public types <-> plugin-facing types
 mod lift; //     output read under a byte budget
@@ -42,6 +48,9 @@ mod validate; // header and description checks
 
 pub use config::{HostConfig, Limits};
 pub use error::{FaultKind, PluginError, PluginFault, PluginId};
+pub use guardrail::{
+    ChatText, Guardrail, GuardrailDescription, PromptVerdict, StreamVerdict, TextVerdict,
+};
 pub use host::PluginHost;
 pub use metrics::MetricsSnapshot;
 pub use plugin::Plugin;
@@ -49,3 +58,5 @@ pub use types::{DataType, Description, Metadata, PluginKind, PostOutput, PreInpu
 
 /// The WIT world plugins implement.
 pub const WORLD: &str = "infergate:plugin/plugin@0.1.0";
+/// The WIT world chat guardrails implement.
+pub const GUARDRAIL_WORLD: &str = "infergate:plugin/guardrail@0.1.0";
