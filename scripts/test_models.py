@@ -5,6 +5,8 @@
 Usage: scripts/test_models.py KIND PATH
   string-identity  `text` STRING [N] -> `echo` STRING [N]: the same elements back, byte for byte
                    (BYTES with zero bytes and non-UTF-8 data go through ONNX Runtime and back).
+  double           y = x + x over FP32 [N, D] (any shape): tensors of any size for shared
+                   memory, compression and the shared-memory benchmark.
   accumulator      a stateful model for sequence batching, batch dimension N:
                      inputs  x FP32 [N,1]; start, ready INT32 [N,1] (control inputs);
                              corrid INT64 [N,1] (control input); acc_in FP32 [N,1] (state)
@@ -12,6 +14,7 @@ Usage: scripts/test_models.py KIND PATH
                              sum FP32 [N,1] = acc_out; corr INT64 [N,1] = corrid
                    A slot that is not ready keeps its state; a sequence's first request starts
                    from zero whatever state it is given.
+  accumulator-string  the same with string correlation ids: corrid and corr STRING [N,1].
 Needs: `onnx` (scripts/requirements.txt, installed by scripts/setup.sh).
 """
 import argparse
@@ -27,7 +30,13 @@ def string_identity():
     return helper.make_graph(nodes, "string_identity", [text], [echo])
 
 
-def accumulator():
+def double():
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", "D"])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", "D"])
+    return helper.make_graph([helper.make_node("Add", ["x", "x"], ["y"])], "double", [x], [y])
+
+
+def accumulator(corrid=TensorProto.INT64):
     def io(name, kind):
         return helper.make_tensor_value_info(name, kind, ["N", 1])
 
@@ -35,10 +44,10 @@ def accumulator():
         io("x", TensorProto.FLOAT),
         io("start", TensorProto.INT32),
         io("ready", TensorProto.INT32),
-        io("corrid", TensorProto.INT64),
+        io("corrid", corrid),
         io("acc_in", TensorProto.FLOAT),
     ]
-    outputs = [io("acc_out", TensorProto.FLOAT), io("sum", TensorProto.FLOAT), io("corr", TensorProto.INT64)]
+    outputs = [io("acc_out", TensorProto.FLOAT), io("sum", TensorProto.FLOAT), io("corr", corrid)]
     one = helper.make_tensor("one", TensorProto.FLOAT, [], [1.0])
     nodes = [
         helper.make_node("Cast", ["start"], ["start_f"], to=TensorProto.FLOAT),
@@ -53,7 +62,12 @@ def accumulator():
     return helper.make_graph(nodes, "accumulator", inputs, outputs, initializer=[one])
 
 
-KINDS = {"string-identity": string_identity, "accumulator": accumulator}
+def accumulator_string():
+    return accumulator(TensorProto.STRING)
+
+
+KINDS = {"string-identity": string_identity, "double": double, "accumulator": accumulator,
+         "accumulator-string": accumulator_string}
 
 
 def main():

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 
 /// A model version's state as the API names it.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum VersionState {
     Unloaded,
@@ -37,6 +38,7 @@ pub type Statuses = BTreeMap<u16, u64>;
 
 /// The whole answer.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct History {
     pub interval_s: u64,
     /// How far back the server keeps samples.
@@ -53,6 +55,7 @@ pub struct History {
 
 /// Whether a series is a model or a pipeline.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum SeriesKind {
     Model,
@@ -61,6 +64,7 @@ pub enum SeriesKind {
 
 /// One model's or pipeline's columns.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Series {
     pub name: String,
     pub kind: SeriesKind,
@@ -74,6 +78,8 @@ pub struct Series {
     pub avg_queue_ms: Vec<Option<f64>>,
     pub avg_batch: Vec<Option<f64>>,
     pub in_flight: Vec<u64>,
+    // JSON object keys are strings: the status codes are too.
+    #[cfg_attr(feature = "openapi", schema(value_type = Vec<BTreeMap<String, u64>>))]
     pub statuses: Vec<Statuses>,
     /// Chat models: mean time to first token (null elsewhere and in idle seconds).
     pub ttft_ms: Vec<Option<f64>>,
@@ -82,7 +88,9 @@ pub struct Series {
 
 /// A name's answers by status and executions by batch size since start.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Totals {
+    #[cfg_attr(feature = "openapi", schema(value_type = BTreeMap<String, u64>))]
     pub statuses: Statuses,
     /// `[size, executions]` pairs, smallest size first.
     pub batch_sizes: Vec<(u64, u64)>,
@@ -90,6 +98,7 @@ pub struct Totals {
 
 /// A model version that changed state, with the server's time.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Activity {
     pub time_ms: u64,
     pub model: String,
@@ -100,6 +109,7 @@ pub struct Activity {
 
 /// One API key's traffic.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct KeyTraffic {
     pub id: i64,
     pub public_id: String,

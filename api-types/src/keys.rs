@@ -4,21 +4,36 @@ use serde::{Deserialize, Serialize};
 
 /// A rate limit: `rps` requests per second on average, up to `burst` at once.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RateLimit {
     pub rps: f64,
     pub burst: u32,
 }
 
+/// A token budget: `tokens` per UTC `period` (`day` or `month`).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct TokenBudget {
+    pub tokens: u64,
+    pub period: String,
+}
+
 /// The limits a key is admitted under: its own, else the server's defaults (`null`: none).
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq)]
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct EffectiveLimits {
     pub rate_limit: Option<RateLimit>,
     pub max_concurrent: Option<u32>,
+    #[serde(default)]
+    pub tokens_per_minute: Option<u64>,
+    #[serde(default)]
+    pub token_budget: Option<TokenBudget>,
 }
 
 /// A key's admission counters since the server started (`usage` in `GET /api/keys` and
 /// `GET /api/keys/{id}/usage`).
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct KeyUsage {
     pub in_flight: u32,
     /// Requests the rate limit would allow right now (`null` without a rate limit).
@@ -33,6 +48,7 @@ pub struct KeyUsage {
 /// A key's requests since the server started, whatever its limits, and its last use
 /// (`activity` in `GET /api/keys` and `GET /api/keys/{id}/usage`).
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct KeyActivity {
     pub admitted: u64,
     pub refused: u64,
@@ -42,6 +58,7 @@ pub struct KeyActivity {
 
 /// One key of `GET /api/keys` (never its secret).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ApiKey {
     #[serde(flatten)]
     pub key: KeyInfo,
@@ -52,6 +69,7 @@ pub struct ApiKey {
 
 /// `GET /api/keys`.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct KeyList {
     pub keys: Vec<ApiKey>,
 }
@@ -59,26 +77,86 @@ pub struct KeyList {
 /// The effective limits of `GET /api/keys/{id}/usage` and where each comes from: `key` (its
 /// own), `default` (the server's) or `unlimited`.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct LimitSources {
     pub rate_limit: Option<RateLimit>,
     pub rate_limit_source: String,
     pub max_concurrent: Option<u32>,
     pub max_concurrent_source: String,
+    #[serde(default)]
+    pub tokens_per_minute: Option<u64>,
+    #[serde(default)]
+    pub tokens_per_minute_source: String,
+    #[serde(default)]
+    pub token_budget: Option<TokenBudget>,
+    #[serde(default)]
+    pub token_budget_source: String,
+}
+
+/// Tokens one key used on one model (`tokens.today` and `tokens.period` of the usage report).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ModelTokens {
+    pub model: String,
+    pub requests: u64,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    /// The part of prompt + completion tokens served from the response cache.
+    pub cached_tokens: u64,
+}
+
+/// The per-minute token limit now.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct MinuteTokens {
+    pub limit: u64,
+    pub remaining: u64,
+    pub reset_s: u64,
+}
+
+/// The token budget now.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct BudgetTokens {
+    pub limit: u64,
+    pub remaining: u64,
+    pub period: String,
+    /// The current period, Unix seconds.
+    pub period_start: i64,
+    pub period_end: i64,
+    pub reset_s: u64,
+}
+
+/// `tokens` of `GET /api/keys/{id}/usage`: the token limits' state and what the key used, per
+/// model, today (UTC) and in the budget's current period (the month when it has no budget).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct KeyTokens {
+    pub per_minute: Option<MinuteTokens>,
+    pub budget: Option<BudgetTokens>,
+    pub today: Vec<ModelTokens>,
+    /// Unix seconds where `period` starts.
+    pub period_start: i64,
+    pub period: Vec<ModelTokens>,
 }
 
 /// `GET /api/keys/{id}/usage`.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct KeyUsageReport {
     pub key_id: i64,
     pub public_id: String,
     pub limits: LimitSources,
     pub usage: KeyUsage,
     pub activity: KeyActivity,
+    #[serde(default)]
+    pub tokens: KeyTokens,
 }
 
 /// A key as stored, without its usage: what `POST /api/keys` (with its secret),
-/// `DELETE /api/keys/{id}` and `PUT /api/keys/{id}/limits` answer about it.
+/// `DELETE /api/keys/{id}` and `PATCH /api/keys/{id}` answer about it.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct KeyInfo {
     pub id: i64,
     pub public_id: String,
@@ -91,10 +169,15 @@ pub struct KeyInfo {
     /// The key's own limits; `null`: the server's defaults.
     pub rate_limit: Option<RateLimit>,
     pub max_concurrent: Option<u32>,
+    #[serde(default)]
+    pub tokens_per_minute: Option<u64>,
+    #[serde(default)]
+    pub token_budget: Option<TokenBudget>,
 }
 
 /// `POST /api/keys`: the new key and its secret, shown this once.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct KeyCreated {
     #[serde(flatten)]
     pub key: KeyInfo,
@@ -103,18 +186,21 @@ pub struct KeyCreated {
 
 /// `DELETE /api/keys/{id}`.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct KeyRevoked {
     pub revoked: KeyInfo,
 }
 
-/// `PUT /api/keys/{id}/limits`.
+/// `PATCH /api/keys/{id}`: the key with its new limits.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct KeyUpdated {
     pub key: KeyInfo,
 }
 
 /// `GET /api/whoami`: the calling key's identity and scopes.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Identity {
     pub id: i64,
     pub public_id: String,

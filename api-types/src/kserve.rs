@@ -8,6 +8,7 @@ use serde_json::Value;
 
 /// `GET /v2`.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ServerMetadata {
     pub name: String,
     pub version: String,
@@ -26,6 +27,7 @@ impl ServerMetadata {
 
 /// Where the native ops (resize/normalize, softmax, NMS) run.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum ServerDevice {
     Cuda {
@@ -42,6 +44,7 @@ pub enum ServerDevice {
 
 /// `GET /v2/models/{model}`: a model version or a pipeline.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ModelMetadata {
     pub name: String,
     pub versions: Vec<String>,
@@ -60,6 +63,7 @@ pub struct ModelMetadata {
 
 /// One entry of `POST /v2/repository/index` (Triton's model repository extension).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RepositoryEntry {
     pub name: String,
     pub version: String,
@@ -67,4 +71,28 @@ pub struct RepositoryEntry {
     pub state: String,
     /// Why it is unavailable (`""` otherwise).
     pub reason: String,
+}
+
+/// One system shared-memory region in `GET /v2/systemsharedmemory[/region/{name}]/status`
+/// (Triton's fields).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct SharedMemoryRegion {
+    pub name: String,
+    /// The POSIX shared-memory object (`shm_open`'s name).
+    pub key: String,
+    pub offset: u64,
+    pub byte_size: u64,
+}
+
+/// `POST /v2/systemsharedmemory/region/{name}/register`: the part of a POSIX shared-memory
+/// object a region names.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct SharedMemoryRegister {
+    pub key: String,
+    #[serde(default)]
+    pub offset: u64,
+    pub byte_size: u64,
 }

@@ -14,6 +14,8 @@ pub mod keys;
 pub mod kserve;
 pub mod models;
 pub mod openai;
+#[cfg(feature = "openapi")]
+pub mod openapi;
 pub mod pipelines;
 pub mod plugins;
 pub mod stats;
@@ -34,6 +36,7 @@ where
 /// The body of every error answer outside the OpenAI routes (which answer OpenAI's
 /// [`openai::ErrorBody`]): `{"error": "..."}`, the message saying whose fault it is.
 #[derive(serde::Serialize, serde::Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ErrorBody {
     pub error: String,
 }

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 /// One input or output of a model: name, datatype (`FP32`, `BYTES`, ...) and shape (`-1` for a
 /// dynamic dimension).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TensorSpec {
     pub name: String,
     pub datatype: String,
@@ -16,6 +17,7 @@ pub struct TensorSpec {
 /// One model version: `GET /api/models/{name}/versions/{version}`, and each entry of
 /// `GET /api/models` and `GET /api/models/{name}`.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ModelVersion {
     pub name: String,
     pub version: u64,
@@ -56,12 +58,14 @@ pub struct ModelVersion {
 
 /// `GET /api/models`: every registered version.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ModelList {
     pub models: Vec<ModelVersion>,
 }
 
 /// `GET /api/models/{name}`: one model's versions.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ModelVersions {
     pub name: String,
     pub versions: Vec<ModelVersion>,
@@ -69,6 +73,7 @@ pub struct ModelVersions {
 
 /// `DELETE /api/models/{name}/versions/{version}`.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct VersionDeleted {
     pub name: String,
     pub version: u64,
@@ -78,6 +83,7 @@ pub struct VersionDeleted {
 
 /// `DELETE /api/models/{name}`: every version.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ModelDeleted {
     pub name: String,
     pub deleted_versions: Vec<u64>,

@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 
 /// OpenAI's `object` field: what a JSON object of an answer is.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Object {
     List,
@@ -26,19 +27,30 @@ pub enum Object {
     ChatCompletionChunk,
 }
 
+/// `Object`'s own schema for the fields named `object`: utoipa takes a type named `Object` for
+/// any JSON object.
+#[cfg(feature = "openapi")]
+fn object_schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+    <Object as utoipa::PartialSchema>::schema()
+}
+
 /// `GET /v1/models`: the models the OpenAI routes serve, the default completions model first.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ModelCardList {
     /// `list`.
+    #[cfg_attr(feature = "openapi", schema(schema_with = object_schema))]
     pub object: Object,
     pub data: Vec<ModelCard>,
 }
 
 /// One model of `GET /v1/models`: a chat model, the character model or an embedding pipeline.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ModelCard {
     pub id: String,
     /// `model`.
+    #[cfg_attr(feature = "openapi", schema(schema_with = object_schema))]
     pub object: Object,
     /// Unix seconds: when its first version was registered.
     pub created: i64,
@@ -53,8 +65,10 @@ pub struct ModelCard {
 /// streams ([`TextCompletion`], [`ChatCompletionChunk`]). The last chunk of a stream asked for
 /// usage (`stream_options.include_usage`) has no choices and the usage.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Completion<'a, C> {
     pub id: Cow<'a, str>,
+    #[cfg_attr(feature = "openapi", schema(schema_with = object_schema))]
     pub object: Object,
     /// Unix seconds.
     pub created: u64,
@@ -75,6 +89,7 @@ pub struct Completion<'a, C> {
 /// What a `data:` event of a completion stream carries (but the last, `[DONE]`): a chunk, or
 /// the error that ends a stream whose generation failed after it started.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(untagged)]
 pub enum StreamEvent<'a, C> {
     Chunk(Completion<'a, C>),
@@ -90,6 +105,7 @@ pub type ChatCompletionChunk<'a> = Completion<'a, ChatChunkChoice<'a>>;
 
 /// A `/v1/completions` choice, whole or one chunk's part of it.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TextChoice<'a> {
     pub index: u32,
     /// In a chunk: the text it adds (empty in the chunk that only finishes the choice).
@@ -102,6 +118,7 @@ pub struct TextChoice<'a> {
 
 /// A whole `/v1/chat/completions` choice.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ChatChoice<'a> {
     pub index: u32,
     pub message: AssistantMessage<'a>,
@@ -113,14 +130,64 @@ pub struct ChatChoice<'a> {
 
 /// The message a chat choice answers.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AssistantMessage<'a> {
     /// `assistant`.
     pub role: Cow<'a, str>,
-    pub content: Cow<'a, str>,
+    /// `null` when the answer is only tool calls.
+    pub content: Option<Cow<'a, str>>,
+    /// The functions the model called (absent when none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
+}
+
+/// A call the model made of a function the request offered (`tools`).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ToolCall {
+    /// `call_` and 24 letters and digits; a `tool` message answering it names it.
+    pub id: String,
+    /// `function`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub function: FunctionCall,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct FunctionCall {
+    pub name: String,
+    /// The arguments object as JSON text, as the model wrote it.
+    pub arguments: String,
+}
+
+/// A chunk's part of a tool call: the first of a call has its `id`, `type` and
+/// `function.name` (arguments empty), the next ones more of `function.arguments`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ToolCallDelta<'a> {
+    /// Which call of the choice (0, 1, ...).
+    pub index: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<Cow<'a, str>>,
+    /// `function`, in a call's first chunk.
+    #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
+    pub kind: Option<Cow<'a, str>>,
+    pub function: FunctionDelta<'a>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct FunctionDelta<'a> {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<Cow<'a, str>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arguments: Option<Cow<'a, str>>,
 }
 
 /// A chunk's part of a `/v1/chat/completions` choice.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ChatChunkChoice<'a> {
     pub index: u32,
     pub delta: Delta<'a>,
@@ -130,18 +197,22 @@ pub struct ChatChunkChoice<'a> {
     pub finish_reason: Option<Cow<'a, str>>,
 }
 
-/// What a chunk adds to a chat choice: the role in a choice's first chunk, then text; `{}` in
-/// a chunk that adds nothing (the one that finishes the choice).
+/// What a chunk adds to a chat choice: the role in a choice's first chunk, then text or parts
+/// of tool calls; `{}` in a chunk that adds nothing (the one that finishes the choice).
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Delta<'a> {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub role: Option<Cow<'a, str>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub content: Option<Cow<'a, str>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<ToolCallDelta<'a>>>,
 }
 
 /// A chat choice's log probabilities: one entry per generated token.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ChatLogprobs {
     pub content: Vec<TokenLogprob>,
 }
@@ -149,6 +220,7 @@ pub struct ChatLogprobs {
 /// One generated token of a chat choice, with the likeliest tokens at its place
 /// (`top_logprobs` of them, likeliest first).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TokenLogprob {
     pub token: String,
     pub logprob: f64,
@@ -159,6 +231,7 @@ pub struct TokenLogprob {
 
 /// One of the likeliest tokens at a place of a chat choice.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TopLogprob {
     pub token: String,
     pub logprob: f64,
@@ -168,6 +241,7 @@ pub struct TopLogprob {
 /// A `/v1/completions` choice's log probabilities, in that endpoint's (older) form: lists with
 /// one entry per generated token.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TextLogprobs {
     pub tokens: Vec<String>,
     pub token_logprobs: Vec<f64>,
@@ -179,6 +253,7 @@ pub struct TextLogprobs {
 
 /// The tokens a completion counted, in the model's tokens (the character model's are characters).
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Usage {
     pub prompt_tokens: u32,
     pub completion_tokens: u32,
@@ -186,6 +261,9 @@ pub struct Usage {
     /// From a chat model; absent from the character model, which caches no prompt.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompt_tokens_details: Option<PromptTokensDetails>,
+    /// From a chat model; absent from the character model, which drafts no tokens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_tokens_details: Option<CompletionTokensDetails>,
 }
 
 impl Usage {
@@ -196,30 +274,47 @@ impl Usage {
             completion_tokens,
             total_tokens: prompt_tokens + completion_tokens,
             prompt_tokens_details: None,
+            completion_tokens_details: None,
         }
     }
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PromptTokensDetails {
     /// Prompt tokens whose KV came from the prefix cache.
     pub cached_tokens: u32,
 }
 
+/// Speculative decoding's drafted tokens (from the request's `prediction` or from n-grams of
+/// the prompt and answer): those the model produced, and those it did not (OpenAI's Predicted
+/// Outputs count the rejected ones as completion tokens too; here a rejected draft costs
+/// compute but is not in `completion_tokens`).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct CompletionTokensDetails {
+    pub accepted_prediction_tokens: u32,
+    pub rejected_prediction_tokens: u32,
+}
+
 /// `POST /v1/embeddings`: one vector per input text, in the order of the inputs.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct EmbeddingList {
     /// `list`.
+    #[cfg_attr(feature = "openapi", schema(schema_with = object_schema))]
     pub object: Object,
     pub data: Vec<Embedding>,
-    /// The pipeline that computed them.
+    /// The pipeline or chat model that computed them.
     pub model: String,
     pub usage: EmbeddingUsage,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Embedding {
     /// `embedding`.
+    #[cfg_attr(feature = "openapi", schema(schema_with = object_schema))]
     pub object: Object,
     pub index: u32,
     pub embedding: EmbeddingVector,
@@ -228,15 +323,18 @@ pub struct Embedding {
 /// A vector as `encoding_format` asked: numbers (`float`, the default), or `base64`, the
 /// little-endian bytes of its FP32 values.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(untagged)]
 pub enum EmbeddingVector {
     Float(Vec<f64>),
     Base64(String),
 }
 
-/// An embedding request's size. The pipeline does not report its token count: both are the
-/// inputs' characters, an upper bound of the WordPiece tokens (each covers at least one).
+/// An embedding request's size: a GGUF model's tokens; a pipeline does not report its token
+/// count, so for a pipeline both are the inputs' characters, an upper bound of the WordPiece
+/// tokens (each covers at least one).
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct EmbeddingUsage {
     pub prompt_tokens: u64,
     pub total_tokens: u64,
@@ -246,11 +344,13 @@ pub struct EmbeddingUsage {
 /// clients read their exception's message from it), and the event that ends a stream that
 /// failed after it started.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema), schema(as = OpenAiError))]
 pub struct ErrorBody {
     pub error: ErrorDetail,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema), schema(as = OpenAiErrorDetail))]
 pub struct ErrorDetail {
     pub message: String,
     /// invalid_request_error, authentication_error, permission_error, rate_limit_error or
@@ -264,13 +364,24 @@ pub struct ErrorDetail {
         skip_serializing_if = "Option::is_none"
     )]
     pub param: Option<Option<String>>,
-    /// `null` in an error answer; the HTTP status of the failure in a stream's error event.
+    /// In an error answer, `null` or OpenAI's reason (`rate_limit_exceeded` for a rate,
+    /// `insufficient_quota` for a spent budget); the HTTP status of the failure in a stream's
+    /// error event.
     #[serde(
         default,
         deserialize_with = "crate::present",
         skip_serializing_if = "Option::is_none"
     )]
-    pub code: Option<Option<u16>>,
+    pub code: Option<Option<ErrorCode>>,
+}
+
+/// An error's `code`: a reason's name, or (in a stream's error event) an HTTP status.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(untagged)]
+pub enum ErrorCode {
+    Status(u16),
+    Name(String),
 }
 
 #[cfg(test)]
@@ -305,7 +416,8 @@ mod tests {
                 index: 0,
                 message: AssistantMessage {
                     role: "assistant".into(),
-                    content: "Hi".into(),
+                    content: Some("Hi".into()),
+                    tool_calls: vec![],
                 },
                 logprobs: Some(ChatLogprobs {
                     content: vec![TokenLogprob {
@@ -348,6 +460,7 @@ mod tests {
         let first = Delta {
             role: Some("assistant".into()),
             content: Some("".into()),
+            tool_calls: None,
         };
         same_text(
             &chunk(first, None),
@@ -365,6 +478,77 @@ mod tests {
         same_text(
             &usage,
             r#"{"id":"chatcmpl-1","object":"chat.completion.chunk","created":5,"model":"textgen","choices":[],"usage":{"prompt_tokens":2,"completion_tokens":3,"total_tokens":5}}"#,
+        );
+    }
+
+    #[test]
+    fn tool_calls_whole_and_streamed() {
+        let answer = ChatCompletion {
+            id: "chatcmpl-1".into(),
+            object: Object::ChatCompletion,
+            created: 5,
+            model: "smollm2".into(),
+            system_fingerprint: Some(None),
+            choices: vec![ChatChoice {
+                index: 0,
+                message: AssistantMessage {
+                    role: "assistant".into(),
+                    content: None,
+                    tool_calls: vec![ToolCall {
+                        id: "call_1".into(),
+                        kind: "function".into(),
+                        function: FunctionCall {
+                            name: "get_weather".into(),
+                            arguments: r#"{"city": "Paris"}"#.into(),
+                        },
+                    }],
+                },
+                logprobs: None,
+                finish_reason: Some("tool_calls".into()),
+            }],
+            usage: Some(Usage {
+                completion_tokens_details: Some(CompletionTokensDetails {
+                    accepted_prediction_tokens: 4,
+                    rejected_prediction_tokens: 1,
+                }),
+                ..Usage::new(20, 9)
+            }),
+        };
+        same_text(
+            &answer,
+            r#"{"id":"chatcmpl-1","object":"chat.completion","created":5,"model":"smollm2","system_fingerprint":null,"choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"get_weather","arguments":"{\"city\": \"Paris\"}"}}]},"logprobs":null,"finish_reason":"tool_calls"}],"usage":{"prompt_tokens":20,"completion_tokens":9,"total_tokens":29,"completion_tokens_details":{"accepted_prediction_tokens":4,"rejected_prediction_tokens":1}}}"#,
+        );
+        let start = Delta {
+            tool_calls: Some(vec![ToolCallDelta {
+                index: 0,
+                id: Some("call_1".into()),
+                kind: Some("function".into()),
+                function: FunctionDelta {
+                    name: Some("get_weather".into()),
+                    arguments: Some("".into()),
+                },
+            }]),
+            ..Delta::default()
+        };
+        same_text(
+            &start,
+            r#"{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"get_weather","arguments":""}}]}"#,
+        );
+        let more = Delta {
+            tool_calls: Some(vec![ToolCallDelta {
+                index: 0,
+                id: None,
+                kind: None,
+                function: FunctionDelta {
+                    name: None,
+                    arguments: Some("{\"city\"".into()),
+                },
+            }]),
+            ..Delta::default()
+        };
+        same_text(
+            &more,
+            r#"{"tool_calls":[{"index":0,"function":{"arguments":"{\"city\""}}]}"#,
         );
     }
 
@@ -432,13 +616,22 @@ mod tests {
             r#"{"error":{"message":"model 'x' does not exist","type":"invalid_request_error","param":null,"code":null}}"#,
         );
         same_text(
-            &error(None, Some(Some(500))),
+            &error(
+                Some(None),
+                Some(Some(ErrorCode::Name("insufficient_quota".into()))),
+            ),
+            r#"{"error":{"message":"model 'x' does not exist","type":"invalid_request_error","param":null,"code":"insufficient_quota"}}"#,
+        );
+        same_text(
+            &error(None, Some(Some(ErrorCode::Status(500)))),
             r#"{"error":{"message":"model 'x' does not exist","type":"invalid_request_error","code":500}}"#,
         );
         // In a stream, an error event is told from a chunk by its shape.
         let event = r#"{"error":{"message":"the model stopped","type":"server_error","code":500}}"#;
         let read: StreamEvent<TextChoice> = serde_json::from_str(event).unwrap();
-        assert!(matches!(read, StreamEvent::Error(e) if e.error.code == Some(Some(500))));
+        assert!(
+            matches!(read, StreamEvent::Error(e) if e.error.code == Some(Some(ErrorCode::Status(500))))
+        );
     }
 
     #[test]

@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 /// The JSON form of a pipeline: what `PUT /api/pipelines/{name}` takes, and its normalized
 /// form the routes answer with (every default filled in).
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct PipelineSpec {
     /// Pre-plugins, in order (`name`, or `name@version` to pin one). The first receives the
@@ -41,6 +42,12 @@ pub struct PipelineSpec {
     /// String parameters handed to every plugin as metadata (e.g. `top_k`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub parameters: BTreeMap<String, String>,
+    /// Answers a KServe gRPC stream request with one response per result (Triton's decoupled
+    /// transaction policy): each row of the outputs' first dimension, or each element of a
+    /// JSON array the last post-plugin returns, then the final flag. Unary calls are refused,
+    /// as Triton refuses them for a decoupled model.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub decoupled: bool,
 }
 
 impl PipelineSpec {
@@ -52,6 +59,7 @@ impl PipelineSpec {
 
 /// How the native pre-op fits an image into the model's input size.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Mode {
     #[default]
@@ -74,6 +82,7 @@ impl Mode {
 /// `"preprocess"` in a pipeline spec or in a model config's `"infergate"` block: fused resize +
 /// mean/std normalize + HWC RGB8 → NCHW f32.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ResizeNormalize {
     /// Name of the RGB8 tensor ([H, W, 3] or [N, H, W, 3]) to convert; when absent, the first
@@ -96,6 +105,7 @@ pub struct ResizeNormalize {
 
 /// `"detect"` in a pipeline spec. Defaults are PaddleOCR's (`rapidocr_onnxruntime/config.yaml`).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct TextDetection {
     /// The detection model (probability map out).
@@ -159,6 +169,7 @@ mod defaults {
 
 /// A saved pipeline: `GET /api/pipelines/{name}`, and the answer of `PUT`.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PipelineView {
     pub name: String,
     pub spec: PipelineSpec,
@@ -170,12 +181,14 @@ pub struct PipelineView {
 
 /// `GET /api/pipelines`.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PipelineList {
     pub pipelines: Vec<PipelineView>,
 }
 
 /// `DELETE /api/pipelines/{name}`: the name deleted.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PipelineDeleted {
     pub deleted: String,
 }
@@ -183,6 +196,7 @@ pub struct PipelineDeleted {
 /// `POST /api/pipelines/{name}/run` when the pipeline ends in tensors (a last post-plugin's
 /// JSON or bytes are the answer as they are).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PipelineRun {
     pub pipeline: String,
     pub outputs: Vec<RunOutput>,
@@ -190,6 +204,7 @@ pub struct PipelineRun {
 
 /// One output tensor of a run, as KServe JSON.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RunOutput {
     pub name: String,
     /// `FP32`, `BYTES`, ...
@@ -202,6 +217,7 @@ pub struct RunOutput {
 /// The answer of a pipeline with a `detect` stage (text detection): the image's size and each
 /// region found, in reading order, with what the rest of the pipeline made of its crop.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct DetectedRegions {
     pub width: u64,
     pub height: u64,
@@ -209,6 +225,7 @@ pub struct DetectedRegions {
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct DetectedRegion {
     /// `[x1, y1, x2, y2]` in the image's pixels.
     #[serde(rename = "box")]

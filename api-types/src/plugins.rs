@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 
 /// Where a plugin runs in a pipeline: before the model or after it.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum PluginKind {
     Pre,
@@ -23,6 +24,7 @@ impl PluginKind {
 
 /// What a plugin's `describe` export returned when it was uploaded.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PluginDescription {
     pub name: String,
     pub version: String,
@@ -38,6 +40,7 @@ pub struct PluginDescription {
 /// `PUT /api/plugins/{name}/versions/{version}/limits` takes and the view shows. An absent
 /// field is the server's default; the host caps every value.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct PluginLimits {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -51,6 +54,7 @@ pub struct PluginLimits {
 /// The limits a version's calls run under now: its own, else the server's defaults, capped by
 /// the host.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema), schema(as = PluginEffectiveLimits))]
 pub struct EffectiveLimits {
     pub deadline_ms: u64,
     pub memory_mib: u64,
@@ -60,6 +64,7 @@ pub struct EffectiveLimits {
 /// One stored plugin version: the answer of `POST /api/plugins` and of a limits change, and
 /// each entry of the lists.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PluginView {
     pub name: String,
     pub version: String,
@@ -77,12 +82,14 @@ pub struct PluginView {
 
 /// `GET /api/plugins`: every version, by name then upload order.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PluginList {
     pub plugins: Vec<PluginView>,
 }
 
 /// `GET /api/plugins/{name}`: its versions in upload order (the last is the newest).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PluginVersions {
     pub name: String,
     pub versions: Vec<PluginView>,
@@ -90,11 +97,13 @@ pub struct PluginVersions {
 
 /// `DELETE /api/plugins/{name}` and `DELETE /api/plugins/{name}/versions/{version}`.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PluginDeleted {
     pub deleted: DeletedVersions,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct DeletedVersions {
     pub name: String,
     pub versions: Vec<String>,

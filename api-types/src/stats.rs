@@ -6,6 +6,7 @@ use serde_json::{Map, Value};
 
 /// A count and the nanoseconds spent over it.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct StatDuration {
     pub count: u64,
     pub ns: u64,
@@ -14,6 +15,7 @@ pub struct StatDuration {
 /// Per request outcome and per phase, as Triton names them (the response cache is not
 /// implemented: its two entries stay zero).
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct InferenceStats {
     pub success: StatDuration,
     pub fail: StatDuration,
@@ -27,6 +29,7 @@ pub struct InferenceStats {
 
 /// The executions of one batch size.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct BatchStats {
     pub batch_size: u64,
     pub compute_input: StatDuration,
@@ -36,6 +39,7 @@ pub struct BatchStats {
 
 /// One model version's statistics.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ModelStats {
     pub name: String,
     /// The version number as a string, as Triton writes it.
@@ -54,6 +58,7 @@ pub struct ModelStats {
 
 /// The answer of the three statistics routes.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct StatsList {
     pub model_stats: Vec<ModelStats>,
 }

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 /// The hardware a worker offers.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(default)]
 pub struct Devices {
     pub cpu_model: String,
@@ -19,6 +20,7 @@ pub struct Devices {
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(default)]
 pub struct Gpu {
     pub name: String,
@@ -27,6 +29,7 @@ pub struct Gpu {
 
 /// A model version a worker holds in memory.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct LoadedModel {
     pub name: String,
     pub version: u32,
@@ -34,6 +37,7 @@ pub struct LoadedModel {
 
 /// What a worker says about itself in its heartbeat.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Reported {
     /// Serving, accepting new requests.
@@ -45,6 +49,7 @@ pub enum Reported {
 /// A worker's heartbeat (`POST /cluster/v1/heartbeat`, every interval), and the `report` of
 /// each worker in `GET /api/workers`.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(default)]
 pub struct Report {
     pub state: Reported,
@@ -54,6 +59,10 @@ pub struct Report {
     pub requests_per_s: f64,
     pub p50_ms: f64,
     pub p99_ms: f64,
+    /// Requests the worker answered since it started (its models ran them to an answer,
+    /// whether or not the answer reached the caller): summed over workers and compared with
+    /// what clients were answered, it counts requests that ran twice.
+    pub answered_total: u64,
     pub cpu_percent: f64,
     pub rss_bytes: u64,
     pub gpus: Vec<GpuUsage>,
@@ -72,6 +81,7 @@ impl Default for Report {
             requests_per_s: 0.0,
             p50_ms: 0.0,
             p99_ms: 0.0,
+            answered_total: 0,
             cpu_percent: 0.0,
             rss_bytes: 0,
             gpus: Vec::new(),
@@ -81,6 +91,7 @@ impl Default for Report {
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(default)]
 pub struct GpuUsage {
     /// Bytes in use on the device (all processes), from NVML when it answers, else from the
@@ -94,6 +105,7 @@ pub struct GpuUsage {
 
 /// The state the manager routes by, judged on its own clock.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum WorkerState {
     Ready,
@@ -119,6 +131,7 @@ impl WorkerState {
 
 /// Who a worker is: what it said when it joined.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct WorkerInfo {
     pub id: String,
     /// `host:port` of its KServe v2 endpoints.
@@ -129,6 +142,7 @@ pub struct WorkerInfo {
 
 /// One host of `GET /api/workers`: a worker, or the server's own engine (`local`).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct WorkerView {
     #[serde(flatten)]
     pub info: WorkerInfo,
@@ -142,6 +156,7 @@ pub struct WorkerView {
 
 /// `GET /api/workers`: every worker the manager knows, the local engine first.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct WorkerList {
     pub workers: Vec<WorkerView>,
 }
@@ -150,6 +165,7 @@ pub struct WorkerList {
 /// `outstanding`) and what the worker measured over its last heartbeat interval (`null` while
 /// it is lost, and the percentiles in an interval without requests).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct WorkerFigures {
     pub id: String,
     pub address: String,
@@ -169,6 +185,7 @@ pub struct WorkerFigures {
 
 /// `POST /api/workers/tokens`: a new join secret, shown once.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct JoinTokenCreated {
     pub id: String,
     /// What `infergate worker --join-token` takes.
@@ -179,6 +196,7 @@ pub struct JoinTokenCreated {
 
 /// `POST /v2/models/{model}/assign`: the worker a direct client talks to, and its token.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Assignment {
     /// `https://host:port` of the worker's KServe v2 HTTP endpoints.
     pub worker: String,
@@ -198,18 +216,21 @@ pub struct Assignment {
 
 /// `DELETE /api/workers/{id}`.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct WorkerRemoved {
     pub removed: String,
 }
 
 /// `POST /api/workers/{id}/drain`.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct WorkerDraining {
     pub draining: String,
 }
 
 /// `DELETE /api/workers/tokens/{id}`.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TokenRevoked {
     pub revoked: String,
 }
@@ -226,7 +247,7 @@ mod tests {
             "state": "lost", "last_seen_ms": 7,
             "report": {"state": "draining", "models": [{"name": "m", "version": 2}],
                 "in_flight": 1, "queued": 0, "requests_per_s": 0.5, "p50_ms": 1.0,
-                "p99_ms": 2.0, "cpu_percent": 3.0, "rss_bytes": 4,
+                "p99_ms": 2.0, "cpu_percent": 3.0, "rss_bytes": 4, "answered_total": 0,
                 "gpus": [{"memory_used_bytes": 5, "utilisation_percent": null}], "grpc": null},
             "outstanding": 0,
         });

@@ -256,6 +256,11 @@ impl Registry {
             .collect()
     }
 
+    /// A registered worker's state at `now`; None when it is not registered.
+    pub fn state(&self, id: &str, now: Instant) -> Option<WorkerState> {
+        self.entries.get(id).map(|e| self.state_of(e, now))
+    }
+
     /// The routing view of every worker for one model version.
     pub fn candidates(&self, model: &LoadedModel, now: Instant) -> Vec<Candidate<'_>> {
         self.routing_view(model, now, |e| e.outstanding)
@@ -415,6 +420,8 @@ mod tests {
             reg.candidates(&model("m"), t0 + s(9))[0].state,
             WorkerState::Lost
         );
+        assert_eq!(reg.state("a", t0 + s(9)), Some(WorkerState::Lost));
+        assert_eq!(reg.state("ghost", t0 + s(9)), None);
         assert_eq!(reg.view(t0 + s(9))[0].last_seen_ms, 7_000);
         let back = reg.report("a", holding("m"), t0 + s(10)).unwrap().unwrap();
         assert_eq!(

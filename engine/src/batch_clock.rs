@@ -2,24 +2,21 @@
 //! the moment a waiting batch is due, whose expiry wakes a tokio worker that runs the batch
 //! itself (the scheduler's [`ClockTarget::on_clock`]).
 //!
-//! Why not the instance thread's own timed wait: with a queue delay, every batch cost that
-//! thread two sleeps and wake-ups (one to learn that a batch had started waiting, one when it
-//! was due), and its answers then woke a tokio worker from another thread. Measured with perf
-//! stat on the MLP of `bench/cpu_per_request.py` (batches of ~6.6): 2.2 context switches of the
-//! instance thread per batch. The tokio worker this clock wakes would have been woken for the
-//! answers anyway; it now runs the batch and answers on its own run queue, and whoever queues the
-//! batch's first request arms the timer with one system call instead of waking a thread. The
-//! floor server (`bench/floor/floor_server.rs`, `bench/http_floor.py`) measured the two
-//! designs at 37–38 µs (timerfd) against 40–41 µs (clock thread) per request, answering from
-//! memory with two tokio workers.
+//! Why not the instance thread's own timed wait: with a queue delay, every batch would cost
+//! that thread two sleeps and wake-ups (one to learn that a batch has started waiting, one when
+//! it is due), and its answers would then wake a tokio worker from another thread. The tokio
+//! worker this clock wakes would be woken for the answers anyway; it runs the batch and answers
+//! on its own run queue, and whoever queues the batch's first request arms the timer with one
+//! system call instead of waking a thread (`bench/http_floor.py` measures both designs on the
+//! floor server: the timerfd saves a few µs per request).
 //!
 //! Tokio's own timer is not used: it ticks in whole milliseconds, too coarse for a queue delay of
 //! a few hundred microseconds.
 //!
 //! Only on Linux, on a multi-threaded runtime; elsewhere [`BatchClock::start`] gives nothing and
-//! the instance threads keep the time as before. If the clock's task ever ends (the runtime shuts
-//! down, a model run panics on it), it says so ([`BatchClock::alive`]) and the scheduler goes
-//! back to its instance threads' timers.
+//! the instance threads keep the time with their own timed waits. If the clock's task ever ends
+//! (the runtime shuts down, a model run panics on it), it says so ([`BatchClock::alive`]) and the
+//! scheduler goes back to its instance threads' timers.
 
 use crate::timerfd::Timer;
 use std::sync::atomic::{AtomicBool, Ordering};

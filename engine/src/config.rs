@@ -57,9 +57,20 @@ pub struct ModelConfig {
     /// Execution accelerators (TensorRT, CUDA) in Triton's names.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub optimization: Option<Optimization>,
+    /// Triton's response cache: the gateway keeps this version's answers (`[cache] bytes`)
+    /// and answers a repeated request from them. The engine itself ignores it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub response_cache: Option<ResponseCacheConfig>,
     /// infergate's additions that Triton has no name for.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub infergate: Option<Extensions>,
+}
+
+/// `"response_cache": {"enable": true}`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ResponseCacheConfig {
+    pub enable: bool,
 }
 
 /// The `"infergate"` block of a model config.
@@ -700,6 +711,9 @@ impl ModelConfig {
         }
         if let Some(extensions) = &self.infergate {
             config["infergate"] = json!(extensions);
+        }
+        if let Some(cache) = &self.response_cache {
+            config["response_cache"] = json!(cache);
         }
         if let Some(db) = &self.dynamic_batching {
             let p = &db.default_queue_policy;

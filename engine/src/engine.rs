@@ -80,8 +80,9 @@ impl EngineConfig {
             device: DeviceChoice::Cpu,
             ptx_cache_dir: None,
             idle_spin: EngineConfig::DEFAULT_IDLE_SPIN,
-            // Off: measured on the MLP of bench/cpu_per_request.py, spinning doubled the
-            // server's CPU per inference (274 vs 158 µs at 2 threads) and served fewer.
+            // Off: ORT's threads spinning between runs take CPU the server needs for I/O; it
+            // costs more CPU per inference and serves fewer (bench/cpu_per_request.py: about
+            // 1.7x the CPU per inference at 2 threads).
             intra_spinning: false,
         }
     }
@@ -572,7 +573,7 @@ impl Engine {
             let _in_flight = InFlight(&loaded);
             return sequencer.infer(sequence.as_ref(), inputs, outputs).await;
         }
-        crate::signature::check_inputs(&loaded.signature, &inputs)?;
+        crate::signature::check_inputs(&key.name, &loaded.signature, &inputs)?;
         let (outputs, post) = postprocess::plan(key, &post_ops, &loaded.signature, outputs)?;
         let policy = loaded.scheduler.policy();
         let samples = if policy.max_batch_size > 0 {

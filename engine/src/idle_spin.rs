@@ -3,21 +3,16 @@
 //!
 //! Token-by-token generation is a chain of dependent requests: the caller gets one answer,
 //! samples, and queues the next request some tens of microseconds later. An instance that has
-//! gone to sleep on the queue's condition variable must then be woken by the kernel, which on
-//! these VMs took 50–150 µs per step (measured: queue time of the textgen model's requests,
-//! 47 µs in a quiet process, 146 µs in the server while it was writing the previous tokens),
-//! close to a quarter of the model's own step time. Spinning on the queue's push counter for
-//! up to `limit` catches the next request without a sleep and a wake-up.
+//! gone to sleep on the queue's condition variable must then be woken by the kernel, which can
+//! cost a sizeable share of a small model's own step time (tens to a hundred and more µs on a
+//! busy VM; the queue time of `bench/streaming.rs`'s text generation). Spinning on the queue's
+//! push counter for up to `limit` catches the next request without a sleep and a wake-up.
 //!
 //! Spinning burns a core, so it is adaptive: an instance spins only while the idle gaps it has
 //! seen recently were shorter than `limit` (the last one decides). A model fed by independent
 //! clients with longer gaps never spins; a gap that turns short again turns spinning back on.
 //! Nor does an instance whose model batches with a queue delay (`BatchPolicy::
 //! lone_request_runs_at_once`): the request it would notice sooner waits for the delay anyway.
-//! On the MLP of bench/cpu_per_request.py (batching 16 / 500 µs, concurrency 8) the gaps between
-//! batches are short enough to keep spinning on; turning the spin off there measured 142 against
-//! 159 µs of server CPU per inference in one set of four alternating rounds, and no difference
-//! this machine resolves in a second set.
 
 use std::time::{Duration, Instant};
 

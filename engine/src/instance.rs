@@ -257,11 +257,11 @@ impl Scheduler {
     /// thread instead of waking an instance thread, and returns once it is answered.
     ///
     /// Only then: under load the instance threads serve the queue. Running a busy version's
-    /// batches on the callers' threads too made each such run hand the tokio worker's tasks to
-    /// another thread (a wake-up and a migration per batch), and a caller that found an idle
-    /// executor took the batch early, before more requests joined it. On the MLP of
-    /// `bench/cpu_per_request.py` (batches up to 16, concurrency 8) that cost 35 µs more server
-    /// CPU per inference (about 210 against 178) and 15 % of the throughput.
+    /// batches on the callers' threads too would make each such run hand the tokio worker's
+    /// tasks to another thread (a wake-up and a migration per batch), and a caller that found
+    /// an idle executor would take the batch early, before more requests joined it: more CPU
+    /// per inference and less throughput (`bench/cpu_per_request.py`, batching at concurrency
+    /// 8: about 20 % more CPU, 15 % less throughput).
     ///
     /// The caller is usually a tokio worker: how it blocks for the run is
     /// [`Scheduler::run_here`]'s choice. On a current-thread runtime, which cannot hand its tasks
@@ -321,20 +321,18 @@ impl Scheduler {
     ///
     /// Why not always `block_in_place`: it hands the worker's other tasks to a thread from the
     /// blocking pool for every run, and that thread's wake-up and its search for work take a
-    /// core while the model runs. For a small model at concurrency 1 (the MLP of
-    /// `bench/cpu_per_request.py` without batching, 2 cores) that cost 110 µs of p50 latency and
-    /// 80 µs of server CPU per request (545–602 against 432–478 µs p50, 433–473 against
-    /// 366–389 µs of CPU, four alternating rounds). Why not always block: a blocked worker
-    /// runs none of its other tasks meanwhile (the other workers steal its queued ones). So only
-    /// a run the version's last one says is short ([`DIRECT_RUN_LIMIT`]), and only one such run
-    /// at a time in the process: with two workers or more, at least one always keeps serving
-    /// I/O. A runtime of a single worker (the default on 2 cores, `sizing::async_threads`) has
-    /// no other worker to keep it: there only a run as short as a batch the clock may run
-    /// ([`CLOCK_RUN_LIMIT`]) blocks I/O for its length. A longer one would leave the requests
-    /// that arrive meanwhile unread while other instances idle: EfficientNet-Lite0 (≈ 10 ms
-    /// per run) at concurrency 4 on 2 instances fell to about half its throughput whenever its
-    /// requests came one at a time (94–105 against 164–171 inferences/s). Only lone requests
-    /// to idle versions get here at all.
+    /// core while the model runs: for a small model at concurrency 1 that is about a fifth more
+    /// latency and CPU per request (`bench/cpu_per_request.py` without batching). Why not always
+    /// block: a blocked worker runs none of its other tasks meanwhile (the other workers steal its
+    /// queued ones). So only a run the version's last one says is short ([`DIRECT_RUN_LIMIT`]), and
+    /// only one such run at a time in the process: with two workers or more, at least one always
+    /// keeps serving I/O. A runtime of a single worker (the default on 2 cores,
+    /// `sizing::async_threads`) has no other worker to keep it: there only a run as short as a
+    /// batch the clock may run ([`CLOCK_RUN_LIMIT`]) blocks I/O for its length. A longer one would
+    /// leave the requests that arrive meanwhile unread while other instances idle (a model of about
+    /// 10 ms per run on 2 instances would serve about half as much whenever its requests come one
+    /// at a time; `bench/sizing.py`, EfficientNet-Lite0). Only lone requests to idle versions get
+    /// here at all.
     fn run_here(&self, work: impl FnOnce()) {
         let last = Duration::from_micros(self.last_caller_run_us.load(Ordering::Relaxed));
         let started = Instant::now();
@@ -363,9 +361,9 @@ impl Scheduler {
     /// request has waited long enough); no when it waits and a timer already set (the batch
     /// clock's, or an instance thread's) fires no later than it needs to (an earlier request
     /// deadline), or the batch clock could be armed for it now. Waking the instance only to
-    /// form the same batch and sleep again was, under load with a queue delay, most of the
-    /// instance thread's wake-ups: one futex wake per request on the request's thread and a
-    /// sleep and wake of the instance (MLP of `bench/cpu_per_request.py`, batches of ~5.5).
+    /// form the same batch and sleep again would be, under load with a queue delay, most of
+    /// the instance thread's wake-ups: one futex wake per request on the request's thread and
+    /// a sleep and wake of the instance.
     fn needs_instance(&self, queue: &mut Levels) -> bool {
         if queue.pool.timer.is_none() && self.live_clock().is_none() {
             // No timer is set and none can be: only an instance can keep the time, so the

@@ -5,13 +5,10 @@
 //!
 //! Why: with spinning off, every operator ORT splits wakes the pool's threads (a futex wake
 //! and a context switch each) and joins them. For a run of a few tens of µs that is a large
-//! share of the work, and the split saves little: the MLP of `bench/cpu_per_request.py`
-//! ([1,1024] -> [1,1000]) ran a lone request in 53 µs on 2 threads against 57 µs on 1, for
-//! 96 against 59 µs of CPU (ORT in process, 300 runs). Served at concurrency 8 with batching,
-//! 1 thread took 74.3–77.7 µs of server CPU per inference against 80.2–82.6 µs with 2 (four
-//! alternating rounds), at 3–5 % less throughput with the client on the same 2 cores. Longer
-//! runs (EfficientNet-Lite0: about 10 ms) keep their threads: there the split cuts a lone
-//! request's latency by about a third.
+//! share of the work, and the split saves little time for much CPU (`bench/cpu_per_request.py`'s
+//! MLP: about the same latency on 2 threads as on 1, for over 1.5x the CPU). Longer runs
+//! (EfficientNet-Lite0: about 10 ms) keep their threads: there the split cuts a lone request's
+//! latency by about a third (`bench/sizing.py`).
 //!
 //! The probe needs shapes it can fill by itself: a version whose inputs leave a dimension
 //! other than the batch open (a sequence length, an image size), or take strings, is not

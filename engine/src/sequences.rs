@@ -92,7 +92,7 @@ impl Sequencer {
                 filled.name
             )));
         }
-        crate::signature::check_inputs(&self.client, &inputs)?;
+        crate::signature::check_inputs(model, &self.client, &inputs)?;
         crate::signature::check_outputs(&self.signature, &outputs)?;
         if self.plan.max_batch_size > 0 {
             if let Some(t) = inputs.iter().find(|t| t.shape.first() != Some(&1)) {

@@ -63,49 +63,74 @@ pub(crate) fn spec_of(name: &str, ty: &ValueType) -> Result<TensorSpec> {
     }
 }
 
-/// Checks a request's tensors against a model's signature: every input known, present once,
-/// with the right datatype and a shape compatible with the model's (same rank, fixed
-/// dimensions equal).
-pub fn check_inputs(signature: &ModelSignature, inputs: &[Tensor]) -> Result<()> {
+/// Checks a request's tensors against model `model`'s signature: every input known, present
+/// once, with the right datatype and a shape compatible with the model's (same rank, fixed
+/// dimensions equal). The errors start as Triton's do (its clients and tests match them), and
+/// add what the model takes.
+pub fn check_inputs(model: &str, signature: &ModelSignature, inputs: &[Tensor]) -> Result<()> {
     for (i, tensor) in inputs.iter().enumerate() {
-        let spec = signature.input(&tensor.name).ok_or_else(|| {
-            EngineError::InvalidInput(format!(
-                "unknown input '{}'; the model takes {}",
+        if signature.input(&tensor.name).is_none() {
+            return Err(EngineError::InvalidInput(format!(
+                "unexpected inference input '{}' for model '{model}': the model takes {}",
                 tensor.name,
                 names(&signature.inputs)
-            ))
-        })?;
+            )));
+        }
         if inputs[..i].iter().any(|t| t.name == tensor.name) {
             return Err(EngineError::InvalidInput(format!(
-                "input '{}' given more than once",
+                "input '{}' already exists in request",
                 tensor.name
             )));
         }
+    }
+    let missing: Vec<&TensorSpec> = signature
+        .inputs
+        .iter()
+        .filter(|s| !inputs.iter().any(|t| t.name == s.name))
+        .collect();
+    if let Some(first) = missing.first() {
+        let quoted = |names: Vec<&str>| {
+            let list: Vec<String> = names.iter().map(|n| format!("'{n}'")).collect();
+            format!("[{}]", list.join(","))
+        };
+        return Err(EngineError::InvalidInput(format!(
+            "expected {} inputs but got {} inputs for model '{model}'. Got input(s) {}, but missing required input(s) {}. Please provide all required input(s). ('{}' is {} {:?})",
+            signature.inputs.len(),
+            inputs.len(),
+            quoted(inputs.iter().map(|t| t.name.as_str()).collect()),
+            quoted(missing.iter().map(|s| s.name.as_str()).collect()),
+            first.name,
+            first.datatype,
+            first.shape
+        )));
+    }
+    for tensor in inputs {
+        let Some(spec) = signature.input(&tensor.name) else {
+            continue;
+        };
         if tensor.datatype != spec.datatype {
             return Err(EngineError::InvalidInput(format!(
-                "input '{}' has datatype {}, the model expects {}",
+                "inference input '{}' data-type is '{}', but model '{model}' expects '{}'",
                 tensor.name, tensor.datatype, spec.datatype
             )));
         }
         if !shape_matches(&spec.shape, &tensor.shape) {
             return Err(EngineError::InvalidInput(format!(
-                "input '{}' has shape {:?}, the model expects {:?} (-1 = any)",
-                tensor.name, tensor.shape, spec.shape
+                "unexpected shape for input '{}' for model '{model}'. Expected {}, got {}. (-1 = any size)",
+                tensor.name,
+                dims(&spec.shape),
+                dims(&tensor.shape)
             )));
         }
         tensor.check()?;
     }
-    if let Some(missing) = signature
-        .inputs
-        .iter()
-        .find(|s| !inputs.iter().any(|t| t.name == s.name))
-    {
-        return Err(EngineError::InvalidInput(format!(
-            "missing input '{}' ({} {:?})",
-            missing.name, missing.datatype, missing.shape
-        )));
-    }
     Ok(())
+}
+
+/// Dimensions as Triton writes them: `[-1,16]`.
+fn dims(shape: &[i64]) -> String {
+    let list: Vec<String> = shape.iter().map(i64::to_string).collect();
+    format!("[{}]", list.join(","))
 }
 
 /// Checks requested output names against a model's signature.
@@ -162,26 +187,39 @@ mod tests {
     fn accepts_matching_and_names_the_tensor_on_mismatch() {
         let s = sig();
         let ok = Tensor::from_f32("x", vec![2, 3], &[0.0; 6]).unwrap();
-        check_inputs(&s, std::slice::from_ref(&ok)).unwrap();
+        check_inputs("m", &s, std::slice::from_ref(&ok)).unwrap();
 
+        // Triton's wording first (its clients match it), the model's view after.
         let wrong_shape = Tensor::from_f32("x", vec![2, 4], &[0.0; 8]).unwrap();
-        let e = check_inputs(&s, &[wrong_shape]).unwrap_err().to_string();
-        assert!(e.contains("'x'") && e.contains("shape"), "{e}");
+        let e = check_inputs("m", &s, &[wrong_shape])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("unexpected shape for input 'x' for model 'm'. Expected [-1,3], got [2,4]."),
+            "{e}"
+        );
 
         let wrong_type = Tensor::from_i64("x", vec![1, 3], &[0; 3]).unwrap();
-        let e = check_inputs(&s, &[wrong_type]).unwrap_err().to_string();
-        assert!(e.contains("INT64") && e.contains("FP32"), "{e}");
+        let e = check_inputs("m", &s, &[wrong_type])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("inference input 'x' data-type is 'INT64', but model 'm' expects 'FP32'"),
+            "{e}"
+        );
 
         let unknown = Tensor::from_f32("z", vec![1, 3], &[0.0; 3]).unwrap();
-        assert!(check_inputs(&s, &[unknown])
-            .unwrap_err()
-            .to_string()
-            .contains("'z'"));
-        assert!(check_inputs(&s, &[])
-            .unwrap_err()
-            .to_string()
-            .contains("missing input 'x'"));
-        assert!(check_inputs(&s, &[ok.clone(), ok]).is_err());
+        let e = check_inputs("m", &s, &[unknown]).unwrap_err().to_string();
+        assert!(
+            e.contains("unexpected inference input 'z' for model 'm'"),
+            "{e}"
+        );
+        let e = check_inputs("m", &s, &[]).unwrap_err().to_string();
+        assert!(
+            e.contains("expected 1 inputs but got 0 inputs for model 'm'. Got input(s) [], but missing required input(s) ['x']"),
+            "{e}"
+        );
+        assert!(check_inputs("m", &s, &[ok.clone(), ok]).is_err());
         assert!(check_outputs(&s, &["nope".into()]).is_err());
     }
 }

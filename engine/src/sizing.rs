@@ -7,15 +7,13 @@
 //! - Concurrent requests are served either as one batch (a version with `max_batch_size` > 0)
 //!   or by several instances. A version that cannot batch and has one instance runs them one at
 //!   a time, on intra-op threads alone: so it gets two instances at least, as Triton gives a CPU
-//!   model by default. On 2 cores (`bench/sizing.py`, EfficientNet-Lite0, batch 1, concurrency
-//!   4) 2 × 1 served 0.84–0.90 of ONNX Runtime in process on both cores where 1 × 2 served
-//!   0.70–0.80, and spent 0.6–1.0 ms of server CPU per inference beyond the model's own against
-//!   1.7–2.5 ms. The price: a lone request runs on fewer threads (at concurrency 1, 2 × 1 served
-//!   0.37–0.43 of in process against 0.60–0.65), and the model's sessions take twice its memory
-//!   (the budget counts each instance). `--instances 1` restores one instance on all cores.
+//!   model by default: concurrent requests then run side by side with no synchronisation
+//!   between threads, which serves more for less CPU (`bench/sizing.py`: on 2 cores, 2 × 1
+//!   serves about a fifth more than 1 × 2 at concurrency 4). The price: a lone request runs on
+//!   fewer threads, and the model's sessions take twice its memory (the budget counts each
+//!   instance). `--instances 1` restores one instance on all cores.
 //! - A version that batches keeps one instance per four cores: a second instance would halve
-//!   its batches (the MLP of `bench/cpu_per_request.py`, batches up to 16 at concurrency 8, cost
-//!   5–10 % more server CPU per inference with 2 × 1 than with 1 × 2).
+//!   its batches, and smaller batches cost more CPU per inference (`bench/cpu_per_request.py`).
 //! - One compute-bound model at concurrency 1 runs on up to four cores (ORT's intra-op speed-up
 //!   for one small batch flattens beyond that while its synchronisation cost grows); on a big
 //!   machine the rest of the cores go to more instances, which serve concurrent requests
@@ -26,9 +24,7 @@
 //!   gets one intra-op thread per instance (the instances stay as planned): ORT wakes and joins
 //!   its pool threads at every operator it splits, which costs such a model more CPU than the
 //!   split saves time. The load times a few runs of a made-up request of one sample and
-//!   reloads the session with one thread when they are short. On the MLP of
-//!   `bench/cpu_per_request.py` (53 µs per lone run on 2 threads, 57 on 1) that took its
-//!   server CPU per inference at concurrency 8 from 80–83 to 74–78 µs.
+//!   reloads the session with one thread when they are short (`lone_run`).
 //! - Every version is sized for the whole machine: versions that are busy at the same time share
 //!   the cores through the OS scheduler, and an idle one costs no CPU.
 //!
@@ -100,15 +96,13 @@ pub fn plan(
 /// engine) when the operator did not say (`explicit` `None` or 0): in a process whose engine
 /// runs models, half the cores (rounded up); in one that only routes to workers, every core.
 ///
-/// Why half: the engine's instances and intra-op threads are already sized to the whole machine,
-/// so an async worker per core as well puts two busy threads on every core, and async workers
-/// that run out of tasks park and wake each other for work one thread would have done in turn.
-/// On 2 cores, with the MLP of `bench/cpu_per_request.py` at concurrency 8, one async thread
-/// instead of two cost 152.8 against 173.2 µs of server CPU per inference at the same
-/// throughput, and with the batch clock (`crate::batch_clock`) 80.4–85.9 against 87.5–93.9 µs
-/// (three alternating rounds). So 2 cores get 1, 4 get 2, 32 get 16. A single worker has no
-/// other to hand its tasks to while a lone request's short model run blocks it, so it runs
-/// a run of at most 2 ms inline (`instance::Scheduler::run_here`), as it does a short batch
+/// Why half: the engine's instances and intra-op threads are already sized to the whole machine, so
+/// an async worker per core as well puts two busy threads on every core, and async workers that run
+/// out of tasks park and wake each other for work one thread would have done in turn
+/// (`bench/cpu_per_request.py`: on 2 cores, one async thread costs about a tenth less CPU per
+/// inference than two, at the same throughput). So 2 cores get 1, 4 get 2, 32 get 16. A single
+/// worker has no other to hand its tasks to while a lone request's short model run blocks it, so it
+/// runs a run of at most 2 ms inline (`instance::Scheduler::run_here`), as it does a short batch
 /// its clock closes; longer runs hand the worker's tasks over first.
 pub fn async_threads(cores: usize, explicit: Option<usize>, runs_models: bool) -> usize {
     let cores = cores.max(1);

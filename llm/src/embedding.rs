@@ -22,7 +22,9 @@ use tokio::sync::oneshot;
 pub const MAX_INPUTS: usize = 2048;
 
 /// How a sequence's token states become one vector.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Pooling {
     /// The mean over the tokens.
@@ -64,10 +66,11 @@ impl Pooling {
 }
 
 /// How a model embeds (the gateway's `[llm.embeddings]`, or a version's config).
-#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct EmbeddingConfig {
-    /// None: the GGUF file's pooling, the mean when it names none.
+    /// How a text's token vectors become one.
+    #[schemars(extend("x-default" = "the GGUF file's pooling type, mean when it names none"))]
     pub pooling: Option<Pooling>,
     /// Tokens one input may have; capped by the model's training context.
     pub max_input_tokens: u32,
@@ -77,8 +80,10 @@ pub struct EmbeddingConfig {
     /// Inputs one `llama_decode` computes at most.
     pub batch_inputs: u32,
     /// CPU threads llama.cpp uses.
+    #[schemars(extend("x-default" = "the machine's cores"))]
     pub threads: usize,
     /// Layers offloaded to the GPU (builds with the `cuda` feature).
+    #[schemars(extend("x-default" = "0; 999 in a build with the `cuda` feature"))]
     pub gpu_layers: u32,
 }
 

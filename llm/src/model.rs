@@ -23,28 +23,34 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 
-/// How a model instance runs (the gateway's `[llm]` section).
-#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+/// How a chat model (llama.cpp) runs: each loaded version of a chat model gets these.
+// Defaults that depend on the machine are described (`x-default`) rather than printed, so that
+// the configuration reference generated from this schema is the same on every machine.
+#[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct LlmConfig {
-    /// Sequences decoded together (continuous batching slots).
+    /// Sequences decoded together per loaded version (continuous batching slots), 1 to 256.
+    #[schemars(extend("x-default" = "8 on up to 4 cores, 4 more per 4 further cores, at most 32"))]
     pub max_sequences: usize,
-    /// Context of one sequence (prompt + completion), in tokens; capped by the model's.
+    /// Tokens of one sequence (prompt + completion), capped by the model's own context; at
+    /// least 64.
     pub context_per_sequence: u32,
-    /// Tokens one step decodes at most (generated tokens first, then prompt chunks).
+    /// Tokens one step decodes at most (generated tokens first, then prompt chunks), 32 to
+    /// 8192 and at least `max_sequences`.
     pub batch_tokens: usize,
-    /// CPU threads llama.cpp uses. They are OpenMP's, and llama.cpp's barrier between two ops
-    /// is an OpenMP barrier, so how they wait is libgomp's `OMP_WAIT_POLICY` (read once, when
-    /// libgomp loads): by default they spin a while, then sleep. Measured with one stream on 2
-    /// cores (`examples/decode_overhead.rs`, provisional): on quiet cores 101-116 tokens/s by
-    /// default and 53 with `passive` (a sleep at every barrier); on cores busy with other
-    /// processes spinning loses most of it (llama-server: 4-8 tokens/s by default, 59
-    /// passive). Leave it unset unless the cores are shared.
+    /// CPU threads llama.cpp uses per loaded version. They wait between ops at an OpenMP
+    /// barrier, so libgomp's `OMP_WAIT_POLICY` (read once, when libgomp loads) decides how:
+    /// spinning, the default, is fastest on quiet cores; `passive` is kinder to cores shared
+    /// with other processes.
+    #[schemars(extend("x-default" = "the machine's cores"))]
     pub threads: usize,
-    /// Requests that may wait for a slot before new ones are refused.
+    /// Requests that may wait for a slot; beyond it new ones are answered 503.
     pub queue_capacity: usize,
+    /// Reuse the KV cache of prompt prefixes that requests share (a system prompt, the turns
+    /// of a conversation so far).
     pub prefix_cache: bool,
-    /// Layers offloaded to the GPU (builds with the `cuda` feature).
+    /// Layers offloaded to the GPU.
+    #[schemars(extend("x-default" = "0; 999 in a build with the `cuda` feature"))]
     pub gpu_layers: u32,
     /// Speculative decoding's defaults for the model's requests.
     pub speculation: Speculation,
@@ -56,10 +62,14 @@ pub struct LlmConfig {
 
 /// One model's own settings (`[llm.models.NAME]`): each replaces the server's whole section
 /// (fields it leaves out take their built-in defaults, not the server's).
-#[derive(Debug, Clone, Default, PartialEq, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Default, PartialEq, serde::Deserialize, serde::Serialize, schemars::JsonSchema,
+)]
 #[serde(deny_unknown_fields, default)]
 pub struct ModelOverrides {
+    /// The model's speculative decoding, in place of `[llm.speculation]`.
     pub speculation: Option<Speculation>,
+    /// The model's embeddings, in place of `[llm.embeddings]`.
     pub embeddings: Option<EmbeddingConfig>,
 }
 

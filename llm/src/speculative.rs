@@ -31,7 +31,7 @@ use llama_cpp_2::token::LlamaToken;
 pub const MAX_DRAFT: u32 = 32;
 
 /// A model's speculative decoding (the gateway's `[llm.speculation]`).
-#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct Speculation {
     /// Whether requests draft unless they say otherwise.
@@ -50,8 +50,8 @@ pub struct Speculation {
 }
 
 impl Default for Speculation {
-    /// On, drafting up to 16 tokens from n-grams of 3 to 8 tokens, a row costing one pass:
-    /// measured on 2 cores with the demo model (8 one-row sequences took 4.5× one).
+    /// On, drafting up to 16 tokens from n-grams of 3 to 8 tokens, a row costing one pass (on
+    /// a CPU a step's rows cost nearly as much as its pass over the weights).
     fn default() -> Self {
         Speculation {
             enabled: true,

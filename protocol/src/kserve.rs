@@ -1,13 +1,28 @@
 //! The KServe v2 (Open Inference Protocol) request and response documents, and the decoding
 //! of their input tensors from JSON `data` or the binary section.
 
-use crate::tensor::{DataType, Tensor};
+use crate::tensor::{DataType, Tensor, TensorData};
 use crate::{binary, json, limits, DecodeError};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 pub const HEADER_LENGTH: &str = "inference-header-content-length";
+
+/// The parameter naming the shared-memory region an input's data is read from, or an output's
+/// written to (Triton's shared-memory extension); `shared_memory_byte_size` and
+/// `shared_memory_offset` go with it.
+pub const SHARED_MEMORY_REGION: &str = "shared_memory_region";
+
+/// Whether `parameters` put the tensor in a shared-memory region.
+pub fn in_shared_memory(parameters: &Map<String, Value>) -> bool {
+    parameters.contains_key(SHARED_MEMORY_REGION)
+}
+
+/// Reads the data of an input that lives outside the request (a shared-memory region): given
+/// the input, its datatype and its element count; `Ok(None)` when there is nowhere to read from.
+pub type ExternalInput<'a> =
+    dyn FnMut(&InputTensor, DataType, usize) -> Result<Option<TensorData>, String> + 'a;
 
 #[derive(Debug, Deserialize)]
 pub struct InferRequest {
@@ -69,7 +84,18 @@ pub fn parse_request(json: &[u8]) -> Result<InferRequest, DecodeError> {
 /// taken out of the request as it is decoded, so the text and its tensor are not both held.
 pub fn decode_inputs(
     request: &mut InferRequest,
+    binary: &[u8],
+) -> Result<Vec<Tensor>, DecodeError> {
+    decode_inputs_with(request, binary, &mut |_, _, _| Ok(None))
+}
+
+/// [`decode_inputs`], reading the inputs that name a shared-memory region with `external`.
+/// An input gives its data one way only (`data`, `binary_data_size` or `shared_memory_region`),
+/// as Triton requires.
+pub fn decode_inputs_with(
+    request: &mut InferRequest,
     mut binary: &[u8],
+    external: &mut ExternalInput<'_>,
 ) -> Result<Vec<Tensor>, DecodeError> {
     let mut tensors = Vec::with_capacity(request.inputs.len());
     for input in &mut request.inputs {
@@ -78,7 +104,28 @@ pub fn decode_inputs(
         let datatype = DataType::from_name(&input.datatype)
             .ok_or_else(|| bad(format!("unknown datatype '{}'", input.datatype)))?;
         let count = limits::declared_elements(&input.shape).map_err(bad)?;
-        let data = match input.parameters.get("binary_data_size") {
+        let binary_size = input.parameters.get("binary_data_size");
+        let shared = in_shared_memory(&input.parameters);
+        let ways =
+            usize::from(text.is_some()) + usize::from(binary_size.is_some()) + usize::from(shared);
+        if ways > 1 {
+            return Err(bad(
+                "Input must set only one of the following fields: 'data', 'binary_data_size' in 'parameters', 'shared_memory_region' in 'parameters'".into(),
+            ));
+        }
+        if shared {
+            let data = external(input, datatype, count)
+                .map_err(bad)?
+                .ok_or_else(|| bad("shared memory is not available on this endpoint".into()))?;
+            tensors.push(Tensor {
+                name: input.name.clone(),
+                datatype,
+                shape: input.shape.clone(),
+                data,
+            });
+            continue;
+        }
+        let data = match binary_size {
             Some(size) => {
                 let size = size
                     .as_u64()
@@ -162,9 +209,15 @@ fn head<'t>(
     let mut encoded = Vec::with_capacity(outputs.len());
     for tensor in outputs {
         let mut parameters = Map::new();
+        let requested = request.outputs.iter().find(|o| o.name == tensor.name);
         // BYTES that are not UTF-8 cannot be a JSON string: they go in the binary section,
         // which Triton's clients read whenever an output announces `binary_data_size`.
-        let data = if wants_binary(request, &tensor.name) || !json::represents(tensor) {
+        let data = if requested.is_some_and(|o| o.parameters.contains_key(SHARED_MEMORY_REGION)) {
+            // Written into the client's region already (by the transport): named, with no
+            // parameters, as Triton answers. Its C++ client (perf_analyzer's) reads any
+            // output's `parameters` as the binary section's `binary_data_size`.
+            None
+        } else if wants_binary(request, &tensor.name) || !json::represents(tensor) {
             parameters.insert(
                 "binary_data_size".into(),
                 Value::from(binary::encoded_len(tensor)),
@@ -362,6 +415,43 @@ mod tests {
         assert_eq!(header["outputs"][0]["parameters"]["binary_data_size"], 7);
         assert!(header["outputs"][0].get("data").is_none());
         assert_eq!(&body[json_len..], &[3, 0, 0, 0, 0xff, 0x00, 0x80]);
+    }
+
+    #[test]
+    fn shared_memory_inputs_come_from_outside_and_outputs_are_only_named() {
+        let mut req = request(json!({"inputs":[
+            {"name":"a","shape":[2],"datatype":"FP32","parameters":{"shared_memory_region":"r","shared_memory_byte_size":8}},
+            {"name":"b","shape":[1],"datatype":"FP32","data":[1]}
+        ], "outputs":[{"name":"y","parameters":{"shared_memory_region":"out","shared_memory_byte_size":64}}]}));
+        let mut asked = Vec::new();
+        let tensors = decode_inputs_with(&mut req, &[], &mut |input, datatype, count| {
+            asked.push((input.name.clone(), datatype, count));
+            Ok(Some(TensorData::Raw(vec![0; 8])))
+        })
+        .unwrap();
+        assert_eq!(asked, [("a".to_string(), DataType::Fp32, 2)]);
+        assert_eq!(tensors.len(), 2);
+        let mut plain = request(json!({"inputs":[
+            {"name":"a","shape":[2],"datatype":"FP32","parameters":{"shared_memory_region":"r"}}]}));
+        assert!(decode_inputs(&mut plain, &[])
+            .unwrap_err()
+            .0
+            .contains("not available"));
+        let mut both = request(json!({"inputs":[
+            {"name":"a","shape":[1],"datatype":"FP32","data":[1],"parameters":{"shared_memory_region":"r"}}]}));
+        assert!(decode_inputs(&mut both, &[])
+            .unwrap_err()
+            .0
+            .contains("only one"));
+
+        let y = Tensor::from_f32("y", vec![2], &[1.0, 2.0]).unwrap();
+        let (body, json_len) = encode_response(&req, "m", 1, &[y]).unwrap();
+        assert_eq!(json_len, None);
+        let header: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(header["outputs"][0]["name"], "y");
+        assert_eq!(header["outputs"][0]["shape"], json!([2]));
+        assert!(header["outputs"][0].get("parameters").is_none());
+        assert!(header["outputs"][0].get("data").is_none());
     }
 
     #[test]

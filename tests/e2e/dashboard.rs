@@ -561,13 +561,24 @@ async fn dashboard_in_a_real_browser() {
         )
         .await;
         b.click("#generate").await;
-        b.script(
-            "const s = document.querySelector('#stop'); if (s) s.click();",
-            json!([]),
-        )
-        .await;
+        // On a loaded machine the button may show a moment after the click: look for it for
+        // a while rather than once.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let mut clicked = false;
+        while !clicked && std::time::Instant::now() < deadline {
+            clicked = b
+                .script(
+                    "const s = document.querySelector('#stop'); if (s) { s.click(); return true; } return false;",
+                    json!([]),
+                )
+                .await
+                == json!(true);
+            if !clicked {
+                tokio::time::sleep(Duration::from_millis(30)).await;
+            }
+        }
         finish = b.wait_text("#finish-reason", |t| !t.is_empty()).await;
-        if finish == "stopped by you" {
+        if clicked && finish == "stopped by you" {
             break;
         }
     }

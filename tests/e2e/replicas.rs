@@ -60,7 +60,7 @@ async fn status_with(s: &Server, key: &str) -> u16 {
 }
 
 /// Polls `s`'s `/api/whoami` (cheap) with `key` until it answers `status` (see [`until`]).
-async fn until_status(s: &Server, key: &str, status: u16) -> Option<Duration> {
+pub async fn until_status(s: &Server, key: &str, status: u16) -> Option<Duration> {
     until(
         || async {
             match s

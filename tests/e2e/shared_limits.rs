@@ -9,14 +9,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-struct Redis {
+pub(crate) struct Redis {
     child: Child,
     port: u16,
     _dir: tempfile::TempDir,
 }
 
 impl Redis {
-    fn start(port: Option<u16>) -> Redis {
+    pub(crate) fn start(port: Option<u16>) -> Redis {
         let port = port.unwrap_or_else(|| {
             TcpListener::bind("127.0.0.1:0")
                 .unwrap()
@@ -45,7 +45,7 @@ impl Redis {
         }
     }
 
-    fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("redis://127.0.0.1:{}/", self.port)
     }
 }

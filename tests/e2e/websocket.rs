@@ -738,7 +738,7 @@ async fn websocket_generate_streams_a_chat_model() {
         refused["error"]
             .as_str()
             .unwrap()
-            .contains("n and logprobs"),
+            .contains("n, logprobs and tools"),
         "{refused}"
     );
     let (tokens, done) = generate_to_end(

@@ -30,6 +30,21 @@ class Timing:
     heartbeat_ms: int = 500
     missed_heartbeats: int = 3
     request_timeout_s: int = 60
+    # The hop's own deadlines: a connection to a worker whose peer acknowledges nothing for
+    # link_timeout_ms fails; connecting (TCP, TLS, HTTP) may take connect_timeout_ms.
+    link_timeout_ms: int = 2000
+    connect_timeout_ms: int = 1000
+
+    @classmethod
+    def from_env(cls, **given):
+        """The settings given, with `INFERGATE_FAULTS_HEARTBEAT_MS` and
+        `INFERGATE_FAULTS_MISSED_HEARTBEATS` over them: how `scripts/faults.sh` measures
+        detection times against the heartbeat settings."""
+        for field, var in (("heartbeat_ms", "INFERGATE_FAULTS_HEARTBEAT_MS"),
+                           ("missed_heartbeats", "INFERGATE_FAULTS_MISSED_HEARTBEATS")):
+            if os.environ.get(var):
+                given[field] = int(os.environ[var])
+        return cls(**given)
 
     @property
     def interval(self):
@@ -50,6 +65,18 @@ class Timing:
         return self.budget + self.slack
 
     @property
+    def link_bound(self):
+        """A request on a worker the manager cannot reach while its heartbeats still arrive
+        ends within this: its connection's silence deadline, then a connection to another
+        worker."""
+        return (self.link_timeout_ms + self.connect_timeout_ms) / 1000 + self.slack
+
+    @property
+    def hold_bound(self):
+        """No request stays on a worker that stopped answering longer than this."""
+        return max(self.detect_bound, self.link_bound)
+
+    @property
     def recover_bound(self):
         """Ready again within this after a heal: the next heartbeat, plus one that was in flight
         and timed out (the worker's heartbeat timeout is an interval, at least 1 s)."""
@@ -57,7 +84,8 @@ class Timing:
 
     def cluster_toml(self):
         return (f"[cluster]\nheartbeat_ms = {self.heartbeat_ms}\nmissed_heartbeats = {self.missed_heartbeats}\n"
-                f"request_timeout_s = {self.request_timeout_s}\n")
+                f"request_timeout_s = {self.request_timeout_s}\nlink_timeout_ms = {self.link_timeout_ms}\n"
+                f"connect_timeout_ms = {self.connect_timeout_ms}\n")
 
 
 def identity_model(path, width=16):
@@ -101,6 +129,16 @@ class Process:
     def pid(self):
         return self.proc.pid
 
+    def rss_bytes(self):
+        """Its resident memory (Linux), from /proc."""
+        with open(f"/proc/{self.pid}/status") as f:
+            kib = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+        return kib * 1024
+
+    def open_files(self):
+        """Its open file descriptors (sockets included)."""
+        return len(os.listdir(f"/proc/{self.pid}/fd"))
+
     def lines(self):
         with open(self.log_path, errors="replace") as f:
             return [_ANSI.sub("", line.rstrip("\n")) for line in f]
@@ -135,6 +173,19 @@ class Process:
                 self.proc.wait()
         self._log.close()
         return self.proc.returncode
+
+
+def show_logs(processes, lines=15):
+    """Prints the last lines of each process's log: a failing scenario's evidence."""
+    for name, process in processes.items():
+        print(f"--- last lines of {name}'s log:\n" + "\n".join(process.lines()[-lines:]))
+
+
+def stop_all(*parts):
+    """Stops each of `parts` that was started (None: it never was), in order."""
+    for part in parts:
+        if part is not None:
+            part.stop()
 
 
 class Cluster:
@@ -192,6 +243,25 @@ class Cluster:
     def api(self, path):
         host = self.manager_node.ip
         return self.client.call(tls_client.get_json, host, MANAGER_PORT, self.ca, path, self.admin_key)
+
+    def call(self, method, path, key=None, body=None, timeout=10):
+        """One request to the manager from the client's node on a fresh connection: (status or
+        the error's name, decoded JSON or None)."""
+        host = self.manager_node.ip
+
+        def once():
+            conn = tls_client.ManagerConnection(host, MANAGER_PORT, self.ca, timeout)
+            try:
+                status, _, raw = tls_client.request(conn, method, path, key=key or self.admin_key, body=body)
+            except OSError as e:
+                return type(e).__name__, None
+            finally:
+                conn.close()
+            try:
+                return status, json.loads(raw) if raw else None
+            except ValueError:
+                return status, None
+        return self.client.call(once, timeout=timeout + 5)
 
     def view(self):
         """`GET /api/workers`: one dict per worker."""

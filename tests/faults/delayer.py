@@ -8,6 +8,7 @@ replays.
 Speaks nfnetlink_queue over a raw netlink socket (linux/netfilter/nfnetlink_queue.h), standard
 library only. Prints `ready` once bound; stops on SIGTERM, accepting what it still holds."""
 import argparse
+import errno
 import heapq
 import random
 import select
@@ -115,7 +116,15 @@ def main():
             continue
         if not readable:
             continue
-        for packet_id in packet_ids(queue.sock.recv(1 << 20)):
+        try:
+            data = queue.sock.recv(1 << 20)
+        except OSError as e:
+            if e.errno != errno.ENOBUFS:
+                raise
+            # A burst beyond the socket's buffer: the kernel dropped the packets it could not
+            # hand over, as a full netem queue drops them. The delayer goes on.
+            continue
+        for packet_id in packet_ids(data):
             if rng.random() * 100 < args.loss_pct:
                 queue.verdict(packet_id, NF_DROP)
                 continue

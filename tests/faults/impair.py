@@ -158,6 +158,7 @@ class Delay:
             sh(*self._rule("-D", queue, chain, flag), check=False)
         # Packets it holds leave within the longest delay; it accepts the rest as it stops.
         time.sleep(self.max_delay)
+        died = [proc for proc in self.delayers if proc.poll() is not None]
         for proc in self.delayers:
             proc.terminate()
             try:
@@ -166,6 +167,10 @@ class Delay:
                 proc.kill()
                 proc.wait()
         self.delayers = []
+        if died:
+            # Its queue's packets then passed undelayed (--queue-bypass): the fault was not
+            # what the schedule said.
+            raise RuntimeError(f"a delayer stopped while its fault was applied: {died[0].stderr.read()[-500:]}")
 
 
 class Pause:

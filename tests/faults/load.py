@@ -1,5 +1,6 @@
 """The load client of the fault tests, run inside its own network namespace: N kept-alive
-HTTPS connections to a manager, each sending KServe v2 requests to an identity model (FP32
+HTTPS connections to a manager (or to gateway replicas: connection i goes to the i-th `--host`,
+round robin), each sending KServe v2 requests to an identity model (FP32
 [1, W]) one after another, and checking that each answer gives back what was sent.
 
 Every request becomes one JSON line in `--out` (id, connection, start and end on the machine's
@@ -28,7 +29,7 @@ from tls_client import ManagerConnection, identity_body, request
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--host", required=True)
+    ap.add_argument("--host", required=True, action="append", help="repeat for several gateways")
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--ca", required=True)
     ap.add_argument("--key", required=True)
@@ -41,6 +42,7 @@ def main():
     ap.add_argument("--max-seconds", type=float, required=True)
     ap.add_argument("--timeout", type=float, required=True, help="seconds a request may take")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--pause", type=float, default=0.0, help="seconds each connection waits between requests")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     Load(args).run()
@@ -111,6 +113,7 @@ class Load:
         a = self.args
         rng = random.Random(a.seed * 1000 + conn_no)
         conn = None
+        host = a.host[conn_no % len(a.host)]
         path = f"/v2/models/{a.model}/infer"
         while not self.stop.is_set():
             rid = self.next_id(conn_no)
@@ -122,7 +125,7 @@ class Load:
             status, cause, error = None, "ok", ""
             try:
                 if conn is None:
-                    conn = ManagerConnection(a.host, a.port, a.ca, a.timeout)
+                    conn = ManagerConnection(host, a.port, a.ca, a.timeout)
                 status, _, raw = request(conn, "POST", path, key=a.key, body=body, headers={"X-Request-Id": rid})
                 if status == 200:
                     try:
@@ -146,8 +149,10 @@ class Load:
                 conn = None
             with self.lock:
                 _, start = self.open.pop(rid)
-                self.pending.append({"id": rid, "conn": conn_no, "start": start, "end": time.monotonic(),
-                                     "status": status, "cause": cause, "error": error})
+                self.pending.append({"id": rid, "conn": conn_no, "host": host, "start": start,
+                                     "end": time.monotonic(), "status": status, "cause": cause, "error": error})
+            if a.pause:
+                self.stop.wait(a.pause)
         if conn is not None:
             conn.close()
 

@@ -78,6 +78,9 @@ class Run:
         self.schedule = schedule
         self.faults = faults
         self.applied = {}
+        # When each fault's undoing began (it may take a while: a delayer lets its held packets
+        # go), and when it was done.
+        self.undoing = {}
         self.undone = {}
         self.error = None
         self._active = {}
@@ -107,6 +110,7 @@ class Run:
                         self._active[i] = made
                         self.applied[i] = time.monotonic()
                     elif i in self._active:
+                        self.undoing[i] = time.monotonic()
                         self._active.pop(i).undo()
                         self.undone[i] = time.monotonic()
         except Exception as e:  # reported by wait(); the faults are undone by stop()

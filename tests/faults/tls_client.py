@@ -10,15 +10,17 @@ CERT_NAME = "localhost"
 
 
 class ManagerConnection(http.client.HTTPSConnection):
-    """A kept-alive HTTPS connection to `host:port`, checked against the CA file `ca`."""
+    """A kept-alive HTTPS connection to `host:port`, checked against the CA file `ca` (or the
+    PEM text `ca_pem`) and the certificate name `name`."""
 
-    def __init__(self, host, port, ca, timeout):
-        context = ssl.create_default_context(cafile=ca)
+    def __init__(self, host, port, ca, timeout, name=CERT_NAME, ca_pem=None):
+        context = ssl.create_default_context(cafile=ca, cadata=ca_pem)
+        self.name = name
         super().__init__(host, port, timeout=timeout, context=context)
 
     def connect(self):
         http.client.HTTPConnection.connect(self)
-        self.sock = self._context.wrap_socket(self.sock, server_hostname=CERT_NAME)
+        self.sock = self._context.wrap_socket(self.sock, server_hostname=self.name)
 
 
 def identity_body(rid, values, input_name="x", output_name="y"):

@@ -15,19 +15,24 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 class LoadRun:
     """`connections` connections of load until `stop()`, at most `max_requests` requests and
-    `max_seconds` seconds; a request may take `timeout` s before the client gives up on it."""
+    `max_seconds` seconds; a request may take `timeout` s before the client gives up on it.
+    `hosts`: the gateways the connections go to, round robin (default: the cluster's manager);
+    `key`: the API key (default: the cluster's); `pause`: seconds between a connection's
+    requests."""
 
-    def __init__(self, cluster, connections, max_requests, max_seconds, timeout, seed):
+    def __init__(self, cluster, connections, max_requests, max_seconds, timeout, seed, hosts=None, key=None,
+                 pause=0.0, name="load"):
         self.cluster = cluster
-        self.out = os.path.join(cluster.network.tmp, "load.jsonl")
+        self.out = os.path.join(cluster.network.tmp, f"{name}.jsonl")
         self.timeout = timeout
+        hosts = hosts or [cluster.manager_node.ip]
         argv = [sys.executable, os.path.join(HERE, "load.py"),
-                "--host", cluster.manager_node.ip, "--port", str(MANAGER_PORT),
-                "--ca", cluster.ca, "--key", cluster.key, "--model", cluster.model,
+                *[arg for host in hosts for arg in ("--host", host)], "--port", str(MANAGER_PORT),
+                "--ca", cluster.ca, "--key", key or cluster.key, "--model", cluster.model,
                 "--width", str(cluster.width), "--connections", str(connections),
                 "--max-requests", str(max_requests), "--max-seconds", str(max_seconds),
-                "--timeout", str(timeout), "--seed", str(seed), "--out", self.out]
-        self.stderr = open(os.path.join(cluster.network.tmp, "load.err"), "w")
+                "--timeout", str(timeout), "--seed", str(seed), "--pause", str(pause), "--out", self.out]
+        self.stderr = open(os.path.join(cluster.network.tmp, f"{name}.err"), "w")
         self.proc = subprocess.Popen(cluster.client.exec_args(*argv), stdout=subprocess.DEVNULL,
                                      stderr=self.stderr, start_new_session=True)
 

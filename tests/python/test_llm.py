@@ -221,7 +221,7 @@ def test_errors_map_to_openai_exceptions(oc):
         oc.chat.completions.create(model="smollm2", messages=[{"role": "wizard", "content": "hi"}])
     with pytest.raises(openai.BadRequestError, match="priority"):
         oc.chat.completions.create(model="smollm2", messages=CAPITAL, extra_body={"priority": "high"})
-    # vLLM's priority field is accepted (its ordering is tested in llm/tests/engine.rs).
+    # vLLM's priority field is accepted (its ordering is tested in llm/tests/llm/engine.rs).
     r = oc.chat.completions.create(model="smollm2", messages=CAPITAL, max_tokens=2, extra_body={"priority": -3})
     assert r.usage.completion_tokens >= 1
 

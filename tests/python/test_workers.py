@@ -24,6 +24,8 @@ FEEDS = {"input_ids": IDS, "attention_mask": np.ones_like(IDS), "token_type_ids"
 
 
 class Worker:
+    """`infergate worker`, joined to `manager`, with the address it listens on."""
+
     def __init__(self, manager, token, data):
         args = [BIN, "worker", "--join", manager.url, "--join-token", token,
                 "--listen", "127.0.0.1:0", "--data-dir", data, "--instances", "1", "--intra-threads", "1"]
@@ -32,7 +34,9 @@ class Worker:
         threading.Thread(target=lambda: [lines.put(l) for l in self.proc.stderr], daemon=True).start()
         while True:
             line = re.sub(r"\x1b\[[0-9;]*m", "", lines.get(timeout=60))
-            if "worker listening on" in line:
+            m = re.search(r"worker listening on https://(\S+)", line)
+            if m:
+                self.address = m.group(1)
                 break
 
     def stop(self):

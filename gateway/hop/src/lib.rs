@@ -2,6 +2,8 @@
 //! Triton's binary tensors over HTTP/1.1 and mutual TLS.
 //!
 //! - [`tls`]: certificates and verifiers between manager and workers (pinned CA, mutual TLS).
+//! - [`link`]: the hop's deadline on a silent connection (keepalive, `TCP_USER_TIMEOUT`) and
+//!   its connect timeout, on both ends.
 //! - [`pool`]: the manager's keep-alive connections to workers, driven by the requests that
 //!   hold them.
 //! - [`remote`]: one inference on a worker: the request encoded once, sent, its answer decoded;
@@ -12,6 +14,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod link;
 pub mod pool;
 pub mod remote;
 pub mod tls;

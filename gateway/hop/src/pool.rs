@@ -16,7 +16,14 @@
 //! (never a second time once written: the caller decides about other workers). A request
 //! future dropped midway (deadline, client gone) drops its connection, which closes it, so the
 //! worker sees the request cancelled.
+//!
+//! Each connection carries the link's deadline ([`LinkSettings`]): a worker that stops
+//! acknowledging fails its connections within the silence allowed, whatever the request waits
+//! for. A worker the manager declares lost has its idle connections closed
+//! ([`WorkerPool::evict`]): they were opened to a host that stopped answering, and a request
+//! written to one after the link heals could wait on a connection the worker has forgotten.
 
+use crate::link::LinkSettings;
 use bytes::Bytes;
 use http::{HeaderMap, Request, StatusCode};
 use http_body_util::{BodyExt, Full};
@@ -55,7 +62,7 @@ pub struct Answer {
 
 pub struct WorkerPool {
     tls: TlsConnector,
-    connect_timeout: Duration,
+    link: LinkSettings,
     idle: Mutex<Idles>,
 }
 
@@ -82,6 +89,29 @@ struct Conn {
 
 type Driver = http1::Connection<Io, Full<Bytes>>;
 
+/// Why a worker's answer did not come: no connection, or a connection that failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SendFailed {
+    pub message: String,
+    /// The request was written to the worker, at least in part: it may have run there.
+    pub reached: bool,
+}
+
+impl SendFailed {
+    fn unsent(message: String) -> SendFailed {
+        SendFailed {
+            message,
+            reached: false,
+        }
+    }
+}
+
+impl std::fmt::Display for SendFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
 /// How one exchange on a connection failed.
 enum Failed {
     /// The connection was closed before the request was written: safe to send again.
@@ -92,11 +122,11 @@ enum Failed {
 impl WorkerPool {
     /// `tls`: the manager's client configuration (cluster CA, its certificate); its ALPN is
     /// replaced by HTTP/1.1.
-    pub fn new(mut tls: rustls::ClientConfig, connect_timeout: Duration) -> WorkerPool {
+    pub fn new(mut tls: rustls::ClientConfig, link: LinkSettings) -> WorkerPool {
         tls.alpn_protocols = vec![b"http/1.1".to_vec()];
         WorkerPool {
             tls: TlsConnector::from(Arc::new(tls)),
-            connect_timeout,
+            link,
             idle: Mutex::new(Idles {
                 by_worker: HashMap::new(),
                 swept: Instant::now(),
@@ -111,14 +141,20 @@ impl WorkerPool {
         &self,
         advertise: &str,
         mut request: Request<Full<Bytes>>,
-    ) -> Result<Answer, String> {
-        let host = http::HeaderValue::from_str(advertise)
-            .map_err(|_| format!("worker address '{advertise}' is not a valid Host header"))?;
+    ) -> Result<Answer, SendFailed> {
+        let host = http::HeaderValue::from_str(advertise).map_err(|_| {
+            SendFailed::unsent(format!(
+                "worker address '{advertise}' is not a valid Host header"
+            ))
+        })?;
         request.headers_mut().insert(http::header::HOST, host);
         loop {
             let (mut conn, reused) = match self.checkout(advertise) {
                 Some(conn) => (conn, true),
-                None => (self.connect(advertise).await?, false),
+                None => (
+                    self.connect(advertise).await.map_err(SendFailed::unsent)?,
+                    false,
+                ),
             };
             match exchange(&mut conn, request).await {
                 Ok(answer) => {
@@ -126,9 +162,34 @@ impl WorkerPool {
                     return Ok(answer);
                 }
                 Err(Failed::NotSent(unsent, _)) if reused => request = *unsent,
-                Err(Failed::NotSent(_, why) | Failed::Lost(why)) => return Err(why),
+                Err(Failed::NotSent(_, why)) => return Err(SendFailed::unsent(why)),
+                Err(Failed::Lost(why)) => {
+                    return Err(SendFailed {
+                        message: why,
+                        reached: true,
+                    })
+                }
             }
         }
+    }
+
+    /// Closes the idle connections to the worker at `advertise` (it was declared lost or
+    /// removed): how many there were. Connections in use end with their requests.
+    pub fn evict(&self, advertise: &str) -> usize {
+        self.idle
+            .lock()
+            .by_worker
+            .remove(advertise)
+            .map_or(0, |list| list.len())
+    }
+
+    /// Idle connections held for the worker at `advertise`.
+    pub fn idle_count(&self, advertise: &str) -> usize {
+        self.idle
+            .lock()
+            .by_worker
+            .get(advertise)
+            .map_or(0, Vec::len)
     }
 
     fn checkout(&self, advertise: &str) -> Option<Conn> {
@@ -172,6 +233,9 @@ impl WorkerPool {
             // Requests and answers are written whole: no reason to wait for more bytes.
             tcp.set_nodelay(true)
                 .map_err(|e| format!("setting TCP_NODELAY: {e}"))?;
+            self.link
+                .apply(&tcp)
+                .map_err(|e| format!("setting the link's keepalive and timeout: {e}"))?;
             let tls = self
                 .tls
                 .connect(name, tcp)
@@ -186,11 +250,11 @@ impl WorkerPool {
                 driver: Some(Box::pin(driver)),
             })
         };
-        match tokio::time::timeout(self.connect_timeout, connected).await {
+        match tokio::time::timeout(self.link.connect_timeout, connected).await {
             Ok(conn) => conn.map_err(|e| format!("worker {advertise}: {e}")),
             Err(_) => Err(format!(
                 "worker {advertise}: no connection within {:?}",
-                self.connect_timeout
+                self.link.connect_timeout
             )),
         }
     }
@@ -311,7 +375,7 @@ mod tests {
             }
         });
         let client = crate::tls::manager_client_config(&ca).unwrap();
-        let pool = WorkerPool::new(client, Duration::from_secs(5));
+        let pool = WorkerPool::new(client, LinkSettings::default());
         (pool, address, connections)
     }
 
@@ -354,6 +418,26 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn an_evicted_worker_gets_a_new_connection() {
+        let (pool, address, connections) = listener(|tls| async move {
+            let service = hyper::service::service_fn(|_: Request<hyper::body::Incoming>| async {
+                Ok::<_, hyper::Error>(http::Response::new(Full::new(Bytes::from_static(b"ok"))))
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(tls), service)
+                .await;
+        })
+        .await;
+        bounded(pool.send(&address, post("x"))).await.unwrap();
+        assert_eq!(pool.idle_count(&address), 1);
+        assert_eq!(pool.evict(&address), 1);
+        assert_eq!(pool.idle_count(&address), 0);
+        assert_eq!(pool.evict(&address), 0);
+        bounded(pool.send(&address, post("x"))).await.unwrap();
+        assert_eq!(connections.load(Ordering::SeqCst), 2, "not the evicted one");
+    }
+
+    #[tokio::test]
     async fn a_connection_the_worker_closed_while_idle_is_replaced_without_an_error() {
         // Each connection serves one request and closes (as a worker does when it restarts
         // or its idle timer fires): the pooled one is closed when the next request takes it.
@@ -384,7 +468,8 @@ mod tests {
         })
         .await;
         let error = bounded(pool.send(&address, post("x"))).await.err().unwrap();
-        assert!(!error.is_empty());
+        assert!(!error.message.is_empty());
+        assert!(error.reached, "written before the worker died: {error}");
     }
 
     #[tokio::test]
@@ -395,10 +480,11 @@ mod tests {
         let ca = ClusterCa::generate("test").unwrap();
         let pool = WorkerPool::new(
             crate::tls::manager_client_config(&ca).unwrap(),
-            Duration::from_secs(5),
+            LinkSettings::default(),
         );
         let error = bounded(pool.send(&address, post("x"))).await.err().unwrap();
-        assert!(error.contains(&address), "{error}");
+        assert!(error.message.contains(&address), "{error}");
+        assert!(!error.reached, "nothing was sent: {error}");
     }
 
     #[test]

@@ -15,7 +15,7 @@
 use bytes::Bytes;
 use http::StatusCode;
 use infergate_engine::preprocess::{ResizeNormalize, ResizeNormalizeExt};
-use infergate_engine::{InferOptions, Tensor};
+use infergate_engine::{CorrelationId, InferOptions, SequenceFlags, Tensor};
 use infergate_protocol::kserve::{self, InferRequest, InputTensor, HEADER_LENGTH};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -82,7 +82,18 @@ impl Encoded {
 
 /// A model's inputs, as a plain KServe request.
 pub fn encode(inputs: &[Tensor], outputs: &[String], options: InferOptions) -> Encoded {
-    encode_with(inputs, None, outputs, options)
+    encode_with(inputs, None, outputs, options, None)
+}
+
+/// A request of a sequence: its flags travel as Triton's request parameters (`sequence_id`,
+/// `sequence_start`, `sequence_end`), which the worker reads as any client's.
+pub fn encode_sequence(
+    inputs: &[Tensor],
+    outputs: &[String],
+    options: InferOptions,
+    sequence: &SequenceFlags,
+) -> Encoded {
+    encode_with(inputs, None, outputs, options, Some(sequence))
 }
 
 /// A pipeline stage: `inputs` are the op's (pre-op tensors), the worker runs `ops` then the
@@ -93,7 +104,7 @@ pub fn encode_stage(
     outputs: &[String],
     options: InferOptions,
 ) -> Encoded {
-    encode_with(inputs, Some(ops), outputs, options)
+    encode_with(inputs, Some(ops), outputs, options, None)
 }
 
 fn encode_with(
@@ -101,6 +112,7 @@ fn encode_with(
     ops: Option<&ResizeNormalize>,
     outputs: &[String],
     options: InferOptions,
+    sequence: Option<&SequenceFlags>,
 ) -> Encoded {
     let sizes: Vec<usize> = inputs
         .iter()
@@ -124,6 +136,9 @@ fn encode_with(
                 .timeout
                 .map(|t| u64::try_from(t.as_micros()).unwrap_or(u64::MAX)),
             ops,
+            sequence_id: sequence.map(|s| &s.id),
+            sequence_start: sequence.is_some_and(|s| s.start),
+            sequence_end: sequence.is_some_and(|s| s.end),
         },
         outputs: outputs.iter().map(|name| WireOutput { name }).collect(),
     };
@@ -186,10 +201,20 @@ struct WireParameters<'a> {
         skip_serializing_if = "Option::is_none"
     )]
     ops: Option<&'a ResizeNormalize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sequence_id: Option<&'a CorrelationId>,
+    #[serde(skip_serializing_if = "is_false")]
+    sequence_start: bool,
+    #[serde(skip_serializing_if = "is_false")]
+    sequence_end: bool,
 }
 
 fn is_zero(n: &u32) -> bool {
     *n == 0
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 #[derive(Serialize)]
@@ -241,9 +266,10 @@ pub enum Failure {
     /// The worker answered with an error that is the request's or the model's (4xx, 500): the
     /// client gets it as is, no retry (another worker would answer the same).
     Answered(Refusal),
-    /// No answer (connection refused or reset, the worker died mid-response) or the worker
-    /// refused new work (503 while draining): safe to try another worker.
-    Unreachable(String),
+    /// No answer (connection refused or reset, the worker died mid-response, the link went
+    /// silent) or the worker refused new work (503 while draining): another worker may be
+    /// tried. `reached`: the request was written to the worker, which may have run it.
+    Unreachable { why: String, reached: bool },
     /// The request's deadline passed with the worker silent (hung): not retried, the time
     /// is spent.
     TimedOut(String),
@@ -314,6 +340,10 @@ pub async fn send(
     if let Some(len) = request.header_len {
         call = call.header(HEADER_LENGTH, len);
     }
+    // The worker's spans join the trace of the span this hop runs in.
+    if let Some(headers) = call.headers_mut() {
+        infergate_telemetry::w3c::inject(&tracing::Span::current(), headers);
+    }
     let call = call
         .body(http_body_util::Full::new(request.body.clone()))
         .map_err(|e| {
@@ -327,7 +357,12 @@ pub async fn send(
         })?;
     let answer = match tokio::time::timeout(timeout, pool.send(advertise, call)).await {
         Ok(Ok(answer)) => answer,
-        Ok(Err(why)) => return Err(Failure::Unreachable(format!("worker {advertise}: {why}"))),
+        Ok(Err(failed)) => {
+            return Err(Failure::Unreachable {
+                why: format!("worker {advertise}: {}", failed.message),
+                reached: failed.reached,
+            })
+        }
         Err(_) => {
             return Err(Failure::TimedOut(format!(
                 "worker {advertise} did not answer within {timeout:?}"
@@ -356,9 +391,11 @@ pub async fn send(
     }
     let message = message.unwrap_or_else(|| format!("worker {advertise} answered {status}"));
     if status == StatusCode::SERVICE_UNAVAILABLE {
-        return Err(Failure::Unreachable(format!(
-            "worker {advertise}: {message}"
-        )));
+        // The worker refused it (draining, its queue full): nothing ran.
+        return Err(Failure::Unreachable {
+            why: format!("worker {advertise}: {message}"),
+            reached: false,
+        });
     }
     // The worker's answer is relayed as it was given (its status says whose fault).
     Err(Failure::Answered(Refusal {
@@ -429,6 +466,30 @@ mod tests {
         assert_eq!(stage_ops(&request).unwrap(), ops);
         let inputs = kserve::decode_inputs(&mut request, &encoded.body[header_len..]).unwrap();
         assert_eq!(inputs, vec![image]);
+    }
+
+    #[test]
+    fn a_sequence_request_carries_tritons_parameters() {
+        let x = Tensor::from_f32("x", vec![1, 1], &[2.0]).unwrap();
+        let flags = SequenceFlags {
+            id: CorrelationId::Str("s-1".into()),
+            start: true,
+            end: false,
+        };
+        let encoded = encode_sequence(
+            std::slice::from_ref(&x),
+            &[],
+            InferOptions::default(),
+            &flags,
+        );
+        let header_len = encoded.header_len.unwrap();
+        let request = kserve::parse_request(&encoded.body[..header_len]).unwrap();
+        assert_eq!(request.parameters["sequence_id"], json!("s-1"));
+        assert_eq!(request.parameters["sequence_start"], json!(true));
+        assert!(!request.parameters.contains_key("sequence_end"));
+        let plain = encode(&[x], &[], InferOptions::default());
+        let request = kserve::parse_request(&plain.body[..plain.header_len.unwrap()]).unwrap();
+        assert!(!request.parameters.contains_key("sequence_id"));
     }
 
     #[test]

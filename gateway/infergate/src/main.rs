@@ -1,6 +1,11 @@
 //! `infergate`: the command line ([`cli`]) and the wiring of the gateway's crates into one
 //! binary. `serve` runs `infergate_server`, `worker` runs `infergate_worker`; the offline
 //! commands work on a data directory through `infergate_store` and `infergate_service`.
+//!
+//! It owns the command line, the offline commands' output and the admin API client of
+//! `--url`. It must not hold what the server, the worker or the service decide (routes,
+//! inference, admission, store queries of its own): a command calls those crates' functions, so
+//! their tests cover the behaviour without this binary.
 
 #![forbid(unsafe_code)]
 

@@ -32,11 +32,56 @@ pub fn header_length(headers: &HeaderMap) -> ApiResult<Option<usize>> {
 /// A request body as its document and decoded input tensors; a body that does not decode is
 /// the client's fault (400).
 pub fn decode(headers: &HeaderMap, body: &[u8]) -> ApiResult<(InferRequest, Vec<Tensor>)> {
+    decode_with(headers, body, &mut |_, _, _| Ok(None))
+}
+
+/// [`decode`], reading the inputs that live in shared memory with `shared`: given the input's
+/// parameters, datatype and element count, its data (`Ok(None)`: no shared memory here).
+pub fn decode_with(
+    headers: &HeaderMap,
+    body: &[u8],
+    shared: &mut SharedInput<'_>,
+) -> ApiResult<(InferRequest, Vec<Tensor>)> {
     let (json_part, binary_part) =
         infergate_protocol::binary::split_body(body, header_length(headers)?)?;
     let mut request = kserve::parse_request(json_part)?;
-    let inputs = kserve::decode_inputs(&mut request, binary_part)?;
-    Ok((request, inputs))
+    // The service's own error (a region not found, a shrunk object) is kept as it is rather
+    // than folded into the decoder's message.
+    let mut failed = None;
+    let decoded =
+        kserve::decode_inputs_with(&mut request, binary_part, &mut |input, datatype, count| {
+            shared(&input.parameters, datatype, count).map_err(|e| {
+                let message = e.message.clone();
+                failed = Some(e);
+                message
+            })
+        });
+    match (decoded, failed) {
+        (Ok(inputs), _) => Ok((request, inputs)),
+        (Err(_), Some(e)) => Err(e),
+        (Err(e), None) => Err(e.into()),
+    }
+}
+
+/// Reads an input that lives in shared memory (see [`decode_with`]).
+pub type SharedInput<'a> = dyn FnMut(
+        &serde_json::Map<String, serde_json::Value>,
+        infergate_engine::DataType,
+        usize,
+    ) -> ApiResult<Option<infergate_engine::TensorData>>
+    + 'a;
+
+/// Whether a request body's JSON part mentions `word` (a parameter name): a cheap look before
+/// a manager relays a body undecoded, for what only a decoded request can be routed by (shared
+/// memory, sequences).
+pub fn mentions(headers: &HeaderMap, body: &[u8], word: &str) -> ApiResult<bool> {
+    let json_part = match header_length(headers)? {
+        Some(n) => body.get(..n).unwrap_or(body),
+        None => body,
+    };
+    Ok(json_part
+        .windows(word.len())
+        .any(|window| window == word.as_bytes()))
 }
 
 /// The answer: JSON, or JSON header + binary tensors as the request asked; with a pipeline's

@@ -2,7 +2,9 @@
 //! come as typed `contents` or as `raw_input_contents` (one entry per input, what tritonclient
 //! and perf_analyzer send); outputs always go out as `raw_output_contents`, as Triton answers.
 
+pub use crate::codec::SharedInput;
 use crate::proto::infer_parameter::ParameterChoice;
+use crate::proto::model_infer_request::InferInputTensor;
 use crate::proto::model_infer_response::InferOutputTensor;
 use crate::proto::{InferParameter, InferTensorContents, ModelInferRequest, ModelInferResponse};
 use infergate_engine::{DataType, Tensor, TensorData};
@@ -62,21 +64,61 @@ pub fn request(message: &ModelInferRequest) -> InferRequest {
 
 /// Decodes every input; errors are the client's (INVALID_ARGUMENT) and name the tensor.
 pub fn decode_inputs(message: &ModelInferRequest) -> ApiResult<Vec<Tensor>> {
+    decode_inputs_with(message, &mut |_, _, _| Ok(None))
+}
+
+/// [`decode_inputs`], reading the inputs that name a shared-memory region with `shared`. Those
+/// carry no `raw_input_contents` entry (as tritonclient sends them): the raw entries belong to
+/// the other inputs, in order.
+pub fn decode_inputs_with(
+    message: &ModelInferRequest,
+    shared: &mut SharedInput<'_>,
+) -> ApiResult<Vec<Tensor>> {
     let raw = &message.raw_input_contents;
-    if !raw.is_empty() && raw.len() != message.inputs.len() {
+    let in_shared_memory = |input: &InferInputTensor| {
+        input
+            .parameters
+            .contains_key(infergate_protocol::kserve::SHARED_MEMORY_REGION)
+    };
+    let carried = message
+        .inputs
+        .iter()
+        .filter(|input| !in_shared_memory(input))
+        .count();
+    if !raw.is_empty() && raw.len() != carried {
         return Err(ApiError::bad_request(format!(
-            "{} raw_input_contents for {} inputs: send one per input, in the inputs' order",
+            "{} raw_input_contents for {carried} inputs not in shared memory: send one per input, in the inputs' order",
             raw.len(),
-            message.inputs.len()
         )));
     }
     let mut tensors = Vec::with_capacity(message.inputs.len());
-    for (i, input) in message.inputs.iter().enumerate() {
+    let mut next_raw = 0;
+    for input in &message.inputs {
         let bad = |m: String| ApiError::bad_request(format!("input '{}': {m}", input.name));
         let datatype = DataType::from_name(&input.datatype)
             .ok_or_else(|| bad(format!("unknown datatype '{}'", input.datatype)))?;
         let count = limits::declared_elements(&input.shape).map_err(bad)?;
-        let data = match (raw.get(i), &input.contents) {
+        if in_shared_memory(input) {
+            if input.contents.is_some() {
+                return Err(bad(
+                    "contents must be empty when shared_memory_region is used".into(),
+                ));
+            }
+            let data = shared(&parameters(&input.parameters), datatype, count)?
+                .ok_or_else(|| bad("shared memory is not available on this endpoint".into()))?;
+            tensors.push(Tensor {
+                name: input.name.clone(),
+                datatype,
+                shape: input.shape.clone(),
+                data,
+            });
+            continue;
+        }
+        let own_raw = raw.get(next_raw);
+        if own_raw.is_some() {
+            next_raw += 1;
+        }
+        let data = match (own_raw, &input.contents) {
             (Some(_), Some(_)) => {
                 return Err(bad(
                     "contents must be empty when raw_input_contents is used".into(),
@@ -112,14 +154,40 @@ fn typed(c: &InferTensorContents) -> TypedContents<'_> {
 
 /// The answer: output metadata plus one raw entry per output, in the same order.
 pub fn response(inferred: Inferred, id: String) -> ModelInferResponse {
+    response_with(inferred, id, &[])
+}
+
+/// [`response`], with the outputs in `shared` (written into the client's shared memory
+/// already) named rather than carried: their raw entry is empty, so that the entries keep the
+/// outputs' order as clients index them.
+pub fn response_with(inferred: Inferred, id: String, shared: &[&str]) -> ModelInferResponse {
     let mut outputs = Vec::with_capacity(inferred.outputs.len());
     let mut raw = Vec::with_capacity(inferred.outputs.len());
     for tensor in inferred.outputs {
+        let mut parameters = HashMap::new();
+        if shared.contains(&tensor.name.as_str()) {
+            let size = binary::encoded_len(&tensor) as i64;
+            parameters.insert(
+                "shared_memory_byte_size".to_string(),
+                InferParameter {
+                    parameter_choice: Some(ParameterChoice::Int64Param(size)),
+                },
+            );
+            outputs.push(InferOutputTensor {
+                name: tensor.name,
+                datatype: tensor.datatype.name().to_string(),
+                shape: tensor.shape,
+                parameters,
+                contents: None,
+            });
+            raw.push(Vec::new());
+            continue;
+        }
         outputs.push(InferOutputTensor {
             name: tensor.name.clone(),
             datatype: tensor.datatype.name().to_string(),
             shape: tensor.shape.clone(),
-            parameters: HashMap::new(),
+            parameters,
             contents: None,
         });
         raw.push(match tensor.data {

@@ -5,7 +5,7 @@
 
 use axum::response::{IntoResponse, Response};
 use http::{HeaderValue, StatusCode};
-use infergate_service::error::{ApiError, Kind};
+use infergate_service::error::{ApiError, Kind, LimitFields};
 use std::sync::Arc;
 
 /// The HTTP status of a kind of error.
@@ -56,11 +56,28 @@ pub fn respond_with(error: ApiError, body: impl serde::Serialize) -> Response {
             .headers_mut()
             .insert(http::header::RETRY_AFTER, HeaderValue::from(secs));
     }
+    if let Some(fields) = &error.limit_fields {
+        set_limit_fields(response.headers_mut(), fields);
+    }
     if error.is_before_body() {
         response.extensions_mut().insert(DrainRequestBody);
     }
     response.extensions_mut().insert(Logged(Arc::new(error)));
     response
+}
+
+/// `RateLimit-Policy` and `RateLimit` (draft-ietf-httpapi-ratelimit-headers) with the items of
+/// a limit the service reports (a token budget's); the admission middleware puts the request
+/// policy's items before them.
+pub fn set_limit_fields(headers: &mut http::HeaderMap, fields: &LimitFields) {
+    for (name, value) in [
+        ("ratelimit-policy", &fields.policy),
+        ("ratelimit", &fields.current),
+    ] {
+        if let Ok(v) = HeaderValue::from_str(value) {
+            headers.insert(name, v);
+        }
+    }
 }
 
 /// A service error on its way out of an HTTP handler: `{"error": message}` with the kind's

@@ -10,7 +10,9 @@
 //! - [`credentials`]: the key in HTTP headers or gRPC metadata.
 //! - [`http_error`]: the service's errors as HTTP statuses and bodies.
 //!
-//! It holds no routes and no state: the server and the worker each serve their own.
+//! It holds no routes and no state: the server and the worker each serve their own. It must
+//! not reach into either of them (both depend on it), nor decide anything the service decides
+//! (what runs where, who may call).
 
 #![forbid(unsafe_code)]
 
@@ -41,6 +43,9 @@ pub const EXTENSIONS: &[&str] = &[
     "model_configuration",
     "model_repository",
     "statistics",
+    "system_shared_memory",
+    "sequence",
+    "parameters",
     "infergate_pipelines",
     "infergate_websocket_stream",
     "infergate_events",

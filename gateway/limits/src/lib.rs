@@ -11,6 +11,10 @@
 //! `max(TAT, now) + T - now <= tau`, and then TAT moves to `max(TAT, now) + T`. The TAT is
 //! updated with a compare-and-swap loop, so concurrent requests can never both take the last
 //! slot: the limit is exact under any concurrency.
+//!
+//! It owns the limits' types and the in-process limiter only. It must not do I/O (no tokio,
+//! hyper or store: `scripts/check_layers.sh`): limits shared by replicas (Redis) and where a
+//! key's limits come from are the service's (`infergate_service::admission`).
 
 use parking_lot::RwLock;
 use serde::{Deserialize, Serialize};

@@ -44,6 +44,16 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     };
     let plugin_host = Arc::new(infergate_service::startup::plugin_host(&config, &store)?);
     let state = Arc::new(AppState::new(config.clone(), store, engine, plugin_host)?);
+    if let Some(access) = state.anonymous() {
+        tracing::warn!("{}", access.warning());
+    }
+    if let Some(shm) = state.shared_memory() {
+        tracing::info!(
+            key_prefix = shm.prefix(),
+            "system shared memory: loopback callers may register objects named {}*; set [shared_memory] key_prefix to confine them, or enabled = false",
+            shm.prefix()
+        );
+    }
     // Workers reach this listener by the cluster's own server name and certificate.
     let tls = match tls {
         Some(acceptor) => Some(tokio_rustls::TlsAcceptor::from(
@@ -59,6 +69,11 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     state.plugins().prune_cache(state.store())?;
     state.apply_model_configs().await;
     infergate_service::replica_sync::spawn(&state);
+    infergate_service::traffic::spawn(&state);
+    infergate_service::token_accounting::TokenAccounting::spawn_flusher(
+        state.tokens().accounting(),
+        state.store().clone(),
+    );
     infergate_service::chat_models::LlmModels::spawn_idle_unloader(state.llm());
     let handler = api::front::Handler::Api(Arc::new(api::router(state.clone())));
     let listener = tokio::net::TcpListener::bind(config.listen)

@@ -1,11 +1,11 @@
 //! Streamed tokens written in bursts instead of one by one.
 //!
-//! Every write of a streamed token costs a wake-up of the writer task, a TLS record, a syscall
-//! and a wake-up of the client, which on these 2-vCPU VMs took 15–20% of the textgen model's
-//! step time. The generation holds back tokens produced within `interval` of the last release
-//! and releases them together with the next one after it (or with any non-token event, which
-//! never waits). No timer is involved: a held token waits at most `interval` plus one model
-//! step, and a model slower than `interval` per step sends every token at once.
+//! Every write of a streamed token costs a wake-up of the writer task, a TLS record, a syscall and
+//! a wake-up of the client: on a small model, a sizeable share of its step time (`cargo bench -p
+//! infergate --bench streaming`). The generation holds back tokens produced within `interval` of
+//! the last release and releases them together with the next one after it (or with any non-token
+//! event, which never waits). No timer is involved: a held token waits at most `interval` plus one
+//! model step, and a model slower than `interval` per step sends every token at once.
 
 use std::time::{Duration, Instant};
 

@@ -31,6 +31,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::{Notify, OwnedSemaphorePermit};
 use tokio::time::{Instant, Sleep};
 
+use crate::client_addr::PeerAddr;
 use crate::peers::PeerSlot;
 
 tokio::task_local! {
@@ -174,6 +175,8 @@ pub trait Handle: Clone + Send + Sync + 'static {
 pub struct ConnService<H> {
     pub handler: H,
     pub connection: Arc<Connection>,
+    /// The connection's peer, put in each request's extensions ([`PeerAddr`]).
+    pub peer: std::net::SocketAddr,
     pub limits: Arc<Limits>,
     pub draining: Draining,
 }
@@ -198,6 +201,8 @@ impl<H: Handle> hyper::service::Service<Request<Incoming>> for ConnService<H> {
             let response = with_body(HttpError(error).into_response(), in_flight);
             return Box::pin(async move { Ok(response) });
         }
+        let mut request = request;
+        request.extensions_mut().insert(PeerAddr(self.peer));
         let request = if request.uri().path() != GRPC_STREAM_PATH {
             let (gap, min_rate) = (
                 Duration::from_secs(limits.body_timeout_s.max(1)),

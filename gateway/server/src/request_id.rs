@@ -2,6 +2,9 @@
 //! `A-Za-z0-9-_.:/+=@`), otherwise a fresh random one. It is returned in `X-Request-Id` on
 //! every response, carried by the request's tracing span (so every log line of the request
 //! names it), and available to handlers as the [`RequestId`] extension.
+//!
+//! While traces are exported, the same span continues the caller's W3C `traceparent` (see
+//! [`infergate_telemetry::w3c`]) and the response names its trace in `X-Trace-Id`.
 
 use axum::extract::Request;
 use axum::response::Response;
@@ -50,8 +53,13 @@ pub fn generate() -> String {
 }
 
 /// Gives `request` its id and runs `next` with it: outermost (`api::front`), so even refused
-/// requests carry their id and are logged.
-pub async fn identified<F, Fut>(mut request: Request, next: F) -> Response
+/// requests carry their id and are logged. `trusted_sampling` says whether the caller's
+/// `traceparent` sampled flag may decide that its trace is recorded.
+pub async fn identified<F, Fut>(
+    mut request: Request,
+    trusted_sampling: impl FnOnce(&Request) -> bool,
+    next: F,
+) -> Response
 where
     F: FnOnce(Request) -> Fut,
     Fut: Future<Output = Response>,
@@ -69,6 +77,10 @@ where
     // lines below (both are cheap to keep: the method is an enum, the URI shares the head's
     // buffer).
     let span = tracing::info_span!("request", request_id = %id);
+    if infergate_telemetry::exporting() {
+        let trusted = trusted_sampling(&request);
+        infergate_telemetry::w3c::continue_in(&span, request.headers(), trusted);
+    }
     let method = request.method().clone();
     let uri = request.uri().clone();
     request.extensions_mut().insert(RequestId(id.clone()));
@@ -86,6 +98,11 @@ where
     });
     if let Ok(value) = HeaderValue::from_str(&id) {
         response.headers_mut().insert(HEADER, value);
+    }
+    if let Some(trace) = infergate_telemetry::w3c::trace_id(&span) {
+        response
+            .headers_mut()
+            .insert(infergate_telemetry::w3c::TRACE_ID, trace);
     }
     response
 }

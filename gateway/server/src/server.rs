@@ -212,6 +212,7 @@ async fn watch_connection<I, H: Handle>(
     let service = ConnService {
         handler: setup.handler.clone(),
         connection: connection.clone(),
+        peer,
         limits: setup.limits.clone(),
         draining: setup.state.drain().draining(),
     };

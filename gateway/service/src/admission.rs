@@ -10,19 +10,25 @@ use infergate_limits::{Admission, LimitKind, Limits, RateLimit, Rejection};
 
 /// Checks one request (or WebSocket message) of `caller` against its limits, counting refusals
 /// in the metrics. With a shared limiter the rate is checked there and the concurrency cap
-/// here (caps hold per replica).
+/// here (caps hold per replica). Anonymous callers are limited per client address and counted
+/// together.
 pub async fn admit(state: &AppState, caller: &Caller) -> Result<Admission, Rejection> {
-    let (id, limits) = (caller.id(), caller.limits());
+    let (id, limits) = (caller.limit_id(), caller.limits());
     let admitted = match (state.shared_limits(), &limits.rate) {
         (Some(shared), Some(rate)) => admit_shared(state, shared, id, limits, rate).await,
         _ => state.limiter().check(id, limits),
     };
     let now = crate::history::now_ms();
-    state.metrics().keys.record(id, admitted.is_ok(), now);
+    state
+        .metrics()
+        .keys
+        .record(caller.id(), admitted.is_ok(), now);
     admitted.inspect_err(|r| {
-        state.metrics().rate_limited(id, r.kind.as_str());
+        state
+            .metrics()
+            .rate_limited(&caller.label(), r.kind.as_str());
         tracing::debug!(
-            key_id = id,
+            key_id = caller.id(),
             reason = r.kind.as_str(),
             "request refused by the limiter"
         );

@@ -75,48 +75,54 @@ impl Catalog {
     }
 
     /// A version the newest version's `version_policy` serves, or the policy's default when
-    /// `version` is None (the newest without a policy). 404 names what is missing.
+    /// `version` is None (the newest without a policy). 404 names what is missing, in Triton's
+    /// words first ("Request for unknown model: 'm' is not found", which its clients match).
     pub fn resolve(&self, name: &str, version: Option<u64>) -> ApiResult<Arc<ModelRecord>> {
         let models = self.models.read();
-        let entry = models
-            .get(name)
-            .ok_or_else(|| ApiError::not_found(format!("unknown model '{name}'")))?;
+        let unknown =
+            || ApiError::not_found(format!("Request for unknown model: '{name}' is not found"));
+        let no_version = |v: u64, why: &str| {
+            ApiError::not_found(format!(
+                "Request for unknown model: '{name}' version {v} is not found{why}"
+            ))
+        };
+        let entry = models.get(name).ok_or_else(unknown)?;
         let versions = &entry.versions;
-        let newest = versions
-            .values()
-            .next_back()
-            .ok_or_else(|| ApiError::not_found(format!("unknown model '{name}'")))?;
+        let newest = versions.values().next_back().ok_or_else(unknown)?;
         // Without a policy every stored version is addressable and the newest is the default.
         let Some(policy) = &entry.policy else {
             return match version {
-                Some(v) => versions.get(&v).cloned().ok_or_else(|| {
-                    ApiError::not_found(format!("model '{name}' has no version {v}"))
-                }),
+                Some(v) => versions.get(&v).cloned().ok_or_else(|| no_version(v, "")),
                 None => Ok(newest.clone()),
             };
         };
         let available: Vec<u64> = versions.keys().copied().collect();
         let servable = policy.servable(&available);
         let wanted = match version {
-            Some(v) if !versions.contains_key(&v) => {
-                return Err(ApiError::not_found(format!(
-                    "model '{name}' has no version {v}"
-                )))
-            }
+            Some(v) if !versions.contains_key(&v) => return Err(no_version(v, "")),
             Some(v) if !servable.versions.contains(&v) => {
-                return Err(ApiError::not_found(format!(
-                    "model '{name}' version {v} is not served by its version policy"
-                )))
+                return Err(no_version(v, " (its version policy does not serve it)"))
             }
             Some(v) => v,
             None => servable.default.ok_or_else(|| {
-                ApiError::not_found(format!("model '{name}' has no version its policy serves"))
+                ApiError::not_found(format!(
+                    "Request for unknown model: '{name}' has no available versions (none its version policy serves)"
+                ))
             })?,
         };
         versions
             .get(&wanted)
             .cloned()
-            .ok_or_else(|| ApiError::not_found(format!("model '{name}' has no version {wanted}")))
+            .ok_or_else(|| no_version(wanted, ""))
+    }
+
+    /// One stored version, whatever the version policy serves (a traffic split names its
+    /// versions itself).
+    pub fn version(&self, name: &str, version: u64) -> Option<Arc<ModelRecord>> {
+        self.models
+            .read()
+            .get(name)
+            .and_then(|m| m.versions.get(&version).cloned())
     }
 
     pub fn versions(&self, name: &str) -> Vec<Arc<ModelRecord>> {

@@ -1,17 +1,20 @@
 //! Chat models (GGUF files, run by `infergate-llm`) in the gateway: which registered versions
 //! are GGUF, loading them on first use, unloading them when idle (`unload_after_s` in the
 //! version's config, as for ONNX models), and a memory check against the engine's host memory
-//! budget.
+//! budget. A version that serves embeddings gets an embedding context of its own beside its
+//! chat context (the weights shared), made on its first embeddings request; its memory counts
+//! in the budget from then on.
 
 use crate::catalog::model_key;
 use crate::error::{ApiError, ApiResult};
 use infergate_engine::{Engine, ModelConfig, ModelKey, ModelSignature};
-use infergate_llm::{Fault, GgufInfo, LlmConfig, LlmError, LlmModel};
+use infergate_llm::{Embedder, Fault, GgufInfo, LlmConfig, LlmError, LlmModel};
 use infergate_store::models::ModelRecord;
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::OnceCell;
@@ -89,10 +92,24 @@ pub fn api_error(e: LlmError) -> ApiError {
 
 struct Entry {
     model: OnceCell<LlmModel>,
+    /// Its embedding context, once a request asked for embeddings.
+    embedder: OnceCell<Embedder>,
     last_used: Mutex<Instant>,
     unload_after: Option<Duration>,
-    /// Bytes counted against the host memory budget while loaded.
+    /// Bytes counted against the host memory budget while loaded: the chat model's, and its
+    /// embedding context's once made.
     bytes: u64,
+    embedding_bytes: AtomicU64,
+}
+
+impl Entry {
+    fn counted_bytes(&self) -> u64 {
+        if self.model.initialized() {
+            self.bytes + self.embedding_bytes.load(Ordering::Relaxed)
+        } else {
+            0
+        }
+    }
 }
 
 /// The loaded chat models, by version.
@@ -122,7 +139,7 @@ impl LlmModels {
         file: impl Future<Output = ApiResult<PathBuf>>,
     ) -> ApiResult<LlmModel> {
         let key = model_key(record);
-        let config = self.config.clone();
+        let config = self.config.for_model(&record.name);
         let entry = {
             let mut entries = self.entries.lock();
             entries
@@ -134,9 +151,11 @@ impl LlmModels {
                         .map(Duration::from_secs);
                     Arc::new(Entry {
                         model: OnceCell::new(),
+                        embedder: OnceCell::new(),
                         last_used: Mutex::new(Instant::now()),
                         unload_after,
                         bytes: memory_estimate(record, &config),
+                        embedding_bytes: AtomicU64::new(0),
                     })
                 })
                 .clone()
@@ -178,8 +197,7 @@ impl LlmModels {
             .entries
             .lock()
             .values()
-            .filter(|e| e.model.initialized())
-            .map(|e| e.bytes)
+            .map(|e| e.counted_bytes())
             .sum();
         if onnx + chat + bytes > budget {
             return Err(ApiError::unavailable(format!(
@@ -188,6 +206,49 @@ impl LlmModels {
             )));
         }
         Ok(())
+    }
+
+    /// The embedding context of `record` (a GGUF version), made on first use beside its chat
+    /// model (loaded first if it is not), with `[llm.embeddings]` (or the model's own). Its
+    /// estimated memory (the KV cache of one batch) must fit the budget; what it measured
+    /// once made is counted from then on.
+    pub async fn embedder(
+        &self,
+        record: &ModelRecord,
+        file: impl Future<Output = ApiResult<PathBuf>>,
+    ) -> ApiResult<Embedder> {
+        let model = self.get(record, file).await?;
+        let key = model_key(record);
+        let Some(entry) = self.entries.lock().get(&key).cloned() else {
+            return Err(
+                ApiError::unavailable(format!("chat model '{key}' was unloaded; retry"))
+                    .retry_after(1),
+            );
+        };
+        let config = self.config.for_model(&record.name).embeddings;
+        let embedder = entry
+            .embedder
+            .get_or_try_init(|| async {
+                let per_token = record
+                    .signature
+                    .metadata
+                    .get("kv_bytes_per_token")
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .unwrap_or(0);
+                self.check_budget(&key, per_token * u64::from(config.batch_tokens))?;
+                tracing::info!(model = %key, "starting an embedding context");
+                let embedder = tokio::task::spawn_blocking(move || model.embedder(config))
+                    .await
+                    .map_err(|e| ApiError::internal(format!("embedding start failed: {e}")))?
+                    .map_err(api_error)?;
+                entry
+                    .embedding_bytes
+                    .store(embedder.memory_bytes(), Ordering::Relaxed);
+                Ok::<_, ApiError>(embedder)
+            })
+            .await?;
+        *entry.last_used.lock() = Instant::now();
+        Ok(embedder.clone())
     }
 
     /// The loaded chat models, for `/metrics` and the model views.
@@ -204,6 +265,14 @@ impl LlmModels {
             .lock()
             .get(key)
             .is_some_and(|e| e.model.initialized())
+    }
+
+    /// Bytes a version's embedding context counts in the memory budget (0 without one).
+    pub fn embedding_bytes(&self, key: &ModelKey) -> u64 {
+        self.entries
+            .lock()
+            .get(key)
+            .map_or(0, |e| e.embedding_bytes.load(Ordering::Relaxed))
     }
 
     /// Sequences running or waiting on a version (0 when not loaded).

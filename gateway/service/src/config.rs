@@ -1,32 +1,43 @@
 //! Configuration: defaults, overridden by a TOML file, overridden by environment variables,
 //! overridden by command-line flags (clap reads flags and `INFERGATE_*` variables together,
 //! flags first).
+//!
+//! The configuration reference (`infergate reference config`, the book's configuration page)
+//! is generated from these types' JSON Schema (`schemars`): each field's name as serde reads
+//! it, its doc comment and its default. So a field's doc comment is written for the operator
+//! who sets it, and a default that depends on the machine is described with
+//! `#[schemars(extend("x-default" = "..."))]` rather than printed.
 
 use crate::cors::CorsConfig;
 use infergate_engine::kernels::DeviceChoice;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::num::{NonZeroU32, NonZeroUsize};
 use std::path::{Path, PathBuf};
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
-    /// Address to listen on.
+    /// Address of the HTTPS listener (HTTP/1.1 and HTTP/2).
     pub listen: SocketAddr,
-    /// Data directory: SQLite database, model files, TLS material, admin key.
+    /// Data directory: the SQLite database, model and plugin files, TLS material, the admin
+    /// key.
     pub data_dir: PathBuf,
-    /// Path of libonnxruntime.so.
+    /// Path of `libonnxruntime.so` (setup installs 1.31.1 from PyPI).
+    #[schemars(extend("x-default" = "`$ORT_DYLIB_PATH`"))]
     pub ort_lib: Option<PathBuf>,
-    /// Serve plain HTTP instead of TLS (development only).
+    /// Serve plain HTTP instead of TLS (development only; logs a warning).
     pub insecure_http: bool,
     pub tls: TlsConfig,
     pub limits: Limits,
     pub engine: EngineSettings,
     pub plugins: PluginSettings,
-    /// Log format: "text" or "json".
+    /// Log format: `text` or `json`. Text is coloured only when standard error is a terminal
+    /// and `NO_COLOR` is unset; the level comes from `INFERGATE_LOG`.
     pub log_format: String,
-    /// The dashboard's built files, served instead of the copy embedded in the binary.
+    /// A directory of the dashboard's built files to serve at `/` instead of the copy
+    /// embedded in the binary.
+    #[schemars(extend("x-default" = "the copy embedded in the binary"))]
     pub dashboard_dir: Option<PathBuf>,
     pub cors: CorsConfig,
     pub metrics: MetricsConfig,
@@ -34,22 +45,32 @@ pub struct Config {
     pub websocket: WebSocketConfig,
     pub grpc: GrpcConfig,
     pub llm: infergate_llm::LlmConfig,
-    /// Workers on other hosts: see `workers`.
     pub cluster: ClusterConfig,
-    /// The database: SQLite in the data directory, or PostgreSQL shared by replicas.
     pub store: infergate_store::StoreConfig,
-    /// Threads of the async runtime (connections, TLS, HTTP, request decode and encode); absent
-    /// or 0: half the cores (rounded up) beside a local engine, every core without one
-    /// (`infergate_engine::sizing::async_threads`).
+    /// Callers without a key: anonymous access and the proxies trusted to name a client.
+    pub auth: crate::anonymous::AuthConfig,
+    /// Triton's system shared-memory extension (tensors in the client's shared memory).
+    pub shared_memory: SharedMemoryConfig,
+    /// The response cache shared by the models whose config enables it.
+    pub cache: CacheConfig,
+    /// OpenTelemetry traces exported over OTLP (see the book's "Tracing").
+    pub tracing: TracingConfig,
+    /// Threads of the async runtime: connections, TLS, HTTP, request decode and encode; 0 =
+    /// the default.
+    #[schemars(extend(
+        "x-default" = "half the cores, rounded up (2 cores: 1); every core without a local engine"
+    ))]
     pub async_threads: Option<usize>,
 }
 
 /// KServe v2 over gRPC (Triton's `GRPCInferenceService`) on its own port, with the same TLS,
 /// keys and limits as HTTP.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct GrpcConfig {
+    /// Serve KServe v2 over gRPC.
     pub enabled: bool,
+    /// Address of the gRPC listener (TLS like `listen`).
     pub listen: SocketAddr,
 }
 
@@ -62,34 +83,98 @@ impl Default for GrpcConfig {
     }
 }
 
-/// `[cluster]` in the configuration file.
-#[derive(Debug, Clone, Deserialize)]
+/// `[shared_memory]`: Triton's system shared-memory extension. Shared memory only works on the
+/// caller's own host, so it is offered to loopback callers only (a caller elsewhere is told
+/// so); regions belong to the caller that registered them.
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct SharedMemoryConfig {
+    /// Serve Triton's system shared-memory extension (to loopback callers).
+    pub enabled: bool,
+    /// Only POSIX shared-memory objects whose key starts with this prefix may be registered
+    /// (never another program's segments, never a path). tritonclient's examples use keys such
+    /// as `/input_simple`: a prefix of `/` followed by a word lets a deployment choose.
+    pub key_prefix: String,
+    /// Regions one caller may hold at once (each keeps a file descriptor open).
+    pub max_regions_per_caller: usize,
+}
+
+impl Default for SharedMemoryConfig {
+    fn default() -> Self {
+        SharedMemoryConfig {
+            enabled: true,
+            key_prefix: "/".into(),
+            max_regions_per_caller: 64,
+        }
+    }
+}
+
+/// Workers on other hosts: how the manager watches them and sends them requests (see the
+/// book's "Manager and workers").
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ClusterConfig {
-    /// Run requests on this server's own engine too (one more worker); false: route to workers
-    /// only.
+    /// Run requests on this server's own engine too (one more worker); `false`: route every
+    /// request to workers.
     pub local_engine: bool,
-    /// How often workers report.
+    /// How often workers report, in milliseconds.
     pub heartbeat_ms: u64,
     /// Reports a worker may miss before it is lost (out of routing).
     pub missed_heartbeats: NonZeroU32,
-    /// How long the manager waits for a worker's answer to one request.
+    /// Seconds the manager waits for a worker's answer to one request.
     pub request_timeout_s: u64,
-    /// When a model's least loaded copy would keep a new request waiting longer than this,
-    /// one more worker loads it.
+    /// A TCP connect, then the TLS and HTTP handshakes, to a worker (inference and loads).
+    pub connect_timeout_ms: u64,
+    /// The hop's own deadline: a connection to a worker whose peer acknowledges nothing (data
+    /// sent, or keepalive probes while it waits for an answer) for this long fails, and its
+    /// request is tried on another worker. A slow model is not silent: it is waited for.
+    pub link_timeout_ms: u64,
+    /// A unary request outside a sequence whose worker failed or was lost after the request
+    /// reached it is run again on another worker (it may then have run on both). Off: only
+    /// requests that never reached a worker are tried again; the others fail with 503.
+    pub retry_in_flight: bool,
+    /// When a model's least loaded copy would keep a new request waiting longer than this
+    /// (milliseconds), one more worker loads it.
     pub scale_out_queue_delay_ms: u64,
     /// Where a pipeline's native ops (resize/normalize) run when its model stage goes to a
-    /// worker: on the worker, next to the model and its GPU (the manager sends the smaller
-    /// pre-op tensors), or on the manager (it sends the model's input tensors).
+    /// worker.
     pub pipeline_ops: PipelineOps,
 }
 
-/// `[cluster] pipeline_ops`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+impl ClusterConfig {
+    /// The hop's connect timeout and silence deadline.
+    pub fn link(&self) -> infergate_hop::link::LinkSettings {
+        infergate_hop::link::LinkSettings {
+            connect_timeout: std::time::Duration::from_millis(self.connect_timeout_ms),
+            silence: std::time::Duration::from_millis(self.link_timeout_ms),
+        }
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        if self.connect_timeout_ms == 0 {
+            return Err("[cluster] connect_timeout_ms must be at least 1".into());
+        }
+        if self.link_timeout_ms < 1000 {
+            return Err(format!(
+                "[cluster] link_timeout_ms must be at least 1000 (the kernel counts keepalive in seconds), not {}",
+                self.link_timeout_ms
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Where a pipeline's native ops run when its model runs on a worker.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum PipelineOps {
+    /// On the worker, next to the model and its GPU: the manager sends the smaller pre-op
+    /// tensors.
     #[default]
     Worker,
+    /// On the manager: it sends the model's input tensors.
     Manager,
 }
 
@@ -100,50 +185,140 @@ impl Default for ClusterConfig {
             heartbeat_ms: 2000,
             missed_heartbeats: const { NonZeroU32::new(3).expect("not zero") },
             request_timeout_s: 60,
+            connect_timeout_ms: 3000,
+            link_timeout_ms: 10_000,
+            retry_in_flight: true,
             scale_out_queue_delay_ms: 50,
             pipeline_ops: PipelineOps::Worker,
         }
     }
 }
 
-/// Prometheus metrics. `/metrics` on the main listener needs an admin-scoped key; `listen`
-/// opens a second, plain-HTTP listener that serves only `/metrics` without a key (bind it to a
-/// private address).
-#[derive(Debug, Clone, Default, Deserialize)]
+/// `[tracing]`: the request spans exported as OpenTelemetry traces, continuing the caller's W3C
+/// `traceparent`.
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct TracingConfig {
+    /// Where spans are sent: an OTLP/HTTP collector's traces URL (protobuf bodies, plain HTTP),
+    /// such as `http://127.0.0.1:4318/v1/traces`. Absent: no traces are exported, and requests cost
+    /// what they cost without tracing.
+    pub otlp_endpoint: Option<String>,
+    /// The `service.name` of the exported spans.
+    pub service_name: String,
+    /// The share of traces recorded (0.0 to 1.0), decided from the trace id, so every process
+    /// of a trace decides alike. A span inside a recorded trace is recorded; a caller's
+    /// sampled flag decides only when `honour_caller_sampling` trusts the caller.
+    pub sample_ratio: f64,
+    /// Whose `traceparent` sampled flag is followed: `keyed` (requests that present an API
+    /// key), `all` or `none`. An anonymous caller's flag is followed only with `all`; the
+    /// others keep the caller's trace id and are sampled by `sample_ratio`.
+    pub honour_caller_sampling: CallerSampling,
+    /// Spans waiting to be sent, at most; past it new spans are dropped rather than making
+    /// requests wait for the collector.
+    pub max_queued_spans: NonZeroUsize,
+}
+
+/// Whose sampled flag in `traceparent` decides whether a trace is recorded.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum CallerSampling {
+    /// Requests that present an API key (never anonymous ones).
+    #[default]
+    Keyed,
+    /// Every caller, anonymous ones included (a caller behind the operator's own proxy).
+    All,
+    /// Nobody: `sample_ratio` alone decides.
+    None,
+}
+
+impl CallerSampling {
+    /// Whether a caller's sampled flag decides, for a request that presents a key or not.
+    /// Whether the key is valid is known only after admission, inside the request's span; a
+    /// request with a wrong key is refused at once, so its trace stays short.
+    pub fn trusts(self, presents_key: bool) -> bool {
+        match self {
+            CallerSampling::All => true,
+            CallerSampling::None => false,
+            CallerSampling::Keyed => presents_key,
+        }
+    }
+}
+
+impl Default for TracingConfig {
+    fn default() -> Self {
+        TracingConfig {
+            otlp_endpoint: None,
+            service_name: "infergate".into(),
+            sample_ratio: 0.01,
+            honour_caller_sampling: CallerSampling::Keyed,
+            max_queued_spans: const { NonZeroUsize::new(2048).expect("not zero") },
+        }
+    }
+}
+
+impl TracingConfig {
+    fn validate(&self) -> Result<(), String> {
+        if !(0.0..=1.0).contains(&self.sample_ratio) {
+            return Err(format!(
+                "[tracing] sample_ratio must be between 0.0 and 1.0, not {}",
+                self.sample_ratio
+            ));
+        }
+        if let Some(url) = &self.otlp_endpoint {
+            // The exporter's client has no certificate roots: a collector is reached over plain
+            // HTTP, normally on this host or its private network.
+            if !url.starts_with("http://") {
+                return Err(format!(
+                    "[tracing] otlp_endpoint must be an http:// URL, not '{url}'"
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Prometheus metrics. `/metrics` on the main listener needs an admin-scoped key.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct MetricsConfig {
+    /// An extra plain-HTTP listener that serves only `/metrics`, without a key (bind it to a
+    /// private address).
     pub listen: Option<SocketAddr>,
 }
 
-/// The OpenAI-compatible API: which registered model generates text and its vocabulary.
-#[derive(Debug, Clone, Deserialize)]
+/// The OpenAI-compatible API: the default model and the character model's vocabulary.
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct OpenAiConfig {
-    /// The default model of /v1/completions and /v1/chat/completions (requests that name none),
-    /// listed first in /v1/models.
+    /// The model of `/v1/completions` and `/v1/chat/completions` requests that name none,
+    /// listed first in `/v1/models`.
     pub completions_model: String,
     /// Registered name of the character-level LSTM (textgenrnn), served when `vocab` is set.
     pub textgen_model: String,
-    /// Vocabulary file (format `infergate-textgen-vocab/1`); without it completions answer 503.
+    /// The character model's vocabulary (`textgen-vocab.json`, format
+    /// `infergate-textgen-vocab/1`); without it that model answers 503.
     pub vocab: Option<PathBuf>,
-    /// Upper bound for `max_tokens`.
+    /// Largest `max_tokens` a request may ask for.
     pub max_tokens_limit: u32,
     /// Streamed tokens produced within this many microseconds of the last write are sent
     /// together; 0 writes every token on its own.
     pub stream_coalesce_us: u64,
 }
 
-/// WebSocket streaming (`/v2/stream`).
-#[derive(Debug, Clone, Deserialize)]
+/// WebSocket streaming (`/v2/stream`); `max_in_flight` also bounds each gRPC stream.
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct WebSocketConfig {
     /// Requests in flight per connection; further messages wait (backpressure).
     pub max_in_flight: NonZeroUsize,
-    /// Seconds without any message from the client before the server closes.
+    /// Seconds with nothing in flight and no message from the client before the server closes
+    /// (4408).
     pub idle_timeout_s: u64,
     /// Seconds between server pings.
     pub ping_interval_s: u64,
-    /// Largest message in bytes.
+    /// Largest message or frame in bytes (the connection is closed with 1009 beyond).
     pub max_message_bytes: usize,
     /// Frames produced within this many microseconds of the last write are sent together
     /// (tokens of a generation); 0 writes every frame on its own.
@@ -151,10 +326,9 @@ pub struct WebSocketConfig {
 }
 
 /// Streamed tokens made within this many µs of the last write go out together. 10 ms is below
-/// one frame of a 60 Hz display, so a reader sees no difference, while the writes, TLS records
-/// and client wake-ups drop from one per 2 ms to one per 10 ms: on 2-vCPU machines, measured
-/// with `cargo bench -p infergate --bench streaming`, SSE went from 0.84–0.91 to 0.94–0.97 of
-/// the in-process generation speed.
+/// one frame of a 60 Hz display, so a reader sees no difference, while a fast model's writes,
+/// TLS records and client wake-ups drop to one per 10 ms, which keeps SSE close to the
+/// in-process generation speed (`cargo bench -p infergate --bench streaming`).
 pub const DEFAULT_COALESCE_US: u64 = 10_000;
 
 impl Default for OpenAiConfig {
@@ -181,25 +355,32 @@ impl Default for WebSocketConfig {
     }
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+/// TLS of the HTTPS and gRPC listeners.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct TlsConfig {
-    /// PEM certificate chain; with `key`. Absent: a self-signed certificate in DATA/tls.
+    /// PEM certificate chain, with `key`. Without both, a certificate for `localhost`,
+    /// `127.0.0.1` and `::1` is generated into `DATA/tls/` on the first start.
+    #[schemars(extend("x-default" = "self-signed"))]
     pub cert: Option<PathBuf>,
+    /// PEM private key of `cert`.
     pub key: Option<PathBuf>,
-    /// PEM CA bundle; when set, clients must present a certificate it signed.
+    /// PEM CA bundle: clients must present a certificate it signed (mutual TLS; others fail
+    /// the handshake).
     pub client_ca: Option<PathBuf>,
 }
 
 /// What one client may cost the server: sizes, connections and the deadline of every phase of
-/// a connection (the per-phase timeouts Envoy, nginx and Pingora give their operators). Every
-/// listener (HTTPS and gRPC) applies all of them; see `server.rs` for where each one acts.
-#[derive(Debug, Clone, Deserialize)]
+/// a connection (the per-phase timeouts Envoy, nginx and Pingora give their operators), and
+/// the per-key limits of keys without their own. Every listener (HTTPS and gRPC) applies all
+/// of them.
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct Limits {
-    /// Largest inference request body, in bytes.
+    /// Largest inference request body, in bytes (413 beyond; a gRPC message:
+    /// `RESOURCE_EXHAUSTED`).
     pub max_request_bytes: usize,
-    /// Largest model or plugin upload, in bytes.
+    /// Largest model upload, in bytes (413 beyond).
     pub max_upload_bytes: usize,
     /// Concurrent connections, WebSockets included; more wait in the kernel's accept queue.
     pub max_connections: NonZeroUsize,
@@ -217,13 +398,13 @@ pub struct Limits {
     /// for the next request).
     pub header_timeout_s: u64,
     /// Seconds an HTTP/2 connection that has presented a valid key stays open with no request
-    /// in flight.
+    /// in flight (then GOAWAY); also its keep-alive ping interval.
     pub idle_timeout_s: u64,
     /// Seconds a request body may go without a byte arriving, and the grace period before
     /// `body_min_rate_bytes_per_s` applies; beyond either, 408.
     pub body_timeout_s: u64,
     /// Slowest average rate, in bytes per second, a request body may arrive at once its first
-    /// `body_timeout_s` have passed (408 below it).
+    /// `body_timeout_s` have passed (408 below it); 0: no minimum.
     pub body_min_rate_bytes_per_s: u64,
     /// Seconds a write to a client may make no progress (a client that stopped reading) before
     /// the connection is closed.
@@ -234,50 +415,100 @@ pub struct Limits {
     pub max_header_bytes: usize,
     /// Most header fields in one request (431 beyond).
     pub max_headers: usize,
-    /// Seconds in-flight requests get to finish on shutdown.
+    /// On SIGTERM or SIGINT: readiness off, no new connections, and in-flight requests and
+    /// streams get this many seconds to finish (WebSockets are closed with 1001); then exit 0.
     pub shutdown_grace_s: u64,
     /// Seconds after a shutdown signal that an idle HTTP/1 keep-alive connection stays open, so
     /// that a request a client is already sending on it is answered (with `Connection: close`)
     /// rather than cut off; HTTP/2 connections get a GOAWAY at once. At most `shutdown_grace_s`.
     pub shutdown_keepalive_s: u64,
-    /// Rate limit for keys without their own: requests per second (absent = unlimited).
+    /// Rate limit (requests per second, GCRA) of keys without their own.
+    #[schemars(extend("x-default" = "unlimited"))]
     pub default_rps: Option<f64>,
-    /// Burst for `default_rps` (default: the rate rounded up).
+    /// Burst of `default_rps` (needs `default_rps`).
+    #[schemars(extend("x-default" = "the rate rounded up"))]
     pub default_burst: Option<u32>,
-    /// Concurrent requests per key for keys without their own cap (absent = unlimited).
+    /// Requests in flight per key, for keys without their own cap.
+    #[schemars(extend("x-default" = "unlimited"))]
     pub default_max_concurrent: Option<NonZeroU32>,
+    /// Rate limit of anonymous callers (`[auth] anonymous_scopes`), requests per second per
+    /// client address.
+    #[schemars(extend("x-default" = "default_rps"))]
+    pub anonymous_rps: Option<f64>,
+    /// Burst of `anonymous_rps` (needs `anonymous_rps`).
+    #[schemars(extend("x-default" = "the rate rounded up"))]
+    pub anonymous_burst: Option<u32>,
+    /// Requests in flight per anonymous client address.
+    #[schemars(extend("x-default" = "default_max_concurrent"))]
+    pub anonymous_max_concurrent: Option<NonZeroU32>,
     /// Redis URL (`redis://host:port/db`, `rediss://` with TLS) holding the per-key rate limits
-    /// that every gateway replica shares; absent = limits per process.
+    /// that every gateway replica shares.
+    #[schemars(extend("x-default" = "limits per process"))]
     pub shared_url: Option<String>,
     /// What a request meets while the shared limiter (Redis) cannot answer.
     pub shared_failure: SharedFailure,
+    /// Tokens per minute for keys without their own (LLM requests; absent = unlimited).
+    pub default_tokens_per_minute: Option<u64>,
+    /// Token budget for keys without their own: `{ tokens = N, period = "day" | "month" }`
+    /// (absent = unlimited).
+    pub default_token_budget: Option<infergate_traffic::tokens::TokenBudget>,
 }
 
-/// `open`: admit under this replica's own limiter (each replica then allows the full rate);
-/// `closed`: refuse with 503 until Redis answers again.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+/// `[cache]`: the response cache (`"response_cache": {"enable": true}` in a model's config).
+#[derive(Debug, Clone, Default, Deserialize, Serialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct CacheConfig {
+    /// Bytes the cached answers of every model may take together, counted in
+    /// `[engine] host_memory_budget_bytes`; 0 (the default): no response cache.
+    pub bytes: u64,
+}
+
+/// What a request meets while the shared limiter (Redis) cannot answer.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    Deserialize,
+    Serialize,
+    clap::ValueEnum,
+    schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum SharedFailure {
+    /// Admit under this replica's own limiter (each replica then allows the full rate).
     #[default]
     Open,
+    /// Refuse with 503 until Redis answers again.
     Closed,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+/// The engine that runs ONNX models (see the book's "Sizing").
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct EngineSettings {
-    /// ORT intra-op threads per instance; absent or 0: sized from the available cores
-    /// (`infergate_engine::sizing`).
+    /// ONNX Runtime threads inside one operator, per instance; 0 = the default.
+    #[schemars(extend(
+        "x-default" = "from the cores: instances × threads ≈ cores, at most 4 threads per instance"
+    ))]
     pub intra_threads: Option<usize>,
-    /// Execution instances per model version; absent or 0: sized from the available cores.
+    /// Execution instances per model version whose configuration names no `instance_group`;
+    /// 0 = the default.
+    #[schemars(extend(
+        "x-default" = "from the cores: ceil(cores / 4), at least 2 for a version that does not batch on 2 cores or more"
+    ))]
     pub instances: Option<usize>,
     /// Queued requests per model version before 503 (unless its config sets one).
     pub max_queue_size: NonZeroUsize,
-    /// Where native ops run: `auto` (CUDA when a driver, a GPU and NVRTC are present, else the
-    /// CPU, with the reason logged), `cpu`, or `cuda:N`.
+    /// Where native ops (resize/normalize, softmax, NMS) run: `auto` (CUDA when a driver, a
+    /// GPU and NVRTC are present, else the CPU, with the reason logged), `cpu`, or `cuda:N`;
+    /// reported by `GET /v2`.
     pub device: Device,
     /// Host memory all loaded model instances together may use, in bytes (estimated as the
-    /// model file's size × 2 per instance); loading beyond it is refused with 503. None: no cap.
+    /// model file's size × 2 per instance); loading beyond it is refused with 503.
+    #[schemars(extend("x-default" = "no cap"))]
     pub host_memory_budget_bytes: Option<u64>,
     /// Microseconds an instance that ran out of work spins for the next request before it
     /// sleeps, while requests keep coming that fast (token-by-token generation) and its model
@@ -288,15 +519,17 @@ pub struct EngineSettings {
     pub ort_spinning: bool,
 }
 
-/// Limits every plugin call runs under (see the book: docs/src/plugins.md).
-#[derive(Debug, Clone, Deserialize)]
+/// Limits every plugin upload and call runs under (see the book's "Writing plugins").
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct PluginSettings {
-    /// Largest plugin upload, in bytes.
+    /// Largest plugin upload, in bytes (413 beyond).
     pub max_upload_bytes: usize,
     /// Wall-clock deadline of one plugin call, in milliseconds.
     pub deadline_ms: u64,
-    /// Linear memory one plugin instance may grow to, in MiB.
+    /// Linear memory one plugin instance may grow to, in MiB. Where a process limit
+    /// (`ulimit -v`) refuses the pool's address-space reservation, the server logs a warning
+    /// and maps each instance's memory on demand instead.
     pub memory_mib: usize,
     /// Largest output one call may return, in MiB.
     pub max_output_mib: usize,
@@ -341,6 +574,10 @@ impl Default for Config {
             llm: infergate_llm::LlmConfig::default(),
             cluster: ClusterConfig::default(),
             store: infergate_store::StoreConfig::default(),
+            auth: crate::anonymous::AuthConfig::default(),
+            shared_memory: SharedMemoryConfig::default(),
+            cache: CacheConfig::default(),
+            tracing: TracingConfig::default(),
             async_threads: None,
         }
     }
@@ -367,8 +604,13 @@ impl Default for Limits {
             default_rps: None,
             default_burst: None,
             default_max_concurrent: None,
+            anonymous_rps: None,
+            anonymous_burst: None,
+            anonymous_max_concurrent: None,
             shared_url: None,
             shared_failure: SharedFailure::Open,
+            default_tokens_per_minute: None,
+            default_token_budget: None,
         }
     }
 }
@@ -392,6 +634,20 @@ impl Default for EngineSettings {
 /// `auto`, `cpu` or `cuda:N`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Device(pub DeviceChoice);
+
+impl schemars::JsonSchema for Device {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Device".into()
+    }
+
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({"type": "string", "pattern": "^(auto|cpu|cuda:[0-9]+)$"})
+    }
+}
 
 impl std::str::FromStr for Device {
     type Err = String;
@@ -443,11 +699,30 @@ impl Config {
         )
     }
 
-    /// Checks what serde cannot: the default rate limit and the CORS rules.
+    /// Checks what serde cannot: the default rate limit, the CORS rules, anonymous access.
     pub fn validate(&self) -> Result<(), String> {
         self.default_key_limits()?;
+        self.anonymous_access()?;
+        crate::anonymous::TrustedProxies::new(&self.auth)?;
+        if self.shared_memory.enabled {
+            infergate_shm::SharedMemory::new(&self.shared_memory.key_prefix, Default::default())
+                .map_err(|e| format!("[shared_memory] key_prefix: {e}"))?;
+        }
+        self.default_token_limits()
+            .validate()
+            .map_err(|e| format!("[limits] default_{e}"))?;
+        if let Some(budget) = self.engine.host_memory_budget_bytes {
+            if self.cache.bytes >= budget {
+                return Err(format!(
+                    "[cache] bytes ({}) must be less than [engine] host_memory_budget_bytes ({budget}): the cache is counted in it",
+                    self.cache.bytes
+                ));
+            }
+        }
         self.cors.origins()?;
         self.llm.validate().map_err(|e| format!("[llm] {e}"))?;
+        self.cluster.validate()?;
+        self.tracing.validate()?;
         Ok(())
     }
 
@@ -467,6 +742,46 @@ impl Config {
             rate,
             max_concurrent: self.limits.default_max_concurrent.map(NonZeroU32::get),
         })
+    }
+
+    /// What anonymous callers get (`[auth]`), with their limits per client address: the
+    /// `anonymous_*` limits, each absent one the keys' default. `None`: anonymous access is off.
+    pub fn anonymous_access(&self) -> Result<Option<crate::anonymous::AnonymousAccess>, String> {
+        let defaults = self.default_key_limits()?;
+        let rate = match self.limits.anonymous_rps {
+            Some(rps) => Some(
+                infergate_limits::RateLimit::new(rps, self.limits.anonymous_burst)
+                    .map_err(|e| format!("[limits] anonymous_rps/anonymous_burst: {e}"))?,
+            ),
+            None if self.limits.anonymous_burst.is_some() => {
+                return Err("[limits] anonymous_burst needs anonymous_rps".into())
+            }
+            None => defaults.rate,
+        };
+        let limits = infergate_limits::Limits {
+            rate,
+            max_concurrent: self
+                .limits
+                .anonymous_max_concurrent
+                .map(NonZeroU32::get)
+                .or(defaults.max_concurrent),
+        };
+        crate::anonymous::AnonymousAccess::new(&self.auth, limits)
+    }
+
+    /// The token limits of keys that have none of their own.
+    pub fn default_token_limits(&self) -> infergate_traffic::tokens::TokenLimits {
+        infergate_traffic::tokens::TokenLimits {
+            tokens_per_minute: self.limits.default_tokens_per_minute,
+            token_budget: self.limits.default_token_budget,
+        }
+    }
+
+    /// The host memory budget left to models once the response cache has its share.
+    pub fn model_memory_budget(&self) -> Option<u64> {
+        self.engine
+            .host_memory_budget_bytes
+            .map(|b| b.saturating_sub(self.cache.bytes))
     }
 
     /// Reads a TOML file over the defaults.
@@ -533,7 +848,8 @@ mod tests {
 
     #[test]
     fn zero_is_refused_where_it_is_invalid() {
-        // Each of these was clamped to 1 in silence before: a config error now.
+        // Zero would mean "nothing at all" (no connection, no request): a config error, never
+        // silently raised to 1.
         for (section, key) in [
             ("limits", "max_connections"),
             ("limits", "default_max_concurrent"),
@@ -555,6 +871,45 @@ mod tests {
     }
 
     #[test]
+    fn anonymous_limits_fall_back_to_the_key_defaults() {
+        let mut c: Config = toml::from_str(
+            "[auth]\nanonymous_scopes = [\"infer\"]\n[limits]\ndefault_rps = 4.0\nanonymous_max_concurrent = 2\n",
+        )
+        .unwrap();
+        let access = c.anonymous_access().unwrap().unwrap();
+        assert_eq!(access.limits().rate.unwrap().rps, 4.0);
+        assert_eq!(access.limits().max_concurrent, Some(2));
+        c.limits.anonymous_rps = Some(1.0);
+        let access = c.anonymous_access().unwrap().unwrap();
+        assert_eq!(access.limits().rate.unwrap().rps, 1.0);
+        c.auth.anonymous_scopes = vec!["admin".into()];
+        assert!(c.validate().unwrap_err().contains("admin"));
+        c.auth.anonymous_scopes.clear();
+        assert!(c.anonymous_access().unwrap().is_none());
+        c.shared_memory.key_prefix = "no-slash".into();
+        assert!(c.validate().unwrap_err().contains("[shared_memory]"));
+    }
+
+    #[test]
+    fn the_hops_timeouts_are_checked() {
+        let c: Config =
+            toml::from_str("[cluster]\nconnect_timeout_ms = 500\nlink_timeout_ms = 4000\n")
+                .unwrap();
+        c.validate().unwrap();
+        let link = c.cluster.link();
+        assert_eq!(link.connect_timeout, std::time::Duration::from_millis(500));
+        assert_eq!(link.silence, std::time::Duration::from_secs(4));
+        for bad in ["connect_timeout_ms = 0", "link_timeout_ms = 999"] {
+            let c: Config = toml::from_str(&format!("[cluster]\n{bad}\n")).unwrap();
+            let refused = c.validate().unwrap_err();
+            assert!(
+                refused.contains(bad.split(' ').next().unwrap()),
+                "{refused}"
+            );
+        }
+    }
+
+    #[test]
     fn default_limits_are_checked() {
         let mut c = Config::default();
         assert!(c.default_key_limits().unwrap().is_unlimited());
@@ -562,5 +917,32 @@ mod tests {
         assert!(c.validate().is_err(), "burst without rps");
         c.limits.default_rps = Some(2.0);
         assert_eq!(c.default_key_limits().unwrap().rate.unwrap().burst, 3);
+    }
+
+    #[test]
+    fn token_defaults_and_the_cache_share_of_the_memory_budget() {
+        let c: Config = toml::from_str(
+            "[limits]\ndefault_tokens_per_minute = 1000\ndefault_token_budget = { tokens = 50000, period = \"day\" }\n[cache]\nbytes = 1000\n[engine]\nhost_memory_budget_bytes = 5000\n",
+        )
+        .unwrap();
+        c.validate().unwrap();
+        let t = c.default_token_limits();
+        assert_eq!(t.tokens_per_minute, Some(1000));
+        assert_eq!(t.token_budget.unwrap().tokens, 50_000);
+        assert_eq!(c.model_memory_budget(), Some(4000));
+        let week = toml::from_str::<Config>(
+            "[limits]\ndefault_token_budget = { tokens = 5, period = \"week\" }\n",
+        );
+        assert!(week.is_err());
+        let mut zero = Config::default();
+        zero.limits.default_tokens_per_minute = Some(0);
+        assert!(zero
+            .validate()
+            .unwrap_err()
+            .contains("default_tokens_per_minute"));
+        let mut big = Config::default();
+        big.cache.bytes = 10;
+        big.engine.host_memory_budget_bytes = Some(10);
+        assert!(big.validate().unwrap_err().contains("[cache] bytes"));
     }
 }

@@ -4,15 +4,15 @@
 
 use serde::Deserialize;
 
-/// Cross-origin access for browser clients on other origins.
-#[derive(Debug, Clone, Default, Deserialize)]
+/// Cross-origin access (CORS) for browser clients served from other origins.
+#[derive(Debug, Clone, Default, Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct CorsConfig {
     /// Allowed origins (`https://app.example.com`), or `["*"]` for any; empty = no CORS.
     pub allowed_origins: Vec<String>,
     /// Send `Access-Control-Allow-Credentials: true` (refused with `*`).
     pub allow_credentials: bool,
-    /// Seconds a browser may cache a preflight answer.
+    /// Seconds a browser may cache a preflight answer (`Access-Control-Max-Age`).
     pub max_age_s: u64,
 }
 

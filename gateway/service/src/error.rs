@@ -91,6 +91,14 @@ impl Kind {
     }
 }
 
+/// Items of the `RateLimit-Policy` and `RateLimit` header fields, for a limit a transport
+/// reports beside the request limit it already does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LimitFields {
+    pub policy: String,
+    pub current: String,
+}
+
 /// The cause behind an error, for the log only.
 pub type Cause = Arc<dyn std::error::Error + Send + Sync>;
 
@@ -101,6 +109,12 @@ pub struct ApiError {
     pub message: String,
     /// Seconds a client should wait before retrying (429/503).
     pub retry_after: Option<u64>,
+    /// A machine-readable reason for clients that branch on one (OpenAI's `code`:
+    /// `rate_limit_exceeded`, `insufficient_quota`).
+    pub code: Option<&'static str>,
+    /// The state of the limit that refused the request, as the `RateLimit-Policy` and
+    /// `RateLimit` fields' items (draft-ietf-httpapi-ratelimit-headers).
+    pub limit_fields: Option<Arc<LimitFields>>,
     /// The underlying error, kept for the log (may name paths or SQL the client must not see).
     cause: Option<Cause>,
     /// Answered before the request's body was read ([`ApiError::before_body`]).
@@ -114,6 +128,8 @@ impl ApiError {
             kind,
             message: message.into(),
             retry_after,
+            code: None,
+            limit_fields: None,
             cause: None,
             body_unread: false,
         }
@@ -157,6 +173,18 @@ impl ApiError {
     }
     pub fn upstream(m: impl Into<String>) -> ApiError {
         ApiError::new(Kind::Upstream, m)
+    }
+
+    /// The same error with a machine-readable reason ([`ApiError::code`]).
+    pub fn with_code(mut self, code: &'static str) -> ApiError {
+        self.code = Some(code);
+        self
+    }
+
+    /// The same error with the state of the limit that refused it.
+    pub fn with_limit_fields(mut self, fields: LimitFields) -> ApiError {
+        self.limit_fields = Some(Arc::new(fields));
+        self
     }
 
     /// The same error with a retry hint.

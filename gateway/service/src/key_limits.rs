@@ -4,11 +4,22 @@
 use crate::error::{ApiError, ApiResult};
 use infergate_limits::RateLimit;
 use infergate_store::keys::KeyLimits;
+use infergate_traffic::tokens::{TokenBudget, TokenLimits};
 use serde_json::{Map, Value};
 
-/// Reads `rate_limit` (`{"rps": R, "burst": B}`, burst optional; null = server default) and
-/// `max_concurrent` (a positive integer; null = server default) from a JSON object. A field
-/// that is absent keeps `current`'s value.
+/// The fields [`parse_limits`] reads.
+pub const LIMIT_FIELDS: [&str; 4] = [
+    "rate_limit",
+    "max_concurrent",
+    "tokens_per_minute",
+    "token_budget",
+];
+
+/// Reads `rate_limit` (`{"rps": R, "burst": B}`, burst optional; null = server default),
+/// `max_concurrent` (a positive integer; null = server default), `tokens_per_minute` (a
+/// positive integer; null = server default) and `token_budget` (`{"tokens": N, "period":
+/// "day" | "month"}`; null = server default) from a JSON object. A field that is absent keeps
+/// `current`'s value. Nothing is stored when any field is refused.
 pub fn parse_limits(body: &Map<String, Value>, current: KeyLimits) -> ApiResult<KeyLimits> {
     let mut limits = current;
     if let Some(v) = body.get("rate_limit") {
@@ -51,6 +62,25 @@ pub fn parse_limits(body: &Map<String, Value>, current: KeyLimits) -> ApiResult<
             ),
         };
     }
+    if let Some(v) = body.get("tokens_per_minute") {
+        limits.tokens.tokens_per_minute = match v {
+            Value::Null => None,
+            v => Some(v.as_u64().filter(|&n| n > 0).ok_or_else(|| {
+                ApiError::bad_request("tokens_per_minute must be a positive integer or null")
+            })?),
+        };
+    }
+    if let Some(v) = body.get("token_budget") {
+        limits.tokens.token_budget = match v {
+            Value::Null => None,
+            v => Some(serde_json::from_value::<TokenBudget>(v.clone()).map_err(|e| {
+                ApiError::bad_request(format!(
+                    "token_budget must be {{\"tokens\": N, \"period\": \"day\" | \"month\"}} or null: {e}"
+                ))
+            })?),
+        };
+    }
+    TokenLimits::validate(&limits.tokens).map_err(ApiError::bad_request)?;
     Ok(limits)
 }
 
@@ -68,12 +98,26 @@ mod tests {
         let current = KeyLimits {
             rate_limit: Some(RateLimit::new(1.0, Some(2)).unwrap()),
             max_concurrent: Some(3),
+            tokens: TokenLimits::default(),
         };
         assert_eq!(parse_limits(&obj(json!({})), current).unwrap(), current);
         let l = parse_limits(&obj(json!({"max_concurrent": null})), current).unwrap();
         assert_eq!((l.rate_limit, l.max_concurrent), (current.rate_limit, None));
         let l = parse_limits(&obj(json!({"rate_limit": {"rps": 4}})), current).unwrap();
         assert_eq!(l.rate_limit, Some(RateLimit { rps: 4.0, burst: 4 }));
+        let l = parse_limits(
+            &obj(json!({"tokens_per_minute": 900, "token_budget": {"tokens": 10000, "period": "month"}})),
+            current,
+        )
+        .unwrap();
+        assert_eq!(l.tokens.tokens_per_minute, Some(900));
+        assert_eq!(
+            l.tokens.token_budget.unwrap().period,
+            infergate_traffic::period::Period::Month
+        );
+        let l = parse_limits(&obj(json!({"tokens_per_minute": null})), l).unwrap();
+        assert_eq!(l.tokens.tokens_per_minute, None);
+        assert!(l.tokens.token_budget.is_some(), "absent keeps");
         for bad in [
             json!({"rate_limit": {"rps": 0}}),
             json!({"rate_limit": {"rps": 1, "burst": 0}}),
@@ -82,6 +126,11 @@ mod tests {
             json!({"max_concurrent": 0}),
             json!({"max_concurrent": -1}),
             json!({"max_concurrent": "2"}),
+            json!({"tokens_per_minute": 0}),
+            json!({"tokens_per_minute": 1.5}),
+            json!({"token_budget": {"tokens": 5, "period": "week"}}),
+            json!({"token_budget": {"tokens": 0, "period": "day"}}),
+            json!({"token_budget": 5}),
         ] {
             assert!(parse_limits(&obj(bad.clone()), current).is_err(), "{bad}");
         }

@@ -2,14 +2,18 @@
 //! service every protocol calls, and the parts it is built from.
 //!
 //! - [`state`]: the shared state, built from its parts, and the key check; [`caller`]: who is
-//!   calling, as every transport hands it to the service, with its limits.
+//!   calling, as every transport hands it to the service, with its limits; [`anonymous`]:
+//!   callers without a key from the networks the operator grants, and trusted proxies.
 //! - [`infer`]: the one inference path (resolve, readiness, describe, run, a pipeline's
 //!   stages) and the seam where a model version runs: the local engine or a worker;
 //!   [`phases`]: the named phases of a request where policies attach.
 //! - [`admission`]: per-key limits, in this process or shared by replicas ([`shared_limits`]);
 //!   [`key_limits`]: a key's limits as the API and the CLI write them.
+//! - [`shared_memory`]: Triton's system shared-memory extension: a caller's regions, inputs
+//!   read from and outputs written to them (loopback callers only).
 //! - [`catalog`]: the model versions in memory and their version policies.
-//! - [`model_repository`]: model versions' life cycle (upload, configuration, delete).
+//! - [`model_repository`]: model versions' life cycle (upload, configuration, delete);
+//!   [`model_control`]: Triton's model repository extension (index, load, unload).
 //! - [`pipelines`]: WebAssembly plugins and pipelines (pre-plugins → model → post-plugins).
 //! - [`chat_models`]: chat models (GGUF, llama.cpp): lazy load, idle unload, upload checks.
 //! - [`textgen`]: character-level text generation for the OpenAI API; [`openai_request`]: the
@@ -17,7 +21,14 @@
 //!   thread.
 //! - [`manager`]: workers on other hosts, the manager's side: join, heartbeats, routing;
 //!   [`host`]: a host's devices, CPU and memory for reports.
-//! - [`replica_sync`]: replicas on PostgreSQL follow each other's models, plugins, pipelines.
+//! - [`replica_sync`]: replicas on PostgreSQL follow each other's models, plugins, pipelines
+//!   and models' settings.
+//! - [`model_settings`]: a model's own settings (they survive new versions), in memory;
+//!   [`traffic`]: its traffic policy on the request path (weighted, sticky and mirrored
+//!   traffic between versions); [`response_cache`]: the response cache as a policy;
+//!   [`token_limits`]: token limits per key as a policy on chat generations, and
+//!   [`token_accounting`]: tokens per key, model and hour on their way to the store;
+//!   [`mirror_queue`]: mirrored copies waiting to run; [`traffic_metrics`]: their metrics.
 //! - [`metrics`], [`latency`], [`key_activity`], [`history`]: what `/metrics`, the live
 //!   dashboard and the last hour show.
 //! - [`config`] and [`cors`]: the configuration, checked; [`startup`]: what a process does once
@@ -33,6 +44,7 @@
 #![forbid(unsafe_code)]
 
 pub mod admission;
+pub mod anonymous;
 pub mod caller;
 pub mod catalog;
 pub mod chat_models;
@@ -48,14 +60,23 @@ pub mod key_limits;
 pub mod latency;
 pub mod manager;
 pub mod metrics;
+pub mod mirror_queue;
+pub mod model_control;
 pub mod model_repository;
+pub mod model_settings;
 pub mod names;
 pub mod openai_request;
 pub mod own_thread;
 pub mod phases;
 pub mod pipelines;
 pub mod replica_sync;
+pub mod response_cache;
 pub mod shared_limits;
+pub mod shared_memory;
 pub mod startup;
 pub mod state;
 pub mod textgen;
+pub mod token_accounting;
+pub mod token_limits;
+pub mod traffic;
+pub mod traffic_metrics;

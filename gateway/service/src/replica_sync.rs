@@ -8,7 +8,8 @@
 //!   reconfigured ones get the new config the way `PUT .../config` applies it, deleted ones are
 //!   refused and unloaded and their file leaves the data directory when nothing references it;
 //! - plugins: new versions compiled and served, deleted ones dropped, new limits applied;
-//! - pipelines: new or changed specs used by new requests, deleted ones gone.
+//! - pipelines: new or changed specs used by new requests, deleted ones gone;
+//! - models' settings (traffic policies): re-read whole and applied to the next request.
 //!
 //! Only entries held before the table was read are dropped when missing from it, so a write
 //! this replica makes while a re-read is under way is never lost; a re-read that raced with
@@ -57,6 +58,14 @@ pub fn spawn(state: &Arc<AppState>) {
                     Err(e) => tracing::error!(error = %e, "plugin re-read task failed"),
                 }
             }
+            if moved(|c| c.settings) {
+                match state.store().list_model_settings() {
+                    Ok(all) => state.model_settings().replace_all(all),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "could not re-read models' settings changed by another replica; retrying at the next change or resync")
+                    }
+                }
+            }
             if moved(|c| c.pipelines) {
                 if let Err(e) = sync_pipelines(&state) {
                     tracing::warn!(error = %e, "could not re-read pipelines changed by another replica; retrying at the next change or resync");
@@ -101,12 +110,15 @@ async fn sync_models(state: &AppState) -> Result<(), infergate_store::StoreError
         if current.is_none() {
             prefetch(state, &record);
         }
+        let (name, version) = (record.name.clone(), record.version);
         state.catalog().insert(record);
+        state.version_reconfigured(&name, version);
     }
     for record in before {
         if !kept.contains(&(record.name.clone(), record.version)) {
             let key = model_key(&record);
             state.catalog().remove(&record.name, record.version);
+            state.version_deleted(&record.name, record.version);
             state.engine().unload(&key);
             state.llm().unload(&key);
             tracing::info!(model = %key, "model version deleted by another replica");

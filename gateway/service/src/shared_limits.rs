@@ -10,7 +10,8 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use infergate_redis_limit::{RedisLimiter, Settings};
+use infergate_redis_limit::{RedisLimiter, Settings, TokenReservation};
+use infergate_traffic::tokens::{Refusal, TokenLimits};
 
 use crate::config::SharedFailure;
 use infergate_limits::{LimitKind, Quota, RateLimit, Rejection};
@@ -87,6 +88,59 @@ impl SharedLimits {
                     }),
                 }
             }
+        }
+    }
+}
+
+/// What the shared limiter said about a token reservation.
+pub enum TokenVerdict {
+    /// Reserved in Redis (`None`: the key has no token limit).
+    Reserved(Option<TokenReservation>),
+    Refused(Refusal),
+    /// Redis did not answer and the policy is to fail open: use the local limiter.
+    Fallback,
+    /// Redis did not answer and the policy is to fail closed.
+    Unavailable,
+}
+
+impl SharedLimits {
+    /// Reserves `tokens` of key `key_id`'s token limits in Redis, so that every replica admits
+    /// one budget between them.
+    pub async fn reserve_tokens(
+        &self,
+        key_id: i64,
+        limits: &TokenLimits,
+        tokens: u64,
+    ) -> TokenVerdict {
+        match self
+            .redis
+            .reserve_tokens(&key_id.to_string(), limits, tokens)
+            .await
+        {
+            Ok(Ok(reservation)) => {
+                if self.down.swap(false, Ordering::Relaxed) {
+                    tracing::info!("shared rate limiter (Redis) answers again");
+                }
+                TokenVerdict::Reserved(reservation)
+            }
+            Ok(Err(refusal)) => TokenVerdict::Refused(refusal),
+            Err(error) => {
+                if !self.down.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(%error, policy = ?self.failure, "shared rate limiter (Redis) unavailable");
+                }
+                match self.failure {
+                    SharedFailure::Open => TokenVerdict::Fallback,
+                    SharedFailure::Closed => TokenVerdict::Unavailable,
+                }
+            }
+        }
+    }
+
+    /// Settles a reservation made in Redis; if Redis cannot be reached it stays fully charged
+    /// (the safe side), which is logged.
+    pub async fn settle_tokens(&self, reservation: TokenReservation, used: u64) {
+        if let Err(error) = self.redis.settle_tokens(reservation, used).await {
+            tracing::warn!(%error, "could not settle a token reservation in Redis: it stays fully charged");
         }
     }
 }

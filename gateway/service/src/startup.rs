@@ -20,7 +20,8 @@ pub fn engine_config(config: &Config) -> anyhow::Result<EngineConfig> {
         instances: config.engine.instances,
         cores: infergate_engine::sizing::available_cores(),
         max_queue_size: config.engine.max_queue_size.get(),
-        host_memory_budget: config.engine.host_memory_budget_bytes,
+        // The response cache takes its bytes out of the budget before any model loads.
+        host_memory_budget: config.model_memory_budget(),
         memory_factor: EngineConfig::DEFAULT_MEMORY_FACTOR,
         device: config.engine.device.0,
         // Compiled kernels are cached per NVRTC version and GPU architecture in the data dir.

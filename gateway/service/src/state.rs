@@ -2,6 +2,7 @@
 //! authentication. It is built from its parts (catalog, pipelines, metrics, chat models,
 //! workers, ...), which know nothing of it: a part that needs another gets it handed in.
 
+use crate::anonymous::{AnonymousAccess, TrustedProxies};
 use crate::caller::Caller;
 use crate::catalog::model_key;
 use crate::catalog::Catalog;
@@ -12,11 +13,16 @@ use crate::error::{ApiError, ApiResult};
 use crate::history::History;
 use crate::manager::Manager;
 use crate::metrics::Metrics;
+use crate::mirror_queue::Mirrors;
+use crate::model_settings::ModelSettings;
 use crate::phases::{Phases, Policy};
 use crate::pipelines::registry::PluginRegistry;
 use crate::pipelines::Pipelines;
+use crate::response_cache::{AnswerCache, CachePolicy};
 use crate::shared_limits::SharedLimits;
 use crate::textgen::Vocab;
+use crate::token_accounting::TokenAccounting;
+use crate::token_limits::{TokenGate, TokenPolicy};
 use infergate_engine::kernels::Ops;
 use infergate_engine::{Engine, ModelConfig};
 use infergate_limits::{Limiter, Limits};
@@ -24,6 +30,8 @@ use infergate_plugin_host::PluginHost;
 use infergate_store::auth::Scope;
 use infergate_store::models::ModelRecord;
 use infergate_store::{BlobKind, Store, StoreError};
+use infergate_traffic::tokens::TokenLimits;
+use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -46,8 +54,8 @@ pub struct AppState {
     limiter: Arc<Limiter>,
     default_limits: Limits,
     /// Rate limits shared with other replicas (Redis), when configured.
-    shared_limits: Option<SharedLimits>,
-    metrics: Metrics,
+    shared_limits: Option<Arc<SharedLimits>>,
+    metrics: Arc<Metrics>,
     /// The last hour per model and pipeline (`/api/metrics/history`).
     history: History,
     /// The text generator's vocabulary (`[openai] vocab`), for the OpenAI API.
@@ -60,6 +68,22 @@ pub struct AppState {
     workers: Arc<Manager>,
     /// The policies attached to the request phases.
     phases: Phases,
+    /// What callers without a key get, when anonymous access is on.
+    anonymous: Option<AnonymousAccess>,
+    /// The proxies whose `X-Forwarded-For` names the client.
+    proxies: TrustedProxies,
+    /// Triton's system shared-memory regions, when `[shared_memory] enabled`.
+    shared_memory: Option<infergate_shm::SharedMemory>,
+    /// Models' own settings (traffic policies), next to the catalog.
+    model_settings: ModelSettings,
+    /// The token limits of keys without their own.
+    default_token_limits: TokenLimits,
+    /// Token limits and their accounting (LLM requests).
+    tokens: Arc<TokenGate>,
+    /// The response cache (`[cache] bytes`).
+    cache: AnswerCache,
+    /// Mirrored copies waiting to run.
+    mirrors: Mirrors,
 }
 
 impl AppState {
@@ -77,12 +101,31 @@ impl AppState {
         let pipelines = Pipelines::load(store.list_pipelines()?);
         let default_limits = config.default_key_limits().map_err(ApiError::bad_request)?;
         let shared_limits = match &config.limits.shared_url {
-            Some(url) => Some(
+            Some(url) => Some(Arc::new(
                 SharedLimits::new(url, config.limits.shared_failure)
                     .map_err(ApiError::bad_request)?,
-            ),
+            )),
             None => None,
         };
+        let default_token_limits = config.default_token_limits();
+        default_token_limits
+            .validate()
+            .map_err(|e| ApiError::bad_request(format!("[limits] default_{e}")))?;
+        let model_settings = ModelSettings::load(&store)?;
+        let metrics = Arc::new(Metrics::new());
+        let cache = AnswerCache::new(config.cache.bytes);
+        metrics.traffic.attach_cache(cache.clone());
+        let tokens = Arc::new(TokenGate::new(
+            shared_limits.clone(),
+            Arc::new(TokenAccounting::default()),
+            metrics.clone(),
+        ));
+        tokens.restore(&store, &default_token_limits)?;
+        // Built-in policies, in order: a cached chat answer is charged its tokens, so the token
+        // limits admit first.
+        let mut phases = Phases::default();
+        phases.attach(Arc::new(TokenPolicy::new(tokens.clone())));
+        phases.attach(Arc::new(CachePolicy::new(cache.clone())));
         let textgen_vocab = match &config.openai.vocab {
             Some(path) => Some(Arc::new(Vocab::load(path).map_err(ApiError::bad_request)?)),
             None => None,
@@ -91,6 +134,20 @@ impl AppState {
             .map(Arc::new)
             .map_err(|e| ApiError::internal(format!("cluster: {e:#}")))?;
         let llm = Arc::new(LlmModels::new(config.llm.clone(), engine.clone()));
+        let anonymous = config.anonymous_access().map_err(ApiError::bad_request)?;
+        let proxies = TrustedProxies::new(&config.auth).map_err(ApiError::bad_request)?;
+        let shared_memory = if config.shared_memory.enabled {
+            let limits = infergate_shm::Limits {
+                max_regions_per_owner: config.shared_memory.max_regions_per_caller,
+                max_transfer_bytes: config.limits.max_request_bytes as u64,
+            };
+            Some(
+                infergate_shm::SharedMemory::new(&config.shared_memory.key_prefix, limits)
+                    .map_err(|e| ApiError::bad_request(format!("[shared_memory] {e}")))?,
+            )
+        } else {
+            None
+        };
         Ok(AppState {
             config,
             store,
@@ -103,13 +160,21 @@ impl AppState {
             limiter: Arc::new(Limiter::new()),
             default_limits,
             shared_limits,
-            metrics: Metrics::new(),
+            metrics,
             history: History::default(),
             textgen_vocab,
             drain: Drain::default(),
             llm,
             workers,
-            phases: Phases::default(),
+            anonymous,
+            proxies,
+            shared_memory,
+            phases,
+            model_settings,
+            default_token_limits,
+            tokens,
+            cache,
+            mirrors: Mirrors::default(),
         })
     }
 
@@ -161,7 +226,27 @@ impl AppState {
     }
 
     pub fn shared_limits(&self) -> Option<&SharedLimits> {
-        self.shared_limits.as_ref()
+        self.shared_limits.as_deref()
+    }
+
+    pub fn model_settings(&self) -> &ModelSettings {
+        &self.model_settings
+    }
+
+    pub fn default_token_limits(&self) -> &TokenLimits {
+        &self.default_token_limits
+    }
+
+    pub fn tokens(&self) -> &Arc<TokenGate> {
+        &self.tokens
+    }
+
+    pub fn cache(&self) -> &AnswerCache {
+        &self.cache
+    }
+
+    pub fn mirrors(&self) -> &Mirrors {
+        &self.mirrors
     }
 
     pub fn metrics(&self) -> &Metrics {
@@ -188,6 +273,22 @@ impl AppState {
         &self.workers
     }
 
+    /// What callers without a key get; `None` when anonymous access is off.
+    pub fn anonymous(&self) -> Option<&AnonymousAccess> {
+        self.anonymous.as_ref()
+    }
+
+    /// The client behind a connection from `peer`: the peer itself, or the address a trusted
+    /// proxy names in `forwarded_for` (see [`TrustedProxies::client`]).
+    pub fn client_address(&self, peer: IpAddr, forwarded_for: &[&str]) -> IpAddr {
+        self.proxies.client(peer, forwarded_for)
+    }
+
+    /// The system shared-memory regions; `None` when `[shared_memory] enabled` is false.
+    pub fn shared_memory(&self) -> Option<&infergate_shm::SharedMemory> {
+        self.shared_memory.as_ref()
+    }
+
     pub fn is_ready(&self) -> bool {
         self.ready.load(Ordering::Relaxed)
     }
@@ -199,25 +300,79 @@ impl AppState {
     /// Authenticates the key a request presents (`None`: it presented none) and checks it has
     /// `scope`: 401 without a valid key, 403 with a valid key lacking the scope. HTTP handlers
     /// take the server's `Authorized` extractor instead; this serves gRPC and WebSocket keys.
+    /// Keys only: [`Self::authorize_from`] also serves anonymous callers.
     pub fn authorize(&self, presented: Option<&str>, scope: Scope) -> ApiResult<Caller> {
-        let caller = self.authenticate(presented)?;
+        self.authorize_from(presented, None, scope)
+    }
+
+    /// [`Self::authorize`] for a caller at `client` (its address, when known): without a key, a
+    /// caller from a network granted anonymous access is served as anonymous.
+    pub fn authorize_from(
+        &self,
+        presented: Option<&str>,
+        client: Option<IpAddr>,
+        scope: Scope,
+    ) -> ApiResult<Caller> {
+        let caller = self.authenticate_from(presented, client)?;
         caller.check_scopes(&[scope])?;
         Ok(caller)
     }
 
     /// The caller holding the active key the request presents (from the in-memory key cache),
-    /// with its limits: 401 without one.
+    /// with its limits: 401 without one. Keys only: [`Self::authenticate_from`] also serves
+    /// anonymous callers.
     pub fn authenticate(&self, presented: Option<&str>) -> ApiResult<Caller> {
-        let presented = presented.ok_or_else(|| {
-            ApiError::unauthorized(
-                "missing API key: send 'Authorization: Bearer <key>' or 'X-API-Key: <key>'",
-            )
-        })?;
+        self.authenticate_from(presented, None)
+    }
+
+    /// [`Self::authenticate`] for a caller at `client`: without a key, the anonymous caller at
+    /// `client` when anonymous access covers it. A key that does not check out is a 401 even
+    /// where anonymous access would have served the caller without one.
+    pub fn authenticate_from(
+        &self,
+        presented: Option<&str>,
+        client: Option<IpAddr>,
+    ) -> ApiResult<Caller> {
+        const MISSING: &str =
+            "missing API key: send 'Authorization: Bearer <key>' or 'X-API-Key: <key>'";
+        let Some(presented) = presented else {
+            return match (&self.anonymous, client) {
+                (Some(access), Some(addr)) if access.admits(addr) => {
+                    Ok(Caller::anonymous(addr, access, &self.default_token_limits))
+                }
+                (Some(_), Some(addr)) => Err(ApiError::unauthorized(format!(
+                    "{MISSING} (anonymous access is not granted to {})",
+                    addr.to_canonical()
+                ))),
+                _ => Err(ApiError::unauthorized(MISSING)),
+            };
+        };
         let key = self
             .store
             .authenticate(presented)?
             .ok_or_else(|| ApiError::unauthorized("invalid or revoked API key"))?;
-        Ok(Caller::of_key(key, &self.default_limits))
+        Ok(Caller::of_key_with(
+            key,
+            &self.default_limits,
+            &self.default_token_limits,
+        ))
+    }
+
+    /// A version's config changed: its cached answers go (they could not be hit any more:
+    /// the key has the config's digest; this frees their bytes).
+    pub fn version_reconfigured(&self, name: &str, version: u64) {
+        self.cache.invalidate_version(name, version);
+    }
+
+    /// A version was deleted (its catalog entry already removed): its cached answers go, and
+    /// when the model has no version left, its settings (the store dropped them with the last
+    /// version) and every answer and counter of its cache.
+    pub fn version_deleted(&self, name: &str, version: u64) {
+        self.cache.invalidate_version(name, version);
+        if self.catalog.versions(name).is_empty() {
+            self.cache.invalidate_model(name);
+            self.model_settings.remove(name);
+        }
     }
 
     /// Hands every stored version's configuration to the engine (at start). A stored config the

@@ -1,19 +1,21 @@
 //! Which shared-memory keys may be opened: POSIX shared-memory object names (`/name`, one
 //! component, no other slash) that start with the operator's prefix, so a client can register
-//! its own objects and never another program's segments, and never a path.
+//! its own objects and never another program's segments, and never a path. The prefix `/`
+//! alone admits every object name (what Triton's clients and perf_analyzer create by default):
+//! then only the object's permissions keep other programs' segments out.
 
 use crate::error::{Result, ShmError};
 
 /// Longest object name Linux accepts (`NAME_MAX`, without the leading slash).
 const NAME_MAX: usize = 255;
 
-/// Checks an operator's prefix: a key prefix itself (`/` and at least one more character,
-/// no other slash), so that every key it admits is a single object name.
+/// Checks an operator's prefix: a key prefix itself (`/`, then characters other than `/`), so
+/// that every key it admits is a single object name.
 pub(crate) fn check_prefix(prefix: &str) -> Result<()> {
-    let rest = prefix.strip_prefix('/').unwrap_or_default();
-    if rest.is_empty() || !plain(rest) {
+    let plain_rest = prefix.strip_prefix('/').is_some_and(plain);
+    if !plain_rest {
         return Err(ShmError::invalid(format!(
-            "shared-memory key prefix '{prefix}' must be '/' followed by at least one character other than '/' (e.g. '/infergate-')"
+            "shared-memory key prefix '{prefix}' must be '/' followed by characters other than '/' (e.g. '/infergate-', or '/' for any object name)"
         )));
     }
     Ok(())
@@ -83,7 +85,10 @@ mod tests {
     #[test]
     fn a_prefix_is_itself_a_name_start() {
         assert!(check_prefix("/infergate-").is_ok());
-        for bad in ["", "/", "infergate", "/a/b", "/dev/shm/"] {
+        assert!(check_prefix("/").is_ok());
+        assert!(check_key("/input_simple", "/").is_ok());
+        assert!(check_key("/a/b", "/").is_err());
+        for bad in ["", "infergate", "/a/b", "/dev/shm/"] {
             assert!(check_prefix(bad).is_err(), "{bad:?}");
         }
     }

@@ -1,4 +1,5 @@
-//! Which of the tables that replicas hold in memory (models, plugins, pipelines) changed in a
+//! Which of the tables that replicas hold in memory (models, plugins, pipelines, models'
+//! settings) changed in a
 //! PostgreSQL store, as counters that only grow: the key listener ([`super::replica_keys`])
 //! bumps one when the `infergate_catalog` trigger of
 //! `migrations/postgres/0005_catalog_notify.sql` names its table, and all of them after every
@@ -17,6 +18,8 @@ pub struct CatalogChanges {
     pub models: u64,
     pub plugins: u64,
     pub pipelines: u64,
+    /// Models' own settings (`model_settings`: traffic policies).
+    pub settings: u64,
 }
 
 pub(super) struct CatalogSignal {
@@ -40,6 +43,7 @@ impl CatalogSignal {
             "model_versions" => c.models += 1,
             "plugins" => c.plugins += 1,
             "pipelines" | "pipeline_plugins" => c.pipelines += 1,
+            "model_settings" => c.settings += 1,
             _ => {}
         });
     }
@@ -50,6 +54,7 @@ impl CatalogSignal {
             c.models += 1;
             c.plugins += 1;
             c.pipelines += 1;
+            c.settings += 1;
         });
     }
 }

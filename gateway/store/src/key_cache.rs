@@ -8,22 +8,24 @@
 //! snapshot is reloaded only after a commit, and a write that lands while it reloads is caught
 //! by the next request (the version is read before the rows).
 //!
-//! Asking `data_version` is a database call: a read transaction (two `fcntl` locks on the
-//! WAL index), under a mutex, on the request's async thread (2.5 % of the server's CPU in the
-//! MLP benchmark's profile). A request first reads the WAL-index header instead: the first 48
-//! bytes of `infergate.db-shm`, which SQLite rewrites in every commit (its `iChange` counter,
-//! `mxFrame`, salts and checksums; <https://www.sqlite.org/walformat.html>), with one `pread`
-//! and no lock. The same bytes as when the snapshot was last confirmed mean no commit since;
-//! anything else (a commit, a checkpoint, a torn read of a header being written, an unreadable
-//! file) falls back to `data_version`, which stays the authority.
+//! How a request learns that the snapshot is current, cheapest first:
+//! 1. A snapshot confirmed less than [`RECHECK_AFTER`] (1 ms) ago, with no key written by this
+//!    process since, is trusted as it is: no system call. A revocation committed by another
+//!    process (`infergate keys revoke --data-dir`) takes effect within a millisecond; this
+//!    process's own key writes end the trust at once ([`KeyCache::written`]), so a key revoked
+//!    through the API is refused by the very next request; and a key missing from the snapshot
+//!    is always looked for again, so one created by another process works at once.
+//! 2. Otherwise the WAL-index header: the first 48 bytes of `infergate.db-shm`, which SQLite
+//!    rewrites in every commit (its `iChange` counter, `mxFrame`, salts and checksums;
+//!    <https://www.sqlite.org/walformat.html>), read with one `pread` and no lock. The same
+//!    bytes as when the snapshot was last confirmed mean no commit since.
+//! 3. Anything else (a commit, a checkpoint, a torn read of a header being written, an
+//!    unreadable file) asks `data_version`, which stays the authority: a read transaction (two
+//!    `fcntl` locks on the WAL index) under a mutex.
 //!
-//! Even that `pread` is a system call per request (about 1 % of the server's CPU in the MLP
-//! benchmark). So a confirmed snapshot is trusted for [`RECHECK_AFTER`] (1 ms) without reading
-//! the header again: a revocation committed by another process (`infergate keys revoke
-//! --data-dir`) takes effect within a millisecond. A key missing from the snapshot is always
-//! looked for again, so one created by another process works at once; and this process's own
-//! key writes end the trust at once ([`KeyCache::written`]), so a key revoked through the API
-//! is refused by the very next request.
+//! The first two exist because each step below them, taken on every request, is a visible
+//! share of the server's CPU on a small model (`bench/cpu_per_request.py`'s profile: a few
+//! percent for `data_version`, about 1 % for the `pread`).
 
 use super::sql::{Db, Row};
 use super::StoreError;

@@ -4,6 +4,8 @@ use crate::auth::{self, Scope, Scopes};
 use crate::error::StoreError;
 use crate::sql::Row;
 use infergate_limits::RateLimit;
+use infergate_traffic::period::Period;
+use infergate_traffic::tokens::{TokenBudget, TokenLimits};
 use serde::Serialize;
 
 #[derive(Debug, Clone, Serialize)]
@@ -17,6 +19,8 @@ pub struct KeyRecord {
     /// The key's own limits; None = the server default (`[limits] default_*`).
     pub rate_limit: Option<RateLimit>,
     pub max_concurrent: Option<u32>,
+    /// The key's own token limits (each `None` = the server default).
+    pub tokens: TokenLimits,
 }
 
 /// A key's own admission limits, as set at creation or by an admin.
@@ -24,6 +28,7 @@ pub struct KeyRecord {
 pub struct KeyLimits {
     pub rate_limit: Option<RateLimit>,
     pub max_concurrent: Option<u32>,
+    pub tokens: TokenLimits,
 }
 
 impl KeyRecord {
@@ -42,6 +47,7 @@ impl KeyRecord {
         KeyLimits {
             rate_limit: self.rate_limit,
             max_concurrent: self.max_concurrent,
+            tokens: self.tokens,
         }
     }
 
@@ -56,6 +62,8 @@ impl KeyRecord {
             revoked_at: self.revoked_at,
             rate_limit: self.rate_limit.map(RateLimit::shown),
             max_concurrent: self.max_concurrent,
+            tokens_per_minute: self.tokens.tokens_per_minute,
+            token_budget: self.tokens.token_budget.map(shown_budget),
         }
     }
 }
@@ -77,5 +85,39 @@ pub(crate) fn record(row: &Row) -> Result<KeyRecord, StoreError> {
             _ => None,
         },
         max_concurrent: row.get("max_concurrent")?,
+        tokens: TokenLimits {
+            tokens_per_minute: row
+                .get::<Option<i64>>("tokens_per_minute")?
+                .and_then(|n| u64::try_from(n).ok()),
+            token_budget: match (
+                row.get::<Option<i64>>("token_budget")?,
+                row.get::<Option<String>>("token_budget_period")?,
+            ) {
+                (Some(tokens), Some(period)) => Some(TokenBudget {
+                    tokens: u64::try_from(tokens).unwrap_or(0),
+                    period: parse_period(&period)?,
+                }),
+                _ => None,
+            },
+        },
     })
+}
+
+/// A budget as the API shows it.
+pub fn shown_budget(b: TokenBudget) -> infergate_api_types::keys::TokenBudget {
+    infergate_api_types::keys::TokenBudget {
+        tokens: b.tokens,
+        period: b.period.as_str().to_owned(),
+    }
+}
+
+/// A stored budget period (`day` or `month`).
+pub(crate) fn parse_period(text: &str) -> Result<Period, StoreError> {
+    match text {
+        "day" => Ok(Period::Day),
+        "month" => Ok(Period::Month),
+        other => Err(StoreError::Corrupt(format!(
+            "api_keys.token_budget_period is '{other}', not day or month"
+        ))),
+    }
 }

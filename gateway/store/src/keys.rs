@@ -8,7 +8,7 @@ use crate::sql::{vals, Db};
 use crate::store::{Backend, Store};
 use std::sync::Arc;
 
-pub use crate::key_record::{KeyLimits, KeyRecord};
+pub use crate::key_record::{shown_budget, KeyLimits, KeyRecord};
 
 /// `pg_advisory_xact_lock` key that orders replicas creating the first key ("firstkey").
 const FIRST_KEY_LOCK: i64 = 0x6669_7273_746b_6579;
@@ -21,9 +21,11 @@ fn insert_key(
     scopes: &Scopes,
     limits: &KeyLimits,
 ) -> Result<KeyRecord, StoreError> {
+    let (tpm, budget, period) = token_columns(limits);
     db.execute(
-        "INSERT INTO api_keys (public_id, name, secret_hash, scopes, created_at, rate_rps, rate_burst, max_concurrent)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        "INSERT INTO api_keys (public_id, name, secret_hash, scopes, created_at, rate_rps, rate_burst, max_concurrent,
+                               tokens_per_minute, token_budget, token_budget_period)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
         vals![
             &key.public_id,
             name,
@@ -32,13 +34,27 @@ fn insert_key(
             now_secs(),
             limits.rate_limit.map(|r| r.rps),
             limits.rate_limit.map(|r| r.burst),
-            limits.max_concurrent
+            limits.max_concurrent,
+            tpm,
+            budget,
+            period
         ],
     )?;
     record(&db.query_one(
         "SELECT * FROM api_keys WHERE public_id = ?1",
         vals![&key.public_id],
     )?)
+}
+
+/// The token limit columns of `limits`: tokens per minute, budget and its period.
+fn token_columns(limits: &KeyLimits) -> (Option<i64>, Option<i64>, Option<&'static str>) {
+    let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+    let t = &limits.tokens;
+    (
+        t.tokens_per_minute.map(count),
+        t.token_budget.map(|b| count(b.tokens)),
+        t.token_budget.map(|b| b.period.as_str()),
+    )
 }
 
 const BY_ID_OR_PUBLIC: &str =
@@ -142,14 +158,19 @@ impl Store {
         limits: &KeyLimits,
     ) -> Result<Option<KeyRecord>, StoreError> {
         let n = self.with(|db| {
+            let (tpm, budget, period) = token_columns(limits);
             db.execute(
-                "UPDATE api_keys SET rate_rps = ?2, rate_burst = ?3, max_concurrent = ?4
+                "UPDATE api_keys SET rate_rps = ?2, rate_burst = ?3, max_concurrent = ?4,
+                        tokens_per_minute = ?5, token_budget = ?6, token_budget_period = ?7
                  WHERE public_id = ?1 OR CAST(id AS TEXT) = ?1",
                 vals![
                     id_or_public,
                     limits.rate_limit.map(|r| r.rps),
                     limits.rate_limit.map(|r| r.burst),
-                    limits.max_concurrent
+                    limits.max_concurrent,
+                    tpm,
+                    budget,
+                    period
                 ],
             )
         })?;
@@ -171,7 +192,7 @@ impl Store {
             Backend::Sqlite { keys, .. } => {
                 keys.authenticate(presented, || self.with(crate::key_cache::load_active))
             }
-            Backend::Postgres(pg) => Ok(pg.keys.authenticate(presented)),
+            Backend::Postgres(pg) => pg.keys.authenticate(presented),
         }
     }
 

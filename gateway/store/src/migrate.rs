@@ -26,6 +26,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "0004_workers.sql",
         include_str!("../../../migrations/0004_workers.sql"),
     ),
+    (
+        5,
+        "0005_traffic.sql",
+        include_str!("../../../migrations/0005_traffic.sql"),
+    ),
 ];
 
 pub fn apply(conn: &mut Connection) -> Result<Vec<i64>, String> {

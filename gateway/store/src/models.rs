@@ -148,6 +148,7 @@ impl Store {
             if !shared {
                 super::blobs::release(db, &rec.sha256)?;
             }
+            crate::model_settings::drop_if_orphaned(db, name)?;
             Ok(Some((rec, shared)))
         })?;
         Ok(deleted.map(|(rec, shared)| {

@@ -12,6 +12,7 @@ fn open(url: String, dir: &std::path::Path) -> Result<Store, StoreError> {
         &StoreConfig {
             url: Some(url),
             resync_s: 3600,
+            ..StoreConfig::default()
         },
     )
 }

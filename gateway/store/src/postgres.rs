@@ -62,6 +62,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "0007_shared_workers.sql",
         include_str!("../../../migrations/postgres/0007_shared_workers.sql"),
     ),
+    (
+        8,
+        "0008_traffic.sql",
+        include_str!("../../../migrations/postgres/0008_traffic.sql"),
+    ),
 ];
 /// `pg_advisory_xact_lock` key that serialises migrations of replicas starting together
 /// ("infergat" in ASCII).
@@ -79,8 +84,13 @@ pub struct Postgres {
 
 impl Postgres {
     /// Connects, applies migrations, loads the API keys and starts listening for key changes
-    /// (with a full reload every `resync`).
-    pub fn connect(url: &str, resync: Duration) -> Result<Postgres, StoreError> {
+    /// (with a full reload every `resync`); cached keys are honoured for `keys_stale` beyond
+    /// `resync` while no reload succeeds (None: without a limit).
+    pub fn connect(
+        url: &str,
+        resync: Duration,
+        keys_stale: Option<Duration>,
+    ) -> Result<Postgres, StoreError> {
         let (mut config, tls) = super::pg_tls::parse(url)?;
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(ROUND_TRIP);
@@ -114,7 +124,7 @@ impl Postgres {
         let pg = Postgres {
             runtime: Some(runtime),
             pool,
-            keys: Arc::new(ReplicaKeys::default()),
+            keys: Arc::new(ReplicaKeys::new(keys_stale.map(|stale| resync + stale))),
             catalog: Arc::new(CatalogSignal::new()),
         };
         pg.migrate()?;
@@ -270,10 +280,10 @@ mod tests {
     #[test]
     fn migrations_apply_once_and_a_failed_one_changes_nothing() {
         let server = PgServer::start();
-        let pg = Postgres::connect(&server.url(), Duration::from_secs(5)).unwrap();
+        let pg = Postgres::connect(&server.url(), Duration::from_secs(5), None).unwrap();
         // Applied at connect; a second replica starting finds nothing to do.
         assert!(pg.migrate().unwrap().is_empty());
-        let again = Postgres::connect(&server.url(), Duration::from_secs(5)).unwrap();
+        let again = Postgres::connect(&server.url(), Duration::from_secs(5), None).unwrap();
         assert!(again.migrate().unwrap().is_empty());
 
         let broken: &[(i64, &str, &str)] = &[(

@@ -10,6 +10,13 @@
 //! - a full reload every `resync` (and after every reconnection of the listener) covers
 //!   notifications that were lost while the listener was disconnected, so a revocation reaches
 //!   every replica within the resync interval at worst while the database is up.
+//!
+//! While this replica cannot reach PostgreSQL (the database down, or a partition between them)
+//! a revocation made through another replica cannot reach it: its cached keys are honoured for
+//! at most `honoured_for` past the last full reload that succeeded (`[store] keys_stale_s`
+//! beyond the resync interval), then every key is refused with 503 until a reload succeeds
+//! again. That bounds how long a revoked key outlives its revocation on a partitioned replica,
+//! at the cost of the replica's availability once the bound passes.
 
 use super::catalog_changes::{self, CatalogSignal};
 use super::key_cache::ActiveKey;
@@ -19,10 +26,10 @@ use super::StoreError;
 use crate::auth;
 use deadpool_postgres::Pool;
 use futures_util::StreamExt;
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio_postgres::AsyncMessage;
 
 /// The channel the key trigger of `migrations/postgres/0001_init.sql` notifies.
@@ -31,21 +38,48 @@ const ACTIVE: &str = "SELECT * FROM api_keys WHERE revoked_at IS NULL";
 /// In PostgreSQL's placeholders: also run directly by the listener.
 const ONE: &str = "SELECT * FROM api_keys WHERE public_id = $1 AND revoked_at IS NULL";
 
-#[derive(Default)]
 pub(super) struct ReplicaKeys {
     by_public_id: RwLock<HashMap<String, ActiveKey>>,
+    /// When every key was last read from the database.
+    reloaded: Mutex<Instant>,
+    /// How long past that reload the cached keys are honoured; None: for as long as the
+    /// database stays unreachable.
+    honoured_for: Option<Duration>,
 }
 
 impl ReplicaKeys {
+    pub(super) fn new(honoured_for: Option<Duration>) -> ReplicaKeys {
+        ReplicaKeys {
+            by_public_id: RwLock::default(),
+            reloaded: Mutex::new(Instant::now()),
+            honoured_for,
+        }
+    }
+
+    /// The active key matching `presented`; unavailable once the cache is older than it may be
+    /// (see the module's comment).
     pub(super) fn authenticate(
         &self,
         presented: &str,
-    ) -> Option<std::sync::Arc<crate::key_record::KeyRecord>> {
-        let public_id = auth::public_id(presented)?;
-        self.by_public_id
+    ) -> Result<Option<std::sync::Arc<crate::key_record::KeyRecord>>, StoreError> {
+        if let Some(limit) = self.honoured_for {
+            let age = self.reloaded.lock().elapsed();
+            if age > limit {
+                return Err(StoreError::Unavailable(format!(
+                    "API keys cannot be checked: this replica has not reached PostgreSQL for {} s, and honours its cached keys for {} s ([store] resync_s + keys_stale_s)",
+                    age.as_secs(),
+                    limit.as_secs()
+                )));
+            }
+        }
+        let Some(public_id) = auth::public_id(presented) else {
+            return Ok(None);
+        };
+        Ok(self
+            .by_public_id
             .read()
             .get(public_id)
-            .and_then(|key| key.verify(presented))
+            .and_then(|key| key.verify(presented)))
     }
 
     /// Re-reads one key (`Some`: cached when active, dropped when revoked or deleted) or all of
@@ -68,7 +102,10 @@ impl ReplicaKeys {
             Some(id) => {
                 cached.remove(id);
             }
-            None => cached.clear(),
+            None => {
+                cached.clear();
+                *self.reloaded.lock() = Instant::now();
+            }
         }
         cached.extend(fresh.into_iter().map(|k| (k.record.public_id.clone(), k)));
         Ok(())

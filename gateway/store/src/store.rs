@@ -11,16 +11,23 @@ use rusqlite::Connection;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// Where the database is (`[store]` in the configuration file, `--store` flags).
-#[derive(Debug, Clone, serde::Deserialize)]
+/// Where the database is: SQLite in the data directory, or PostgreSQL shared by replicas.
+#[derive(Debug, Clone, serde::Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct StoreConfig {
-    /// `postgres://user[:password]@host:port/db`; absent = SQLite in the data directory.
+    /// PostgreSQL shared by every replica: `postgres://user[:password]@host:port/db`, over TLS
+    /// with `?sslmode=require&sslrootcert=CA_FILE` (the server's certificate always verified).
+    /// Absent: SQLite in the data directory.
     pub url: Option<String>,
-    /// PostgreSQL: seconds between full reloads of each replica's cached keys, models, plugins
-    /// and pipelines, which bound how long a change whose notification was lost (listener
-    /// reconnecting) takes to arrive.
+    /// With PostgreSQL: seconds between full reloads of each replica's cached keys, models,
+    /// plugins and pipelines, which bound how long a change whose notification was lost (its
+    /// listener reconnecting) takes to arrive.
     pub resync_s: u64,
+    /// PostgreSQL: while a replica cannot reload its keys (the database unreachable from it),
+    /// it honours its cached keys for this many seconds beyond `resync_s`, then refuses every
+    /// request with 503 until a reload succeeds: how long a key revoked through another replica
+    /// may still work on a partitioned one. 0: honoured for as long as the database is away.
+    pub keys_stale_s: u64,
 }
 
 impl Default for StoreConfig {
@@ -28,6 +35,7 @@ impl Default for StoreConfig {
         StoreConfig {
             url: None,
             resync_s: 5,
+            keys_stale_s: 300,
         }
     }
 }
@@ -78,8 +86,10 @@ impl Store {
         };
         let dir = DataDir::create(root).map_err(|e| StoreError::Io(e.to_string()))?;
         let resync = Duration::from_secs(config.resync_s.max(1));
+        let keys_stale =
+            (config.keys_stale_s > 0).then(|| Duration::from_secs(config.keys_stale_s));
         Ok(Store {
-            backend: Backend::Postgres(postgres::Postgres::connect(url, resync)?),
+            backend: Backend::Postgres(postgres::Postgres::connect(url, resync, keys_stale)?),
             dir,
         })
     }

@@ -24,6 +24,7 @@ fn postgres_store(server: &PgServer, dir: &std::path::Path, resync_s: u64) -> St
         &StoreConfig {
             url: Some(server.url()),
             resync_s,
+            ..StoreConfig::default()
         },
     )
     .expect("opening the PostgreSQL store")
@@ -57,6 +58,8 @@ on_both_backends!(
     join_secrets_are_stored_hashed_and_found_by_id,
     a_removed_worker_stays_removed_and_a_deregistered_one_is_forgotten,
     start_up_collection_keeps_referenced_files_and_drops_the_rest,
+    token_limits_and_usage_are_kept_per_key_model_and_hour,
+    model_settings_survive_new_versions_and_go_with_the_model,
 );
 
 fn infer() -> Scopes {
@@ -81,6 +84,7 @@ fn keys_are_created_authenticated_limited_and_revoked(store: &Store) {
     let limits = KeyLimits {
         rate_limit: Some(RateLimit::new(2.5, Some(4)).unwrap()),
         max_concurrent: Some(3),
+        tokens: Default::default(),
     };
     let (limited, limited_secret) = store
         .create_key_with_limits("lim", &infer(), &limits)
@@ -425,6 +429,52 @@ fn the_resync_catches_a_change_that_sent_no_notification() {
     );
 }
 
+/// A replica that cannot reload its keys honours them for `resync_s + keys_stale_s`, then
+/// refuses every key as unavailable (503) until a reload succeeds again.
+#[test]
+fn cached_keys_are_honoured_for_a_bounded_time_while_postgres_is_away() {
+    let mut server = PgServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open_with(
+        dir.path(),
+        &StoreConfig {
+            url: Some(server.url()),
+            resync_s: 1,
+            keys_stale_s: 1,
+        },
+    )
+    .unwrap();
+    let (_, secret) = store.create_key("cached", &infer()).unwrap();
+    assert!(store.authenticate(&secret).unwrap().is_some());
+    server.stop();
+    // Honoured at first (the last reload is recent), refused once it is older than the bound.
+    let refused =
+        within_10s(|| matches!(store.authenticate(&secret), Err(StoreError::Unavailable(_))));
+    assert!(refused.is_some(), "cached keys honoured without a bound");
+    match store.authenticate(&secret) {
+        Err(StoreError::Unavailable(why)) => assert!(why.contains("keys_stale_s"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    server.resume();
+    let back = within_10s(|| matches!(store.authenticate(&secret), Ok(Some(_))));
+    assert!(
+        back.is_some(),
+        "the keys never came back after PostgreSQL did"
+    );
+    // No bound at all: honoured for as long as it takes.
+    let other = tempfile::tempdir().unwrap();
+    let unbounded = Store::open_with(
+        other.path(),
+        &StoreConfig {
+            url: Some(server.url()),
+            resync_s: 1,
+            keys_stale_s: 0,
+        },
+    )
+    .unwrap();
+    assert!(unbounded.authenticate(&secret).unwrap().is_some());
+}
+
 /// What the gateway follows besides keys: a model version or a pipeline written through one
 /// replica is announced to the other (resync set to an hour: only a notification explains it),
 /// and SQLite announces nothing.
@@ -605,4 +655,111 @@ fn replicas_starting_together_create_one_first_key() {
         .create_first_key("admin", &admin)
         .unwrap()
         .is_none());
+}
+
+fn token_limits_and_usage_are_kept_per_key_model_and_hour(store: &Store) {
+    use crate::token_usage::TokenUsage;
+    use infergate_traffic::period::Period;
+    use infergate_traffic::tokens::{TokenBudget, TokenLimits};
+    let limits = KeyLimits {
+        tokens: TokenLimits {
+            tokens_per_minute: Some(1500),
+            token_budget: Some(TokenBudget {
+                tokens: 90_000,
+                period: Period::Month,
+            }),
+        },
+        ..KeyLimits::default()
+    };
+    let (rec, secret) = store
+        .create_key_with_limits("llm", &infer(), &limits)
+        .unwrap();
+    assert_eq!(rec.tokens, limits.tokens);
+    assert_eq!(
+        store.authenticate(&secret).unwrap().unwrap().tokens,
+        limits.tokens
+    );
+    let cleared = store
+        .set_key_limits(&rec.public_id, &KeyLimits::default())
+        .unwrap()
+        .unwrap();
+    assert!(cleared.tokens.is_unlimited());
+
+    let noon = 1_710_504_000;
+    let row = |key_id, model: &str, hour, prompt, completion| TokenUsage {
+        key_id,
+        model: model.into(),
+        hour,
+        requests: 1,
+        prompt_tokens: prompt,
+        completion_tokens: completion,
+        cached_tokens: 0,
+    };
+    store
+        .add_token_usage(&[
+            row(rec.id, "chat", noon, 10, 5),
+            row(rec.id, "chat", noon + 1800, 1, 1),
+            row(rec.id, "other", noon, 3, 0),
+            row(rec.id, "chat", noon - 3600, 100, 100),
+        ])
+        .unwrap();
+    // Added to the same row by a second writer (another replica).
+    store
+        .add_token_usage(&[row(rec.id, "chat", noon, 1, 1)])
+        .unwrap();
+    let used = store.token_usage_since(rec.id, noon).unwrap();
+    assert_eq!(used.len(), 2);
+    assert_eq!(used[0].model, "chat");
+    assert_eq!(
+        (
+            used[0].requests,
+            used[0].prompt_tokens,
+            used[0].completion_tokens
+        ),
+        (3, 12, 7)
+    );
+    assert_eq!(used[1].total(), 3);
+    assert_eq!(
+        store.tokens_spent_since(noon - 3600).unwrap(),
+        vec![(rec.id, 200 + 19 + 3)]
+    );
+}
+
+fn model_settings_survive_new_versions_and_go_with_the_model(store: &Store) {
+    assert!(store
+        .set_model_setting("m", "traffic", Some(json!({"split": []})))
+        .unwrap()
+        .is_none());
+    let (sha, tmp) = upload(store, b"a model");
+    store
+        .add_model_version(tmp, "m", &sha, 7, &signature(), &json!({}))
+        .unwrap();
+    let set = store
+        .set_model_setting("m", "traffic", Some(json!({"mirror": 1})))
+        .unwrap()
+        .unwrap();
+    assert_eq!(set["traffic"], json!({"mirror": 1}));
+    store
+        .set_model_setting("m", "later", Some(json!(true)))
+        .unwrap();
+    let (sha, tmp) = upload(store, b"a model");
+    store
+        .add_model_version(tmp, "m", &sha, 7, &signature(), &json!({}))
+        .unwrap();
+    let all = store.list_model_settings().unwrap();
+    assert_eq!(all.len(), 1);
+    assert_eq!(all[0].1["traffic"], json!({"mirror": 1}));
+    let left = store
+        .set_model_setting("m", "later", None)
+        .unwrap()
+        .unwrap();
+    assert!(!left.contains_key("later"));
+    store.delete_model_version("m", 1).unwrap().unwrap();
+    assert!(
+        !store.model_settings("m").unwrap().is_empty(),
+        "one version left"
+    );
+    store.delete_model_version("m", 2).unwrap().unwrap();
+    assert!(store.model_settings("m").unwrap().is_empty());
+    assert!(store.list_model_settings().unwrap().is_empty());
 }

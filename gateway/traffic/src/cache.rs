@@ -16,8 +16,8 @@
 //! it walks every entry, which is fine at upload and delete time.
 //!
 //! What is charged against the budget: the body's length, `size_of::<M>()` and
-//! [`ENTRY_OVERHEAD`] per entry. Heap memory the metadata owns is not counted: keep it small
-//! (a content type, the served version, a few header values).
+//! [`ENTRY_OVERHEAD`] per entry, plus what the caller declares its metadata owns
+//! ([`ModelCache::insert_charged`]); other heap memory of the metadata is not counted.
 
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -223,11 +223,15 @@ struct Shard<M> {
     bytes: usize,
 }
 
+/// Cache counters by model and version.
+type CountersByVersion = HashMap<(Arc<str>, u64), Arc<CacheCounters>>;
+
 struct Inner<M> {
     shards: Box<[Padded<Mutex<Shard<M>>>]>,
     shard_bytes: usize,
     capacity: usize,
-    models: Mutex<HashMap<Arc<str>, Arc<CacheCounters>>>,
+    /// Counters by model and version (version 0: a handle for the whole model).
+    models: Mutex<CountersByVersion>,
 }
 
 /// The server's response cache. Cheap to clone (shared).
@@ -283,16 +287,31 @@ impl<M: Send + Sync + 'static> ResponseCache<M> {
         }
     }
 
-    /// The handle for `model`. The same model always gets the same counters, so they survive
-    /// a reload of the model's handle.
+    /// The handle for `model`, its counters kept for the whole model. The same model always
+    /// gets the same counters, so they survive a reload of the model's handle.
     pub fn model(&self, model: &str) -> ModelCache<M> {
+        self.version(model, 0)
+    }
+
+    /// The handle for one version of `model`, with counters of its own (Triton reports cache
+    /// hits and misses per version). Entries are still the model's: invalidating the model
+    /// drops them whatever handle stored them.
+    pub fn version(&self, model: &str, version: u64) -> ModelCache<M> {
         let mut models = self.inner.models.lock();
-        let (name, counters) = match models.get_key_value(model) {
-            Some((name, counters)) => (name.clone(), counters.clone()),
+        let existing = models
+            .iter()
+            .find(|((name, v), _)| &**name == model && *v == version)
+            .map(|((name, _), counters)| (name.clone(), counters.clone()));
+        let (name, counters) = match existing {
+            Some(found) => found,
             None => {
-                let name: Arc<str> = Arc::from(model);
+                let name = models
+                    .keys()
+                    .find(|(name, _)| &**name == model)
+                    .map(|(name, _)| name.clone())
+                    .unwrap_or_else(|| Arc::from(model));
                 let counters = Arc::new(CacheCounters::new(self.inner.shards.len()));
-                models.insert(name.clone(), counters.clone());
+                models.insert((name.clone(), version), counters.clone());
                 (name, counters)
             }
         };
@@ -331,14 +350,43 @@ impl<M: Send + Sync + 'static> ResponseCache<M> {
         total
     }
 
-    /// One model's counters (zeros for a model never seen).
+    /// One model's counters, every handle of it added up (zeros for a model never seen).
     pub fn stats_for(&self, model: &str) -> CacheStats {
+        let mut total = CacheStats::default();
+        for ((name, _), counters) in self.inner.models.lock().iter() {
+            if &**name == model {
+                total += counters.snapshot();
+            }
+        }
+        total
+    }
+
+    /// Every model's counters (its handles added up), by model name.
+    pub fn stats_by_model(&self) -> Vec<(String, CacheStats)> {
+        let mut by_model: std::collections::BTreeMap<String, CacheStats> = Default::default();
+        for ((name, _), counters) in self.inner.models.lock().iter() {
+            *by_model.entry(name.to_string()).or_default() += counters.snapshot();
+        }
+        by_model.into_iter().collect()
+    }
+
+    /// The counters of one version's handle ([`ResponseCache::version`]; zeros when none).
+    pub fn stats_for_version(&self, model: &str, version: u64) -> CacheStats {
         self.inner
             .models
             .lock()
-            .get(model)
-            .map(|c| c.snapshot())
+            .iter()
+            .find(|((name, v), _)| &**name == model && *v == version)
+            .map(|(_, c)| c.snapshot())
             .unwrap_or_default()
+    }
+
+    /// Forgets the counters of `model` (deleted), so a model of the same name starts at zero.
+    pub fn forget_model(&self, model: &str) {
+        self.inner
+            .models
+            .lock()
+            .retain(|(name, _), _| &**name != model);
     }
 
     /// Drops every answer of `model`, all versions (model deleted or replaced). Returns how
@@ -422,6 +470,19 @@ impl<M: Send + Sync + 'static> ModelCache<M> {
     /// Stores the answer of `version` under `key` (replacing one already there), evicting
     /// the least recently used answers of its shard until it fits.
     pub fn insert(&self, key: CacheKey, version: u64, body: Bytes, meta: M) -> Inserted {
+        self.insert_charged(key, version, body, meta, 0)
+    }
+
+    /// [`insert`](Self::insert) for metadata that owns heap memory worth counting (an answer
+    /// kept as decoded tensors rather than bytes): `meta_bytes` is charged on top.
+    pub fn insert_charged(
+        &self,
+        key: CacheKey,
+        version: u64,
+        body: Bytes,
+        meta: M,
+        meta_bytes: usize,
+    ) -> Inserted {
         let started = Instant::now();
         let inner = &self.inner;
         if inner.capacity == 0 {
@@ -429,7 +490,7 @@ impl<M: Send + Sync + 'static> ModelCache<M> {
         }
         let shard = inner.shard_of(&key);
         let c = self.counters.slot(shard);
-        let charge = body.len() + std::mem::size_of::<M>() + ENTRY_OVERHEAD;
+        let charge = body.len() + meta_bytes + std::mem::size_of::<M>() + ENTRY_OVERHEAD;
         if charge > inner.shard_bytes {
             c.too_large.fetch_add(1, Ordering::Relaxed);
             return Inserted::TooLarge;
@@ -583,6 +644,31 @@ mod tests {
         assert_eq!(cache.size().entries, 50);
         assert_eq!(a.stats().invalidated, 50);
         assert_eq!(cache.invalidate_model("nothing"), 0);
+    }
+
+    #[test]
+    fn version_handles_count_apart_and_add_up_per_model() {
+        let cache: ResponseCache<()> = ResponseCache::new(1 << 20);
+        let (v1, v2) = (cache.version("m", 1), cache.version("m", 2));
+        v1.insert(key(1), 1, Bytes::from_static(b"a"), ());
+        v2.insert(key(2), 2, Bytes::from_static(b"b"), ());
+        assert!(v1.get(&key(1)).is_some());
+        assert!(v2.get(&key(2)).is_some());
+        assert!(v2.get(&key(3)).is_none());
+        assert_eq!(cache.stats_for_version("m", 1).hits, 1);
+        assert_eq!(cache.stats_for_version("m", 2).misses, 1);
+        assert_eq!(
+            cache.version("m", 2).stats().hits,
+            1,
+            "the same counters again"
+        );
+        let whole = cache.stats_for("m");
+        assert_eq!((whole.hits, whole.misses, whole.inserts), (2, 1, 2));
+        assert_eq!(cache.stats_by_model(), vec![("m".to_owned(), whole)]);
+        // Entries belong to the model: invalidating it drops what every handle stored.
+        assert_eq!(cache.invalidate_model("m"), 2);
+        cache.forget_model("m");
+        assert_eq!(cache.stats_for("m"), CacheStats::default());
     }
 
     #[test]

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 const DAY: i64 = 86_400;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Period {
     Day,

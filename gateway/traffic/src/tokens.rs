@@ -43,7 +43,7 @@ pub const MAX_TOKENS_PER_MINUTE: u64 = 1_000_000_000_000;
 pub const MAX_BUDGET: u64 = 1_000_000_000_000_000;
 const NANOS_PER_MINUTE: u64 = 60_000_000_000;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TokenBudget {
     pub tokens: u64,

@@ -60,9 +60,43 @@ pub struct WorkerArgs {
     /// Seconds to let in-flight requests finish after SIGTERM.
     #[arg(long, default_value_t = 30)]
     pub(crate) shutdown_grace_s: u64,
+    /// Export request spans as OpenTelemetry traces to this OTLP/HTTP collector
+    /// (http://HOST:4318/v1/traces); a request from the manager continues the manager's trace
+    /// and follows its sampling decision [default: no export].
+    #[arg(long, env = "INFERGATE_OTLP_ENDPOINT", value_name = "URL", value_parser = otlp_endpoint)]
+    pub(crate) otlp_endpoint: Option<String>,
+    /// The share of direct clients' traces recorded, 0.0 to 1.0.
+    #[arg(long, env = "INFERGATE_TRACE_SAMPLE_RATIO", default_value_t = 0.01, value_parser = ratio)]
+    pub(crate) trace_sample_ratio: f64,
+}
+
+fn otlp_endpoint(url: &str) -> Result<String, String> {
+    // The exporter's client has no certificate roots: plain HTTP to a collector nearby.
+    if url.starts_with("http://") {
+        Ok(url.to_owned())
+    } else {
+        Err(format!("must be an http:// URL, not '{url}'"))
+    }
+}
+
+fn ratio(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(r) if (0.0..=1.0).contains(&r) => Ok(r),
+        _ => Err(format!("must be a number from 0.0 to 1.0, not '{text}'")),
+    }
 }
 
 impl WorkerArgs {
+    /// The OTLP/HTTP traces URL, when spans are exported (logging starts before [`run`]).
+    pub fn otlp_endpoint(&self) -> Option<&str> {
+        self.otlp_endpoint.as_deref()
+    }
+
+    /// The share of traces without a trusted parent that are recorded.
+    pub fn trace_sample_ratio(&self) -> f64 {
+        self.trace_sample_ratio
+    }
+
     /// Threads for the async runtime the worker runs on (built before [`run`]).
     pub fn async_threads(&self) -> usize {
         infergate_engine::sizing::async_threads(

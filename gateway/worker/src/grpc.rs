@@ -7,7 +7,8 @@
 //! or keys, so a call is admitted by the direct token check the HTTP path uses
 //! ([`Node::admit`]: a token for another model is PERMISSION_DENIED, a forged, expired or
 //! missing one UNAUTHENTICATED) and runs on the worker's engine. Model metadata, configuration,
-//! statistics and streams stay on the manager (UNIMPLEMENTED here, saying so).
+//! statistics, streams and model control stay on the manager (UNIMPLEMENTED here, saying so);
+//! shared memory is for callers on the manager's own host, never a worker's.
 
 use super::node::{Node, Peer};
 use infergate_engine::ModelState;
@@ -16,10 +17,18 @@ use infergate_kserve::proto::grpc_inference_service_server::{
     GrpcInferenceService, GrpcInferenceServiceServer,
 };
 use infergate_kserve::proto::{
-    ModelConfigRequest, ModelConfigResponse, ModelInferRequest, ModelInferResponse,
-    ModelMetadataRequest, ModelMetadataResponse, ModelReadyRequest, ModelReadyResponse,
-    ModelStatisticsRequest, ModelStatisticsResponse, ServerLiveRequest, ServerLiveResponse,
-    ServerMetadataRequest, ServerMetadataResponse, ServerReadyRequest, ServerReadyResponse,
+    CudaSharedMemoryRegisterRequest, CudaSharedMemoryRegisterResponse,
+    CudaSharedMemoryStatusRequest, CudaSharedMemoryStatusResponse,
+    CudaSharedMemoryUnregisterRequest, CudaSharedMemoryUnregisterResponse, ModelConfigRequest,
+    ModelConfigResponse, ModelInferRequest, ModelInferResponse, ModelMetadataRequest,
+    ModelMetadataResponse, ModelReadyRequest, ModelReadyResponse, ModelStatisticsRequest,
+    ModelStatisticsResponse, RepositoryIndexRequest, RepositoryIndexResponse,
+    RepositoryModelLoadRequest, RepositoryModelLoadResponse, RepositoryModelUnloadRequest,
+    RepositoryModelUnloadResponse, ServerLiveRequest, ServerLiveResponse, ServerMetadataRequest,
+    ServerMetadataResponse, ServerReadyRequest, ServerReadyResponse,
+    SystemSharedMemoryRegisterRequest, SystemSharedMemoryRegisterResponse,
+    SystemSharedMemoryStatusRequest, SystemSharedMemoryStatusResponse,
+    SystemSharedMemoryUnregisterRequest, SystemSharedMemoryUnregisterResponse,
 };
 use infergate_kserve::{convert, status::status};
 use infergate_service::error::ApiResult;
@@ -172,5 +181,68 @@ impl GrpcInferenceService for WorkerService {
         _request: Request<ModelStatisticsRequest>,
     ) -> Result<Response<ModelStatisticsResponse>, Status> {
         Err(served_by_manager("ModelStatistics"))
+    }
+
+    async fn repository_index(
+        &self,
+        _request: Request<RepositoryIndexRequest>,
+    ) -> Result<Response<RepositoryIndexResponse>, Status> {
+        Err(served_by_manager("RepositoryIndex"))
+    }
+
+    async fn repository_model_load(
+        &self,
+        _request: Request<RepositoryModelLoadRequest>,
+    ) -> Result<Response<RepositoryModelLoadResponse>, Status> {
+        Err(served_by_manager("RepositoryModelLoad"))
+    }
+
+    async fn repository_model_unload(
+        &self,
+        _request: Request<RepositoryModelUnloadRequest>,
+    ) -> Result<Response<RepositoryModelUnloadResponse>, Status> {
+        Err(served_by_manager("RepositoryModelUnload"))
+    }
+
+    async fn system_shared_memory_status(
+        &self,
+        _request: Request<SystemSharedMemoryStatusRequest>,
+    ) -> Result<Response<SystemSharedMemoryStatusResponse>, Status> {
+        Err(served_by_manager("SystemSharedMemoryStatus"))
+    }
+
+    async fn system_shared_memory_register(
+        &self,
+        _request: Request<SystemSharedMemoryRegisterRequest>,
+    ) -> Result<Response<SystemSharedMemoryRegisterResponse>, Status> {
+        Err(served_by_manager("SystemSharedMemoryRegister"))
+    }
+
+    async fn system_shared_memory_unregister(
+        &self,
+        _request: Request<SystemSharedMemoryUnregisterRequest>,
+    ) -> Result<Response<SystemSharedMemoryUnregisterResponse>, Status> {
+        Err(served_by_manager("SystemSharedMemoryUnregister"))
+    }
+
+    async fn cuda_shared_memory_status(
+        &self,
+        _request: Request<CudaSharedMemoryStatusRequest>,
+    ) -> Result<Response<CudaSharedMemoryStatusResponse>, Status> {
+        Err(served_by_manager("CudaSharedMemoryStatus"))
+    }
+
+    async fn cuda_shared_memory_register(
+        &self,
+        _request: Request<CudaSharedMemoryRegisterRequest>,
+    ) -> Result<Response<CudaSharedMemoryRegisterResponse>, Status> {
+        Err(served_by_manager("CudaSharedMemoryRegister"))
+    }
+
+    async fn cuda_shared_memory_unregister(
+        &self,
+        _request: Request<CudaSharedMemoryUnregisterRequest>,
+    ) -> Result<Response<CudaSharedMemoryUnregisterResponse>, Status> {
+        Err(served_by_manager("CudaSharedMemoryUnregister"))
     }
 }

@@ -68,11 +68,17 @@ impl Endpoint {
             .with_context(|| format!("resolving the manager's address {host}:{port}"))?
             .next()
             .ok_or_else(|| anyhow!("the manager's host {host} has no address"))?;
+        // A connection to the manager that went silent (a partition) is given up within the
+        // hop's deadline: otherwise heartbeats keep queueing on it after the heal, behind TCP's
+        // retransmission backoff, and the worker stays lost long after the manager is back.
+        let link = infergate_hop::link::LinkSettings::default();
         let client = reqwest::Client::builder()
             .use_preconfigured_tls(worker_client_config(pin)?)
             .resolve(MANAGER_NAME, addr)
             .connect_timeout(Duration::from_secs(3))
             .timeout(Duration::from_secs(30))
+            .tcp_keepalive(link.probe_every())
+            .tcp_user_timeout(link.silence)
             .build()?;
         Ok(Endpoint {
             client,

@@ -46,6 +46,11 @@ pub(crate) async fn serve(
             },
         };
         let _ = stream.set_nodelay(true);
+        // A manager or client that went silent (a partition) lets go of its connection within
+        // the hop's deadline instead of TCP's quarter of an hour of retransmissions.
+        if let Err(e) = infergate_hop::link::LinkSettings::default().apply(&stream) {
+            tracing::debug!(%peer, error = %e, "could not set the connection's keepalive");
+        }
         let acceptor = acceptor.clone();
         let router = router.clone();
         let builder = builder.clone();

@@ -84,6 +84,7 @@ impl Node {
             requests_per_s: latencies.requests_per_s,
             p50_ms: latencies.p50_ms,
             p99_ms: latencies.p99_ms,
+            answered_total: latencies.answered_total,
             cpu_percent: cpu.sample(),
             rss_bytes: host::rss_bytes(),
             gpus: host::gpu_usage(&self.devices),
@@ -268,16 +269,29 @@ impl Node {
         record: &ModelRecord,
         request: Request,
     ) -> ApiResult<Inferred> {
-        let outputs = self
-            .engine
-            .infer_with(
-                &model_key(record),
-                || self.data.model_file(&record.sha256),
-                request.inputs,
-                request.outputs,
-                request.options,
-            )
-            .await?;
+        let key = model_key(record);
+        let path = || self.data.model_file(&record.sha256);
+        // A request of a sequence: the engine carries its state (a version without sequence
+        // batching ignores the flags).
+        let outputs = match request.sequence {
+            Some(sequence) => {
+                self.engine
+                    .infer_in_sequence(
+                        &key,
+                        path,
+                        request.inputs,
+                        request.outputs,
+                        request.options,
+                        sequence,
+                    )
+                    .await?
+            }
+            None => {
+                self.engine
+                    .infer_with(&key, path, request.inputs, request.outputs, request.options)
+                    .await?
+            }
+        };
         Ok(Inferred {
             model: record.name.clone(),
             version: record.version,

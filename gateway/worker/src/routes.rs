@@ -107,27 +107,51 @@ pub(crate) async fn run_infer(
 ) -> Response {
     let _counted = node.begin();
     let started = Instant::now();
+    // A request from the manager continues the manager's trace and follows its sampling
+    // decision; a direct client's flag does not decide.
+    let span = infergate_telemetry::span!(
+        "worker request",
+        model = %model,
+        version = version.unwrap_or(0) as i64,
+        stage,
+        direct = !peer.cluster,
+        request_bytes = body.len() as i64
+    );
+    infergate_telemetry::w3c::continue_in(&span, &headers, peer.cluster);
     let answer = async {
         let record = node.admit(peer, &headers, &model, version).await?;
-        let (document, inputs) = codec::decode(&headers, &body)?;
+        let (document, inputs) =
+            infergate_telemetry::span!("decode").in_scope(|| codec::decode(&headers, &body))?;
         let mut request = Request::kserve(&document, inputs)?;
         if stage {
             let op = infergate_hop::remote::stage_ops(&document).map_err(ApiError::bad_request)?;
-            request.inputs = infergate_service::infer::backend::preprocess(
-                node.engine.ops().clone(),
-                op,
-                request.inputs,
-            )
-            .await?;
+            request.inputs = infergate_telemetry::traced!(
+                infergate_service::infer::backend::preprocess(
+                    node.engine.ops().clone(),
+                    op,
+                    request.inputs,
+                ),
+                infergate_telemetry::span!("native pre-op")
+            )?;
         }
-        let inferred = node.execute(&record, request).await?;
-        codec::respond(&document, inferred)
+        let inferred = infergate_telemetry::traced!(
+            node.execute(&record, request),
+            infergate_telemetry::span!("model run")
+        )?;
+        infergate_telemetry::span!("encode").in_scope(|| codec::respond(&document, inferred))
     };
-    match answer.await {
+    let trace = infergate_telemetry::w3c::trace_id(&span);
+    let mut response = match infergate_telemetry::traced!(answer, span) {
         Ok(response) => {
             node.answered(started.elapsed());
             response
         }
         Err(e) => HttpError(e).into_response(),
+    };
+    if let Some(trace) = trace {
+        response
+            .headers_mut()
+            .insert(infergate_telemetry::w3c::TRACE_ID, trace);
     }
+    response
 }

@@ -1,5 +1,6 @@
 //! A worker's request latencies between two heartbeats, for the report's requests/s, p50 and
-//! p99.
+//! p99, and the requests it answered since it started (`answered_total`: summed over workers,
+//! it tells how many requests ran twice after a manager retried them).
 
 use std::time::{Duration, Instant};
 
@@ -10,6 +11,8 @@ const MAX_SAMPLES: usize = 1 << 16;
 pub struct LatencyWindow {
     samples: Vec<Duration>,
     count: u64,
+    /// Every request answered since the worker started.
+    total: u64,
     since: Instant,
 }
 
@@ -19,6 +22,7 @@ pub struct Summary {
     pub requests_per_s: f64,
     pub p50_ms: f64,
     pub p99_ms: f64,
+    pub answered_total: u64,
 }
 
 impl LatencyWindow {
@@ -26,12 +30,14 @@ impl LatencyWindow {
         LatencyWindow {
             samples: Vec::new(),
             count: 0,
+            total: 0,
             since: now,
         }
     }
 
     pub fn record(&mut self, elapsed: Duration) {
         self.count += 1;
+        self.total += 1;
         if self.samples.len() < MAX_SAMPLES {
             self.samples.push(elapsed);
         }
@@ -55,6 +61,7 @@ impl LatencyWindow {
             },
             p50_ms: at(0.5),
             p99_ms: at(0.99),
+            answered_total: self.total,
         };
         self.count = 0;
         self.since = now;
@@ -77,10 +84,15 @@ mod tests {
         assert_eq!(s.requests_per_s, 50.0);
         assert!((s.p50_ms - 51.0).abs() < 1.01, "{s:?}");
         assert!((s.p99_ms - 99.0).abs() < 1.01, "{s:?}");
+        assert_eq!(s.answered_total, 100);
         let empty = w.take(t0 + Duration::from_secs(3));
         assert_eq!(
             (empty.requests_per_s, empty.p50_ms, empty.p99_ms),
             (0.0, 0.0, 0.0)
         );
+        // The total goes on across intervals.
+        assert_eq!(empty.answered_total, 100);
+        w.record(Duration::from_millis(1));
+        assert_eq!(w.take(t0 + Duration::from_secs(4)).answered_total, 101);
     }
 }

@@ -130,10 +130,10 @@ pub fn upload_parts<'p>(
 const PARALLEL_STAGING_BYTES: usize = 4 << 20;
 const STAGING_CHUNK: usize = 1 << 20;
 
-/// Copies `parts` back to back into `staging` (exactly their total length). A batch of 1080p
-/// images is 6.2 MB each: one thread's memcpy (~5 GB/s) took longer than the transfer itself
-/// and than the kernel 50 times over (H200: 1.39 ms/image end to end at batch 8 against
-/// 0.023 ms in the kernel), so large batches are copied by every core.
+/// Copies `parts` back to back into `staging` (exactly their total length). Large batches are
+/// copied by every core: one thread's memcpy of a batch of 1080p images (6.2 MB each) takes
+/// longer than the transfer to the GPU and many times the kernel's own time (`cargo bench -p
+/// infergate-kernels`).
 fn fill_staging(staging: &mut [u8], parts: &[&[u8]]) {
     use rayon::prelude::*;
     let parallel = staging.len() >= PARALLEL_STAGING_BYTES;

@@ -1,16 +1,18 @@
 //! Where an offline-or-online command acts ([`Target`]), and the admin API client for `--url`.
 
 use anyhow::{anyhow, bail, Context};
-use clap::Args;
+use clap::parser::ValueSource;
+use clap::{ArgMatches, Args};
 use infergate_api_types::ErrorBody;
 use serde::de::DeserializeOwned;
 use std::path::PathBuf;
 
-/// Where a key command acts: a data directory (offline) or a running server (online).
+/// Where a key or worker command acts: a data directory (offline) or a running server
+/// (online). Given both, a flag wins over an environment variable ([`Target::settle`]).
 #[derive(Args)]
 pub(crate) struct Target {
     /// Data directory to act on offline [default: ./data when --url is absent].
-    #[arg(long, env = "INFERGATE_DATA_DIR", conflicts_with = "url")]
+    #[arg(long, env = "INFERGATE_DATA_DIR")]
     pub(crate) data_dir: Option<PathBuf>,
     /// Base URL of a running gateway (e.g. https://127.0.0.1:8443) to act on through the admin API.
     #[arg(long, env = "INFERGATE_URL")]
@@ -21,6 +23,28 @@ pub(crate) struct Target {
     /// PEM CA certificate to trust for --url (e.g. DATA_DIR/tls/cert.pem for the self-signed one).
     #[arg(long)]
     ca_cert: Option<PathBuf>,
+}
+
+impl Target {
+    /// Settles a data directory and a URL given together, from `matches` (the command's own):
+    /// the one given as a flag wins over one from the environment (`--data-dir` with
+    /// `INFERGATE_URL` exported acts on the directory); two flags, or two variables, are an
+    /// error, since either could be meant.
+    pub(crate) fn settle(&mut self, matches: &ArgMatches) -> anyhow::Result<()> {
+        if self.data_dir.is_none() || self.url.is_none() {
+            return Ok(());
+        }
+        let flag = |id: &str| matches.value_source(id) == Some(ValueSource::CommandLine);
+        match (flag("data_dir"), flag("url")) {
+            (true, false) => self.url = None,
+            (false, true) => self.data_dir = None,
+            (true, true) => bail!("--data-dir and --url exclude each other: give one"),
+            (false, false) => bail!(
+                "INFERGATE_DATA_DIR and INFERGATE_URL are both set: pass --data-dir or --url to choose"
+            ),
+        }
+        Ok(())
+    }
 }
 
 /// Calls the admin API of a running gateway and reads its answer as the route's answer type

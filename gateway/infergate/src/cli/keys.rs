@@ -25,7 +25,8 @@ pub(super) enum KeysCommand {
         #[command(flatten)]
         limits: LimitArgs,
     },
-    /// Change a key's rate limit and concurrency cap (flags not given stay as they are).
+    /// Change a key's rate limit, concurrency cap and token limits (flags not given stay as
+    /// they are).
     Limits {
         #[command(flatten)]
         target: Target,
@@ -33,8 +34,8 @@ pub(super) enum KeysCommand {
         id: String,
         #[command(flatten)]
         limits: LimitArgs,
-        /// Drop the key's own rate limit and cap: it gets the server default again.
-        #[arg(long, conflicts_with_all = ["rps", "burst", "max_concurrent"])]
+        /// Drop the key's own limits: it gets the server defaults again.
+        #[arg(long, conflicts_with_all = ["rps", "burst", "max_concurrent", "tokens_per_minute", "token_budget"])]
         clear: bool,
     },
     /// List keys (never their secrets).
@@ -63,6 +64,27 @@ pub(super) struct LimitArgs {
     /// Requests of this key in flight at once.
     #[arg(long)]
     max_concurrent: Option<u32>,
+    /// Tokens per minute (LLM requests: prompt plus completion).
+    #[arg(long)]
+    tokens_per_minute: Option<u64>,
+    /// A token budget per UTC day or month: `N/day` or `N/month`.
+    #[arg(long, value_parser = parse_budget)]
+    token_budget: Option<(u64, String)>,
+}
+
+/// `N/day` or `N/month`.
+fn parse_budget(text: &str) -> Result<(u64, String), String> {
+    let (tokens, period) = text
+        .split_once('/')
+        .ok_or_else(|| format!("expected N/day or N/month, got '{text}'"))?;
+    let tokens = tokens
+        .trim()
+        .parse::<u64>()
+        .map_err(|e| format!("'{tokens}' is not a token count: {e}"))?;
+    match period.trim() {
+        p @ ("day" | "month") => Ok((tokens, p.to_owned())),
+        other => Err(format!("the period is day or month, not '{other}'")),
+    }
 }
 
 impl LimitArgs {
@@ -78,6 +100,15 @@ impl LimitArgs {
         if let Some(n) = self.max_concurrent {
             m.insert("max_concurrent".into(), serde_json::json!(n));
         }
+        if let Some(n) = self.tokens_per_minute {
+            m.insert("tokens_per_minute".into(), serde_json::json!(n));
+        }
+        if let Some((tokens, period)) = &self.token_budget {
+            m.insert(
+                "token_budget".into(),
+                serde_json::json!({"tokens": tokens, "period": period}),
+            );
+        }
         m
     }
 
@@ -86,6 +117,17 @@ impl LimitArgs {
             &self.to_json(),
             current,
         )?)
+    }
+}
+
+impl KeysCommand {
+    pub(super) fn target_mut(&mut self) -> &mut Target {
+        match self {
+            KeysCommand::Create { target, .. }
+            | KeysCommand::Limits { target, .. }
+            | KeysCommand::List { target }
+            | KeysCommand::Revoke { target, .. } => target,
+        }
     }
 }
 
@@ -130,7 +172,8 @@ pub(super) fn run(cmd: KeysCommand) -> anyhow::Result<()> {
             let record = match &target.url {
                 Some(_) => {
                     let body = if clear {
-                        serde_json::json!({"rate_limit": null, "max_concurrent": null})
+                        serde_json::json!({"rate_limit": null, "max_concurrent": null,
+                            "tokens_per_minute": null, "token_budget": null})
                     } else {
                         limits.to_json().into()
                     };
@@ -159,10 +202,12 @@ pub(super) fn run(cmd: KeysCommand) -> anyhow::Result<()> {
                 }
             };
             eprintln!(
-                "key {}: rate_limit {}, max_concurrent {}",
+                "key {}: rate_limit {}, max_concurrent {}, tokens_per_minute {}, token_budget {}",
                 record.id,
                 serde_json::to_string(&record.rate_limit)?,
-                serde_json::to_string(&record.max_concurrent)?
+                serde_json::to_string(&record.max_concurrent)?,
+                serde_json::to_string(&record.tokens_per_minute)?,
+                serde_json::to_string(&record.token_budget)?
             );
         }
         KeysCommand::List { target } => {

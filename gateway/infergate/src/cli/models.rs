@@ -4,13 +4,15 @@ use super::data_dir::open_store;
 use super::table::Table;
 use anyhow::Context;
 use clap::Subcommand;
-use infergate_service::config::Config;
+use infergate_engine::kernels::DeviceChoice;
+use infergate_service::config::{Config, Device};
 use infergate_service::model_repository::{ModelRepository, ParsedConfig};
 use std::path::PathBuf;
 
 #[derive(Subcommand)]
 pub(super) enum ModelsCommand {
-    /// Validate a .onnx file with ONNX Runtime and register it as the next version of NAME.
+    /// Validate a model file and register it as the next version of NAME: ONNX Runtime loads a
+    /// .onnx file; a .gguf file's header, tensors and vocabulary are checked.
     Add {
         /// Data directory [default: ./data].
         #[arg(long, env = "INFERGATE_DATA_DIR", default_value = "./data")]
@@ -27,7 +29,7 @@ pub(super) enum ModelsCommand {
         /// Skip when the latest version of NAME already has this exact file.
         #[arg(long)]
         if_changed: bool,
-        /// The .onnx file.
+        /// The .onnx or .gguf file.
         file: PathBuf,
     },
     /// List registered model versions.
@@ -70,10 +72,13 @@ pub(super) fn run(cmd: ModelsCommand) -> anyhow::Result<()> {
                     return Ok(());
                 }
             }
-            let cfg = Config {
+            let mut cfg = Config {
                 ort_lib,
                 ..Config::default()
             };
+            // Registering only loads the file into ONNX Runtime to check it: no native op runs,
+            // so no GPU is looked for (and none is reported missing).
+            cfg.engine.device = Device(DeviceChoice::Cpu);
             let engine =
                 infergate_engine::Engine::new(infergate_service::startup::engine_config(&cfg)?)?;
             let record = ModelRepository::new(store, std::sync::Arc::new(engine))

@@ -91,6 +91,10 @@ pub struct ServeArgs {
     /// (closed) [default: open].
     #[arg(long, env = "INFERGATE_RATELIMIT_FAILURE", value_enum)]
     ratelimit_failure: Option<infergate_service::config::SharedFailure>,
+    /// Bytes of the response cache for models whose config enables it, counted in the host
+    /// memory budget [default: 0, no cache].
+    #[arg(long, env = "INFERGATE_CACHE_BYTES")]
+    cache_bytes: Option<u64>,
     /// Allow this browser origin (CORS); repeat for several, or '*' for any (no credentials).
     #[arg(
         long = "cors-origin",
@@ -138,10 +142,72 @@ pub struct ServeArgs {
     /// [default: 5].
     #[arg(long, env = "INFERGATE_STORE_RESYNC_S")]
     store_resync_s: Option<u64>,
+    /// Serve callers without an API key from --anonymous-networks with these scopes (infer,
+    /// upload; never admin), each client address under its own rate limit ([limits]
+    /// anonymous_rps) [default: off].
+    #[arg(long, env = "INFERGATE_ANONYMOUS_SCOPES", value_delimiter = ',')]
+    anonymous_scopes: Vec<String>,
+    /// Networks (CIDR or addresses) whose callers may go without a key when --anonymous-scopes
+    /// is given [default: loopback, 127.0.0.0/8 and ::1].
+    #[arg(long, env = "INFERGATE_ANONYMOUS_NETWORKS", value_delimiter = ',')]
+    anonymous_networks: Vec<String>,
     /// Run no requests on this server's engine: route every one to workers that joined.
     #[arg(long, env = "INFERGATE_NO_LOCAL_ENGINE")]
     no_local_engine: bool,
+    /// Export request spans as OpenTelemetry traces to this OTLP/HTTP collector
+    /// (http://HOST:4318/v1/traces) [default: no export].
+    #[arg(long, env = "INFERGATE_OTLP_ENDPOINT", value_name = "URL")]
+    otlp_endpoint: Option<String>,
+    /// The share of traces recorded, 0.0 to 1.0 [default: 0.01].
+    #[arg(long, env = "INFERGATE_TRACE_SAMPLE_RATIO")]
+    trace_sample_ratio: Option<f64>,
 }
+
+/// The configuration key each flag of `serve` (and its `INFERGATE_*` variable) sets, by the
+/// flag's id: the configuration reference prints them beside the keys, and a test sets each
+/// flag and checks that it changes this key and no other. `--config` names the file itself.
+pub(crate) const FLAG_KEYS: &[(&str, &str)] = &[
+    ("listen", "listen"),
+    ("data_dir", "data_dir"),
+    ("ort_lib", "ort_lib"),
+    ("tls_cert", "tls.cert"),
+    ("tls_key", "tls.key"),
+    ("tls_client_ca", "tls.client_ca"),
+    ("insecure_http", "insecure_http"),
+    ("max_request_bytes", "limits.max_request_bytes"),
+    ("max_upload_bytes", "limits.max_upload_bytes"),
+    ("max_connections", "limits.max_connections"),
+    ("intra_threads", "engine.intra_threads"),
+    ("ort_spinning", "engine.ort_spinning"),
+    ("device", "engine.device"),
+    ("instances", "engine.instances"),
+    ("async_threads", "async_threads"),
+    ("cache_bytes", "cache.bytes"),
+    ("log_format", "log_format"),
+    ("dashboard_dir", "dashboard_dir"),
+    ("default_rps", "limits.default_rps"),
+    ("default_burst", "limits.default_burst"),
+    ("default_max_concurrent", "limits.default_max_concurrent"),
+    ("ratelimit_url", "limits.shared_url"),
+    ("ratelimit_failure", "limits.shared_failure"),
+    ("cors_origins", "cors.allowed_origins"),
+    ("anonymous_scopes", "auth.anonymous_scopes"),
+    ("anonymous_networks", "auth.anonymous_networks"),
+    ("metrics_listen", "metrics.listen"),
+    ("openai_vocab", "openai.vocab"),
+    ("grpc_listen", "grpc.listen"),
+    ("no_grpc", "grpc.enabled"),
+    ("openai_model", "openai.completions_model"),
+    ("llm_max_sequences", "llm.max_sequences"),
+    ("llm_context", "llm.context_per_sequence"),
+    ("llm_threads", "llm.threads"),
+    ("llm_no_prefix_cache", "llm.prefix_cache"),
+    ("store_url", "store.url"),
+    ("store_resync_s", "store.resync_s"),
+    ("no_local_engine", "cluster.local_engine"),
+    ("otlp_endpoint", "tracing.otlp_endpoint"),
+    ("trace_sample_ratio", "tracing.sample_ratio"),
+];
 
 impl ServeArgs {
     /// The log format given as a flag or in the environment: logging starts before the
@@ -199,6 +265,7 @@ impl ServeArgs {
             c.limits.shared_url = self.ratelimit_url;
         }
         set!(c.limits.shared_failure, self.ratelimit_failure);
+        set!(c.cache.bytes, self.cache_bytes);
         if self.store_url.is_some() {
             c.store.url = self.store_url;
         }
@@ -220,6 +287,16 @@ impl ServeArgs {
         set!(c.grpc.listen, self.grpc_listen);
         c.grpc.enabled &= !self.no_grpc;
         c.cluster.local_engine &= !self.no_local_engine;
+        if !self.anonymous_scopes.is_empty() {
+            c.auth.anonymous_scopes = self.anonymous_scopes;
+        }
+        if !self.anonymous_networks.is_empty() {
+            c.auth.anonymous_networks = self.anonymous_networks;
+        }
+        if self.otlp_endpoint.is_some() {
+            c.tracing.otlp_endpoint = self.otlp_endpoint;
+        }
+        set!(c.tracing.sample_ratio, self.trace_sample_ratio);
         c.validate().map_err(|e| anyhow!(e))?;
         if !matches!(c.log_format.as_str(), "text" | "json") {
             bail!(
@@ -228,5 +305,111 @@ impl ServeArgs {
             );
         }
         Ok(c)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::{CommandFactory, FromArgMatches, Parser};
+    use serde_json::Value;
+    use std::collections::BTreeSet;
+
+    #[derive(Parser)]
+    struct Serve {
+        #[command(flatten)]
+        args: ServeArgs,
+    }
+
+    /// The configuration `serve` builds from these arguments, as JSON.
+    fn config_of(args: &[&str]) -> Value {
+        let matches = Serve::command()
+            .try_get_matches_from(std::iter::once("serve").chain(args.iter().copied()))
+            .unwrap_or_else(|e| panic!("{args:?}: {e}"));
+        let serve = Serve::from_arg_matches(&matches).expect("arguments");
+        let config = serve
+            .args
+            .into_config()
+            .unwrap_or_else(|e| panic!("{args:?}: {e}"));
+        serde_json::to_value(config).expect("a configuration serializes")
+    }
+
+    /// The dotted keys whose values differ between two configurations.
+    fn changed(before: &Value, after: &Value, prefix: &str, out: &mut BTreeSet<String>) {
+        match (before, after) {
+            (Value::Object(b), Value::Object(a)) => {
+                for (k, v) in a {
+                    let key = if prefix.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{prefix}.{k}")
+                    };
+                    changed(b.get(k).unwrap_or(&Value::Null), v, &key, out);
+                }
+            }
+            (b, a) if b != a => {
+                out.insert(prefix.to_owned());
+            }
+            _ => {}
+        }
+    }
+
+    /// A value for each flag that differs from its default, and the flags it needs beside it.
+    fn sample(id: &str) -> (Option<&'static str>, &'static [&'static str]) {
+        let value = match id {
+            "listen" | "grpc_listen" | "metrics_listen" => "127.0.0.1:7001",
+            "data_dir" | "ort_lib" | "tls_cert" | "tls_key" | "tls_client_ca" | "dashboard_dir"
+            | "openai_vocab" => "/elsewhere/file",
+            "insecure_http" | "no_grpc" | "llm_no_prefix_cache" | "no_local_engine" => {
+                return (None, &[])
+            }
+            "ort_spinning" => "true",
+            "device" => "cpu",
+            "log_format" => "json",
+            "default_rps" => "7.5",
+            "default_burst" => return (Some("9"), &["--default-rps", "7.5"]),
+            "ratelimit_url" => "redis://127.0.0.1:1/0",
+            "ratelimit_failure" => "closed",
+            "cors_origins" => "https://app.example.com",
+            "anonymous_scopes" => "upload",
+            "anonymous_networks" => "10.0.0.0/8",
+            "openai_model" => "another",
+            "store_url" => "postgres://db.example.com/infergate",
+            "otlp_endpoint" => "http://127.0.0.1:4318/v1/traces",
+            "trace_sample_ratio" => "0.5",
+            _ => "77",
+        };
+        (Some(value), &[])
+    }
+
+    #[test]
+    fn each_flag_sets_the_key_the_reference_names_and_no_other() {
+        let command = Serve::command();
+        let flags: BTreeSet<&str> = command
+            .get_arguments()
+            .map(|a| a.get_id().as_str())
+            .filter(|id| *id != "config")
+            .collect();
+        let listed: BTreeSet<&str> = FLAG_KEYS.iter().map(|(flag, _)| *flag).collect();
+        assert_eq!(
+            flags, listed,
+            "every flag of serve but --config is in FLAG_KEYS, once"
+        );
+        assert_eq!(listed.len(), FLAG_KEYS.len(), "a flag listed twice");
+        for (id, key) in FLAG_KEYS {
+            let arg = command
+                .get_arguments()
+                .find(|a| a.get_id() == *id)
+                .expect("listed above");
+            let long = format!("--{}", arg.get_long().expect("every flag of serve is long"));
+            let (value, needs) = sample(id);
+            let mut args: Vec<&str> = needs.to_vec();
+            let before = config_of(&args);
+            args.push(&long);
+            args.extend(value);
+            let mut keys = BTreeSet::new();
+            changed(&before, &config_of(&args), "", &mut keys);
+            assert_eq!(keys, BTreeSet::from([key.to_string()]), "{long} sets {key}");
+        }
     }
 }

@@ -61,6 +61,19 @@ pub(crate) enum TokenCommand {
     },
 }
 
+impl WorkersCommand {
+    pub(super) fn target_mut(&mut self) -> &mut Target {
+        match self {
+            WorkersCommand::Token {
+                command: TokenCommand::Create { target, .. } | TokenCommand::Revoke { target, .. },
+            }
+            | WorkersCommand::List { target }
+            | WorkersCommand::Drain { target, .. }
+            | WorkersCommand::Remove { target, .. } => target,
+        }
+    }
+}
+
 pub(super) fn run(cmd: WorkersCommand) -> anyhow::Result<()> {
     match cmd {
         WorkersCommand::Token {
@@ -79,9 +92,13 @@ pub(super) fn run(cmd: WorkersCommand) -> anyhow::Result<()> {
                 None => {
                     let store = open_store(&target.data_dir)?;
                     let material = Material::open(&store)?;
-                    infergate_service::manager::create_join_secret(&store, &material.ca, ttl_s)?
-                        .0
-                        .to_string()
+                    infergate_service::manager::admission::create_join_secret(
+                        &store,
+                        &material.ca,
+                        ttl_s,
+                    )?
+                    .0
+                    .to_string()
                 }
             };
             println!("{token}");

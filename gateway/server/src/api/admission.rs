@@ -7,7 +7,9 @@
 //! the response body has been sent (a streamed response holds it until the stream ends).
 //!
 //! Requests without a key, or with an invalid one, pass through: their handler's extractor
-//! answers 401, or the handler serves them when the route needs no key. Any answer marked as
+//! answers 401, or the handler serves them when the route needs no key. A request without a key
+//! from a network granted anonymous access is admitted as the anonymous caller of its address
+//! (`infergate_service::anonymous`), with the anonymous limits. Any answer marked as
 //! given before the body was read has the body drained first (`api::unread`).
 
 use crate::api::authorized::Authenticated;
@@ -24,11 +26,17 @@ use std::future::Future;
 pub const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
 pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
 
+/// The request policy's items, before any the handler set for another limit (a token
+/// budget's), in one field each.
 fn set_quota_headers(headers: &mut HeaderMap, quota: &Quota) {
     for (name, value) in [
         (RATELIMIT_POLICY, quota.policy_header()),
         (RATELIMIT, quota.header()),
     ] {
+        let value = match headers.get(&name).and_then(|v| v.to_str().ok()) {
+            Some(more) => format!("{value}, {more}"),
+            None => value,
+        };
         if let Ok(v) = HeaderValue::from_str(&value) {
             headers.insert(name, v);
         }
@@ -59,15 +67,36 @@ where
     Fut: Future<Output = Response>,
 {
     let presented = infergate_kserve::credentials::presented_key(request.headers());
-    if presented.is_none() {
-        return next(request).await;
-    }
-    let caller = match state.authenticate(presented) {
+    // Without a key, only a caller that anonymous access may cover is admitted here.
+    let client = match (presented, state.anonymous()) {
+        (None, None) => return next(request).await,
+        (None, Some(_)) => crate::client_addr::of(state, request.extensions(), request.headers()),
+        (Some(_), _) => None,
+    };
+    // The key's id and whether limits apply: never the secret.
+    let span = infergate_telemetry::span!(
+        "admission",
+        key_id = tracing::field::Empty,
+        anonymous = tracing::field::Empty,
+        limited = tracing::field::Empty,
+        refused = tracing::field::Empty
+    );
+    let caller = match span.in_scope(|| state.authenticate_from(presented, client)) {
         Ok(caller) => caller,
         // Unknown keys and store failures are the handler's extractor's to report.
         Err(_) => return next(request).await,
     };
-    match infergate_service::admission::admit(state, &caller).await {
+    span.record("key_id", caller.id());
+    span.record("anonymous", caller.is_anonymous());
+    span.record("limited", !caller.limits().is_unlimited());
+    let admitted = infergate_telemetry::traced!(
+        infergate_service::admission::admit(state, &caller),
+        span.clone()
+    );
+    span.record("refused", admitted.is_err());
+    // The span ends here: what follows is the request's own time.
+    drop(span);
+    match admitted {
         Err(rejection) => {
             let error = infergate_service::admission::rejection_error(&rejection).before_body();
             let mut response = HttpError(error).into_response();

@@ -62,7 +62,7 @@ pub struct Authorized<S> {
 }
 
 impl<S> Authorized<S> {
-    /// The caller's key. Every caller the HTTP routes admit holds one.
+    /// The caller's key; 403 for an anonymous caller (a route about the caller's own key).
     pub fn key(&self) -> ApiResult<&Arc<KeyRecord>> {
         self.caller
             .key()
@@ -85,7 +85,10 @@ impl<S: Required> FromRequestParts<Arc<AppState>> for Authorized<S> {
             // The middleware found no valid key (or could not ask the store): authenticating
             // again gives the precise 401 (or the store's 503).
             None => state
-                .authenticate(infergate_kserve::credentials::presented_key(&parts.headers))
+                .authenticate_from(
+                    infergate_kserve::credentials::presented_key(&parts.headers),
+                    crate::client_addr::of(state, &parts.extensions, &parts.headers),
+                )
                 .map_err(ApiError::before_body)?,
         };
         caller
@@ -101,9 +104,15 @@ impl<S: Required> FromRequestParts<Arc<AppState>> for Authorized<S> {
 
 /// Authenticates the key a gRPC call or WebSocket stream presents and checks it has `scope`
 /// (401 without a valid key, 403 with one lacking the scope), marking the connection
-/// authenticated as the HTTP extractor does.
-pub fn authorize(state: &AppState, presented: Option<&str>, scope: Scope) -> ApiResult<Caller> {
-    let caller = state.authorize(presented, scope)?;
+/// authenticated as the HTTP extractor does. Without a key, a caller at `client` that anonymous
+/// access covers is served as anonymous.
+pub fn authorize(
+    state: &AppState,
+    presented: Option<&str>,
+    client: Option<std::net::IpAddr>,
+    scope: Scope,
+) -> ApiResult<Caller> {
+    let caller = state.authorize_from(presented, client, scope)?;
     crate::connection::authenticated();
     Ok(caller)
 }

@@ -19,6 +19,8 @@ use axum::body::{Body, Bytes};
 use axum::response::{IntoResponse, Response};
 use futures_util::stream;
 use infergate_api_types::openai::Usage;
+use infergate_service::error::{ApiError, ApiResult};
+use infergate_service::phases::{ChatAnswer, ChatChoice, ChatPassage, Outcome};
 use infergate_service::state::AppState;
 use infergate_service::textgen::Generation;
 use std::convert::Infallible;
@@ -54,6 +56,59 @@ struct Producer {
     tracked: Tracked,
     phase: Phase,
     include_usage: bool,
+    /// The chat phases until the stream ends; dropped with the stream (client gone), it
+    /// settles with the tokens generated until then.
+    passage: Option<ChatPassage>,
+    /// The text as sent, piece by piece (what a cache keeps).
+    pieces: Vec<String>,
+}
+
+impl Producer {
+    /// A piece of text through the passage's hooks (which may hold it back or refuse it).
+    fn through_hooks(&mut self, text: String) -> ApiResult<String> {
+        let Some(passage) = self.passage.as_mut() else {
+            return Ok(text);
+        };
+        passage.set_generated(u64::from(self.g.completion_tokens));
+        let text = passage.text(0, text)?;
+        if !text.is_empty() {
+            self.pieces.push(text.clone());
+        }
+        Ok(text)
+    }
+
+    /// The end of the text: what the hooks held back, then the whole answer to the passage.
+    fn end_of_text(&mut self, finish: &'static str) -> ApiResult<String> {
+        let Some(mut passage) = self.passage.take() else {
+            return Ok(String::new());
+        };
+        let tail = passage.end_of_text(0)?;
+        if !tail.is_empty() {
+            self.pieces.push(tail.clone());
+        }
+        passage.set_generated(u64::from(self.g.completion_tokens));
+        passage.after_generation(&ChatAnswer {
+            choices: vec![ChatChoice {
+                pieces: std::mem::take(&mut self.pieces),
+                finish,
+                completion_tokens: u64::from(self.g.completion_tokens),
+            }],
+            prompt_tokens: u64::from(self.g.prompt_tokens),
+        });
+        passage.finish(Outcome::Sent);
+        Ok(tail)
+    }
+
+    fn failed(&mut self, e: ApiError) -> Option<Piece> {
+        e.log("sse");
+        let status = infergate_kserve::http_error::status(&e).as_u16();
+        self.tracked.end(status);
+        if let Some(passage) = self.passage.take() {
+            passage.finish(Outcome::Failed(e.kind));
+        }
+        self.phase = Phase::Done;
+        Some(Piece::Event(stream_error(e.message, status)))
+    }
 }
 
 impl Producer {
@@ -74,11 +129,19 @@ impl Producer {
                             if self.g.completion_tokens > tokens_before {
                                 self.tracked.token();
                             }
+                            let text = match self.through_hooks(step.text) {
+                                Ok(text) => text,
+                                Err(e) => return self.failed(e),
+                            };
                             let Some(finish) = step.finish else {
-                                if step.text.is_empty() {
+                                if text.is_empty() {
                                     continue;
                                 }
-                                return Some(Piece::Token(step.text));
+                                return Some(Piece::Token(text));
+                            };
+                            let tail = match self.end_of_text(finish.as_str()) {
+                                Ok(tail) => tail,
+                                Err(e) => return self.failed(e),
                             };
                             self.tracked.end(200);
                             self.phase = if self.include_usage {
@@ -86,18 +149,13 @@ impl Producer {
                             } else {
                                 Phase::Done
                             };
-                            let last = self.meta.chunk(0, &step.text, None, Some(finish));
+                            let last =
+                                self.meta
+                                    .chunk(0, &(text + &tail), None, Some(finish.into()));
                             return Some(Piece::Event(last));
                         }
                         Ok(None) => self.phase = Phase::Done,
-                        Err(e) => {
-                            e.log("sse");
-                            self.tracked
-                                .end(infergate_kserve::http_error::status(&e).as_u16());
-                            self.phase = Phase::Done;
-                            let status = infergate_kserve::http_error::status(&e).as_u16();
-                            return Some(Piece::Event(stream_error(e.message, status)));
-                        }
+                        Err(e) => return self.failed(e),
                     }
                 }
                 Phase::Usage => {
@@ -130,12 +188,13 @@ fn write_burst(meta: &Meta, burst: Vec<Piece>, out: &mut Vec<u8>) {
     }
 }
 
-/// The streamed response of a generation.
+/// The streamed response of a generation, its chat phases followed by `passage`.
 pub(super) fn response(
     state: Arc<AppState>,
     meta: Meta,
     generation: Generation,
     include_usage: bool,
+    passage: ChatPassage,
 ) -> Response {
     let meta = Arc::new(meta);
     let mut coalescer = Coalescer::new(Duration::from_micros(
@@ -148,6 +207,8 @@ pub(super) fn response(
         tracked,
         phase: Phase::Start,
         include_usage,
+        passage: Some(passage),
+        pieces: Vec::new(),
     };
     let (tx, mut rx) = mpsc::channel::<Vec<Piece>>(BURSTS_AHEAD);
     let task = async move {

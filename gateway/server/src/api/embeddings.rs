@@ -1,11 +1,17 @@
-//! `POST /v1/embeddings` (OpenAI-compatible, scope `infer`): `model` names a pipeline whose
-//! answer is one FP32 vector per text, such as the demo `embed` pipeline (WordPiece tokenizer
-//! plugin → MiniLM → mean-pool plugin). Each input text runs through the pipeline as a raw
-//! `text/plain` body.
+//! `POST /v1/embeddings` (OpenAI-compatible, scope `infer`): `model` names
+//! - a pipeline whose answer is one FP32 vector per text, such as the demo `embed` pipeline
+//!   (WordPiece tokenizer plugin → MiniLM → mean-pool plugin). Each input text runs through the
+//!   pipeline as a raw `text/plain` body;
+//! - or a GGUF version (a chat model), embedded by llama.cpp in an embedding context of its own
+//!   (`[llm.embeddings]`: pooling from there or the file's metadata, inputs batched together,
+//!   vectors L2-normalised): strings or token ids, `dimensions` only the model's own, usage in
+//!   the model's tokens.
 
 use super::authorized::{Authorized, Infer};
 use super::body::read_limited;
+use super::openai::{admitted, openai_error};
 use axum::extract::State;
+use axum::response::{IntoResponse, Response};
 use axum::Json;
 use base64::Engine as _;
 use http::HeaderMap;
@@ -13,12 +19,16 @@ use infergate_api_types::openai::{
     Embedding, EmbeddingList, EmbeddingUsage, EmbeddingVector, Object,
 };
 use infergate_engine::{DataType, InferOptions, TensorData};
-use infergate_kserve::http_error::HttpResult;
+use infergate_kserve::http_error::HttpError;
+use infergate_llm::EmbedInput;
+use infergate_service::chat_models::{api_error, is_gguf};
 use infergate_service::error::{ApiError, ApiResult};
 use infergate_service::infer::stages::{self, PipelineInput, PipelineOutput};
-use infergate_service::openai_request::{parse, EmbeddingRequest};
+use infergate_service::openai_request::{parse, EmbeddingInputs, EmbeddingRequest};
 use infergate_service::state::AppState;
+use infergate_store::models::ModelRecord;
 use std::sync::Arc;
+use std::time::Instant;
 
 /// The one FP32 vector a pipeline answered for one text.
 fn vector(model: &str, output: PipelineOutput) -> ApiResult<Vec<f32>> {
@@ -46,29 +56,47 @@ fn vector(model: &str, output: PipelineOutput) -> ApiResult<Vec<f32>> {
     }
 }
 
+/// Answers and errors in OpenAI's shape, which the official clients read.
 pub async fn embeddings(
-    _: Authorized<Infer>,
+    auth: Result<Authorized<Infer>, HttpError>,
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
     body: axum::body::Body,
-) -> HttpResult<Json<EmbeddingList>> {
+) -> Response {
+    if let Err(refused) = admitted(auth) {
+        return *refused;
+    }
+    match answer(&state, &headers, body).await {
+        Ok(list) => Json(list).into_response(),
+        Err(e) => openai_error(e),
+    }
+}
+
+async fn answer(
+    state: &Arc<AppState>,
+    headers: &HeaderMap,
+    body: axum::body::Body,
+) -> ApiResult<EmbeddingList> {
     let limit = state.config().limits.max_request_bytes;
-    let body = read_limited(&headers, body, limit).await?;
+    let body = read_limited(headers, body, limit).await?;
     let req: EmbeddingRequest = parse(&body)?;
     let base64 = req.base64()?;
+    let Some(pipeline) = state.pipelines().get(&req.model) else {
+        return match state.catalog().resolve(&req.model, None) {
+            Ok(record) if is_gguf(&record) => gguf(state, record, &req, base64).await,
+            _ => Err(ApiError::not_found(format!(
+                "no pipeline or GGUF model named '{}' (embeddings are served by pipelines, e.g. 'embed', and GGUF models)",
+                req.model
+            ))),
+        };
+    };
     let texts = req.texts()?;
-    let pipeline = state.pipelines().get(&req.model).ok_or_else(|| {
-        ApiError::not_found(format!(
-            "no pipeline named '{}' (embeddings are served by pipelines, e.g. 'embed')",
-            req.model
-        ))
-    })?;
     let mut data = Vec::new();
     let mut chars = 0usize;
     for (index, text) in texts.into_iter().enumerate() {
         chars += text.chars().count();
         let (output, _) = stages::run(
-            &state,
+            state,
             &req.model,
             &pipeline.spec,
             PipelineInput::Bytes {
@@ -89,7 +117,7 @@ pub async fn embeddings(
     // The pipeline does not report its token count; characters are an upper bound of the
     // WordPiece tokens (each token covers at least one character).
     let chars = chars as u64;
-    Ok(Json(EmbeddingList {
+    Ok(EmbeddingList {
         object: Object::List,
         data,
         model: req.model,
@@ -97,7 +125,88 @@ pub async fn embeddings(
             prompt_tokens: chars,
             total_tokens: chars,
         },
-    }))
+    })
+}
+
+/// Embeddings from a GGUF version's embedding context, recorded in the metrics as an `openai`
+/// inference of that version.
+async fn gguf(
+    state: &Arc<AppState>,
+    record: Arc<ModelRecord>,
+    req: &EmbeddingRequest,
+    base64: bool,
+) -> ApiResult<EmbeddingList> {
+    let started = Instant::now();
+    let answer = gguf_embeddings(state, &record, req, base64).await;
+    let status = match &answer {
+        Ok(_) => 200,
+        Err(e) => infergate_kserve::http_error::status_of(e.kind).as_u16(),
+    };
+    let version = record.version.to_string();
+    state
+        .metrics()
+        .inference(&record.name, &version, "openai", status, started.elapsed());
+    answer
+}
+
+async fn gguf_embeddings(
+    state: &Arc<AppState>,
+    record: &ModelRecord,
+    req: &EmbeddingRequest,
+    base64: bool,
+) -> ApiResult<EmbeddingList> {
+    let inputs: Vec<EmbedInput> = match req.inputs()? {
+        EmbeddingInputs::Texts(texts) => texts.into_iter().map(EmbedInput::Text).collect(),
+        EmbeddingInputs::Tokens(lists) => lists
+            .into_iter()
+            .enumerate()
+            .map(|(i, ids)| {
+                ids.into_iter()
+                    .map(|t| {
+                        i32::try_from(t).map_err(|_| {
+                            ApiError::bad_request(format!(
+                                "input[{i}]: token id {t} is out of range"
+                            ))
+                        })
+                    })
+                    .collect::<ApiResult<Vec<i32>>>()
+                    .map(EmbedInput::Tokens)
+            })
+            .collect::<ApiResult<_>>()?,
+    };
+    let embedder = state
+        .llm()
+        .embedder(record, state.model_file(record, false))
+        .await?;
+    embedder
+        .check_dimensions(req.dimensions)
+        .map_err(api_error)?;
+    let embeddings = embedder
+        .embed(&inputs)
+        .map_err(api_error)?
+        .wait()
+        .await
+        .map_err(api_error)?;
+    let data = embeddings
+        .vectors
+        .iter()
+        .enumerate()
+        .map(|(index, v)| Embedding {
+            object: Object::Embedding,
+            index: index as u32,
+            embedding: encoded(v, base64),
+        })
+        .collect();
+    let tokens = u64::from(embeddings.prompt_tokens);
+    Ok(EmbeddingList {
+        object: Object::List,
+        data,
+        model: record.name.clone(),
+        usage: EmbeddingUsage {
+            prompt_tokens: tokens,
+            total_tokens: tokens,
+        },
+    })
 }
 
 /// A vector as the request's `encoding_format` asks: the little-endian bytes of its FP32 values

@@ -25,9 +25,10 @@ use tower_http::cors::{Cors, CorsLayer};
 /// The label of a request no route matched (the dashboard's files, unknown paths).
 const UNMATCHED: &str = "unmatched";
 
-/// The router's route templates, to label a request by the route its path matches.
+/// The router's route templates, to label a request by the route its path matches, and the
+/// list of them in the order they were added.
 #[derive(Default)]
-struct Templates(matchit::Router<&'static str>);
+struct Templates(matchit::Router<&'static str>, Vec<&'static str>);
 
 impl Templates {
     fn insert(&mut self, template: &'static str) {
@@ -36,6 +37,7 @@ impl Templates {
         if let Err(e) = self.0.insert(template, template) {
             panic!("route {template}: {e}");
         }
+        self.1.push(template);
     }
 
     /// The template `path` matches, or [`UNMATCHED`].
@@ -57,6 +59,11 @@ impl Routes {
         self.templates.insert(path);
         self.router = self.router.route(path, method_router);
         self
+    }
+
+    /// The templates of the routes added so far, in order.
+    pub fn templates(&self) -> Vec<&'static str> {
+        self.templates.1.clone()
     }
 
     /// What answers the requests no route matches.
@@ -121,7 +128,11 @@ pub struct Front {
 
 impl Front {
     pub async fn serve(&self, request: Request) -> Response {
-        crate::request_id::identified(request, |request| async move {
+        let trusted_sampling = |request: &Request| {
+            let presented = infergate_kserve::credentials::presented_key(request.headers());
+            (self.inner.state.config().tracing.honour_caller_sampling).trusts(presented.is_some())
+        };
+        crate::request_id::identified(request, trusted_sampling, |request| async move {
             match &self.cors {
                 // The layer's settings are cloned per request, only where CORS is configured.
                 Some(cors) => {

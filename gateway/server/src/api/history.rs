@@ -172,11 +172,19 @@ fn key_traffic(state: &AppState, after: u64) -> ApiResult<Vec<KeyTraffic>> {
     Ok(series
         .into_iter()
         .filter_map(|(id, samples)| {
-            let key = records.get(&id)?;
+            // Anonymous callers are charted together, as a caller of their own.
+            let (public_id, name) = match records.get(&id) {
+                Some(key) => (key.public_id.clone(), key.name.clone()),
+                None if id == infergate_service::caller::ANONYMOUS_ID => (
+                    infergate_service::caller::ANONYMOUS_LABEL.to_string(),
+                    "anonymous (no key)".to_string(),
+                ),
+                None => return None,
+            };
             Some(KeyTraffic {
                 id,
-                public_id: key.public_id.clone(),
-                name: key.name.clone(),
+                public_id,
+                name,
                 t_ms: samples.iter().map(|s| s.t_ms).collect(),
                 requests_per_s: samples.iter().map(|s| round(s.requests_per_s)).collect(),
                 refused_per_s: samples.iter().map(|s| round(s.refused_per_s)).collect(),

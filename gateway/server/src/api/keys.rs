@@ -24,6 +24,12 @@ pub struct CreateKey {
     /// Concurrent requests; absent = the server default.
     #[serde(default)]
     pub max_concurrent: Option<Value>,
+    /// Tokens per minute (LLM requests); absent = the server default.
+    #[serde(default)]
+    pub tokens_per_minute: Option<Value>,
+    /// `{"tokens": N, "period": "day" | "month"}`; absent = the server default.
+    #[serde(default)]
+    pub token_budget: Option<Value>,
 }
 
 pub async fn create(
@@ -53,6 +59,12 @@ pub async fn create(
     }
     if let Some(v) = req.max_concurrent {
         limit_fields.insert("max_concurrent".into(), v);
+    }
+    if let Some(v) = req.tokens_per_minute {
+        limit_fields.insert("tokens_per_minute".into(), v);
+    }
+    if let Some(v) = req.token_budget {
+        limit_fields.insert("token_budget".into(), v);
     }
     let limits = infergate_service::key_limits::parse_limits(&limit_fields, Default::default())?;
     let (record, secret) = keys

@@ -2,7 +2,6 @@
 //! decodes, calls the inference service (`infergate_service::infer`) and encodes.
 
 use super::authorized::{Authorized, Infer};
-use super::body::read_limited;
 use super::models::tensor_specs;
 use axum::extract::{Path, Request, State};
 use axum::response::Response;
@@ -12,11 +11,12 @@ use infergate_api_types::kserve::{ModelMetadata, ServerDevice, ServerMetadata};
 use infergate_kserve::codec;
 use infergate_kserve::http_error::HttpResult;
 use infergate_service::caller::Caller;
-use infergate_service::error::ApiResult;
+use infergate_service::error::{ApiError, ApiResult, Kind};
 use infergate_service::infer::backend::{self, Forwarded};
 use infergate_service::infer::{self, Description, Target};
 use infergate_service::metrics::Served;
 use infergate_service::names::parse_version;
+use infergate_service::shared_memory::{self, RequestRegions};
 use infergate_service::state::AppState;
 use std::sync::Arc;
 
@@ -140,6 +140,14 @@ pub async fn infer_version(
     Ok(run_infer(state, &auth.caller, &model, Some(version), request).await?)
 }
 
+/// What only a decoded request can be routed by: its tensors in shared memory (read and
+/// written here, on the client's host), or its place in a sequence (whose worker follows from
+/// its correlation id).
+const DECODE_FIRST: [&str; 2] = [
+    infergate_protocol::kserve::SHARED_MEMORY_REGION,
+    infergate_service::infer::request::SEQUENCE_ID,
+];
+
 async fn run_infer(
     state: Arc<AppState>,
     caller: &Caller,
@@ -151,29 +159,89 @@ async fn run_infer(
     let (parts, body) = request.into_parts();
     let headers = parts.headers;
     let target = match infer::resolve(&state, model, version) {
+        Ok(target) if target.is_decoupled() => {
+            return Err(ApiError::new(
+                Kind::Unsupported,
+                "HTTP end point doesn't support models with decoupled transaction policy: send the request on a KServe gRPC stream (ModelStreamInfer), or use /v1/chat/completions for a chat model",
+            )
+            .before_body())
+        }
         Ok(target) => target,
         Err(e) => return Err(e.before_body()),
     };
-    let body = read_limited(&headers, body, state.config().limits.max_request_bytes).await?;
+    let limit = state.config().limits.max_request_bytes;
+    let body = infergate_telemetry::traced!(
+        super::compressed::read_body(&headers, body, limit),
+        infergate_telemetry::span!("read body")
+    )?;
     // A manager that only routes relays a model's request and its answer undecoded.
     if let (Target::Model(record), false) = (&target, state.workers().config.local_engine) {
-        let header_len = codec::header_length(&headers)?;
-        if let Forwarded::Worker(answer) =
-            backend::forward(&state, record, body.clone(), header_len).await?
-        {
-            let served = Served {
-                model: record.name.clone(),
-                version: record.version,
+        let mut relayable = true;
+        for word in DECODE_FIRST {
+            relayable &= !codec::mentions(&headers, &body, word)?;
+        }
+        if relayable {
+            let header_len = codec::header_length(&headers)?;
+            // The model's traffic split applies to relayed requests too (not its mirror nor
+            // the response cache, which need the decoded request).
+            let record = match version {
+                None => {
+                    infergate_service::traffic::split(
+                        &state,
+                        Some(caller),
+                        record.clone(),
+                        &headers,
+                    )
+                    .0
+                }
+                Some(_) => record.clone(),
             };
-            return Ok(codec::relay(answer, served));
+            let forwarded = infergate_telemetry::traced!(
+                backend::forward(&state, &record, body.clone(), header_len),
+                infergate_telemetry::span!(
+                    "forward",
+                    model = %record.name,
+                    version = record.version as i64,
+                    request_bytes = body.len() as i64
+                )
+            )?;
+            if let Forwarded::Worker(answer) = forwarded {
+                let served = Served {
+                    model: record.name.clone(),
+                    version: record.version,
+                };
+                let response = codec::relay(answer, served);
+                return Ok(super::compressed::respond(&headers, response).await);
+            }
         }
     }
+    // Shared memory is looked up only when the request uses it.
+    let client = crate::client_addr::of(&state, &parts.extensions, &headers);
+    let mut regions = RequestRegions::new(&state, caller, client);
     // The body is freed once decoded: only the tensors stay while the model runs.
-    let (request, inputs) = codec::decode(&headers, &body)?;
+    let (request, inputs) = infergate_telemetry::span!("decode", request_bytes = body.len() as i64)
+        .in_scope(|| {
+            codec::decode_with(&headers, &body, &mut |parameters, datatype, count| {
+                regions.read_input(parameters, datatype, count)
+            })
+        })?;
     drop(body);
-    let request_in = infer::Request::kserve(&request, inputs)?;
-    let mut inferred = infer::run(&state, caller, target, version, request_in).await?;
+    let shared_outputs = shared_memory::output_refs(
+        request
+            .outputs
+            .iter()
+            .map(|o| (o.name.as_str(), &o.parameters)),
+    )?;
+    // The headers go with it: a traffic split may be sticky by one of them.
+    let request_in = infer::Request::kserve(&request, inputs)?.with_headers(headers.clone());
+    let mut inferred = infergate_telemetry::traced!(
+        infer::run(&state, caller, target, version, request_in),
+        infergate_telemetry::span!("inference", model = %model)
+    )?;
+    regions.write_outputs(&shared_outputs, &inferred.outputs)?;
     let passage = std::mem::take(&mut inferred.passage);
-    let response = codec::respond(&request, inferred)?;
+    let response =
+        infergate_telemetry::span!("encode").in_scope(|| codec::respond(&request, inferred))?;
+    let response = super::compressed::respond(&headers, response).await;
     Ok(crate::hold_body::until_sent(response, passage))
 }

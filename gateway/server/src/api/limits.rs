@@ -11,7 +11,9 @@ use infergate_kserve::http_error::HttpResult;
 use infergate_service::error::ApiError;
 use serde_json::{Map, Value};
 
-/// `PATCH /api/keys/{id}`: `{"rate_limit": {...} | null, "max_concurrent": N | null}`.
+/// `PATCH /api/keys/{id}`: `{"rate_limit": {...} | null, "max_concurrent": N | null,
+/// "tokens_per_minute": N | null, "token_budget": {"tokens": N, "period": "day" | "month"} |
+/// null}`; absent fields keep their value, `null` returns to the server's default.
 pub async fn update(
     _: Authorized<Admin>,
     State(keys): State<KeyAdmin>,
@@ -23,15 +25,14 @@ pub async fn update(
     let body = read_limited(&headers, body, limit).await?;
     let body: Map<String, Value> = serde_json::from_slice(&body).map_err(|e| {
         ApiError::bad_request(format!(
-            "expected {{\"rate_limit\": {{\"rps\": N, \"burst\": N}} | null, \"max_concurrent\": N | null}}: {e}"
+            "expected {{\"rate_limit\": {{\"rps\": N, \"burst\": N}} | null, \"max_concurrent\": N | null, \"tokens_per_minute\": N | null, \"token_budget\": {{\"tokens\": N, \"period\": \"day\" | \"month\"}} | null}}: {e}"
         ))
     })?;
-    if let Some(extra) = body
-        .keys()
-        .find(|k| !matches!(k.as_str(), "rate_limit" | "max_concurrent"))
-    {
+    let fields = infergate_service::key_limits::LIMIT_FIELDS;
+    if let Some(extra) = body.keys().find(|k| !fields.contains(&k.as_str())) {
         return Err(ApiError::bad_request(format!(
-            "unknown field '{extra}': only rate_limit and max_concurrent can change"
+            "unknown field '{extra}': only {} can change",
+            fields.join(", ")
         ))
         .into());
     }
@@ -41,19 +42,26 @@ pub async fn update(
         .store()
         .set_key_limits(&key.id.to_string(), &limits)?
         .ok_or_else(|| ApiError::not_found(format!("no API key '{id}'")))?;
-    tracing::info!(key_id = updated.id, rate_limit = ?updated.rate_limit, max_concurrent = ?updated.max_concurrent, "API key limits changed");
+    tracing::info!(key_id = updated.id, rate_limit = ?updated.rate_limit, max_concurrent = ?updated.max_concurrent, tokens = ?updated.tokens, "API key limits changed");
     Ok(Json(api::KeyUpdated {
         key: updated.info(),
     }))
 }
 
 /// `GET /api/keys/{id}/usage`: the key's effective limits and where they come from, requests
-/// in flight, the rate quota left now, and counters since the server started (`activity`:
-/// requests admitted and refused whatever the limits, and the last use in Unix ms).
+/// in flight, the rate quota left now, counters since the server started (`activity`:
+/// requests admitted and refused whatever the limits, and the last use in Unix ms), and its
+/// tokens (`tokens`: the token limits' state, and what it used per model today and in the
+/// budget's period, from the store's accounting).
 pub async fn usage(
     _: Authorized<Admin>,
     State(keys): State<KeyAdmin>,
     Path(id): Path<String>,
 ) -> HttpResult<Json<KeyUsageReport>> {
-    Ok(Json(keys.usage_report(&keys.find(&id)?)))
+    let key = keys.find(&id)?;
+    // The accounting is read from the database: off the runtime's workers.
+    let report = tokio::task::spawn_blocking(move || keys.usage_report(&key))
+        .await
+        .map_err(|e| ApiError::internal(format!("usage task failed: {e}")))??;
+    Ok(Json(report))
 }

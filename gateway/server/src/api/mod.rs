@@ -3,7 +3,9 @@
 pub mod admission;
 pub mod authorized;
 pub mod body;
+mod chat_phases;
 mod completion_stream;
+pub mod compressed;
 pub mod dashboard;
 pub mod embeddings;
 pub mod events;
@@ -19,10 +21,16 @@ pub mod models;
 pub mod openai;
 mod openai_answer;
 pub mod openai_llm;
+mod openai_llm_stream;
+mod openai_llm_usage;
+mod openai_tools;
+pub mod openapi;
 pub mod pipelines;
 pub mod plugins;
+pub mod shared_memory;
 pub mod stream;
 pub mod textgen;
+pub mod traffic;
 pub mod triton;
 pub mod unread;
 pub mod worker_admin;
@@ -42,6 +50,12 @@ pub fn router(state: Arc<AppState>) -> front::Front {
         None
     });
     routes().finish(state, cors)
+}
+
+/// The template of every route (`/v2/models/{model}/infer`), in the order they are added: what
+/// the OpenAPI document must describe or exclude (gateway/server/tests/handlers/openapi.rs).
+pub fn route_templates() -> Vec<&'static str> {
+    routes().templates()
 }
 
 fn routes() -> front::Routes {
@@ -80,6 +94,47 @@ fn routes() -> front::Routes {
         .route("/v2/repository/index", post(triton::repository_index))
         .route("/v2/repository/models/{model}/load", post(triton::load))
         .route("/v2/repository/models/{model}/unload", post(triton::unload))
+        // Triton's shared-memory extension (system shared memory; no CUDA here)
+        .route(
+            "/v2/systemsharedmemory/status",
+            get(shared_memory::status_all),
+        )
+        .route(
+            "/v2/systemsharedmemory/region/{name}/status",
+            get(shared_memory::status_one),
+        )
+        .route(
+            "/v2/systemsharedmemory/region/{name}/register",
+            post(shared_memory::register),
+        )
+        .route(
+            "/v2/systemsharedmemory/unregister",
+            post(shared_memory::unregister_all),
+        )
+        .route(
+            "/v2/systemsharedmemory/region/{name}/unregister",
+            post(shared_memory::unregister_one),
+        )
+        .route(
+            "/v2/cudasharedmemory/status",
+            get(shared_memory::cuda_status_all),
+        )
+        .route(
+            "/v2/cudasharedmemory/region/{name}/status",
+            get(shared_memory::cuda_status_one),
+        )
+        .route(
+            "/v2/cudasharedmemory/region/{name}/register",
+            post(shared_memory::cuda_register),
+        )
+        .route(
+            "/v2/cudasharedmemory/unregister",
+            post(shared_memory::cuda_unregister),
+        )
+        .route(
+            "/v2/cudasharedmemory/region/{name}/unregister",
+            post(shared_memory::cuda_unregister),
+        )
         // Management API
         .route("/api/models", get(models::list))
         .route(
@@ -88,6 +143,10 @@ fn routes() -> front::Routes {
         )
         .route("/api/models/{model}/versions", post(models::upload))
         .route("/api/models/{model}/config", put(models::put_latest_config))
+        .route(
+            "/api/models/{model}/traffic",
+            get(traffic::get).put(traffic::put).delete(traffic::delete),
+        )
         .route(
             "/api/models/{model}/versions/{version}/config",
             put(models::put_version_config),
@@ -122,6 +181,7 @@ fn routes() -> front::Routes {
         .route("/api/keys/{id}/usage", get(limits::usage))
         .route("/metrics", get(metrics::scrape))
         .route("/api/metrics/history", get(history::history))
+        .route("/api/openapi.json", get(openapi::document))
         // WebSocket streaming
         .route("/v2/stream", get(stream::upgrade))
         .route("/v2/events", get(events::upgrade))

@@ -248,6 +248,7 @@ async fn put_config(
         .set_config(&record, ParsedConfig::parse(text)?)
         .await?;
     state.catalog().insert(updated.clone());
+    state.version_reconfigured(&updated.name, updated.version);
     Ok(Json(view(state, &updated)))
 }
 
@@ -325,6 +326,7 @@ async fn delete_one(state: &AppState, name: &str, version: u64) -> ApiResult<Ver
     }
     let deleted = state.models().delete(&record).await?;
     state.catalog().remove(name, version);
+    state.version_deleted(name, version);
     state.llm().unload(&key);
     if !deleted {
         return Err(ApiError::not_found(format!(

@@ -14,6 +14,7 @@
 
 use super::authorized::{Authorized, Infer};
 use super::body::read_limited;
+use super::chat_phases::{self, ChatFacts};
 use super::openai_answer::{Generated, Kind, Meta};
 use super::openai_llm;
 use crate::request_id::RequestId;
@@ -22,11 +23,13 @@ use axum::response::Response;
 use axum::{Extension, Json};
 use http::HeaderMap;
 use infergate_api_types::openai::{
-    ErrorBody, ErrorDetail, ModelCard, ModelCardList, Object, Usage,
+    ErrorBody, ErrorCode, ErrorDetail, ModelCard, ModelCardList, Object, Usage,
 };
 use infergate_kserve::http_error::{HttpError, HttpResult};
+use infergate_service::caller::Caller;
 use infergate_service::error::{self, ApiError, ApiResult};
 use infergate_service::openai_request::{parse, ChatRequest, Common, CompletionRequest, Sampling};
+use infergate_service::phases::{ChatAnswer, ChatChoice, ChatPassage, Outcome};
 use infergate_service::state::AppState;
 use infergate_service::textgen::{Generation, Step};
 use std::collections::BTreeMap;
@@ -97,8 +100,9 @@ fn model_card(id: String, created: i64, max_model_len: Option<u32>) -> ModelCard
 }
 
 /// An error in OpenAI's shape (`{"error": {"message", "type", "param", "code"}}`), which the
-/// official clients read their exception's message from.
-fn openai_error(e: ApiError) -> Response {
+/// official clients read their exception's message from; `code` names a token limit's
+/// refusal (`rate_limit_exceeded`, `insufficient_quota`).
+pub(super) fn openai_error(e: ApiError) -> Response {
     let kind = match e.kind {
         error::Kind::Invalid
         | error::Kind::NotFound
@@ -114,10 +118,18 @@ fn openai_error(e: ApiError) -> Response {
             message: e.message.clone(),
             kind: kind.into(),
             param: Some(None),
-            code: Some(None),
+            code: Some(e.code.map(|c| ErrorCode::Name(c.to_owned()))),
         },
     };
     infergate_kserve::http_error::respond_with(e, body)
+}
+
+/// The caller an OpenAI route serves, or its refusal in OpenAI's error shape (still drained by
+/// the middleware: `before_body`).
+pub(super) fn admitted(
+    auth: Result<Authorized<Infer>, HttpError>,
+) -> Result<Authorized<Infer>, Box<Response>> {
+    auth.map_err(|refused| Box::new(openai_error(refused.0)))
 }
 
 pub async fn completions(
@@ -127,11 +139,11 @@ pub async fn completions(
     headers: HeaderMap,
     body: axum::body::Body,
 ) -> Response {
-    if let Err(refused) = auth {
-        // In the OpenAI error shape, still drained by the middleware (`before_body`).
-        return openai_error(refused.0);
-    }
-    completion(state, request_id, headers, body)
+    let auth = match admitted(auth) {
+        Ok(auth) => auth,
+        Err(refused) => return *refused,
+    };
+    completion(state, &auth.caller, request_id, headers, body)
         .await
         .unwrap_or_else(openai_error)
 }
@@ -143,26 +155,36 @@ pub async fn chat_completions(
     headers: HeaderMap,
     body: axum::body::Body,
 ) -> Response {
-    if let Err(refused) = auth {
-        // In the OpenAI error shape, still drained by the middleware (`before_body`).
-        return openai_error(refused.0);
-    }
-    chat_completion(state, request_id, headers, body)
+    let auth = match admitted(auth) {
+        Ok(auth) => auth,
+        Err(refused) => return *refused,
+    };
+    chat_completion(state, &auth.caller, request_id, headers, body)
         .await
         .unwrap_or_else(openai_error)
 }
 
 async fn completion(
     State(state): S,
+    caller: &Caller,
     Extension(request_id): Extension<RequestId>,
     headers: HeaderMap,
     body: axum::body::Body,
 ) -> ApiResult<Response> {
     let limit = state.config().limits.max_request_bytes;
     let body = read_limited(&headers, body, limit).await?;
-    if let Some(record) = openai_llm::chat_model(&state, &body)? {
-        let id = format!("cmpl-{}", request_id.as_str());
-        return openai_llm::respond(state, record, Kind::Completion, id, unix_now(), &body).await;
+    let id = format!("cmpl-{}", request_id.as_str());
+    if let Some(record) = openai_llm::chat_model(&state, caller, &headers, &body)? {
+        return openai_llm::respond(
+            state,
+            caller,
+            record,
+            Kind::Completion,
+            id,
+            unix_now(),
+            &body,
+        )
+        .await;
     }
     let req: CompletionRequest = parse(&body)?;
     let prompt = req.prompt()?;
@@ -170,25 +192,26 @@ async fn completion(
     let sampling = req.common.sampling(DEFAULT_COMPLETION_TOKENS, limit)?;
     let meta = Meta {
         kind: Kind::Completion,
-        id: format!("cmpl-{}", request_id.as_str()),
+        id,
         created: unix_now(),
         model: req.common.model.clone(),
         chat_model: false,
     };
-    run(state, meta, &req.common, &prompt, sampling).await
+    run(state, caller, meta, &req.common, &prompt, sampling).await
 }
 
 async fn chat_completion(
     State(state): S,
+    caller: &Caller,
     Extension(request_id): Extension<RequestId>,
     headers: HeaderMap,
     body: axum::body::Body,
 ) -> ApiResult<Response> {
     let limit = state.config().limits.max_request_bytes;
     let body = read_limited(&headers, body, limit).await?;
-    if let Some(record) = openai_llm::chat_model(&state, &body)? {
-        let id = format!("chatcmpl-{}", request_id.as_str());
-        return openai_llm::respond(state, record, Kind::Chat, id, unix_now(), &body).await;
+    let id = format!("chatcmpl-{}", request_id.as_str());
+    if let Some(record) = openai_llm::chat_model(&state, caller, &headers, &body)? {
+        return openai_llm::respond(state, caller, record, Kind::Chat, id, unix_now(), &body).await;
     }
     let req: ChatRequest = parse(&body)?;
     let prompt = req.prompt()?;
@@ -196,71 +219,117 @@ async fn chat_completion(
     let sampling = req.common.sampling(DEFAULT_CHAT_TOKENS, limit)?;
     let meta = Meta {
         kind: Kind::Chat,
-        id: format!("chatcmpl-{}", request_id.as_str()),
+        id,
         created: unix_now(),
         model: req.common.model.clone(),
         chat_model: false,
     };
-    run(state, meta, &req.common, &prompt, sampling).await
+    run(state, caller, meta, &req.common, &prompt, sampling).await
 }
 
+/// The text generator's answer, through the chat phases (token limits, the cache).
 async fn run(
     state: Arc<AppState>,
+    caller: &Caller,
     meta: Meta,
     common: &Common,
     prompt: &str,
     sampling: Sampling,
 ) -> ApiResult<Response> {
     let (vocab, record) = generator(&state, &common.model)?;
-    let generation = start_generation(&state, vocab, record, prompt, sampling)?;
+    let facts_of = |prompt_tokens: u32| ChatFacts {
+        prompt,
+        prompt_tokens: u64::from(prompt_tokens),
+        max_completion_tokens: u64::from(sampling.max_tokens),
+        parameters: vec![
+            ("endpoint", meta.is_chat().to_string()),
+            ("sampling", format!("{sampling:?}")),
+        ],
+        deterministic: sampling.temperature == 0.0 || sampling.seed.is_some(),
+        stream: common.stream,
+    };
+    let generation = start_generation(&state, vocab, record.clone(), prompt, sampling.clone())?;
+    let mut passage =
+        chat_phases::admit(&state, caller, &record, &facts_of(generation.prompt_tokens)).await?;
+    let fields = passage.limit_fields();
     let include_usage = common
         .stream_options
         .as_ref()
         .is_some_and(|o| o.include_usage);
-    if common.stream {
-        Ok(super::completion_stream::response(
-            state,
-            meta,
-            generation,
-            include_usage,
-        ))
+    if let Some(answer) = passage.before_generation() {
+        let mut tracked = Tracked::new(&state, &generation);
+        tracked.end(200);
+        passage.after_generation(&answer);
+        passage.finish(Outcome::Sent);
+        let response = chat_phases::replay(&meta, &answer, common.stream, include_usage);
+        return Ok(chat_phases::with_headers(response, fields, &record));
+    }
+    let response = if common.stream {
+        super::completion_stream::response(state, meta, generation, include_usage, passage)
     } else {
         // On its own thread; dropping this future (client gone) stops the generation.
-        infergate_service::own_thread::run(complete(state, meta, generation)).await
-    }
+        infergate_service::own_thread::run(complete(state, meta, generation, passage)).await?
+    };
+    Ok(chat_phases::with_headers(response, fields, &record))
 }
 
-async fn complete(state: Arc<AppState>, meta: Meta, mut g: Generation) -> ApiResult<Response> {
+async fn complete(
+    state: Arc<AppState>,
+    meta: Meta,
+    mut g: Generation,
+    mut passage: ChatPassage,
+) -> ApiResult<Response> {
     let mut tracked = Tracked::new(&state, &g);
-    let mut text = String::new();
+    let mut pieces = Vec::new();
+    let failed = |e: ApiError, tracked: &mut Tracked, passage: ChatPassage| {
+        tracked.end(infergate_kserve::http_error::status(&e).as_u16());
+        passage.finish(Outcome::Failed(e.kind));
+        Err(e)
+    };
     loop {
         match g.next().await {
             Ok(Some(Step { text: t, finish })) => {
                 if finish.is_none() || !t.is_empty() {
                     tracked.token();
                 }
-                text.push_str(&t);
+                passage.set_generated(u64::from(g.completion_tokens));
+                match passage.text(0, t) {
+                    Ok(t) if !t.is_empty() => pieces.push(t),
+                    Ok(_) => {}
+                    Err(e) => return failed(e, &mut tracked, passage),
+                }
                 if let Some(finish) = finish {
+                    match passage.end_of_text(0) {
+                        Ok(t) if !t.is_empty() => pieces.push(t),
+                        Ok(_) => {}
+                        Err(e) => return failed(e, &mut tracked, passage),
+                    }
                     tracked.end(200);
+                    let answer = ChatAnswer {
+                        choices: vec![ChatChoice {
+                            pieces,
+                            finish: finish.as_str(),
+                            completion_tokens: u64::from(g.completion_tokens),
+                        }],
+                        prompt_tokens: u64::from(g.prompt_tokens),
+                    };
+                    passage.after_generation(&answer);
+                    passage.finish(Outcome::Sent);
                     let whole = Generated {
-                        text,
+                        text: answer.choices[0].text(),
                         logprobs: Vec::new(),
-                        finish,
+                        tool_calls: Vec::new(),
+                        finish: finish.into(),
                     };
                     let usage = Usage::new(g.prompt_tokens, g.completion_tokens);
                     return Ok(meta.answer(vec![whole], usage));
                 }
             }
             Ok(None) => {
-                tracked.end(500);
-                return Err(ApiError::internal(
-                    "generation ended without a finish reason",
-                ));
+                let e = ApiError::internal("generation ended without a finish reason");
+                return failed(e, &mut tracked, passage);
             }
-            Err(e) => {
-                tracked.end(infergate_kserve::http_error::status(&e).as_u16());
-                return Err(e);
-            }
+            Err(e) => return failed(e, &mut tracked, passage),
         }
     }
 }

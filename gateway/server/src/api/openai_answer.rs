@@ -7,7 +7,8 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use infergate_api_types::openai::{
     AssistantMessage, ChatChoice, ChatChunkChoice, ChatLogprobs, Completion, Delta, ErrorBody,
-    ErrorDetail, Object, TextChoice, TextLogprobs, TopLogprob, Usage,
+    ErrorCode, ErrorDetail, FunctionCall, Object, TextChoice, TextLogprobs, ToolCall,
+    ToolCallDelta, TopLogprob, Usage,
 };
 use infergate_llm::{Finish, TokenLogprob};
 use serde::Serialize;
@@ -32,12 +33,44 @@ pub(super) struct Meta {
     pub(super) chat_model: bool,
 }
 
+/// Why a choice ended (OpenAI's `finish_reason`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum FinishReason {
+    /// The model ended its answer or a stop sequence appeared.
+    Stop,
+    /// `max_tokens` reached.
+    Length,
+    /// The answer is tool calls.
+    ToolCalls,
+}
+
+impl FinishReason {
+    pub(super) fn as_str(self) -> &'static str {
+        match self {
+            FinishReason::Stop => "stop",
+            FinishReason::Length => "length",
+            FinishReason::ToolCalls => "tool_calls",
+        }
+    }
+}
+
+impl From<Finish> for FinishReason {
+    fn from(f: Finish) -> FinishReason {
+        match f {
+            Finish::Stop => FinishReason::Stop,
+            Finish::Length => FinishReason::Length,
+        }
+    }
+}
+
 /// One choice's whole result.
 pub(super) struct Generated {
     pub(super) text: String,
     /// One per generated token when log probabilities were asked for; empty otherwise.
     pub(super) logprobs: Vec<TokenLogprob>,
-    pub(super) finish: Finish,
+    /// Tool calls the model made (chat with `tools`); the text is then what it wrote besides.
+    pub(super) tool_calls: Vec<infergate_llm::ToolCall>,
+    pub(super) finish: FinishReason,
 }
 
 impl Meta {
@@ -87,7 +120,10 @@ impl Meta {
                         index,
                         message: AssistantMessage {
                             role: "assistant".into(),
-                            content: c.text.into(),
+                            // Only calls: no content, as OpenAI answers.
+                            content: (!c.text.is_empty() || c.tool_calls.is_empty())
+                                .then_some(c.text.into()),
+                            tool_calls: c.tool_calls.into_iter().map(tool_call).collect(),
                         },
                         logprobs: asked(c.logprobs).map(chat_logprobs),
                         finish_reason: Some(c.finish.as_str().into()),
@@ -116,6 +152,7 @@ impl Meta {
         let delta = Delta {
             role: Some("assistant".into()),
             content: Some("".into()),
+            tool_calls: None,
         };
         let choice = ChatChunkChoice {
             index,
@@ -134,7 +171,7 @@ impl Meta {
         index: u32,
         text: &str,
         logprob: Option<(TokenLogprob, usize)>,
-        finish: Option<Finish>,
+        finish: Option<FinishReason>,
     ) -> String {
         let finish_reason = finish.map(|f| Cow::Borrowed(f.as_str()));
         match self.kind {
@@ -151,6 +188,7 @@ impl Meta {
                 let delta = Delta {
                     role: None,
                     content: (!text.is_empty()).then_some(text.into()),
+                    tool_calls: None,
                 };
                 let choice = ChatChunkChoice {
                     index,
@@ -161,6 +199,20 @@ impl Meta {
                 self.chunk_of(choice)
             }
         }
+    }
+
+    /// A chat chunk of one choice adding parts of its tool calls.
+    pub(super) fn tool_chunk(&self, index: u32, calls: Vec<ToolCallDelta<'_>>) -> String {
+        let choice = ChatChunkChoice {
+            index,
+            delta: Delta {
+                tool_calls: Some(calls),
+                ..Delta::default()
+            },
+            logprobs: None,
+            finish_reason: None,
+        };
+        self.chunk_of(choice)
     }
 
     /// The last chunk when `stream_options.include_usage` is set: no choices, the counts.
@@ -182,7 +234,7 @@ pub(super) fn stream_error(message: String, status: u16) -> String {
             message,
             kind: "server_error".into(),
             param: None,
-            code: Some(Some(status)),
+            code: Some(Some(ErrorCode::Status(status))),
         },
     })
 }
@@ -202,6 +254,17 @@ fn json_text(value: &impl Serialize) -> String {
         // Strings only: this one serializes.
         serde_json::to_string(&failed).unwrap_or_default()
     })
+}
+
+fn tool_call(c: infergate_llm::ToolCall) -> ToolCall {
+    ToolCall {
+        id: c.id,
+        kind: "function".into(),
+        function: FunctionCall {
+            name: c.name,
+            arguments: c.arguments,
+        },
+    }
 }
 
 /// A choice's log probabilities if they were asked for (`null` in the answer otherwise).

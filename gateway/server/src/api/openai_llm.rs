@@ -3,40 +3,49 @@
 //! `max_completion_tokens`, `temperature`, `top_p`, `top_k`, `min_p`, `seed`, `stop`,
 //! `presence_penalty`, `frequency_penalty`, `logprobs` + `top_logprobs`, `n`, `response_format`
 //! with `json_object` / `json_schema`, `stream` + `stream_options.include_usage`), usage in the
-//! model's tokens, `finish_reason` `stop` / `length`.
+//! model's tokens, `finish_reason` `stop` / `length` / `tool_calls`.
+//!
+//! Chat requests may offer `tools` (`tool_choice` `auto`, `none`, `required` or a named
+//! function; `parallel_tool_calls`) and carry assistant `tool_calls` and `tool` results in their
+//! messages (`openai_tools.rs`). A forced choice samples through a grammar built from the
+//! tools' parameter schemas; `auto` reads the calls from the model's answer.
+//!
+//! Speculative decoding drafts tokens from n-grams of the prompt and answer and from the
+//! request's `prediction` (OpenAI's Predicted Outputs), as the model's `[llm.speculation]`
+//! (or `[llm.models.NAME.speculation]`) says, a request's own `speculation` object (`enabled`,
+//! `max_draft`) overriding it; usage reports the drafted tokens accepted and rejected in
+//! `completion_tokens_details`.
 //!
 //! Each of the `n` choices is its own sequence in the model's continuous batch; the prompt is
 //! computed once and its KV copied to all. `priority` (vLLM's: lower first, default 0) orders
-//! admission to the batch. Streaming sends OpenAI's chunks as Server-Sent Events;
-//! a client that goes away drops the response, which drops the sequences' receivers: the
-//! scheduler frees them at its next step.
+//! admission to the batch. Streaming (`openai_llm_stream.rs`) sends OpenAI's chunks as
+//! Server-Sent Events.
 
-use super::openai_answer::{stream_error, Generated, Kind, Meta};
+use super::chat_phases::{self, ChatFacts};
+use super::openai_answer::{FinishReason, Generated, Kind, Meta};
+use super::openai_llm_usage::{merged, usage, Tracked};
+use super::openai_tools;
 use super::ws_frame::encoded;
-use axum::body::{Body, Bytes};
-use axum::response::{IntoResponse, Response};
-use futures_util::stream::{self, BoxStream, StreamExt};
-use futures_util::FutureExt;
-use infergate_api_types::openai::{PromptTokensDetails, Usage};
+use axum::response::Response;
+use futures_util::stream::StreamExt;
 use infergate_api_types::stream::{GeneratedToken, GenerationDone};
 use infergate_llm::{
-    ChatMessage, Constraint, Done, Event, Generation, LlmModel, SamplingParams, TokenLogprob,
+    Constraint, Done, Event, Generation, LlmModel, SamplingParams, SpeculationParams, TokenLogprob,
+    Tools,
 };
+use infergate_service::caller::Caller;
 use infergate_service::chat_models::api_error;
 use infergate_service::error::{ApiError, ApiResult};
-use infergate_service::openai_request::{Stop, StreamOptions};
+use infergate_service::openai_request::{self, Stop, StreamOptions};
+use infergate_service::phases::{ChatAnswer, ChatChoice, ChatPassage, Outcome};
 use infergate_service::state::AppState;
 use infergate_store::models::ModelRecord;
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::histogram::Histogram;
 use serde::Deserialize;
 use serde_json::Value;
 use std::borrow::Cow;
-use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Instant;
 
-const PROTOCOL: &str = "openai";
 /// OpenAI's default for `/v1/completions`; chat completions default to the rest of the context
 /// (as vLLM does), bounded by `[openai] max_tokens_limit`.
 const DEFAULT_COMPLETION_TOKENS: u32 = 16;
@@ -58,18 +67,19 @@ enum ResponseFormat {
     JsonSchema { json_schema: JsonSchemaFormat },
 }
 
+/// infergate's `speculation` field: speculative decoding for this request.
 #[derive(Debug, Deserialize)]
-struct Message {
-    role: String,
-    #[serde(default)]
-    content: Option<Value>,
+#[serde(deny_unknown_fields)]
+struct SpeculationField {
+    enabled: Option<bool>,
+    max_draft: Option<u32>,
 }
 
 /// Both endpoints' requests; unknown fields are ignored as OpenAI clients send many.
 #[derive(Debug, Deserialize)]
 struct Request {
     #[serde(default)]
-    messages: Option<Vec<Message>>,
+    messages: Option<Vec<Value>>,
     #[serde(default)]
     prompt: Option<Value>,
     max_tokens: Option<u32>,
@@ -92,7 +102,11 @@ struct Request {
     echo: Option<bool>,
     best_of: Option<u32>,
     logit_bias: Option<serde_json::Map<String, Value>>,
-    tools: Option<Vec<Value>>,
+    tools: Option<Value>,
+    tool_choice: Option<Value>,
+    parallel_tool_calls: Option<bool>,
+    prediction: Option<Value>,
+    speculation: Option<SpeculationField>,
     priority: Option<i32>,
 }
 
@@ -101,8 +115,14 @@ fn bad(field: &str, rule: impl std::fmt::Display) -> ApiError {
 }
 
 /// The registered GGUF version a request names (its `model`, or `[openai] completions_model`
-/// when it names none); None when it names something else (the character LSTM).
-pub(super) fn chat_model(state: &AppState, body: &[u8]) -> ApiResult<Option<Arc<ModelRecord>>> {
+/// when it names none), the version its traffic split chooses for `caller`; None when it names
+/// something else (the character LSTM).
+pub(super) fn chat_model(
+    state: &AppState,
+    caller: &Caller,
+    headers: &http::HeaderMap,
+    body: &[u8],
+) -> ApiResult<Option<Arc<ModelRecord>>> {
     #[derive(Deserialize)]
     struct ModelOnly {
         model: Option<Value>,
@@ -115,7 +135,11 @@ pub(super) fn chat_model(state: &AppState, body: &[u8]) -> ApiResult<Option<Arc<
         Some(_) => return Err(bad("model", "must be a string")),
     };
     match state.catalog().resolve(&name, None) {
-        Ok(record) if infergate_service::chat_models::is_gguf(&record) => Ok(Some(record)),
+        Ok(record) if infergate_service::chat_models::is_gguf(&record) => {
+            let (record, _) =
+                infergate_service::traffic::split(state, Some(caller), record, headers);
+            Ok(Some(record).filter(|r| infergate_service::chat_models::is_gguf(r)))
+        }
         _ => Ok(None),
     }
 }
@@ -123,8 +147,14 @@ pub(super) fn chat_model(state: &AppState, body: &[u8]) -> ApiResult<Option<Arc<
 /// One request, checked: the prompt text or tokens, the parameters of each choice.
 struct Plan {
     prompt: Vec<i32>,
+    /// The prompt as the model continues it (after the chat template), for the cache's key; a
+    /// completion's token ids as text, marked apart from any text.
+    rendered: String,
     params: SamplingParams,
     grammar: Option<String>,
+    /// The tools a chat request offers (or whose calls it forces).
+    tools: Option<Tools>,
+    speculation: SpeculationParams,
     n: u32,
     stream: bool,
     include_usage: bool,
@@ -141,28 +171,49 @@ impl Request {
         if self.logit_bias.as_ref().is_some_and(|b| !b.is_empty()) {
             return Err(bad("logit_bias", "is not supported"));
         }
-        if self.tools.as_ref().is_some_and(|t| !t.is_empty()) {
-            return Err(bad(
-                "tools",
-                "tool calls are not supported by this model server",
-            ));
-        }
         let n = self.n.unwrap_or(1);
         if !(1..=MAX_CHOICES).contains(&n) {
             return Err(bad("n", format!("must be between 1 and {MAX_CHOICES}")));
         }
-        let prompt = match kind {
+        let tools = match kind {
+            Kind::Chat => openai_tools::tools(
+                self.tools.as_ref(),
+                self.tool_choice.as_ref(),
+                self.parallel_tool_calls,
+            )?,
+            Kind::Completion if self.tools.is_some() || self.tool_choice.is_some() => {
+                return Err(bad("tools", "are for /v1/chat/completions"))
+            }
+            Kind::Completion => None,
+        };
+        let (prompt, rendered) = match kind {
             Kind::Chat => {
                 let messages = self
                     .messages
                     .as_deref()
                     .ok_or_else(|| bad("messages", "is required"))?;
-                model
-                    .render_chat(&chat_messages(messages)?)
-                    .map(|text| model.tokenize(&text))
-                    .map_err(|e| bad("messages", e))?
+                let messages = openai_tools::messages(messages)?;
+                let text = model
+                    .render_chat_with_tools(&messages, tools.as_ref())
+                    .map_err(api_error)?;
+                (model.tokenize(&text), text)
             }
-            Kind::Completion => prompt_tokens(model, self.prompt.as_ref())?,
+            Kind::Completion => {
+                let tokens = prompt_tokens(model, self.prompt.as_ref())?;
+                let rendered = match self.prompt.as_ref() {
+                    Some(Value::String(s)) => s.clone(),
+                    Some(Value::Array(items)) if items.len() == 1 && items[0].is_string() => {
+                        items[0].as_str().unwrap_or_default().to_owned()
+                    }
+                    _ => format!("\u{0}token ids: {tokens:?}"),
+                };
+                (tokens, rendered)
+            }
+        };
+        let speculation = SpeculationParams {
+            enabled: self.speculation.as_ref().and_then(|s| s.enabled),
+            max_draft: self.speculation.as_ref().and_then(|s| s.max_draft),
+            prediction: openai_request::prediction(self.prediction.as_ref())?,
         };
         let logprobs = match (kind, &self.logprobs) {
             (_, None | Some(Value::Null) | Some(Value::Bool(false))) => None,
@@ -238,66 +289,28 @@ impl Request {
             priority: self.priority.unwrap_or(0),
         };
         params.validate().map_err(api_error)?;
-        let grammar = params.grammar().map_err(api_error)?;
+        let grammar = match tools.as_ref().filter(|t| t.forced()) {
+            Some(_) if !matches!(params.constraint, Constraint::None) => {
+                return Err(bad(
+                    "response_format",
+                    "cannot be combined with a tool_choice that forces a call",
+                ))
+            }
+            Some(forced) => forced.grammar().map_err(api_error)?,
+            None => params.grammar().map_err(api_error)?,
+        };
         Ok(Plan {
             prompt,
+            rendered,
             params,
             grammar,
+            tools,
+            speculation,
             n,
             stream: self.stream,
             include_usage: self.stream_options.is_some_and(|o| o.include_usage),
         })
     }
-}
-
-/// Messages with roles `system` (`developer`), `user`, `assistant`; content a string or a list
-/// of text parts.
-fn chat_messages(messages: &[Message]) -> ApiResult<Vec<ChatMessage>> {
-    if messages.is_empty() {
-        return Err(bad("messages", "must not be empty"));
-    }
-    messages
-        .iter()
-        .enumerate()
-        .map(|(i, m)| {
-            let role = match m.role.as_str() {
-                "system" | "developer" => "system",
-                "user" => "user",
-                "assistant" => "assistant",
-                other => {
-                    return Err(bad(
-                        &format!("messages[{i}].role"),
-                        format!("'{other}' is not supported (system, user, assistant)"),
-                    ))
-                }
-            };
-            let content = match &m.content {
-                None | Some(Value::Null) => String::new(),
-                Some(Value::String(s)) => s.clone(),
-                Some(Value::Array(parts)) => parts
-                    .iter()
-                    .map(|p| match (p["type"].as_str(), p["text"].as_str()) {
-                        (Some("text"), Some(t)) => Ok(t),
-                        _ => Err(bad(
-                            &format!("messages[{i}].content"),
-                            "parts must be of type 'text'",
-                        )),
-                    })
-                    .collect::<ApiResult<Vec<_>>>()?
-                    .join(""),
-                Some(_) => {
-                    return Err(bad(
-                        &format!("messages[{i}].content"),
-                        "must be a string or a list of text parts",
-                    ))
-                }
-            };
-            Ok(ChatMessage {
-                role: role.into(),
-                content,
-            })
-        })
-        .collect()
 }
 
 /// A completion's prompt: a string, or a list of token ids (one prompt per request).
@@ -334,90 +347,37 @@ fn token_ids(model: &LlmModel, tokens: &[Value]) -> ApiResult<Vec<i32>> {
         .collect()
 }
 
-fn usage(prompt_tokens: u32, done: &[Option<Done>]) -> Usage {
-    let completion: u32 = done.iter().flatten().map(|d| d.completion_tokens).sum();
-    let cached = done
-        .iter()
-        .flatten()
-        .map(|d| d.cached_tokens)
-        .max()
-        .unwrap_or(0);
-    Usage {
-        prompt_tokens_details: Some(PromptTokensDetails {
-            cached_tokens: cached,
-        }),
-        ..Usage::new(prompt_tokens, completion)
-    }
-}
-
-/// Metrics of one request: counted while it runs, recorded when it ends (499 when the client
-/// left first).
-struct Tracked {
-    state: Arc<AppState>,
-    record: Arc<ModelRecord>,
-    started: Instant,
-    ended: bool,
-    tokens: Counter,
-    ttft: Histogram,
-    itl: Histogram,
-    /// Per choice: when its last text came.
-    last: Vec<Option<Instant>>,
-    _in_progress: infergate_service::metrics::GaugeGuard,
-}
-
-impl Tracked {
-    fn new(
-        state: &Arc<AppState>,
-        record: &Arc<ModelRecord>,
-        n: usize,
-        started: Instant,
-    ) -> Tracked {
-        Tracked {
-            tokens: state.metrics().token_counter(&record.name, PROTOCOL),
-            ttft: state.metrics().llm_time_to_first_token(&record.name),
-            itl: state.metrics().llm_inter_token_latency(&record.name),
-            _in_progress: state.metrics().generation_started(),
-            state: state.clone(),
-            record: record.clone(),
-            started,
-            ended: false,
-            last: vec![None; n],
-        }
-    }
-
-    fn token(&mut self, index: usize) {
-        self.tokens.inc();
-        let now = Instant::now();
-        match self.last[index].replace(now) {
-            None => self
-                .ttft
-                .observe(now.duration_since(self.started).as_secs_f64()),
-            Some(before) => self.itl.observe(now.duration_since(before).as_secs_f64()),
-        }
-    }
-
-    fn end(&mut self, status: u16) {
-        if !self.ended {
-            self.ended = true;
-            self.state.metrics().inference(
-                &self.record.name,
-                &self.record.version.to_string(),
-                PROTOCOL,
-                status,
-                self.started.elapsed(),
-            );
+impl Plan {
+    /// What the chat phases see of the request: its rendered prompt, the most tokens its
+    /// answer may take, the parameters a cached answer depends on, and whether it is
+    /// deterministic (temperature 0 or a seed, one choice, no log probabilities: a cached
+    /// answer keeps only text).
+    fn facts(&self, kind: Kind) -> ChatFacts<'_> {
+        let p = &self.params;
+        ChatFacts {
+            prompt: &self.rendered,
+            prompt_tokens: self.prompt.len() as u64,
+            max_completion_tokens: u64::from(p.max_tokens) * u64::from(self.n),
+            parameters: vec![
+                ("endpoint", (kind == Kind::Chat).to_string()),
+                ("sampling", format!("{p:?}")),
+                ("grammar", format!("{:?}", self.grammar)),
+                ("n", self.n.to_string()),
+            ],
+            // A cached answer replays text: an answer read for tool calls is not kept.
+            deterministic: (p.temperature == 0.0 || p.seed.is_some())
+                && self.n == 1
+                && p.logprobs.is_none()
+                && self.tools.is_none(),
+            stream: self.stream,
         }
     }
 }
 
-impl Drop for Tracked {
-    fn drop(&mut self) {
-        self.end(499);
-    }
-}
-
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn respond(
     state: Arc<AppState>,
+    caller: &Caller,
     record: Arc<ModelRecord>,
     kind: Kind,
     id: String,
@@ -435,14 +395,8 @@ pub(super) async fn respond(
         .get(&record, state.model_file(&record, false))
         .await?;
     let plan = request.plan(kind, &model, state.config().openai.max_tokens_limit)?;
-    let generations = model
-        .generate_n(
-            &plan.prompt,
-            &plan.params,
-            plan.grammar.as_deref(),
-            plan.n as usize,
-        )
-        .map_err(api_error)?;
+    let mut passage = chat_phases::admit(&state, caller, &record, &plan.facts(kind)).await?;
+    let fields = passage.limit_fields();
     let meta = Meta {
         kind,
         id,
@@ -450,35 +404,54 @@ pub(super) async fn respond(
         model: record.name.clone(),
         chat_model: true,
     };
+    if let Some(answer) = passage.before_generation() {
+        let mut tracked = Tracked::new(&state, &record, answer.choices.len(), started);
+        tracked.end(200);
+        passage.after_generation(&answer);
+        passage.finish(Outcome::Sent);
+        let response = chat_phases::replay(&meta, &answer, plan.stream, plan.include_usage);
+        return Ok(chat_phases::with_headers(response, fields, &record));
+    }
+    let generations = model
+        .generate_n_with(
+            &plan.prompt,
+            &plan.params,
+            plan.grammar.as_deref(),
+            plan.n as usize,
+            &plan.speculation,
+        )
+        .map_err(api_error)?;
     let tracked = Tracked::new(&state, &record, generations.len(), started);
     let prompt_tokens = plan.prompt.len() as u32;
-    if plan.stream {
-        Ok(stream_response(
+    let response = if plan.stream {
+        super::openai_llm_stream::response(
             meta,
             generations,
+            plan.tools.as_ref(),
             tracked,
             prompt_tokens,
             plan.include_usage,
-        ))
+            passage,
+        )
     } else {
-        complete(meta, generations, tracked, prompt_tokens).await
-    }
-}
-
-/// Every choice's events, tagged with its index, in the order they come.
-fn merged(generations: Vec<Generation>) -> BoxStream<'static, (usize, Event)> {
-    stream::select_all(generations.into_iter().enumerate().map(|(i, g)| {
-        stream::unfold(g.events, move |mut rx| async move {
-            rx.recv().await.map(|event| ((i, event), rx))
-        })
-        .boxed()
-    }))
-    .boxed()
+        complete(
+            meta,
+            generations,
+            plan.tools.as_ref(),
+            tracked,
+            prompt_tokens,
+            passage,
+        )
+        .await?
+    };
+    Ok(chat_phases::with_headers(response, fields, &record))
 }
 
 #[derive(Default)]
 struct Choice {
     text: String,
+    /// The text as sent, piece by piece (what a cache keeps).
+    pieces: Vec<String>,
     logprobs: Vec<TokenLogprob>,
     done: Option<Done>,
 }
@@ -486,8 +459,10 @@ struct Choice {
 async fn complete(
     meta: Meta,
     generations: Vec<Generation>,
+    tools: Option<&Tools>,
     mut tracked: Tracked,
     prompt_tokens: u32,
+    mut passage: ChatPassage,
 ) -> ApiResult<Response> {
     let mut choices: Vec<Choice> = (0..generations.len()).map(|_| Choice::default()).collect();
     let mut events = merged(generations);
@@ -495,163 +470,109 @@ async fn complete(
         match event {
             Event::Text { text, logprob } => {
                 tracked.token(i);
+                passage.generated(1);
+                let text = match passage.text(i, text) {
+                    Ok(text) => text,
+                    Err(e) => {
+                        tracked.end(infergate_kserve::http_error::status(&e).as_u16());
+                        passage.finish(Outcome::Failed(e.kind));
+                        return Err(e);
+                    }
+                };
                 choices[i].text.push_str(&text);
+                choices[i].pieces.push(text);
                 choices[i].logprobs.extend(logprob);
             }
-            Event::Done(done) => choices[i].done = Some(done),
+            Event::Done(done) => {
+                let tail = passage.end_of_text(i);
+                match tail {
+                    Ok(tail) if !tail.is_empty() => {
+                        choices[i].text.push_str(&tail);
+                        choices[i].pieces.push(tail);
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracked.end(infergate_kserve::http_error::status(&e).as_u16());
+                        passage.finish(Outcome::Failed(e.kind));
+                        return Err(e);
+                    }
+                }
+                choices[i].done = Some(done);
+            }
             Event::Error(message) => {
                 tracked.end(500);
-                return Err(ApiError::internal(message));
+                let e = ApiError::internal(message);
+                passage.finish(Outcome::Failed(e.kind));
+                return Err(e);
             }
         }
     }
     let done: Vec<Option<Done>> = choices.iter().map(|c| c.done).collect();
+    passage.set_generated(
+        done.iter()
+            .flatten()
+            .map(|d| u64::from(d.completion_tokens))
+            .sum(),
+    );
+    let answer = ChatAnswer {
+        choices: choices
+            .iter()
+            .filter_map(|c| {
+                c.done.map(|d| ChatChoice {
+                    pieces: c.pieces.clone(),
+                    finish: d.finish.as_str(),
+                    completion_tokens: u64::from(d.completion_tokens),
+                })
+            })
+            .collect(),
+        prompt_tokens: u64::from(prompt_tokens),
+    };
     let Some(finished) = choices
         .into_iter()
         .map(|c| {
-            c.done.map(|d| Generated {
-                text: c.text,
-                logprobs: c.logprobs,
-                finish: d.finish,
+            c.done.map(|d| {
+                let (text, tool_calls) = match tools.filter(|t| t.offered()) {
+                    Some(tools) => {
+                        let parsed = tools.parse(&c.text);
+                        (parsed.content, parsed.calls)
+                    }
+                    None => (c.text, Vec::new()),
+                };
+                let finish = match d.finish.into() {
+                    FinishReason::Stop if !tool_calls.is_empty() => FinishReason::ToolCalls,
+                    other => other,
+                };
+                Generated {
+                    text,
+                    logprobs: c.logprobs,
+                    tool_calls,
+                    finish,
+                }
             })
         })
         .collect::<Option<Vec<_>>>()
     else {
         tracked.end(500);
-        return Err(ApiError::internal("a generation ended without finishing"));
+        let e = ApiError::internal("a generation ended without finishing");
+        passage.finish(Outcome::Failed(e.kind));
+        return Err(e);
     };
     tracked.end(200);
+    passage.after_generation(&answer);
+    passage.finish(Outcome::Sent);
     Ok(meta.answer(finished, usage(prompt_tokens, &done)))
 }
 
-/// Where a streamed response is.
-struct Streaming {
-    meta: Meta,
-    events: BoxStream<'static, (usize, Event)>,
-    tracked: Tracked,
-    prompt_tokens: u32,
-    include_usage: bool,
-    done: Vec<Option<Done>>,
-    /// Text bytes sent per choice (completions' `text_offset`).
-    sent: Vec<usize>,
-    over: bool,
-}
-
-impl Streaming {
-    fn sse(out: &mut Vec<u8>, payload: &str) {
-        out.extend_from_slice(b"data: ");
-        out.extend_from_slice(payload.as_bytes());
-        out.extend_from_slice(b"\n\n");
-    }
-
-    fn first_chunks(&self) -> Vec<u8> {
-        let mut out = Vec::new();
-        if self.meta.is_chat() {
-            for i in 0..self.done.len() {
-                Streaming::sse(&mut out, &self.meta.role_chunk(i as u32));
-            }
-        }
-        out
-    }
-
-    /// Formats one event; the last one adds usage and `[DONE]`.
-    fn write(&mut self, (i, event): (usize, Event), out: &mut Vec<u8>) {
-        match event {
-            Event::Text { text, logprob } => {
-                self.tracked.token(i);
-                let logprob = logprob.map(|lp| (lp, self.sent[i]));
-                self.sent[i] += text.len();
-                Streaming::sse(out, &self.meta.chunk(i as u32, &text, logprob, None));
-            }
-            Event::Done(done) => {
-                self.done[i] = Some(done);
-                let last = self.meta.chunk(i as u32, "", None, Some(done.finish));
-                Streaming::sse(out, &last);
-                if self.done.iter().all(Option::is_some) {
-                    self.tracked.end(200);
-                    self.finish(out);
-                }
-            }
-            Event::Error(message) => {
-                self.tracked.end(500);
-                Streaming::sse(out, &stream_error(message, 500));
-                self.finish(out);
-            }
-        }
-    }
-
-    fn finish(&mut self, out: &mut Vec<u8>) {
-        if self.include_usage {
-            let usage = usage(self.prompt_tokens, &self.done);
-            Streaming::sse(out, &self.meta.usage_chunk(usage));
-        }
-        out.extend_from_slice(b"data: [DONE]\n\n");
-        self.over = true;
-    }
-}
-
-fn stream_response(
-    meta: Meta,
-    generations: Vec<Generation>,
-    tracked: Tracked,
-    prompt_tokens: u32,
-    include_usage: bool,
-) -> Response {
-    let n = generations.len();
-    let streaming = Streaming {
-        meta,
-        events: merged(generations),
-        tracked,
-        prompt_tokens,
-        include_usage,
-        done: vec![None; n],
-        sent: vec![0; n],
-        over: false,
-    };
-    let first = Bytes::from(streaming.first_chunks());
-    let body = stream::unfold(streaming, |mut s| async move {
-        if s.over {
-            return None;
-        }
-        // Events that are ready go into one write: one TLS record and one client wake-up.
-        let mut out = Vec::with_capacity(512);
-        match s.events.next().await {
-            Some(event) => s.write(event, &mut out),
-            None => {
-                // Senders gone without a Done: the model was unloaded under the request.
-                s.write((0, Event::Error("the model stopped".into())), &mut out);
-            }
-        }
-        while !s.over {
-            match s.events.next().now_or_never() {
-                Some(Some(event)) => s.write(event, &mut out),
-                _ => break,
-            }
-        }
-        Some((Ok::<_, Infallible>(Bytes::from(out)), s))
-    });
-    let body = stream::once(async move { Ok::<_, Infallible>(first) }).chain(body);
-    (
-        [
-            (http::header::CONTENT_TYPE, "text/event-stream"),
-            (http::header::CACHE_CONTROL, "no-cache"),
-        ],
-        Body::from_stream(body),
-    )
-        .into_response()
-}
-
-/// `generate` over WebSocket (`/v2/stream`) on a chat model, in the frames the character model
-/// uses: `{"id", "token"}` per piece of text, then `{"id", "done": true, "finish_reason",
-/// "text", "usage"}`. `prompt` is continued as is; `messages` instead goes through the chat
-/// template. The other fields are the OpenAI endpoints' (one choice, no logprobs).
-pub(crate) async fn websocket_generate(
-    state: &Arc<AppState>,
-    record: Arc<ModelRecord>,
+/// One generation (one choice, no logprobs) on a chat model from an OpenAI-style document,
+/// admitted by the chat phases (token limits; never answered from the response cache):
+/// `prompt` is continued as is, `messages` go through the chat template, the other fields are
+/// the OpenAI endpoints'. The WebSocket and the KServe gRPC stream (decoupled) use it.
+pub(crate) async fn start(
+    state: &AppState,
+    caller: &Caller,
+    record: &Arc<ModelRecord>,
     generate: Value,
-    id: &Value,
-    out: &tokio::sync::mpsc::Sender<axum::extract::ws::Message>,
-) -> ApiResult<()> {
+) -> ApiResult<(Generation, ChatPassage)> {
     let request: Request = serde_json::from_value(generate).map_err(|e| bad("generate", e))?;
     let kind = if request.messages.is_some() {
         Kind::Chat
@@ -660,18 +581,46 @@ pub(crate) async fn websocket_generate(
     };
     let model = state
         .llm()
-        .get(&record, state.model_file(&record, false))
+        .get(record, state.model_file(record, false))
         .await?;
     let plan = request.plan(kind, &model, state.config().openai.max_tokens_limit)?;
-    if plan.n != 1 || plan.params.logprobs.is_some() {
+    if plan.n != 1 || plan.params.logprobs.is_some() || plan.tools.is_some() {
         return Err(bad(
             "generate",
-            "n and logprobs are not supported over WebSocket",
+            "n, logprobs and tools are not supported here",
         ));
     }
-    let mut generation = model
-        .generate(&plan.prompt, &plan.params, plan.grammar.as_deref())
-        .map_err(api_error)?;
+    let facts = ChatFacts {
+        deterministic: false,
+        ..plan.facts(kind)
+    };
+    let passage = chat_phases::admit(state, caller, record, &facts).await?;
+    let generation = model
+        .generate_n_with(
+            &plan.prompt,
+            &plan.params,
+            plan.grammar.as_deref(),
+            1,
+            &plan.speculation,
+        )
+        .map_err(api_error)?
+        .remove(0);
+    Ok((generation, passage))
+}
+
+/// `generate` over WebSocket (`/v2/stream`) on a chat model, in the frames the character model
+/// uses: `{"id", "token"}` per piece of text, then `{"id", "done": true, "finish_reason",
+/// "text", "usage"}`. `prompt` is continued as is; `messages` instead goes through the chat
+/// template. The other fields are the OpenAI endpoints' (one choice, no logprobs).
+pub(crate) async fn websocket_generate(
+    state: &Arc<AppState>,
+    caller: &Caller,
+    record: Arc<ModelRecord>,
+    generate: Value,
+    id: &Value,
+    out: &tokio::sync::mpsc::Sender<axum::extract::ws::Message>,
+) -> ApiResult<()> {
+    let (mut generation, mut passage) = start(state, caller, &record, generate).await?;
     let tokens = state.metrics().token_counter(&record.name, "websocket");
     let _in_progress = state.metrics().generation_started();
     let mut text = String::new();
@@ -679,6 +628,8 @@ pub(crate) async fn websocket_generate(
         match event {
             Event::Text { text: piece, .. } => {
                 tokens.inc();
+                passage.generated(1);
+                let piece = passage.text(0, piece)?;
                 if piece.is_empty() {
                     continue;
                 }
@@ -692,6 +643,17 @@ pub(crate) async fn websocket_generate(
                 }
             }
             Event::Done(done) => {
+                let tail = passage.end_of_text(0)?;
+                if !tail.is_empty() {
+                    text.push_str(&tail);
+                    let token = GeneratedToken {
+                        id: Cow::Borrowed(id),
+                        token: tail.into(),
+                    };
+                    let _ = out.send(encoded(&token)?).await;
+                }
+                passage.set_generated(u64::from(done.completion_tokens));
+                passage.finish(Outcome::Sent);
                 let last = GenerationDone {
                     id: Cow::Borrowed(id),
                     done: true,
@@ -702,7 +664,11 @@ pub(crate) async fn websocket_generate(
                 let _ = out.send(encoded(&last)?).await;
                 return Ok(());
             }
-            Event::Error(message) => return Err(ApiError::internal(message)),
+            Event::Error(message) => {
+                let e = ApiError::internal(message);
+                passage.finish(Outcome::Failed(e.kind));
+                return Err(e);
+            }
         }
     }
     Err(ApiError::internal("the generation ended without finishing"))

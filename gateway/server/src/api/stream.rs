@@ -4,7 +4,10 @@
 //! upgrade request (refused with 401/403 before upgrading), or, for browsers that cannot set
 //! headers, the key offered as a subprotocol next to `infergate.v1`
 //! (`new WebSocket(url, ["infergate.v1", KEY])`; the server selects `infergate.v1` and never
-//! echoes the key), or a first message `{"api_key": KEY}` within the header timeout.
+//! echoes the key), or a first message `{"api_key": KEY}` within the header timeout. Without a
+//! key, a client from a network granted anonymous access (`[auth] anonymous_scopes`) is served
+//! at once as the anonymous caller of its address; it may still send `{"api_key": KEY}` at any
+//! point to be served under that key from then on.
 //!
 //! Each text message is a KServe v2 inference body plus `"id"` (string or number, echoed in every
 //! frame of its answer) and `"model"` (a model or a pipeline, and optionally `"model_version"`);
@@ -39,10 +42,12 @@
 //! timeout.
 
 use super::ws_frame::{encoded, frame};
+use crate::client_addr::PeerAddr;
 use crate::coalesce::Coalescer;
 use axum::extract::ws::{close_code, CloseFrame, Message, Utf8Bytes, WebSocket, WebSocketUpgrade};
 use axum::extract::State;
 use axum::response::Response;
+use axum::Extension;
 use futures_util::{SinkExt, StreamExt};
 use http::HeaderMap;
 use infergate_api_types::openai::Usage;
@@ -55,6 +60,7 @@ use infergate_protocol::message::Incoming;
 use infergate_service::caller::Caller;
 use infergate_service::error::{ApiError, ApiResult};
 use infergate_service::infer::{self, Target};
+use infergate_service::phases::Outcome;
 use infergate_service::state::AppState;
 use infergate_service::textgen::Sampling;
 use infergate_store::auth::Scope;
@@ -62,6 +68,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use std::borrow::Cow;
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
@@ -123,7 +130,39 @@ pub(super) fn read_failure_close(error: &axum::Error, limit: usize) -> Option<Me
 
 /// Checks a key for `scope` the way HTTP requests are checked.
 pub fn check_key(state: &AppState, secret: &str, scope: Scope) -> ApiResult<Caller> {
-    crate::api::authorized::authorize(state, Some(secret), scope)
+    crate::api::authorized::authorize(state, Some(secret), None, scope)
+}
+
+/// Who a connection's messages run as: a key (checked again per message: revocation, scope), or
+/// the anonymous caller of the client's address.
+enum Credential {
+    Key(Arc<str>),
+    Anonymous(IpAddr),
+}
+
+impl Credential {
+    fn authorize(&self, state: &AppState, scope: Scope) -> ApiResult<Caller> {
+        match self {
+            Credential::Key(key) => check_key(state, key, scope),
+            Credential::Anonymous(addr) => {
+                crate::api::authorized::authorize(state, None, Some(*addr), scope)
+            }
+        }
+    }
+}
+
+/// The key of an `{"api_key": KEY}` message, when that is all the message holds.
+fn key_message(text: &str) -> Option<String> {
+    if !text.contains("\"api_key\"") {
+        return None;
+    }
+    match serde_json::from_str::<Value>(text) {
+        Ok(Value::Object(mut body)) if body.len() == 1 => match body.remove("api_key") {
+            Some(Value::String(key)) => Some(key),
+            _ => None,
+        },
+        _ => None,
+    }
 }
 
 /// The key of an upgrade request: from the headers, or offered as a subprotocol. None when the
@@ -135,7 +174,7 @@ pub fn upgrade_key(
     scope: Scope,
 ) -> ApiResult<Option<String>> {
     if let Some(key) = infergate_kserve::credentials::presented_key(headers) {
-        crate::api::authorized::authorize(state, Some(key), scope)?;
+        check_key(state, key, scope)?;
         return Ok(Some(key.to_string()));
     }
     let offered: Vec<&str> = ws
@@ -160,17 +199,38 @@ pub fn upgrade_key(
 
 pub async fn upgrade(
     State(state): State<Arc<AppState>>,
+    peer: Option<Extension<PeerAddr>>,
     headers: HeaderMap,
     ws: WebSocketUpgrade,
 ) -> HttpResult<Response> {
     let key = upgrade_key(&state, &headers, &ws, Scope::Infer)?;
+    // Without a key, a client anonymous access covers is served at once.
+    let anonymous = match (&key, state.anonymous(), peer) {
+        (None, Some(_), Some(Extension(peer))) => {
+            let mut extensions = http::Extensions::new();
+            extensions.insert(peer);
+            crate::client_addr::of(&state, &extensions, &headers)
+                .filter(|&addr| state.authorize_from(None, Some(addr), Scope::Infer).is_ok())
+        }
+        _ => None,
+    };
     if state.drain().is_draining() {
         return Err(ApiError::unavailable("the server is shutting down").into());
     }
+    let credential = match (key, anonymous) {
+        (Some(key), _) => Some(Credential::Key(Arc::from(key))),
+        (None, Some(addr)) => Some(Credential::Anonymous(addr)),
+        (None, None) => None,
+    };
     // A key offered as the first message leaves the per-address cap of unauthenticated
     // connections once it checks out.
     let client = crate::connection::current();
-    Ok(limited(ws, &state).on_upgrade(move |socket| connection(state, socket, key, client)))
+    if credential.is_some() {
+        if let Some(client) = &client {
+            client.mark_authenticated();
+        }
+    }
+    Ok(limited(ws, &state).on_upgrade(move |socket| connection(state, socket, credential, client)))
 }
 
 /// The upgrade as every WebSocket endpoint accepts it: the `infergate.v1` subprotocol, and a
@@ -256,7 +316,7 @@ async fn first_message_key(
 async fn connection(
     state: Arc<AppState>,
     socket: WebSocket,
-    key: Option<String>,
+    credential: Option<Credential>,
     client: Option<Arc<crate::connection::Connection>>,
 ) {
     let _open = state.metrics().websocket_opened();
@@ -290,8 +350,8 @@ async fn connection(
         }
     });
     let mut control = ControlBudget::new();
-    let key = match key {
-        Some(key) => key,
+    let mut credential = match credential {
+        Some(credential) => credential,
         None => match first_message_key(&state, &mut incoming, &mut control).await {
             Ok(key) => {
                 if let Some(client) = &client {
@@ -302,7 +362,7 @@ async fn connection(
                         authenticated: true,
                     }))
                     .await;
-                key
+                Credential::Key(Arc::from(key))
             }
             Err(close_message) => {
                 let _ = out.send(close_message).await;
@@ -312,11 +372,12 @@ async fn connection(
             }
         },
     };
-    let key: Arc<str> = Arc::from(key);
     let permits = Arc::new(Semaphore::new(in_flight));
     let mut permit: Option<OwnedSemaphorePermit> = None;
     let mut tasks = JoinSet::new();
     let mut in_flight_ids = InFlightIds::default();
+    // A sequence's requests run in the order they came.
+    let mut order = crate::sequence_order::SequenceOrder::default();
     let mut ping = tokio::time::interval(Duration::from_secs(config.ping_interval_s.max(1)));
     ping.tick().await;
     let idle = Duration::from_secs(config.idle_timeout_s.max(1));
@@ -342,6 +403,18 @@ async fn connection(
                 }
                 Some(Ok(Message::Text(text))) => {
                     last_seen = tokio::time::Instant::now();
+                    // An anonymous connection may present a key later: its messages run as
+                    // that key from then on.
+                    if let (Credential::Anonymous(_), Some(key)) = (&credential, key_message(&text)) {
+                        match check_key(&state, &key, Scope::Infer) {
+                            Ok(_) => {
+                                credential = Credential::Key(Arc::from(key));
+                                let _ = out.send(frame(&Authenticated { authenticated: true })).await;
+                            }
+                            Err(e) => break Some(close(close_code::POLICY, &e.message)),
+                        }
+                        continue;
+                    }
                     match Incoming::parse(&text) {
                         Incoming::Cancel(id) => {
                             // Handled here, without a permit: cancelling must work when every
@@ -355,7 +428,13 @@ async fn connection(
                                 let _ = out.send(error_frame(&id, &e)).await;
                             } else if let Some(p) = permit.take() {
                                 let (cancel, cancelled) = oneshot::channel();
-                                let task = tasks.spawn(handle(state.clone(), key.clone(), id.clone(), body, out.clone(), p, cancelled));
+                                let turn = order.turn(
+                                    body.get("parameters")
+                                        .and_then(|p| p.get(infergate_service::infer::request::SEQUENCE_ID))
+                                        .and_then(crate::sequence_order::key_of_json),
+                                );
+                                let caller = credential.authorize(&state, Scope::Infer);
+                                let task = tasks.spawn(handle(state.clone(), caller, id.clone(), body, out.clone(), (p, turn), cancelled));
                                 in_flight_ids.insert(id, task.id(), cancel);
                             }
                         }
@@ -467,11 +546,11 @@ struct Labels {
 
 async fn handle(
     state: Arc<AppState>,
-    key: Arc<str>,
+    caller: ApiResult<Caller>,
     id: Value,
     body: Map<String, Value>,
     out: mpsc::Sender<Message>,
-    _permit: OwnedSemaphorePermit,
+    (_permit, turn): (OwnedSemaphorePermit, crate::sequence_order::Turn),
     cancelled: oneshot::Receiver<()>,
 ) {
     let started = Instant::now();
@@ -488,7 +567,9 @@ async fn handle(
         }
     };
     let work = async {
-        let result = run(&state, &key, body, &id, &request_out, &mut labels).await;
+        // A sequence's requests run in the order they came (cancelling one still works).
+        let _done = turn.wait().await;
+        let result = run(&state, caller, body, &id, &request_out, &mut labels).await;
         drop(request_out);
         result
     };
@@ -523,14 +604,14 @@ async fn handle(
 
 async fn run(
     state: &Arc<AppState>,
-    key: &str,
+    caller: ApiResult<Caller>,
     mut body: Map<String, Value>,
     id: &Value,
     out: &mpsc::Sender<Message>,
     labels: &mut Labels,
 ) -> ApiResult<()> {
-    // Per message: the key may have been revoked, and its limits apply.
-    let caller = check_key(state, key, Scope::Infer)?;
+    // Checked per message: the key may have been revoked, and its limits apply.
+    let caller = caller?;
     let _admission = infergate_service::admission::admit(state, &caller)
         .await
         .map_err(|r| infergate_service::admission::rejection_error(&r))?;
@@ -563,14 +644,17 @@ async fn run(
             )));
         };
         if infergate_service::chat_models::is_gguf(&record) {
-            return super::openai_llm::websocket_generate(state, record, generate, id, out).await;
+            return super::openai_llm::websocket_generate(
+                state, &caller, record, generate, id, out,
+            )
+            .await;
         }
         let generate: Generate = serde_json::from_value(generate)
             .map_err(|e| ApiError::bad_request(format!("generate: {e}")))?;
         // On its own thread; dropping this future (cancel, client gone) stops the generation.
         let (state, id, out) = (state.clone(), id.clone(), out.clone());
         return infergate_service::own_thread::run(async move {
-            generate_stream(&state, &model, generate, &id, &out).await
+            generate_stream(&state, &caller, &model, generate, &id, &out).await
         })
         .await;
     }
@@ -611,6 +695,7 @@ struct Answer<'a> {
 
 async fn generate_stream(
     state: &Arc<AppState>,
+    caller: &Caller,
     model: &str,
     generate: Generate,
     id: &Value,
@@ -631,8 +716,29 @@ async fn generate_stream(
         max_tokens,
         stop: generate.stop,
     };
-    let mut g =
-        crate::api::textgen::start_generation(state, vocab, record, &generate.prompt, sampling)?;
+    let max_completion_tokens = u64::from(sampling.max_tokens);
+    let mut g = crate::api::textgen::start_generation(
+        state,
+        vocab,
+        record.clone(),
+        &generate.prompt,
+        sampling,
+    )?;
+    // Token limits apply; WebSocket answers are not served from the response cache.
+    let mut passage = super::chat_phases::admit(
+        state,
+        caller,
+        &record,
+        &super::chat_phases::ChatFacts {
+            prompt: &generate.prompt,
+            prompt_tokens: u64::from(g.prompt_tokens),
+            max_completion_tokens,
+            parameters: Vec::new(),
+            deterministic: false,
+            stream: true,
+        },
+    )
+    .await?;
     let _in_progress = state.metrics().generation_started();
     let tokens = state.metrics().token_counter(model, PROTOCOL_LABEL);
     let mut coalescer = Coalescer::new(Duration::from_micros(state.config().websocket.coalesce_us));
@@ -646,6 +752,7 @@ async fn generate_stream(
                 for message in coalescer.take_held() {
                     let _ = out.send(message).await;
                 }
+                passage.finish(Outcome::Failed(e.kind));
                 return Err(e);
             }
         };
@@ -657,11 +764,16 @@ async fn generate_stream(
         if g.completion_tokens > before {
             tokens.inc();
         }
-        if !step.text.is_empty() {
-            text.push_str(&step.text);
+        passage.set_generated(u64::from(g.completion_tokens));
+        let mut piece = passage.text(0, step.text)?;
+        if step.finish.is_some() {
+            piece.push_str(&passage.end_of_text(0)?);
+        }
+        if !piece.is_empty() {
+            text.push_str(&piece);
             let token = GeneratedToken {
                 id: Cow::Borrowed(id),
-                token: step.text.into(),
+                token: piece.into(),
             };
             for message in coalescer.token(encoded(&token)?) {
                 if out.send(message).await.is_err() {
@@ -677,6 +789,7 @@ async fn generate_stream(
                 text: text.into(),
                 usage: Usage::new(g.prompt_tokens, g.completion_tokens),
             })?;
+            passage.finish(Outcome::Sent);
             for message in coalescer.urgent(done) {
                 if out.send(message).await.is_err() {
                     break;

@@ -8,10 +8,11 @@ use axum::Json;
 use http::{HeaderMap, StatusCode};
 use infergate_api_types::kserve::RepositoryEntry;
 use infergate_api_types::stats::{BatchStats, InferenceStats, ModelStats, StatDuration, StatsList};
-use infergate_engine::ModelState;
 use infergate_kserve::http_error::HttpResult;
 use infergate_service::catalog::model_key;
+use infergate_service::error::ApiError;
 use infergate_service::infer::describe;
+use infergate_service::model_control::{self, LoadParameters};
 use infergate_service::names::parse_version;
 use infergate_service::state::AppState;
 use infergate_store::models::ModelRecord;
@@ -49,6 +50,7 @@ fn duration(d: infergate_engine::stats::StatDuration) -> StatDuration {
 
 fn stats_entry(state: &AppState, record: &ModelRecord) -> ModelStats {
     let s = state.engine().stats(&model_key(record)).unwrap_or_default();
+    let cache = state.cache().stats(&record.name, record.version);
     let batch_stats = s
         .batch_stats
         .iter()
@@ -72,9 +74,15 @@ fn stats_entry(state: &AppState, record: &ModelRecord) -> ModelStats {
             compute_input: duration(s.compute_input),
             compute_infer: duration(s.compute_infer),
             compute_output: duration(s.compute_output),
-            // No response cache: Triton's clients expect the entries.
-            cache_hit: StatDuration::default(),
-            cache_miss: StatDuration::default(),
+            // Triton's meaning: a miss's time is the lookup plus storing the answer.
+            cache_hit: StatDuration {
+                count: cache.hits,
+                ns: cache.hit_ns,
+            },
+            cache_miss: StatDuration {
+                count: cache.misses,
+                ns: cache.miss_ns + cache.insert_ns,
+            },
         },
         response_stats: Default::default(),
         batch_stats,
@@ -131,41 +139,37 @@ pub async fn repository_index(
         .ok()
         .and_then(|v| v.get("ready").and_then(Value::as_bool))
         .unwrap_or(false);
-    let entries = state
-        .catalog()
-        .all()
-        .iter()
-        .filter_map(|r| {
-            let (st, reason) = match state.engine().state(&model_key(r)) {
-                ModelState::Ready => ("READY", String::new()),
-                ModelState::Loading => ("LOADING", String::new()),
-                ModelState::Unloaded => ("UNAVAILABLE", "unloaded".to_string()),
-                ModelState::Failed(reason) => ("UNAVAILABLE", reason),
-            };
-            (!only_ready || st == "READY").then(|| RepositoryEntry {
-                name: r.name.clone(),
-                version: r.version.to_string(),
-                state: st.to_owned(),
-                reason,
-            })
-        })
-        .collect();
-    Ok(Json(entries))
+    Ok(Json(model_control::index(&state, only_ready)))
 }
 
-/// Loads the latest version now rather than on first request.
+/// Loads the newest version now rather than on first request; the body may carry Triton's
+/// `{"parameters": {"config": "<model configuration JSON>"}}` override.
 pub async fn load(
     _: Authorized<Upload>,
     State(state): S,
     Path(model): Path<String>,
+    headers: HeaderMap,
+    body: axum::body::Body,
 ) -> HttpResult<StatusCode> {
-    let record = state.catalog().resolve(&model, None)?;
-    let key = model_key(&record);
-    let ready = state.engine().state(&key) == ModelState::Ready;
-    state
-        .engine()
-        .load(&key, &state.model_file(&record, ready).await?)
-        .await?;
+    let body = read_limited(&headers, body, super::body::MAX_JSON_API_BYTES).await?;
+    let mut parameters = LoadParameters::default();
+    if !body.is_empty() {
+        let document: Value = serde_json::from_slice(&body)
+            .map_err(|e| ApiError::bad_request(format!("load request body is not JSON: {e}")))?;
+        if let Some(given) = document.get("parameters").and_then(Value::as_object) {
+            for (name, value) in given {
+                if name == "config" {
+                    let text = value.as_str().ok_or_else(|| {
+                        ApiError::bad_request("parameter 'config' must be a string of JSON")
+                    })?;
+                    parameters.config = Some(text.to_string());
+                } else if name.starts_with("file:") {
+                    parameters.files.push(name.clone());
+                }
+            }
+        }
+    }
+    model_control::load(&state, &model, parameters).await?;
     Ok(StatusCode::OK)
 }
 
@@ -175,9 +179,6 @@ pub async fn unload(
     State(state): S,
     Path(model): Path<String>,
 ) -> HttpResult<StatusCode> {
-    state.catalog().resolve(&model, None)?;
-    for record in state.catalog().versions(&model) {
-        state.engine().unload(&model_key(&record));
-    }
+    model_control::unload(&state, &model)?;
     Ok(StatusCode::OK)
 }

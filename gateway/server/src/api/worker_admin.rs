@@ -28,7 +28,7 @@ impl FromRef<Arc<AppState>> for WorkerAdmin {
 impl WorkerAdmin {
     /// A new join secret, valid `ttl_s` seconds (until revoked without one).
     pub fn create_token(&self, ttl_s: Option<u64>) -> ApiResult<JoinTokenCreated> {
-        let (secret, expires_at) = infergate_service::manager::create_join_secret(
+        let (secret, expires_at) = infergate_service::manager::admission::create_join_secret(
             &self.store,
             &self.manager.material().ca,
             ttl_s,

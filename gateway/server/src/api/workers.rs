@@ -297,7 +297,18 @@ pub async fn assign(
         ))
         .into());
     }
+    // A worker enforces a key's request rate, not its token limits: a key held to a token
+    // limit talks to models through the gateway, so that no budget is bypassed.
+    if !auth.caller.token_limits().is_unlimited() {
+        return Err(ApiError::forbidden(
+            "this key has token limits (tokens_per_minute or token_budget), which only the gateway enforces: it gets no direct-mode token; send its requests to the gateway",
+        )
+        .into());
+    }
     let record = state.catalog().resolve(&model, None)?;
+    // The model's traffic split chooses the version the token is for.
+    let (record, _) =
+        infergate_service::traffic::split(&state, Some(&auth.caller), record, &headers);
     let loaded = LoadedModel {
         name: record.name.clone(),
         version: u32::try_from(record.version).unwrap_or(u32::MAX),

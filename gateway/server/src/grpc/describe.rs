@@ -6,10 +6,11 @@ use infergate_engine::stats::StatDuration;
 use infergate_engine::TensorSpec;
 use infergate_kserve::proto::model_metadata_response::TensorMetadata;
 use infergate_kserve::proto::{
-    model_config, model_input, model_instance_group, model_queue_policy, model_version_policy,
-    DataType, InferBatchStatistics, InferStatistics, ModelConfig, ModelDynamicBatching, ModelInput,
-    ModelInstanceGroup, ModelMetadataResponse, ModelOutput, ModelParameter, ModelQueuePolicy,
-    ModelStatistics, ModelVersionPolicy, StatisticDuration,
+    model_config, model_input, model_instance_group, model_queue_policy, model_sequence_batching,
+    model_version_policy, DataType, InferBatchStatistics, InferStatistics, ModelConfig,
+    ModelDynamicBatching, ModelInput, ModelInstanceGroup, ModelMetadataResponse, ModelOutput,
+    ModelParameter, ModelQueuePolicy, ModelSequenceBatching, ModelStatistics,
+    ModelTransactionPolicy, ModelVersionPolicy, StatisticDuration,
 };
 use infergate_service::catalog::model_key;
 use infergate_service::infer::Description;
@@ -116,6 +117,75 @@ fn dynamic_batching(v: &Value) -> ModelDynamicBatching {
     }
 }
 
+fn sequence_batching(v: &Value) -> ModelSequenceBatching {
+    use model_sequence_batching::{control, Control, ControlInput, State, StrategyChoice};
+    let floats = |c: &Value, key: &str| -> Vec<f32> {
+        list(c, key)
+            .iter()
+            .filter_map(Value::as_f64)
+            .map(|f| f as f32)
+            .collect()
+    };
+    let strategy = if let Some(oldest) = v.get("oldest") {
+        Some(StrategyChoice::Oldest(
+            model_sequence_batching::StrategyOldest {
+                max_candidate_sequences: signed(oldest, "max_candidate_sequences") as i32,
+                preferred_batch_size: integers(oldest, "preferred_batch_size")
+                    .into_iter()
+                    .map(|n| n as i32)
+                    .collect(),
+                max_queue_delay_microseconds: unsigned(oldest, "max_queue_delay_microseconds"),
+                preserve_ordering: flag(oldest, "preserve_ordering"),
+            },
+        ))
+    } else {
+        v.get("direct").map(|direct| {
+            StrategyChoice::Direct(model_sequence_batching::StrategyDirect {
+                max_queue_delay_microseconds: unsigned(direct, "max_queue_delay_microseconds"),
+                minimum_slot_utilization: direct
+                    .get("minimum_slot_utilization")
+                    .and_then(Value::as_f64)
+                    .unwrap_or_default() as f32,
+            })
+        })
+    };
+    ModelSequenceBatching {
+        max_sequence_idle_microseconds: unsigned(v, "max_sequence_idle_microseconds"),
+        control_input: list(v, "control_input")
+            .iter()
+            .map(|input| ControlInput {
+                name: text(input, "name"),
+                control: list(input, "control")
+                    .iter()
+                    .map(|c| Control {
+                        kind: enum_value(control::Kind::from_str_name(&text(c, "kind"))),
+                        int32_false_true: integers(c, "int32_false_true")
+                            .into_iter()
+                            .map(|n| n as i32)
+                            .collect(),
+                        fp32_false_true: floats(c, "fp32_false_true"),
+                        data_type: data_type(c),
+                        bool_false_true: list(c, "bool_false_true")
+                            .iter()
+                            .filter_map(Value::as_bool)
+                            .collect(),
+                    })
+                    .collect(),
+            })
+            .collect(),
+        state: list(v, "state")
+            .iter()
+            .map(|s| State {
+                input_name: text(s, "input_name"),
+                output_name: text(s, "output_name"),
+                data_type: data_type(s),
+                dims: integers(s, "dims"),
+            })
+            .collect(),
+        strategy_choice: strategy,
+    }
+}
+
 /// The engine's Triton configuration JSON (what `GET /v2/models/{m}/config` serves) as the
 /// protobuf `ModelConfig`. Warmup samples are not carried (clients do not read them).
 pub fn config(v: &Value) -> ModelConfig {
@@ -159,7 +229,17 @@ pub fn config(v: &Value) -> ModelConfig {
         default_model_filename: text(v, "default_model_filename"),
         scheduling_choice: v
             .get("dynamic_batching")
-            .map(|db| model_config::SchedulingChoice::DynamicBatching(dynamic_batching(db))),
+            .map(|db| model_config::SchedulingChoice::DynamicBatching(dynamic_batching(db)))
+            .or_else(|| {
+                v.get("sequence_batching").map(|sb| {
+                    model_config::SchedulingChoice::SequenceBatching(sequence_batching(sb))
+                })
+            }),
+        model_transaction_policy: v.get("model_transaction_policy").map(|p| {
+            ModelTransactionPolicy {
+                decoupled: flag(p, "decoupled"),
+            }
+        }),
         parameters: v
             .get("parameters")
             .and_then(Value::as_object)

@@ -5,10 +5,15 @@
 //! - [`server`]: the service as a router for the gateway's listener, message size limits.
 //! - [`auth`]: API keys from the `authorization` metadata, scopes and per-key admission.
 //! - [`describe`]: metadata, model configuration and statistics messages.
+//! - [`control`]: the model repository and shared-memory RPCs.
+//! - [`decoupled`]: decoupled models (chat models, decoupled pipelines) on the stream: several
+//!   responses per request and Triton's final flag.
 //! - [`infer`]: one inference, unary or a stream's; [`service`]: the unary RPCs; [`stream`]:
 //!   the bidirectional `ModelStreamInfer`.
 
 pub mod auth;
+pub mod control;
+pub mod decoupled;
 pub mod describe;
 pub mod infer;
 pub mod server;

@@ -1,15 +1,25 @@
 //! The unary RPCs of `inference.GRPCInferenceService`, with the HTTP handlers' semantics:
 //! liveness and readiness need no key; everything else needs an `infer`-scoped key and passes
 //! the key's limits; models and pipelines resolve, infer and are described by the inference
-//! service (`infergate_service::infer`) that the HTTP KServe handlers call too.
+//! service (`infergate_service::infer`) that the HTTP KServe handlers call too. The model
+//! repository and shared-memory RPCs are [`control`]'s.
 
-use super::{auth, describe, stream};
+use super::auth::{self, Presented};
+use super::{control, describe, stream};
 use infergate_kserve::proto::grpc_inference_service_server::GrpcInferenceService;
 use infergate_kserve::proto::{
-    ModelConfigRequest, ModelConfigResponse, ModelInferRequest, ModelInferResponse,
-    ModelMetadataRequest, ModelMetadataResponse, ModelReadyRequest, ModelReadyResponse,
-    ModelStatisticsRequest, ModelStatisticsResponse, ServerLiveRequest, ServerLiveResponse,
-    ServerMetadataRequest, ServerMetadataResponse, ServerReadyRequest, ServerReadyResponse,
+    CudaSharedMemoryRegisterRequest, CudaSharedMemoryRegisterResponse,
+    CudaSharedMemoryStatusRequest, CudaSharedMemoryStatusResponse,
+    CudaSharedMemoryUnregisterRequest, CudaSharedMemoryUnregisterResponse, ModelConfigRequest,
+    ModelConfigResponse, ModelInferRequest, ModelInferResponse, ModelMetadataRequest,
+    ModelMetadataResponse, ModelReadyRequest, ModelReadyResponse, ModelStatisticsRequest,
+    ModelStatisticsResponse, RepositoryIndexRequest, RepositoryIndexResponse,
+    RepositoryModelLoadRequest, RepositoryModelLoadResponse, RepositoryModelUnloadRequest,
+    RepositoryModelUnloadResponse, ServerLiveRequest, ServerLiveResponse, ServerMetadataRequest,
+    ServerMetadataResponse, ServerReadyRequest, ServerReadyResponse,
+    SystemSharedMemoryRegisterRequest, SystemSharedMemoryRegisterResponse,
+    SystemSharedMemoryStatusRequest, SystemSharedMemoryStatusResponse,
+    SystemSharedMemoryUnregisterRequest, SystemSharedMemoryUnregisterResponse,
 };
 use infergate_kserve::status::status;
 use infergate_kserve::{convert, ResponseStream};
@@ -20,7 +30,9 @@ use infergate_service::infer::describe as triton;
 use infergate_service::state::AppState;
 use infergate_store::auth::Scope;
 use std::sync::Arc;
+use tonic::metadata::{MetadataMap, MetadataValue};
 use tonic::{Request, Response, Status, Streaming};
+use tracing::Instrument;
 
 pub struct InferenceService {
     state: Arc<AppState>,
@@ -33,8 +45,8 @@ impl InferenceService {
 
     /// Checks a call's key and limits; the admission is held until the handler returns.
     async fn admit<T>(&self, request: &Request<T>) -> Result<Admission, Status> {
-        let headers = infergate_kserve::credentials::key_headers(request.metadata());
-        auth::admit(&self.state, &headers, Scope::Infer)
+        let presented = Presented::of(&self.state, request);
+        auth::admit(&self.state, &presented, Scope::Infer)
             .await
             .map(|(_, admission)| admission)
             .map_err(status)
@@ -111,11 +123,28 @@ impl GrpcInferenceService for InferenceService {
         &self,
         request: Request<ModelInferRequest>,
     ) -> Result<Response<ModelInferResponse>, Status> {
-        let headers = infergate_kserve::credentials::key_headers(request.metadata());
-        super::infer::infer(&self.state, &headers, request.into_inner())
+        let presented = Presented::of(&self.state, &request);
+        // Only while traces are exported: a call has no span of its own otherwise.
+        let span = infergate_telemetry::span!("grpc request", method = "ModelInfer");
+        if infergate_telemetry::exporting() {
+            let presents_key =
+                infergate_kserve::credentials::presented_key(&presented.headers).is_some();
+            let trusted = (self.state.config().tracing.honour_caller_sampling).trusts(presents_key);
+            let context = trace_headers(request.metadata());
+            infergate_telemetry::w3c::continue_in(&span, &context, trusted);
+        }
+        let trace = infergate_telemetry::w3c::trace_id(&span);
+        let mut response = super::infer::infer(&self.state, &presented, request.into_inner())
+            .instrument(span)
             .await
             .map(Response::new)
-            .map_err(status)
+            .map_err(status)?;
+        if let Some(trace) = trace.and_then(|t| MetadataValue::try_from(t.as_bytes()).ok()) {
+            response
+                .metadata_mut()
+                .insert(infergate_telemetry::w3c::TRACE_ID_METADATA, trace);
+        }
+        Ok(response)
     }
 
     type ModelStreamInferStream = ResponseStream;
@@ -124,15 +153,12 @@ impl GrpcInferenceService for InferenceService {
         &self,
         request: Request<Streaming<ModelInferRequest>>,
     ) -> Result<Response<Self::ModelStreamInferStream>, Status> {
-        let headers = infergate_kserve::credentials::key_headers(request.metadata());
+        let presented = Presented::of(&self.state, &request);
         // A stream without a valid key is refused as a whole; each request is checked again.
-        crate::api::authorized::authorize(
-            &self.state,
-            infergate_kserve::credentials::presented_key(&headers),
-            Scope::Infer,
-        )
-        .map_err(status)?;
-        let responses = stream::open(self.state.clone(), headers, request.into_inner());
+        presented
+            .authorize(&self.state, Scope::Infer)
+            .map_err(status)?;
+        let responses = stream::open(self.state.clone(), presented, request.into_inner());
         Ok(Response::new(responses))
     }
 
@@ -170,4 +196,120 @@ impl GrpcInferenceService for InferenceService {
                 .collect(),
         }))
     }
+
+    async fn repository_index(
+        &self,
+        request: Request<RepositoryIndexRequest>,
+    ) -> Result<Response<RepositoryIndexResponse>, Status> {
+        let presented = Presented::of(&self.state, &request);
+        control::repository_index(&self.state, &presented, request.get_ref())
+            .await
+            .map(Response::new)
+            .map_err(status)
+    }
+
+    async fn repository_model_load(
+        &self,
+        request: Request<RepositoryModelLoadRequest>,
+    ) -> Result<Response<RepositoryModelLoadResponse>, Status> {
+        let presented = Presented::of(&self.state, &request);
+        control::load(&self.state, &presented, request.get_ref())
+            .await
+            .map(|()| Response::new(RepositoryModelLoadResponse {}))
+            .map_err(status)
+    }
+
+    async fn repository_model_unload(
+        &self,
+        request: Request<RepositoryModelUnloadRequest>,
+    ) -> Result<Response<RepositoryModelUnloadResponse>, Status> {
+        let presented = Presented::of(&self.state, &request);
+        control::unload(&self.state, &presented, request.get_ref())
+            .await
+            .map(|()| Response::new(RepositoryModelUnloadResponse {}))
+            .map_err(status)
+    }
+
+    async fn system_shared_memory_status(
+        &self,
+        request: Request<SystemSharedMemoryStatusRequest>,
+    ) -> Result<Response<SystemSharedMemoryStatusResponse>, Status> {
+        let presented = Presented::of(&self.state, &request);
+        control::shm_status(&self.state, &presented, request.get_ref())
+            .await
+            .map(Response::new)
+            .map_err(status)
+    }
+
+    async fn system_shared_memory_register(
+        &self,
+        request: Request<SystemSharedMemoryRegisterRequest>,
+    ) -> Result<Response<SystemSharedMemoryRegisterResponse>, Status> {
+        let presented = Presented::of(&self.state, &request);
+        control::shm_register(&self.state, &presented, request.get_ref())
+            .await
+            .map(|()| Response::new(SystemSharedMemoryRegisterResponse {}))
+            .map_err(status)
+    }
+
+    async fn system_shared_memory_unregister(
+        &self,
+        request: Request<SystemSharedMemoryUnregisterRequest>,
+    ) -> Result<Response<SystemSharedMemoryUnregisterResponse>, Status> {
+        let presented = Presented::of(&self.state, &request);
+        control::shm_unregister(&self.state, &presented, &request.get_ref().name)
+            .await
+            .map(|()| Response::new(SystemSharedMemoryUnregisterResponse {}))
+            .map_err(status)
+    }
+
+    async fn cuda_shared_memory_status(
+        &self,
+        request: Request<CudaSharedMemoryStatusRequest>,
+    ) -> Result<Response<CudaSharedMemoryStatusResponse>, Status> {
+        let presented = Presented::of(&self.state, &request);
+        control::cuda_status(&self.state, &presented, request.get_ref())
+            .await
+            .map(Response::new)
+            .map_err(status)
+    }
+
+    async fn cuda_shared_memory_register(
+        &self,
+        request: Request<CudaSharedMemoryRegisterRequest>,
+    ) -> Result<Response<CudaSharedMemoryRegisterResponse>, Status> {
+        let presented = Presented::of(&self.state, &request);
+        let name = request.get_ref().name.clone();
+        control::cuda_register_or_unregister(&self.state, &presented, Some(&name))
+            .await
+            .map(|()| Response::new(CudaSharedMemoryRegisterResponse {}))
+            .map_err(status)
+    }
+
+    async fn cuda_shared_memory_unregister(
+        &self,
+        request: Request<CudaSharedMemoryUnregisterRequest>,
+    ) -> Result<Response<CudaSharedMemoryUnregisterResponse>, Status> {
+        let presented = Presented::of(&self.state, &request);
+        control::cuda_register_or_unregister(&self.state, &presented, None)
+            .await
+            .map(|()| Response::new(CudaSharedMemoryUnregisterResponse {}))
+            .map_err(status)
+    }
+}
+
+/// The W3C trace context among a call's metadata, as headers (the rest is not copied).
+fn trace_headers(metadata: &MetadataMap) -> http::HeaderMap {
+    let mut headers = http::HeaderMap::new();
+    for name in [
+        infergate_telemetry::w3c::TRACEPARENT,
+        infergate_telemetry::w3c::TRACESTATE,
+    ] {
+        for value in metadata.get_all(name.as_str()) {
+            if let Ok(value) = http::HeaderValue::from_bytes(value.as_bytes()) {
+                headers.append(name.clone(), value);
+            }
+        }
+    }
+    headers
 }

@@ -81,9 +81,14 @@ fn pipeline_description(state: &AppState, pipeline: &Pipeline) -> Description {
 /// A model version's configuration in Triton's field names (`/v2/models/{m}/config`, gRPC
 /// `ModelConfig`): the version's stored settings over the defaults derived from its signature.
 pub fn triton_config(state: &AppState, record: &ModelRecord) -> Value {
-    state
+    let mut config = state
         .engine()
-        .triton_config(&model_key(record), &record.signature)
+        .triton_config(&model_key(record), &record.signature);
+    // A chat model answers a stream request with one response per piece of text.
+    if crate::chat_models::is_gguf(record) {
+        config["model_transaction_policy"] = json!({"decoupled": true});
+    }
+    config
 }
 
 /// The versions a statistics request covers: every version, a model's, or one version; an

@@ -13,6 +13,7 @@
 //! - [`stages`]: executing one request through a pipeline's stages (plugins, native ops, the
 //!   model), with stage timings; [`detect`]: the text-detection stage, which runs the rest once
 //!   per text region found.
+//! - [`results`]: a decoupled pipeline's answer cut into the results it stands for.
 //! - [`backend`]: where a model version runs: the local engine or a worker, behind
 //!   every protocol at once; a pipeline stage's native op goes with it.
 //!
@@ -25,6 +26,7 @@ pub mod detect;
 pub mod readiness;
 pub mod request;
 pub mod resolve;
+pub mod results;
 pub mod run;
 pub mod stages;
 pub mod target;

@@ -24,8 +24,9 @@ pub fn readiness(state: &AppState, target: &Target) -> ApiResult<()> {
         }
     };
     match state.engine().state(&model_key(&record)) {
+        // Triton's words first, then why.
         ModelState::Failed(reason) => Err(ApiError::unavailable(format!(
-            "model '{}' version {} failed to load: {reason}",
+            "Request for unknown model: '{}' version {} is not at ready state: its load failed: {reason}",
             record.name, record.version
         ))),
         _ => Ok(()),

@@ -1,7 +1,7 @@
 //! A request as every protocol hands it to [`super::run`].
 
 use crate::error::{ApiError, ApiResult};
-use infergate_engine::{InferOptions, Tensor};
+use infergate_engine::{CorrelationId, InferOptions, SequenceFlags, Tensor};
 use infergate_protocol::kserve::InferRequest;
 use serde_json::Value;
 use std::time::Duration;
@@ -14,7 +14,19 @@ pub struct Request {
     pub parameters: Vec<(String, String)>,
     /// Queue priority and timeout for the model version that runs it.
     pub options: InferOptions,
+    /// Its place in a sequence of a stateful model (request parameters `sequence_id`,
+    /// `sequence_start`, `sequence_end`), when it names one.
+    pub sequence: Option<SequenceFlags>,
+    /// The request's header fields (HTTP headers, gRPC metadata, a WebSocket's upgrade
+    /// request): what a traffic policy that is sticky by header reads. Empty when the
+    /// transport passes none.
+    pub headers: http::HeaderMap,
 }
+
+/// Triton's request parameter naming a request's sequence (an unsigned integer or a string).
+pub const SEQUENCE_ID: &str = "sequence_id";
+const SEQUENCE_START: &str = "sequence_start";
+const SEQUENCE_END: &str = "sequence_end";
 
 impl Request {
     /// A KServe v2 request, as HTTP, gRPC and WebSocket all decode one, with its decoded
@@ -35,8 +47,52 @@ impl Request {
             outputs: request.outputs.iter().map(|o| o.name.clone()).collect(),
             parameters,
             options: options(request)?,
+            sequence: sequence(request)?,
+            headers: http::HeaderMap::new(),
         })
     }
+
+    /// The same request carrying the transport's header fields (for sticky traffic splits).
+    pub fn with_headers(mut self, headers: http::HeaderMap) -> Request {
+        self.headers = headers;
+        self
+    }
+
+    /// Whether the request is one step of a stateful sequence (it names one in `sequence_id`,
+    /// `sequence_start` or `sequence_end`): such a step depends on the state earlier steps
+    /// left, so the traffic split, the mirror and the response cache leave it alone.
+    pub fn is_stateful(&self) -> bool {
+        self.sequence.is_some()
+    }
+}
+
+/// The sequence flags a request carries: `None` when it names no sequence (no id, 0 or "", and
+/// neither flag). A flag without an id is kept, so that a stateful model can say what is
+/// missing.
+fn sequence(request: &InferRequest) -> ApiResult<Option<SequenceFlags>> {
+    let flag = |name: &str| -> ApiResult<bool> {
+        match request.parameters.get(name) {
+            None => Ok(false),
+            Some(Value::Bool(b)) => Ok(*b),
+            Some(v) => Err(ApiError::bad_request(format!(
+                "request parameter '{name}' must be true or false, got {v}"
+            ))),
+        }
+    };
+    let id = match request.parameters.get(SEQUENCE_ID) {
+        None => CorrelationId::Int(0),
+        Some(Value::String(s)) => CorrelationId::Str(s.clone()),
+        Some(v) => CorrelationId::Int(v.as_u64().ok_or_else(|| {
+            ApiError::bad_request(format!(
+                "request parameter '{SEQUENCE_ID}' must be a non-negative integer or a string, got {v}"
+            ))
+        })?),
+    };
+    let (start, end) = (flag(SEQUENCE_START)?, flag(SEQUENCE_END)?);
+    if id.is_none() && !start && !end {
+        return Ok(None);
+    }
+    Ok(Some(SequenceFlags { id, start, end }))
 }
 
 fn options(request: &InferRequest) -> ApiResult<InferOptions> {
@@ -96,6 +152,42 @@ mod tests {
                 .err()
                 .unwrap();
             assert_eq!(e.kind, crate::error::Kind::Invalid, "{parameters}");
+        }
+    }
+
+    #[test]
+    fn sequence_parameters_become_flags() {
+        let flags = |parameters: Value| {
+            kserve(json!({"inputs": [], "parameters": parameters})).map(|r| r.sequence)
+        };
+        assert_eq!(flags(json!({})).unwrap(), None);
+        assert_eq!(flags(json!({"sequence_id": 0})).unwrap(), None);
+        assert_eq!(
+            flags(json!({"sequence_id": 42, "sequence_start": true})).unwrap(),
+            Some(SequenceFlags {
+                id: CorrelationId::Int(42),
+                start: true,
+                end: false
+            })
+        );
+        assert_eq!(
+            flags(json!({"sequence_id": "user-7", "sequence_end": true})).unwrap(),
+            Some(SequenceFlags {
+                id: CorrelationId::Str("user-7".into()),
+                start: false,
+                end: true
+            })
+        );
+        assert_eq!(
+            flags(json!({"sequence_start": true})).unwrap().unwrap().id,
+            CorrelationId::Int(0)
+        );
+        for bad in [
+            json!({"sequence_id": -3}),
+            json!({"sequence_id": 1.5}),
+            json!({"sequence_id": 1, "sequence_start": 1}),
+        ] {
+            assert!(flags(bad.clone()).is_err(), "{bad}");
         }
     }
 

@@ -1,5 +1,6 @@
-//! A request on a target: a pipeline's stages, or one model version through the backend,
-//! through the request phases where policies attach (`crate::phases`).
+//! A request on a target: a pipeline's stages, or one model version through the backend (the
+//! version a traffic split chose, `crate::traffic`), through the request phases where
+//! policies attach (`crate::phases`).
 
 use super::stages::{PipelineInput, PipelineOutput, StageTimes};
 use super::{backend, Request, Target};
@@ -27,8 +28,9 @@ pub struct Inferred {
     pub passage: Passage,
 }
 
-/// Runs `request` for `caller` on `target`: admission by the attached policies, then a hook's
-/// answer or the model's (or the pipeline's).
+/// Runs `request` for `caller` on `target`: the model's traffic split when the request named
+/// no version (and a mirrored copy when the policy says so), admission by the attached
+/// policies, then a hook's answer or the model's (or the pipeline's).
 pub async fn run(
     state: &AppState,
     caller: &Caller,
@@ -36,6 +38,15 @@ pub async fn run(
     named_version: Option<u64>,
     request: Request,
 ) -> ApiResult<Inferred> {
+    let stateful = request.is_stateful();
+    let (target, route) = match target {
+        Target::Model(record) if named_version.is_none() && !stateful => {
+            let (record, route) =
+                crate::traffic::split(state, Some(caller), record, &request.headers);
+            (Target::Model(record), route)
+        }
+        other => (other, None),
+    };
     let mut passage = if state.phases().is_empty() {
         Passage::default()
     } else {
@@ -45,9 +56,21 @@ pub async fn run(
             named_version,
             inputs: &request.inputs,
             outputs: &request.outputs,
+            parameters: &request.parameters,
+            stateful,
         };
         state.phases().admit(&exchange).await?
     };
+    if let (Some(route), Target::Model(served)) = (&route, &target) {
+        if let Some(mirror) = crate::traffic::mirror_of(state, route, served) {
+            crate::traffic::mirror(
+                state,
+                mirror,
+                request.inputs.clone(),
+                request.outputs.clone(),
+            );
+        }
+    }
     let answered = passage.before_model();
     let result = match answered {
         Some(outputs) => Ok(answered_in_place(&target, outputs)),
@@ -94,14 +117,29 @@ async fn run_target(state: &AppState, target: Target, request: Request) -> ApiRe
         Target::Model(record) => record,
         Target::Pipeline(pipeline) => return pipeline_tensors(state, &pipeline, request).await,
     };
-    let outputs = backend::run_model(
-        state,
-        &record,
-        request.inputs,
-        request.outputs,
-        request.options,
-    )
-    .await?;
+    let outputs = match request.sequence {
+        Some(sequence) if is_stateful(state, &record) => {
+            backend::run_sequence(
+                state,
+                &record,
+                request.inputs,
+                request.outputs,
+                request.options,
+                sequence,
+            )
+            .await?
+        }
+        _ => {
+            backend::run_model(
+                state,
+                &record,
+                request.inputs,
+                request.outputs,
+                request.options,
+            )
+            .await?
+        }
+    };
     Ok(Inferred {
         served: Some(Served {
             model: record.name.clone(),
@@ -113,6 +151,16 @@ async fn run_target(state: &AppState, target: Target, request: Request) -> ApiRe
         times: None,
         passage: Passage::default(),
     })
+}
+
+/// Whether a model version serves sequences (its configuration has `sequence_batching`); a
+/// version without ignores the sequence parameters, as Triton does.
+pub fn is_stateful(state: &AppState, record: &infergate_store::models::ModelRecord) -> bool {
+    state
+        .engine()
+        .model_config(&crate::catalog::model_key(record))
+        .sequence_batching
+        .is_some()
 }
 
 /// Tensors in, tensors out, like a model: request parameters reach every plugin as metadata,

@@ -153,7 +153,12 @@ pub async fn run(
     options: InferOptions,
 ) -> ApiResult<(PipelineOutput, StageTimes)> {
     let resolved = resolve(state, spec)?;
-    let record = state.catalog().resolve(&spec.model, spec.model_version)?;
+    let mut record = state.catalog().resolve(&spec.model, spec.model_version)?;
+    if spec.model_version.is_none() {
+        // The model's traffic split applies to its stage too (drawn: a pipeline's stage does
+        // not know its caller).
+        record = crate::traffic::split(state, None, record, &http::HeaderMap::new()).0;
+    }
     let mut metadata: host::Metadata = vec![
         ("pipeline".into(), name.to_string()),
         ("model".into(), record.name.clone()),

@@ -13,6 +13,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 #[derive(Debug, Default)]
 pub struct RoutingCounters {
     pub retries: AtomicU64,
+    /// Retries of requests that had reached their first worker (which may have run them).
+    pub retries_sent: AtomicU64,
+    /// Requests ended because their worker was declared lost or removed while they were there.
+    pub cut: AtomicU64,
     pub no_worker: AtomicU64,
     pub direct_tokens: AtomicU64,
     /// Request body bytes sent to workers (tensors and their description).
@@ -34,7 +38,7 @@ struct WorkerLabels {
 #[derive(Debug)]
 pub struct Snapshot {
     workers: Vec<WorkerView>,
-    counters: [u64; 4],
+    counters: [u64; 6],
 }
 
 impl Snapshot {
@@ -43,8 +47,15 @@ impl Snapshot {
         let c = counters;
         Snapshot {
             workers,
-            counters: [&c.retries, &c.no_worker, &c.direct_tokens, &c.sent_bytes]
-                .map(|a| a.load(Ordering::Relaxed)),
+            counters: [
+                &c.retries,
+                &c.retries_sent,
+                &c.cut,
+                &c.no_worker,
+                &c.direct_tokens,
+                &c.sent_bytes,
+            ]
+            .map(|a| a.load(Ordering::Relaxed)),
         }
     }
 }
@@ -97,6 +108,14 @@ impl prometheus_client::collector::Collector for Snapshot {
             (
                 "worker_retries",
                 "Requests retried on another worker after theirs failed before answering",
+            ),
+            (
+                "worker_retries_sent",
+                "Retries of requests that had reached their first worker, which may have run them too",
+            ),
+            (
+                "worker_requests_cut",
+                "Requests ended because their worker was declared lost or removed while they were there",
             ),
             (
                 "worker_unavailable",

@@ -1,0 +1,124 @@
+//! API keys and their limits, workers and their join secrets, metrics, history, the caller's
+//! identity and this document.
+
+#![allow(dead_code)]
+
+use crate::history::History;
+use crate::keys::{Identity, KeyCreated, KeyList, KeyRevoked, KeyUpdated, KeyUsageReport};
+use crate::openapi::bodies::{KeyLimitsRequest, KeyRequest, TtlRequest};
+use crate::workers::{
+    Assignment, JoinTokenCreated, TokenRevoked, WorkerDraining, WorkerList, WorkerRemoved,
+};
+use crate::ErrorBody;
+
+/// Every API key (never a secret), with its effective limits, usage and activity.
+#[utoipa::path(get, path = "/api/keys", tag = "Keys",
+    security(("bearer" = ["admin"]), ("api_key" = ["admin"])),
+    responses((status = 200, description = "Every key.", body = KeyList)))]
+pub fn list_keys() {}
+
+/// Creates a key; the answer holds its secret, shown this once.
+#[utoipa::path(post, path = "/api/keys", tag = "Keys",
+    request_body = KeyRequest,
+    security(("bearer" = ["admin"]), ("api_key" = ["admin"])),
+    responses((status = 201, description = "The key and its secret.", body = KeyCreated)))]
+pub fn create_key() {}
+
+/// Changes a key's own rate limit and concurrency cap (fields not given stay).
+#[utoipa::path(patch, path = "/api/keys/{id}", tag = "Keys",
+    params(("id" = String, Path, description = "The numeric id or the 12-character public id.")),
+    request_body = KeyLimitsRequest,
+    security(("bearer" = ["admin"]), ("api_key" = ["admin"])),
+    responses((status = 200, description = "The key with its new limits.", body = KeyUpdated)))]
+pub fn update_key() {}
+
+/// Revokes a key: its next request is refused.
+#[utoipa::path(delete, path = "/api/keys/{id}", tag = "Keys",
+    params(("id" = String, Path, description = "The numeric id or the 12-character public id.")),
+    security(("bearer" = ["admin"]), ("api_key" = ["admin"])),
+    responses((status = 200, description = "The revoked key.", body = KeyRevoked)))]
+pub fn revoke_key() {}
+
+/// A key's limits, where each comes from, and its usage since the server started.
+#[utoipa::path(get, path = "/api/keys/{id}/usage", tag = "Keys",
+    params(("id" = String, Path, description = "The numeric id or the 12-character public id.")),
+    security(("bearer" = ["admin"]), ("api_key" = ["admin"])),
+    responses((status = 200, description = "The key's usage.", body = KeyUsageReport)))]
+pub fn key_usage() {}
+
+/// The calling key's identity and scopes (any scope).
+#[utoipa::path(get, path = "/api/whoami", tag = "Keys",
+    security(("bearer" = []), ("api_key" = [])),
+    responses((status = 200, description = "Who is calling.", body = Identity)))]
+pub fn whoami() {}
+
+/// Prometheus metrics in the OpenMetrics text format (see the book's "Metrics"). Also served
+/// without a key on `metrics.listen` when set.
+#[utoipa::path(get, path = "/metrics", tag = "Metrics",
+    security(("bearer" = ["admin"]), ("api_key" = ["admin"])),
+    responses((status = 200, description = "The metrics.", content_type = "application/openmetrics-text", body = String)))]
+pub fn metrics() {}
+
+/// The per-second history of every model and pipeline (and, for an admin caller, of every
+/// key) the dashboard charts.
+#[utoipa::path(get, path = "/api/metrics/history", tag = "Metrics",
+    params(
+        ("seconds" = Option<u64>, Query, description = "How far back, 1 to 3600 (default 3600)."),
+        ("after_ms" = Option<u64>, Query, description = "Only samples after this server time (`now_ms` of the last answer)."),
+        ("model" = Option<String>, Query, description = "One model or pipeline."),
+    ),
+    security(("bearer" = ["infer"]), ("api_key" = ["infer"])),
+    responses((status = 200, description = "The history.", body = History)))]
+pub fn history() {}
+
+/// This document.
+#[utoipa::path(get, path = "/api/openapi.json", tag = "Metrics",
+    security(("bearer" = ["infer"]), ("api_key" = ["infer"])),
+    responses((status = 200, description = "The OpenAPI 3.1 document of the HTTP API.", body = serde_json::Value)))]
+pub fn openapi() {}
+
+/// Direct mode: a worker that holds (or will load) the model, and a short-lived token for it;
+/// the client then calls the worker's KServe routes itself with `Authorization: Bearer TOKEN`.
+#[utoipa::path(post, path = "/v2/models/{model}/assign", tag = "Workers",
+    params(("model" = String, Path, description = "A model name.")),
+    request_body(content = Option<TtlRequest>, description = "Optional; an empty body asks for the default lifetime."),
+    security(("bearer" = ["infer"]), ("api_key" = ["infer"])),
+    responses(
+        (status = 200, description = "The worker and its token.", body = Assignment),
+        (status = 503, description = "No worker can take the model now.", body = ErrorBody),
+    ))]
+pub fn assign() {}
+
+/// Every worker the manager knows, the local engine (`local`) first.
+#[utoipa::path(get, path = "/api/workers", tag = "Workers",
+    security(("bearer" = ["admin"]), ("api_key" = ["admin"])),
+    responses((status = 200, description = "The workers.", body = WorkerList)))]
+pub fn list_workers() {}
+
+/// Creates a join secret for `infergate worker --join-token`, shown this once.
+#[utoipa::path(post, path = "/api/workers/tokens", tag = "Workers",
+    request_body(content = Option<TtlRequest>, description = "Optional; an empty body makes a secret valid until revoked."),
+    security(("bearer" = ["admin"]), ("api_key" = ["admin"])),
+    responses((status = 201, description = "The secret.", body = JoinTokenCreated)))]
+pub fn create_join_token() {}
+
+/// Revokes a join secret: it admits nobody from now on (workers that joined with it stay).
+#[utoipa::path(delete, path = "/api/workers/tokens/{id}", tag = "Workers",
+    params(("id" = String, Path, description = "The secret's id (after `igj_`, before the first dot).")),
+    security(("bearer" = ["admin"]), ("api_key" = ["admin"])),
+    responses((status = 200, description = "Revoked.", body = TokenRevoked)))]
+pub fn revoke_join_token() {}
+
+/// Removes a worker: out of routing at once, and it cannot rejoin under its id.
+#[utoipa::path(delete, path = "/api/workers/{id}", tag = "Workers",
+    params(("id" = String, Path, description = "A worker id (`w-...`).")),
+    security(("bearer" = ["admin"]), ("api_key" = ["admin"])),
+    responses((status = 200, description = "Removed.", body = WorkerRemoved)))]
+pub fn remove_worker() {}
+
+/// Drains a worker: no new requests go to it, running ones finish.
+#[utoipa::path(post, path = "/api/workers/{id}/drain", tag = "Workers",
+    params(("id" = String, Path, description = "A worker id (`w-...`).")),
+    security(("bearer" = ["admin"]), ("api_key" = ["admin"])),
+    responses((status = 200, description = "Draining.", body = WorkerDraining)))]
+pub fn drain_worker() {}

@@ -1,0 +1,120 @@
+//! `/api/models/{model}/traffic`: a model's traffic policy (weighted, sticky and mirrored
+//! traffic between its versions). `PUT` (scope `upload`) sets it, `GET` (scope `infer`) reads
+//! it, `DELETE` (scope `upload`) returns the model to its version policy. The policy belongs
+//! to the model, not a version: it survives new uploads and goes with the model. It applies to
+//! the next request, on every replica (PostgreSQL's notifications carry it).
+
+use super::authorized::{Authorized, Infer, Upload};
+use super::body::read_limited;
+use axum::extract::{Path, State};
+use axum::Json;
+use http::HeaderMap;
+use infergate_engine::ModelState;
+use infergate_kserve::http_error::HttpResult;
+use infergate_service::catalog::model_key;
+use infergate_service::error::{ApiError, ApiResult};
+use infergate_service::model_settings::TRAFFIC;
+use infergate_service::state::AppState;
+use infergate_traffic::policy::{KnownVersion, TrafficPolicy};
+use serde::Serialize;
+use serde_json::{Map, Value};
+use std::sync::Arc;
+
+type S = State<Arc<AppState>>;
+
+/// The answer of every traffic route.
+#[derive(Serialize)]
+pub struct TrafficView {
+    pub model: String,
+    /// The policy; `null`: the model's version policy chooses the version.
+    pub policy: Option<TrafficPolicy>,
+}
+
+/// The model's versions as a policy is checked against them: a version whose last load
+/// failed is not loadable.
+fn known_versions(state: &AppState, model: &str) -> ApiResult<Vec<KnownVersion>> {
+    let versions = state.catalog().versions(model);
+    if versions.is_empty() {
+        return Err(ApiError::not_found(format!("unknown model '{model}'")));
+    }
+    Ok(versions
+        .iter()
+        .map(|r| KnownVersion {
+            version: r.version,
+            loadable: !matches!(state.engine().state(&model_key(r)), ModelState::Failed(_)),
+        })
+        .collect())
+}
+
+fn view(model: &str, settings: Option<&Map<String, Value>>) -> TrafficView {
+    let policy = settings
+        .and_then(|s| s.get(TRAFFIC))
+        .and_then(|v| TrafficPolicy::from_json(v.to_string().as_bytes()).ok());
+    TrafficView {
+        model: model.to_owned(),
+        policy,
+    }
+}
+
+/// Writes `value` as the model's traffic field (None removes it) and applies it here.
+async fn store_policy(
+    state: &AppState,
+    model: &str,
+    value: Option<Value>,
+) -> ApiResult<TrafficView> {
+    let store = state.store().clone();
+    let name = model.to_owned();
+    let written =
+        tokio::task::spawn_blocking(move || store.set_model_setting(&name, TRAFFIC, value))
+            .await
+            .map_err(|e| ApiError::internal(format!("settings task failed: {e}")))??;
+    let settings = written
+        .ok_or_else(|| ApiError::not_found(format!("model '{model}' was deleted meanwhile")))?;
+    state.model_settings().set(model, settings.clone());
+    Ok(view(model, Some(&settings)))
+}
+
+/// `PUT /api/models/{model}/traffic`: `{"split": [{"version": 1, "weight": 90}, ...],
+/// "sticky": "key" | "header:NAME", "mirror": {"version": 3, "percent": 100}}`. A policy that
+/// does not fit the model's versions is 400 naming the field; nothing is stored then.
+pub async fn put(
+    _: Authorized<Upload>,
+    State(state): S,
+    Path(model): Path<String>,
+    headers: HeaderMap,
+    body: axum::body::Body,
+) -> HttpResult<Json<TrafficView>> {
+    let versions = known_versions(&state, &model).map_err(ApiError::before_body)?;
+    let body = read_limited(&headers, body, super::body::MAX_JSON_API_BYTES).await?;
+    let policy = TrafficPolicy::from_json(&body)
+        .and_then(|p| p.validate(&versions).map(|()| p))
+        .map_err(|e| ApiError::bad_request(format!("traffic policy: {e}")))?;
+    let value = serde_json::to_value(&policy)
+        .map_err(|e| ApiError::internal(format!("encoding the policy: {e}")))?;
+    let answer = store_policy(&state, &model, Some(value)).await?;
+    tracing::info!(model = %model, policy = %String::from_utf8_lossy(&body), "traffic policy set");
+    Ok(Json(answer))
+}
+
+/// `GET /api/models/{model}/traffic`.
+pub async fn get(
+    _: Authorized<Infer>,
+    State(state): S,
+    Path(model): Path<String>,
+) -> HttpResult<Json<TrafficView>> {
+    known_versions(&state, &model)?;
+    let settings = state.model_settings().get(&model);
+    Ok(Json(view(&model, settings.as_ref().map(|s| &s.raw))))
+}
+
+/// `DELETE /api/models/{model}/traffic`: back to the version policy.
+pub async fn delete(
+    _: Authorized<Upload>,
+    State(state): S,
+    Path(model): Path<String>,
+) -> HttpResult<Json<TrafficView>> {
+    known_versions(&state, &model)?;
+    let answer = store_policy(&state, &model, None).await?;
+    tracing::info!(model = %model, "traffic policy removed");
+    Ok(Json(answer))
+}

@@ -1,0 +1,163 @@
+//! Triton's model repository and shared-memory extensions over gRPC, with the HTTP routes'
+//! semantics (`infergate_service::model_control`, `infergate_service::shared_memory`): the
+//! index needs an `infer` key, load and unload an `upload` key; shared memory is for loopback
+//! callers, each seeing its own regions; CUDA shared memory answers as Triton does on a host
+//! without GPUs.
+
+use super::auth::{self, Presented};
+use infergate_kserve::proto::model_repository_parameter::ParameterChoice;
+use infergate_kserve::proto::repository_index_response::ModelIndex;
+use infergate_kserve::proto::system_shared_memory_status_response::RegionStatus;
+use infergate_kserve::proto::{
+    CudaSharedMemoryStatusRequest, CudaSharedMemoryStatusResponse, RepositoryIndexRequest,
+    RepositoryIndexResponse, RepositoryModelLoadRequest, RepositoryModelUnloadRequest,
+    SystemSharedMemoryRegisterRequest, SystemSharedMemoryStatusRequest,
+    SystemSharedMemoryStatusResponse,
+};
+use infergate_service::error::{ApiError, ApiResult};
+use infergate_service::model_control::{self, LoadParameters};
+use infergate_service::shared_memory;
+use infergate_service::state::AppState;
+use infergate_store::auth::Scope;
+
+/// A repository name other than the one infergate has (its store) is refused, as Triton
+/// refuses a repository it does not know.
+fn check_repository(name: &str) -> ApiResult<()> {
+    if name.is_empty() {
+        return Ok(());
+    }
+    Err(ApiError::bad_request(format!(
+        "unknown repository '{name}': infergate has one model repository, leave repository_name empty"
+    )))
+}
+
+pub async fn repository_index(
+    state: &AppState,
+    presented: &Presented,
+    request: &RepositoryIndexRequest,
+) -> ApiResult<RepositoryIndexResponse> {
+    let _admitted = auth::admit(state, presented, Scope::Infer).await?;
+    check_repository(&request.repository_name)?;
+    let models = model_control::index(state, request.ready)
+        .into_iter()
+        .map(|e| ModelIndex {
+            name: e.name,
+            version: e.version,
+            state: e.state,
+            reason: e.reason,
+        })
+        .collect();
+    Ok(RepositoryIndexResponse { models })
+}
+
+pub async fn load(
+    state: &AppState,
+    presented: &Presented,
+    request: &RepositoryModelLoadRequest,
+) -> ApiResult<()> {
+    let _admitted = auth::admit(state, presented, Scope::Upload).await?;
+    check_repository(&request.repository_name)?;
+    let mut parameters = LoadParameters::default();
+    for (name, value) in &request.parameters {
+        if name == "config" {
+            match &value.parameter_choice {
+                Some(ParameterChoice::StringParam(text)) => parameters.config = Some(text.clone()),
+                _ => {
+                    return Err(ApiError::bad_request(
+                        "parameter 'config' must be a string of JSON",
+                    ))
+                }
+            }
+        } else if name.starts_with("file:") {
+            parameters.files.push(name.clone());
+        }
+    }
+    model_control::load(state, &request.model_name, parameters).await
+}
+
+pub async fn unload(
+    state: &AppState,
+    presented: &Presented,
+    request: &RepositoryModelUnloadRequest,
+) -> ApiResult<()> {
+    let _admitted = auth::admit(state, presented, Scope::Upload).await?;
+    check_repository(&request.repository_name)?;
+    model_control::unload(state, &request.model_name)
+}
+
+pub async fn shm_status(
+    state: &AppState,
+    presented: &Presented,
+    request: &SystemSharedMemoryStatusRequest,
+) -> ApiResult<SystemSharedMemoryStatusResponse> {
+    let (caller, _admission) = auth::admit(state, presented, Scope::Infer).await?;
+    let regions = shared_memory::regions(state, &caller, presented.client)?;
+    let name = (!request.name.is_empty()).then_some(request.name.as_str());
+    let regions = regions
+        .status(name)?
+        .into_iter()
+        .map(|r| {
+            (
+                r.name.clone(),
+                RegionStatus {
+                    name: r.name,
+                    key: r.key,
+                    offset: r.offset,
+                    byte_size: r.byte_size,
+                },
+            )
+        })
+        .collect();
+    Ok(SystemSharedMemoryStatusResponse { regions })
+}
+
+pub async fn shm_register(
+    state: &AppState,
+    presented: &Presented,
+    request: &SystemSharedMemoryRegisterRequest,
+) -> ApiResult<()> {
+    let (caller, _admission) = auth::admit(state, presented, Scope::Infer).await?;
+    shared_memory::regions(state, &caller, presented.client)?.register(
+        &request.name,
+        &request.key,
+        request.offset,
+        request.byte_size,
+    )
+}
+
+/// `name` empty: every region of the caller.
+pub async fn shm_unregister(state: &AppState, presented: &Presented, name: &str) -> ApiResult<()> {
+    let (caller, _admission) = auth::admit(state, presented, Scope::Infer).await?;
+    let name = (!name.is_empty()).then_some(name);
+    shared_memory::regions(state, &caller, presented.client)?.unregister(name);
+    Ok(())
+}
+
+/// No CUDA shared memory here: no regions (a named one is not found).
+pub async fn cuda_status(
+    state: &AppState,
+    presented: &Presented,
+    request: &CudaSharedMemoryStatusRequest,
+) -> ApiResult<CudaSharedMemoryStatusResponse> {
+    let _admitted = auth::admit(state, presented, Scope::Infer).await?;
+    if !request.name.is_empty() {
+        return Err(ApiError::not_found(format!(
+            "Unable to find cuda shared memory region: '{}'",
+            request.name
+        )));
+    }
+    Ok(CudaSharedMemoryStatusResponse::default())
+}
+
+/// Nothing to unregister, and registering is refused as on a host without GPUs.
+pub async fn cuda_register_or_unregister(
+    state: &AppState,
+    presented: &Presented,
+    register: Option<&str>,
+) -> ApiResult<()> {
+    let _admitted = auth::admit(state, presented, Scope::Infer).await?;
+    match register {
+        Some(name) => Err(shared_memory::cuda_register_refused(name)),
+        None => Ok(()),
+    }
+}

@@ -1,0 +1,78 @@
+//! Traces across hosts: the W3C trace context a request arrives with, continued by its spans
+//! and passed on to the worker that runs it, and the spans that exist only for the exported
+//! traces.
+//!
+//! It owns no exporter and no sampler: the binary installs those (the OpenTelemetry SDK and
+//! OTLP) when an endpoint is configured and then calls [`set_exporting`]. Until then every
+//! function here is a relaxed load and a return, so a gateway that exports nothing pays
+//! nothing per request.
+
+#![forbid(unsafe_code)]
+
+pub mod w3c;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// The target of the spans that exist only for exported traces: the log output leaves them
+/// out (their fields would be formatted into every log line of the request).
+pub const TARGET: &str = "infergate::trace";
+
+static EXPORTING: AtomicBool = AtomicBool::new(false);
+
+/// Whether traces are exported: the OpenTelemetry layer is installed.
+pub fn exporting() -> bool {
+    EXPORTING.load(Ordering::Relaxed)
+}
+
+/// Called once by whoever installs the OpenTelemetry layer, before requests are served.
+pub fn set_exporting() {
+    EXPORTING.store(true, Ordering::Relaxed);
+}
+
+/// A remote parent whose sampled flag the sampler follows (an operator-trusted caller, or the
+/// manager on the hop to a worker); a remote parent without it is sampled by ratio, so a
+/// caller cannot make the server record its requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TrustedSampling;
+
+/// Whether a span opened now on [`TARGET`] could be recorded: traces are exported, and the
+/// current span, if there is one, belongs to a recorded trace. Without a current span the new
+/// one is a root and the sampler decides. Asking costs a lookup of the current span; opening
+/// a span the sampler then drops costs several times that, for each of a request's spans.
+pub fn recording() -> bool {
+    use opentelemetry::trace::TraceContextExt;
+    use tracing_opentelemetry::OpenTelemetrySpanExt;
+    if !exporting() {
+        return false;
+    }
+    let current = tracing::Span::current();
+    current.is_none() || current.context().span().span_context().is_sampled()
+}
+
+/// Awaits `$fut` inside `$span` while [`recording`], as it is otherwise (the span expression is
+/// then not evaluated). The traced branch is boxed: wrapping a large future in `Instrumented`
+/// in place makes the caller's own future larger by that future's size, and a request's future
+/// is copied whole when the router boxes it, for every request whether traced or not.
+#[macro_export]
+macro_rules! traced {
+    ($fut:expr, $span:expr) => {
+        if $crate::recording() {
+            ::std::boxed::Box::pin(::tracing::Instrument::instrument($fut, $span)).await
+        } else {
+            $fut.await
+        }
+    };
+}
+
+/// An info-level span on [`TARGET`] while [`recording`], [`tracing::Span::none`] otherwise:
+/// `span!("decode", bytes = n)`.
+#[macro_export]
+macro_rules! span {
+    ($name:literal $(, $($fields:tt)*)?) => {
+        if $crate::recording() {
+            ::tracing::info_span!(target: $crate::TARGET, $name $(, $($fields)*)?)
+        } else {
+            ::tracing::Span::none()
+        }
+    };
+}

@@ -1,0 +1,9 @@
+//! Plugin host tests, one binary (one link instead of one per file).
+
+mod common;
+
+mod cache;
+mod containment;
+mod examples;
+mod isolation;
+mod validation;

@@ -1,0 +1,233 @@
+"""OpenTelemetry traces across hosts, checked with a real OTLP/HTTP receiver (protobuf bodies
+decoded with `opentelemetry-proto`): a KServe request through a manager to a worker, sent with
+a `traceparent`, yields spans from both processes in the caller's trace with the right parent
+links; sampling 0 records nothing the caller did not ask for; a receiver that is down fails no
+request."""
+import json
+import os
+import queue
+import re
+import shutil
+import socket
+import ssl
+import subprocess
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+
+from conftest import BIN, start
+
+IDS = [101, 1037, 2204, 2154, 2000, 2022, 6517, 102]
+BODY = json.dumps({"inputs": [
+    {"name": "input_ids", "shape": [1, 8], "datatype": "INT64", "data": IDS},
+    {"name": "attention_mask", "shape": [1, 8], "datatype": "INT64", "data": [1] * 8},
+    {"name": "token_type_ids", "shape": [1, 8], "datatype": "INT64", "data": [0] * 8},
+]}).encode()
+
+CALLER_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
+CALLER_SPAN = "00f067aa0ba902b7"
+
+
+class Receiver:
+    """An OTLP/HTTP traces endpoint keeping every span with its resource's attributes."""
+
+    def __init__(self):
+        self.spans = []
+        self.lock = threading.Lock()
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                request = trace_service_pb2.ExportTraceServiceRequest()
+                request.ParseFromString(body)
+                with receiver.lock:
+                    for rs in request.resource_spans:
+                        resource = {a.key: a.value.string_value for a in rs.resource.attributes}
+                        for ss in rs.scope_spans:
+                            for span in ss.spans:
+                                receiver.spans.append((resource, span))
+                answer = trace_service_pb2.ExportTraceServiceResponse().SerializeToString()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", str(len(answer)))
+                self.end_headers()
+                self.wfile.write(answer)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_port}/v1/traces"
+
+    def trace(self, trace_id):
+        with self.lock:
+            return [(r, s) for r, s in self.spans if s.trace_id.hex() == trace_id]
+
+    def stop(self):
+        self.server.shutdown()
+
+
+class Worker:
+    """`infergate worker` joined to `manager`, exporting to `endpoint`."""
+
+    def __init__(self, manager, token, data, endpoint):
+        args = [BIN, "worker", "--join", manager.url, "--join-token", token,
+                "--listen", "127.0.0.1:0", "--data-dir", data, "--instances", "1", "--intra-threads", "1",
+                "--otlp-endpoint", endpoint, "--trace-sample-ratio", "0"]
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        lines = queue.Queue()
+        threading.Thread(target=lambda: [lines.put(l) for l in self.proc.stderr], daemon=True).start()
+        while True:
+            line = re.sub(r"\x1b\[[0-9;]*m", "", lines.get(timeout=60))
+            if re.search(r"worker listening on https://(\S+)", line):
+                break
+
+    def stop(self):
+        self.proc.terminate()
+        return self.proc.wait(timeout=30)
+
+
+def infer(gateway, key, headers=None):
+    ctx = ssl.create_default_context(cafile=gateway.cert)
+    request = urllib.request.Request(
+        f"{gateway.url}/v2/models/minilm/infer", data=BODY, method="POST",
+        headers={"Content-Type": "application/json", "Authorization": f"Bearer {key}", **(headers or {})})
+    with urllib.request.urlopen(request, context=ctx, timeout=60) as answer:
+        json.load(answer)
+        return answer.status, answer.headers
+
+
+@pytest.fixture(scope="module")
+def traced():
+    receiver = Receiver()
+    manager = start([("minilm", "minilm.onnx")], extra_args=(
+        "--no-local-engine", "--otlp-endpoint", receiver.url, "--trace-sample-ratio", "0"))
+    dirs = tempfile.mkdtemp(prefix="infergate-workers-")
+    worker = None
+    try:
+        token = subprocess.run([BIN, "workers", "token", "create", "--data-dir", manager.data],
+                               check=True, capture_output=True, text=True).stdout.strip()
+        worker = Worker(manager, token, os.path.join(dirs, "w"), receiver.url)
+        yield manager, receiver
+    finally:
+        if worker:
+            assert worker.stop() == 0
+        manager.stop()
+        receiver.stop()
+        shutil.rmtree(dirs, ignore_errors=True)
+
+
+def wait_for(receiver, trace_id, names, timeout=20):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        spans = receiver.trace(trace_id)
+        if names <= {s.name for _, s in spans}:
+            return spans
+        time.sleep(0.2)
+    return receiver.trace(trace_id)
+
+
+def test_one_trace_spans_the_manager_and_the_worker(traced):
+    manager, receiver = traced
+    key = manager.key()
+    status, headers = infer(manager, key, {"traceparent": f"00-{CALLER_TRACE}-{CALLER_SPAN}-01",
+                                           "tracestate": "vendor=abc"})
+    assert status == 200
+    assert headers["X-Trace-Id"] == CALLER_TRACE, "the answer names the caller's trace"
+    wanted = {"request", "admission", "read body", "forward", "worker hop",
+              "worker request", "decode", "model run", "encode"}
+    spans = wait_for(receiver, CALLER_TRACE, wanted)
+    names = {s.name for _, s in spans}
+    assert wanted <= names, f"missing spans: {wanted - names}"
+    roles = {r["infergate.role"] for r, _ in spans}
+    assert roles == {"manager", "worker"}
+    assert all(r["service.name"] == "infergate" and r["host.name"] and r["service.version"] for r, _ in spans)
+    by_id = {s.span_id.hex(): (r, s) for r, s in spans}
+    request = [s for r, s in spans if s.name == "request" and r["infergate.role"] == "manager"]
+    assert len(request) == 1 and request[0].parent_span_id.hex() == CALLER_SPAN, "the caller's span is the parent"
+    (worker_request,) = [s for _, s in spans if s.name == "worker request"]
+    hop_resource, hop = by_id[worker_request.parent_span_id.hex()]
+    assert hop.name == "worker hop" and hop_resource["infergate.role"] == "manager", \
+        "the worker's span is a child of the manager's hop"
+    for resource, span in spans:
+        if span.name != "request":
+            assert span.parent_span_id.hex() in by_id, f"{span.name}: its parent is in the trace"
+        if resource["infergate.role"] == "worker" and span.name != "worker request":
+            assert by_id[span.parent_span_id.hex()][0]["infergate.role"] == "worker"
+    attributes = {a.key: a for a in hop.attributes}
+    assert attributes["model"].value.string_value == "minilm"
+    assert attributes["request_bytes"].value.int_value > 0
+    admission = {a.key: a for _, s in spans if s.name == "admission" for a in s.attributes}
+    assert admission["anonymous"].value.bool_value is False
+    secret = key.split(".")[-1]
+    for _, span in spans:
+        for a in span.attributes:
+            assert secret not in str(a.value), "no key secret in an attribute"
+
+
+def test_sampling_0_records_nothing_the_caller_did_not_ask_for(traced):
+    manager, receiver = traced
+    key = manager.key()
+    status, headers = infer(manager, key)
+    assert status == 200
+    unasked = headers["X-Trace-Id"]
+    assert re.fullmatch(r"[0-9a-f]{32}", unasked) and unasked != CALLER_TRACE
+    not_sampled = "0af7651916cd43dd8448eb211c80319c"
+    status, headers = infer(manager, key, {"traceparent": f"00-{not_sampled}-b7ad6b7169203331-00"})
+    assert headers["X-Trace-Id"] == not_sampled
+    # A malformed parent is ignored, never echoed: the trace starts at the server.
+    status, headers = infer(manager, key, {"traceparent": f"00-{CALLER_TRACE.upper()}-{CALLER_SPAN}-01"})
+    assert status == 200 and headers["X-Trace-Id"] not in (CALLER_TRACE, CALLER_TRACE.upper())
+    malformed = headers["X-Trace-Id"]
+    # A sampled request afterwards is exported within the batch delay: the ones before it
+    # would have been too.
+    marker = "1af7651916cd43dd8448eb211c80319c"
+    infer(manager, key, {"traceparent": f"00-{marker}-b7ad6b7169203331-01"})
+    assert wait_for(receiver, marker, {"request", "worker request"})
+    for trace in (unasked, not_sampled, malformed):
+        assert receiver.trace(trace) == [], f"trace {trace} was not to be recorded"
+
+
+def test_a_grpc_call_continues_the_callers_trace(traced):
+    import numpy as np
+    import tritonclient.grpc as grpcclient
+
+    manager, receiver = traced
+    trace, parent = "2af7651916cd43dd8448eb211c80319c", "c7ad6b7169203331"
+    c = grpcclient.InferenceServerClient(url=manager.grpc_hostport, ssl=True, root_certificates=manager.cert)
+    inputs = []
+    for name, data in (("input_ids", IDS), ("attention_mask", [1] * 8), ("token_type_ids", [0] * 8)):
+        i = grpcclient.InferInput(name, [1, 8], "INT64")
+        i.set_data_from_numpy(np.array([data], dtype=np.int64))
+        inputs.append(i)
+    c.infer("minilm", inputs, headers={"authorization": f"Bearer {manager.key()}",
+                                       "traceparent": f"00-{trace}-{parent}-01"})
+    spans = wait_for(receiver, trace, {"grpc request", "worker hop", "worker request"})
+    (call,) = [s for _, s in spans if s.name == "grpc request"]
+    assert call.parent_span_id.hex() == parent
+    assert {r["infergate.role"] for r, _ in spans} == {"manager", "worker"}
+
+
+def test_a_receiver_that_is_down_fails_no_request():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    g = start([("minilm", "minilm.onnx")], extra_args=(
+        "--otlp-endpoint", f"http://127.0.0.1:{closed}/v1/traces", "--trace-sample-ratio", "1"))
+    try:
+        key = g.key()
+        for _ in range(20):
+            status, headers = infer(g, key)
+            assert status == 200 and headers["X-Trace-Id"]
+    finally:
+        started = time.monotonic()
+        g.stop()
+        assert time.monotonic() - started < 20, "shutdown does not wait long on a dead receiver"
