@@ -18,11 +18,16 @@ mod bindings {
     wasmtime::component::bindgen!({
         path: "../wit",
         world: "infergate:plugin/guardrail@0.1.0",
+        // The types and the log import are the pipeline plugins' own, so one linker serves both.
+        with: {
+            "infergate:plugin/types": crate::bindings::infergate::plugin::types,
+            "infergate:plugin/log": crate::bindings::infergate::plugin::log,
+        },
     });
 }
 
+use crate::bindings::infergate::plugin::types::PluginError as WitError;
 use bindings::infergate::plugin::guardrail_types as wit;
-use bindings::infergate::plugin::types::PluginError as WitError;
 
 /// What a guardrail says it is, read once when it is compiled.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -178,9 +183,7 @@ impl Guardrail {
                 content: m.content.clone(),
             })
             .collect();
-        let verdict = self.call(|g, store| {
-            g.call_check_prompt(store, &messages, metadata.as_slice())
-        })?;
+        let verdict = self.call(|g, store| g.call_check_prompt(store, &messages, metadata))?;
         let verdict = match verdict {
             wit::PromptVerdict::Pass => PromptVerdict::Pass,
             wit::PromptVerdict::Rewrite(contents) => {
@@ -204,8 +207,12 @@ impl Guardrail {
     }
 
     /// After the model: a whole answer.
-    pub fn check_answer(&self, text: &str, metadata: &Metadata) -> Result<TextVerdict, PluginError> {
-        let verdict = self.call(|g, store| g.call_check_answer(store, text, metadata.as_slice()))?;
+    pub fn check_answer(
+        &self,
+        text: &str,
+        metadata: &Metadata,
+    ) -> Result<TextVerdict, PluginError> {
+        let verdict = self.call(|g, store| g.call_check_answer(store, text, metadata))?;
         let verdict = self.text_verdict(verdict)?;
         self.compiled.host.metrics.ok();
         Ok(verdict)
@@ -219,9 +226,8 @@ impl Guardrail {
         last: bool,
         metadata: &Metadata,
     ) -> Result<StreamVerdict, PluginError> {
-        let verdict = self.call(|g, store| {
-            g.call_check_stream(store, released, pending, last, metadata.as_slice())
-        })?;
+        let verdict =
+            self.call(|g, store| g.call_check_stream(store, released, pending, last, metadata))?;
         let hold = if last { 0 } else { verdict.hold };
         if hold as usize > pending.len() || !pending.is_char_boundary(pending.len() - hold as usize)
         {
@@ -257,7 +263,10 @@ impl Guardrail {
         if reason.len() > 1024 {
             return Err(self.fault(
                 FaultKind::OutputTooLarge,
-                format!("refused with a reason of {} bytes (at most 1024)", reason.len()),
+                format!(
+                    "refused with a reason of {} bytes (at most 1024)",
+                    reason.len()
+                ),
             ));
         }
         Ok(reason)
@@ -303,7 +312,14 @@ impl Guardrail {
                 })
             }
             Ok(Err(WitError::Failure(message))) => Err(self.fault(FaultKind::Reported, message)),
-            Err(e) => Err(call::classify(host, &self.id, &self.limits, e, &store, false)),
+            Err(e) => Err(call::classify(
+                host,
+                &self.id,
+                &self.limits,
+                e,
+                &store,
+                false,
+            )),
         }
     }
 

@@ -4,15 +4,17 @@
 //! world (`plugins/wit`). They pre-process requests before a model and
 //! post-process its results. Chat guardrails implement the
 //! `infergate:plugin/guardrail@0.1.0` world of the same package: they read a
-//! chat's messages and answer and let them pass, rewrite or refuse them. Each call runs in a fresh instance with a
-//! wall-clock deadline, a memory cap, table/instance caps and an output cap;
-//! plugins get no WASI and no capability but structured logging.
+//! chat's messages and answer and let them pass, rewrite or refuse them.
+//! Each call runs in a fresh instance with a wall-clock deadline, a memory
+//! cap, table/instance caps and an output cap; plugins get no WASI and no
+//! capability but structured logging.
 //!
 //! ```text
 //! PluginHost::new(HostConfig)        engine, pool, epoch ticker, cache
 //!   .compile(&bytes) -> Plugin       validate + compile (or load from cache)
-//! Plugin::preprocess / postprocess   one call = fresh Store + instance
 //!   .compile_guardrail(&bytes) -> Guardrail
+//!   .load(&bytes) -> Loaded          either world, told apart by its exports
+//! Plugin::preprocess / postprocess   one call = fresh Store + instance
 //! Guardrail::check_prompt / check_answer / check_stream   the same, per call
 //! PluginHost::evict_cached / retain_cached   prune the artifact cache
 //! PluginError::fault()               invalid, bad input, plugin, busy, internal
@@ -51,7 +53,7 @@ pub use error::{FaultKind, PluginError, PluginFault, PluginId};
 pub use guardrail::{
     ChatText, Guardrail, GuardrailDescription, PromptVerdict, StreamVerdict, TextVerdict,
 };
-pub use host::PluginHost;
+pub use host::{Loaded, PluginHost};
 pub use metrics::MetricsSnapshot;
 pub use plugin::Plugin;
 pub use types::{DataType, Description, Metadata, PluginKind, PostOutput, PreInput, Tensor};

@@ -176,7 +176,14 @@ impl Plugin {
         store: &Store<CallState>,
         over_budget: bool,
     ) -> PluginError {
-        call::classify(&self.compiled.host, &self.id, &self.limits, error, store, over_budget)
+        call::classify(
+            &self.compiled.host,
+            &self.id,
+            &self.limits,
+            error,
+            store,
+            over_budget,
+        )
     }
 
     fn fault(&self, kind: FaultKind, detail: String) -> PluginError {

@@ -14,10 +14,6 @@ mod guest {
     });
 
     use crate::terms::{Outcome, Terms};
-    use infergate::plugin::guardrail_types::{
-        ChatMessage, GuardrailDescription, PromptVerdict, StreamVerdict, TextVerdict,
-    };
-    use infergate::plugin::types::{Metadata, PluginError};
 
     struct BlockedTerms;
 

@@ -13,10 +13,6 @@ mod guest {
     });
 
     use crate::mask::{held_suffix, mask};
-    use infergate::plugin::guardrail_types::{
-        ChatMessage, GuardrailDescription, PromptVerdict, StreamVerdict, TextVerdict,
-    };
-    use infergate::plugin::types::{Metadata, PluginError};
 
     struct PiiMask;
 

@@ -7,10 +7,6 @@ wit_bindgen::generate!({
     world: "infergate:plugin/guardrail@0.1.0",
 });
 
-use infergate::plugin::guardrail_types::{
-    ChatMessage, GuardrailDescription, PromptVerdict, StreamVerdict, TextVerdict,
-};
-use infergate::plugin::types::{Metadata, PluginError};
 use std::hint::black_box;
 
 struct HostileGuardrail;
