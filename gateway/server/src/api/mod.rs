@@ -11,6 +11,7 @@ pub mod embeddings;
 pub mod events;
 pub mod front;
 mod generation_metrics;
+pub mod guardrails;
 pub mod history;
 pub mod key_admin;
 pub mod keys;
@@ -20,6 +21,7 @@ pub mod metrics;
 pub mod models;
 pub mod openai;
 mod openai_answer;
+mod openai_guardrails;
 pub mod openai_llm;
 mod openai_llm_stream;
 mod openai_llm_usage;
@@ -146,6 +148,12 @@ fn routes() -> front::Routes {
         .route(
             "/api/models/{model}/traffic",
             get(traffic::get).put(traffic::put).delete(traffic::delete),
+        )
+        .route(
+            "/api/models/{model}/guardrails",
+            get(guardrails::get)
+                .put(guardrails::put)
+                .delete(guardrails::delete),
         )
         .route(
             "/api/models/{model}/versions/{version}/config",

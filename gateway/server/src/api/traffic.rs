@@ -62,15 +62,10 @@ async fn store_policy(
     model: &str,
     value: Option<Value>,
 ) -> ApiResult<TrafficView> {
-    let store = state.store().clone();
-    let name = model.to_owned();
-    let written =
-        tokio::task::spawn_blocking(move || store.set_model_setting(&name, TRAFFIC, value))
-            .await
-            .map_err(|e| ApiError::internal(format!("settings task failed: {e}")))??;
-    let settings = written
-        .ok_or_else(|| ApiError::not_found(format!("model '{model}' was deleted meanwhile")))?;
-    state.model_settings().set(model, settings.clone());
+    let settings = state
+        .model_settings()
+        .write(state.store(), model, TRAFFIC, value)
+        .await?;
     Ok(view(model, Some(&settings)))
 }
 

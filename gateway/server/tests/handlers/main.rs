@@ -4,6 +4,7 @@
 mod support;
 
 mod anonymous;
+mod guardrails;
 mod hostile_tensors;
 mod keys_and_headers;
 mod kserve_http;
