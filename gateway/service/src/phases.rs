@@ -1,6 +1,6 @@
 //! The named phases of an inference request, where policies attach (rate and token budgets,
-//! traffic splits, response caches, payload logs, guardrails), so that each lands in one place
-//! whatever the protocol:
+//! traffic splits, response caches, payload logs) and chat guardrails' hooks run, so that each
+//! lands in one place whatever the protocol:
 //!
 //! 1. **admission**: the caller and the target are known, nothing has run; a policy may refuse
 //!    the request, or follow it through the later phases with a [`Hook`];
