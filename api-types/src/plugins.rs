@@ -3,13 +3,15 @@
 
 use serde::{Deserialize, Serialize};
 
-/// Where a plugin runs in a pipeline: before the model or after it.
+/// Where a plugin runs: in a pipeline, before the model or after it; or on the chat routes as a
+/// guardrail (a component of the `infergate:plugin/guardrail` world).
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum PluginKind {
     Pre,
     Post,
+    Guardrail,
 }
 
 impl PluginKind {
@@ -18,6 +20,7 @@ impl PluginKind {
         match self {
             PluginKind::Pre => "pre",
             PluginKind::Post => "post",
+            PluginKind::Guardrail => "guardrail",
         }
     }
 }

@@ -261,3 +261,29 @@ pub struct PayloadLogView {
     payload_log: Option<PayloadLogSetting>,
     sinks: Vec<String>,
 }
+
+/// One chat guardrail attached to a model (`PUT /api/models/{model}/guardrails`).
+#[derive(serde::Deserialize, ToSchema)]
+#[allow(dead_code)]
+pub struct GuardrailAttachment {
+    /// An uploaded guardrail: a plugin name (its newest upload) or `name@version`.
+    plugin: String,
+    /// Handed to the guardrail as JSON text in its `config` metadata (blocked-terms:
+    /// `{"terms": [...], "action": "refuse" | "mask"}`); absent: `{}`.
+    config: Option<BTreeMap<String, Value>>,
+}
+
+/// A model's own chat guardrails, in the order they run (after the server's `[guardrails]`).
+#[derive(serde::Deserialize, ToSchema)]
+#[allow(dead_code)]
+pub struct GuardrailsBody {
+    guardrails: Vec<GuardrailAttachment>,
+}
+
+/// The answer of every guardrails route: the model and its own guardrails (empty: none).
+#[derive(serde::Deserialize, ToSchema)]
+#[allow(dead_code)]
+pub struct GuardrailsView {
+    model: String,
+    guardrails: Vec<GuardrailAttachment>,
+}

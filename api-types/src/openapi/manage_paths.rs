@@ -4,7 +4,8 @@
 
 use crate::models::{ModelDeleted, ModelList, ModelVersion, ModelVersions, VersionDeleted};
 use crate::openapi::bodies::{
-    ModelConfig, PayloadLogSetting, PayloadLogView, TrafficPolicy, TrafficView,
+    GuardrailsBody, GuardrailsView, ModelConfig, PayloadLogSetting, PayloadLogView, TrafficPolicy,
+    TrafficView,
 };
 use crate::pipelines::{PipelineDeleted, PipelineList, PipelineSpec, PipelineView};
 use crate::plugins::{PluginDeleted, PluginLimits, PluginList, PluginVersions, PluginView};
@@ -108,6 +109,34 @@ pub fn get_payload_log() {}
         (status = 404, description = "No such model.", body = ErrorBody),
     ))]
 pub fn delete_payload_log() {}
+
+/// Attaches chat guardrails to a chat model: uploaded plugins of the guardrail world, run in
+/// this order after the server's `[guardrails]` on its prompts and answers. Each must be an
+/// uploaded guardrail now; nothing is stored when one is not.
+#[utoipa::path(put, path = "/api/models/{model}/guardrails", tag = "Models",
+    params(("model" = String, Path, description = "A model name.")),
+    request_body(content = GuardrailsBody, description = "The guardrails, in order."),
+    security(("bearer" = ["upload"]), ("api_key" = ["upload"])),
+    responses(
+        (status = 200, description = "The guardrails now attached.", body = GuardrailsView),
+        (status = 400, description = "Not a list of attachments, or one names no uploaded guardrail.", body = ErrorBody),
+        (status = 404, description = "No such model.", body = ErrorBody),
+    ))]
+pub fn put_guardrails() {}
+
+/// A model's own chat guardrails.
+#[utoipa::path(get, path = "/api/models/{model}/guardrails", tag = "Models",
+    params(("model" = String, Path, description = "A model name.")),
+    security(("bearer" = ["infer"]), ("api_key" = ["infer"])),
+    responses((status = 200, description = "The guardrails (empty: none).", body = GuardrailsView)))]
+pub fn get_guardrails() {}
+
+/// Detaches a model's own chat guardrails (the server's still run).
+#[utoipa::path(delete, path = "/api/models/{model}/guardrails", tag = "Models",
+    params(("model" = String, Path, description = "A model name.")),
+    security(("bearer" = ["upload"]), ("api_key" = ["upload"])),
+    responses((status = 200, description = "No guardrails of its own any more.", body = GuardrailsView)))]
+pub fn delete_guardrails() {}
 
 /// Sets the configuration of a model's newest version (it reloads with it).
 #[utoipa::path(put, path = "/api/models/{model}/config", tag = "Models",

@@ -57,6 +57,8 @@ pub struct Config {
     pub payload_log: crate::payload_log::config::PayloadLogConfig,
     /// OpenTelemetry traces exported over OTLP (see the book's "Tracing").
     pub tracing: TracingConfig,
+    /// Chat guardrails on every chat model (see the book's "Guardrails").
+    pub guardrails: GuardrailsConfig,
     /// Threads of the async runtime: connections, TLS, HTTP, request decode and encode; 0 =
     /// the default.
     #[schemars(extend(
@@ -465,6 +467,31 @@ pub struct CacheConfig {
     pub bytes: u64,
 }
 
+/// `[guardrails]`: chat guardrails (uploaded plugins of the guardrail world) that every chat
+/// model's requests pass, before a model's own (`PUT /api/models/{model}/guardrails`).
+#[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct GuardrailsConfig {
+    /// The guardrails, in the order they run: `[[guardrails.chat]]` tables with `plugin`
+    /// (`name` for its newest upload, or `name@version`) and an optional `config` table the
+    /// guardrail reads (blocked-terms: `config = { terms = ["..."] }`). A guardrail named here
+    /// that is not uploaded fails chat requests (503) rather than letting them pass unchecked.
+    pub chat: Vec<crate::guardrail_attachment::Attachment>,
+    /// Bytes of a streamed answer a guardrail may hold back while it waits for more text
+    /// (what may still become a match, such as half an e-mail address). At this many, it must
+    /// decide on all of them.
+    pub look_behind_bytes: usize,
+}
+
+impl Default for GuardrailsConfig {
+    fn default() -> Self {
+        GuardrailsConfig {
+            chat: Vec::new(),
+            look_behind_bytes: 512,
+        }
+    }
+}
+
 /// What a request meets while the shared limiter (Redis) cannot answer.
 #[derive(
     Debug,
@@ -581,6 +608,7 @@ impl Default for Config {
             cache: CacheConfig::default(),
             payload_log: Default::default(),
             tracing: TracingConfig::default(),
+            guardrails: GuardrailsConfig::default(),
             async_threads: None,
         }
     }
@@ -727,6 +755,12 @@ impl Config {
         self.cluster.validate()?;
         self.tracing.validate()?;
         self.payload_log.validate()?;
+        let attached = serde_json::to_value(&self.guardrails.chat).map_err(|e| e.to_string())?;
+        crate::guardrail_attachment::Attachment::list(attached)
+            .map_err(|e| format!("[guardrails] chat: {e}"))?;
+        if self.guardrails.look_behind_bytes == 0 {
+            return Err("[guardrails] look_behind_bytes: must be at least 1".into());
+        }
         Ok(())
     }
 

@@ -14,7 +14,9 @@
 //! - [`catalog`]: the model versions in memory and their version policies.
 //! - [`model_repository`]: model versions' life cycle (upload, configuration, delete);
 //!   [`model_control`]: Triton's model repository extension (index, load, unload).
-//! - [`pipelines`]: WebAssembly plugins and pipelines (pre-plugins → model → post-plugins).
+//! - [`pipelines`]: WebAssembly plugins and pipelines (pre-plugins → model → post-plugins);
+//!   [`guardrails`]: chat guardrails (plugins of the guardrail world) on chat models' prompts
+//!   and answers, attached as [`guardrail_attachment`] says.
 //! - [`chat_models`]: chat models (GGUF, llama.cpp): lazy load, idle unload, upload checks.
 //! - [`textgen`]: character-level text generation for the OpenAI API; [`openai_request`]: the
 //!   OpenAI request bodies, parsed and checked; [`own_thread`]: a generation loop on its own
@@ -53,6 +55,8 @@ pub mod config;
 pub mod cors;
 pub mod drain;
 pub mod error;
+pub mod guardrail_attachment;
+pub mod guardrails;
 pub mod history;
 pub mod host;
 pub mod infer;

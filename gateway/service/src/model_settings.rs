@@ -7,7 +7,8 @@
 //! build does not know is left alone, not dropped). Fields today:
 //! - [`TRAFFIC`]: the traffic policy (weighted, sticky and mirrored traffic between versions),
 //!   compiled into a [`TrafficRoute`];
-//! - [`PAYLOAD_LOG`]: which requests are logged, and to which sink (`crate::payload_log`).
+//! - [`PAYLOAD_LOG`]: which requests are logged, and to which sink (`crate::payload_log`);
+//! - [`GUARDRAILS`]: the chat guardrails attached to the model (after the server's).
 //!
 //! A new feature adds a field name, its parsed form to [`Settings`], and a line in
 //! [`Settings::parse`]; no table, no store method.
@@ -15,6 +16,8 @@
 //! Updated by the routes that write settings, by the model repository when a model goes, and
 //! on PostgreSQL by `replica_sync` when another replica wrote them.
 
+use crate::error::{ApiError, ApiResult};
+use crate::guardrail_attachment::Attachment;
 use crate::payload_log::setting::LogSetting;
 use infergate_store::{Store, StoreError};
 use infergate_traffic::choose::Router;
@@ -30,6 +33,8 @@ pub const TRAFFIC: &str = "traffic";
 
 /// The field of a model's settings that says whether its payloads are logged.
 pub const PAYLOAD_LOG: &str = "payload_log";
+/// The field of a model's settings that holds its chat guardrails.
+pub const GUARDRAILS: &str = "guardrails";
 
 /// A traffic policy compiled for the request path.
 #[derive(Debug)]
@@ -52,6 +57,11 @@ impl TrafficRoute {
 pub struct Settings {
     pub traffic: Option<Arc<TrafficRoute>>,
     pub payload_log: Option<Arc<LogSetting>>,
+    /// The chat guardrails attached to the model, in order.
+    pub guardrails: Vec<Attachment>,
+    /// Why the stored guardrails do not parse: serving without them would let unchecked text
+    /// through, so the model's chat requests fail with it instead.
+    pub guardrails_error: Option<String>,
     /// The stored object, every field (known or not), as the API shows it.
     pub raw: Map<String, Value>,
 }
@@ -78,9 +88,22 @@ impl Settings {
                 None
             }
         });
+        let (guardrails, guardrails_error) = match raw
+            .get(GUARDRAILS)
+            .map(|v| Attachment::list(v.clone()))
+        {
+            None => (Vec::new(), None),
+            Some(Ok(list)) => (list, None),
+            Some(Err(e)) => {
+                tracing::error!(model, error = %e, "stored guardrails do not parse; the model's chat requests fail until they are set again");
+                (Vec::new(), Some(e))
+            }
+        };
         Settings {
             traffic,
             payload_log,
+            guardrails,
+            guardrails_error,
             raw,
         }
     }
@@ -125,6 +148,27 @@ impl ModelSettings {
             models.insert(name.to_owned(), Arc::new(Settings::parse(name, raw)));
         }
         self.any.store(!models.is_empty(), Ordering::Relaxed);
+    }
+
+    /// Writes `name`'s settings field `field` (None removes it) to `store` and applies what is
+    /// stored now here; returns it. Not found: the model was deleted meanwhile.
+    pub async fn write(
+        &self,
+        store: &Arc<Store>,
+        name: &str,
+        field: &'static str,
+        value: Option<Value>,
+    ) -> ApiResult<Map<String, Value>> {
+        let store = store.clone();
+        let model = name.to_owned();
+        let written =
+            tokio::task::spawn_blocking(move || store.set_model_setting(&model, field, value))
+                .await
+                .map_err(|e| ApiError::internal(format!("settings task failed: {e}")))??;
+        let settings = written
+            .ok_or_else(|| ApiError::not_found(format!("model '{name}' was deleted meanwhile")))?;
+        self.set(name, settings.clone());
+        Ok(settings)
     }
 
     /// Forgets `name`'s settings (the model is gone).

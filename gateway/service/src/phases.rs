@@ -1,6 +1,6 @@
 //! The named phases of an inference request, where policies attach (rate and token budgets,
-//! traffic splits, response caches, payload logs, guardrails), so that each lands in one place
-//! whatever the protocol:
+//! traffic splits, response caches, payload logs) and chat guardrails' hooks run, so that each
+//! lands in one place whatever the protocol:
 //!
 //! 1. **admission**: the caller and the target are known, nothing has run; a policy may refuse
 //!    the request, or follow it through the later phases with a [`Hook`];
@@ -19,14 +19,16 @@
 //! ([`Policy::admit_chat`]), driven by the transport that streams the text:
 //!
 //! 1. **admission** ([`ChatExchange`]): the caller, the model version, the prompt after its
-//!    template was rendered, its tokens, and the most tokens the answer may generate; a token
-//!    budget reserves here, a guardrail may refuse the prompt;
+//!    template was rendered (and after the guardrails read the messages:
+//!    [`crate::guardrails`]), its tokens, and the most tokens the answer may generate; a token
+//!    budget reserves here;
 //! 2. **before generation** ([`ChatHook::before_generation`]): a hook may answer from a cache
 //!    (only for deterministic requests: [`ChatExchange::deterministic`]); a streamed request
 //!    then replays the cached pieces as a stream;
 //! 3. **each piece of text** ([`ChatHook::on_text`]): a hook may rewrite it, hold it back (answer
 //!    less, keep the rest for a later piece or [`ChatHook::end_of_text`]: a bounded
-//!    look-behind is the hook's own buffer) or refuse the answer from there on;
+//!    look-behind is the hook's own buffer) or refuse the answer from there on; guardrails'
+//!    hooks go first ([`ChatPassage::guard_first`]);
 //! 4. **after generation** ([`ChatHook::after_generation`]): the whole answer as it was sent
 //!    (a cache stores it here);
 //! 5. **answer sent** ([`ChatHook::answer_sent`]): with the real usage, for a whole answer, a
@@ -334,6 +336,12 @@ impl ChatPassage {
 
     pub fn is_empty(&self) -> bool {
         self.hooks.is_empty()
+    }
+
+    /// Puts `hooks` in front of the policies' hooks, in order: guardrails, which must have
+    /// the text before anything that keeps it (a cache stores what they let through).
+    pub fn guard_first(&mut self, hooks: Vec<Box<dyn ChatHook>>) {
+        self.hooks.splice(0..0, hooks);
     }
 
     /// Before generation: the first hook's answer in the model's place, if any (its tokens

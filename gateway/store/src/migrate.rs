@@ -31,6 +31,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "0005_traffic.sql",
         include_str!("../../../migrations/0005_traffic.sql"),
     ),
+    (
+        6,
+        "0006_guardrail_plugins.sql",
+        include_str!("../../../migrations/0006_guardrail_plugins.sql"),
+    ),
 ];
 
 pub fn apply(conn: &mut Connection) -> Result<Vec<i64>, String> {

@@ -67,6 +67,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "0008_traffic.sql",
         include_str!("../../../migrations/postgres/0008_traffic.sql"),
     ),
+    (
+        9,
+        "0009_guardrail_plugins.sql",
+        include_str!("../../../migrations/postgres/0009_guardrail_plugins.sql"),
+    ),
 ];
 /// `pg_advisory_xact_lock` key that serialises migrations of replicas starting together
 /// ("infergat" in ASCII).

@@ -8,6 +8,7 @@ use crate::cache::{ArtifactCache, Lookup};
 use crate::compile_slots::CompileSlots;
 use crate::config::HostConfig;
 use crate::error::{PluginError, PluginId};
+use crate::guardrail::{self, Guardrail};
 use crate::metrics::{Metrics, MetricsSnapshot};
 use crate::plugin::{Compiled, Plugin};
 use crate::shared::Shared;
@@ -18,6 +19,15 @@ use sha2::{Digest, Sha256};
 use std::sync::Arc;
 use wasmtime::component::{Component, HasSelf, Linker};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+
+/// An uploaded component, compiled for the world it implements.
+#[derive(Clone)]
+pub enum Loaded {
+    /// A pipeline plugin (`infergate:plugin/plugin@0.1.0`).
+    Pipeline(Plugin),
+    /// A chat guardrail (`infergate:plugin/guardrail@0.1.0`).
+    Guardrail(Guardrail),
+}
 
 /// Compiles and runs plugins. Cheap to clone; plugins keep what they need
 /// alive, and the epoch ticker stops when the host and all its plugins are gone.
@@ -103,10 +113,49 @@ impl PluginHost {
         compiled
     }
 
+    /// Validates and compiles an uploaded chat guardrail: a component that implements
+    /// `infergate:plugin/guardrail@0.1.0`, imports nothing but the log interface and answers
+    /// `describe` within the default limits. Anything else is [`PluginError::Invalid`].
+    pub fn compile_guardrail(&self, bytes: &[u8]) -> Result<Guardrail, PluginError> {
+        match self.load(bytes)? {
+            Loaded::Guardrail(guardrail) => Ok(guardrail),
+            Loaded::Pipeline(_) => {
+                self.shared.metrics.invalid();
+                Err(PluginError::invalid(
+                    "is a pipeline plugin (infergate:plugin/plugin@0.1.0), not a chat guardrail \
+                     (infergate:plugin/guardrail@0.1.0)",
+                ))
+            }
+        }
+    }
+
+    /// Validates and compiles an uploaded component of either world: a chat guardrail when it
+    /// exports `check-prompt` (the guardrail world's), else a pipeline plugin. Anything that
+    /// is neither is [`PluginError::Invalid`] with the reason.
+    pub fn load(&self, bytes: &[u8]) -> Result<Loaded, PluginError> {
+        let loaded = validate::check_header(bytes).and_then(|()| {
+            let sha256 = hex::encode(Sha256::digest(bytes));
+            let component = self.load_or_compile(bytes, &sha256)?;
+            if component.get_export_index(None, "check-prompt").is_some() {
+                guardrail::load(&self.shared, &component, sha256).map(Loaded::Guardrail)
+            } else {
+                self.plugin_of(component, sha256).map(Loaded::Pipeline)
+            }
+        });
+        if matches!(loaded, Err(PluginError::Invalid { .. })) {
+            self.shared.metrics.invalid();
+        }
+        loaded
+    }
+
     fn compile_inner(&self, bytes: &[u8]) -> Result<Plugin, PluginError> {
         validate::check_header(bytes)?;
         let sha256 = hex::encode(Sha256::digest(bytes));
         let component = self.load_or_compile(bytes, &sha256)?;
+        self.plugin_of(component, sha256)
+    }
+
+    fn plugin_of(&self, component: Component, sha256: String) -> Result<Plugin, PluginError> {
         let instance_pre = self
             .shared
             .linker

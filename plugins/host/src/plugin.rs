@@ -3,6 +3,7 @@
 //! limits, so nothing survives from one call to the next and a fault
 //! poisons nothing but its own store.
 
+use crate::call;
 use crate::config::Limits;
 use crate::convert;
 use crate::error::{FaultKind, PluginError, PluginId};
@@ -16,7 +17,7 @@ use std::sync::Arc;
 use wasmtime::component::{
     ComponentExportIndex, ComponentNamedList, Instance, InstancePre, Lift, Lower,
 };
-use wasmtime::{PoolConcurrencyLimitError, Store, Trap};
+use wasmtime::Store;
 
 /// Output budget for `describe`.
 const DESCRIBE_BYTES: usize = 64 << 10;
@@ -175,55 +176,24 @@ impl Plugin {
         store: &Store<CallState>,
         over_budget: bool,
     ) -> PluginError {
-        if error.is::<PoolConcurrencyLimitError>() {
-            self.compiled.host.metrics.busy();
-            return PluginError::Busy {
-                plugin: (*self.id).clone(),
-            };
-        }
-        let trap = error.downcast_ref::<Trap>().copied();
-        let kind = match trap {
-            _ if over_budget => FaultKind::OutputTooLarge,
-            Some(Trap::Interrupt) => FaultKind::Timeout,
-            Some(Trap::StackOverflow) => FaultKind::StackOverflow,
-            _ if store.data().refused_growth => FaultKind::Memory,
-            _ => FaultKind::Trap,
-        };
-        let detail = match kind {
-            FaultKind::Timeout => format!("exceeded its {:?} deadline", self.limits.deadline),
-            FaultKind::Memory => format!(
-                "exceeded its memory limit of {} MiB",
-                self.limits.memory_bytes >> 20
-            ),
-            FaultKind::OutputTooLarge => format!(
-                "returned more than its output limit of {} bytes",
-                self.limits.output_bytes
-            ),
-            _ => match trap {
-                Some(trap) => trap.to_string(),
-                None => format!("{error:#}"),
-            },
-        };
-        self.fault(kind, detail)
+        call::classify(
+            &self.compiled.host,
+            &self.id,
+            &self.limits,
+            error,
+            store,
+            over_budget,
+        )
     }
 
     fn fault(&self, kind: FaultKind, detail: String) -> PluginError {
-        self.compiled.host.metrics.fault(kind);
-        PluginError::Fault {
-            plugin: (*self.id).clone(),
-            kind,
-            detail,
-        }
+        call::fault(&self.compiled.host, &self.id, kind, detail)
     }
 }
 
 impl Compiled {
     fn new_store(&self, id: &Arc<PluginId>, limits: &Limits) -> Store<CallState> {
-        let state = CallState::new(Arc::clone(id), limits, self.host.ticker.hold());
-        let mut store = Store::new(&self.host.engine, state);
-        store.limiter(|state| state);
-        store.set_epoch_deadline(self.host.deadline_ticks(limits.deadline));
-        store
+        call::new_store(&self.host, id, limits)
     }
 
     fn instantiate(&self, store: &mut Store<CallState>) -> wasmtime::Result<Instance> {

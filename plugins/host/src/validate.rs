@@ -40,7 +40,12 @@ const MAX_NAME: usize = 64;
 
 /// A plugin's name must be usable in URLs, logs and metric labels.
 pub(crate) fn check_description(description: &Description) -> Result<(), PluginError> {
-    let name = &description.name;
+    check_name_and_version(&description.name, &description.version)
+}
+
+/// What a plugin or guardrail calls itself: a name usable in URLs, logs and metric labels, and
+/// a semantic version.
+pub(crate) fn check_name_and_version(name: &str, version: &str) -> Result<(), PluginError> {
     let name_ok = !name.is_empty()
         && name.len() <= MAX_NAME
         && name
@@ -52,7 +57,6 @@ pub(crate) fn check_description(description: &Description) -> Result<(), PluginE
             "describe() returned name {name:?}: use 1-{MAX_NAME} characters of [a-z0-9-_], starting with a letter or digit"
         )));
     }
-    let version = &description.version;
     let version_ok = !version.is_empty()
         && version.len() <= MAX_NAME
         && version

@@ -10,7 +10,7 @@ use clap::Subcommand;
 use infergate_plugin_host::PluginKind;
 use infergate_service::config::Config;
 use infergate_service::names::validate_name;
-use infergate_service::pipelines::registry::PluginRegistry;
+use infergate_service::pipelines::registry::{kind_of, PluginRegistry};
 use infergate_service::pipelines::spec::{PipelineSpec, PipelineSpecExt};
 use infergate_store::Store;
 use std::path::{Path, PathBuf};
@@ -138,7 +138,7 @@ pub fn pipelines(cmd: PipelinesCommand) -> anyhow::Result<()> {
                 .chain(spec.post_refs()?.into_iter().map(|r| (r, PluginKind::Post)))
             {
                 let plugin = registry.resolve(&r)?;
-                if plugin.plugin.description().kind != kind {
+                if plugin.kind() != kind_of(kind) {
                     bail!(
                         "plugin {r} cannot run in this position (it is a {}-plugin)",
                         plugin.record.kind

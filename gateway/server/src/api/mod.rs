@@ -11,16 +11,17 @@ pub mod embeddings;
 pub mod events;
 pub mod front;
 mod generation_metrics;
+pub mod guardrails;
 pub mod history;
 pub mod key_admin;
 pub mod keys;
 pub mod kserve;
 pub mod limits;
 pub mod metrics;
-pub mod model_setting;
 pub mod models;
 pub mod openai;
 mod openai_answer;
+mod openai_guardrails;
 pub mod openai_llm;
 mod openai_llm_stream;
 mod openai_llm_usage;
@@ -154,6 +155,12 @@ fn routes() -> front::Routes {
             get(payload_log::get)
                 .put(payload_log::put)
                 .delete(payload_log::delete),
+        )
+        .route(
+            "/api/models/{model}/guardrails",
+            get(guardrails::get)
+                .put(guardrails::put)
+                .delete(guardrails::delete),
         )
         .route(
             "/api/models/{model}/versions/{version}/config",

@@ -42,6 +42,8 @@ pub(super) enum FinishReason {
     Length,
     /// The answer is tool calls.
     ToolCalls,
+    /// A guardrail refused the rest of a streamed answer.
+    ContentFilter,
 }
 
 impl FinishReason {
@@ -50,6 +52,7 @@ impl FinishReason {
             FinishReason::Stop => "stop",
             FinishReason::Length => "length",
             FinishReason::ToolCalls => "tool_calls",
+            FinishReason::ContentFilter => "content_filter",
         }
     }
 }

@@ -16,6 +16,11 @@
 //! `max_draft`) overriding it; usage reports the drafted tokens accepted and rejected in
 //! `completion_tokens_details`.
 //!
+//! Chat guardrails attached to the model (`openai_guardrails.rs`) read the messages (or the
+//! prompt) before the template renders them, and the answer before anything else does: whole,
+//! or piece by piece when streamed; a refusal is a 400 with the code `content_filter`, or a
+//! stream's `content_filter` finish.
+//!
 //! Each of the `n` choices is its own sequence in the model's continuous batch; the prompt is
 //! computed once and its KV copied to all. `priority` (vLLM's: lower first, default 0) orders
 //! admission to the batch. Streaming (`openai_llm_stream.rs`) sends OpenAI's chunks as
@@ -23,6 +28,7 @@
 
 use super::chat_phases::{self, ChatFacts};
 use super::openai_answer::{FinishReason, Generated, Kind, Meta};
+use super::openai_guardrails;
 use super::openai_llm_usage::{merged, usage, Tracked};
 use super::openai_tools;
 use super::ws_frame::encoded;
@@ -36,6 +42,7 @@ use infergate_llm::{
 use infergate_service::caller::Caller;
 use infergate_service::chat_models::api_error;
 use infergate_service::error::{ApiError, ApiResult};
+use infergate_service::guardrails::Guards;
 use infergate_service::openai_request::{self, Stop, StreamOptions};
 use infergate_service::phases::{ChatAnswer, ChatChoice, ChatPassage, Outcome};
 use infergate_service::state::AppState;
@@ -161,6 +168,21 @@ struct Plan {
 }
 
 impl Request {
+    /// The guardrails of `model` (None when it has none), the messages or the prompt already
+    /// checked and rewritten by them.
+    async fn guard(
+        &mut self,
+        state: &AppState,
+        model: &str,
+        kind: Kind,
+    ) -> ApiResult<Option<Guards>> {
+        let (messages, prompt) = match kind {
+            Kind::Chat => (self.messages.as_deref_mut(), None),
+            Kind::Completion => (None, self.prompt.as_mut()),
+        };
+        openai_guardrails::check_request(state, model, messages, prompt).await
+    }
+
     fn plan(self, kind: Kind, model: &LlmModel, limit: u32) -> ApiResult<Plan> {
         if self.echo == Some(true) {
             return Err(bad("echo", "is not supported"));
@@ -386,16 +408,24 @@ pub(super) async fn respond(
 ) -> ApiResult<Response> {
     let started = Instant::now();
     let mut de = serde_json::Deserializer::from_slice(body);
-    let request: Request = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+    let mut request: Request = serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let path = e.path().to_string();
         ApiError::bad_request(format!("invalid request: {path}: {}", e.into_inner()))
     })?;
+    let guards = request.guard(&state, &record.name, kind).await?;
     let model = state
         .llm()
         .get(&record, state.model_file(&record, false))
         .await?;
     let plan = request.plan(kind, &model, state.config().openai.max_tokens_limit)?;
-    let mut passage = chat_phases::admit(&state, caller, &record, &plan.facts(kind)).await?;
+    let mut facts = plan.facts(kind);
+    if let Some(guards) = &guards {
+        facts.parameters.push(("guardrails", guards.signature()));
+    }
+    let mut passage = chat_phases::admit(&state, caller, &record, &facts).await?;
+    if let Some(guards) = &guards {
+        passage.guard_first(guards.hooks(plan.stream));
+    }
     let fields = passage.limit_fields();
     let meta = Meta {
         kind,
@@ -480,7 +510,9 @@ async fn complete(
                     }
                 };
                 choices[i].text.push_str(&text);
-                choices[i].pieces.push(text);
+                if !text.is_empty() {
+                    choices[i].pieces.push(text);
+                }
                 choices[i].logprobs.extend(logprob);
             }
             Event::Done(done) => {
@@ -573,12 +605,13 @@ pub(crate) async fn start(
     record: &Arc<ModelRecord>,
     generate: Value,
 ) -> ApiResult<(Generation, ChatPassage)> {
-    let request: Request = serde_json::from_value(generate).map_err(|e| bad("generate", e))?;
+    let mut request: Request = serde_json::from_value(generate).map_err(|e| bad("generate", e))?;
     let kind = if request.messages.is_some() {
         Kind::Chat
     } else {
         Kind::Completion
     };
+    let guards = request.guard(state, &record.name, kind).await?;
     let model = state
         .llm()
         .get(record, state.model_file(record, false))
@@ -594,7 +627,10 @@ pub(crate) async fn start(
         deterministic: false,
         ..plan.facts(kind)
     };
-    let passage = chat_phases::admit(state, caller, record, &facts).await?;
+    let mut passage = chat_phases::admit(state, caller, record, &facts).await?;
+    if let Some(guards) = &guards {
+        passage.guard_first(guards.hooks(true));
+    }
     let generation = model
         .generate_n_with(
             &plan.prompt,

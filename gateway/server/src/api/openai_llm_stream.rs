@@ -2,7 +2,8 @@
 //! then its text (and log probabilities) as tokens come, or, with tools, the text outside
 //! calls and the calls' `tool_calls` deltas; its finish; the usage when asked; `[DONE]`. The
 //! events ready together go out in one write. The text passes the chat phases' hooks before it
-//! is read for calls; a hook that refuses ends the stream with its reason. A client that goes
+//! is read for calls; a hook that refuses ends the stream with its reason (a guardrail's refusal
+//! with the finish reason `content_filter`). A client that goes
 //! away drops the body, which drops the sequences' receivers (the scheduler frees them at its
 //! next step) and the passage, which settles the tokens generated until then.
 
@@ -15,6 +16,7 @@ use futures_util::stream::{self, BoxStream, StreamExt};
 use futures_util::FutureExt;
 use infergate_llm::{Done, Event, Generation, TokenLogprob, Tools};
 use infergate_service::error::{ApiError, Kind as ErrorKind};
+use infergate_service::guardrails;
 use infergate_service::phases::{ChatAnswer, ChatChoice, ChatPassage, Outcome};
 use std::convert::Infallible;
 
@@ -129,14 +131,25 @@ impl Streaming {
         }
     }
 
-    /// A hook refused the answer from here on: the stream ends with its reason.
+    /// A hook refused the answer from here on: the stream ends with its reason, or, for a
+    /// guardrail's refusal, as OpenAI ends a filtered answer: every choice not finished yet
+    /// finishes with `content_filter`.
     fn refused(&mut self, e: ApiError, out: &mut Vec<u8>) {
         let status = infergate_kserve::http_error::status(&e).as_u16();
         self.tracked.end(status);
         if let Some(p) = self.passage.take() {
             p.finish(Outcome::Failed(e.kind));
         }
-        sse(out, &stream_error(e.message, status));
+        if e.code == Some(guardrails::REFUSED) {
+            for (i, done) in self.done.iter().enumerate() {
+                if done.is_none() {
+                    let filtered = Some(FinishReason::ContentFilter);
+                    sse(out, &self.meta.chunk(i as u32, "", None, filtered));
+                }
+            }
+        } else {
+            sse(out, &stream_error(e.message, status));
+        }
         self.finish(out);
     }
 

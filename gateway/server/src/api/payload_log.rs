@@ -64,7 +64,10 @@ pub async fn put(
         .map_err(|e| ApiError::bad_request(format!("payload log: {e}")))?;
     let value = serde_json::to_value(&setting)
         .map_err(|e| ApiError::internal(format!("encoding the setting: {e}")))?;
-    let settings = super::model_setting::store(&state, &model, PAYLOAD_LOG, Some(value)).await?;
+    let settings = state
+        .model_settings()
+        .write(state.store(), &model, PAYLOAD_LOG, Some(value))
+        .await?;
     tracing::info!(model = %model, sink = %setting.sink, mode = ?setting.mode,
                    sample = setting.sample, "payload log set");
     Ok(Json(view(&state, &model, Some(&settings))))
@@ -92,7 +95,10 @@ pub async fn delete(
     Path(model): Path<String>,
 ) -> HttpResult<Json<PayloadLogView>> {
     known_model(&state, &model)?;
-    let settings = super::model_setting::store(&state, &model, PAYLOAD_LOG, None).await?;
+    let settings = state
+        .model_settings()
+        .write(state.store(), &model, PAYLOAD_LOG, None)
+        .await?;
     tracing::info!(model = %model, "payload log removed");
     Ok(Json(view(&state, &model, Some(&settings))))
 }

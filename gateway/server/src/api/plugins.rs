@@ -14,7 +14,7 @@ use infergate_api_types::plugins::{
 use infergate_kserve::http_error::HttpResult;
 use infergate_service::error::{ApiError, ApiResult};
 use infergate_service::names::validate_name;
-use infergate_service::pipelines::registry::{description_of, LoadedPlugin};
+use infergate_service::pipelines::registry::LoadedPlugin;
 use infergate_service::state::AppState;
 use serde_json::Value;
 use std::sync::Arc;
@@ -25,8 +25,8 @@ type S = State<Arc<AppState>>;
 /// same the upload stored (the same bytes describe themselves the same way).
 fn view(p: &LoadedPlugin) -> PluginView {
     let r = &p.record;
-    let description = description_of(p.plugin.description());
-    let effective = p.plugin.limits();
+    let description = p.description();
+    let effective = p.effective_limits();
     PluginView {
         name: r.name.clone(),
         version: r.version.clone(),

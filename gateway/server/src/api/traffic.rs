@@ -104,7 +104,10 @@ async fn store_policy(
     model: &str,
     value: Option<Value>,
 ) -> ApiResult<TrafficView> {
-    let settings = super::model_setting::store(state, model, TRAFFIC, value).await?;
+    let settings = state
+        .model_settings()
+        .write(state.store(), model, TRAFFIC, value)
+        .await?;
     Ok(view(state, model, Some(&settings)))
 }
 

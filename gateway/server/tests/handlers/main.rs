@@ -5,6 +5,7 @@ mod support;
 
 mod anonymous;
 mod api_types;
+mod guardrails;
 mod hostile_tensors;
 mod keys_and_headers;
 mod kserve_http;

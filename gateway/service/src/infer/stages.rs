@@ -68,10 +68,10 @@ fn resolve(state: &AppState, spec: &PipelineSpec) -> ApiResult<Resolved> {
         refs.iter()
             .map(|r| {
                 let p = state.plugins().resolve(r)?;
-                if p.plugin.description().kind != kind {
+                if p.kind() != crate::pipelines::registry::kind_of(kind) {
                     return Err(ApiError::bad_request(format!(
                         "plugin {r} is a {}-plugin and cannot run in this position",
-                        crate::pipelines::registry::kind_name(p.plugin.description().kind)
+                        p.kind().as_str()
                     )));
                 }
                 Ok(p)
@@ -192,7 +192,7 @@ pub async fn run(
                 return Err(ApiError::internal("pipeline lost its first pre-plugin"));
             };
             let out = call(state, first, "pre", move |p| {
-                p.plugin.preprocess(PreInput::Bytes(data), &meta)
+                p.pipeline()?.preprocess(PreInput::Bytes(data), &meta)
             })
             .await?;
             to_engine(out, first)?
@@ -202,7 +202,7 @@ pub async fn run(
         let meta = metadata.clone();
         let input: Vec<host::Tensor> = tensors.into_iter().map(to_host).collect();
         let out = call(state, plugin, "pre", move |p| {
-            p.plugin.preprocess(PreInput::Tensors(input), &meta)
+            p.pipeline()?.preprocess(PreInput::Tensors(input), &meta)
         })
         .await?;
         tensors = to_engine(out, plugin)?;
@@ -350,7 +350,7 @@ impl Tail<'_> {
             let meta = metadata.clone();
             let input: Vec<host::Tensor> = tensors.into_iter().map(to_host).collect();
             let out = call(state, plugin, "post", move |p| {
-                p.plugin.postprocess(input, &meta)
+                p.pipeline()?.postprocess(input, &meta)
             })
             .await?;
             current = match out {

@@ -1,11 +1,14 @@
-//! The compiled plugins the server can run, kept in memory next to their rows. A plugin is
+//! The compiled plugins the server can run, kept in memory next to their rows: pipeline plugins
+//! and chat guardrails alike (an upload is either, as its component's world says). A plugin is
 //! stored only after the host compiled it and read its description; at start every stored
 //! plugin is compiled again (from the host's on-disk artifact cache, so this is fast).
 
 use super::spec::PluginRef;
 use crate::error::{ApiError, ApiResult};
 use infergate_api_types::plugins::{self, PluginDescription, PluginLimits};
-use infergate_plugin_host::{Description, Limits, Plugin, PluginHost, PluginKind};
+use infergate_plugin_host::{
+    Description, Guardrail, Limits, Loaded, Plugin, PluginError, PluginHost, PluginKind,
+};
 use infergate_store::plugins::{PluginDescriptionRow, PluginInsert, PluginRecord};
 use infergate_store::{BlobKind, Store};
 use parking_lot::RwLock;
@@ -52,7 +55,75 @@ pub struct LoadedPlugin {
     /// The version's own limits, as applied to `plugin` (the defaults where the stored value
     /// does not parse).
     pub limits: PluginLimits,
-    pub plugin: Plugin,
+    pub plugin: Loaded,
+}
+
+impl LoadedPlugin {
+    /// Where it runs: before or after a pipeline's model, or on the chat routes.
+    pub fn kind(&self) -> plugins::PluginKind {
+        match &self.plugin {
+            Loaded::Pipeline(p) => kind_of(p.description().kind),
+            Loaded::Guardrail(_) => plugins::PluginKind::Guardrail,
+        }
+    }
+
+    /// The pipeline plugin this version is. Pipelines check kinds when they resolve their
+    /// plugins, so a guardrail here is the gateway's bug.
+    pub fn pipeline(&self) -> Result<&Plugin, PluginError> {
+        match &self.plugin {
+            Loaded::Pipeline(p) => Ok(p),
+            Loaded::Guardrail(_) => Err(PluginError::Internal(format!(
+                "{}@{} is a chat guardrail, not a pipeline plugin",
+                self.record.name, self.record.version
+            ))),
+        }
+    }
+
+    /// The chat guardrail this version is, if it is one.
+    pub fn guardrail(&self) -> Option<&Guardrail> {
+        match &self.plugin {
+            Loaded::Guardrail(g) => Some(g),
+            Loaded::Pipeline(_) => None,
+        }
+    }
+
+    /// What the plugin says it is, as stored and answered.
+    pub fn description(&self) -> PluginDescription {
+        describe(&self.plugin)
+    }
+
+    /// The limits its calls run under.
+    pub fn effective_limits(&self) -> &Limits {
+        match &self.plugin {
+            Loaded::Pipeline(p) => p.limits(),
+            Loaded::Guardrail(g) => g.limits(),
+        }
+    }
+}
+
+/// What a compiled plugin says it is. A guardrail takes and gives chat text.
+fn describe(loaded: &Loaded) -> PluginDescription {
+    match loaded {
+        Loaded::Pipeline(p) => description_of(p.description()),
+        Loaded::Guardrail(g) => {
+            let d = g.description();
+            PluginDescription {
+                name: d.name.clone(),
+                version: d.version.clone(),
+                kind: plugins::PluginKind::Guardrail,
+                consumes: vec!["chat messages and answers (text)".into()],
+                produces: vec![format!("pass, rewrite or refuse: {}", d.summary)],
+            }
+        }
+    }
+}
+
+/// `loaded` with `limits` for its calls.
+fn with_limits(loaded: Loaded, limits: Limits) -> Loaded {
+    match loaded {
+        Loaded::Pipeline(p) => Loaded::Pipeline(p.with_limits(limits)),
+        Loaded::Guardrail(g) => Loaded::Guardrail(g.with_limits(limits)),
+    }
 }
 
 pub struct PluginRegistry {
@@ -68,10 +139,6 @@ pub fn kind_of(kind: PluginKind) -> plugins::PluginKind {
         PluginKind::Pre => plugins::PluginKind::Pre,
         PluginKind::Post => plugins::PluginKind::Post,
     }
-}
-
-pub fn kind_name(kind: PluginKind) -> &'static str {
-    kind_of(kind).as_str()
 }
 
 /// What a plugin says it is, as stored and answered.
@@ -109,7 +176,7 @@ impl PluginRegistry {
             .and_then(|path| {
                 std::fs::read(&path).map_err(|e| format!("reading {}: {e}", path.display()))
             })
-            .and_then(|bytes| self.host.compile(&bytes).map_err(|e| e.to_string()));
+            .and_then(|bytes| self.host.load(&bytes).map_err(|e| e.to_string()));
         match compiled {
             Ok(plugin) => {
                 self.insert(record, plugin);
@@ -174,12 +241,15 @@ impl PluginRegistry {
     /// Keeps a compiled plugin under its record, with the record's limits applied (a stored
     /// value that no longer parses falls back to the defaults, with a warning), and returns
     /// what requests will now run.
-    fn insert(&self, record: PluginRecord, plugin: Plugin) -> Arc<LoadedPlugin> {
+    fn insert(&self, record: PluginRecord, plugin: Loaded) -> Arc<LoadedPlugin> {
         let limits = parse_limits(&record.limits).unwrap_or_else(|e| {
             tracing::warn!(plugin = %record.name, version = %record.version, error = %e.message, "stored plugin limits ignored");
             PluginLimits::default()
         });
-        let plugin = plugin.with_limits(apply_limits(&limits, &self.host.config().default_limits));
+        let plugin = with_limits(
+            plugin,
+            apply_limits(&limits, &self.host.config().default_limits),
+        );
         self.broken
             .write()
             .remove(&(record.name.clone(), record.version.clone()));
@@ -224,8 +294,8 @@ impl PluginRegistry {
         bytes: &[u8],
         sha256: &str,
     ) -> ApiResult<(Arc<LoadedPlugin>, bool)> {
-        let plugin = self.host.compile(bytes)?;
-        let description = plugin.description().clone();
+        let plugin = self.host.load(bytes)?;
+        let description = describe(&plugin);
         crate::names::validate_name("plugin", &description.name).map_err(|e| {
             ApiError::bad_request(format!(
                 "the plugin describes itself with a bad name: {}",
@@ -244,12 +314,12 @@ impl PluginRegistry {
                 description.version
             )));
         }
-        let json = serde_json::to_value(description_of(&description))
-            .map_err(|e| ApiError::internal(e.to_string()))?;
+        let json =
+            serde_json::to_value(&description).map_err(|e| ApiError::internal(e.to_string()))?;
         let row = PluginDescriptionRow {
             name: &description.name,
             version: &description.version,
-            kind: kind_name(description.kind),
+            kind: description.kind.as_str(),
             json: &json,
         };
         match store.add_plugin(bytes, sha256, &row)? {

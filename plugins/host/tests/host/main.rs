@@ -5,5 +5,6 @@ mod common;
 mod cache;
 mod containment;
 mod examples;
+mod guardrails;
 mod isolation;
 mod validation;

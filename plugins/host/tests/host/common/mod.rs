@@ -55,3 +55,9 @@ pub fn load(host: &PluginHost, name: &str) -> Plugin {
         .unwrap_or_else(|e| panic!("compiling {name}: {e}"))
         .with_limits(test_limits())
 }
+
+pub fn load_guardrail(host: &PluginHost, name: &str) -> infergate_plugin_host::Guardrail {
+    host.compile_guardrail(&plugin_bytes(name))
+        .unwrap_or_else(|e| panic!("compiling guardrail {name}: {e}"))
+        .with_limits(test_limits())
+}
