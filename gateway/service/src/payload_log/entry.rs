@@ -105,10 +105,18 @@ pub struct Captured {
     pub tensors: Option<CapturedTensors>,
 }
 
+/// A KServe request as an entry keeps it.
+pub struct CapturedRequest {
+    pub inputs: Vec<Tensor>,
+    /// The outputs asked for by name.
+    pub outputs: Vec<String>,
+    pub parameters: Vec<(String, String)>,
+}
+
 /// A KServe exchange's tensors, as the mode keeps them.
 pub struct CapturedTensors {
     /// `None` when the mode leaves the request out.
-    pub request: Option<(Vec<Tensor>, Vec<String>, Vec<(String, String)>)>,
+    pub request: Option<CapturedRequest>,
     /// `None` when the mode leaves the answer out, or there was none.
     pub outputs: Option<Vec<Tensor>>,
 }
@@ -125,11 +133,12 @@ impl Renderer {
         let mut entry = captured.fields;
         if let Some(tensors) = captured.tensors {
             let mut writer = TensorWriter::new(&self.redaction, self.max_entry_bytes);
-            if let Some((inputs, outputs, params)) = tensors.request {
-                let inputs: Vec<Value> = inputs.iter().map(|t| writer.write(t)).collect();
+            if let Some(request) = tensors.request {
+                let inputs: Vec<Value> = request.inputs.iter().map(|t| writer.write(t)).collect();
                 entry.insert(
                     "request".into(),
-                    json!({"inputs": inputs, "outputs": outputs, "parameters": parameters(&params)}),
+                    json!({"inputs": inputs, "outputs": request.outputs,
+                           "parameters": parameters(&request.parameters)}),
                 );
             }
             if let Some(outputs) = tensors.outputs {

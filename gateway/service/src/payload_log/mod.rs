@@ -33,7 +33,7 @@ use crate::phases::{
     ChatAnswer, ChatExchange, ChatHook, ChatUsage, Exchange, Hook, Outcome, Policy,
 };
 use config::PayloadLogConfig;
-use entry::{Captured, CapturedTensors, Redaction, Renderer};
+use entry::{Captured, CapturedRequest, CapturedTensors, Redaction, Renderer};
 use futures_util::future::BoxFuture;
 use infergate_engine::Tensor;
 use infergate_store::models::ModelRecord;
@@ -208,12 +208,10 @@ impl Policy for PayloadLogPolicy {
                 self.drawn(&record.name).map(|setting| {
                     let mut fields = head(exchange.caller, record);
                     fields.insert("kind".into(), json!("kserve"));
-                    let request = setting.mode.request().then(|| {
-                        (
-                            exchange.inputs.to_vec(),
-                            exchange.outputs.to_vec(),
-                            exchange.parameters.to_vec(),
-                        )
+                    let request = setting.mode.request().then(|| CapturedRequest {
+                        inputs: exchange.inputs.to_vec(),
+                        outputs: exchange.outputs.to_vec(),
+                        parameters: exchange.parameters.to_vec(),
                     });
                     Box::new(TensorLog {
                         logs: self.logs.clone(),

@@ -237,10 +237,9 @@ impl Poster {
                 return;
             }
         };
-        loop {
-            // A batch: the first entry waits as long as it takes; the rest of the batch comes
-            // within 200 ms of it.
-            let Ok(first) = entries.recv() else { break };
+        // A batch: the first entry waits as long as it takes; the rest of the batch comes
+        // within 200 ms of it.
+        while let Ok(first) = entries.recv() {
             let mut batch = vec![self.event(renderer.render(first))];
             let until = Instant::now() + Duration::from_millis(200);
             while batch.len() < self.config.batch {
