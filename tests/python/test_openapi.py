@@ -33,7 +33,7 @@ def server():
                        ("textgen", "textgen.onnx"), ("smollm2", "smollm2.gguf")]:
         register(data, name, file)
     plugins = [plugin_file(p) for p in ("image-decode", "imagenet-topk", "wordpiece-tokenizer",
-                                        "mean-pool")]
+                                        "mean-pool", "pii-mask")]
     subprocess.run([BIN, "plugins", "add", "--data-dir", data, *plugins], check=True,
                    capture_output=True)
     # A payload log sink, so that a model's payload log can be set.
@@ -222,6 +222,14 @@ def test_every_documented_operation_answers_as_documented(api, server):
     assert call("GET", "/api/models/{model}/payload-log", {"model": "copy"}).json()["payload_log"]["sample"] == 0.5
     assert call("DELETE", "/api/models/{model}/payload-log", {"model": "copy"}).status_code == 200
     call("GET", "/api/models/{model}/payload-log", {"model": "nothing"})  # 404
+    r = call("PUT", "/api/models/{model}/guardrails", {"model": "smollm2"},
+             json_body={"guardrails": [{"plugin": "pii-mask"}]})
+    assert r.status_code == 200 and r.json()["guardrails"][0]["plugin"] == "pii-mask", r.text
+    r = call("PUT", "/api/models/{model}/guardrails", {"model": "smollm2"},
+             json_body={"guardrails": [{"plugin": "no-such-guardrail"}]})
+    assert r.status_code == 400, r.text
+    assert len(call("GET", "/api/models/{model}/guardrails", {"model": "smollm2"}).json()["guardrails"]) == 1
+    assert call("DELETE", "/api/models/{model}/guardrails", {"model": "smollm2"}).status_code == 200
     assert call("DELETE", "/api/models/{model}", {"model": "copy"}).status_code == 200
 
     # Plugins and pipelines
