@@ -10,12 +10,12 @@ KServe v2 binary over TLS, one keep-alive connection per client thread), and the
 divided by the server's own success count. ONNX Runtime's share (its library) is printed apart
 from the rest (TLS, HTTP, middleware, tensors, the engine's queue), and so is the number of Rust
 heap allocations per request. With --compare-bin the other build is measured the same way in the
-same run and the ratios printed. With --payload-log the measured server logs every request and
-answer of the MLP to a JSON Lines file (mode all, sample 1; [payload_log] in a config file),
-and the baseline (give the same binary as --compare-bin) does not.
+same run and the ratios printed. With --payload-log FORM the measured server logs every request
+and answer of the MLP to a JSON Lines file (mode all, sample 1, tensors as FORM; [payload_log] in
+a config file), and the baseline (give the same binary as --compare-bin) does not.
 
 Usage: bench/request_instructions.py [--bin target/release/infergate] [--compare-bin OLD]
-                                     [--requests 400] [--concurrency 1] [--payload-log]
+                                     [--requests 400] [--concurrency 1] [--payload-log json|base64]
 Needs: valgrind (Debian: `apt-get install valgrind`), scripts/setup.sh; a release build.
 Slow: about a minute per build for 400 requests (valgrind runs the server ~50x slower).
 """
@@ -63,14 +63,15 @@ def success_count(port, ctx, headers):
     return json.loads(conn.getresponse().read())["model_stats"][0]["inference_stats"]["success"]["count"]
 
 
-def measure(binary, requests, concurrency, payload_log=False):
+def measure(binary, requests, concurrency, payload_log=None):
     """One build under callgrind: (instructions, ORT's instructions, Rust allocations) per request."""
     data = tempfile.mkdtemp(prefix="infergate-callgrind-")
     extra = []
     if payload_log:
         config = os.path.join(data, "payload-log.toml")
         with open(config, "w") as f:
-            f.write(f'[payload_log.sinks.bench]\nfile = {{ path = "{data}/payload.jsonl" }}\n')
+            f.write(f'[payload_log]\ntensor_data = "{payload_log}"\n'
+                    f'[payload_log.sinks.bench]\nfile = {{ path = "{data}/payload.jsonl" }}\n')
         extra = ["--config", config]
     model = os.path.join(data, "mlp.onnx")
     cpu_per_request.write_mlp(model)
@@ -168,14 +169,15 @@ def main():
     ap.add_argument("--compare-bin", help="another build, measured the same way in the same run (the baseline)")
     ap.add_argument("--requests", type=int, default=400, help="per client thread")
     ap.add_argument("--concurrency", type=int, default=1)
-    ap.add_argument("--payload-log", action="store_true",
-                    help="the measured server logs every request and answer to a file")
+    ap.add_argument("--payload-log", choices=("json", "base64"),
+                    help="the measured server logs every request and answer to a file, its tensors "
+                         "in this form ([payload_log] tensor_data)")
     args = ap.parse_args()
     rows = {}
     for label, binary in (("baseline", args.compare_bin), ("measured", args.bin)):
         if binary:
             total, ort, allocs, done = measure(binary, args.requests, args.concurrency,
-                                               payload_log=args.payload_log and label == "measured")
+                                               payload_log=args.payload_log if label == "measured" else None)
             rows[label] = (total, ort, allocs)
             print(f"{label:9s} {binary}: {done} requests; per request {total:,.0f} instructions, ONNX Runtime "
                   f"{ort:,.0f}, the rest {total - ort:,.0f}; Rust heap allocations {allocs:.1f}", flush=True)

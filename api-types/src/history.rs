@@ -118,6 +118,9 @@ pub struct KeyTraffic {
     pub requests_per_s: Vec<f64>,
     /// Refused by the key's rate limit or concurrency cap.
     pub refused_per_s: Vec<f64>,
+    /// Tokens (prompt plus completion) charged to the key, for LLM requests.
+    #[serde(default)]
+    pub tokens_per_s: Vec<f64>,
 }
 
 #[cfg(test)]

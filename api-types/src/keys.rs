@@ -54,6 +54,10 @@ pub struct KeyActivity {
     pub refused: u64,
     /// Unix milliseconds (server clock); `null` when unused since the server started.
     pub last_used_ms: Option<u64>,
+    /// Tokens (prompt plus completion) charged to the key since the server started, for LLM
+    /// requests.
+    #[serde(default)]
+    pub tokens: u64,
 }
 
 /// One key of `GET /api/keys` (never its secret).

@@ -132,6 +132,8 @@ struct KeySeries {
     t: Vec<f64>,
     rps: Vec<f64>,
     refused: Vec<f64>,
+    /// Tokens charged per second (LLM requests).
+    tokens: Vec<f64>,
 }
 
 impl KeySeries {
@@ -140,6 +142,19 @@ impl KeySeries {
         extend_kept(&mut self.t, v.t_ms.iter().map(|t| *t as f64));
         extend_kept(&mut self.rps, floats(&v.requests_per_s));
         extend_kept(&mut self.refused, floats(&v.refused_per_s));
+        // A server without the column sends none: the key's seconds are then token-less.
+        let tokens: Vec<f64> = if v.tokens_per_s.len() == v.t_ms.len() {
+            floats(&v.tokens_per_s).collect()
+        } else {
+            vec![0.0; v.t_ms.len()]
+        };
+        extend_kept(&mut self.tokens, tokens);
+    }
+
+    /// Tokens in the range.
+    fn tokens(&self, since_ms: f64) -> f64 {
+        let i = self.t.partition_point(|t| *t < since_ms);
+        Series::sum(&self.tokens[i.min(self.tokens.len())..])
     }
 
     /// Requests in the range.
@@ -150,8 +165,9 @@ impl KeySeries {
 }
 
 /// Up to four keys with the most requests in the range, as lines on one time axis (a key's
-/// seconds before its ring started are gaps).
-fn key_lines(keys: &BTreeMap<i64, KeySeries>, since_ms: f64) -> (Vec<f64>, Vec<Line>) {
+/// seconds before its ring started are gaps): their requests per second, and their tokens per
+/// second (no lines when none of them was charged tokens in the range).
+fn key_lines(keys: &BTreeMap<i64, KeySeries>, since_ms: f64) -> (Vec<f64>, Vec<Line>, Vec<Line>) {
     let mut busiest: Vec<&KeySeries> = keys
         .values()
         .filter(|k| k.requests(since_ms) > 0.0)
@@ -165,26 +181,34 @@ fn key_lines(keys: &BTreeMap<i64, KeySeries>, since_ms: f64) -> (Vec<f64>, Vec<L
         .into_iter()
         .map(|t| t as f64)
         .collect();
-    let lines = busiest
-        .iter()
-        .zip(["series-1", "series-2", "series-3", "series-4"])
-        .map(|(k, class)| {
-            let at: BTreeMap<u64, f64> =
-                k.t.iter()
-                    .zip(&k.rps)
-                    .map(|(t, v)| (*t as u64, *v))
-                    .collect();
-            Line {
-                label: k.name.clone(),
-                class,
-                values: times
-                    .iter()
-                    .map(|t| at.get(&(*t as u64)).copied().unwrap_or(f64::NAN))
-                    .collect(),
-            }
-        })
-        .collect();
-    (times, lines)
+    let lines_of = |value: fn(&KeySeries) -> &[f64]| -> Vec<Line> {
+        busiest
+            .iter()
+            .zip(["series-1", "series-2", "series-3", "series-4"])
+            .map(|(k, class)| {
+                let at: BTreeMap<u64, f64> =
+                    k.t.iter()
+                        .zip(value(k))
+                        .map(|(t, v)| (*t as u64, *v))
+                        .collect();
+                Line {
+                    label: k.name.clone(),
+                    class,
+                    values: times
+                        .iter()
+                        .map(|t| at.get(&(*t as u64)).copied().unwrap_or(f64::NAN))
+                        .collect(),
+                }
+            })
+            .collect()
+    };
+    let requests = lines_of(|k| &k.rps);
+    let tokens = if busiest.iter().any(|k| k.tokens(since_ms) > 0.0) {
+        lines_of(|k| &k.tokens)
+    } else {
+        Vec::new()
+    };
+    (times, requests, tokens)
 }
 
 /// What the range holds for one name: requests by status, the share that failed.
@@ -402,16 +426,21 @@ pub fn Overview() -> impl IntoView {
             {move || status_table(&overall.get().statuses)}
         </section>
         {move || {
-            let (times, lines) = key_chart.get();
+            let (times, lines, tokens) = key_chart.get();
+            let token_times = times.clone();
             (!lines.is_empty()).then(|| view! {
                 <section class="card" id="key-traffic">
                     <div class="card-head">
                         <h2>"Traffic per API key"</h2>
-                        <span class="muted small">"the busiest keys in the range: requests admitted per second, every route"</span>
+                        <span class="muted small">"the busiest keys in the range: requests admitted per second, every route; tokens charged per second, LLM routes"</span>
                     </div>
                     <div class="charts">
                         <Chart title="Requests per key" unit="requests/s" times=Signal::derive(move || times.clone()) end_ms range_s=range format=format::rate
                             lines=Signal::derive(move || lines.clone())/>
+                        {(!tokens.is_empty()).then(|| view! {
+                            <Chart title="Tokens per key" unit="tokens/s" times=Signal::derive(move || token_times.clone()) end_ms range_s=range format=format::rate
+                                lines=Signal::derive(move || tokens.clone())/>
+                        })}
                     </div>
                 </section>
             })

@@ -67,6 +67,8 @@ pub struct KeySample {
     pub requests_per_s: f64,
     /// Refused by the key's rate limit or concurrency cap.
     pub refused_per_s: f64,
+    /// Tokens charged (LLM requests).
+    pub tokens_per_s: f64,
 }
 
 /// Cumulative counters of one name, read at one moment.
@@ -346,6 +348,7 @@ fn key_difference(before: &KeyTotals, now: &KeyTotals, seconds: f64, t_ms: u64) 
         t_ms,
         requests_per_s: now.admitted.saturating_sub(before.admitted) as f64 / seconds,
         refused_per_s: now.refused.saturating_sub(before.refused) as f64 / seconds,
+        tokens_per_s: now.tokens.saturating_sub(before.tokens) as f64 / seconds,
     }
 }
 
@@ -453,6 +456,7 @@ mod tests {
             admitted,
             refused,
             last_used_ms: Some(last),
+            tokens: admitted * 10,
         }
     }
 
@@ -464,7 +468,10 @@ mod tests {
         assert!(inner.keys[&1].samples.is_empty());
         inner.record_keys(vec![(1, used(8, 1, t0 + 900))], 1.0, t0 + 1000);
         let s = inner.keys[&1].samples[0];
-        assert_eq!((s.requests_per_s, s.refused_per_s), (3.0, 1.0));
+        assert_eq!(
+            (s.requests_per_s, s.refused_per_s, s.tokens_per_s),
+            (3.0, 1.0, 30.0)
+        );
         inner.record_keys(vec![(1, used(8, 1, t0 + 900))], 1.0, t0 + 3_700_000);
         assert!(inner.keys.is_empty());
     }

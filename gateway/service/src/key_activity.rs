@@ -1,5 +1,5 @@
 //! What each API key did since the server started: requests admitted and refused by its limits,
-//! and when it was last used (server time). Recorded where every request with a valid key is
+//! tokens charged to it (LLM requests), and when it was last used (server time). Recorded where every request with a valid key is
 //! admitted ([`crate::admission::admit`]: HTTP, gRPC and WebSocket messages alike), whether or
 //! not the key has limits, so the keys table can say "last used" and the history can chart
 //! traffic per key. Memory is one entry per key that made a request; a revoked key's entry goes.
@@ -14,6 +14,7 @@ struct Entry {
     admitted: AtomicU64,
     refused: AtomicU64,
     last_used_ms: AtomicU64,
+    tokens: AtomicU64,
 }
 
 /// One key's activity, in the API's own type.
@@ -39,6 +40,16 @@ impl KeyActivity {
         };
         counter.fetch_add(1, Ordering::Relaxed);
         entry.last_used_ms.fetch_max(now_ms, Ordering::Relaxed);
+    }
+
+    /// Counts `tokens` charged to `key` (a chat generation's prompt and completion).
+    pub fn add_tokens(&self, key: i64, tokens: u64) {
+        let existing = self.keys.read().get(&key).cloned();
+        let entry = match existing {
+            Some(e) => e,
+            None => self.keys.write().entry(key).or_default().clone(),
+        };
+        entry.tokens.fetch_add(tokens, Ordering::Relaxed);
     }
 
     pub fn totals(&self, key: i64) -> KeyTotals {
@@ -73,6 +84,7 @@ fn read(e: &Entry) -> KeyTotals {
         admitted: e.admitted.load(Ordering::Relaxed),
         refused: e.refused.load(Ordering::Relaxed),
         last_used_ms: (last > 0).then_some(last),
+        tokens: e.tokens.load(Ordering::Relaxed),
     }
 }
 
@@ -94,7 +106,8 @@ mod tests {
             KeyTotals {
                 admitted: 2,
                 refused: 1,
-                last_used_ms: Some(3_000)
+                last_used_ms: Some(3_000),
+                tokens: 0,
             }
         );
         assert_eq!(a.all().iter().map(|(k, _)| *k).collect::<Vec<_>>(), [7, 9]);

@@ -243,6 +243,7 @@ impl ChatHook for TokenHook {
                 .metrics
                 .traffic
                 .key_tokens(self.key_id, &self.model, used);
+            self.gate.metrics.keys.add_tokens(self.key_id, used);
         }
     }
 }

@@ -10,7 +10,8 @@
 //! "totals": {NAME: {"statuses": {"200": n, ...}, "batch_sizes": [[size, executions], ...]}},
 //! "activity": [{"time_ms", "model", "version", "state", "reason"}]}`. Chat models add
 //! `"ttft_ms"` (mean time to first token) and `"tokens_per_s"` columns. An admin key also gets
-//! `"keys": [{"id", "public_id", "name", "t_ms", "requests_per_s", "refused_per_s"}]`: traffic
+//! `"keys": [{"id", "public_id", "name", "t_ms", "requests_per_s", "refused_per_s",
+//! "tokens_per_s"}]`: traffic
 //! per API key (keys used within the hour, the 100 most recent). Columns hold one value
 //! per second, oldest first; `null` where a second had no value (no successful request, no
 //! queued request). Totals count since the server started.
@@ -188,6 +189,7 @@ fn key_traffic(state: &AppState, after: u64) -> ApiResult<Vec<KeyTraffic>> {
                 t_ms: samples.iter().map(|s| s.t_ms).collect(),
                 requests_per_s: samples.iter().map(|s| round(s.requests_per_s)).collect(),
                 refused_per_s: samples.iter().map(|s| round(s.refused_per_s)).collect(),
+                tokens_per_s: samples.iter().map(|s| round(s.tokens_per_s)).collect(),
             })
         })
         .collect())

@@ -347,3 +347,44 @@ async fn a_deterministic_chat_answer_is_cached_and_still_charged() {
     );
     assert_eq!(row["cached_tokens"].as_u64(), Some(2 * total));
 }
+
+#[tokio::test]
+async fn the_history_charts_tokens_per_key() {
+    let app = chat_app().await;
+    let (id, key) = key_with(&app, json!({})).await;
+    let sample = |t_ms: u64| {
+        let s = &app.state;
+        s.history()
+            .sample(s.catalog(), s.pipelines(), s.engine(), s.metrics(), 1.0, t_ms)
+    };
+    // A key's ring starts at the first sample after its first use; the next one is a rate.
+    let first = chat(&app, &key, 4, false).await;
+    assert_eq!(first.status, StatusCode::OK, "{:?}", first.body);
+    let t0 = infergate_service::history::now_ms();
+    sample(t0);
+    let second = chat(&app, &key, 4, false).await;
+    let usage = &second.json()["usage"];
+    let charged = usage["prompt_tokens"].as_u64().expect("prompt")
+        + usage["completion_tokens"].as_u64().expect("completion");
+    sample(t0 + 1000);
+    let history = app
+        .get("/api/metrics/history?seconds=60", Some(&app.admin))
+        .await
+        .json();
+    let charted = history["keys"]
+        .as_array()
+        .expect("keys")
+        .iter()
+        .find(|k| k["id"] == id)
+        .cloned()
+        .unwrap_or_else(|| panic!("the key is not charted: {history}"));
+    assert_eq!(charted["tokens_per_s"], json!([charged as f64]), "{charted}");
+    let usage = app
+        .get(&format!("/api/keys/{id}/usage"), Some(&app.admin))
+        .await
+        .json();
+    assert!(
+        usage["activity"]["tokens"].as_u64() >= Some(charged),
+        "{usage}"
+    );
+}

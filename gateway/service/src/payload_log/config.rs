@@ -34,6 +34,22 @@ pub struct PayloadLogConfig {
     /// Bytes of tensor data one entry holds in full; tensors past it are summarised by name,
     /// datatype, shape, size and SHA-256.
     pub max_entry_bytes: usize,
+    /// How a tensor's elements are written: `json` (KServe's JSON `data` array, readable as is)
+    /// or `base64` (`data_base64`: the little-endian bytes, as KServe's binary extension
+    /// carries them; a BYTES element with its 4-byte length first), which costs a fraction of
+    /// writing every number as decimal text.
+    pub tensor_data: TensorDataForm,
+}
+
+/// How an entry writes tensor elements.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum TensorDataForm {
+    /// KServe's JSON `data` array.
+    #[default]
+    Json,
+    /// `data_base64`: the tensor's bytes as KServe's binary extension carries them.
+    Base64,
 }
 
 impl Default for PayloadLogConfig {
@@ -42,6 +58,7 @@ impl Default for PayloadLogConfig {
             sinks: BTreeMap::new(),
             redact: Vec::new(),
             max_entry_bytes: 64 * 1024,
+            tensor_data: TensorDataForm::Json,
         }
     }
 }

@@ -3,6 +3,7 @@
 //! then summarised by datatype, shape, size and SHA-256; names like a secret are redacted
 //! before the entry leaves the process.
 
+use super::config::TensorDataForm;
 use infergate_engine::{Tensor, TensorData};
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
@@ -54,13 +55,15 @@ impl Redaction {
 pub struct TensorWriter<'a> {
     redaction: &'a Redaction,
     left: usize,
+    form: TensorDataForm,
 }
 
 impl<'a> TensorWriter<'a> {
-    pub fn new(redaction: &'a Redaction, max_bytes: usize) -> TensorWriter<'a> {
+    pub fn new(redaction: &'a Redaction, max_bytes: usize, form: TensorDataForm) -> TensorWriter<'a> {
         TensorWriter {
             redaction,
             left: max_bytes,
+            form,
         }
     }
 
@@ -78,7 +81,10 @@ impl<'a> TensorWriter<'a> {
             return out;
         }
         let bytes = tensor.byte_len();
-        if bytes <= self.left && infergate_protocol::json::represents(tensor) {
+        if bytes <= self.left && self.form == TensorDataForm::Base64 {
+            self.left -= bytes;
+            out["data_base64"] = Value::String(base64_of(&tensor.data));
+        } else if bytes <= self.left && infergate_protocol::json::represents(tensor) {
             self.left -= bytes;
             out["data"] = infergate_protocol::json::encode(tensor);
         } else {
@@ -95,6 +101,24 @@ impl<'a> TensorWriter<'a> {
             out["summary"] = json!({"bytes": bytes, "sha256": hex::encode(digest.finalize())});
         }
         out
+    }
+}
+
+/// A tensor's elements as KServe's binary extension carries them, in base64: fixed-size
+/// elements as their little-endian bytes, each BYTES element after its 4-byte length.
+fn base64_of(data: &TensorData) -> String {
+    use base64::Engine;
+    let engine = base64::engine::general_purpose::STANDARD;
+    match data {
+        TensorData::Raw(raw) => engine.encode(raw),
+        TensorData::Bytes(items) => {
+            let mut framed = Vec::with_capacity(items.iter().map(|i| i.len() + 4).sum());
+            for item in items {
+                framed.extend_from_slice(&(item.len() as u32).to_le_bytes());
+                framed.extend_from_slice(item);
+            }
+            engine.encode(framed)
+        }
     }
 }
 
@@ -125,6 +149,7 @@ pub struct CapturedTensors {
 pub struct Renderer {
     pub redaction: Redaction,
     pub max_entry_bytes: usize,
+    pub form: TensorDataForm,
 }
 
 impl Renderer {
@@ -132,7 +157,7 @@ impl Renderer {
     pub fn render(&self, captured: Captured) -> String {
         let mut entry = captured.fields;
         if let Some(tensors) = captured.tensors {
-            let mut writer = TensorWriter::new(&self.redaction, self.max_entry_bytes);
+            let mut writer = TensorWriter::new(&self.redaction, self.max_entry_bytes, self.form);
             if let Some(request) = tensors.request {
                 let inputs: Vec<Value> = request.inputs.iter().map(|t| writer.write(t)).collect();
                 entry.insert(
@@ -205,7 +230,7 @@ mod tests {
         let small = Tensor::from_f32("x", vec![1, 2], &[1.0, 2.0]).expect("tensor");
         let large = Tensor::from_f32("y", vec![1, 4], &[1.0; 4]).expect("tensor");
         let hidden = Tensor::from_f32("secret_input", vec![1], &[3.0]).expect("tensor");
-        let mut w = TensorWriter::new(&redaction, 12);
+        let mut w = TensorWriter::new(&redaction, 12, TensorDataForm::Json);
         assert_eq!(w.write(&small)["data"], json!([1.0, 2.0]));
         let summary = w.write(&large);
         assert!(summary.get("data").is_none());
@@ -215,5 +240,16 @@ mod tests {
             Some(64)
         );
         assert_eq!(w.write(&hidden)["data"], REDACTED);
+        let mut w = TensorWriter::new(&redaction, 100, TensorDataForm::Base64);
+        // 1.0 and 2.0 as little-endian FP32: 00 00 80 3f 00 00 00 40.
+        assert_eq!(w.write(&small)["data_base64"], "AACAPwAAAEA=");
+        let text = Tensor::new(
+            "t",
+            infergate_engine::DataType::Bytes,
+            vec![1],
+            TensorData::Bytes(vec![b"ab".to_vec()]),
+        )
+        .expect("tensor");
+        assert_eq!(w.write(&text)["data_base64"], "AgAAAGFi");
     }
 }

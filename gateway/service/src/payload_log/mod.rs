@@ -59,6 +59,7 @@ impl PayloadLogs {
         let renderer = Arc::new(Renderer {
             redaction: Redaction::new(&config.redact),
             max_entry_bytes: config.max_entry_bytes,
+            form: config.tensor_data,
         });
         let mut sinks = BTreeMap::new();
         for (name, sink) in &config.sinks {
