@@ -140,7 +140,7 @@ mod tests {
             "activity": [{"time_ms": 7, "model": "m", "version": 1, "state": "registered",
                 "reason": null}],
             "keys": [{"id": 1, "public_id": "p", "name": "k", "t_ms": [8],
-                "requests_per_s": [1.0], "refused_per_s": [0.0]}],
+                "requests_per_s": [1.0], "refused_per_s": [0.0], "tokens_per_s": [12.0]}],
         });
         let parsed: History = serde_json::from_value(answer.clone()).unwrap();
         assert_eq!(parsed.totals["m"].statuses[&200], 3);

@@ -354,8 +354,14 @@ async fn the_history_charts_tokens_per_key() {
     let (id, key) = key_with(&app, json!({})).await;
     let sample = |t_ms: u64| {
         let s = &app.state;
-        s.history()
-            .sample(s.catalog(), s.pipelines(), s.engine(), s.metrics(), 1.0, t_ms)
+        s.history().sample(
+            s.catalog(),
+            s.pipelines(),
+            s.engine(),
+            s.metrics(),
+            1.0,
+            t_ms,
+        )
     };
     // A key's ring starts at the first sample after its first use; the next one is a rate.
     let first = chat(&app, &key, 4, false).await;
@@ -378,7 +384,11 @@ async fn the_history_charts_tokens_per_key() {
         .find(|k| k["id"] == id)
         .cloned()
         .unwrap_or_else(|| panic!("the key is not charted: {history}"));
-    assert_eq!(charted["tokens_per_s"], json!([charged as f64]), "{charted}");
+    assert_eq!(
+        charted["tokens_per_s"],
+        json!([charged as f64]),
+        "{charted}"
+    );
     let usage = app
         .get(&format!("/api/keys/{id}/usage"), Some(&app.admin))
         .await

@@ -42,7 +42,9 @@ pub struct PayloadLogConfig {
 }
 
 /// How an entry writes tensor elements.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum TensorDataForm {
     /// KServe's JSON `data` array.

@@ -59,7 +59,11 @@ pub struct TensorWriter<'a> {
 }
 
 impl<'a> TensorWriter<'a> {
-    pub fn new(redaction: &'a Redaction, max_bytes: usize, form: TensorDataForm) -> TensorWriter<'a> {
+    pub fn new(
+        redaction: &'a Redaction,
+        max_bytes: usize,
+        form: TensorDataForm,
+    ) -> TensorWriter<'a> {
         TensorWriter {
             redaction,
             left: max_bytes,
