@@ -71,26 +71,38 @@ impl<'a> TensorWriter<'a> {
         }
     }
 
-    /// `tensor` as KServe JSON (`name`, `datatype`, `shape`, `data`) while the entry has room
-    /// and its elements have a JSON form; summarised otherwise. A tensor named like a secret
-    /// keeps only its name, datatype and shape.
-    pub fn write(&mut self, tensor: &Tensor) -> Value {
-        let mut out = json!({
-            "name": tensor.name,
-            "datatype": tensor.datatype.name(),
-            "shape": tensor.shape,
-        });
-        if self.redaction.hides(&tensor.name) {
-            out["data"] = Value::String(REDACTED.into());
-            return out;
+    /// Appends `tensor` to `out` as one JSON object: KServe's `name`, `datatype`, `shape`,
+    /// then its elements (`data`, or `data_base64`) while the entry has room and they have
+    /// that form, a `summary` otherwise. A tensor named like a secret keeps only its name,
+    /// datatype and shape. Written straight into the entry's text: a `serde_json::Value` per
+    /// element would cost more than the request that carried the tensor.
+    pub fn write_into(&mut self, out: &mut String, tensor: &Tensor) {
+        out.push_str("{\"name\":");
+        push_json_string(out, &tensor.name);
+        out.push_str(",\"datatype\":\"");
+        out.push_str(tensor.datatype.name());
+        out.push_str("\",\"shape\":[");
+        for (i, d) in tensor.shape.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            out.push_str(itoa::Buffer::new().format(*d));
         }
+        out.push_str("],");
         let bytes = tensor.byte_len();
-        if bytes <= self.left && self.form == TensorDataForm::Base64 {
+        if self.redaction.hides(&tensor.name) {
+            out.push_str("\"data\":\"");
+            out.push_str(REDACTED);
+            out.push('"');
+        } else if bytes <= self.left && self.form == TensorDataForm::Base64 {
             self.left -= bytes;
-            out["data_base64"] = Value::String(base64_of(&tensor.data));
+            out.push_str("\"data_base64\":\"");
+            push_base64(out, &tensor.data);
+            out.push('"');
         } else if bytes <= self.left && infergate_protocol::json::represents(tensor) {
             self.left -= bytes;
-            out["data"] = infergate_protocol::json::encode(tensor);
+            out.push_str("\"data\":");
+            push_json_data(out, tensor);
         } else {
             let mut digest = Sha256::new();
             match &tensor.data {
@@ -102,26 +114,62 @@ impl<'a> TensorWriter<'a> {
                     }
                 }
             }
-            out["summary"] = json!({"bytes": bytes, "sha256": hex::encode(digest.finalize())});
+            out.push_str("\"summary\":{\"bytes\":");
+            out.push_str(itoa::Buffer::new().format(bytes));
+            out.push_str(",\"sha256\":\"");
+            out.push_str(&hex::encode(digest.finalize()));
+            out.push_str("\"}");
         }
-        out
+        out.push('}');
     }
 }
 
-/// A tensor's elements as KServe's binary extension carries them, in base64: fixed-size
-/// elements as their little-endian bytes, each BYTES element after its 4-byte length.
-fn base64_of(data: &TensorData) -> String {
+/// `text` as a JSON string.
+fn push_json_string(out: &mut String, text: &str) {
+    // Serialising a &str cannot fail.
+    out.push_str(&serde_json::to_string(text).unwrap_or_else(|_| "\"\"".into()));
+}
+
+/// The elements as KServe's `data` array. FP32, the common case, goes through ryu's shortest
+/// form of each f32 (it reads back as the same f32); the other types through the protocol's
+/// own encoder.
+fn push_json_data(out: &mut String, tensor: &Tensor) {
+    match (&tensor.data, tensor.datatype) {
+        (TensorData::Raw(raw), infergate_engine::DataType::Fp32) => {
+            let mut buffer = ryu::Buffer::new();
+            out.push('[');
+            for (i, c) in raw.chunks_exact(4).enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                let x = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+                if x.is_finite() {
+                    out.push_str(buffer.format_finite(x));
+                } else {
+                    out.push_str("null");
+                }
+            }
+            out.push(']');
+        }
+        _ => out.push_str(&infergate_protocol::json::encode(tensor).to_string()),
+    }
+}
+
+/// A tensor's elements as KServe's binary extension carries them, in base64 (no character of
+/// which needs escaping in JSON): fixed-size elements as their little-endian bytes, each
+/// BYTES element after its 4-byte length.
+fn push_base64(out: &mut String, data: &TensorData) {
     use base64::Engine;
     let engine = base64::engine::general_purpose::STANDARD;
     match data {
-        TensorData::Raw(raw) => engine.encode(raw),
+        TensorData::Raw(raw) => engine.encode_string(raw, out),
         TensorData::Bytes(items) => {
             let mut framed = Vec::with_capacity(items.iter().map(|i| i.len() + 4).sum());
             for item in items {
                 framed.extend_from_slice(&(item.len() as u32).to_le_bytes());
                 framed.extend_from_slice(item);
             }
-            engine.encode(framed)
+            engine.encode_string(framed, out);
         }
     }
 }
@@ -157,27 +205,50 @@ pub struct Renderer {
 }
 
 impl Renderer {
-    /// One JSON object, redacted.
+    /// One JSON object, redacted: the fields as a JSON tree (they are few), the tensors
+    /// written after them straight into the text.
     pub fn render(&self, captured: Captured) -> String {
-        let mut entry = captured.fields;
-        if let Some(tensors) = captured.tensors {
-            let mut writer = TensorWriter::new(&self.redaction, self.max_entry_bytes, self.form);
-            if let Some(request) = tensors.request {
-                let inputs: Vec<Value> = request.inputs.iter().map(|t| writer.write(t)).collect();
-                entry.insert(
-                    "request".into(),
-                    json!({"inputs": inputs, "outputs": request.outputs,
-                           "parameters": parameters(&request.parameters)}),
-                );
-            }
-            if let Some(outputs) = tensors.outputs {
-                let outputs: Vec<Value> = outputs.iter().map(|t| writer.write(t)).collect();
-                entry.insert("response".into(), json!({ "outputs": outputs }));
-            }
+        let mut fields = Value::Object(captured.fields);
+        self.redaction.apply(&mut fields);
+        let mut out = fields.to_string();
+        let Some(tensors) = captured.tensors else {
+            return out;
+        };
+        // Reopen the object: the fields always hold at least the time and the model.
+        if out.ends_with('}') && out.len() > 2 {
+            out.pop();
+        } else {
+            return out;
         }
-        let mut entry = Value::Object(entry);
-        self.redaction.apply(&mut entry);
-        entry.to_string()
+        let mut writer = TensorWriter::new(&self.redaction, self.max_entry_bytes, self.form);
+        let list = |out: &mut String, writer: &mut TensorWriter, list: &[Tensor]| {
+            out.push('[');
+            for (i, t) in list.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                writer.write_into(out, t);
+            }
+            out.push(']');
+        };
+        if let Some(request) = tensors.request {
+            out.push_str(",\"request\":{\"inputs\":");
+            list(&mut out, &mut writer, &request.inputs);
+            out.push_str(",\"outputs\":");
+            out.push_str(&json!(request.outputs).to_string());
+            let mut params = parameters(&request.parameters);
+            self.redaction.apply(&mut params);
+            out.push_str(",\"parameters\":");
+            out.push_str(&params.to_string());
+            out.push('}');
+        }
+        if let Some(outputs) = tensors.outputs {
+            out.push_str(",\"response\":{\"outputs\":");
+            list(&mut out, &mut writer, &outputs);
+            out.push('}');
+        }
+        out.push('}');
+        out
     }
 }
 
@@ -234,19 +305,28 @@ mod tests {
         let small = Tensor::from_f32("x", vec![1, 2], &[1.0, 2.0]).expect("tensor");
         let large = Tensor::from_f32("y", vec![1, 4], &[1.0; 4]).expect("tensor");
         let hidden = Tensor::from_f32("secret_input", vec![1], &[3.0]).expect("tensor");
+        let write = |w: &mut TensorWriter, t: &Tensor| -> Value {
+            let mut out = String::new();
+            w.write_into(&mut out, t);
+            serde_json::from_str(&out).expect("one JSON object")
+        };
         let mut w = TensorWriter::new(&redaction, 12, TensorDataForm::Json);
-        assert_eq!(w.write(&small)["data"], json!([1.0, 2.0]));
-        let summary = w.write(&large);
+        let written = write(&mut w, &small);
+        assert_eq!(
+            written,
+            json!({"name": "x", "datatype": "FP32", "shape": [1, 2], "data": [1.0, 2.0]})
+        );
+        let summary = write(&mut w, &large);
         assert!(summary.get("data").is_none());
         assert_eq!(summary["summary"]["bytes"], 16);
         assert_eq!(
             summary["summary"]["sha256"].as_str().map(str::len),
             Some(64)
         );
-        assert_eq!(w.write(&hidden)["data"], REDACTED);
+        assert_eq!(write(&mut w, &hidden)["data"], REDACTED);
         let mut w = TensorWriter::new(&redaction, 100, TensorDataForm::Base64);
         // 1.0 and 2.0 as little-endian FP32: 00 00 80 3f 00 00 00 40.
-        assert_eq!(w.write(&small)["data_base64"], "AACAPwAAAEA=");
+        assert_eq!(write(&mut w, &small)["data_base64"], "AACAPwAAAEA=");
         let text = Tensor::new(
             "t",
             infergate_engine::DataType::Bytes,
@@ -254,6 +334,10 @@ mod tests {
             TensorData::Bytes(vec![b"ab".to_vec()]),
         )
         .expect("tensor");
-        assert_eq!(w.write(&text)["data_base64"], "AgAAAGFi");
+        assert_eq!(write(&mut w, &text)["data_base64"], "AgAAAGFi");
+        // A tenth as f32 is written in its shortest form, which reads back as the same f32.
+        let tenth = Tensor::from_f32("z", vec![1], &[0.1]).expect("tensor");
+        let mut w = TensorWriter::new(&redaction, 100, TensorDataForm::Json);
+        assert_eq!(write(&mut w, &tenth)["data"], json!([0.1]));
     }
 }
