@@ -133,6 +133,16 @@ impl Catalog {
             .unwrap_or_default()
     }
 
+    /// `name`'s versions; not found (naming the model) when it has none: what the routes on
+    /// a model's own settings answer for a model that does not exist.
+    pub fn known_versions(&self, name: &str) -> ApiResult<Vec<Arc<ModelRecord>>> {
+        let versions = self.versions(name);
+        if versions.is_empty() {
+            return Err(ApiError::not_found(format!("unknown model '{name}'")));
+        }
+        Ok(versions)
+    }
+
     pub fn all(&self) -> Vec<Arc<ModelRecord>> {
         self.models
             .read()

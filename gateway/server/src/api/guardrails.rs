@@ -30,13 +30,6 @@ pub struct GuardrailsView {
     pub guardrails: Vec<Attachment>,
 }
 
-fn known_model(state: &AppState, model: &str) -> ApiResult<()> {
-    if state.catalog().versions(model).is_empty() {
-        return Err(ApiError::not_found(format!("unknown model '{model}'")));
-    }
-    Ok(())
-}
-
 fn view(state: &AppState, model: &str) -> GuardrailsView {
     GuardrailsView {
         model: model.to_owned(),
@@ -67,7 +60,10 @@ pub async fn put(
     headers: HeaderMap,
     body: axum::body::Body,
 ) -> HttpResult<Json<GuardrailsView>> {
-    known_model(&state, &model).map_err(ApiError::before_body)?;
+    state
+        .catalog()
+        .known_versions(&model)
+        .map_err(ApiError::before_body)?;
     let body = read_limited(&headers, body, super::body::MAX_JSON_API_BYTES).await?;
     let body: Value = serde_json::from_slice(&body)
         .map_err(|e| ApiError::bad_request(format!("guardrails: the body is not JSON: {e}")))?;
@@ -104,7 +100,7 @@ pub async fn get(
     State(state): S,
     Path(model): Path<String>,
 ) -> HttpResult<Json<GuardrailsView>> {
-    known_model(&state, &model)?;
+    state.catalog().known_versions(&model)?;
     Ok(Json(view(&state, &model)))
 }
 
@@ -114,7 +110,7 @@ pub async fn delete(
     State(state): S,
     Path(model): Path<String>,
 ) -> HttpResult<Json<GuardrailsView>> {
-    known_model(&state, &model)?;
+    state.catalog().known_versions(&model)?;
     let answer = store(&state, &model, None).await?;
     tracing::info!(model = %model, "chat guardrails removed");
     Ok(Json(answer))

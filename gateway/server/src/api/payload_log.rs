@@ -11,7 +11,7 @@ use axum::extract::{Path, State};
 use axum::Json;
 use http::HeaderMap;
 use infergate_kserve::http_error::HttpResult;
-use infergate_service::error::{ApiError, ApiResult};
+use infergate_service::error::ApiError;
 use infergate_service::model_settings::PAYLOAD_LOG;
 use infergate_service::payload_log::setting::LogSetting;
 use infergate_service::state::AppState;
@@ -29,13 +29,6 @@ pub struct PayloadLogView {
     pub payload_log: Option<LogSetting>,
     /// The sinks this server defines.
     pub sinks: Vec<String>,
-}
-
-fn known_model(state: &AppState, model: &str) -> ApiResult<()> {
-    if state.catalog().versions(model).is_empty() {
-        return Err(ApiError::not_found(format!("unknown model '{model}'")));
-    }
-    Ok(())
 }
 
 fn view(state: &AppState, model: &str, settings: Option<&Map<String, Value>>) -> PayloadLogView {
@@ -58,7 +51,10 @@ pub async fn put(
     headers: HeaderMap,
     body: axum::body::Body,
 ) -> HttpResult<Json<PayloadLogView>> {
-    known_model(&state, &model).map_err(ApiError::before_body)?;
+    state
+        .catalog()
+        .known_versions(&model)
+        .map_err(ApiError::before_body)?;
     let body = read_limited(&headers, body, super::body::MAX_JSON_API_BYTES).await?;
     let setting = LogSetting::parse(&body, state.payload_logs().sink_names())
         .map_err(|e| ApiError::bad_request(format!("payload log: {e}")))?;
@@ -79,7 +75,7 @@ pub async fn get(
     State(state): S,
     Path(model): Path<String>,
 ) -> HttpResult<Json<PayloadLogView>> {
-    known_model(&state, &model)?;
+    state.catalog().known_versions(&model)?;
     let settings = state.model_settings().get(&model);
     Ok(Json(view(
         &state,
@@ -94,7 +90,7 @@ pub async fn delete(
     State(state): S,
     Path(model): Path<String>,
 ) -> HttpResult<Json<PayloadLogView>> {
-    known_model(&state, &model)?;
+    state.catalog().known_versions(&model)?;
     let settings = state
         .model_settings()
         .write(state.store(), &model, PAYLOAD_LOG, None)

@@ -37,11 +37,9 @@ pub struct TrafficView {
 /// The model's versions as a policy is checked against them: a version whose last load
 /// failed is not loadable.
 fn known_versions(state: &AppState, model: &str) -> ApiResult<Vec<KnownVersion>> {
-    let versions = state.catalog().versions(model);
-    if versions.is_empty() {
-        return Err(ApiError::not_found(format!("unknown model '{model}'")));
-    }
-    Ok(versions
+    Ok(state
+        .catalog()
+        .known_versions(model)?
         .iter()
         .map(|r| KnownVersion {
             version: r.version,
