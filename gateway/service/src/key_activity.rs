@@ -26,13 +26,18 @@ pub struct KeyActivity {
 }
 
 impl KeyActivity {
-    /// Counts one request of `key` at `now_ms`.
-    pub fn record(&self, key: i64, admitted: bool, now_ms: u64) {
+    /// `key`'s entry, made at its first use (the read lock is all a known key takes).
+    fn entry(&self, key: i64) -> Arc<Entry> {
         let existing = self.keys.read().get(&key).cloned();
-        let entry = match existing {
+        match existing {
             Some(e) => e,
             None => self.keys.write().entry(key).or_default().clone(),
-        };
+        }
+    }
+
+    /// Counts one request of `key` at `now_ms`.
+    pub fn record(&self, key: i64, admitted: bool, now_ms: u64) {
+        let entry = self.entry(key);
         let counter = if admitted {
             &entry.admitted
         } else {
@@ -44,12 +49,7 @@ impl KeyActivity {
 
     /// Counts `tokens` charged to `key` (a chat generation's prompt and completion).
     pub fn add_tokens(&self, key: i64, tokens: u64) {
-        let existing = self.keys.read().get(&key).cloned();
-        let entry = match existing {
-            Some(e) => e,
-            None => self.keys.write().entry(key).or_default().clone(),
-        };
-        entry.tokens.fetch_add(tokens, Ordering::Relaxed);
+        self.entry(key).tokens.fetch_add(tokens, Ordering::Relaxed);
     }
 
     pub fn totals(&self, key: i64) -> KeyTotals {
