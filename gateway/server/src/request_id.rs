@@ -21,7 +21,7 @@ const MAX_LEN: usize = 128;
 
 /// The request's id, as a request extension.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RequestId(pub String);
+pub struct RequestId(pub Arc<str>);
 
 impl RequestId {
     pub fn as_str(&self) -> &str {
@@ -95,9 +95,11 @@ where
     }
     let method = request.method().clone();
     let uri = request.uri().clone();
+    // One allocation serves the extension, the task's scope and the answer's header.
+    let id: Arc<str> = Arc::from(id);
     request.extensions_mut().insert(RequestId(id.clone()));
     let started = std::time::Instant::now();
-    let scoped = infergate_telemetry::request_id::scope(Arc::from(id.as_str()), next(request));
+    let scoped = infergate_telemetry::request_id::scope(id.clone(), next(request));
     let mut response = scoped.instrument(span.clone()).await;
     let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
     let status = response.status().as_u16();
