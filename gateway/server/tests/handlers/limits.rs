@@ -12,13 +12,7 @@ use std::time::{Duration, Instant};
 
 /// A key created over the admin API with `limits` beside its scopes: (public id, secret).
 async fn key_with(app: &App, scopes: &[&str], limits: Value) -> (String, String) {
-    let mut body = json!({"name": "limited", "scopes": scopes});
-    if let (Some(body), Some(limits)) = (body.as_object_mut(), limits.as_object()) {
-        body.extend(limits.clone());
-    }
-    let created = app.post("/api/keys", Some(&app.admin), body).await;
-    assert_eq!(created.status, 201, "{}", created.json());
-    let created = created.json();
+    let created = app.create_key(scopes, limits).await;
     (
         created["public_id"].as_str().expect("public_id").to_owned(),
         created["secret"].as_str().expect("secret").to_owned(),

@@ -34,13 +34,7 @@ async fn with_chat_model(app: App) -> App {
 
 /// A new infer key with `limits`; its id and secret.
 async fn key_with(app: &App, limits: Value) -> (i64, String) {
-    let mut body = json!({"name": "llm", "scopes": ["infer"]});
-    body.as_object_mut()
-        .expect("object")
-        .extend(limits.as_object().expect("object").clone());
-    let created = app.post("/api/keys", Some(&app.admin), body).await;
-    assert_eq!(created.status, StatusCode::CREATED, "{:?}", created.body);
-    let json = created.json();
+    let json = app.create_key(&["infer"], limits).await;
     (
         json["id"].as_i64().expect("id"),
         json["secret"].as_str().expect("secret").to_owned(),

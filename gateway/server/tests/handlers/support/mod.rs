@@ -319,6 +319,18 @@ impl App {
         self.call(request.body(body).expect("request")).await
     }
 
+    /// A key created over the admin API (`POST /api/keys`) with `scopes` and the fields of
+    /// `limits` beside them: the answer (`id`, `public_id`, `secret`, the limits stored).
+    pub async fn create_key(&self, scopes: &[&str], limits: Value) -> Value {
+        let mut body = serde_json::json!({"name": "limited", "scopes": scopes});
+        if let (Some(body), Some(limits)) = (body.as_object_mut(), limits.as_object()) {
+            body.extend(limits.clone());
+        }
+        let created = self.post("/api/keys", Some(&self.admin), body).await;
+        assert_eq!(created.status, StatusCode::CREATED, "{:?}", created.body);
+        created.json()
+    }
+
     /// A new key with these comma-separated scopes.
     pub fn key(&self, scopes: &str) -> String {
         self.state
