@@ -108,11 +108,16 @@ def summarise(label, on, off):
     cost = (seconds - (tokens - accepted) / streams * step) / max(drafted, 1) / step
     differ = sorted({i for a, b in zip(on, off) for i, (x, y) in enumerate(zip(a.answers, b.answers))
                      if x != y})
+    # The floor: answers that differ between passes without drafts (a sequence decoded alone or
+    # beside others takes another attention path; see llm/src/scheduler.rs).
+    floor = sorted({i for b in off[1:] for i, (x, y) in enumerate(zip(off[0].answers, b.answers))
+                    if x != y})
     print(f"  {label:<44} {statistics.mean(p.rate() for p in on):6.1f} vs "
           f"{statistics.mean(p.rate() for p in off):6.1f} tokens/s = {statistics.median(ratios):.2f}x "
           f"(rounds {', '.join(f'{r:.2f}' for r in ratios)}); acceptance "
           f"{100 * accepted / max(drafted, 1):.0f}% of {drafted // len(on)} drafted; a drafted token "
-          f"cost {cost:.2f} of a step; {len(differ)} answers differ {differ}", flush=True)
+          f"cost {cost:.2f} of a step; {len(differ)} answers differ {differ} "
+          f"(without drafts, between rounds: {floor})", flush=True)
     return statistics.median(ratios)
 
 
@@ -150,6 +155,8 @@ def main():
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--max-tokens", type=int, default=256)
     p.add_argument("--streams", default="1,8")
+    p.add_argument("--row-cost", type=float, default=None,
+                   help="infergate's [llm.speculation] row_cost (unset: the default)")
     p.add_argument("--omp-wait-policy", default=None,
                    help="OMP_WAIT_POLICY for both servers (unset: libgomp's default)")
     a = p.parse_args()
@@ -163,35 +170,45 @@ def main():
           f"OMP_WAIT_POLICY={a.omp_wait_policy or os.environ.get('OMP_WAIT_POLICY', '(libgomp default)')}; "
           "provisional on a shared machine", flush=True)
 
+    # Each server, and the passes it runs: (mode, whether requests carry their `prediction`).
     configs = {
-        ("llama-server", "off"): lambda: LlamaServer(peer_bin, a.threads, SLOTS, CONTEXT, env=env),
-        ("llama-server", "ngram-simple"): lambda: LlamaServer(
-            peer_bin, a.threads, SLOTS, CONTEXT, extra=("--spec-type", "ngram-simple"), env=env),
+        ("llama-server", "off"): (
+            lambda: LlamaServer(peer_bin, a.threads, SLOTS, CONTEXT, env=env), [("off", False)]),
+        ("llama-server", "ngram-simple"): (
+            lambda: LlamaServer(peer_bin, a.threads, SLOTS, CONTEXT,
+                                extra=("--spec-type", "ngram-simple"), env=env),
+            [("ngram-simple", False)]),
     }
     if a.bin:
-        for mode, on in (("no drafts", "false"), ("n-grams + prediction", "true")):
-            configs[("infergate", mode)] = (
-                lambda on=on: Infergate(a.bin, a.threads, SLOTS, CONTEXT, env=env,
-                                        config=f"[llm.speculation]\nenabled = {on}\n"))
+        def gateway(on):
+            return lambda: Infergate(a.bin, a.threads, SLOTS, CONTEXT, env=env,
+                                     config=f"[llm.speculation]\nenabled = {on}\n" + (
+                                         f"row_cost = {a.row_cost}\n" if a.row_cost else ""))
+        configs[("infergate", "off")] = (gateway("false"), [("no drafts", False)])
+        # n-grams alone is llama-server's ngram-simple's like; a prediction is what only the
+        # OpenAI API carries.
+        configs[("infergate", "on")] = (
+            gateway("true"), [("n-grams", False), ("n-grams + prediction", True)])
     if a.in_process:
-        configs[("infergate", "in process")] = None
+        configs[("infergate", "in process")] = (None, [])
     passes = {}
     order = list(configs)
     for r in range(a.rounds):
         for key in (order if r % 2 == 0 else list(reversed(order))):
-            if configs[key] is None:
+            start, modes = configs[key]
+            if start is None:
                 for (mode, streams), one in in_process(a).items():
-                    passes.setdefault(("infergate", mode, streams), []).append(one)
+                    passes.setdefault((key[0], mode, streams), []).append(one)
                 continue
-            server = configs[key]()
+            server = start()
             try:
                 # Untimed: the model loaded, every prompt in the prefix cache.
                 http_pass(server, cases, 1, 8, predict=False)
                 for streams in streams_list:
-                    one = http_pass(server, cases, streams, a.max_tokens,
-                                    predict=key[1] != "no drafts")
-                    one.streams = streams
-                    passes.setdefault((*key, streams), []).append(one)
+                    for mode, predict in modes:
+                        one = http_pass(server, cases, streams, a.max_tokens, predict=predict)
+                        one.streams = streams
+                        passes.setdefault((key[0], mode, streams), []).append(one)
             finally:
                 server.stop()
     for streams in streams_list:
@@ -205,10 +222,11 @@ def main():
             summarise("infergate, n-grams", passes[("infergate", "n-grams", streams)], ours_off)
         summarise("llama-server, --spec-type ngram-simple", peer_on, peer_off)
         rate = lambda runs: statistics.mean(p.rate() for p in runs)  # noqa: E731
-        print(f"  infergate with drafts / llama-server with ngram-simple: "
-              f"{rate(ours_on) / rate(peer_on):.2f}x; without: {rate(ours_off) / rate(peer_off):.2f}x"
-              + (" (infergate in process, llama-server over HTTP)" if a.in_process else ""))
-
+        ngrams = passes.get(("infergate", "n-grams", streams), ours_on)
+        print(f"  infergate n-grams / llama-server ngram-simple: {rate(ngrams) / rate(peer_on):.2f}x; "
+              f"with predictions: {rate(ours_on) / rate(peer_on):.2f}x; "
+              f"without drafts: {rate(ours_off) / rate(peer_off):.2f}x"
+              + (" (infergate in process, llama-server over HTTP)" if a.in_process else ""), flush=True)
 
 if __name__ == "__main__":
     sys.exit(main())
