@@ -125,6 +125,18 @@ def traced():
         shutil.rmtree(dirs, ignore_errors=True)
 
 
+def exemplars(gateway, key):
+    """The trace ids of the request-duration buckets' exemplars on /metrics."""
+    ctx = ssl.create_default_context(cafile=gateway.cert)
+    request = urllib.request.Request(f"{gateway.url}/metrics",
+                                     headers={"Authorization": f"Bearer {key}"})
+    with urllib.request.urlopen(request, context=ctx, timeout=30) as answer:
+        text = answer.read().decode()
+    return {m.group(1) for line in text.splitlines()
+            if line.startswith("infergate_request_duration_seconds_bucket{")
+            for m in [re.search(r' # \{trace_id="([0-9a-f]{32})"\} [0-9.e-]+ [0-9.]+$', line)] if m}
+
+
 def wait_for(receiver, trace_id, names, timeout=20):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -167,6 +179,7 @@ def test_one_trace_spans_the_manager_and_the_worker(traced):
     assert attributes["request_bytes"].value.int_value > 0
     admission = {a.key: a for _, s in spans if s.name == "admission" for a in s.attributes}
     assert admission["anonymous"].value.bool_value is False
+    assert CALLER_TRACE in exemplars(manager, manager.admin_key), "the latency bucket leads to the trace"
     secret = key.split(".")[-1]
     for _, span in spans:
         for a in span.attributes:
@@ -194,6 +207,8 @@ def test_sampling_0_records_nothing_the_caller_did_not_ask_for(traced):
     assert wait_for(receiver, marker, {"request", "worker request"})
     for trace in (unasked, not_sampled, malformed):
         assert receiver.trace(trace) == [], f"trace {trace} was not to be recorded"
+    assert not {unasked, not_sampled, malformed} & exemplars(manager, manager.admin_key), \
+        "only recorded traces become exemplars"
 
 
 def test_a_grpc_call_continues_the_callers_trace(traced):
@@ -248,6 +263,59 @@ def test_log_lines_of_a_recorded_request_carry_its_trace_and_span(monkeypatch):
         (request,) = [s for _, s in wait_for(receiver, recorded, {"request"}) if s.name == "request"]
         assert spans["logged-recorded"]["span_id"] == request.span_id.hex(), \
             "the log line names the exported request span"
+    finally:
+        g.stop()
+        receiver.stop()
+
+
+def post_json(g, key, path, body, headers=None, method="POST"):
+    ctx = ssl.create_default_context(cafile=g.cert)
+    request = urllib.request.Request(
+        f"{g.url}{path}", data=body if isinstance(body, bytes) else json.dumps(body).encode(),
+        method=method, headers={"Content-Type": "application/json", "Authorization": f"Bearer {key}",
+                                **(headers or {})})
+    with urllib.request.urlopen(request, context=ctx, timeout=120) as answer:
+        return json.load(answer)
+
+
+def test_chat_generations_and_plugin_calls_have_their_spans():
+    receiver = Receiver()
+    g = start([("minilm", "minilm.onnx"), ("smollm2", "smollm2.gguf")], extra_args=(
+        "--otlp-endpoint", receiver.url, "--trace-sample-ratio", "0", "--llm-max-sequences", "1",
+        "--llm-context", "512", "--llm-threads", "1"))
+    try:
+        admin = g.admin_key
+        chat = "5af7651916cd43dd8448eb211c80319c"
+        answer = post_json(g, admin, "/v1/chat/completions", {
+            "model": "smollm2", "max_tokens": 8, "temperature": 0,
+            "messages": [{"role": "user", "content": "Say hello."}]},
+            {"traceparent": f"00-{chat}-e7ad6b7169203331-01"})
+        spans = wait_for(receiver, chat, {"request", "prefill", "decode"})
+        by_name = {s.name: s for _, s in spans}
+        assert {"prefill", "decode"} <= set(by_name), [s.name for _, s in spans]
+        request = by_name["request"]
+        for name in ("prefill", "decode"):
+            assert by_name[name].parent_span_id == request.span_id, f"{name} is the request's child"
+        prefill = {a.key: a.value for a in by_name["prefill"].attributes}
+        decode = {a.key: a.value for a in by_name["decode"].attributes}
+        assert prefill["model"].string_value == "smollm2"
+        assert prefill["prompt_tokens"].int_value == answer["usage"]["prompt_tokens"]
+        assert decode["completion_tokens"].int_value == answer["usage"]["completion_tokens"]
+        assert by_name["prefill"].end_time_unix_nano <= by_name["decode"].start_time_unix_nano
+        assert [e.name for e in by_name["decode"].events] == ["first token"]
+
+        with open(os.path.join(os.environ.get("INFERGATE_PLUGINS", ""), "passthrough.wasm"), "rb") as f:
+            post_json(g, admin, "/api/plugins", f.read())
+        post_json(g, admin, "/api/pipelines/traced", {"model": "minilm", "pre": ["passthrough"]},
+                  method="PUT")
+        piped = "6af7651916cd43dd8448eb211c80319c"
+        post_json(g, admin, "/v2/models/traced/infer", BODY,
+                  {"traceparent": f"00-{piped}-e7ad6b7169203331-01"})
+        spans = wait_for(receiver, piped, {"request", "plugin"})
+        (plugin,) = [s for _, s in spans if s.name == "plugin"]
+        attributes = {a.key: a.value.string_value for a in plugin.attributes}
+        assert attributes["plugin"] == "passthrough" and attributes["stage"] == "pre"
+        assert attributes["outcome"] == "ok"
     finally:
         g.stop()
         receiver.stop()

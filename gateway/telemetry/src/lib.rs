@@ -50,6 +50,21 @@ pub fn recording() -> bool {
     current.is_none() || current.context().span().span_context().is_sampled()
 }
 
+/// The trace id (32 lowercase hex digits) of the current span when its trace is recorded: a
+/// latency metric's exemplar. A relaxed load and None while traces are not exported.
+pub fn recorded_trace_id() -> Option<String> {
+    use opentelemetry::trace::{TraceContextExt, TraceId};
+    use tracing_opentelemetry::OpenTelemetrySpanExt;
+    if !exporting() {
+        return None;
+    }
+    let cx = tracing::Span::current().context();
+    let span = cx.span();
+    let context = span.span_context();
+    (context.is_sampled() && context.trace_id() != TraceId::INVALID)
+        .then(|| format!("{:032x}", context.trace_id()))
+}
+
 /// Awaits `$fut` inside `$span` while [`recording`], as it is otherwise (the span expression is
 /// then not evaluated). The traced branch is boxed: wrapping a large future in `Instrumented`
 /// in place makes the caller's own future larger by that future's size, and a request's future

@@ -451,8 +451,9 @@ pub(super) async fn respond(
             &plan.speculation,
         )
         .map_err(api_error)?;
-    let tracked = Tracked::new(&state, &record, generations.len(), started);
+    let mut tracked = Tracked::new(&state, &record, generations.len(), started);
     let prompt_tokens = plan.prompt.len() as u32;
+    tracked.trace(prompt_tokens);
     let response = if plan.stream {
         super::openai_llm_stream::response(
             meta,
@@ -529,6 +530,7 @@ async fn complete(
                         return Err(e);
                     }
                 }
+                tracked.done(&done);
                 choices[i].done = Some(done);
             }
             Event::Error(message) => {

@@ -86,6 +86,7 @@ impl Streaming {
                 }
                 let rest = self.calls[i].finish();
                 self.emit(i, rest, None, false, out);
+                self.tracked.done(&done);
                 self.done[i] = Some(done);
                 let finish = match FinishReason::from(done.finish) {
                     FinishReason::Stop if self.calls[i].called => FinishReason::ToolCalls,

@@ -104,7 +104,14 @@ async fn call<T: Send + 'static>(
 ) -> ApiResult<T> {
     let p = plugin.clone();
     let started = Instant::now();
-    let result = blocking(move || f(&p)).await?;
+    let span = infergate_telemetry::span!(
+        "plugin",
+        plugin = %plugin.record.name,
+        version = %plugin.record.version,
+        stage,
+        outcome = tracing::field::Empty
+    );
+    let result = infergate_telemetry::traced!(blocking(move || f(&p)), span.clone())?;
     let outcome = match &result {
         Ok(_) => "ok",
         Err(host::PluginError::BadInput { .. }) => "bad_input",
@@ -112,6 +119,7 @@ async fn call<T: Send + 'static>(
         Err(host::PluginError::Fault { kind, .. }) => kind.as_str(),
         Err(_) => "internal",
     };
+    span.record("outcome", outcome);
     state.metrics().plugin_call(
         PluginLabels {
             plugin: plugin.record.name.clone(),

@@ -21,6 +21,13 @@ pub struct InferenceLabels {
     pub status: u16,
 }
 
+/// The exemplar of a latency observation: the trace of a recorded request (OpenMetrics
+/// exemplars), so that a bucket on a chart leads to a trace of a request that landed in it.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TraceExemplar {
+    pub trace_id: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct LimitLabels {
     pub key_id: String,
