@@ -603,20 +603,34 @@ async fn a_keys_guardrails_mask_its_streamed_and_cached_answers_only() {
     let (again, _) = streamed(&chat_as(&app, &other, prompt, true).await.body);
     assert_eq!(again.concat(), text, "another key's stream is not masked");
 
-    // Whole answers, cached: each key's is its own, though the prompt is the same.
-    let (plain, _) = answer(&chat_as(&app, &other, prompt, false).await);
-    let (masked, _) = answer(&chat_as(&app, &guarded, prompt, false).await);
-    assert_eq!(plain, text);
-    assert_eq!(masked, mask_term(&text, &term));
-    assert_eq!(answer(&chat_as(&app, &other, prompt, false).await).0, plain);
-    assert_eq!(
-        answer(&chat_as(&app, &guarded, prompt, false).await).0,
-        masked
-    );
+    // Whole answers, cached: each key's is its own, though the prompt is the same: the masked
+    // one is stored first, then asked for by a key with other guardrails (which mask a term the
+    // answer lacks) and by one without, then each again.
+    let (third_id, third) = infer_key(&app).await;
+    let unrelated = json!({"guardrails": [{"plugin": "blocked-terms", "config": {"terms": ["zebra"], "action": "mask"}}]});
+    let reply = app
+        .send(
+            Method::PUT,
+            &format!("/api/keys/{third_id}/guardrails"),
+            Some(&app.admin),
+            Some(unrelated),
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::OK, "{:?}", reply.body);
+    assert!(!text.to_lowercase().contains("zebra"), "{text}");
+    let masked = mask_term(&text, &term);
+    for _ in 0..2 {
+        assert_eq!(
+            answer(&chat_as(&app, &guarded, prompt, false).await).0,
+            masked
+        );
+        assert_eq!(answer(&chat_as(&app, &third, prompt, false).await).0, text);
+        assert_eq!(answer(&chat_as(&app, &other, prompt, false).await).0, text);
+    }
     let stats = app
         .get("/v2/models/smollm2/stats", Some(&app.infer))
         .await
         .json();
     let hits = stats["model_stats"][0]["inference_stats"]["cache_hit"]["count"].as_u64();
-    assert!(hits.is_some_and(|n| n >= 2), "{stats}");
+    assert!(hits.is_some_and(|n| n >= 3), "{stats}");
 }
