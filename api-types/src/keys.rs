@@ -177,6 +177,22 @@ pub struct KeyInfo {
     pub tokens_per_minute: Option<u64>,
     #[serde(default)]
     pub token_budget: Option<TokenBudget>,
+    /// The key's own chat guardrails, run after the server's and before the model's
+    /// (`{"plugin": "name[@version]", "config": {...}}` each); absent: none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Vec<crate::openapi::bodies::GuardrailAttachment>))]
+    pub guardrails: Vec<serde_json::Value>,
+}
+
+/// `/api/keys/{id}/guardrails`: a key's own chat guardrails, the answer of each of its routes.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct KeyGuardrails {
+    pub key_id: i64,
+    pub public_id: String,
+    /// In the order they run (after the server's, before the model's); empty: none.
+    #[cfg_attr(feature = "openapi", schema(value_type = Vec<crate::openapi::bodies::GuardrailAttachment>))]
+    pub guardrails: Vec<serde_json::Value>,
 }
 
 /// `POST /api/keys`: the new key and its secret, shown this once.

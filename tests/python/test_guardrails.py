@@ -1,8 +1,9 @@
 """The official `openai` package against chat guardrails on the demo chat model
 (SmolLM2-135M-Instruct, GGUF): the example guardrails added as plugins and attached to the
 model, an e-mail address masked before the model reads it, a blocked term refused as the
-client's `BadRequestError` with the code `content_filter`, and a stream the guardrail cuts
-short with the finish reason `content_filter`."""
+client's `BadRequestError` with the code `content_filter`, a stream the guardrail cuts
+short with the finish reason `content_filter`, and a key's own guardrail refusing for that key
+only."""
 import json
 import os
 import ssl
@@ -33,10 +34,14 @@ def api(g, method, path, body):
         return json.loads(answer.read())
 
 
-def attach(g, guardrails):
+def upload(g):
     for name in ("pii-mask", "blocked-terms"):
         with open(os.path.join(DIST, f"{name}.wasm"), "rb") as f:
             assert api(g, "POST", "/api/plugins", f.read())["kind"] == "guardrail"
+
+
+def attach(g, guardrails):
+    upload(g)
     body = json.dumps({"guardrails": guardrails}).encode()
     assert len(api(g, "PUT", "/api/models/smollm2/guardrails", body)["guardrails"]) == len(guardrails)
 
@@ -75,3 +80,19 @@ def test_masking_and_refusals_as_the_client_sees_them(guarded):
             finish = chunk.choices[0].finish_reason or finish
     assert finish == "content_filter"
     assert word not in text and answer.startswith(text)
+
+
+def test_a_keys_own_guardrails_refuse_for_that_key_only(guarded):
+    upload(guarded)
+    api(guarded, "DELETE", "/api/models/smollm2/guardrails", None)
+    secret = guarded.key("infer")
+    public_id = secret.split("_")[1]
+    body = json.dumps({"guardrails": [{"plugin": "blocked-terms", "config": {"terms": ["zebra"]}}]})
+    shown = api(guarded, "PUT", f"/api/keys/{public_id}/guardrails", body.encode())
+    assert shown["public_id"] == public_id and shown["guardrails"][0]["plugin"] == "blocked-terms"
+    with pytest.raises(openai.BadRequestError) as refused:
+        ask(client(guarded, secret), "Tell me about the zebra.")
+    assert refused.value.code == "content_filter"
+    assert "blocked-terms" in refused.value.message
+    other = ask(client(guarded, guarded.key("infer")), "Tell me about the zebra.")
+    assert other.choices[0].message.content

@@ -270,6 +270,15 @@ def test_every_documented_operation_answers_as_documented(api, server):
     call("GET", "/api/keys")
     call("PATCH", "/api/keys/{id}", {"id": key_id}, json_body={"rate_limit": None, "max_concurrent": 3})
     call("GET", "/api/keys/{id}/usage", {"id": key_id})
+    r = call("PUT", "/api/keys/{id}/guardrails", {"id": key_id},
+             json_body={"guardrails": [{"plugin": "pii-mask"}]})
+    assert r.status_code == 200 and r.json()["key_id"] == key_id, r.text
+    assert call("GET", "/api/keys").json()["keys"][-1]["guardrails"][0]["plugin"] == "pii-mask"
+    r = call("PUT", "/api/keys/{id}/guardrails", {"id": key_id},
+             json_body={"guardrails": [{"plugin": "no-such-guardrail"}]})
+    assert r.status_code == 400, r.text
+    assert call("GET", "/api/keys/{id}/guardrails", {"id": key_id}).json()["guardrails"][0]["plugin"] == "pii-mask"
+    assert call("DELETE", "/api/keys/{id}/guardrails", {"id": key_id}).json()["guardrails"] == []
     call("GET", "/api/whoami", key=infer_key)
     call("DELETE", "/api/keys/{id}", {"id": key_id})
     call("DELETE", "/api/keys/{id}", {"id": 999999})  # 404

@@ -4,8 +4,10 @@
 #![allow(dead_code)]
 
 use crate::history::History;
-use crate::keys::{Identity, KeyCreated, KeyList, KeyRevoked, KeyUpdated, KeyUsageReport};
-use crate::openapi::bodies::{KeyLimitsRequest, KeyRequest, TtlRequest};
+use crate::keys::{
+    Identity, KeyCreated, KeyGuardrails, KeyList, KeyRevoked, KeyUpdated, KeyUsageReport,
+};
+use crate::openapi::bodies::{GuardrailsBody, KeyLimitsRequest, KeyRequest, TtlRequest};
 use crate::workers::{
     Assignment, JoinTokenCreated, TokenRevoked, WorkerDraining, WorkerList, WorkerRemoved,
 };
@@ -45,6 +47,40 @@ pub fn revoke_key() {}
     security(("bearer" = ["admin"]), ("api_key" = ["admin"])),
     responses((status = 200, description = "The key's usage.", body = KeyUsageReport)))]
 pub fn key_usage() {}
+
+/// Attaches chat guardrails to a key: uploaded plugins of the guardrail world, run in this
+/// order on the key's chat requests, after the server's `[guardrails]` and before the model's.
+/// Each must be an uploaded guardrail now; nothing is stored when one is not.
+#[utoipa::path(put, path = "/api/keys/{id}/guardrails", tag = "Keys",
+    params(("id" = String, Path, description = "The numeric id or the 12-character public id.")),
+    request_body(content = GuardrailsBody, description = "The guardrails, in order."),
+    security(("bearer" = ["admin"]), ("api_key" = ["admin"])),
+    responses(
+        (status = 200, description = "The guardrails now attached.", body = KeyGuardrails),
+        (status = 400, description = "Not a list of attachments, or one names no uploaded guardrail.", body = ErrorBody),
+        (status = 404, description = "No such key.", body = ErrorBody),
+    ))]
+pub fn put_key_guardrails() {}
+
+/// A key's own chat guardrails.
+#[utoipa::path(get, path = "/api/keys/{id}/guardrails", tag = "Keys",
+    params(("id" = String, Path, description = "The numeric id or the 12-character public id.")),
+    security(("bearer" = ["admin"]), ("api_key" = ["admin"])),
+    responses(
+        (status = 200, description = "The guardrails (empty: none).", body = KeyGuardrails),
+        (status = 404, description = "No such key.", body = ErrorBody),
+    ))]
+pub fn get_key_guardrails() {}
+
+/// Detaches a key's own chat guardrails (the server's and the model's still run).
+#[utoipa::path(delete, path = "/api/keys/{id}/guardrails", tag = "Keys",
+    params(("id" = String, Path, description = "The numeric id or the 12-character public id.")),
+    security(("bearer" = ["admin"]), ("api_key" = ["admin"])),
+    responses(
+        (status = 200, description = "No guardrails of its own any more.", body = KeyGuardrails),
+        (status = 404, description = "No such key.", body = ErrorBody),
+    ))]
+pub fn delete_key_guardrails() {}
 
 /// The calling key's identity and scopes (any scope).
 #[utoipa::path(get, path = "/api/whoami", tag = "Keys",

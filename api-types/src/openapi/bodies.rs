@@ -262,7 +262,8 @@ pub struct PayloadLogView {
     sinks: Vec<String>,
 }
 
-/// One chat guardrail attached to a model (`PUT /api/models/{model}/guardrails`).
+/// One chat guardrail attached to a model or a key (`PUT /api/models/{model}/guardrails`,
+/// `PUT /api/keys/{id}/guardrails`).
 #[derive(serde::Deserialize, ToSchema)]
 #[allow(dead_code)]
 pub struct GuardrailAttachment {
@@ -273,7 +274,8 @@ pub struct GuardrailAttachment {
     config: Option<BTreeMap<String, Value>>,
 }
 
-/// A model's own chat guardrails, in the order they run (after the server's `[guardrails]`).
+/// A model's or a key's own chat guardrails, in the order they run (a key's after the server's
+/// `[guardrails]`, a model's after the key's).
 #[derive(serde::Deserialize, ToSchema)]
 #[allow(dead_code)]
 pub struct GuardrailsBody {

@@ -111,8 +111,8 @@ pub fn get_payload_log() {}
 pub fn delete_payload_log() {}
 
 /// Attaches chat guardrails to a chat model: uploaded plugins of the guardrail world, run in
-/// this order after the server's `[guardrails]` on its prompts and answers. Each must be an
-/// uploaded guardrail now; nothing is stored when one is not.
+/// this order after the server's `[guardrails]` and the caller's key's on its prompts and
+/// answers. Each must be an uploaded guardrail now; nothing is stored when one is not.
 #[utoipa::path(put, path = "/api/models/{model}/guardrails", tag = "Models",
     params(("model" = String, Path, description = "A model name.")),
     request_body(content = GuardrailsBody, description = "The guardrails, in order."),

@@ -207,6 +207,7 @@ mod tests {
             rate_limit: rate,
             max_concurrent: None,
             tokens: Default::default(),
+            guardrails: None,
         })
     }
 

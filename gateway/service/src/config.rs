@@ -468,7 +468,8 @@ pub struct CacheConfig {
 }
 
 /// `[guardrails]`: chat guardrails (uploaded plugins of the guardrail world) that every chat
-/// model's requests pass, before a model's own (`PUT /api/models/{model}/guardrails`).
+/// model's requests pass, before a key's own (`PUT /api/keys/{id}/guardrails`) and a model's
+/// own (`PUT /api/models/{model}/guardrails`).
 #[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct GuardrailsConfig {

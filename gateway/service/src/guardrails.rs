@@ -1,9 +1,11 @@
 //! Chat guardrails on chat models: uploaded plugins of the guardrail world (`plugins/wit/
-//! guardrail.wit`), attached server-wide (`[guardrails] chat`) and per model (its settings'
-//! `guardrails` field), that read a request's messages before the model and its answer after,
-//! and let the text pass, rewrite it or refuse it.
+//! guardrail.wit`), attached server-wide (`[guardrails] chat`), per API key (the key's
+//! `guardrails`) and per model (its settings' `guardrails` field), that read a request's
+//! messages before the model and its answer after, and let the text pass, rewrite it or refuse
+//! it. They run in that order: the server's, the caller's key's, the model's.
 //!
-//! The transport resolves the attachments of the model a request runs ([`resolve`]), checks
+//! The transport resolves the attachments of the caller and the model a request runs
+//! ([`resolve`]), checks
 //! the messages before the chat template renders them ([`Guards::check_prompt`]), and puts one
 //! [`ChatHook`] per guardrail in front of the request's other hooks ([`Guards::hooks`]), so
 //! that a cache or anything else that follows the answer sees only what the guardrails let
@@ -16,12 +18,17 @@
 //! text never passes unchecked.
 
 use crate::error::{ApiError, ApiResult};
+use crate::metrics::guardrails::{GuardrailMetrics, GuardrailSeries, PhaseSeries, Verdict};
 use crate::model_settings::ModelSettings;
 use crate::phases::ChatHook;
 use crate::pipelines::registry::PluginRegistry;
 use crate::pipelines::spec::PluginRef;
-use infergate_plugin_host::{ChatText, Guardrail, Metadata, PromptVerdict, TextVerdict};
+use infergate_plugin_host::{
+    ChatText, Guardrail, Metadata, PluginError, PromptVerdict, TextVerdict,
+};
+use infergate_store::keys::KeyRecord;
 use std::sync::Arc;
+use std::time::Instant;
 
 pub use crate::guardrail_attachment::Attachment;
 
@@ -35,24 +42,48 @@ struct Attached {
     /// `name@version`, as refusals and errors name it.
     label: String,
     metadata: Arc<Metadata>,
+    series: Arc<GuardrailSeries>,
 }
 
-/// The guardrails a request runs, in order: the server's, then the model's.
+/// Where a request's guardrails come from: the server's, the caller's key's, the model's.
+pub struct Sources<'a> {
+    pub plugins: &'a PluginRegistry,
+    pub server: &'a crate::config::GuardrailsConfig,
+    pub settings: &'a ModelSettings,
+    pub metrics: &'a GuardrailMetrics,
+}
+
+/// The guardrails a request runs, in order: the server's, the key's, then the model's.
 #[derive(Clone)]
 pub struct Guards {
     attached: Vec<Attached>,
     look_behind: usize,
 }
 
-/// The guardrails attached to `model`'s chat requests: `server`'s (`[guardrails] chat`) then
-/// the model's own; None when there are none. An attachment that does not resolve to an
-/// uploaded guardrail is the operator's to fix: 503, never a request let through unchecked.
+/// The guardrails of `key`'s (None: an anonymous caller's) chat requests to `model`: the
+/// server's (`[guardrails] chat`), then the key's own, then the model's own; None when there
+/// are none. An attachment that does not resolve to an uploaded guardrail, or a stored list
+/// that does not parse, is the operator's to fix: 503, never a request let through unchecked.
 pub fn resolve(
-    plugins: &PluginRegistry,
-    server: &crate::config::GuardrailsConfig,
-    settings: &ModelSettings,
+    sources: &Sources<'_>,
+    key: Option<&KeyRecord>,
     model: &str,
 ) -> ApiResult<Option<Guards>> {
+    let Sources {
+        plugins,
+        server,
+        settings,
+        metrics,
+    } = *sources;
+    let key_list = match key.and_then(|k| k.guardrails.as_deref().map(|text| (k, text))) {
+        None => Vec::new(),
+        Some((k, text)) => key_attachments(text).map_err(|e| {
+            ApiError::unavailable(format!(
+                "API key {} has guardrails that do not parse ({e}); set them again",
+                k.id
+            ))
+        })?,
+    };
     let own = settings.get(model);
     if let Some(e) = own.as_ref().and_then(|s| s.guardrails_error.as_ref()) {
         return Err(ApiError::unavailable(format!(
@@ -60,15 +91,16 @@ pub fn resolve(
         )));
     }
     let model_list = own.as_ref().map_or(&[][..], |s| s.guardrails.as_slice());
-    if server.chat.is_empty() && model_list.is_empty() {
+    if server.chat.is_empty() && key_list.is_empty() && model_list.is_empty() {
         return Ok(None);
     }
     let attached = server
         .chat
         .iter()
         .map(|a| (a, "[guardrails] chat"))
+        .chain(key_list.iter().map(|a| (a, "the API key's guardrails")))
         .chain(model_list.iter().map(|a| (a, "the model's settings")))
-        .map(|(a, whose)| attach(plugins, a, model, whose))
+        .map(|(a, whose)| attach(plugins, metrics, a, model, whose))
         .collect::<ApiResult<Vec<_>>>()?;
     Ok(Some(Guards {
         attached,
@@ -76,8 +108,15 @@ pub fn resolve(
     }))
 }
 
+/// A key's stored list (JSON text), checked as an API body is.
+fn key_attachments(text: &str) -> Result<Vec<Attachment>, String> {
+    let value = serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
+    Attachment::list(value)
+}
+
 fn attach(
     plugins: &PluginRegistry,
+    metrics: &GuardrailMetrics,
     a: &Attachment,
     model: &str,
     whose: &str,
@@ -99,14 +138,44 @@ fn attach(
     } else {
         a.config.to_string()
     };
+    let label = format!("{}@{}", loaded.record.name, loaded.record.version);
     Ok(Attached {
-        label: format!("{}@{}", loaded.record.name, loaded.record.version),
+        series: metrics.series(&label),
+        label,
         guardrail,
         metadata: Arc::new(vec![
             ("model".to_owned(), model.to_owned()),
             ("config".to_owned(), config),
         ]),
     })
+}
+
+/// Runs one guardrail call and records it in `series` (its verdict, from `verdict`).
+fn observed<T>(
+    series: &PhaseSeries,
+    call: impl FnOnce() -> Result<T, PluginError>,
+    verdict: impl FnOnce(&T) -> Verdict,
+) -> Result<T, PluginError> {
+    let started = Instant::now();
+    let result = call();
+    series.record(started.elapsed(), result.as_ref().map(verdict));
+    result
+}
+
+fn prompt_verdict(v: &PromptVerdict) -> Verdict {
+    match v {
+        PromptVerdict::Pass => Verdict::Pass,
+        PromptVerdict::Rewrite(_) => Verdict::Rewrite,
+        PromptVerdict::Refuse(_) => Verdict::Refuse,
+    }
+}
+
+fn text_verdict(v: &TextVerdict) -> Verdict {
+    match v {
+        TextVerdict::Pass => Verdict::Pass,
+        TextVerdict::Rewrite(_) => Verdict::Rewrite,
+        TextVerdict::Refuse(_) => Verdict::Refuse,
+    }
 }
 
 fn refusal(label: &str, reason: &str) -> ApiError {
@@ -134,7 +203,12 @@ impl Guards {
             let mut messages = messages;
             let mut changed = false;
             for a in &attached {
-                match a.guardrail.check_prompt(&messages, &a.metadata)? {
+                let verdict = observed(
+                    &a.series.prompt,
+                    || a.guardrail.check_prompt(&messages, &a.metadata),
+                    prompt_verdict,
+                )?;
+                match verdict {
                     PromptVerdict::Pass => {}
                     PromptVerdict::Rewrite(contents) => {
                         for (m, content) in messages.iter_mut().zip(contents) {
@@ -219,9 +293,15 @@ impl AnswerGuard {
             }
             let pending = std::mem::take(&mut state.pending);
             let verdict = blocking(|| {
-                attached
-                    .guardrail
-                    .check_answer(&pending, &attached.metadata)
+                observed(
+                    &attached.series.answer,
+                    || {
+                        attached
+                            .guardrail
+                            .check_answer(&pending, &attached.metadata)
+                    },
+                    text_verdict,
+                )
             })?;
             return match verdict {
                 TextVerdict::Pass => Ok(pending),
@@ -235,11 +315,17 @@ impl AnswerGuard {
         // At the bound the guardrail must decide on everything: nothing goes out unchecked.
         let decide_all = last || state.pending.len() >= look_behind;
         let verdict = blocking(|| {
-            attached.guardrail.check_stream(
-                &state.released,
-                &state.pending,
-                decide_all,
-                &attached.metadata,
+            observed(
+                &attached.series.answer,
+                || {
+                    attached.guardrail.check_stream(
+                        &state.released,
+                        &state.pending,
+                        decide_all,
+                        &attached.metadata,
+                    )
+                },
+                |v| text_verdict(&v.verdict),
             )
         })?;
         let ready = state.pending.len() - verdict.hold as usize;

@@ -524,6 +524,7 @@ mod tests {
             rate_limit: None,
             max_concurrent: None,
             tokens: Default::default(),
+            guardrails: None,
         });
         Caller::of_key(key, &infergate_limits::Limits::default())
     }

@@ -21,6 +21,10 @@ pub struct KeyRecord {
     pub max_concurrent: Option<u32>,
     /// The key's own token limits (each `None` = the server default).
     pub tokens: TokenLimits,
+    /// The key's own chat guardrails as stored: the JSON text of a list of attachments, which
+    /// the service checks when it runs them (a list that does not parse fails the key's chat
+    /// requests, never its other ones); None: none of its own.
+    pub guardrails: Option<String>,
 }
 
 /// A key's own admission limits, as set at creation or by an admin.
@@ -64,7 +68,17 @@ impl KeyRecord {
             max_concurrent: self.max_concurrent,
             tokens_per_minute: self.tokens.tokens_per_minute,
             token_budget: self.tokens.token_budget.map(shown_budget),
+            guardrails: self.guardrail_list(),
         }
+    }
+
+    /// The key's own guardrails as JSON values, for showing; empty when it has none, or when
+    /// the stored text is not a JSON list (its chat requests then fail and say so).
+    pub fn guardrail_list(&self) -> Vec<serde_json::Value> {
+        self.guardrails
+            .as_deref()
+            .and_then(|text| serde_json::from_str(text).ok())
+            .unwrap_or_default()
     }
 }
 
@@ -100,6 +114,7 @@ pub(crate) fn record(row: &Row) -> Result<KeyRecord, StoreError> {
                 _ => None,
             },
         },
+        guardrails: row.get("guardrails")?,
     })
 }
 

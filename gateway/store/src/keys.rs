@@ -174,7 +174,29 @@ impl Store {
                 ],
             )
         })?;
-        if n == 0 {
+        self.updated_key(id_or_public, n)
+    }
+
+    /// Replaces a key's own chat guardrails (`list`: the JSON text of their list, already
+    /// checked; None removes them). Returns the updated record, or None when no such key.
+    pub fn set_key_guardrails(
+        &self,
+        id_or_public: &str,
+        list: Option<&str>,
+    ) -> Result<Option<KeyRecord>, StoreError> {
+        let n = self.with(|db| {
+            db.execute(
+                "UPDATE api_keys SET guardrails = ?2 WHERE public_id = ?1 OR CAST(id AS TEXT) = ?1",
+                vals![id_or_public, list],
+            )
+        })?;
+        self.updated_key(id_or_public, n)
+    }
+
+    /// After an update of `rows` rows of the key `id_or_public`: its record as written (None
+    /// when there was no such key), seen by this server's key cache at once.
+    fn updated_key(&self, id_or_public: &str, rows: u64) -> Result<Option<KeyRecord>, StoreError> {
+        if rows == 0 {
             return Ok(None);
         }
         let rec = self.get_key(id_or_public)?;

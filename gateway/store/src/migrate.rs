@@ -36,6 +36,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "0006_guardrail_plugins.sql",
         include_str!("../../../migrations/0006_guardrail_plugins.sql"),
     ),
+    (
+        7,
+        "0007_key_guardrails.sql",
+        include_str!("../../../migrations/0007_key_guardrails.sql"),
+    ),
 ];
 
 pub fn apply(conn: &mut Connection) -> Result<Vec<i64>, String> {

@@ -72,6 +72,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "0009_guardrail_plugins.sql",
         include_str!("../../../migrations/postgres/0009_guardrail_plugins.sql"),
     ),
+    (
+        10,
+        "0010_key_guardrails.sql",
+        include_str!("../../../migrations/postgres/0010_key_guardrails.sql"),
+    ),
 ];
 /// `pg_advisory_xact_lock` key that serialises migrations of replicas starting together
 /// ("infergat" in ASCII).

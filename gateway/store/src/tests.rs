@@ -60,6 +60,7 @@ on_both_backends!(
     start_up_collection_keeps_referenced_files_and_drops_the_rest,
     token_limits_and_usage_are_kept_per_key_model_and_hour,
     model_settings_survive_new_versions_and_go_with_the_model,
+    a_keys_guardrails_are_kept_cleared_and_seen_by_its_next_request,
 );
 
 fn infer() -> Scopes {
@@ -106,6 +107,38 @@ fn keys_are_created_authenticated_limited_and_revoked(store: &Store) {
         .map(|k| k.name)
         .collect();
     assert_eq!(names, ["ci", "lim"]);
+}
+
+fn a_keys_guardrails_are_kept_cleared_and_seen_by_its_next_request(store: &Store) {
+    let (rec, secret) = store.create_key("guarded", &infer()).unwrap();
+    assert_eq!(rec.guardrails, None);
+    assert!(rec.info().guardrails.is_empty());
+    // Authenticated once: the key is in the cache (SQLite's snapshot, a replica's keys).
+    assert!(store.authenticate(&secret).unwrap().is_some());
+    let list =
+        r#"[{"plugin":"pii-mask"},{"plugin":"blocked-terms@1.0.0","config":{"terms":["x"]}}]"#;
+    let set = store
+        .set_key_guardrails(&rec.public_id, Some(list))
+        .unwrap()
+        .unwrap();
+    assert_eq!(set.guardrails.as_deref(), Some(list));
+    assert_eq!(set.info().guardrails[1]["config"], json!({"terms": ["x"]}));
+    let seen = store.authenticate(&secret).unwrap().unwrap();
+    assert_eq!(
+        seen.guardrails.as_deref(),
+        Some(list),
+        "the cached key follows its guardrails"
+    );
+    let other = store.set_key_guardrails(&rec.id.to_string(), None).unwrap();
+    assert_eq!(other.unwrap().guardrails, None);
+    assert_eq!(
+        store.authenticate(&secret).unwrap().unwrap().guardrails,
+        None
+    );
+    assert!(store
+        .set_key_guardrails("nope", Some("[]"))
+        .unwrap()
+        .is_none());
 }
 
 fn a_wrong_secret_for_a_known_id_is_refused(store: &Store) {
@@ -359,6 +392,18 @@ fn replicas_follow_each_others_key_writes_through_notifications() {
     let (rec, secret) = a.create_key("shared", &infer()).unwrap();
     let seen = within_10s(|| b.authenticate(&secret).unwrap().is_some());
     assert!(seen.is_some(), "B never saw the key A created");
+    a.set_key_guardrails(&rec.public_id, Some(r#"[{"plugin":"pii-mask"}]"#))
+        .unwrap()
+        .unwrap();
+    let guarded = within_10s(|| {
+        b.authenticate(&secret)
+            .unwrap()
+            .is_some_and(|k| k.guardrails.is_some())
+    });
+    assert!(
+        guarded.is_some(),
+        "B never saw the guardrails A set on the key"
+    );
     a.revoke_key(&rec.public_id).unwrap().unwrap();
     let gone = within_10s(|| b.authenticate(&secret).unwrap().is_none());
     assert!(gone.is_some(), "B still accepts a key A revoked");

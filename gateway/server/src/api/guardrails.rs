@@ -1,20 +1,26 @@
 //! `/api/models/{model}/guardrails`: a chat model's own chat guardrails (uploaded plugins of
-//! the guardrail world), run after the server's `[guardrails]` on its prompts and answers.
-//! `PUT` (scope `upload`) sets them, `GET` (scope `infer`) reads them, `DELETE` (scope
-//! `upload`) detaches them. They belong to the model, not a version: they survive new uploads
-//! and go with the model, and apply to the next request on every replica.
+//! the guardrail world), run after the server's `[guardrails]` and the caller's key's on its
+//! prompts and answers. `PUT` (scope `upload`) sets them, `GET` (scope `infer`) reads them,
+//! `DELETE` (scope `upload`) detaches them. They belong to the model, not a version: they
+//! survive new uploads and go with the model, and apply to the next request on every replica.
+//!
+//! `/api/keys/{id}/guardrails` (scope `admin`): an API key's own, the same way, run after the
+//! server's and before the model's on that key's chat requests.
 
-use super::authorized::{Authorized, Infer, Upload};
+use super::authorized::{Admin, Authorized, Infer, Upload};
 use super::body::read_limited;
+use super::key_admin::KeyAdmin;
 use axum::extract::{Path, State};
 use axum::Json;
 use http::HeaderMap;
+use infergate_api_types::keys::KeyGuardrails;
 use infergate_kserve::http_error::HttpResult;
 use infergate_service::error::{ApiError, ApiResult};
 use infergate_service::guardrails::Attachment;
 use infergate_service::model_settings::GUARDRAILS;
 use infergate_service::pipelines::spec::PluginRef;
 use infergate_service::state::AppState;
+use infergate_store::keys::KeyRecord;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::sync::Arc;
@@ -50,21 +56,15 @@ async fn store(state: &AppState, model: &str, value: Option<Value>) -> ApiResult
     Ok(view(state, model))
 }
 
-/// `PUT /api/models/{model}/guardrails`: `{"guardrails": [{"plugin": "pii-mask"},
-/// {"plugin": "blocked-terms@1.0.0", "config": {"terms": ["..."]}}]}`. Each must name an
-/// uploaded guardrail now (400 naming it otherwise; nothing is stored then).
-pub async fn put(
-    _: Authorized<Upload>,
-    State(state): S,
-    Path(model): Path<String>,
-    headers: HeaderMap,
+/// A `PUT` body: `{"guardrails": [{"plugin": "pii-mask"}, {"plugin": "blocked-terms@1.0.0",
+/// "config": {"terms": ["..."]}}]}`, each naming an uploaded guardrail now (400 naming it
+/// otherwise), as JSON to store.
+async fn checked_body(
+    state: &AppState,
+    headers: &HeaderMap,
     body: axum::body::Body,
-) -> HttpResult<Json<GuardrailsView>> {
-    state
-        .catalog()
-        .known_versions(&model)
-        .map_err(ApiError::before_body)?;
-    let body = read_limited(&headers, body, super::body::MAX_JSON_API_BYTES).await?;
+) -> HttpResult<(Vec<Attachment>, Value)> {
+    let body = read_limited(headers, body, super::body::MAX_JSON_API_BYTES).await?;
     let body: Value = serde_json::from_slice(&body)
         .map_err(|e| ApiError::bad_request(format!("guardrails: the body is not JSON: {e}")))?;
     let list = match body {
@@ -89,6 +89,23 @@ pub async fn put(
     }
     let value = serde_json::to_value(&list)
         .map_err(|e| ApiError::internal(format!("encoding the guardrails: {e}")))?;
+    Ok((list, value))
+}
+
+/// `PUT /api/models/{model}/guardrails`: [`checked_body`]'s body; nothing is stored when one
+/// is refused.
+pub async fn put(
+    _: Authorized<Upload>,
+    State(state): S,
+    Path(model): Path<String>,
+    headers: HeaderMap,
+    body: axum::body::Body,
+) -> HttpResult<Json<GuardrailsView>> {
+    state
+        .catalog()
+        .known_versions(&model)
+        .map_err(ApiError::before_body)?;
+    let (list, value) = checked_body(&state, &headers, body).await?;
     let answer = store(&state, &model, Some(value)).await?;
     tracing::info!(model = %model, guardrails = list.len(), "chat guardrails set");
     Ok(Json(answer))
@@ -113,5 +130,65 @@ pub async fn delete(
     state.catalog().known_versions(&model)?;
     let answer = store(&state, &model, None).await?;
     tracing::info!(model = %model, "chat guardrails removed");
+    Ok(Json(answer))
+}
+
+fn key_view(key: &KeyRecord) -> KeyGuardrails {
+    KeyGuardrails {
+        key_id: key.id,
+        public_id: key.public_id.clone(),
+        guardrails: key.guardrail_list(),
+    }
+}
+
+/// Writes the key's guardrails (None removes them); its next request runs them, on every
+/// replica.
+fn store_key(keys: &KeyAdmin, key: &KeyRecord, list: Option<&str>) -> ApiResult<KeyGuardrails> {
+    let updated = keys
+        .store()
+        .set_key_guardrails(&key.id.to_string(), list)?
+        .ok_or_else(|| ApiError::not_found(format!("no API key '{}'", key.id)))?;
+    Ok(key_view(&updated))
+}
+
+/// `PUT /api/keys/{id}/guardrails`: the body of the model route; nothing is stored when one is
+/// refused.
+pub async fn put_key(
+    _: Authorized<Admin>,
+    State(state): S,
+    State(keys): State<KeyAdmin>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: axum::body::Body,
+) -> HttpResult<Json<KeyGuardrails>> {
+    let key = keys.find(&id).map_err(ApiError::before_body)?;
+    let (list, value) = checked_body(&state, &headers, body).await?;
+    let answer = store_key(&keys, &key, Some(&value.to_string()))?;
+    tracing::info!(
+        key_id = key.id,
+        guardrails = list.len(),
+        "API key guardrails set"
+    );
+    Ok(Json(answer))
+}
+
+/// `GET /api/keys/{id}/guardrails`.
+pub async fn get_key(
+    _: Authorized<Admin>,
+    State(keys): State<KeyAdmin>,
+    Path(id): Path<String>,
+) -> HttpResult<Json<KeyGuardrails>> {
+    Ok(Json(key_view(&keys.find(&id)?)))
+}
+
+/// `DELETE /api/keys/{id}/guardrails`: the server's and the model's still run.
+pub async fn delete_key(
+    _: Authorized<Admin>,
+    State(keys): State<KeyAdmin>,
+    Path(id): Path<String>,
+) -> HttpResult<Json<KeyGuardrails>> {
+    let key = keys.find(&id)?;
+    let answer = store_key(&keys, &key, None)?;
+    tracing::info!(key_id = key.id, "API key guardrails removed");
     Ok(Json(answer))
 }

@@ -194,6 +194,12 @@ fn routes() -> front::Routes {
         .route("/api/keys", get(keys::list).post(keys::create))
         .route("/api/keys/{id}", delete(keys::revoke).patch(limits::update))
         .route("/api/keys/{id}/usage", get(limits::usage))
+        .route(
+            "/api/keys/{id}/guardrails",
+            get(guardrails::get_key)
+                .put(guardrails::put_key)
+                .delete(guardrails::delete_key),
+        )
         .route("/metrics", get(metrics::scrape))
         .route("/api/metrics/history", get(history::history))
         .route("/api/openapi.json", get(openapi::document))

@@ -1,32 +1,35 @@
 //! Chat guardrails (`infergate_service::guardrails`) on the OpenAI routes' chat models, before
-//! the model: the guardrails attached to the model read the request's messages (a
+//! the model: the guardrails attached to the server, the caller's key and the model read the
+//! request's messages (a
 //! completion's prompt as one `user` message), and their rewrites replace the messages'
 //! contents in the request itself, before the chat template renders it, so that the model, the
 //! cache's key and the token count all see the text as the guardrails let it through.
 
 use infergate_plugin_host::ChatText;
+use infergate_service::caller::Caller;
 use infergate_service::error::{ApiError, ApiResult};
 use infergate_service::guardrails::{self, Guards};
 use infergate_service::openai_request;
 use infergate_service::state::AppState;
 use serde_json::Value;
 
-/// The guardrails of `model`, with `messages` (a chat) or `prompt` (a completion) checked and
-/// rewritten in place; None when the model has none. A refusal is the request's answer (400,
-/// code `content_filter`).
+/// The guardrails of `caller`'s requests to `model`, with `messages` (a chat) or `prompt` (a
+/// completion) checked and rewritten in place; None when there are none. A refusal is the
+/// request's answer (400, code `content_filter`).
 pub(super) async fn check_request(
     state: &AppState,
+    caller: &Caller,
     model: &str,
     messages: Option<&mut [Value]>,
     prompt: Option<&mut Value>,
 ) -> ApiResult<Option<Guards>> {
-    let Some(guards) = guardrails::resolve(
-        state.plugins(),
-        &state.config().guardrails,
-        state.model_settings(),
-        model,
-    )?
-    else {
+    let sources = guardrails::Sources {
+        plugins: state.plugins(),
+        server: &state.config().guardrails,
+        settings: state.model_settings(),
+        metrics: &state.metrics().guardrails,
+    };
+    let Some(guards) = guardrails::resolve(&sources, caller.key().map(|k| &**k), model)? else {
         return Ok(None);
     };
     if let Some(messages) = messages {

@@ -168,11 +168,12 @@ struct Plan {
 }
 
 impl Request {
-    /// The guardrails of `model` (None when it has none), the messages or the prompt already
-    /// checked and rewritten by them.
+    /// The guardrails of `caller`'s requests to `model` (None when there are none), the
+    /// messages or the prompt already checked and rewritten by them.
     async fn guard(
         &mut self,
         state: &AppState,
+        caller: &Caller,
         model: &str,
         kind: Kind,
     ) -> ApiResult<Option<Guards>> {
@@ -180,7 +181,7 @@ impl Request {
             Kind::Chat => (self.messages.as_deref_mut(), None),
             Kind::Completion => (None, self.prompt.as_mut()),
         };
-        openai_guardrails::check_request(state, model, messages, prompt).await
+        openai_guardrails::check_request(state, caller, model, messages, prompt).await
     }
 
     fn plan(self, kind: Kind, model: &LlmModel, limit: u32) -> ApiResult<Plan> {
@@ -412,7 +413,7 @@ pub(super) async fn respond(
         let path = e.path().to_string();
         ApiError::bad_request(format!("invalid request: {path}: {}", e.into_inner()))
     })?;
-    let guards = request.guard(&state, &record.name, kind).await?;
+    let guards = request.guard(&state, caller, &record.name, kind).await?;
     let model = state
         .llm()
         .get(&record, state.model_file(&record, false))
@@ -613,7 +614,7 @@ pub(crate) async fn start(
     } else {
         Kind::Completion
     };
-    let guards = request.guard(state, &record.name, kind).await?;
+    let guards = request.guard(state, caller, &record.name, kind).await?;
     let model = state
         .llm()
         .get(record, state.model_file(record, false))

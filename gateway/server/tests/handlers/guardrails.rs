@@ -3,8 +3,9 @@
 //! data masked in the prompt the model sees, a term of the model's answer masked in a stream
 //! across the tokens it is split into, blocked terms refused with OpenAI's shapes (a 400 with
 //! the code `content_filter` for a prompt or a whole answer, the `content_filter` finish for a
-//! stream), and a hostile guardrail failing only the request it runs on. Generations are short
-//! and greedy.
+//! stream), and a hostile guardrail failing only the request it runs on; a key's own
+//! guardrails run between the server's and the model's, for that key only, and the metrics
+//! count every call's verdict. Generations are short and greedy.
 
 use crate::support::App;
 use axum::body::Body;
@@ -46,23 +47,33 @@ async fn app(guardrails: Vec<Attachment>) -> App {
     .await;
     app.register("smollm2", "smollm2.gguf");
     for name in names {
-        let request = Request::builder()
-            .method(Method::POST)
-            .uri("/api/plugins")
-            .header("authorization", format!("Bearer {}", app.upload))
-            .body(Body::from(plugin_bytes(&name)))
-            .expect("request");
-        let reply = app.call(request).await;
-        assert_eq!(reply.status, StatusCode::CREATED, "{:?}", reply.body);
+        let reply = upload(&app, &name).await;
         assert_eq!(reply.json()["kind"], "guardrail", "{}", reply.json());
     }
     app
 }
 
+/// Uploads the plugin `name` built by plugins/build.sh (checked: 201).
+async fn upload(app: &App, name: &str) -> crate::support::Reply {
+    let request = Request::builder()
+        .method(Method::POST)
+        .uri("/api/plugins")
+        .header("authorization", format!("Bearer {}", app.upload))
+        .body(Body::from(plugin_bytes(name)))
+        .expect("request");
+    let reply = app.call(request).await;
+    assert_eq!(reply.status, StatusCode::CREATED, "{:?}", reply.body);
+    reply
+}
+
 async fn chat(app: &App, content: &str, stream: bool) -> crate::support::Reply {
+    chat_as(app, &app.infer, content, stream).await
+}
+
+async fn chat_as(app: &App, key: &str, content: &str, stream: bool) -> crate::support::Reply {
     app.post(
         "/v1/chat/completions",
-        Some(&app.infer),
+        Some(key),
         json!({
             "model": "smollm2",
             "messages": [{"role": "user", "content": content}],
@@ -259,6 +270,11 @@ async fn a_streamed_answer_is_masked_and_refused_across_pieces() {
 #[tokio::test]
 async fn a_hostile_or_missing_guardrail_fails_only_its_request() {
     let app = app(vec![attach("hostile-guardrail", Value::Null)]).await;
+    let series = |kind: &str| {
+        format!(
+            "infergate_guardrail_failures_total{{guardrail=\"hostile-guardrail@0.1.0\",phase=\"prompt\",kind=\"{kind}\"}}"
+        )
+    };
     for attack in ["trap", "memory"] {
         let reply = chat(&app, &format!("please {attack}"), false).await;
         assert_eq!(
@@ -272,6 +288,7 @@ async fn a_hostile_or_missing_guardrail_fails_only_its_request() {
             .unwrap_or_default()
             .to_owned();
         assert!(message.contains("hostile-guardrail"), "{attack}: {message}");
+        assert_eq!(metric(&app, &series(attack)).await, 1, "{attack}");
     }
     // The server and the guardrail go on.
     let (text, _) = answer(&chat(&app, "Say hi.", false).await);
@@ -297,13 +314,7 @@ async fn a_hostile_or_missing_guardrail_fails_only_its_request() {
 async fn a_models_own_guardrails_are_checked_set_and_removed() {
     let app = app(vec![]).await;
     for name in ["blocked-terms", "passthrough"] {
-        let request = Request::builder()
-            .method(Method::POST)
-            .uri("/api/plugins")
-            .header("authorization", format!("Bearer {}", app.upload))
-            .body(Body::from(plugin_bytes(name)))
-            .expect("request");
-        assert_eq!(app.call(request).await.status, StatusCode::CREATED);
+        upload(&app, name).await;
     }
     let path = "/api/models/smollm2/guardrails";
     let put = |body: Value| app.send(Method::PUT, path, Some(&app.upload), Some(body));
@@ -344,4 +355,282 @@ async fn a_models_own_guardrails_are_checked_set_and_removed() {
     assert_eq!(reply.status, StatusCode::OK);
     assert_eq!(reply.json()["guardrails"], json!([]));
     answer(&chat(&app, "Tell me about the zebra.", false).await);
+}
+
+/// The value of the series `name{labels}` on /metrics (0 when absent).
+async fn metric(app: &App, series: &str) -> u64 {
+    let reply = app.get("/metrics", Some(&app.admin)).await;
+    assert_eq!(reply.status, StatusCode::OK);
+    let text = String::from_utf8_lossy(&reply.body).into_owned();
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .map_or(0, |v| v.parse().expect("a count"))
+}
+
+/// `infergate_guardrail_verdicts_total` of `guardrail` in `phase` with `verdict`.
+async fn verdicts(app: &App, guardrail: &str, phase: &str, verdict: &str) -> u64 {
+    metric(
+        app,
+        &format!(
+            "infergate_guardrail_verdicts_total{{guardrail=\"{guardrail}\",phase=\"{phase}\",verdict=\"{verdict}\"}}"
+        ),
+    )
+    .await
+}
+
+/// A new infer key made over the API: its id and secret.
+async fn infer_key(app: &App) -> (i64, String) {
+    let created = app.create_key(&["infer"], json!({})).await;
+    (
+        created["id"].as_i64().expect("id"),
+        created["secret"].as_str().expect("secret").to_owned(),
+    )
+}
+
+#[tokio::test]
+async fn a_keys_guardrails_run_between_the_servers_and_the_models_for_that_key_only() {
+    // The server masks e-mail addresses; the model refuses the word "email".
+    let app = app(vec![attach("pii-mask", Value::Null)]).await;
+    upload(&app, "blocked-terms").await;
+    let (guarded_id, guarded) = infer_key(&app).await;
+    let (_, other) = infer_key(&app).await;
+    let model_terms =
+        json!({"guardrails": [{"plugin": "blocked-terms", "config": {"terms": ["email"]}}]});
+    let reply = app
+        .send(
+            Method::PUT,
+            "/api/models/smollm2/guardrails",
+            Some(&app.upload),
+            Some(model_terms),
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::OK, "{:?}", reply.body);
+
+    // The key masks the word "email": it sees the server's rewrite, the model sees its own.
+    let path = format!("/api/keys/{guarded_id}/guardrails");
+    let masking = json!({"guardrails": [{"plugin": "blocked-terms", "config": {"terms": ["email"], "action": "mask"}}]});
+    let reply = app
+        .send(Method::PUT, &path, Some(&app.admin), Some(masking))
+        .await;
+    assert_eq!(reply.status, StatusCode::OK, "{:?}", reply.body);
+    assert_eq!(reply.json()["key_id"], guarded_id);
+    assert_eq!(reply.json()["guardrails"][0]["config"]["action"], "mask");
+    let listed = app.get("/api/keys", Some(&app.admin)).await.json();
+    let shown = listed["keys"]
+        .as_array()
+        .and_then(|keys| keys.iter().find(|k| k["id"] == guarded_id))
+        .cloned()
+        .expect("the key is listed");
+    assert_eq!(shown["guardrails"][0]["plugin"], "blocked-terms", "{shown}");
+
+    let raw = "Write one line to jane.doe@example.com to say hello.";
+    let rewrites_before = verdicts(&app, "blocked-terms@1.0.0", "prompt", "rewrite").await;
+    let refusals_before = verdicts(&app, "blocked-terms@1.0.0", "prompt", "refuse").await;
+    // Another key: the server's mask, then the model's refusal of what it left.
+    let reply = chat_as(&app, &other, raw, false).await;
+    assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{:?}", reply.body);
+    assert_eq!(reply.json()["error"]["code"], "content_filter");
+    assert_eq!(
+        verdicts(&app, "blocked-terms@1.0.0", "prompt", "refuse").await,
+        refusals_before + 1
+    );
+    // The guarded key: server, key, model, in that order; the model got the key's rewrite.
+    let (guarded_answer, guarded_tokens) = answer(&chat_as(&app, &guarded, raw, false).await);
+    assert_eq!(
+        verdicts(&app, "blocked-terms@1.0.0", "prompt", "rewrite").await,
+        rewrites_before + 1
+    );
+    assert!(
+        verdicts(&app, "pii-mask@1.0.0", "prompt", "rewrite").await >= 2,
+        "the server's guardrail rewrote both"
+    );
+    let masked = "Write one line to [*****] to say hello.";
+    let (direct_answer, direct_tokens) = answer(&chat_as(&app, &other, masked, false).await);
+    assert_eq!(guarded_tokens, direct_tokens);
+    assert_eq!(guarded_answer, direct_answer);
+
+    // A refusal of the key's is the key's alone.
+    let refusing =
+        json!({"guardrails": [{"plugin": "blocked-terms", "config": {"terms": ["zebra"]}}]});
+    let reply = app
+        .send(Method::PUT, &path, Some(&app.admin), Some(refusing))
+        .await;
+    assert_eq!(reply.status, StatusCode::OK, "{:?}", reply.body);
+    let reply = chat_as(&app, &guarded, "Tell me about the zebra.", false).await;
+    assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{:?}", reply.body);
+    assert_eq!(reply.json()["error"]["code"], "content_filter");
+    let message = reply.json()["error"]["message"].clone();
+    assert!(
+        message
+            .as_str()
+            .is_some_and(|m| m.contains("blocked-terms")),
+        "{message}"
+    );
+    answer(&chat_as(&app, &other, "Tell me about the zebra.", false).await);
+
+    // A stored list that no longer parses fails the key's chat requests (503), never lets
+    // them through unchecked; detached, the key runs the server's and the model's only.
+    app.state
+        .store()
+        .set_key_guardrails(&guarded_id.to_string(), Some("{not json"))
+        .expect("store");
+    let reply = chat_as(&app, &guarded, "Say hi.", false).await;
+    assert_eq!(
+        reply.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{:?}",
+        reply.body
+    );
+    let reply = app
+        .send(Method::DELETE, &path, Some(&app.admin), None)
+        .await;
+    assert_eq!(reply.status, StatusCode::OK, "{:?}", reply.body);
+    assert_eq!(reply.json()["guardrails"], json!([]));
+    answer(&chat_as(&app, &guarded, "Tell me about the zebra.", false).await);
+    let reply = chat_as(&app, &guarded, raw, false).await;
+    assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{:?}", reply.body);
+}
+
+#[tokio::test]
+async fn a_keys_guardrails_are_admins_to_set_and_checked_before_they_are_stored() {
+    let app = app(vec![]).await;
+    upload(&app, "blocked-terms").await;
+    upload(&app, "passthrough").await;
+    let (id, _) = infer_key(&app).await;
+    let path = format!("/api/keys/{id}/guardrails");
+    let body = json!({"guardrails": [{"plugin": "blocked-terms", "config": {"terms": ["zebra"]}}]});
+    for key in [&app.infer, &app.upload] {
+        let reply = app
+            .send(Method::PUT, &path, Some(key), Some(body.clone()))
+            .await;
+        assert_eq!(reply.status, StatusCode::FORBIDDEN, "{:?}", reply.body);
+        assert_eq!(
+            app.get(&path, Some(key)).await.status,
+            StatusCode::FORBIDDEN
+        );
+        let reply = app.send(Method::DELETE, &path, Some(key), None).await;
+        assert_eq!(reply.status, StatusCode::FORBIDDEN);
+    }
+    for method in [Method::PUT, Method::GET, Method::DELETE] {
+        let reply = app
+            .send(
+                method.clone(),
+                "/api/keys/999999/guardrails",
+                Some(&app.admin),
+                (method == Method::PUT).then(|| body.clone()),
+            )
+            .await;
+        assert_eq!(
+            reply.status,
+            StatusCode::NOT_FOUND,
+            "{method}: {:?}",
+            reply.body
+        );
+    }
+    let reply = app
+        .send(Method::PUT, &path, Some(&app.admin), Some(body.clone()))
+        .await;
+    assert_eq!(reply.status, StatusCode::OK, "{:?}", reply.body);
+    // Refused, the stored list unchanged: an unknown plugin, a pipeline plugin, a bad shape.
+    for (bad, says) in [
+        (json!({"guardrails": [{"plugin": "nope"}]}), "nope"),
+        (
+            json!({"guardrails": [{"plugin": "passthrough"}]}),
+            "not a chat guardrail",
+        ),
+        (
+            json!({"guardrails": [{"plugin": "blocked-terms", "config": 3}]}),
+            "config",
+        ),
+    ] {
+        let reply = app
+            .send(Method::PUT, &path, Some(&app.admin), Some(bad))
+            .await;
+        assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{:?}", reply.body);
+        assert!(reply.error().contains(says), "{}", reply.error());
+    }
+    let reply = app.get(&path, Some(&app.admin)).await;
+    assert_eq!(reply.status, StatusCode::OK);
+    assert_eq!(reply.json()["guardrails"], body["guardrails"]);
+}
+
+#[tokio::test]
+async fn a_keys_guardrails_mask_its_streamed_and_cached_answers_only() {
+    let app = App::with_config(|c| {
+        c.llm.max_sequences = 2;
+        c.llm.context_per_sequence = 512;
+        c.llm.batch_tokens = 256;
+        c.llm.threads = 1;
+        c.cache.bytes = 4 << 20;
+    })
+    .await;
+    app.register("smollm2", "smollm2.gguf");
+    upload(&app, "blocked-terms").await;
+    let set = app
+        .send(
+            Method::PUT,
+            "/api/models/smollm2/config",
+            Some(&app.upload),
+            Some(json!({"response_cache": {"enable": true}})),
+        )
+        .await;
+    assert_eq!(set.status, StatusCode::OK, "{:?}", set.body);
+    let (id, guarded) = infer_key(&app).await;
+    let (_, other) = infer_key(&app).await;
+    let prompt = "Describe the sea in one sentence.";
+    let (pieces, _) = streamed(&chat_as(&app, &other, prompt, true).await.body);
+    let text = pieces.concat();
+    let term = split_term(&pieces, prompt);
+    let masking = json!({"guardrails": [{"plugin": "blocked-terms", "config": {"terms": [term], "action": "mask"}}]});
+    let reply = app
+        .send(
+            Method::PUT,
+            &format!("/api/keys/{id}/guardrails"),
+            Some(&app.admin),
+            Some(masking),
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::OK, "{:?}", reply.body);
+
+    let answer_rewrites = verdicts(&app, "blocked-terms@1.0.0", "answer", "rewrite").await;
+    let (masked_pieces, finish) = streamed(&chat_as(&app, &guarded, prompt, true).await.body);
+    assert_eq!(finish, "length");
+    assert_eq!(masked_pieces.concat(), mask_term(&text, &term));
+    assert!(
+        verdicts(&app, "blocked-terms@1.0.0", "answer", "rewrite").await > answer_rewrites,
+        "the stream's rewrite is counted"
+    );
+    let (again, _) = streamed(&chat_as(&app, &other, prompt, true).await.body);
+    assert_eq!(again.concat(), text, "another key's stream is not masked");
+
+    // Whole answers, cached: each key's is its own, though the prompt is the same: the masked
+    // one is stored first, then asked for by a key with other guardrails (which mask a term the
+    // answer lacks) and by one without, then each again.
+    let (third_id, third) = infer_key(&app).await;
+    let unrelated = json!({"guardrails": [{"plugin": "blocked-terms", "config": {"terms": ["zebra"], "action": "mask"}}]});
+    let reply = app
+        .send(
+            Method::PUT,
+            &format!("/api/keys/{third_id}/guardrails"),
+            Some(&app.admin),
+            Some(unrelated),
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::OK, "{:?}", reply.body);
+    assert!(!text.to_lowercase().contains("zebra"), "{text}");
+    let masked = mask_term(&text, &term);
+    for _ in 0..2 {
+        assert_eq!(
+            answer(&chat_as(&app, &guarded, prompt, false).await).0,
+            masked
+        );
+        assert_eq!(answer(&chat_as(&app, &third, prompt, false).await).0, text);
+        assert_eq!(answer(&chat_as(&app, &other, prompt, false).await).0, text);
+    }
+    let stats = app
+        .get("/v2/models/smollm2/stats", Some(&app.infer))
+        .await
+        .json();
+    let hits = stats["model_stats"][0]["inference_stats"]["cache_hit"]["count"].as_u64();
+    assert!(hits.is_some_and(|n| n >= 3), "{stats}");
 }

@@ -34,11 +34,16 @@
 //! `infergate_llm_generation_tokens_total`, `infergate_llm_prefix_cache_queries_total` and
 //! `infergate_llm_prefix_cache_hits_total` (prompt tokens looked up / found in the cache).
 //!
+//! Chat guardrails: `infergate_guardrail_calls_total`, `infergate_guardrail_verdicts_total`,
+//! `infergate_guardrail_failures_total` and `infergate_guardrail_call_duration_seconds`
+//! `{guardrail,phase}` (`guardrails`).
+//!
 //! This file holds the families the gateway records into ([`Metrics`]); the scrape-time
 //! readers are `engine_collector` (engine, host memory, GPU pools) and `llm_collector` (chat
 //! models); the workers' series are `crate::manager::metrics`.
 
 mod engine_collector;
+pub mod guardrails;
 mod labels;
 mod llm_collector;
 
@@ -96,6 +101,8 @@ pub struct Metrics {
     pub keys: std::sync::Arc<crate::key_activity::KeyActivity>,
     /// Splits, mirrors, tokens per key, the response cache (`traffic_metrics`).
     pub traffic: crate::traffic_metrics::TrafficMetrics,
+    /// Chat guardrails' calls, verdicts, failures and latency (`guardrails`).
+    pub guardrails: guardrails::GuardrailMetrics,
 }
 
 impl Default for Metrics {
@@ -179,8 +186,10 @@ impl Metrics {
             llm_itl.clone(),
         );
         let traffic = crate::traffic_metrics::TrafficMetrics::register(&mut registry);
+        let guardrails = guardrails::GuardrailMetrics::register(&mut registry);
         Metrics {
             traffic,
+            guardrails,
             registry,
             generations,
             llm_ttft,
