@@ -87,7 +87,8 @@ where
     );
     if infergate_telemetry::exporting() {
         let trusted = trusted_sampling(&request);
-        infergate_telemetry::w3c::continue_in(&span, request.headers(), trusted);
+        let model = inferred_model(request.uri().path());
+        infergate_telemetry::w3c::continue_in(&span, request.headers(), trusted, model);
         if let Some((trace, own)) = infergate_telemetry::w3c::recorded_ids(&span) {
             span.record("trace_id", trace);
             span.record("span_id", own);
@@ -122,9 +123,46 @@ where
     response
 }
 
+/// The model a KServe inference path names (`/v2/models/{m}[/versions/{v}]/infer`), whose
+/// trace settings then decide whether the request's trace is recorded: the sampler decides when
+/// the request's span opens, before routing.
+fn inferred_model(path: &str) -> Option<&str> {
+    let rest = path.strip_prefix("/v2/models/")?.strip_suffix("/infer")?;
+    let model = match rest.split_once('/') {
+        None => rest,
+        Some((model, version)) => {
+            let version = version.strip_prefix("versions/")?;
+            if version.is_empty() || version.contains('/') {
+                return None;
+            }
+            model
+        }
+    };
+    (!model.is_empty()).then_some(model)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_model_of_an_inference_path() {
+        assert_eq!(inferred_model("/v2/models/mlp/infer"), Some("mlp"));
+        assert_eq!(
+            inferred_model("/v2/models/mlp/versions/2/infer"),
+            Some("mlp")
+        );
+        for other in [
+            "/v2/models/mlp",
+            "/v2/models//infer",
+            "/v2/models/mlp/versions//infer",
+            "/v2/models/mlp/ready/infer",
+            "/v2/models/mlp/versions/1/x/infer",
+            "/v1/chat/completions",
+        ] {
+            assert_eq!(inferred_model(other), None, "{other}");
+        }
+    }
 
     #[test]
     fn sane_ids_are_kept_and_others_replaced() {

@@ -32,6 +32,9 @@
 //! `infergate_llm_generation_tokens_total`, `infergate_llm_prefix_cache_queries_total` and
 //! `infergate_llm_prefix_cache_hits_total` (prompt tokens looked up / found in the cache).
 //!
+//! While traces are exported: `infergate_trace_spans_total{outcome}` (`sent`, `failed`,
+//! `dropped`) and `infergate_trace_spans_queued` (`trace_collector`).
+//!
 //! This file holds the families the gateway records into ([`Metrics`]); the scrape-time
 //! readers are `engine_collector` (engine, host memory, GPU pools) and `llm_collector` (chat
 //! models); the workers' series are `crate::manager::metrics`.
@@ -39,6 +42,7 @@
 mod engine_collector;
 mod labels;
 mod llm_collector;
+mod trace_collector;
 
 pub use labels::{HttpLabels, InferenceLabels, LimitLabels, LlmLabels, PluginLabels, TokenLabels};
 
@@ -306,6 +310,9 @@ impl Metrics {
             workers.view(),
             workers.counters(),
         )));
+        if let Some(spans) = trace_collector::SpanSnapshot::read() {
+            scraped.register_collector(Box::new(spans));
+        }
         prometheus_client::encoding::text::encode_registry(&mut out, &scraped)?;
         prometheus_client::encoding::text::encode_eof(&mut out)?;
         Ok(out)
