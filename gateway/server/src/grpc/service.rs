@@ -19,7 +19,8 @@ use infergate_kserve::proto::{
     ServerMetadataResponse, ServerReadyRequest, ServerReadyResponse,
     SystemSharedMemoryRegisterRequest, SystemSharedMemoryRegisterResponse,
     SystemSharedMemoryStatusRequest, SystemSharedMemoryStatusResponse,
-    SystemSharedMemoryUnregisterRequest, SystemSharedMemoryUnregisterResponse,
+    SystemSharedMemoryUnregisterRequest, SystemSharedMemoryUnregisterResponse, TraceSettingRequest,
+    TraceSettingResponse,
 };
 use infergate_kserve::status::status;
 use infergate_kserve::{convert, ResponseStream};
@@ -295,6 +296,17 @@ impl GrpcInferenceService for InferenceService {
         control::cuda_register_or_unregister(&self.state, &presented, None)
             .await
             .map(|()| Response::new(CudaSharedMemoryUnregisterResponse {}))
+            .map_err(status)
+    }
+
+    async fn trace_setting(
+        &self,
+        request: Request<TraceSettingRequest>,
+    ) -> Result<Response<TraceSettingResponse>, Status> {
+        let presented = Presented::of(&self.state, &request);
+        control::trace_setting(&self.state, &presented, request.get_ref())
+            .await
+            .map(Response::new)
             .map_err(status)
     }
 }
