@@ -5,7 +5,9 @@
 //!
 //! A model's override replaces the server-wide value field by field; a field it does not set
 //! follows the server-wide one, as it is now. A model that sets `count` has its own count of
-//! traces left; the others share the server-wide one.
+//! traces left; the others share the server-wide one. The count is of inference traces (those
+//! that name their model): a trace of a health probe or an admin call is recorded by level and
+//! rate alone.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicU8, Ordering};

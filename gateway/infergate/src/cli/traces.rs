@@ -124,7 +124,8 @@ fn host_name() -> String {
 /// Parent-based sampling where a remote parent's sampled flag counts only when it is trusted
 /// ([`TrustedSampling`]): any other trace, the caller's trace id kept, is recorded by the trace
 /// settings of the model the parent context names ([`ForModel`]), or the server-wide ones:
-/// not at level `OFF`, else by ratio from the trace id, while the count lasts.
+/// not at level `OFF`, else by ratio from the trace id, and for a model's trace while the count
+/// lasts.
 #[derive(Debug, Clone)]
 struct Gate;
 
@@ -166,7 +167,12 @@ impl ShouldSample for Gate {
         }
         let by_ratio = Sampler::TraceIdRatioBased(applied.ratio)
             .should_sample(parent, trace_id, name, kind, attributes, links);
-        if by_ratio.decision == SamplingDecision::RecordAndSample && !applied.take() {
+        // The count is of inference traces, as Triton's: a health probe or an admin call
+        // does not use it up.
+        if by_ratio.decision == SamplingDecision::RecordAndSample
+            && model.is_some()
+            && !applied.take()
+        {
             return drop;
         }
         by_ratio
@@ -331,6 +337,23 @@ mod tests {
         let counted: Vec<_> = (0..4).map(|_| decide(Some(&model("counted")))).collect();
         assert_eq!(counted, [RECORD, RECORD, DROP, DROP]);
         assert_eq!(decide(None), RECORD, "the server-wide count is another");
+        // Traces that name no model (health, admin) do not use up the count.
+        set(
+            None,
+            Change {
+                count: Field::Set(0),
+                ..Change::default()
+            },
+        );
+        assert_eq!(decide(None), RECORD);
+        assert_eq!(decide(Some(&model("other"))), DROP);
+        set(
+            None,
+            Change {
+                count: Field::Clear,
+                ..Change::default()
+            },
+        );
         // A trusted caller still decides for a model at level OFF.
         let quiet_trusted = trusted(true).with_value(ForModel("quiet".into()));
         assert_eq!(decide(Some(&quiet_trusted)), RECORD);
