@@ -69,7 +69,7 @@ pub fn change(
                     |rate| u32::try_from(rate).unwrap_or(u32::MAX),
                 )
             }
-            "trace_count" => change.count = field(values, |v| count(v))?,
+            "trace_count" => change.count = field(values, count)?,
             // Triton's trace files are written every N traces; OpenTelemetry spans leave in
             // batches. Checked as Triton does, and otherwise without effect.
             "log_frequency" => {
