@@ -115,6 +115,13 @@ fn override_of(model: Option<&str>) -> Option<Arc<Override>> {
     models().get(model).cloned()
 }
 
+/// Whether a trace's model matters to the sampler: some model has settings of its own, or the
+/// server-wide count is limited (it counts only traces that name their model). Otherwise the
+/// model need not be found and carried.
+pub fn per_model() -> bool {
+    ANY_MODEL.load(Ordering::Relaxed) || COUNT.load(Ordering::Relaxed) >= 0
+}
+
 /// What the sampler applies to a trace that starts now for `model`.
 pub struct Applied {
     pub level: u8,

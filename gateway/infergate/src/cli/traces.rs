@@ -157,13 +157,16 @@ impl ShouldSample for Gate {
         }
         let model = parent.and_then(|cx| cx.get::<ForModel>());
         let applied = sampling::applied(model.map(|m| &*m.0));
-        let drop = SamplingResult {
+        // As the ratio sampler drops: the caller's trace state still travels with the context.
+        let drop = || SamplingResult {
             decision: SamplingDecision::Drop,
             attributes: Vec::new(),
-            trace_state: Default::default(),
+            trace_state: parent
+                .map(|cx| cx.span().span_context().trace_state().clone())
+                .unwrap_or_default(),
         };
         if applied.level == 0 {
-            return drop;
+            return drop();
         }
         let by_ratio = Sampler::TraceIdRatioBased(applied.ratio)
             .should_sample(parent, trace_id, name, kind, attributes, links);
@@ -173,7 +176,7 @@ impl ShouldSample for Gate {
             && model.is_some()
             && !applied.take()
         {
-            return drop;
+            return drop();
         }
         by_ratio
     }

@@ -132,7 +132,8 @@ impl GrpcInferenceService for InferenceService {
                 infergate_kserve::credentials::presented_key(&presented.headers).is_some();
             let trusted = (self.state.config().tracing.honour_caller_sampling).trusts(presents_key);
             let context = trace_headers(request.metadata());
-            let model = Some(request.get_ref().model_name.as_str()).filter(|m| !m.is_empty());
+            let model = Some(request.get_ref().model_name.as_str())
+                .filter(|m| !m.is_empty() && infergate_telemetry::sampling::per_model());
             infergate_telemetry::w3c::continue_in(&span, &context, trusted, model);
         }
         let trace = infergate_telemetry::w3c::trace_id(&span);
