@@ -13,12 +13,13 @@ pub type Values = Option<Vec<String>>;
 /// The only mode: traces are OpenTelemetry's, exported over OTLP.
 const MODE: &str = "opentelemetry";
 
-/// A model's settings exist for a model the catalog has (in Triton's words when it does not).
+/// A model's settings exist for a model or pipeline the requests can name (in Triton's words
+/// when there is none).
 fn check_model(state: &AppState, model: Option<&str>) -> ApiResult<()> {
     match model {
-        Some(name) if state.catalog().resolve(name, None).is_err() => Err(ApiError::bad_request(
-            format!("Request for unknown model : {}", shown(name)),
-        )),
+        Some(name) if crate::infer::resolve(state, name, None).is_err() => Err(
+            ApiError::bad_request(format!("Request for unknown model : {}", shown(name))),
+        ),
         _ => Ok(()),
     }
 }
