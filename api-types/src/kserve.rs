@@ -73,6 +73,21 @@ pub struct RepositoryEntry {
     pub reason: String,
 }
 
+/// `GET|POST /v2[/models/{model}]/trace/setting` (Triton's trace extension): the trace
+/// settings that apply, every value a string as Triton writes them.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct TraceSettings {
+    /// `["OFF"]`, or `"TIMESTAMPS"` and/or `"TENSORS"` (both record the same spans).
+    pub trace_level: Vec<String>,
+    /// One trace in this many is recorded (`"0"`: none but those a trusted caller asks for).
+    pub trace_rate: String,
+    /// Traces still to be recorded before recording stops; `"-1"`: no end.
+    pub trace_count: String,
+    /// `"opentelemetry"`.
+    pub trace_mode: String,
+}
+
 /// One system shared-memory region in `GET /v2/systemsharedmemory[/region/{name}]/status`
 /// (Triton's fields).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]

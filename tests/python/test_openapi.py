@@ -186,6 +186,17 @@ def test_every_documented_operation_answers_as_documented(api, server):
     call("POST", "/v2/cudasharedmemory/region/{name}/register", {"name": "r"})  # 400
     call("POST", "/v2/cudasharedmemory/region/{name}/unregister", {"name": "r"})
     call("POST", "/v2/cudasharedmemory/unregister")
+    r = call("POST", "/v2/trace/setting", json_body={"trace_rate": "5"})
+    assert r.status_code == 200 and r.json()["trace_rate"] == "5", r.text
+    call("GET", "/v2/trace/setting")
+    call("POST", "/v2/trace/setting", json_body={"trace_rate": "often"})  # 400
+    r = call("POST", "/v2/models/{model}/trace/setting", {"model": "ocr-cls"},
+             json_body={"trace_level": ["OFF"]})
+    assert r.status_code == 200 and r.json()["trace_level"] == ["OFF"], r.text
+    call("GET", "/v2/models/{model}/trace/setting", {"model": "ocr-cls"})
+    call("GET", "/v2/models/{model}/trace/setting", {"model": "nothing"})  # 400
+    call("POST", "/v2/models/{model}/trace/setting", {"model": "ocr-cls"}, json_body={"trace_level": None})
+    call("POST", "/v2/trace/setting", json_body={"trace_rate": None})
 
     # Models
     call("GET", "/api/models")

@@ -2,7 +2,8 @@
 decoded with `opentelemetry-proto`): a KServe request through a manager to a worker, sent with
 a `traceparent`, yields spans from both processes in the caller's trace with the right parent
 links; sampling 0 records nothing the caller did not ask for; a receiver that is down fails no
-request."""
+request; Triton's trace extension, driven by tritonclient over HTTP and gRPC, changes what is
+recorded at run time, per model."""
 import json
 import os
 import queue
@@ -95,10 +96,10 @@ class Worker:
         return self.proc.wait(timeout=30)
 
 
-def infer(gateway, key, headers=None):
+def infer(gateway, key, headers=None, model="minilm"):
     ctx = ssl.create_default_context(cafile=gateway.cert)
     request = urllib.request.Request(
-        f"{gateway.url}/v2/models/minilm/infer", data=BODY, method="POST",
+        f"{gateway.url}/v2/models/{model}/infer", data=BODY, method="POST",
         headers={"Content-Type": "application/json", "Authorization": f"Bearer {key}", **(headers or {})})
     with urllib.request.urlopen(request, context=ctx, timeout=60) as answer:
         json.load(answer)
@@ -336,3 +337,100 @@ def test_a_receiver_that_is_down_fails_no_request():
         started = time.monotonic()
         g.stop()
         assert time.monotonic() - started < 20, "shutdown does not wait long on a dead receiver"
+
+
+def triton_clients(g):
+    import tritonclient.grpc as grpcclient
+    import tritonclient.http as httpclient
+    http = httpclient.InferenceServerClient(
+        url=g.hostport, ssl=True, ssl_context_factory=lambda: ssl.create_default_context(cafile=g.cert))
+    grpc = grpcclient.InferenceServerClient(url=g.grpc_hostport, ssl=True, root_certificates=g.cert)
+    return http, grpc
+
+
+def recorded(receiver, trace_ids):
+    return [t for t in trace_ids if receiver.trace(t)]
+
+
+@pytest.fixture(scope="module")
+def settable():
+    """A server with its own engine, two models and every trace recorded at startup."""
+    receiver = Receiver()
+    g = start([("minilm", "minilm.onnx"), ("quiet", "minilm.onnx")], extra_args=(
+        "--otlp-endpoint", receiver.url, "--trace-sample-ratio", "1"))
+    try:
+        yield g, receiver
+    finally:
+        g.stop()
+        receiver.stop()
+
+
+def test_tritonclient_reads_and_changes_trace_settings_over_http_and_grpc(settable):
+    from tritonclient.utils import InferenceServerException
+
+    g, _ = settable
+    http, grpc = triton_clients(g)
+    admin = {"authorization": f"Bearer {g.admin_key}"}
+    reader = {"authorization": f"Bearer {g.key()}"}
+    start = http.get_trace_settings(headers=reader)
+    assert start == {"trace_level": ["TIMESTAMPS"], "trace_rate": "1", "trace_count": "-1",
+                     "trace_mode": "opentelemetry"}
+    changed = http.update_trace_settings(model_name="quiet", settings={"trace_rate": "4"}, headers=admin)
+    assert changed["trace_rate"] == "4" and changed["trace_level"] == ["TIMESTAMPS"]
+    assert http.get_trace_settings(model_name="quiet", headers=reader)["trace_rate"] == "4"
+    assert http.get_trace_settings(headers=reader) == start, "the server-wide ones are unchanged"
+
+    def values(answer):
+        return {name: setting.get("value", []) for name, setting in answer["settings"].items()}
+
+    over_grpc = grpc.get_trace_settings(model_name="quiet", headers=reader, as_json=True)
+    assert values(over_grpc)["trace_rate"] == ["4"]
+    cleared = grpc.update_trace_settings(model_name="quiet", settings={"trace_rate": None},
+                                         headers=admin, as_json=True)
+    assert values(cleared)["trace_rate"] == ["1"], "the model follows the server-wide rate again"
+    grpc.update_trace_settings(settings={"trace_count": "7"}, headers=admin)
+    assert http.get_trace_settings(model_name="quiet", headers=reader)["trace_count"] == "7"
+    http.update_trace_settings(settings={"trace_count": None}, headers=admin)
+    assert http.get_trace_settings(headers=reader) == start
+
+    with pytest.raises(InferenceServerException, match="Unable to parse 'trace_rate', got: often"):
+        http.update_trace_settings(settings={"trace_rate": "often"}, headers=admin)
+    with pytest.raises(InferenceServerException, match="Expect only one trace level 'OFF'"):
+        grpc.update_trace_settings(settings={"trace_level": ["OFF", "TENSORS"]}, headers=admin)
+    with pytest.raises(InferenceServerException):
+        http.update_trace_settings(settings={"trace_rate": "2"}, headers=reader)
+
+
+def test_a_models_level_and_count_decide_what_is_recorded(settable):
+    g, receiver = settable
+    http, _ = triton_clients(g)
+    admin = {"authorization": f"Bearer {g.admin_key}"}
+    key = g.key()
+    try:
+        http.update_trace_settings(model_name="quiet", settings={"trace_level": ["OFF"]}, headers=admin)
+        quiet = [infer(g, key, model="quiet")[1]["X-Trace-Id"] for _ in range(3)]
+        loud = [infer(g, key)[1]["X-Trace-Id"] for _ in range(3)]
+        # Spans leave in order within a batch delay: once the last request's trace is in,
+        # the earlier ones would have been.
+        assert wait_for(receiver, loud[-1], {"request", "model run"})
+        assert recorded(receiver, loud) == loud, "the other model still records"
+        assert recorded(receiver, quiet) == [], "a model at level OFF records nothing"
+
+        http.update_trace_settings(model_name="quiet", settings={"trace_level": None, "trace_count": "2"},
+                                   headers=admin)
+        counted = [infer(g, key, model="quiet")[1]["X-Trace-Id"] for _ in range(4)]
+        marker = infer(g, key)[1]["X-Trace-Id"]
+        assert wait_for(receiver, marker, {"request", "model run"})
+        assert recorded(receiver, counted) == counted[:2], "exactly the count, then none"
+        assert http.get_trace_settings(model_name="quiet", headers=admin)["trace_count"] == "0"
+
+        ctx = ssl.create_default_context(cafile=g.cert)
+        metrics = urllib.request.Request(f"{g.url}/metrics", headers=admin)
+        with urllib.request.urlopen(metrics, context=ctx, timeout=30) as answer:
+            text = answer.read().decode()
+        sent = re.search(r'^infergate_trace_spans_total\{outcome="sent"\} (\d+)', text, re.M)
+        assert sent and int(sent.group(1)) > 0, "the exported spans are counted"
+        assert re.search(r'^infergate_trace_spans_total\{outcome="dropped"\} 0$', text, re.M)
+    finally:
+        http.update_trace_settings(model_name="quiet", settings={"trace_level": None, "trace_count": None},
+                                   headers=admin)

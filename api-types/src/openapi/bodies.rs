@@ -78,6 +78,23 @@ pub struct RepositoryIndexRequest {
     ready: Option<bool>,
 }
 
+/// `POST /v2[/models/{model}]/trace/setting`: the settings to change, each a string (a list
+/// for `trace_level`); `null` clears one (a model's then follows the server-wide value).
+#[derive(serde::Deserialize, ToSchema)]
+#[allow(dead_code)]
+pub struct TraceSettingsRequest {
+    /// `["OFF"]`, or `"TIMESTAMPS"` and/or `"TENSORS"`.
+    trace_level: Option<Vec<String>>,
+    /// Record one trace in this many (`"0"` to `"4294967295"`).
+    trace_rate: Option<String>,
+    /// Traces to record before recording stops; `"-1"` for no end.
+    trace_count: Option<String>,
+    /// Checked (`"0"` to `"4294967295"`) and without effect: spans leave in batches.
+    log_frequency: Option<String>,
+    /// `"opentelemetry"`, the only mode.
+    trace_mode: Option<String>,
+}
+
 /// `POST /api/keys`.
 #[derive(serde::Deserialize, ToSchema)]
 #[allow(dead_code)]

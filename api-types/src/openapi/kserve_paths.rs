@@ -5,9 +5,10 @@
 
 use crate::kserve::{
     ModelMetadata, RepositoryEntry, ServerMetadata, SharedMemoryRegion, SharedMemoryRegister,
+    TraceSettings,
 };
 use crate::openapi::bodies::{
-    InferenceRequest, InferenceResponse, ModelConfig, RepositoryIndexRequest,
+    InferenceRequest, InferenceResponse, ModelConfig, RepositoryIndexRequest, TraceSettingsRequest,
 };
 use crate::stats::StatsList;
 use crate::ErrorBody;
@@ -190,6 +191,46 @@ pub fn load() {}
     security(("bearer" = ["upload"]), ("api_key" = ["upload"])),
     responses((status = 200, description = "Unloaded.")))]
 pub fn unload() {}
+
+/// Triton's trace settings that apply server-wide (this process's: each replica and worker
+/// has its own).
+#[utoipa::path(get, path = "/v2/trace/setting", tag = "Triton extensions",
+    security(("bearer" = ["infer"]), ("api_key" = ["infer"])),
+    responses((status = 200, description = "The settings.", body = TraceSettings)))]
+pub fn trace_setting() {}
+
+/// Changes the server-wide trace settings at once; `null` returns a setting to its value at
+/// startup.
+#[utoipa::path(post, path = "/v2/trace/setting", tag = "Triton extensions",
+    request_body(content = Option<TraceSettingsRequest>, description = "The settings to change; an empty body changes none."),
+    security(("bearer" = ["admin"]), ("api_key" = ["admin"])),
+    responses(
+        (status = 200, description = "The settings now.", body = TraceSettings),
+        (status = 400, description = "A setting that does not parse, or that cannot change (trace_file, trace_mode).", body = ErrorBody),
+    ))]
+pub fn trace_setting_update() {}
+
+/// The trace settings that apply to a model's requests: its own, field by field, else the
+/// server-wide ones.
+#[utoipa::path(get, path = "/v2/models/{model}/trace/setting", tag = "Triton extensions",
+    params(("model" = String, Path, description = "A model name.")),
+    security(("bearer" = ["infer"]), ("api_key" = ["infer"])),
+    responses(
+        (status = 200, description = "The settings.", body = TraceSettings),
+        (status = 400, description = "No such model.", body = ErrorBody),
+    ))]
+pub fn model_trace_setting() {}
+
+/// Changes a model's own trace settings; `null` clears one (the server-wide value applies).
+#[utoipa::path(post, path = "/v2/models/{model}/trace/setting", tag = "Triton extensions",
+    params(("model" = String, Path, description = "A model name.")),
+    request_body(content = Option<TraceSettingsRequest>, description = "The settings to change; an empty body changes none."),
+    security(("bearer" = ["admin"]), ("api_key" = ["admin"])),
+    responses(
+        (status = 200, description = "The settings that apply now.", body = TraceSettings),
+        (status = 400, description = "No such model, or a setting that does not parse or cannot change.", body = ErrorBody),
+    ))]
+pub fn model_trace_setting_update() {}
 
 /// The caller's system shared-memory regions (Triton's shared-memory extension; loopback
 /// callers only, each caller seeing its own).

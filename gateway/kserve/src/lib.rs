@@ -46,6 +46,7 @@ pub const EXTENSIONS: &[&str] = &[
     "system_shared_memory",
     "sequence",
     "parameters",
+    "trace",
     "infergate_pipelines",
     "infergate_websocket_stream",
     "infergate_events",

@@ -10,6 +10,7 @@ use axum::extract::Request;
 use axum::response::Response;
 use http::{HeaderName, HeaderValue};
 use rand::RngCore;
+use std::borrow::Cow;
 use std::future::Future;
 use std::sync::Arc;
 use tracing::Instrument;
@@ -87,7 +88,11 @@ where
     );
     if infergate_telemetry::exporting() {
         let trusted = trusted_sampling(&request);
-        infergate_telemetry::w3c::continue_in(&span, request.headers(), trusted);
+        // Only while some model's settings differ from the others' (cheaper otherwise).
+        let model = infergate_telemetry::sampling::per_model()
+            .then(|| inferred_model(request.uri().path()))
+            .flatten();
+        infergate_telemetry::w3c::continue_in(&span, request.headers(), trusted, model.as_deref());
         if let Some((trace, own)) = infergate_telemetry::w3c::recorded_ids(&span) {
             span.record("trace_id", trace);
             span.record("span_id", own);
@@ -122,9 +127,72 @@ where
     response
 }
 
+/// The model a KServe inference path names (`/v2/models/{m}[/versions/{v}]/infer`), decoded as
+/// the router decodes it, whose trace settings then decide whether the request's trace is
+/// recorded: the sampler decides when the request's span opens, before routing.
+fn inferred_model(path: &str) -> Option<Cow<'_, str>> {
+    let rest = path.strip_prefix("/v2/models/")?.strip_suffix("/infer")?;
+    let model = match rest.split_once('/') {
+        None => rest,
+        Some((model, version)) => {
+            let version = version.strip_prefix("versions/")?;
+            if version.is_empty() || version.contains('/') {
+                return None;
+            }
+            model
+        }
+    };
+    if model.is_empty() {
+        return None;
+    }
+    if !model.contains('%') {
+        return Some(Cow::Borrowed(model));
+    }
+    let bytes = model.as_bytes();
+    let mut decoded = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+            decoded.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            decoded.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(decoded).ok().map(Cow::Owned)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_model_of_an_inference_path() {
+        let model = |path| inferred_model(path).map(Cow::into_owned);
+        assert_eq!(model("/v2/models/mlp/infer").as_deref(), Some("mlp"));
+        assert_eq!(
+            model("/v2/models/mlp/versions/2/infer").as_deref(),
+            Some("mlp")
+        );
+        assert_eq!(
+            model("/v2/models/my%20mlp/infer").as_deref(),
+            Some("my mlp")
+        );
+        for other in [
+            "/v2/models/mlp",
+            "/v2/models//infer",
+            "/v2/models/mlp/versions//infer",
+            "/v2/models/mlp/ready/infer",
+            "/v2/models/mlp/versions/1/x/infer",
+            "/v1/chat/completions",
+            "/v2/models/bad%2/infer",
+            "/v2/models/bad%ff/infer",
+        ] {
+            assert_eq!(inferred_model(other), None, "{other}");
+        }
+    }
 
     #[test]
     fn sane_ids_are_kept_and_others_replaced() {

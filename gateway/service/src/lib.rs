@@ -34,6 +34,7 @@
 //!   [`payload_log`]: requests and answers written to the operator's sinks, as a policy.
 //! - [`metrics`], [`latency`], [`key_activity`], [`history`]: what `/metrics`, the live
 //!   dashboard and the last hour show.
+//! - [`trace_settings`]: Triton's trace extension over the process's trace settings.
 //! - [`config`] and [`cors`]: the configuration, checked; [`startup`]: what a process does once
 //!   at start; [`drain`]: shutdown of long streams.
 //! - [`error`]: the domain error, whose kind says whose fault it is; [`names`]: names and
@@ -84,5 +85,6 @@ pub mod state;
 pub mod textgen;
 pub mod token_accounting;
 pub mod token_limits;
+pub mod trace_settings;
 pub mod traffic;
 pub mod traffic_metrics;

@@ -10,6 +10,8 @@
 #![forbid(unsafe_code)]
 
 pub mod request_id;
+pub mod sampling;
+pub mod span_counts;
 pub mod w3c;
 
 use std::sync::atomic::{AtomicBool, Ordering};

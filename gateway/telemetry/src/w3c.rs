@@ -69,13 +69,24 @@ pub fn extract(headers: &HeaderMap, trusted: bool) -> Option<Context> {
     })
 }
 
-/// Makes the trace `headers` name the parent of `span`, which must not have been entered yet.
-/// Does nothing while traces are not exported.
-pub fn continue_in(span: &tracing::Span, headers: &HeaderMap, trusted: bool) {
+/// Makes the trace `headers` name the parent of `span`, which must not have been entered yet,
+/// and `model` (the model the request names, when known) the one whose trace settings decide
+/// whether a new trace is recorded ([`crate::sampling`]). Does nothing while traces are not
+/// exported.
+pub fn continue_in(span: &tracing::Span, headers: &HeaderMap, trusted: bool, model: Option<&str>) {
     if !crate::exporting() {
         return;
     }
-    if let Some(parent) = extract(headers, trusted) {
+    let parent = extract(headers, trusted);
+    let parent = match model {
+        Some(model) => Some(
+            parent
+                .unwrap_or_default()
+                .with_value(crate::sampling::ForModel(model.into())),
+        ),
+        None => parent,
+    };
+    if let Some(parent) = parent {
         // Fails only for a span the layer does not see (filtered out): it has no trace.
         let _ = span.set_parent(parent);
     }

@@ -28,7 +28,8 @@ use infergate_kserve::proto::{
     ServerMetadataResponse, ServerReadyRequest, ServerReadyResponse,
     SystemSharedMemoryRegisterRequest, SystemSharedMemoryRegisterResponse,
     SystemSharedMemoryStatusRequest, SystemSharedMemoryStatusResponse,
-    SystemSharedMemoryUnregisterRequest, SystemSharedMemoryUnregisterResponse,
+    SystemSharedMemoryUnregisterRequest, SystemSharedMemoryUnregisterResponse, TraceSettingRequest,
+    TraceSettingResponse,
 };
 use infergate_kserve::{convert, status::status};
 use infergate_service::error::ApiResult;
@@ -244,5 +245,12 @@ impl GrpcInferenceService for WorkerService {
         _request: Request<CudaSharedMemoryUnregisterRequest>,
     ) -> Result<Response<CudaSharedMemoryUnregisterResponse>, Status> {
         Err(served_by_manager("CudaSharedMemoryUnregister"))
+    }
+
+    async fn trace_setting(
+        &self,
+        _request: Request<TraceSettingRequest>,
+    ) -> Result<Response<TraceSettingResponse>, Status> {
+        Err(served_by_manager("TraceSetting"))
     }
 }

@@ -117,7 +117,7 @@ pub(crate) async fn run_infer(
         direct = !peer.cluster,
         request_bytes = body.len() as i64
     );
-    infergate_telemetry::w3c::continue_in(&span, &headers, peer.cluster);
+    infergate_telemetry::w3c::continue_in(&span, &headers, peer.cluster, None);
     let answer = async {
         let record = node.admit(peer, &headers, &model, version).await?;
         let (document, inputs) =

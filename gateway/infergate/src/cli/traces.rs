@@ -1,8 +1,11 @@
 //! The OpenTelemetry export of `serve` and `worker`: an SDK tracer provider with a bounded
 //! batch queue and the OTLP/HTTP protobuf exporter, the sampler that decides whose sampled
-//! flag counts, and the counts of spans lost that are reported at exit. Installed only when an
-//! endpoint is configured.
+//! flag counts and applies the run-time trace settings ([`infergate_telemetry::sampling`]),
+//! and the span counts (`/metrics`, and a warning at exit when spans were lost). Installed
+//! only when an endpoint is configured.
 
+use infergate_telemetry::sampling::{self, ForModel};
+use infergate_telemetry::span_counts::{SpanCounts, SPANS};
 use infergate_telemetry::TrustedSampling;
 use opentelemetry::trace::{
     Link, SamplingDecision, SamplingResult, SpanKind, TraceContextExt, TraceId, TracerProvider,
@@ -15,8 +18,7 @@ use opentelemetry_sdk::trace::{
     SpanData, SpanExporter, SpanProcessor,
 };
 use opentelemetry_sdk::Resource;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 /// What the export needs from `serve`'s configuration or `worker`'s flags.
@@ -32,14 +34,6 @@ pub struct Settings {
 /// The running export: shut it down at exit so queued spans are sent.
 pub struct Export {
     provider: SdkTracerProvider,
-    counts: Arc<Counts>,
-}
-
-#[derive(Default)]
-struct Counts {
-    ended: AtomicU64,
-    sent: AtomicU64,
-    failed: AtomicU64,
 }
 
 /// Longest wait for one batch to reach the collector: a collector that is down or slow costs
@@ -60,10 +54,9 @@ pub fn start(settings: &Settings) -> anyhow::Result<(Export, SdkTracer)> {
                 settings.endpoint
             )
         })?;
-    let counts = Arc::new(Counts::default());
     let batch = BatchSpanProcessor::builder(Counted {
         inner: exporter,
-        counts: counts.clone(),
+        counts: &SPANS,
     })
     .with_batch_config(
         BatchConfigBuilder::default()
@@ -83,15 +76,15 @@ pub fn start(settings: &Settings) -> anyhow::Result<(Export, SdkTracer)> {
     let provider = SdkTracerProvider::builder()
         .with_span_processor(Ending {
             inner: batch,
-            counts: counts.clone(),
+            counts: &SPANS,
+            capacity: settings.max_queued_spans as u64,
         })
-        .with_sampler(Gate {
-            ratio: Sampler::TraceIdRatioBased(settings.sample_ratio),
-        })
+        .with_sampler(Gate)
         .with_resource(resource)
         .build();
+    sampling::start(settings.sample_ratio);
     let tracer = provider.tracer("infergate");
-    Ok((Export { provider, counts }, tracer))
+    Ok((Export { provider }, tracer))
 }
 
 impl Export {
@@ -100,9 +93,10 @@ impl Export {
         if let Err(e) = self.provider.shutdown() {
             tracing::warn!("traces: the export did not shut down cleanly: {e}");
         }
-        let ended = self.counts.ended.load(Ordering::Relaxed);
-        let sent = self.counts.sent.load(Ordering::Relaxed);
-        let failed = self.counts.failed.load(Ordering::Relaxed);
+        let ended = SPANS.ended.load(Ordering::Relaxed);
+        let sent = SPANS.sent.load(Ordering::Relaxed);
+        let failed = SPANS.failed.load(Ordering::Relaxed);
+        // Spans still queued after the shutdown's flush are lost too.
         let dropped = ended.saturating_sub(sent + failed);
         if failed > 0 || dropped > 0 {
             tracing::warn!(
@@ -128,11 +122,12 @@ fn host_name() -> String {
 }
 
 /// Parent-based sampling where a remote parent's sampled flag counts only when it is trusted
-/// ([`TrustedSampling`]): any other trace, the caller's trace id kept, is sampled by ratio.
+/// ([`TrustedSampling`]): any other trace, the caller's trace id kept, is recorded by the trace
+/// settings of the model the parent context names ([`ForModel`]), or the server-wide ones:
+/// not at level `OFF`, else by ratio from the trace id, and for a model's trace while the count
+/// lasts.
 #[derive(Debug, Clone)]
-struct Gate {
-    ratio: Sampler,
-}
+struct Gate;
 
 impl ShouldSample for Gate {
     fn should_sample(
@@ -160,22 +155,41 @@ impl ShouldSample for Gate {
                 };
             }
         }
-        self.ratio
-            .should_sample(parent, trace_id, name, kind, attributes, links)
+        let model = parent.and_then(|cx| cx.get::<ForModel>());
+        let applied = sampling::applied(model.map(|m| &*m.0));
+        // As the ratio sampler drops: the caller's trace state still travels with the context.
+        let drop = || SamplingResult {
+            decision: SamplingDecision::Drop,
+            attributes: Vec::new(),
+            trace_state: parent
+                .map(|cx| cx.span().span_context().trace_state().clone())
+                .unwrap_or_default(),
+        };
+        if applied.level == 0 {
+            return drop();
+        }
+        let by_ratio = Sampler::TraceIdRatioBased(applied.ratio)
+            .should_sample(parent, trace_id, name, kind, attributes, links);
+        // The count is of inference traces, as Triton's: a health probe or an admin call
+        // does not use it up.
+        if by_ratio.decision == SamplingDecision::RecordAndSample
+            && model.is_some()
+            && !applied.take()
+        {
+            return drop();
+        }
+        by_ratio
     }
 }
 
-/// The batch processor, counting the sampled spans handed to it.
+/// The batch processor, counting the sampled spans handed to it and dropping (counted) those
+/// that find `capacity` spans waiting: the batch processor's own queue, as large, then never
+/// fills, and its drops need no count of their own.
 #[derive(Debug)]
 struct Ending {
     inner: BatchSpanProcessor,
-    counts: Arc<Counts>,
-}
-
-impl std::fmt::Debug for Counts {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Counts")
-    }
+    counts: &'static SpanCounts,
+    capacity: u64,
 }
 
 impl SpanProcessor for Ending {
@@ -184,6 +198,11 @@ impl SpanProcessor for Ending {
     }
 
     fn on_end(&self, span: SpanData) {
+        if self.counts.queued() >= self.capacity {
+            self.counts.ended.fetch_add(1, Ordering::Relaxed);
+            self.counts.dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
         self.counts.ended.fetch_add(1, Ordering::Relaxed);
         self.inner.on_end(span);
     }
@@ -205,7 +224,7 @@ impl SpanProcessor for Ending {
 #[derive(Debug)]
 struct Counted<E> {
     inner: E,
-    counts: Arc<Counts>,
+    counts: &'static SpanCounts,
 }
 
 impl<E: SpanExporter> SpanExporter for Counted<E> {
@@ -237,11 +256,12 @@ impl<E: SpanExporter> SpanExporter for Counted<E> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use infergate_telemetry::sampling::{Change, Field};
     use opentelemetry::trace::{SpanContext, SpanId, TraceFlags, TraceState};
 
-    fn decide(gate: &Gate, parent: Option<&Context>) -> SamplingDecision {
+    fn decide(parent: Option<&Context>) -> SamplingDecision {
         let trace_id = TraceId::from_bytes([7; 16]);
-        gate.should_sample(parent, trace_id, "request", &SpanKind::Internal, &[], &[])
+        Gate.should_sample(parent, trace_id, "request", &SpanKind::Internal, &[], &[])
             .decision
     }
 
@@ -261,35 +281,84 @@ mod tests {
         Context::new().with_remote_span_context(context)
     }
 
+    fn set(model: Option<&str>, change: Change) {
+        sampling::update(model, &change);
+    }
+
+    fn rate(rate: u32) -> Change {
+        Change {
+            rate: Field::Set(rate),
+            ..Change::default()
+        }
+    }
+
+    // The trace settings are the process's: this one test walks through them.
     #[test]
-    fn only_a_trusted_remote_parent_decides_and_local_parents_are_followed() {
-        let never = Gate {
-            ratio: Sampler::TraceIdRatioBased(0.0),
-        };
-        let always = Gate {
-            ratio: Sampler::TraceIdRatioBased(1.0),
-        };
-        let record = SamplingDecision::RecordAndSample;
-        assert_eq!(decide(&never, None), SamplingDecision::Drop);
-        assert_eq!(decide(&always, None), record);
+    fn trusted_remote_parents_and_local_ones_decide_then_the_trace_settings() {
+        const RECORD: SamplingDecision = SamplingDecision::RecordAndSample;
+        const DROP: SamplingDecision = SamplingDecision::Drop;
+        sampling::start(0.0);
+        assert_eq!(decide(None), DROP);
+        set(None, rate(1));
+        assert_eq!(decide(None), RECORD);
         // An untrusted caller cannot force recording, nor prevent it.
-        assert_eq!(
-            decide(&never, Some(&parent(true, true))),
-            SamplingDecision::Drop
-        );
-        assert_eq!(decide(&always, Some(&parent(false, true))), record);
+        set(None, rate(0));
+        assert_eq!(decide(Some(&parent(true, true))), DROP);
+        set(None, rate(1));
+        assert_eq!(decide(Some(&parent(false, true))), RECORD);
         // A trusted one decides either way.
         let trusted = |sampled| parent(sampled, true).with_value(TrustedSampling);
-        assert_eq!(decide(&never, Some(&trusted(true))), record);
-        assert_eq!(
-            decide(&always, Some(&trusted(false))),
-            SamplingDecision::Drop
-        );
+        set(None, rate(0));
+        assert_eq!(decide(Some(&trusted(true))), RECORD);
+        set(None, rate(1));
+        assert_eq!(decide(Some(&trusted(false))), DROP);
         // A span inside the process follows its parent.
-        assert_eq!(decide(&never, Some(&parent(true, false))), record);
-        assert_eq!(
-            decide(&always, Some(&parent(false, false))),
-            SamplingDecision::Drop
+        set(None, rate(0));
+        assert_eq!(decide(Some(&parent(true, false))), RECORD);
+        set(None, rate(1));
+        assert_eq!(decide(Some(&parent(false, false))), DROP);
+
+        // A model's settings decide for the traces that name it; the others keep the
+        // server-wide ones.
+        let model = |name: &str| Context::new().with_value(ForModel(name.into()));
+        set(
+            Some("quiet"),
+            Change {
+                level: Field::Set(0),
+                ..Change::default()
+            },
         );
+        set(
+            Some("counted"),
+            Change {
+                count: Field::Set(2),
+                ..Change::default()
+            },
+        );
+        assert_eq!(decide(Some(&model("quiet"))), DROP);
+        assert_eq!(decide(Some(&model("other"))), RECORD);
+        let counted: Vec<_> = (0..4).map(|_| decide(Some(&model("counted")))).collect();
+        assert_eq!(counted, [RECORD, RECORD, DROP, DROP]);
+        assert_eq!(decide(None), RECORD, "the server-wide count is another");
+        // Traces that name no model (health, admin) do not use up the count.
+        set(
+            None,
+            Change {
+                count: Field::Set(0),
+                ..Change::default()
+            },
+        );
+        assert_eq!(decide(None), RECORD);
+        assert_eq!(decide(Some(&model("other"))), DROP);
+        set(
+            None,
+            Change {
+                count: Field::Clear,
+                ..Change::default()
+            },
+        );
+        // A trusted caller still decides for a model at level OFF.
+        let quiet_trusted = trusted(true).with_value(ForModel("quiet".into()));
+        assert_eq!(decide(Some(&quiet_trusted)), RECORD);
     }
 }

@@ -33,6 +33,7 @@ pub mod plugins;
 pub mod shared_memory;
 pub mod stream;
 pub mod textgen;
+pub mod trace_settings;
 pub mod traffic;
 pub mod triton;
 pub mod unread;
@@ -93,6 +94,14 @@ fn routes() -> front::Routes {
         .route(
             "/v2/models/{model}/versions/{version}/stats",
             get(triton::model_version_stats),
+        )
+        .route(
+            "/v2/trace/setting",
+            get(trace_settings::get).post(trace_settings::post),
+        )
+        .route(
+            "/v2/models/{model}/trace/setting",
+            get(trace_settings::model_get).post(trace_settings::model_post),
         )
         .route("/v2/repository/index", post(triton::repository_index))
         .route("/v2/repository/models/{model}/load", post(triton::load))

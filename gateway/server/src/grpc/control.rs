@@ -1,8 +1,9 @@
-//! Triton's model repository and shared-memory extensions over gRPC, with the HTTP routes'
-//! semantics (`infergate_service::model_control`, `infergate_service::shared_memory`): the
-//! index needs an `infer` key, load and unload an `upload` key; shared memory is for loopback
-//! callers, each seeing its own regions; CUDA shared memory answers as Triton does on a host
-//! without GPUs.
+//! Triton's model repository, shared-memory and trace extensions over gRPC, with the HTTP
+//! routes' semantics (`infergate_service::model_control`, `infergate_service::shared_memory`,
+//! `infergate_service::trace_settings`): the index needs an `infer` key, load and unload an
+//! `upload` key; shared memory is for loopback callers, each seeing its own regions; CUDA
+//! shared memory answers as Triton does on a host without GPUs; reading the trace settings
+//! needs an `infer` key, changing them an `admin` key.
 
 use super::auth::{self, Presented};
 use infergate_kserve::proto::model_repository_parameter::ParameterChoice;
@@ -12,12 +13,13 @@ use infergate_kserve::proto::{
     CudaSharedMemoryStatusRequest, CudaSharedMemoryStatusResponse, RepositoryIndexRequest,
     RepositoryIndexResponse, RepositoryModelLoadRequest, RepositoryModelUnloadRequest,
     SystemSharedMemoryRegisterRequest, SystemSharedMemoryStatusRequest,
-    SystemSharedMemoryStatusResponse,
+    SystemSharedMemoryStatusResponse, TraceSettingRequest, TraceSettingResponse,
 };
 use infergate_service::error::{ApiError, ApiResult};
 use infergate_service::model_control::{self, LoadParameters};
 use infergate_service::shared_memory;
 use infergate_service::state::AppState;
+use infergate_service::trace_settings;
 use infergate_store::auth::Scope;
 
 /// A repository name other than the one infergate has (its store) is refused, as Triton
@@ -29,6 +31,41 @@ fn check_repository(name: &str) -> ApiResult<()> {
     Err(ApiError::bad_request(format!(
         "unknown repository '{name}': infergate has one model repository, leave repository_name empty"
     )))
+}
+
+/// Triton's `TraceSetting`: without settings a read, else a change; a setting with no value
+/// is cleared.
+pub async fn trace_setting(
+    state: &AppState,
+    presented: &Presented,
+    request: &TraceSettingRequest,
+) -> ApiResult<TraceSettingResponse> {
+    let model = (!request.model_name.is_empty()).then_some(request.model_name.as_str());
+    let settings = if request.settings.is_empty() {
+        let _admitted = auth::admit(state, presented, Scope::Infer).await?;
+        trace_settings::read(state, model)?
+    } else {
+        let _admitted = auth::admit(state, presented, Scope::Admin).await?;
+        let change: Vec<_> = request
+            .settings
+            .iter()
+            .map(|(name, value)| {
+                let values = (!value.value.is_empty()).then(|| value.value.clone());
+                (name.clone(), values)
+            })
+            .collect();
+        trace_settings::change(state, model, &change)?
+    };
+    let settings = settings
+        .into_iter()
+        .map(|(name, value)| {
+            (
+                name.to_owned(),
+                infergate_kserve::proto::trace_setting_response::SettingValue { value },
+            )
+        })
+        .collect();
+    Ok(TraceSettingResponse { settings })
 }
 
 pub async fn repository_index(

@@ -19,7 +19,8 @@ use infergate_kserve::proto::{
     ServerMetadataResponse, ServerReadyRequest, ServerReadyResponse,
     SystemSharedMemoryRegisterRequest, SystemSharedMemoryRegisterResponse,
     SystemSharedMemoryStatusRequest, SystemSharedMemoryStatusResponse,
-    SystemSharedMemoryUnregisterRequest, SystemSharedMemoryUnregisterResponse,
+    SystemSharedMemoryUnregisterRequest, SystemSharedMemoryUnregisterResponse, TraceSettingRequest,
+    TraceSettingResponse,
 };
 use infergate_kserve::status::status;
 use infergate_kserve::{convert, ResponseStream};
@@ -131,7 +132,9 @@ impl GrpcInferenceService for InferenceService {
                 infergate_kserve::credentials::presented_key(&presented.headers).is_some();
             let trusted = (self.state.config().tracing.honour_caller_sampling).trusts(presents_key);
             let context = trace_headers(request.metadata());
-            infergate_telemetry::w3c::continue_in(&span, &context, trusted);
+            let model = Some(request.get_ref().model_name.as_str())
+                .filter(|m| !m.is_empty() && infergate_telemetry::sampling::per_model());
+            infergate_telemetry::w3c::continue_in(&span, &context, trusted, model);
         }
         let trace = infergate_telemetry::w3c::trace_id(&span);
         let mut response = super::infer::infer(&self.state, &presented, request.into_inner())
@@ -294,6 +297,17 @@ impl GrpcInferenceService for InferenceService {
         control::cuda_register_or_unregister(&self.state, &presented, None)
             .await
             .map(|()| Response::new(CudaSharedMemoryUnregisterResponse {}))
+            .map_err(status)
+    }
+
+    async fn trace_setting(
+        &self,
+        request: Request<TraceSettingRequest>,
+    ) -> Result<Response<TraceSettingResponse>, Status> {
+        let presented = Presented::of(&self.state, &request);
+        control::trace_setting(&self.state, &presented, request.get_ref())
+            .await
+            .map(Response::new)
             .map_err(status)
     }
 }

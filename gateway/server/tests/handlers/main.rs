@@ -18,6 +18,7 @@ mod payload_log;
 mod postops;
 mod response_cache;
 mod tokens;
+mod trace_settings;
 mod traffic;
 mod triton_dropin;
 mod triton_errors;

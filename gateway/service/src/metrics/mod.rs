@@ -37,6 +37,8 @@
 //! Chat guardrails: `infergate_guardrail_calls_total`, `infergate_guardrail_verdicts_total`,
 //! `infergate_guardrail_failures_total` and `infergate_guardrail_call_duration_seconds`
 //! `{guardrail,phase}` (`guardrails`).
+//! While traces are exported: `infergate_trace_spans_total{outcome}` (`sent`, `failed`,
+//! `dropped`) and `infergate_trace_spans_queued` (`trace_collector`).
 //!
 //! This file holds the families the gateway records into ([`Metrics`]); the scrape-time
 //! readers are `engine_collector` (engine, host memory, GPU pools) and `llm_collector` (chat
@@ -46,6 +48,7 @@ mod engine_collector;
 pub mod guardrails;
 mod labels;
 mod llm_collector;
+mod trace_collector;
 
 pub use labels::{
     HttpLabels, InferenceLabels, LimitLabels, LlmLabels, PluginLabels, TokenLabels, TraceExemplar,
@@ -326,6 +329,9 @@ impl Metrics {
             workers.view(),
             workers.counters(),
         )));
+        if let Some(spans) = trace_collector::SpanSnapshot::read() {
+            scraped.register_collector(Box::new(spans));
+        }
         prometheus_client::encoding::text::encode_registry(&mut out, &scraped)?;
         prometheus_client::encoding::text::encode_eof(&mut out)?;
         Ok(out)
