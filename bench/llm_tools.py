@@ -4,7 +4,11 @@ run on the same machine, the same GGUF (SmolLM2-135M-Instruct), threads and slot
 Each request offers tools and asks for a call (`tool_choice` "required", which both servers
 enforce with a grammar; then a named function, which infergate enforces and llama-server is
 asked for the same way), greedy, not streamed; the time is from sending the request to the
-whole answer with its `tool_calls`. The servers alternate by round. Printed per case: the median
+whole answer with its `tool_calls` (one call: `parallel_tool_calls` false). The servers
+alternate by round. llama-server renders the model's own template (SmolLM2's, which has no
+tools: it answers in prose, and the line says how many answers held no call);
+`--peer-template FILE` gives it another (e.g. a ChatML template with tools from llama.cpp's
+models/templates). Printed per case: the median
 time on each, the ratio (infergate / llama-server: below 1 is faster), completion tokens per
 call on each (the call's JSON as each server's format writes it), and whether every answer
 held a call whose arguments parse as JSON.
@@ -41,6 +45,8 @@ TOOLS = [
 QUESTIONS = ["What is the weather in Paris, in celsius?",
              "How warm is it in Tokyo right now? Use fahrenheit.",
              "Tell me the weather in Berlin in celsius."]
+# One call per answer (`parallel_tool_calls` false): the time to a complete call, not to as many
+# calls as a small model strings together before `max_tokens`.
 CASES = {
     "required": "required",
     "named": {"type": "function", "function": {"name": "get_weather"}},
@@ -49,7 +55,8 @@ CASES = {
 
 def one_call(client, server, question, choice):
     body = {"model": server.model, "temperature": 0, "max_tokens": 128, "tools": TOOLS,
-            "tool_choice": choice, "messages": [{"role": "user", "content": question}]}
+            "tool_choice": choice, "parallel_tool_calls": False,
+            "messages": [{"role": "user", "content": question}]}
     started = time.perf_counter()
     r = client.post(f"{server.url}/v1/chat/completions", json=body, headers=server.headers)
     seconds = time.perf_counter() - started
@@ -73,6 +80,8 @@ def main():
     p.add_argument("--rounds", type=int, default=4)
     p.add_argument("--requests", type=int, default=6)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--peer-template", default=None,
+                   help="a chat template file for llama-server (--chat-template-file)")
     a = p.parse_args()
     peer_bin = a.llama_server or subprocess.run(
         ["bash", os.path.join(ROOT, "bench", "setup-llama-server.sh")],
@@ -80,7 +89,9 @@ def main():
     servers = {
         "infergate": lambda: Infergate(a.bin, a.threads, SLOTS, CONTEXT),
         "llama-server": lambda: LlamaServer(peer_bin, a.threads, SLOTS, CONTEXT,
-                                            extra=("--jinja",)),
+                                            extra=("--jinja",) + (
+                                                ("--chat-template-file", a.peer_template)
+                                                if a.peer_template else ())),
     }
     times, tokens, invalid, samples = {}, {}, {}, {}
     order = list(servers)

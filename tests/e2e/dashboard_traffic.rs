@@ -1,8 +1,8 @@
 //! The dashboard's traffic policy at the edge, in a real browser against the real gateway: a
 //! key's token limits edited and a key created with them from the keys page, each stored by
 //! the server; a model's split edited, promoted and rolled back from the models page (each
-//! checked in the server's answer), each version's figures beside the split, and the response
-//! cache's hit rate.
+//! checked in the server's answer), each version's figures beside the split, the response
+//! cache's hit rate, and the mark of a model whose requests are payload-logged.
 
 use crate::dashboard::{dist, screenshots, unexpected};
 use crate::harness::{model, register, Options, Server};
@@ -26,6 +26,15 @@ async fn token_limits_splits_and_the_cache_from_the_dashboard() {
     // Two versions of one model, the same file: a split between them.
     register(tmp.path(), "cls", &model("ocr-cls.onnx"));
     register(tmp.path(), "cls", &model("ocr-cls.onnx"));
+    let config = tmp.path().join("sinks.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[payload_log.sinks.audit]\nfile = {{ path = {:?} }}\n",
+            tmp.path().join("payload.jsonl")
+        ),
+    )
+    .unwrap();
     let s = Server::start_in(
         tmp.path(),
         Options {
@@ -34,6 +43,8 @@ async fn token_limits_splits_and_the_cache_from_the_dashboard() {
                 dist.display().to_string(),
                 "--cache-bytes".into(),
                 "1000000".into(),
+                "--config".into(),
+                config.display().to_string(),
             ],
             ..Options::default()
         },
@@ -205,6 +216,37 @@ async fn token_limits_splits_and_the_cache_from_the_dashboard() {
         )
         .await;
     assert_eq!(weights, json!(["90", "10"]));
+
+    // A payload log set over the API shows on the model's card at the next refresh, and goes
+    // when it is removed.
+    let logged = "section.model[data-model='cls'] .badge-logged";
+    assert!(b.find_now(logged).await.is_none());
+    let r = send(
+        reqwest::Method::PUT,
+        "/api/models/cls/payload-log",
+        json!({"mode": "all", "sample": 0.1, "sink": "audit"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status(), 200, "{:?}", r.text().await);
+    let mark = b.wait_text(logged, |t| !t.is_empty()).await;
+    assert_eq!(mark, "payload log: all, 10% → audit");
+    let r = send(
+        reqwest::Method::DELETE,
+        "/api/models/cls/payload-log",
+        json!({}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status(), 200);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while b.find_now(logged).await.is_some() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the mark stays after DELETE"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
 
     let errors = unexpected(b.severe_logs().await);
     assert!(errors.is_empty(), "console errors: {errors:#?}");

@@ -1,7 +1,8 @@
 //! Models: every version with its state and signature; upload with progress; load, unload,
 //! delete; the traffic split between versions with each version's figures and the response
 //! cache's hit rate ([`traffic`]); edit the newest version's batching and instances
-//! ([`batching`]). Changing anything needs the `upload` scope.
+//! ([`batching`]); marks for a model whose requests are payload-logged or read by chat
+//! guardrails ([`policies`]). Changing anything needs the `upload` scope.
 
 use crate::api::{self, ApiError, Body, UploadBody};
 use crate::format;
@@ -11,9 +12,11 @@ use crate::widgets::{Badge, Empty, ErrorBox, PageHeader, Progress};
 use batching::BatchingEditor;
 use leptos::html;
 use leptos::prelude::*;
+use policies::ModelPolicies;
 use traffic::TrafficPanel;
 
 mod batching;
+mod policies;
 mod traffic;
 
 #[component]
@@ -21,7 +24,10 @@ pub fn Models() -> impl IntoView {
     let session = use_session();
     let models = RwSignal::new(None::<Vec<ModelVersion>>);
     let error = RwSignal::new(None::<ApiError>);
+    // Counts the refreshes: what a card reads besides the list follows it.
+    let refreshed = RwSignal::new(0u64);
     let reload = move || {
+        refreshed.update(|n| *n += 1);
         leptos::task::spawn_local(async move {
             match api::get::<ModelList>("/api/models").await {
                 Ok(list) => {
@@ -69,7 +75,7 @@ pub fn Models() -> impl IntoView {
             Some(true) => view! {
                 // Keyed by name: a card (and a half-edited form in it) survives the refreshes.
                 <For each=move || names.get() key=|name| name.clone() let:name>
-                    <ModelCard versions=versions_of(models, name.clone()) name on_change=Callback::new(move |_| reload())/>
+                    <ModelCard versions=versions_of(models, name.clone()) name refresh=refreshed.into() on_change=Callback::new(move |_| reload())/>
                 </For>
             }.into_any(),
         }}
@@ -219,6 +225,7 @@ fn tensors(specs: &[TensorSpec]) -> impl IntoView {
 fn ModelCard(
     name: String,
     versions: Memo<Vec<ModelVersion>>,
+    refresh: Signal<u64>,
     on_change: Callback<()>,
 ) -> impl IntoView {
     let session = use_session();
@@ -292,6 +299,7 @@ fn ModelCard(
                 <div>
                     <h2>{name.clone()}</h2>
                     <div class="muted">{summary}</div>
+                    <ModelPolicies name=name.clone() refresh/>
                 </div>
                 <Show when=move || session.can("upload")>
                     <div class="row-actions">
