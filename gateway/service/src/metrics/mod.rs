@@ -129,12 +129,10 @@ impl Metrics {
             "Inference requests by model, version, protocol and status",
             inference_requests.clone(),
         );
-        let request_duration = Family::<
-            InferenceLabels,
-            HistogramWithExemplars<TraceExemplar>,
-        >::new_with_constructor(|| {
-            HistogramWithExemplars::new(LATENCY_BUCKETS.into_iter())
-        });
+        let request_duration =
+            Family::<InferenceLabels, HistogramWithExemplars<TraceExemplar>>::new_with_constructor(
+                || HistogramWithExemplars::new(LATENCY_BUCKETS.into_iter()),
+            );
         registry.register(
             "request_duration_seconds",
             "End-to-end inference request duration as the gateway sees it",
