@@ -440,6 +440,7 @@ mod tests {
             deadline: None,
             ticket: ticket.clone(),
             reply,
+            span: tracing::Span::none(),
         });
         ticket
     }

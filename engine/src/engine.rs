@@ -600,6 +600,7 @@ impl Engine {
             deadline,
             ticket: ticket.clone(),
             reply,
+            span: crate::queue::figures_span(),
         };
         let stats = &loaded.scheduler.stats;
         loaded

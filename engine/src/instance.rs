@@ -659,6 +659,7 @@ fn execute(executor: &mut Executor, scheduler: &Scheduler, batch: Vec<Request>, 
                 1
             };
             stats.execution(batch_size, times.input, times.infer, times.output);
+            let requests = batch.len() as u64;
             for (request, outputs) in batch.into_iter().zip(parts) {
                 let post_started = Instant::now();
                 let outputs = match &request.post {
@@ -668,14 +669,18 @@ fn execute(executor: &mut Executor, scheduler: &Scheduler, batch: Vec<Request>, 
                 if outputs.is_err() {
                     stats.failure(request.enqueued.elapsed());
                 } else {
-                    stats.success(&RequestTimings {
+                    let timings = RequestTimings {
                         queue: started.saturating_duration_since(request.enqueued),
                         compute_input: times.input,
                         compute_infer: times.infer,
                         compute_output: times.output + post_started.elapsed(),
                         total: request.enqueued.elapsed(),
                         samples: request.samples as u64,
-                    });
+                    };
+                    stats.success(&timings);
+                    if !request.span.is_none() {
+                        record_figures(&request.span, &timings, batch_size, requests);
+                    }
                 }
                 // A send error means the client left meanwhile; nothing else to do.
                 let _ = request.reply.send(outputs);
@@ -689,6 +694,17 @@ fn execute(executor: &mut Executor, scheduler: &Scheduler, batch: Vec<Request>, 
             }
         }
     }
+}
+
+/// A request's figures on its caller's span ([`crate::queue::SPAN_FIGURES`]).
+fn record_figures(span: &tracing::Span, t: &RequestTimings, batch_size: u64, requests: u64) {
+    let us = |d: std::time::Duration| i64::try_from(d.as_micros()).unwrap_or(i64::MAX);
+    span.record("queue_us", us(t.queue));
+    span.record("compute_input_us", us(t.compute_input));
+    span.record("compute_infer_us", us(t.compute_infer));
+    span.record("compute_output_us", us(t.compute_output));
+    span.record("batch_size", batch_size as i64);
+    span.record("batch_requests", requests as i64);
 }
 
 fn run_batch(

@@ -85,6 +85,29 @@ pub(crate) struct Request {
     pub deadline: Option<Instant>,
     pub ticket: Arc<Ticket>,
     pub reply: oneshot::Sender<Result<Vec<Tensor>>>,
+    /// The caller's span that takes this request's figures ([`figures_span`]), or none.
+    pub span: tracing::Span,
+}
+
+/// The fields a caller's span declares to be given a request's figures when its batch ran:
+/// microseconds queued and in each stage, the batch's samples and requests.
+pub const SPAN_FIGURES: [&str; 6] = [
+    "queue_us",
+    "compute_input_us",
+    "compute_infer_us",
+    "compute_output_us",
+    "batch_size",
+    "batch_requests",
+];
+
+/// The current span when it declares [`SPAN_FIGURES`] (a trace's span around the engine call),
+/// else none: the executor records a request's figures only where someone reads them.
+pub(crate) fn figures_span() -> tracing::Span {
+    let current = tracing::Span::current();
+    match current.metadata() {
+        Some(m) if m.fields().field(SPAN_FIGURES[0]).is_some() => current,
+        _ => tracing::Span::none(),
+    }
 }
 
 impl Request {

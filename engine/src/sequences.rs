@@ -236,6 +236,7 @@ impl Sequencer {
             deadline: None,
             ticket: Arc::new(Ticket::default()),
             reply,
+            span: tracing::Span::none(),
         };
         // At most one batch per instance is formed at a time, so the queue is never full of
         // them; should it be, the members are told to retry.

@@ -175,6 +175,10 @@ def test_one_trace_spans_the_manager_and_the_worker(traced):
             assert span.parent_span_id.hex() in by_id, f"{span.name}: its parent is in the trace"
         if resource["infergate.role"] == "worker" and span.name != "worker request":
             assert by_id[span.parent_span_id.hex()][0]["infergate.role"] == "worker"
+    (run,) = [s for r, s in spans if s.name == "model run" and r["infergate.role"] == "worker"]
+    figures = {a.key: a.value.int_value for a in run.attributes}
+    assert figures["compute_infer_us"] > 0 and figures["batch_size"] == 1, figures
+    assert figures["batch_requests"] == 1 and "queue_us" in figures, figures
     attributes = {a.key: a for a in hop.attributes}
     assert attributes["model"].value.string_value == "minilm"
     assert attributes["request_bytes"].value.int_value > 0

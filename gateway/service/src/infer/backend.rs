@@ -107,7 +107,14 @@ pub async fn run_stage(
                         "model run",
                         model = %record.name,
                         version = record.version as i64,
-                        loaded
+                        loaded,
+                        // The engine's figures of this request, recorded when its batch ran.
+                        queue_us = tracing::field::Empty,
+                        compute_input_us = tracing::field::Empty,
+                        compute_infer_us = tracing::field::Empty,
+                        compute_output_us = tracing::field::Empty,
+                        batch_size = tracing::field::Empty,
+                        batch_requests = tracing::field::Empty
                     )
                 )?);
             }
