@@ -321,6 +321,36 @@ def test_chat_generations_and_plugin_calls_have_their_spans():
         attributes = {a.key: a.value.string_value for a in plugin.attributes}
         assert attributes["plugin"] == "passthrough" and attributes["stage"] == "pre"
         assert attributes["outcome"] == "ok"
+
+        # Each WebSocket message is a trace of its own, continuing the one it names and linked
+        # to the connection's span.
+        import websocket
+        connection_trace = "7af7651916cd43dd8448eb211c80319c"
+        ws = websocket.create_connection(
+            f"wss://{g.url.split('://', 1)[1]}/v2/stream", subprotocols=["infergate.v1"],
+            sslopt={"ca_certs": g.cert},
+            header=[f"Authorization: Bearer {admin}",
+                    f"traceparent: 00-{connection_trace}-f7ad6b7169203331-01"])
+        messages = {"8af7651916cd43dd8448eb211c80319c": "a7ad6b7169203331",
+                    "9af7651916cd43dd8448eb211c80319c": "b7ad6b7169203331"}
+        try:
+            inference = json.loads(BODY)
+            for i, (trace, parent) in enumerate(messages.items()):
+                ws.send(json.dumps({"id": i, "model": "minilm", "traceparent": f"00-{trace}-{parent}-01",
+                                    **inference}))
+                answer = json.loads(ws.recv())
+                assert answer["id"] == i and "outputs" in answer, answer
+        finally:
+            ws.close()
+        (upgrade,) = [s for _, s in wait_for(receiver, connection_trace, {"request"}) if s.name == "request"]
+        for trace, parent in messages.items():
+            spans = wait_for(receiver, trace, {"websocket message", "model run"})
+            (message,) = [s for _, s in spans if s.name == "websocket message"]
+            assert message.parent_span_id.hex() == parent, "the message continues the trace it names"
+            assert [(l.trace_id.hex(), l.span_id) for l in message.links] == \
+                [(connection_trace, upgrade.span_id)], "linked to the connection"
+            (run,) = [s for _, s in spans if s.name == "model run"]
+            assert run.trace_id.hex() == trace
     finally:
         g.stop()
         receiver.stop()

@@ -92,6 +92,45 @@ pub fn continue_in(span: &tracing::Span, headers: &HeaderMap, trusted: bool, mod
     }
 }
 
+/// A span another span links to (a WebSocket message's to its connection's).
+pub type Link = SpanContext;
+
+/// The context of `span`, for a link from the spans of a connection's messages to the
+/// connection's own; None while traces are not exported or for a span without a trace.
+pub fn link_to(span: &tracing::Span) -> Option<SpanContext> {
+    if !crate::exporting() {
+        return None;
+    }
+    let context = span.context().span().span_context().clone();
+    context.is_valid().then_some(context)
+}
+
+/// Makes one message of a long-lived connection (a WebSocket message) its own trace: the
+/// message's `traceparent` and `tracestate` fields, read as a request's headers are (and
+/// ignored as they would be), become `span`'s parent, and `connection` (the connection's
+/// span, [`link_to`]) a link. Does nothing while traces are not exported.
+pub fn continue_message(
+    span: &tracing::Span,
+    traceparent: Option<&str>,
+    tracestate: Option<&str>,
+    trusted: bool,
+    connection: Option<&SpanContext>,
+) {
+    if !crate::exporting() {
+        return;
+    }
+    let mut headers = HeaderMap::new();
+    for (name, value) in [(TRACEPARENT, traceparent), (TRACESTATE, tracestate)] {
+        if let Some(value) = value.and_then(|v| HeaderValue::from_str(v).ok()) {
+            headers.insert(name, value);
+        }
+    }
+    continue_in(span, &headers, trusted, None);
+    if let Some(connection) = connection {
+        span.add_link(connection.clone());
+    }
+}
+
 /// Writes `span`'s context into the headers of a request it sends on, so the receiver's spans
 /// join its trace. Does nothing while traces are not exported.
 pub fn inject(span: &tracing::Span, headers: &mut HeaderMap) {

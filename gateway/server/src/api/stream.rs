@@ -37,6 +37,11 @@
 //! is disconnected when a write makes no progress for `[limits] send_timeout_s`; a frame over
 //! `max_message_bytes` is refused before its payload is read, with 1009.
 //!
+//! Traces: while traces are exported, each message is a trace of its own (a `websocket message`
+//! span), continuing the trace its optional `"traceparent"` and `"tracestate"` fields name (read
+//! as a request's headers are, the caller's sampled flag trusted as over HTTP) and linked to the
+//! span of the connection's upgrade request.
+//!
 //! Close codes: 1000 normal, 1001 server shutting down, 1003 binary message, 1008
 //! authentication failed or too many control frames, 1009 message too large, 4408 idle
 //! timeout.
@@ -73,6 +78,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
+use tracing::Instrument;
 
 pub const SUBPROTOCOL: &str = "infergate.v1";
 const PROTOCOL_LABEL: &str = "websocket";
@@ -230,7 +236,9 @@ pub async fn upgrade(
             client.mark_authenticated();
         }
     }
-    Ok(limited(ws, &state).on_upgrade(move |socket| connection(state, socket, credential, client)))
+    let link = infergate_telemetry::w3c::link_to(&tracing::Span::current());
+    Ok(limited(ws, &state)
+        .on_upgrade(move |socket| connection(state, socket, credential, client, link)))
 }
 
 /// The upgrade as every WebSocket endpoint accepts it: the `infergate.v1` subprotocol, and a
@@ -318,6 +326,7 @@ async fn connection(
     socket: WebSocket,
     credential: Option<Credential>,
     client: Option<Arc<crate::connection::Connection>>,
+    link: Option<infergate_telemetry::w3c::Link>,
 ) {
     let _open = state.metrics().websocket_opened();
     let _stream = state.drain().stream_opened();
@@ -434,7 +443,8 @@ async fn connection(
                                         .and_then(crate::sequence_order::key_of_json),
                                 );
                                 let caller = credential.authorize(&state, Scope::Infer);
-                                let task = tasks.spawn(handle(state.clone(), caller, id.clone(), body, out.clone(), (p, turn), cancelled));
+                                let span = message_span(&state, &caller, &id, &body, link.as_ref());
+                                let task = tasks.spawn(handle(state.clone(), caller, id.clone(), body, out.clone(), (p, turn), cancelled).instrument(span));
                                 in_flight_ids.insert(id, task.id(), cancel);
                             }
                         }
@@ -544,6 +554,42 @@ struct Labels {
     version: String,
 }
 
+/// The span of one message while traces are exported (else none): a root of its own,
+/// continuing the trace its `traceparent`/`tracestate` fields name and linked to the
+/// connection's span.
+fn message_span(
+    state: &AppState,
+    caller: &ApiResult<Caller>,
+    id: &Value,
+    body: &Map<String, Value>,
+    connection: Option<&infergate_telemetry::w3c::Link>,
+) -> tracing::Span {
+    if !infergate_telemetry::exporting() {
+        return tracing::Span::none();
+    }
+    let span = tracing::info_span!(
+        target: infergate_telemetry::TARGET,
+        parent: None,
+        "websocket message",
+        id = %id,
+        model = body.get("model").and_then(serde_json::Value::as_str).unwrap_or_default()
+    );
+    let field = |name: &str| body.get(name).and_then(Value::as_str);
+    let presents_key = caller.as_ref().is_ok_and(|c| c.key().is_some());
+    infergate_telemetry::w3c::continue_message(
+        &span,
+        field("traceparent"),
+        field("tracestate"),
+        state
+            .config()
+            .tracing
+            .honour_caller_sampling
+            .trusts(presents_key),
+        connection,
+    );
+    span
+}
+
 async fn handle(
     state: Arc<AppState>,
     caller: ApiResult<Caller>,
@@ -612,6 +658,9 @@ async fn run(
 ) -> ApiResult<()> {
     // Checked per message: the key may have been revoked, and its limits apply.
     let caller = caller?;
+    // Read by the message's span (`message_span`); not part of the inference body.
+    body.remove("traceparent");
+    body.remove("tracestate");
     let _admission = infergate_service::admission::admit(state, &caller)
         .await
         .map_err(|r| infergate_service::admission::rejection_error(&r))?;
