@@ -235,6 +235,28 @@ def test_a_grpc_call_continues_the_callers_trace(traced):
     assert call.parent_span_id.hex() == parent
     assert {r["infergate.role"] for r, _ in spans} == {"manager", "worker"}
 
+    # A stream: the call's span continues the caller's trace, each request is its child.
+    import queue as answers_queue
+    trace = "2bf7651916cd43dd8448eb211c80319c"
+    answers = answers_queue.Queue()
+    c.start_stream(callback=lambda result, error: answers.put((result, error)),
+                   headers={"authorization": f"Bearer {manager.key()}",
+                            "traceparent": f"00-{trace}-{parent}-01"})
+    try:
+        for i in range(2):
+            c.async_stream_infer("minilm", inputs, request_id=f"r{i}")
+        for _ in range(2):
+            result, error = answers.get(timeout=60)
+            assert error is None, error
+    finally:
+        c.stop_stream()
+    spans = wait_for(receiver, trace, {"grpc stream", "grpc stream request", "worker request"})
+    (call,) = [s for _, s in spans if s.name == "grpc stream"]
+    assert call.parent_span_id.hex() == parent
+    requests = [s for _, s in spans if s.name == "grpc stream request"]
+    assert sorted({a.key: a.value.string_value for a in r.attributes}["id"] for r in requests) == ["r0", "r1"]
+    assert all(r.parent_span_id == call.span_id for r in requests)
+
 
 def test_log_lines_of_a_recorded_request_carry_its_trace_and_span(monkeypatch):
     monkeypatch.setenv("INFERGATE_LOG", "info,infergate_server::request_id=debug")

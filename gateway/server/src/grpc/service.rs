@@ -127,15 +127,9 @@ impl GrpcInferenceService for InferenceService {
         let presented = Presented::of(&self.state, &request);
         // Only while traces are exported: a call has no span of its own otherwise.
         let span = infergate_telemetry::span!("grpc request", method = "ModelInfer");
-        if infergate_telemetry::exporting() {
-            let presents_key =
-                infergate_kserve::credentials::presented_key(&presented.headers).is_some();
-            let trusted = (self.state.config().tracing.honour_caller_sampling).trusts(presents_key);
-            let context = trace_headers(request.metadata());
-            let model = Some(request.get_ref().model_name.as_str())
-                .filter(|m| !m.is_empty() && infergate_telemetry::sampling::per_model());
-            infergate_telemetry::w3c::continue_in(&span, &context, trusted, model);
-        }
+        let model = Some(request.get_ref().model_name.as_str())
+            .filter(|m| !m.is_empty() && infergate_telemetry::sampling::per_model());
+        self.continue_trace(&span, &presented, request.metadata(), model);
         let trace = infergate_telemetry::w3c::trace_id(&span);
         let mut response = super::infer::infer(&self.state, &presented, request.into_inner())
             .instrument(span)
@@ -161,8 +155,18 @@ impl GrpcInferenceService for InferenceService {
         presented
             .authorize(&self.state, Scope::Infer)
             .map_err(status)?;
-        let responses = stream::open(self.state.clone(), presented, request.into_inner());
-        Ok(Response::new(responses))
+        // The call's span, while traces are exported: each request of the stream is a child.
+        let span = infergate_telemetry::span!("grpc stream", method = "ModelStreamInfer");
+        self.continue_trace(&span, &presented, request.metadata(), None);
+        let trace = infergate_telemetry::w3c::trace_id(&span);
+        let responses = stream::open(self.state.clone(), presented, request.into_inner(), span);
+        let mut response = Response::new(responses);
+        if let Some(trace) = trace.and_then(|t| MetadataValue::try_from(t.as_bytes()).ok()) {
+            response
+                .metadata_mut()
+                .insert(infergate_telemetry::w3c::TRACE_ID_METADATA, trace);
+        }
+        Ok(response)
     }
 
     /// Models only, as over HTTP: a pipeline has no Triton configuration (NOT_FOUND).
@@ -313,6 +317,26 @@ impl GrpcInferenceService for InferenceService {
 }
 
 /// The W3C trace context among a call's metadata, as headers (the rest is not copied).
+impl InferenceService {
+    /// Makes the trace a call's metadata names the parent of its `span` (the caller's sampled
+    /// flag trusted as over HTTP); `model` decides by its trace settings when set.
+    fn continue_trace(
+        &self,
+        span: &tracing::Span,
+        presented: &Presented,
+        metadata: &MetadataMap,
+        model: Option<&str>,
+    ) {
+        if !infergate_telemetry::exporting() {
+            return;
+        }
+        let presents_key =
+            infergate_kserve::credentials::presented_key(&presented.headers).is_some();
+        let trusted = (self.state.config().tracing.honour_caller_sampling).trusts(presents_key);
+        infergate_telemetry::w3c::continue_in(span, &trace_headers(metadata), trusted, model);
+    }
+}
+
 fn trace_headers(metadata: &MetadataMap) -> http::HeaderMap {
     let mut headers = http::HeaderMap::new();
     for name in [

@@ -20,6 +20,7 @@ use infergate_service::state::AppState;
 use std::sync::Arc;
 use tokio::sync::{mpsc, Semaphore};
 use tonic::{Status, Streaming};
+use tracing::Instrument;
 
 use crate::sequence_order::{self, SequenceOrder};
 use infergate_kserve::proto::infer_parameter::ParameterChoice;
@@ -80,10 +81,11 @@ pub fn open(
     state: Arc<AppState>,
     presented: Presented,
     requests: Streaming<ModelInferRequest>,
+    call: tracing::Span,
 ) -> ResponseStream {
     let in_flight = state.config().websocket.max_in_flight.get();
     let (tx, rx) = mpsc::channel(in_flight);
-    tokio::spawn(read(state, presented, requests, tx, in_flight));
+    tokio::spawn(read(state, presented, requests, tx, in_flight, call));
     Box::pin(futures_util::stream::unfold(rx, |mut rx| async move {
         rx.recv().await.map(|answer| (answer, rx))
     }))
@@ -95,6 +97,8 @@ async fn read(
     mut requests: Streaming<ModelInferRequest>,
     tx: mpsc::Sender<Result<ModelStreamInferResponse, Status>>,
     in_flight: usize,
+    // The call's span (none while its trace is not recorded): it ends with the stream.
+    call: tracing::Span,
 ) {
     let _open = state.drain().stream_opened();
     let slots = Arc::new(Semaphore::new(in_flight));
@@ -121,19 +125,33 @@ async fn read(
         };
         let (state, presented, tx) = (state.clone(), presented.clone(), tx.clone());
         let turn = order.turn(sequence_key(&message));
-        tokio::spawn(async move {
-            // A sequence's requests run in the order they came.
-            let _done = turn.wait().await;
-            tokio::select! {
-                biased;
-                // The client is gone (the response stream was dropped): dropping the request
-                // takes it out of the model's queue if it has not run yet, and stops a
-                // generation before its next token.
-                _ = tx.closed() => {}
-                () = serve(&state, &presented, message, &tx) => {}
+        let span = if call.is_none() {
+            tracing::Span::none()
+        } else {
+            tracing::info_span!(
+                target: infergate_telemetry::TARGET,
+                parent: &call,
+                "grpc stream request",
+                model = %message.model_name,
+                id = %message.id
+            )
+        };
+        tokio::spawn(
+            async move {
+                // A sequence's requests run in the order they came.
+                let _done = turn.wait().await;
+                tokio::select! {
+                    biased;
+                    // The client is gone (the response stream was dropped): dropping the request
+                    // takes it out of the model's queue if it has not run yet, and stops a
+                    // generation before its next token.
+                    _ = tx.closed() => {}
+                    () = serve(&state, &presented, message, &tx) => {}
+                }
+                drop(slot);
             }
-            drop(slot);
-        });
+            .instrument(span),
+        );
     }
     // Answers still running hold slots: wait for them before this stream counts as closed.
     let _ = slots.acquire_many(in_flight as u32).await;
