@@ -82,6 +82,26 @@ macro_rules! traced {
     };
 }
 
+/// A span that is both exported and in the log output, while traces are exported
+/// ([`Span::none`](tracing::Span::none) otherwise): a call's outermost span, whose log lines
+/// then name its trace. It declares `trace_id` and `span_id`, which
+/// [`w3c::record_ids`] fills once the span's trace is known (and only when it is recorded).
+#[macro_export]
+macro_rules! logged_span {
+    ($name:literal $(, $($fields:tt)*)?) => {
+        if $crate::exporting() {
+            ::tracing::info_span!(
+                $name,
+                $($($fields)*,)?
+                trace_id = ::tracing::field::Empty,
+                span_id = ::tracing::field::Empty
+            )
+        } else {
+            ::tracing::Span::none()
+        }
+    };
+}
+
 /// An info-level span on [`TARGET`] while [`recording`], [`tracing::Span::none`] otherwise:
 /// `span!("decode", bytes = n)`.
 #[macro_export]

@@ -92,6 +92,15 @@ pub fn continue_in(span: &tracing::Span, headers: &HeaderMap, trusted: bool, mod
     }
 }
 
+/// Fills the `trace_id` and `span_id` fields of `span` (one opened with
+/// [`crate::logged_span`]) when its trace is recorded, so its log lines lead to the trace.
+pub fn record_ids(span: &tracing::Span) {
+    if let Some((trace, own)) = recorded_ids(span) {
+        span.record("trace_id", trace);
+        span.record("span_id", own);
+    }
+}
+
 /// A span another span links to (a WebSocket message's to its connection's).
 pub type Link = SpanContext;
 

@@ -109,7 +109,8 @@ pub(crate) async fn run_infer(
     let started = Instant::now();
     // A request from the manager continues the manager's trace and follows its sampling
     // decision; a direct client's flag does not decide.
-    let span = infergate_telemetry::span!(
+    // In the log too while traces are exported: the worker's lines of a request name its trace.
+    let span = infergate_telemetry::logged_span!(
         "worker request",
         model = %model,
         version = version.unwrap_or(0) as i64,
@@ -118,6 +119,7 @@ pub(crate) async fn run_infer(
         request_bytes = body.len() as i64
     );
     infergate_telemetry::w3c::continue_in(&span, &headers, peer.cluster, None);
+    infergate_telemetry::w3c::record_ids(&span);
     let answer = async {
         let record = node.admit(peer, &headers, &model, version).await?;
         let (document, inputs) =

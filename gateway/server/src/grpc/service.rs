@@ -125,8 +125,9 @@ impl GrpcInferenceService for InferenceService {
         request: Request<ModelInferRequest>,
     ) -> Result<Response<ModelInferResponse>, Status> {
         let presented = Presented::of(&self.state, &request);
-        // Only while traces are exported: a call has no span of its own otherwise.
-        let span = infergate_telemetry::span!("grpc request", method = "ModelInfer");
+        // Only while traces are exported (in the log too, naming the trace): a call has no span
+        // of its own otherwise.
+        let span = infergate_telemetry::logged_span!("grpc request", method = "ModelInfer");
         let model = Some(request.get_ref().model_name.as_str())
             .filter(|m| !m.is_empty() && infergate_telemetry::sampling::per_model());
         self.continue_trace(&span, &presented, request.metadata(), model);
@@ -156,7 +157,7 @@ impl GrpcInferenceService for InferenceService {
             .authorize(&self.state, Scope::Infer)
             .map_err(status)?;
         // The call's span, while traces are exported: each request of the stream is a child.
-        let span = infergate_telemetry::span!("grpc stream", method = "ModelStreamInfer");
+        let span = infergate_telemetry::logged_span!("grpc stream", method = "ModelStreamInfer");
         self.continue_trace(&span, &presented, request.metadata(), None);
         let trace = infergate_telemetry::w3c::trace_id(&span);
         let responses = stream::open(self.state.clone(), presented, request.into_inner(), span);
@@ -334,6 +335,7 @@ impl InferenceService {
             infergate_kserve::credentials::presented_key(&presented.headers).is_some();
         let trusted = (self.state.config().tracing.honour_caller_sampling).trusts(presents_key);
         infergate_telemetry::w3c::continue_in(span, &trace_headers(metadata), trusted, model);
+        infergate_telemetry::w3c::record_ids(span);
     }
 }
 
