@@ -673,6 +673,19 @@ async fn an_admin_defines_replaces_and_removes_sinks_at_run_time() {
         assert_eq!(r.status, 400, "{bad}");
         assert!(r.error().contains(field), "{bad}: {}", r.error());
     }
+    // A file that cannot be opened (beneath a plain file) is refused before the sink exists.
+    let plain = dir.path().join("plain");
+    std::fs::write(&plain, b"").expect("a plain file");
+    let r = app
+        .send(
+            Method::PUT,
+            late,
+            Some(&app.admin),
+            Some(body(&plain.join("x.jsonl"))),
+        )
+        .await;
+    assert_eq!(r.status, 400, "{}", r.json());
+    assert!(r.error().contains("x.jsonl"), "{}", r.error());
     let r = app
         .send(
             Method::PUT,
