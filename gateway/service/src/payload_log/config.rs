@@ -1,6 +1,6 @@
 //! `[payload_log]`: the sinks an operator defines, by name, and what is redacted before an
-//! entry leaves the process. Models name a sink in their settings; they cannot point anywhere
-//! else.
+//! entry leaves the process. Models, pipelines and keys name a sink in their settings; they
+//! cannot point anywhere else.
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -24,8 +24,9 @@ pub const ALWAYS_REDACTED: &[&str] = &[
 #[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct PayloadLogConfig {
-    /// The sinks models may log to, by name: `[payload_log.sinks.audit] file = { path = "..." }`
-    /// or `http = { url = "..." }`.
+    /// The sinks models, pipelines and keys may log to, by name: `[payload_log.sinks.audit]
+    /// file = { path = "..." }` or `http = { url = "..." }`. An admin may define more, or
+    /// replace these, at run time (`/api/payload-log/sinks`) until the process stops.
     pub sinks: BTreeMap<String, SinkConfig>,
     /// More names to redact, beside the built-in ones (`secret`, `password`, `api_key`,
     /// `authorization`, `credential`, `access_token`, ...): an input, parameter or JSON field
@@ -82,10 +83,11 @@ pub struct FileSink {
     /// Bytes the current file grows to before it is rotated.
     #[serde(default = "default_max_bytes")]
     pub max_bytes: u64,
-    /// Rotated files kept beside the current one.
+    /// Rotated files kept beside the current one (at most 1000).
     #[serde(default = "default_keep")]
     pub keep: u32,
-    /// Entries waiting to be written; past it entries are dropped and counted.
+    /// Entries waiting to be written; past it entries are dropped and counted (at most
+    /// 1,000,000: the queue's slots are allocated when the sink starts).
     #[serde(default = "default_queue")]
     pub queue: usize,
 }
@@ -99,17 +101,18 @@ pub struct HttpSink {
     pub url: String,
     /// A PEM file of the certificates that sign the endpoint's (https only).
     pub ca: Option<PathBuf>,
-    /// Entries per POST at most.
+    /// Entries per POST at most (at most 10,000).
     #[serde(default = "default_batch")]
     pub batch: usize,
-    /// Entries waiting to be sent; past it entries are dropped and counted.
+    /// Entries waiting to be sent; past it entries are dropped and counted (at most
+    /// 1,000,000).
     #[serde(default = "default_queue")]
     pub queue: usize,
     /// Milliseconds one POST may take.
     #[serde(default = "default_timeout_ms")]
     pub timeout_ms: u64,
     /// Attempts after the first for a batch the endpoint refused or did not answer (backoff
-    /// 200 ms, doubling); then the batch is counted as failed.
+    /// 200 ms, doubling; at most 16); then the batch is counted as failed.
     #[serde(default = "default_retries")]
     pub retries: u32,
 }
