@@ -182,6 +182,11 @@ pub struct KeyInfo {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[cfg_attr(feature = "openapi", schema(value_type = Vec<crate::openapi::bodies::GuardrailAttachment>))]
     pub guardrails: Vec<serde_json::Value>,
+    /// The key's own payload log setting (`{"mode", "sample", "sink"}`): its requests are
+    /// logged beside any model's or pipeline's setting; absent: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<crate::openapi::bodies::PayloadLogSetting>))]
+    pub payload_log: Option<serde_json::Value>,
 }
 
 /// `/api/keys/{id}/guardrails`: a key's own chat guardrails, the answer of each of its routes.
@@ -193,6 +198,20 @@ pub struct KeyGuardrails {
     /// In the order they run (after the server's, before the model's); empty: none.
     #[cfg_attr(feature = "openapi", schema(value_type = Vec<crate::openapi::bodies::GuardrailAttachment>))]
     pub guardrails: Vec<serde_json::Value>,
+}
+
+/// `/api/keys/{id}/payload-log`: a key's own payload log setting, the answer of each of its
+/// routes.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct KeyPayloadLog {
+    pub key_id: i64,
+    pub public_id: String,
+    /// `{"mode", "sample", "sink"}`; `null`: none of its own.
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<crate::openapi::bodies::PayloadLogSetting>))]
+    pub payload_log: Option<serde_json::Value>,
+    /// The sinks the server defines.
+    pub sinks: Vec<String>,
 }
 
 /// `POST /api/keys`: the new key and its secret, shown this once.

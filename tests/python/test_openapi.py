@@ -233,6 +233,15 @@ def test_every_documented_operation_answers_as_documented(api, server):
     assert call("GET", "/api/models/{model}/payload-log", {"model": "copy"}).json()["payload_log"]["sample"] == 0.5
     assert call("DELETE", "/api/models/{model}/payload-log", {"model": "copy"}).status_code == 200
     call("GET", "/api/models/{model}/payload-log", {"model": "nothing"})  # 404
+    # A sink defined at run time, which the pipeline's and the key's settings below name.
+    call("GET", "/api/payload-log/sinks")
+    late = os.path.join(tempfile.mkdtemp(prefix="infergate-py-sink-"), "late.jsonl")
+    r = call("PUT", "/api/payload-log/sinks/{name}", {"name": "late"},
+             json_body={"file": {"path": late, "keep": 2}})
+    assert r.status_code == 200 and r.json()["origin"] == "api", r.text
+    r = call("PUT", "/api/payload-log/sinks/{name}", {"name": "late"},
+             json_body={"file": {"path": late, "max_bytes": 1}})
+    assert r.status_code == 400 and "file.max_bytes" in r.json()["error"], r.text
     r = call("PUT", "/api/models/{model}/guardrails", {"model": "smollm2"},
              json_body={"guardrails": [{"plugin": "pii-mask"}]})
     assert r.status_code == 200 and r.json()["guardrails"][0]["plugin"] == "pii-mask", r.text
@@ -268,6 +277,14 @@ def test_every_documented_operation_answers_as_documented(api, server):
     r = call("PUT", "/api/pipelines/{pipeline}", {"pipeline": "bare"},
              json_body={"pre": [name], "model": "ocr-cls"})
     assert r.status_code in (200, 201), r.text
+    r = call("PUT", "/api/pipelines/{pipeline}/payload-log", {"pipeline": "bare"},
+             json_body={"mode": "all", "sink": "late"})
+    assert r.status_code == 200 and r.json()["pipeline"] == "bare", r.text
+    assert call("GET", "/api/pipelines/{pipeline}/payload-log",
+                {"pipeline": "bare"}).json()["payload_log"]["sink"] == "late"
+    r = call("DELETE", "/api/payload-log/sinks/{name}", {"name": "late"})
+    assert r.status_code == 409 and "pipeline 'bare'" in r.json()["error"], r.text
+    assert call("DELETE", "/api/pipelines/{pipeline}/payload-log", {"pipeline": "bare"}).status_code == 200
     call("DELETE", "/api/pipelines/{pipeline}", {"pipeline": "bare"})
     call("DELETE", "/api/plugins/{plugin}/versions/{version}", {"plugin": name, "version": version})
     r = call("POST", "/api/plugins", body=wasm, headers={"Content-Type": "application/wasm"})
@@ -290,6 +307,16 @@ def test_every_documented_operation_answers_as_documented(api, server):
     assert r.status_code == 400, r.text
     assert call("GET", "/api/keys/{id}/guardrails", {"id": key_id}).json()["guardrails"][0]["plugin"] == "pii-mask"
     assert call("DELETE", "/api/keys/{id}/guardrails", {"id": key_id}).json()["guardrails"] == []
+    r = call("PUT", "/api/keys/{id}/payload-log", {"id": key_id},
+             json_body={"mode": "request", "sample": 0.5, "sink": "late"})
+    assert r.status_code == 200 and r.json()["payload_log"]["sample"] == 0.5, r.text
+    assert call("GET", "/api/keys").json()["keys"][-1]["payload_log"]["sink"] == "late"
+    r = call("PUT", "/api/keys/{id}/payload-log", {"id": key_id},
+             json_body={"mode": "request", "sink": "nowhere"})
+    assert r.status_code == 400 and "sink" in r.json()["error"], r.text
+    assert call("GET", "/api/keys/{id}/payload-log", {"id": key_id}).json()["payload_log"]["mode"] == "request"
+    assert call("DELETE", "/api/keys/{id}/payload-log", {"id": key_id}).json()["payload_log"] is None
+    assert call("DELETE", "/api/payload-log/sinks/{name}", {"name": "late"}).json() == {"deleted": "late"}
     call("GET", "/api/whoami", key=infer_key)
     call("DELETE", "/api/keys/{id}", {"id": key_id})
     call("DELETE", "/api/keys/{id}", {"id": 999999})  # 404

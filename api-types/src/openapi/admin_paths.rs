@@ -5,9 +5,13 @@
 
 use crate::history::History;
 use crate::keys::{
-    Identity, KeyCreated, KeyGuardrails, KeyList, KeyRevoked, KeyUpdated, KeyUsageReport,
+    Identity, KeyCreated, KeyGuardrails, KeyList, KeyPayloadLog, KeyRevoked, KeyUpdated,
+    KeyUsageReport,
 };
-use crate::openapi::bodies::{GuardrailsBody, KeyLimitsRequest, KeyRequest, TtlRequest};
+use crate::openapi::bodies::{
+    GuardrailsBody, KeyLimitsRequest, KeyRequest, PayloadLogSetting, PayloadLogSink,
+    PayloadLogSinkBody, PayloadLogSinkDeleted, PayloadLogSinks, TtlRequest,
+};
 use crate::workers::{
     Assignment, JoinTokenCreated, TokenRevoked, WorkerDraining, WorkerList, WorkerRemoved,
 };
@@ -81,6 +85,72 @@ pub fn get_key_guardrails() {}
         (status = 404, description = "No such key.", body = ErrorBody),
     ))]
 pub fn delete_key_guardrails() {}
+
+/// Logs every request of a key (a share of them) to a sink the server defines, beside any
+/// model's or pipeline's setting: each draws its own sample; two draws naming one sink make
+/// one entry with the wider mode.
+#[utoipa::path(put, path = "/api/keys/{id}/payload-log", tag = "Keys",
+    params(("id" = String, Path, description = "The numeric id or the 12-character public id.")),
+    request_body(content = PayloadLogSetting, description = "What to log, how often, where."),
+    security(("bearer" = ["admin"]), ("api_key" = ["admin"])),
+    responses(
+        (status = 200, description = "The setting now in force.", body = KeyPayloadLog),
+        (status = 400, description = "A bad setting, or a sink the server does not define (the field is named).", body = ErrorBody),
+        (status = 404, description = "No such key.", body = ErrorBody),
+    ))]
+pub fn put_key_payload_log() {}
+
+/// A key's own payload log setting, and the sinks the server defines.
+#[utoipa::path(get, path = "/api/keys/{id}/payload-log", tag = "Keys",
+    params(("id" = String, Path, description = "The numeric id or the 12-character public id.")),
+    security(("bearer" = ["admin"]), ("api_key" = ["admin"])),
+    responses(
+        (status = 200, description = "The setting (`null`: none of its own).", body = KeyPayloadLog),
+        (status = 404, description = "No such key.", body = ErrorBody),
+    ))]
+pub fn get_key_payload_log() {}
+
+/// Removes a key's own payload log setting (models' and pipelines' still apply).
+#[utoipa::path(delete, path = "/api/keys/{id}/payload-log", tag = "Keys",
+    params(("id" = String, Path, description = "The numeric id or the 12-character public id.")),
+    security(("bearer" = ["admin"]), ("api_key" = ["admin"])),
+    responses(
+        (status = 200, description = "None of its own any more.", body = KeyPayloadLog),
+        (status = 404, description = "No such key.", body = ErrorBody),
+    ))]
+pub fn delete_key_payload_log() {}
+
+/// The payload log sinks: those of the configuration file and those defined at run time, with
+/// their counts.
+#[utoipa::path(get, path = "/api/payload-log/sinks", tag = "Payload logs",
+    security(("bearer" = ["admin"]), ("api_key" = ["admin"])),
+    responses((status = 200, description = "The sinks.", body = PayloadLogSinks)))]
+pub fn list_payload_log_sinks() {}
+
+/// Defines or replaces a payload log sink, in this process until it stops. A replaced sink
+/// keeps its counts, and its old writer writes what it had queued.
+#[utoipa::path(put, path = "/api/payload-log/sinks/{name}", tag = "Payload logs",
+    params(("name" = String, Path, description = "Letters, digits, '-', '_' and '.'.")),
+    request_body(content = PayloadLogSinkBody, description = "A file or an HTTP endpoint, as `[payload_log.sinks.NAME]` takes it."),
+    security(("bearer" = ["admin"]), ("api_key" = ["admin"])),
+    responses(
+        (status = 200, description = "The sink now defined.", body = PayloadLogSink),
+        (status = 400, description = "A bad field (named), or a file that cannot be opened.", body = ErrorBody),
+        (status = 409, description = "Another sink writes to that file.", body = ErrorBody),
+    ))]
+pub fn put_payload_log_sink() {}
+
+/// Removes a payload log sink that no setting names; its writer still writes what it had
+/// queued.
+#[utoipa::path(delete, path = "/api/payload-log/sinks/{name}", tag = "Payload logs",
+    params(("name" = String, Path, description = "A sink's name.")),
+    security(("bearer" = ["admin"]), ("api_key" = ["admin"])),
+    responses(
+        (status = 200, description = "Removed.", body = PayloadLogSinkDeleted),
+        (status = 404, description = "No such sink.", body = ErrorBody),
+        (status = 409, description = "A model's, pipeline's or key's setting names it (one is named).", body = ErrorBody),
+    ))]
+pub fn delete_payload_log_sink() {}
 
 /// The calling key's identity and scopes (any scope).
 #[utoipa::path(get, path = "/api/whoami", tag = "Keys",

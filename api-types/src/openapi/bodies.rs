@@ -257,7 +257,9 @@ pub struct TrafficView {
     figures: crate::traffic::TrafficFigures,
 }
 
-/// Whether a model's requests are logged (`PUT /api/models/{model}/payload-log`).
+/// Whether the requests of a model, a pipeline or a key are logged (`PUT
+/// /api/models/{model}/payload-log`, `/api/pipelines/{pipeline}/payload-log`,
+/// `/api/keys/{id}/payload-log`).
 #[derive(serde::Deserialize, ToSchema)]
 #[allow(dead_code)]
 pub struct PayloadLogSetting {
@@ -265,18 +267,95 @@ pub struct PayloadLogSetting {
     mode: String,
     /// The share of requests logged, 0 to 1 (default 1).
     sample: Option<f64>,
-    /// A sink the server's `[payload_log.sinks]` defines.
+    /// A sink the server defines (`[payload_log.sinks]`, or one an admin defined since).
     sink: String,
 }
 
-/// The answer of every payload-log route: the model, its setting (`null`: not logged) and the
-/// sinks the server defines.
+/// The answer of a model's or pipeline's payload-log route: the model or the pipeline, its
+/// setting (`null`: not logged) and the sinks the server defines.
 #[derive(serde::Deserialize, ToSchema)]
 #[allow(dead_code)]
 pub struct PayloadLogView {
-    model: String,
+    /// The model (model routes).
+    model: Option<String>,
+    /// The pipeline (pipeline routes).
+    pipeline: Option<String>,
     payload_log: Option<PayloadLogSetting>,
     sinks: Vec<String>,
+}
+
+/// A JSON Lines file (mode 0600), rotated by size (`[payload_log.sinks.NAME] file`).
+#[derive(serde::Deserialize, ToSchema)]
+#[allow(dead_code)]
+pub struct PayloadLogFileSink {
+    path: String,
+    /// Bytes the current file grows to before it is rotated (default 64 MiB, at least 4096).
+    max_bytes: Option<u64>,
+    /// Rotated files kept beside the current one (default 5).
+    keep: Option<u32>,
+    /// Entries waiting to be written; past it entries are dropped and counted (default 10000).
+    queue: Option<usize>,
+}
+
+/// An HTTP endpoint receiving CloudEvents batches (`[payload_log.sinks.NAME] http`).
+#[derive(serde::Deserialize, ToSchema)]
+#[allow(dead_code)]
+pub struct PayloadLogHttpSink {
+    /// `http://` or `https://` (with `ca`).
+    url: String,
+    /// A PEM file of the certificates that sign the endpoint's (https only).
+    ca: Option<String>,
+    /// Entries per POST at most (default 100).
+    batch: Option<usize>,
+    /// Entries waiting to be sent (default 10000).
+    queue: Option<usize>,
+    /// Milliseconds one POST may take (default 5000).
+    timeout_ms: Option<u64>,
+    /// Attempts after the first (default 3).
+    retries: Option<u32>,
+}
+
+/// A payload log sink: exactly one of `file` and `http`.
+#[derive(serde::Deserialize, ToSchema)]
+#[allow(dead_code)]
+pub struct PayloadLogSinkBody {
+    file: Option<PayloadLogFileSink>,
+    http: Option<PayloadLogHttpSink>,
+}
+
+/// A payload log sink as the sink routes show it.
+#[derive(serde::Deserialize, ToSchema)]
+#[allow(dead_code)]
+pub struct PayloadLogSink {
+    name: String,
+    /// `file` or `http`.
+    kind: String,
+    /// The file's path or the endpoint's URL.
+    target: String,
+    /// `config` (the configuration file) or `api` (defined at run time, in this process).
+    origin: String,
+    /// The sink as `PUT` takes it.
+    config: PayloadLogSinkBody,
+    /// Entries the sink took.
+    written: u64,
+    /// Entries dropped because its queue was full.
+    dropped: u64,
+    /// Entries lost to its errors.
+    failed: u64,
+}
+
+/// `GET /api/payload-log/sinks`.
+#[derive(serde::Deserialize, ToSchema)]
+#[allow(dead_code)]
+pub struct PayloadLogSinks {
+    sinks: Vec<PayloadLogSink>,
+}
+
+/// `DELETE /api/payload-log/sinks/{name}`.
+#[derive(serde::Deserialize, ToSchema)]
+#[allow(dead_code)]
+pub struct PayloadLogSinkDeleted {
+    deleted: String,
 }
 
 /// One chat guardrail attached to a model or a key (`PUT /api/models/{model}/guardrails`,

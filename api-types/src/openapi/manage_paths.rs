@@ -110,6 +110,38 @@ pub fn get_payload_log() {}
     ))]
 pub fn delete_payload_log() {}
 
+/// Logs a pipeline's requests (its inputs and final outputs) to a sink the server defines.
+#[utoipa::path(put, path = "/api/pipelines/{pipeline}/payload-log", tag = "Pipelines",
+    params(("pipeline" = String, Path, description = "A pipeline name.")),
+    request_body(content = PayloadLogSetting, description = "What to log, how often, where."),
+    security(("bearer" = ["upload"]), ("api_key" = ["upload"])),
+    responses(
+        (status = 200, description = "The setting now in force.", body = PayloadLogView),
+        (status = 400, description = "A bad setting, or a sink the server does not define (the field is named).", body = ErrorBody),
+        (status = 404, description = "No such pipeline.", body = ErrorBody),
+    ))]
+pub fn put_pipeline_payload_log() {}
+
+/// Whether a pipeline's requests are logged, and the sinks the server defines.
+#[utoipa::path(get, path = "/api/pipelines/{pipeline}/payload-log", tag = "Pipelines",
+    params(("pipeline" = String, Path, description = "A pipeline name.")),
+    security(("bearer" = ["upload"]), ("api_key" = ["upload"])),
+    responses(
+        (status = 200, description = "The setting (`null`: not logged).", body = PayloadLogView),
+        (status = 404, description = "No such pipeline.", body = ErrorBody),
+    ))]
+pub fn get_pipeline_payload_log() {}
+
+/// Stops logging a pipeline's requests.
+#[utoipa::path(delete, path = "/api/pipelines/{pipeline}/payload-log", tag = "Pipelines",
+    params(("pipeline" = String, Path, description = "A pipeline name.")),
+    security(("bearer" = ["upload"]), ("api_key" = ["upload"])),
+    responses(
+        (status = 200, description = "Not logged any more.", body = PayloadLogView),
+        (status = 404, description = "No such pipeline.", body = ErrorBody),
+    ))]
+pub fn delete_pipeline_payload_log() {}
+
 /// Attaches chat guardrails to a chat model: uploaded plugins of the guardrail world, run in
 /// this order after the server's `[guardrails]` and the caller's key's on its prompts and
 /// answers. Each must be an uploaded guardrail now; nothing is stored when one is not.

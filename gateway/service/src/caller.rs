@@ -208,6 +208,7 @@ mod tests {
             max_concurrent: None,
             tokens: Default::default(),
             guardrails: None,
+            payload_log: None,
         })
     }
 

@@ -525,6 +525,7 @@ mod tests {
             max_concurrent: None,
             tokens: Default::default(),
             guardrails: None,
+            payload_log: None,
         });
         Caller::of_key(key, &infergate_limits::Limits::default())
     }

@@ -132,12 +132,12 @@ impl AppState {
         let payload_logs =
             Arc::new(PayloadLogs::start(&config.payload_log).map_err(ApiError::bad_request)?);
         metrics.traffic.attach_payload_logs(payload_logs.clone());
-        if !payload_logs.is_empty() {
-            phases.attach(Arc::new(PayloadLogPolicy::new(
-                payload_logs.clone(),
-                model_settings.clone(),
-            )));
-        }
+        // Attached even without sinks: an admin may define one at run time. With no setting on
+        // the model and the key it costs two lookups.
+        phases.attach(Arc::new(PayloadLogPolicy::new(
+            payload_logs.clone(),
+            model_settings.clone(),
+        )));
         let textgen_vocab = match &config.openai.vocab {
             Some(path) => Some(Arc::new(Vocab::load(path).map_err(ApiError::bad_request)?)),
             None => None,

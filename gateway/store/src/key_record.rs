@@ -25,6 +25,10 @@ pub struct KeyRecord {
     /// the service checks when it runs them (a list that does not parse fails the key's chat
     /// requests, never its other ones); None: none of its own.
     pub guardrails: Option<String>,
+    /// The key's own payload log setting as stored: the JSON text of `{"mode", "sample",
+    /// "sink"}`, checked by the service when it was set; None: its requests are logged only as
+    /// their model's or pipeline's setting says.
+    pub payload_log: Option<String>,
 }
 
 /// A key's own admission limits, as set at creation or by an admin.
@@ -69,6 +73,10 @@ impl KeyRecord {
             tokens_per_minute: self.tokens.tokens_per_minute,
             token_budget: self.tokens.token_budget.map(shown_budget),
             guardrails: self.guardrail_list(),
+            payload_log: self
+                .payload_log
+                .as_deref()
+                .and_then(|text| serde_json::from_str(text).ok()),
         }
     }
 
@@ -115,6 +123,7 @@ pub(crate) fn record(row: &Row) -> Result<KeyRecord, StoreError> {
             },
         },
         guardrails: row.get("guardrails")?,
+        payload_log: row.get("payload_log")?,
     })
 }
 

@@ -193,6 +193,22 @@ impl Store {
         self.updated_key(id_or_public, n)
     }
 
+    /// Replaces a key's own payload log setting (`setting`: its JSON text, already checked;
+    /// None removes it). Returns the updated record, or None when no such key.
+    pub fn set_key_payload_log(
+        &self,
+        id_or_public: &str,
+        setting: Option<&str>,
+    ) -> Result<Option<KeyRecord>, StoreError> {
+        let n = self.with(|db| {
+            db.execute(
+                "UPDATE api_keys SET payload_log = ?2 WHERE public_id = ?1 OR CAST(id AS TEXT) = ?1",
+                vals![id_or_public, setting],
+            )
+        })?;
+        self.updated_key(id_or_public, n)
+    }
+
     /// After an update of `rows` rows of the key `id_or_public`: its record as written (None
     /// when there was no such key), seen by this server's key cache at once.
     fn updated_key(&self, id_or_public: &str, rows: u64) -> Result<Option<KeyRecord>, StoreError> {

@@ -41,6 +41,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "0007_key_guardrails.sql",
         include_str!("../../../migrations/0007_key_guardrails.sql"),
     ),
+    (
+        8,
+        "0008_key_payload_log.sql",
+        include_str!("../../../migrations/0008_key_payload_log.sql"),
+    ),
 ];
 
 pub fn apply(conn: &mut Connection) -> Result<Vec<i64>, String> {

@@ -1,7 +1,8 @@
 //! A model's own settings (`model_settings`): what belongs to the model rather than to one of
 //! its versions, so that it survives the next upload. One JSON object per model, one field per
-//! feature (`traffic` today), so a new feature adds a field, not a table. A model's row goes
-//! with its last version (`Store::delete_model_version`).
+//! feature, so a new feature adds a field, not a table. A model's row goes with its last
+//! version (`Store::delete_model_version`). Pipelines share the models' names, so a pipeline's
+//! own settings (its payload log) are kept here too, and go with the pipeline.
 
 use crate::sql::{vals, Db};
 use crate::{now_secs, Store, StoreError};
@@ -46,8 +47,9 @@ impl Store {
     }
 
     /// Sets (`Some`) or removes (`None`) one field of `name`'s settings, as one step even
-    /// across replicas, and returns the settings after it. Only for a model that has versions:
-    /// `Ok(None)` when it has none (a model's settings go with its last version).
+    /// across replicas, and returns the settings after it. Only for a model that has versions
+    /// or a saved pipeline: `Ok(None)` when `name` is neither (a model's settings go with its
+    /// last version, a pipeline's with the pipeline).
     pub fn set_model_setting(
         &self,
         name: &str,
@@ -60,7 +62,8 @@ impl Store {
             }
             let exists: bool = db
                 .query_one(
-                    "SELECT EXISTS(SELECT 1 FROM model_versions WHERE name = ?1)",
+                    "SELECT EXISTS(SELECT 1 FROM model_versions WHERE name = ?1)
+                         OR EXISTS(SELECT 1 FROM pipelines WHERE name = ?1)",
                     vals![name],
                 )?
                 .at(0)?;
@@ -101,11 +104,13 @@ fn read(db: &Db<'_>, name: &str) -> Result<Map<String, Value>, StoreError> {
     }
 }
 
-/// Drops `name`'s settings when it has no version left (inside the delete's transaction).
+/// Drops `name`'s settings when it is neither a model with a version nor a pipeline any more
+/// (inside the delete's transaction).
 pub(crate) fn drop_if_orphaned(db: &Db<'_>, name: &str) -> Result<(), StoreError> {
     db.execute(
         "DELETE FROM model_settings WHERE name = ?1
-         AND NOT EXISTS (SELECT 1 FROM model_versions WHERE name = ?1)",
+         AND NOT EXISTS (SELECT 1 FROM model_versions WHERE name = ?1)
+         AND NOT EXISTS (SELECT 1 FROM pipelines WHERE name = ?1)",
         vals![name],
     )?;
     Ok(())

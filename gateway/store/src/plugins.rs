@@ -314,7 +314,12 @@ impl Store {
         })
     }
 
+    /// Deletes a pipeline and its own settings (`model_settings`).
     pub fn delete_pipeline(&self, name: &str) -> Result<bool, StoreError> {
-        self.with(|db| Ok(db.execute("DELETE FROM pipelines WHERE name = ?1", vals![name])? > 0))
+        self.transaction(|db| {
+            let deleted = db.execute("DELETE FROM pipelines WHERE name = ?1", vals![name])? > 0;
+            crate::model_settings::drop_if_orphaned(db, name)?;
+            Ok(deleted)
+        })
     }
 }

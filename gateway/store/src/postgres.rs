@@ -77,6 +77,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "0010_key_guardrails.sql",
         include_str!("../../../migrations/postgres/0010_key_guardrails.sql"),
     ),
+    (
+        11,
+        "0011_key_payload_log.sql",
+        include_str!("../../../migrations/postgres/0011_key_payload_log.sql"),
+    ),
 ];
 /// `pg_advisory_xact_lock` key that serialises migrations of replicas starting together
 /// ("infergat" in ASCII).

@@ -61,6 +61,7 @@ on_both_backends!(
     token_limits_and_usage_are_kept_per_key_model_and_hour,
     model_settings_survive_new_versions_and_go_with_the_model,
     a_keys_guardrails_are_kept_cleared_and_seen_by_its_next_request,
+    a_keys_payload_log_is_kept_cleared_and_seen_by_its_next_request,
 );
 
 fn infer() -> Scopes {
@@ -139,6 +140,39 @@ fn a_keys_guardrails_are_kept_cleared_and_seen_by_its_next_request(store: &Store
         .set_key_guardrails("nope", Some("[]"))
         .unwrap()
         .is_none());
+}
+
+fn a_keys_payload_log_is_kept_cleared_and_seen_by_its_next_request(store: &Store) {
+    let (rec, secret) = store.create_key("logged", &infer()).unwrap();
+    assert_eq!(
+        (rec.payload_log.as_deref(), rec.info().payload_log),
+        (None, None)
+    );
+    assert!(store.authenticate(&secret).unwrap().is_some());
+    let setting = r#"{"mode":"all","sample":0.5,"sink":"audit"}"#;
+    let set = store
+        .set_key_payload_log(&rec.public_id, Some(setting))
+        .unwrap()
+        .unwrap();
+    assert_eq!(set.info().payload_log.unwrap()["sink"], json!("audit"));
+    assert_eq!(
+        store
+            .authenticate(&secret)
+            .unwrap()
+            .unwrap()
+            .payload_log
+            .as_deref(),
+        Some(setting),
+        "the cached key follows its setting"
+    );
+    store
+        .set_key_payload_log(&rec.id.to_string(), None)
+        .unwrap();
+    assert_eq!(
+        store.authenticate(&secret).unwrap().unwrap().payload_log,
+        None
+    );
+    assert!(store.set_key_payload_log("nope", None).unwrap().is_none());
 }
 
 fn a_wrong_secret_for_a_known_id_is_refused(store: &Store) {
@@ -283,7 +317,14 @@ fn plugins_and_pipelines_keep_versions_a_pipeline_runs(store: &Store) {
         store.delete_plugin("p", None).unwrap().unwrap_err(),
         ["newest", "pinned"]
     );
+    // A pipeline has settings of its own, which go with it.
+    let log = json!({"mode": "all", "sink": "audit"});
+    let set = store
+        .set_model_setting("newest", "payload_log", Some(log.clone()))
+        .unwrap();
+    assert_eq!(set.unwrap()["payload_log"], log);
     assert!(store.delete_pipeline("newest").unwrap());
+    assert!(store.model_settings("newest").unwrap().is_empty());
     assert!(!store.delete_pipeline("newest").unwrap());
     assert!(store.pipeline("newest").unwrap().is_none());
     let deleted = store.delete_plugin("p", Some("2.0.0")).unwrap().unwrap();

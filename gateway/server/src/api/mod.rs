@@ -28,6 +28,7 @@ mod openai_llm_usage;
 mod openai_tools;
 pub mod openapi;
 pub mod payload_log;
+pub mod payload_log_sinks;
 pub mod pipelines;
 pub mod plugins;
 pub mod shared_memory;
@@ -200,6 +201,17 @@ fn routes() -> front::Routes {
                 .delete(pipelines::delete),
         )
         .route("/api/pipelines/{pipeline}/run", post(pipelines::run_raw))
+        .route(
+            "/api/pipelines/{pipeline}/payload-log",
+            get(payload_log::get_pipeline)
+                .put(payload_log::put_pipeline)
+                .delete(payload_log::delete_pipeline),
+        )
+        .route("/api/payload-log/sinks", get(payload_log_sinks::list))
+        .route(
+            "/api/payload-log/sinks/{name}",
+            put(payload_log_sinks::put).delete(payload_log_sinks::delete),
+        )
         .route("/api/keys", get(keys::list).post(keys::create))
         .route("/api/keys/{id}", delete(keys::revoke).patch(limits::update))
         .route("/api/keys/{id}/usage", get(limits::usage))
@@ -208,6 +220,12 @@ fn routes() -> front::Routes {
             get(guardrails::get_key)
                 .put(guardrails::put_key)
                 .delete(guardrails::delete_key),
+        )
+        .route(
+            "/api/keys/{id}/payload-log",
+            get(payload_log::get_key)
+                .put(payload_log::put_key)
+                .delete(payload_log::delete_key),
         )
         .route("/metrics", get(metrics::scrape))
         .route("/api/metrics/history", get(history::history))

@@ -101,6 +101,7 @@ pub async fn delete(
     find(&state, &name)?;
     state.store().delete_pipeline(&name)?;
     state.pipelines().remove(&name);
+    state.model_settings().remove(&name);
     Ok(Json(PipelineDeleted { deleted: name }))
 }
 

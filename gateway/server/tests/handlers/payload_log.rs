@@ -1,7 +1,9 @@
 //! Payload logs, in process: a model's setting names a sink the operator defined; its requests
 //! and answers reach a JSON Lines file and an HTTP endpoint (as CloudEvents) with their request
 //! id, caller and model, secrets redacted; a share of requests is logged within a binomial
-//! tolerance; a sink that is down loses entries (counted) and no request.
+//! tolerance; a sink that is down loses entries (counted) and no request. A key's setting logs
+//! that key's requests and merges with the model's; a pipeline logs its own inputs and final
+//! outputs; an admin defines, replaces and removes sinks at run time.
 
 use crate::support::App;
 use http::Method;
@@ -67,12 +69,16 @@ async fn set(app: &App, model: &str, setting: Value) -> crate::support::Reply {
 }
 
 async fn infer(app: &App, id: &str, values: &[f32]) {
+    infer_as(app, "tiny", &app.infer, id, values).await
+}
+
+async fn infer_as(app: &App, target: &str, key: &str, id: &str, values: &[f32]) {
     let mut body = App::tiny_request(values);
     body["parameters"] = json!({"api_key": "sk-live-123", "note": "kept"});
     let request = http::Request::builder()
         .method(Method::POST)
-        .uri("/v2/models/tiny/infer")
-        .header(http::header::AUTHORIZATION, format!("Bearer {}", app.infer))
+        .uri(format!("/v2/models/{target}/infer"))
+        .header(http::header::AUTHORIZATION, format!("Bearer {key}"))
         .header(http::header::CONTENT_TYPE, "application/json")
         .header("x-request-id", id)
         .body(axum::body::Body::from(body.to_string()))
@@ -230,7 +236,8 @@ async fn a_share_of_requests_is_logged() {
         .state
         .payload_logs()
         .counts()
-        .map(|(_, c)| c.clone())
+        .into_iter()
+        .map(|(_, c)| c)
         .next()
         .expect("the sink");
     let started = Instant::now();
@@ -348,8 +355,9 @@ async fn an_http_sink_gets_cloudevents_and_a_dead_one_loses_entries_not_requests
         .state
         .payload_logs()
         .counts()
-        .find(|(name, _)| *name == "dead")
-        .map(|(_, c)| c.clone())
+        .into_iter()
+        .find(|(name, _)| name == "dead")
+        .map(|(_, c)| c)
         .expect("the dead sink");
     let started = Instant::now();
     let lost = || counts.dropped.load(Ordering::Relaxed) + counts.failed.load(Ordering::Relaxed);
@@ -363,4 +371,440 @@ async fn an_http_sink_gets_cloudevents_and_a_dead_one_loses_entries_not_requests
         "a queue of 2 overflowed"
     );
     drop(silent);
+}
+
+fn named_file_sink(c: &mut Config, name: &str, path: &Path) {
+    c.payload_log.sinks.insert(
+        name.into(),
+        SinkConfig::File(FileSink {
+            path: path.to_path_buf(),
+            max_bytes: 1 << 20,
+            keep: 2,
+            queue: 1000,
+        }),
+    );
+}
+
+/// The entry of request `id` among `logged`.
+fn entry_of<'a>(logged: &'a [Value], id: &str) -> &'a Value {
+    logged
+        .iter()
+        .find(|e| e["request_id"] == id)
+        .unwrap_or_else(|| panic!("no entry for {id} in {logged:?}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keys_setting_logs_that_key_and_merges_with_the_models() {
+    let dir = tempfile::tempdir().expect("dir");
+    let (audit, other) = (
+        dir.path().join("audit.jsonl"),
+        dir.path().join("other.jsonl"),
+    );
+    let app = App::with_config(|c| {
+        named_file_sink(c, "audit", &audit);
+        named_file_sink(c, "other", &other);
+    })
+    .await;
+    let key = app.create_key(&["infer"], json!({})).await;
+    let (id, secret) = (
+        key["id"].as_i64().expect("id"),
+        key["secret"].as_str().expect("secret"),
+    );
+    let path = format!("/api/keys/{id}/payload-log");
+    let put = |setting: Value, with: String| {
+        let path = path.clone();
+        let app = &app;
+        async move {
+            app.send(Method::PUT, &path, Some(&with), Some(setting))
+                .await
+        }
+    };
+    let setting = json!({"mode": "request", "sink": "audit"});
+    for with in [&app.upload, &app.infer] {
+        assert_eq!(put(setting.clone(), with.clone()).await.status, 403);
+        assert_eq!(app.get(&path, Some(with)).await.status, 403);
+    }
+    for (bad, field) in [
+        (json!({"mode": "all", "sink": "elsewhere"}), "sink"),
+        (
+            json!({"mode": "all", "sample": "half", "sink": "audit"}),
+            "sample",
+        ),
+        (json!({"sink": "audit"}), "mode"),
+    ] {
+        let r = put(bad.clone(), app.admin.clone()).await;
+        assert_eq!(r.status, 400, "{bad}");
+        assert!(r.error().contains(field), "{bad}: {}", r.error());
+    }
+    let r = app
+        .send(
+            Method::PUT,
+            "/api/keys/nope/payload-log",
+            Some(&app.admin),
+            Some(setting.clone()),
+        )
+        .await;
+    assert_eq!(r.status, 404);
+    assert_eq!(
+        app.get(&path, Some(&app.admin)).await.json()["payload_log"],
+        Value::Null
+    );
+
+    let r = put(setting.clone(), app.admin.clone()).await;
+    assert_eq!(r.status, 200, "{}", r.json());
+    assert_eq!(
+        (&r.json()["key_id"], &r.json()["payload_log"]),
+        (
+            &json!(id),
+            &json!({"mode": "request", "sample": 1.0, "sink": "audit"})
+        )
+    );
+    let listed = app.get("/api/keys", Some(&app.admin)).await.json();
+    let shown = listed["keys"]
+        .as_array()
+        .expect("keys")
+        .iter()
+        .find(|k| k["id"] == id)
+        .expect("the key listed")
+        .clone();
+    assert_eq!(shown["payload_log"]["sink"], "audit");
+
+    // The key's requests only, what its mode says.
+    infer_as(&app, "tiny", secret, "k-1", &[1.0; 16]).await;
+    infer_as(&app, "tiny", &app.infer, "k-2", &[2.0; 16]).await;
+    let logged = entries(&audit, 1).await;
+    assert_eq!(logged.len(), 1, "{logged:?}");
+    let entry = entry_of(&logged, "k-1");
+    assert_eq!(entry["key"]["id"], id);
+    assert_eq!(entry["logged_by"], json!(["key"]));
+    assert!(
+        entry["request"].is_object() && entry.get("response").is_none(),
+        "{entry}"
+    );
+
+    // The model logs answers to the same sink: one entry with both for the key's request.
+    let r = set(&app, "tiny", json!({"mode": "response", "sink": "audit"})).await;
+    assert_eq!(r.status, 200);
+    infer_as(&app, "tiny", secret, "m-1", &[3.0; 16]).await;
+    infer_as(&app, "tiny", &app.infer, "m-2", &[4.0; 16]).await;
+    let logged = entries(&audit, 3).await;
+    assert_eq!(logged.len(), 3, "one entry per request: {logged:?}");
+    let merged = entry_of(&logged, "m-1");
+    assert_eq!(merged["logged_by"], json!(["model", "key"]));
+    assert_eq!(merged["request"]["inputs"][0]["data"], json!(vec![3.0; 16]));
+    assert_eq!(
+        merged["response"]["outputs"][0]["data"],
+        json!(vec![6.0; 16])
+    );
+    let model_only = entry_of(&logged, "m-2");
+    assert_eq!(model_only["logged_by"], json!(["model"]));
+    assert!(model_only.get("request").is_none() && model_only["response"].is_object());
+
+    // Different sinks: an entry in each, each with its own mode.
+    let r = put(
+        json!({"mode": "request", "sink": "other"}),
+        app.admin.clone(),
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    infer_as(&app, "tiny", secret, "d-1", &[5.0; 16]).await;
+    let logged = entries(&audit, 4).await;
+    let in_audit = entry_of(&logged, "d-1");
+    assert_eq!(in_audit["logged_by"], json!(["model"]));
+    assert!(in_audit.get("request").is_none());
+    let elsewhere = entries(&other, 1).await;
+    assert_eq!(elsewhere.len(), 1, "{elsewhere:?}");
+    assert_eq!(elsewhere[0]["logged_by"], json!(["key"]));
+    assert!(elsewhere[0]["request"].is_object() && elsewhere[0].get("response").is_none());
+
+    let r = app
+        .send(Method::DELETE, &path, Some(&app.admin), None)
+        .await;
+    assert_eq!(
+        (r.status.as_u16(), &r.json()["payload_log"]),
+        (200, &Value::Null)
+    );
+    infer_as(&app, "tiny", secret, "off", &[6.0; 16]).await;
+    assert_eq!(
+        entries(&audit, 5).await.len(),
+        5,
+        "the model's setting still logs it"
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        entries(&other, 1).await.len(),
+        1,
+        "the key's does not any more"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pipelines_entry_holds_its_inputs_and_final_outputs() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("payload.jsonl");
+    let app = App::with_config(|c| file_sink(c, &path)).await;
+    let r = app
+        .send(
+            Method::PUT,
+            "/api/pipelines/doubled",
+            Some(&app.upload),
+            Some(json!({"model": "tiny"})),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{}", r.json());
+    let route = "/api/pipelines/doubled/payload-log";
+    let setting = json!({"mode": "all", "sink": "audit"});
+    let r = app
+        .send(Method::PUT, route, Some(&app.infer), Some(setting.clone()))
+        .await;
+    assert_eq!(r.status, 403);
+    let r = app
+        .send(
+            Method::PUT,
+            "/api/pipelines/nope/payload-log",
+            Some(&app.upload),
+            Some(setting.clone()),
+        )
+        .await;
+    assert_eq!(r.status, 404);
+    let r = app
+        .send(
+            Method::PUT,
+            route,
+            Some(&app.upload),
+            Some(json!({"mode": "all", "sink": "x"})),
+        )
+        .await;
+    assert!(
+        r.status == 400 && r.error().contains("sink"),
+        "{}",
+        r.error()
+    );
+    let r = app
+        .send(Method::PUT, route, Some(&app.upload), Some(setting))
+        .await;
+    assert_eq!(r.status, 200, "{}", r.json());
+    assert_eq!(r.json()["pipeline"], "doubled");
+    assert!(r.json().get("model").is_none());
+    assert_eq!(
+        app.get(route, Some(&app.upload)).await.json()["payload_log"]["sink"],
+        "audit"
+    );
+
+    infer_as(&app, "doubled", &app.infer, "p-1", &[1.5; 16]).await;
+    let logged = entries(&path, 1).await;
+    assert_eq!(logged.len(), 1, "{logged:?}");
+    let entry = &logged[0];
+    assert_eq!(entry["pipeline"], "doubled");
+    assert!(
+        entry.get("model").is_none() && entry.get("version").is_none(),
+        "{entry}"
+    );
+    assert_eq!(entry["logged_by"], json!(["pipeline"]));
+    assert_eq!(entry["request"]["inputs"][0]["data"], json!(vec![1.5; 16]));
+    assert_eq!(
+        entry["response"]["outputs"][0]["data"],
+        json!(vec![3.0; 16])
+    );
+
+    // The setting goes with the pipeline.
+    let r = app
+        .send(
+            Method::DELETE,
+            "/api/pipelines/doubled",
+            Some(&app.upload),
+            None,
+        )
+        .await;
+    assert_eq!(r.status, 200);
+    assert!(app.state.model_settings().get("doubled").is_none());
+    assert!(app
+        .state
+        .store()
+        .model_settings("doubled")
+        .expect("read")
+        .is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admin_defines_replaces_and_removes_sinks_at_run_time() {
+    let dir = tempfile::tempdir().expect("dir");
+    let (first, second) = (
+        dir.path().join("first.jsonl"),
+        dir.path().join("second.jsonl"),
+    );
+    let app = App::start().await;
+    let sinks = "/api/payload-log/sinks";
+    let late = "/api/payload-log/sinks/late";
+    let body = |path: &Path| json!({"file": {"path": path, "max_bytes": 1 << 20}});
+    for with in [&app.upload, &app.infer] {
+        assert_eq!(app.get(sinks, Some(with)).await.status, 403);
+        let r = app
+            .send(Method::PUT, late, Some(with), Some(body(&first)))
+            .await;
+        assert_eq!(r.status, 403);
+        assert_eq!(
+            app.send(Method::DELETE, late, Some(with), None)
+                .await
+                .status,
+            403
+        );
+    }
+    assert_eq!(
+        app.get(sinks, Some(&app.admin)).await.json(),
+        json!({"sinks": []})
+    );
+    let r = set(&app, "tiny", json!({"mode": "all", "sink": "late"})).await;
+    assert_eq!(r.status, 400, "no such sink yet");
+
+    for (bad, field) in [
+        (
+            json!({"file": {"path": &first, "max_bytes": 10}}),
+            "file.max_bytes",
+        ),
+        (json!({"file": {"max_bytes": 10000}}), "path"),
+        (json!({"http": {"url": "ftp://x"}}), "http.url"),
+        (json!({"file": {"path": &first, "rotate": true}}), "rotate"),
+        (json!({"ftp": {}}), "ftp"),
+    ] {
+        let r = app
+            .send(Method::PUT, late, Some(&app.admin), Some(bad.clone()))
+            .await;
+        assert_eq!(r.status, 400, "{bad}");
+        assert!(r.error().contains(field), "{bad}: {}", r.error());
+    }
+    // A file that cannot be opened (beneath a plain file) is refused before the sink exists.
+    let plain = dir.path().join("plain");
+    std::fs::write(&plain, b"").expect("a plain file");
+    let r = app
+        .send(
+            Method::PUT,
+            late,
+            Some(&app.admin),
+            Some(body(&plain.join("x.jsonl"))),
+        )
+        .await;
+    assert_eq!(r.status, 400, "{}", r.json());
+    assert!(r.error().contains("x.jsonl"), "{}", r.error());
+    let r = app
+        .send(
+            Method::PUT,
+            "/api/payload-log/sinks/a%20b",
+            Some(&app.admin),
+            Some(body(&first)),
+        )
+        .await;
+    assert_eq!(r.status, 400, "a name with a space");
+
+    let r = app
+        .send(Method::PUT, late, Some(&app.admin), Some(body(&first)))
+        .await;
+    assert_eq!(r.status, 200, "{}", r.json());
+    let shown = r.json();
+    assert_eq!(
+        (&shown["kind"], &shown["origin"], &shown["target"]),
+        (
+            &json!("file"),
+            &json!("api"),
+            &json!(first.display().to_string())
+        )
+    );
+    assert_eq!(
+        set(&app, "tiny", json!({"mode": "all", "sink": "late"}))
+            .await
+            .status,
+        200
+    );
+    const N: usize = 30;
+    for i in 0..N {
+        infer(&app, &format!("a-{i}"), &[1.0; 16]).await;
+    }
+    // Replaced while entries may still wait in the first writer's queue: none is lost.
+    let r = app
+        .send(Method::PUT, late, Some(&app.admin), Some(body(&second)))
+        .await;
+    assert_eq!(r.status, 200, "{}", r.json());
+    infer(&app, "b-0", &[1.0; 16]).await;
+    // Replaced again on the same file: the old writer finishes before the new one opens it.
+    let mut same = body(&second);
+    same["file"]["keep"] = json!(3);
+    let r = app
+        .send(Method::PUT, late, Some(&app.admin), Some(same))
+        .await;
+    assert_eq!(r.status, 200, "{}", r.json());
+    infer(&app, "b-1", &[1.0; 16]).await;
+    assert_eq!(entries(&first, N).await.len(), N);
+    let later = entries(&second, 2).await;
+    let ids: Vec<&Value> = later.iter().map(|e| &e["request_id"]).collect();
+    assert_eq!(ids, [&json!("b-0"), &json!("b-1")]);
+
+    let r = app
+        .send(
+            Method::PUT,
+            "/api/payload-log/sinks/twin",
+            Some(&app.admin),
+            Some(body(&second)),
+        )
+        .await;
+    assert_eq!(r.status, 409);
+    assert!(r.error().contains("late"), "{}", r.error());
+
+    let listed = app.get(sinks, Some(&app.admin)).await.json();
+    let row = &listed["sinks"][0];
+    assert_eq!(
+        (&row["name"], &row["config"]["file"]["keep"]),
+        (&json!("late"), &json!(3))
+    );
+    assert_eq!(
+        row["written"],
+        json!(N + 2),
+        "the counts carry over a replacement"
+    );
+
+    // Refused while a setting names it, naming the setting.
+    let r = app.send(Method::DELETE, late, Some(&app.admin), None).await;
+    assert_eq!(r.status, 409);
+    assert!(r.error().contains("model 'tiny'"), "{}", r.error());
+    app.send(
+        Method::DELETE,
+        "/api/models/tiny/payload-log",
+        Some(&app.upload),
+        None,
+    )
+    .await;
+    let key = app.create_key(&["infer"], json!({})).await;
+    let key_route = format!("/api/keys/{}/payload-log", key["id"]);
+    let r = app
+        .send(
+            Method::PUT,
+            &key_route,
+            Some(&app.admin),
+            Some(json!({"mode": "all", "sink": "late"})),
+        )
+        .await;
+    assert_eq!(r.status, 200);
+    let r = app.send(Method::DELETE, late, Some(&app.admin), None).await;
+    assert_eq!(r.status, 409);
+    assert!(
+        r.error().contains(&format!("API key {}", key["id"])),
+        "{}",
+        r.error()
+    );
+    app.send(Method::DELETE, &key_route, Some(&app.admin), None)
+        .await;
+    let r = app.send(Method::DELETE, late, Some(&app.admin), None).await;
+    assert_eq!(
+        (r.status.as_u16(), r.json()),
+        (200, json!({"deleted": "late"}))
+    );
+    assert_eq!(
+        app.get(sinks, Some(&app.admin)).await.json(),
+        json!({"sinks": []})
+    );
+    assert_eq!(
+        app.send(Method::DELETE, late, Some(&app.admin), None)
+            .await
+            .status,
+        404
+    );
 }

@@ -182,6 +182,7 @@ pub struct Captured {
 }
 
 /// A KServe request as an entry keeps it.
+#[derive(Clone)]
 pub struct CapturedRequest {
     pub inputs: Vec<Tensor>,
     /// The outputs asked for by name.

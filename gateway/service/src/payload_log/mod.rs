@@ -1,24 +1,30 @@
-//! Payload logs, as a policy on the request phases (`crate::phases`): a model whose settings
-//! say `"payload_log": {"mode": "request" | "response" | "all", "sample": 0.1, "sink": "NAME"}`
-//! has that share of its requests written, one JSON object each, to a sink the operator
-//! defined in `[payload_log.sinks]` (a JSON Lines file, or an HTTP endpoint receiving
-//! CloudEvents). An uploader turns logging on for a model; only the server's configuration
-//! says where entries go.
+//! Payload logs, as a policy on the request phases (`crate::phases`): a model, a pipeline or
+//! an API key whose setting says `"payload_log": {"mode": "request" | "response" | "all",
+//! "sample": 0.1, "sink": "NAME"}` has that share of its requests written, one JSON object
+//! each, to a sink the operator defined (`[payload_log.sinks]`, or at run time through
+//! `/api/payload-log/sinks`: a JSON Lines file, or an HTTP endpoint receiving CloudEvents). An
+//! uploader turns logging on for a model or a pipeline, an admin for a key; only an admin says
+//! where entries go.
 //!
 //! An entry: `time`, `request_id` (HTTP requests) and `trace_id` (a recorded trace), the
-//! caller (`key: {id, name}`, never a secret, or `anonymous`), `model`, `version`, `outcome`,
-//! then `request` (KServe: `inputs`, `outputs` asked for, `parameters`; chat: the rendered
-//! `prompt` and the sampling `parameters`) and `response` (KServe: `outputs`; chat: each
-//! choice's `text` and `finish`, and `usage`), as the mode says. A chat answer is logged as it
-//! was sent: after every hook attached before this policy rewrote it. The request's thread only
-//! captures (tensors are cloned, not encoded); the sink's writer renders the entry and redacts
-//! names like a secret ([`entry::Redaction`]) before anything is written.
+//! caller (`key: {id, name}`, never a secret, or `anonymous`), `model` and `version` (or
+//! `pipeline`), `logged_by` (whose settings drew it), `outcome`, then `request` (KServe:
+//! `inputs`, `outputs` asked for, `parameters`; chat: the rendered `prompt` and the sampling
+//! `parameters`) and `response` (KServe: `outputs`; chat: each choice's `text` and `finish`,
+//! and `usage`), as the mode says. A chat answer is logged as it was sent: after every hook
+//! attached before this policy rewrote it. The request's thread only captures (tensors are
+//! cloned, not encoded); the sink's writer renders the entry and redacts names like a secret
+//! ([`entry::Redaction`]) before anything is written.
+//!
+//! When the key and the model (or pipeline) both have a setting, each draws its own sample;
+//! two draws naming one sink make one entry with the wider mode, two sinks one entry each.
 //!
 //! Requests never wait for a sink: an entry that does not fit the sink's queue is dropped and
 //! counted (`infergate_payload_log_entries_total{sink,outcome="dropped"}`).
 //!
-//! Not logged: pipelines, stateful sequence steps (each step is its own request, and their
-//! state is not in the request), mirrored copies (they never pass the phases).
+//! Not logged: stateful sequence steps (each step is its own request, and their state is not
+//! in the request), mirrored copies and a pipeline's stages (they never pass the phases: a
+//! pipeline's entry holds its own inputs and final outputs).
 
 pub mod config;
 pub mod entry;
@@ -26,30 +32,33 @@ pub mod setting;
 pub mod sink;
 
 use crate::caller::Caller;
-use crate::error::ApiResult;
+use crate::error::{ApiError, ApiResult};
 use crate::infer::Target;
 use crate::model_settings::ModelSettings;
 use crate::phases::{
     ChatAnswer, ChatExchange, ChatHook, ChatUsage, Exchange, Hook, Outcome, Policy,
 };
-use config::PayloadLogConfig;
+use config::{PayloadLogConfig, SinkConfig};
 use entry::{Captured, CapturedRequest, CapturedTensors, Redaction, Renderer};
 use futures_util::future::BoxFuture;
 use infergate_engine::Tensor;
-use infergate_store::models::ModelRecord;
+use parking_lot::{Mutex, RwLock};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
 use serde_json::{json, Map, Value};
-use setting::LogSetting;
-use sink::{Sink, SinkCounts};
+use setting::{LogSetting, Mode};
+use sink::{Sink, SinkCounts, Writer};
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 
-/// The sinks of `[payload_log]` with their writers.
+/// The sinks with their writers: those of `[payload_log]`, and those an admin defined since.
 pub struct PayloadLogs {
-    sinks: BTreeMap<String, Sink>,
+    renderer: Arc<Renderer>,
+    sinks: RwLock<BTreeMap<String, Arc<Sink>>>,
+    /// Orders changes of the sinks, so that two replacements of one sink do not interleave.
+    changes: Mutex<()>,
 }
 
 impl PayloadLogs {
@@ -63,35 +72,137 @@ impl PayloadLogs {
         });
         let mut sinks = BTreeMap::new();
         for (name, sink) in &config.sinks {
-            sinks.insert(name.clone(), Sink::start(name, sink, renderer.clone())?);
+            let started = Sink::start(name, sink, "config", renderer.clone())?;
+            sinks.insert(name.clone(), Arc::new(started));
         }
-        Ok(PayloadLogs { sinks })
+        Ok(PayloadLogs {
+            renderer,
+            sinks: RwLock::new(sinks),
+            changes: Mutex::new(()),
+        })
     }
 
     pub fn is_empty(&self) -> bool {
-        self.sinks.is_empty()
+        self.sinks.read().is_empty()
     }
 
-    /// The names models may log to.
-    pub fn sink_names(&self) -> impl Iterator<Item = &String> {
-        self.sinks.keys()
+    /// The names settings may log to.
+    pub fn sink_names(&self) -> Vec<String> {
+        self.sinks.read().keys().cloned().collect()
     }
 
-    /// Queues `entry` on `sink` (dropped and counted when the queue is full).
+    /// Every sink, by name.
+    pub fn sinks(&self) -> Vec<(String, Arc<Sink>)> {
+        let sinks = self.sinks.read();
+        sinks.iter().map(|(n, s)| (n.clone(), s.clone())).collect()
+    }
+
+    /// Queues `entry` on `sink` (dropped and counted when the queue is full; nothing when no
+    /// sink has that name here).
     fn send(&self, sink: &str, entry: Captured) {
-        if let Some(sink) = self.sinks.get(sink) {
+        if let Some(sink) = self.sinks.read().get(sink) {
             sink.send(entry);
         }
     }
 
     /// Each sink's counts.
-    pub fn counts(&self) -> impl Iterator<Item = (&String, &Arc<SinkCounts>)> {
-        self.sinks.iter().map(|(name, sink)| (name, &sink.counts))
+    pub fn counts(&self) -> Vec<(String, Arc<SinkCounts>)> {
+        let sinks = self.sinks.read();
+        sinks
+            .iter()
+            .map(|(name, sink)| (name.clone(), sink.counts.clone()))
+            .collect()
+    }
+
+    /// Defines sink `name` as `config`, or replaces it; true when it replaced one. Blocking: a
+    /// file sink that replaces one writing to the same file waits for the old writer to write
+    /// what it had queued, so entries are neither lost nor interleaved; entries sent meanwhile
+    /// wait in the new sink's queue. A writer that cannot start (a file that cannot be
+    /// opened) is refused before the sink changes.
+    pub fn define(&self, name: &str, config: SinkConfig) -> ApiResult<bool> {
+        config::check_sink_name(name).map_err(ApiError::bad_request)?;
+        config.validate().map_err(ApiError::bad_request)?;
+        let _change = self.changes.lock();
+        let (counts, drain_first) = {
+            let sinks = self.sinks.read();
+            let others = sinks.iter().filter(|(n, _)| *n != name);
+            if let Some(other) = config.same_file(others.map(|(n, s)| (n, &s.config))) {
+                return Err(ApiError::conflict(format!(
+                    "file.path: sink '{other}' writes to that file"
+                )));
+            }
+            match sinks.get(name) {
+                Some(old) => (
+                    old.counts.clone(),
+                    old.config
+                        .same_file(std::iter::once((&name.to_owned(), &config)))
+                        .is_some(),
+                ),
+                None => (Arc::default(), false),
+            }
+        };
+        // Checked now, opened for good once the old writer (if it writes the same file) is
+        // done: its rotation must not move the file under the new one.
+        let writer = Writer::open(name, &config).map_err(ApiError::bad_request)?;
+        let writer = if drain_first {
+            drop(writer);
+            None
+        } else {
+            Some(writer)
+        };
+        let (sink, entries) = Sink::queued(config.clone(), "api", counts);
+        let sink = Arc::new(sink);
+        let old = self.sinks.write().insert(name.to_owned(), sink.clone());
+        let replaced = old.is_some();
+        if let Some(old) = old {
+            let writer = old.take_writer();
+            // The old writer ends once the last sender is dropped and its queue is written.
+            drop(old);
+            if let (true, Some(writer)) = (drain_first, writer) {
+                let _ = writer.join();
+            }
+        }
+        let started = match writer {
+            Some(writer) => Ok(writer),
+            None => Writer::open(name, &config),
+        }
+        .and_then(|writer| sink.run(name, writer, entries, self.renderer.clone()));
+        if let Err(e) = started {
+            let mut sinks = self.sinks.write();
+            if sinks.get(name).is_some_and(|s| Arc::ptr_eq(s, &sink)) {
+                sinks.remove(name);
+            }
+            return Err(ApiError::internal(format!(
+                "payload log sink '{name}': {e}"
+            )));
+        }
+        tracing::info!(sink = name, kind = config.kind(), target = %config.target(), replaced,
+                       "payload log sink defined");
+        Ok(replaced)
+    }
+
+    /// Removes sink `name`; its writer still writes what was queued, then ends. False when
+    /// there was none.
+    pub fn remove(&self, name: &str) -> bool {
+        let _change = self.changes.lock();
+        let removed = self.sinks.write().remove(name);
+        if let Some(sink) = &removed {
+            // Detached: it drains on its own.
+            drop(sink.take_writer());
+            tracing::info!(sink = name, "payload log sink removed");
+        }
+        removed.is_some()
     }
 }
 
+/// Whose setting is logged: a model version, or a pipeline.
+enum Subject<'a> {
+    Model(&'a str, u64),
+    Pipeline(&'a str),
+}
+
 /// The fields every entry starts with: when, which request, who, which model version.
-fn head(caller: &Caller, model: &ModelRecord) -> Map<String, Value> {
+fn head(caller: &Caller, subject: Subject<'_>) -> Map<String, Value> {
     let mut head = Map::new();
     head.insert("time".into(), Value::String(entry::now_rfc3339()));
     if let Some(id) = infergate_telemetry::request_id::current() {
@@ -104,8 +215,15 @@ fn head(caller: &Caller, model: &ModelRecord) -> Map<String, Value> {
         Some(key) => head.insert("key".into(), json!({"id": key.id, "name": key.name})),
         None => head.insert("anonymous".into(), Value::Bool(true)),
     };
-    head.insert("model".into(), Value::String(model.name.clone()));
-    head.insert("version".into(), Value::from(model.version));
+    match subject {
+        Subject::Model(name, version) => {
+            head.insert("model".into(), Value::String(name.to_owned()));
+            head.insert("version".into(), Value::from(version));
+        }
+        Subject::Pipeline(name) => {
+            head.insert("pipeline".into(), Value::String(name.to_owned()));
+        }
+    }
     head
 }
 
@@ -114,6 +232,55 @@ fn outcome(outcome: Outcome) -> Value {
         Outcome::Sent => json!("sent"),
         Outcome::Failed(kind) => json!(format!("failed: {kind:?}")),
         Outcome::Dropped => json!("dropped"),
+    }
+}
+
+/// One entry a request owes a sink: what it holds, and whose settings drew it.
+struct Drawn {
+    sink: String,
+    mode: Mode,
+    by: Vec<&'static str>,
+}
+
+/// The entries a request owes: its model's (or pipeline's) setting and its key's, each drawn
+/// on its own; two draws naming one sink make one entry with the wider mode.
+fn drawn(own: Option<(Arc<LogSetting>, &'static str)>, caller: &Caller) -> Vec<Drawn> {
+    let mut drawn: Vec<Drawn> = Vec::new();
+    if let Some((setting, by)) = own.filter(|(s, _)| s.draw()) {
+        drawn.push(Drawn {
+            sink: setting.sink.clone(),
+            mode: setting.mode,
+            by: vec![by],
+        });
+    }
+    if let Some(setting) = key_setting(caller).filter(LogSetting::draw) {
+        match drawn.iter_mut().find(|d| d.sink == setting.sink) {
+            Some(same) => {
+                same.mode = same.mode.wider(setting.mode);
+                same.by.push("key");
+            }
+            None => drawn.push(Drawn {
+                sink: setting.sink,
+                mode: setting.mode,
+                by: vec!["key"],
+            }),
+        }
+    }
+    drawn
+}
+
+/// The caller's key's own setting (anonymous callers have none). Stored as checked when it
+/// was set; one that no longer parses logs nothing.
+fn key_setting(caller: &Caller) -> Option<LogSetting> {
+    serde_json::from_str(caller.key()?.payload_log.as_deref()?).ok()
+}
+
+/// `slot` for one of several entries: the last takes it, the others copy it.
+fn share<T: Clone>(slot: &mut Option<T>, wanted: bool, last: bool) -> Option<T> {
+    match (wanted, last) {
+        (false, _) => None,
+        (true, true) => slot.take(),
+        (true, false) => slot.clone(),
     }
 }
 
@@ -127,48 +294,56 @@ impl PayloadLogPolicy {
     pub fn new(logs: Arc<PayloadLogs>, settings: Arc<ModelSettings>) -> PayloadLogPolicy {
         PayloadLogPolicy { logs, settings }
     }
-
-    /// The setting of `model` when it logs this request.
-    fn drawn(&self, model: &str) -> Option<Arc<LogSetting>> {
-        let setting = self.settings.payload_log(model)?;
-        setting.draw().then_some(setting)
-    }
 }
 
 struct TensorLog {
     logs: Arc<PayloadLogs>,
-    setting: Arc<LogSetting>,
+    targets: Vec<Drawn>,
     fields: Map<String, Value>,
-    tensors: CapturedTensors,
+    request: Option<CapturedRequest>,
+    outputs: Option<Vec<Tensor>>,
 }
 
 impl Hook for TensorLog {
     fn after_model(&mut self, outputs: &[Tensor]) {
-        if self.setting.mode.response() {
-            self.tensors.outputs = Some(outputs.to_vec());
+        if self.targets.iter().any(|t| t.mode.response()) {
+            self.outputs = Some(outputs.to_vec());
         }
     }
 
     fn answer_sent(mut self: Box<Self>, ended: Outcome) {
         self.fields.insert("outcome".into(), outcome(ended));
-        let this = *self;
-        let entry = Captured {
-            fields: this.fields,
-            tensors: Some(this.tensors),
-        };
-        this.logs.send(&this.setting.sink, entry);
+        let targets = std::mem::take(&mut self.targets);
+        let n = targets.len();
+        for (i, target) in targets.into_iter().enumerate() {
+            let last = i + 1 == n;
+            let mut fields = if last {
+                std::mem::take(&mut self.fields)
+            } else {
+                self.fields.clone()
+            };
+            fields.insert("logged_by".into(), json!(target.by));
+            let entry = Captured {
+                fields,
+                tensors: Some(CapturedTensors {
+                    request: share(&mut self.request, target.mode.request(), last),
+                    outputs: share(&mut self.outputs, target.mode.response(), last),
+                }),
+            };
+            self.logs.send(&target.sink, entry);
+        }
     }
 }
 
 struct ChatLog {
     logs: Arc<PayloadLogs>,
-    setting: Arc<LogSetting>,
+    targets: Vec<Drawn>,
     entry: Map<String, Value>,
 }
 
 impl ChatHook for ChatLog {
     fn after_generation(&mut self, answer: &ChatAnswer) {
-        if self.setting.mode.response() {
+        if self.targets.iter().any(|t| t.mode.response()) {
             let choices: Vec<Value> = answer
                 .choices
                 .iter()
@@ -187,11 +362,27 @@ impl ChatHook for ChatLog {
                    "completion_tokens": usage.completion_tokens,
                    "cached": usage.cached}),
         );
-        let entry = Captured {
-            fields: std::mem::take(&mut self.entry),
-            tensors: None,
-        };
-        self.logs.send(&self.setting.sink, entry);
+        let targets = std::mem::take(&mut self.targets);
+        let n = targets.len();
+        for (i, target) in targets.into_iter().enumerate() {
+            let mut fields = if i + 1 == n {
+                std::mem::take(&mut self.entry)
+            } else {
+                self.entry.clone()
+            };
+            if !target.mode.request() {
+                fields.remove("request");
+            }
+            if !target.mode.response() {
+                fields.remove("response");
+            }
+            fields.insert("logged_by".into(), json!(target.by));
+            let entry = Captured {
+                fields,
+                tensors: None,
+            };
+            self.logs.send(&target.sink, entry);
+        }
     }
 }
 
@@ -204,28 +395,43 @@ impl Policy for PayloadLogPolicy {
         &'a self,
         exchange: &'a Exchange<'a>,
     ) -> BoxFuture<'a, ApiResult<Option<Box<dyn Hook>>>> {
-        let hook = match exchange.target {
-            Target::Model(record) if !exchange.stateful => {
-                self.drawn(&record.name).map(|setting| {
-                    let mut fields = head(exchange.caller, record);
-                    fields.insert("kind".into(), json!("kserve"));
-                    let request = setting.mode.request().then(|| CapturedRequest {
+        let hook = if exchange.stateful {
+            None
+        } else {
+            let (subject, own) = match exchange.target {
+                Target::Model(record) => (
+                    Subject::Model(&record.name, record.version),
+                    self.settings
+                        .payload_log(&record.name)
+                        .map(|s| (s, "model")),
+                ),
+                Target::Pipeline(pipeline) => (
+                    Subject::Pipeline(&pipeline.record.name),
+                    self.settings
+                        .payload_log(&pipeline.record.name)
+                        .map(|s| (s, "pipeline")),
+                ),
+            };
+            let targets = drawn(own, exchange.caller);
+            (!targets.is_empty()).then(|| {
+                let mut fields = head(exchange.caller, subject);
+                fields.insert("kind".into(), json!("kserve"));
+                let request = targets
+                    .iter()
+                    .any(|t| t.mode.request())
+                    .then(|| CapturedRequest {
                         inputs: exchange.inputs.to_vec(),
                         outputs: exchange.outputs.to_vec(),
                         parameters: exchange.parameters.to_vec(),
                     });
-                    Box::new(TensorLog {
-                        logs: self.logs.clone(),
-                        setting,
-                        fields,
-                        tensors: CapturedTensors {
-                            request,
-                            outputs: None,
-                        },
-                    }) as Box<dyn Hook>
-                })
-            }
-            _ => None,
+                Box::new(TensorLog {
+                    logs: self.logs.clone(),
+                    targets,
+                    fields,
+                    request,
+                    outputs: None,
+                }) as Box<dyn Hook>
+            })
         };
         Box::pin(async move { Ok(hook) })
     }
@@ -234,10 +440,13 @@ impl Policy for PayloadLogPolicy {
         &'a self,
         exchange: &'a ChatExchange<'a>,
     ) -> BoxFuture<'a, ApiResult<Option<Box<dyn ChatHook>>>> {
-        let hook = self.drawn(&exchange.model.name).map(|setting| {
-            let mut entry = head(exchange.caller, exchange.model);
+        let model = exchange.model;
+        let own = self.settings.payload_log(&model.name).map(|s| (s, "model"));
+        let targets = drawn(own, exchange.caller);
+        let hook = (!targets.is_empty()).then(|| {
+            let mut entry = head(exchange.caller, Subject::Model(&model.name, model.version));
             entry.insert("kind".into(), json!("chat"));
-            if setting.mode.request() {
+            if targets.iter().any(|t| t.mode.request()) {
                 let parameters: Map<String, Value> = exchange
                     .parameters
                     .iter()
@@ -251,7 +460,7 @@ impl Policy for PayloadLogPolicy {
             }
             Box::new(ChatLog {
                 logs: self.logs.clone(),
-                setting,
+                targets,
                 entry,
             }) as Box<dyn ChatHook>
         });
@@ -290,6 +499,7 @@ impl Collector for PayloadLogCollector {
             ConstCounter::new(0u64).metric_type(),
         )?;
         for (sink, counts) in logs.counts() {
+            let sink = &sink;
             for (outcome, n) in [
                 ("written", &counts.written),
                 ("dropped", &counts.dropped),

@@ -1,6 +1,6 @@
-//! A model's `payload_log` setting: `{"mode": "request" | "response" | "all", "sample": 0.1,
-//! "sink": "NAME"}`, kept in the model's settings (it survives new uploads) and checked against
-//! the sinks the operator defined.
+//! A `payload_log` setting: `{"mode": "request" | "response" | "all", "sample": 0.1, "sink":
+//! "NAME"}`, kept in a model's or a pipeline's settings (it survives new uploads) or on an API
+//! key, and checked against the sinks the operator defined when it is set.
 
 use serde::{Deserialize, Serialize};
 
@@ -21,6 +21,16 @@ impl Mode {
     pub fn response(self) -> bool {
         matches!(self, Mode::Response | Mode::All)
     }
+
+    /// What two settings logging to one sink hold together: `request` and `response` make
+    /// `all`.
+    pub fn wider(self, other: Mode) -> Mode {
+        if self == other {
+            self
+        } else {
+            Mode::All
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
@@ -30,7 +40,7 @@ pub struct LogSetting {
     /// The share of requests logged, 0 to 1.
     #[serde(default = "one")]
     pub sample: f64,
-    /// A sink of `[payload_log.sinks]`.
+    /// A sink the server defines (`[payload_log.sinks]`, or one an admin defined since).
     pub sink: String,
 }
 
@@ -45,21 +55,13 @@ impl LogSetting {
         json: &[u8],
         mut sinks: impl Iterator<Item = &'a String>,
     ) -> Result<LogSetting, String> {
-        let mut de = serde_json::Deserializer::from_slice(json);
-        let setting: LogSetting = serde_path_to_error::deserialize(&mut de).map_err(|e| {
-            let path = e.path().to_string();
-            if path == "." {
-                e.inner().to_string()
-            } else {
-                format!("{path}: {}", e.inner())
-            }
-        })?;
+        let setting: LogSetting = super::config::from_json(json)?;
         if !(0.0..=1.0).contains(&setting.sample) {
             return Err(format!("sample: between 0 and 1, got {}", setting.sample));
         }
         if !sinks.any(|s| *s == setting.sink) {
             return Err(format!(
-                "sink: '{}' is not a sink of the server's [payload_log.sinks]",
+                "sink: '{}' is not a sink this server defines",
                 setting.sink
             ));
         }

@@ -3,14 +3,17 @@
 //! it, so neither encoding nor a slow disk or endpoint ever takes a request's worker thread.
 //! When the writer cannot keep up the entry is dropped and counted, and no request waits.
 //! Each sink has one writer thread of its own (file writes block; the HTTP writer runs a small
-//! runtime).
+//! runtime). The writer ends once every sender of its queue is gone and it has written what
+//! was queued, so a sink replaced or removed at run time loses nothing it had taken.
 
 use super::config::{FileSink, HttpSink, SinkConfig};
 use super::entry::{Captured, Renderer};
+use parking_lot::Mutex;
 use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::Arc;
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// A sink's counts, read by the metrics at each scrape.
@@ -28,40 +31,94 @@ pub struct SinkCounts {
 pub struct Sink {
     queue: SyncSender<Captured>,
     pub counts: Arc<SinkCounts>,
+    pub config: SinkConfig,
+    /// Where it was defined: `config` (the server's file) or `api` (at run time).
+    pub origin: &'static str,
+    writer: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// A writer opened and ready to take a sink's queue.
+pub enum Writer {
+    File(FileWriter),
+    Http(Poster),
+}
+
+impl Writer {
+    /// Opens the file (creating its folder) or builds the HTTP client, so that a sink that
+    /// cannot write is refused before it takes entries.
+    pub fn open(name: &str, config: &SinkConfig) -> Result<Writer, String> {
+        match config {
+            SinkConfig::File(file) => FileWriter::open(file.clone())
+                .map(Writer::File)
+                .map_err(|e| format!("[payload_log.sinks.{name}] {}: {e}", file.path.display())),
+            SinkConfig::Http(http) => Poster::new(http.clone())
+                .map(Writer::Http)
+                .map_err(|e| format!("[payload_log.sinks.{name}] {e}")),
+        }
+    }
 }
 
 impl Sink {
-    /// Starts the writer of `config`, named `name` in logs.
-    pub fn start(name: &str, config: &SinkConfig, renderer: Arc<Renderer>) -> Result<Sink, String> {
-        let counts = Arc::new(SinkCounts::default());
-        let writer_counts = counts.clone();
-        let thread = format!("payload-log-{name}");
-        let queue = match config {
-            SinkConfig::File(file) => {
-                let (tx, rx) = sync_channel(file.queue);
-                let mut writer = FileWriter::open(file.clone()).map_err(|e| {
-                    format!("[payload_log.sinks.{name}] {}: {e}", file.path.display())
-                })?;
-                let sink = name.to_owned();
-                std::thread::Builder::new()
-                    .name(thread)
-                    .spawn(move || writer.run(&sink, rx, &renderer, &writer_counts))
-                    .map_err(|e| format!("payload log writer: {e}"))?;
-                tx
-            }
-            SinkConfig::Http(http) => {
-                let (tx, rx) = sync_channel(http.queue);
-                let poster = Poster::new(http.clone())
-                    .map_err(|e| format!("[payload_log.sinks.{name}] {e}"))?;
-                let sink = name.to_owned();
-                std::thread::Builder::new()
-                    .name(thread)
-                    .spawn(move || poster.run(&sink, rx, &renderer, &writer_counts))
-                    .map_err(|e| format!("payload log writer: {e}"))?;
-                tx
-            }
+    /// A sink for `config` whose queue nobody reads yet: [`Sink::run`] hands it to a writer.
+    /// `counts` carry over from the sink it replaces, so the metric keeps counting up.
+    pub fn queued(
+        config: SinkConfig,
+        origin: &'static str,
+        counts: Arc<SinkCounts>,
+    ) -> (Sink, Receiver<Captured>) {
+        let bound = match &config {
+            SinkConfig::File(f) => f.queue,
+            SinkConfig::Http(h) => h.queue,
         };
-        Ok(Sink { queue, counts })
+        let (queue, entries) = sync_channel(bound);
+        let sink = Sink {
+            queue,
+            counts,
+            config,
+            origin,
+            writer: Mutex::new(None),
+        };
+        (sink, entries)
+    }
+
+    /// Starts `writer` on the sink's queue, on a thread of its own named for the sink.
+    pub fn run(
+        &self,
+        name: &str,
+        writer: Writer,
+        entries: Receiver<Captured>,
+        renderer: Arc<Renderer>,
+    ) -> Result<(), String> {
+        let counts = self.counts.clone();
+        let sink = name.to_owned();
+        let handle = std::thread::Builder::new()
+            .name(format!("payload-log-{name}"))
+            .spawn(move || match writer {
+                Writer::File(mut file) => file.run(&sink, entries, &renderer, &counts),
+                Writer::Http(poster) => poster.run(&sink, entries, &renderer, &counts),
+            })
+            .map_err(|e| format!("payload log writer: {e}"))?;
+        *self.writer.lock() = Some(handle);
+        Ok(())
+    }
+
+    /// Starts the writer of `config`, named `name` in logs.
+    pub fn start(
+        name: &str,
+        config: &SinkConfig,
+        origin: &'static str,
+        renderer: Arc<Renderer>,
+    ) -> Result<Sink, String> {
+        let writer = Writer::open(name, config)?;
+        let (sink, entries) = Sink::queued(config.clone(), origin, Arc::default());
+        sink.run(name, writer, entries, renderer)?;
+        Ok(sink)
+    }
+
+    /// The writer's thread: it ends once every handle of this sink is dropped and it has
+    /// written what was queued.
+    pub fn take_writer(&self) -> Option<JoinHandle<()>> {
+        self.writer.lock().take()
     }
 
     /// Hands `entry` to the writer, or drops it when the queue is full.
@@ -76,7 +133,7 @@ impl Sink {
 }
 
 /// A JSON Lines file, rotated by size.
-struct FileWriter {
+pub struct FileWriter {
     config: FileSink,
     file: std::io::BufWriter<std::fs::File>,
     size: u64,
@@ -179,7 +236,7 @@ impl FileWriter {
 }
 
 /// An HTTP endpoint receiving CloudEvents batches.
-struct Poster {
+pub struct Poster {
     config: HttpSink,
     client: reqwest::Client,
     source: String,

@@ -1,0 +1,155 @@
+//! `/api/payload-log/sinks` (scope `admin`): the sinks payload log settings may name, changed
+//! at run time. `PUT /api/payload-log/sinks/{name}` defines or replaces one with the JSON shape
+//! of the configuration file's `[payload_log.sinks.NAME]`; `DELETE` removes one no setting
+//! names (409 naming a setting otherwise). These changes hold in this process until it stops:
+//! the configuration file's sinks are what a restart (and every other replica) has.
+
+use super::authorized::{Admin, Authorized};
+use super::body::read_limited;
+use axum::extract::{Path, State};
+use axum::Json;
+use http::HeaderMap;
+use infergate_kserve::http_error::HttpResult;
+use infergate_service::error::{ApiError, ApiResult};
+use infergate_service::model_settings::PAYLOAD_LOG;
+use infergate_service::payload_log::config::SinkConfig;
+use infergate_service::payload_log::setting::LogSetting;
+use infergate_service::payload_log::sink::Sink;
+use infergate_service::state::AppState;
+use serde::Serialize;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+type S = State<Arc<AppState>>;
+
+/// One sink as the routes show it.
+#[derive(Serialize)]
+pub struct SinkView {
+    pub name: String,
+    /// `file` or `http`.
+    pub kind: &'static str,
+    /// The file's path or the endpoint's URL.
+    pub target: String,
+    /// `config` (the server's configuration file) or `api` (defined at run time).
+    pub origin: &'static str,
+    /// The sink as `PUT` takes it.
+    pub config: SinkConfig,
+    pub written: u64,
+    pub dropped: u64,
+    pub failed: u64,
+}
+
+fn view(name: String, sink: &Sink) -> SinkView {
+    SinkView {
+        kind: sink.config.kind(),
+        target: sink.config.target(),
+        origin: sink.origin,
+        config: sink.config.clone(),
+        written: sink.counts.written.load(Ordering::Relaxed),
+        dropped: sink.counts.dropped.load(Ordering::Relaxed),
+        failed: sink.counts.failed.load(Ordering::Relaxed),
+        name,
+    }
+}
+
+#[derive(Serialize)]
+pub struct SinkList {
+    pub sinks: Vec<SinkView>,
+}
+
+#[derive(Serialize)]
+pub struct SinkDeleted {
+    pub deleted: String,
+}
+
+/// `GET /api/payload-log/sinks`.
+pub async fn list(_: Authorized<Admin>, State(state): S) -> Json<SinkList> {
+    let sinks = state
+        .payload_logs()
+        .sinks()
+        .into_iter()
+        .map(|(name, sink)| view(name, &sink))
+        .collect();
+    Json(SinkList { sinks })
+}
+
+/// `PUT /api/payload-log/sinks/{name}`: `{"file": {"path": "...", "max_bytes": ..., "keep":
+/// ..., "queue": ...}}` or `{"http": {"url": "...", ...}}`. A bad field is 400 naming it; a
+/// file another sink writes is 409. Replacing a sink keeps its counts, and its old writer
+/// writes what it had queued.
+pub async fn put(
+    _: Authorized<Admin>,
+    State(state): S,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    body: axum::body::Body,
+) -> HttpResult<Json<SinkView>> {
+    let body = read_limited(&headers, body, super::body::MAX_JSON_API_BYTES).await?;
+    let config = SinkConfig::parse(&body)
+        .map_err(|e| ApiError::bad_request(format!("payload log sink: {e}")))?;
+    let defining = state.clone();
+    let key = name.clone();
+    // Blocking: a file sink replacing one on the same file waits for the old writer.
+    tokio::task::spawn_blocking(move || defining.payload_logs().define(&key, config))
+        .await
+        .map_err(|e| ApiError::internal(format!("defining the sink: {e}")))?
+        .map_err(|mut e| {
+            e.message = format!("payload log sink: {}", e.message);
+            e
+        })?;
+    let sink = state
+        .payload_logs()
+        .sinks()
+        .into_iter()
+        .find(|(n, _)| *n == name)
+        .ok_or_else(|| ApiError::conflict(format!("sink '{name}' was removed meanwhile")))?;
+    Ok(Json(view(sink.0, &sink.1)))
+}
+
+/// A setting that names `sink`: a model's, a pipeline's or a key's (revoked keys aside).
+fn user_of(state: &AppState, sink: &str) -> ApiResult<Option<String>> {
+    let names = |v: Option<&serde_json::Value>| {
+        v.and_then(|v| LogSetting::from_stored(v).ok())
+            .is_some_and(|s| s.sink == sink)
+    };
+    for (name, raw) in state.model_settings().all() {
+        if names(raw.get(PAYLOAD_LOG)) {
+            let what = match state.pipelines().get(&name) {
+                Some(_) => "pipeline",
+                None => "model",
+            };
+            return Ok(Some(format!("{what} '{name}'")));
+        }
+    }
+    for key in state.store().list_keys()? {
+        let setting = key
+            .payload_log
+            .as_deref()
+            .and_then(|t| serde_json::from_str(t).ok());
+        if key.revoked_at.is_none() && names(setting.as_ref()) {
+            return Ok(Some(format!("API key {} ('{}')", key.id, key.name)));
+        }
+    }
+    Ok(None)
+}
+
+/// `DELETE /api/payload-log/sinks/{name}`: 409 naming a setting that still names it.
+pub async fn delete(
+    _: Authorized<Admin>,
+    State(state): S,
+    Path(name): Path<String>,
+) -> HttpResult<Json<SinkDeleted>> {
+    if !state.payload_logs().sink_names().contains(&name) {
+        return Err(ApiError::not_found(format!("no payload log sink '{name}'")).into());
+    }
+    if let Some(user) = user_of(&state, &name)? {
+        return Err(ApiError::conflict(format!(
+            "payload log sink '{name}' is named by the payload log of {user}: remove that first"
+        ))
+        .into());
+    }
+    if !state.payload_logs().remove(&name) {
+        return Err(ApiError::not_found(format!("no payload log sink '{name}'")).into());
+    }
+    Ok(Json(SinkDeleted { deleted: name }))
+}
