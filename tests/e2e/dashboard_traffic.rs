@@ -149,7 +149,8 @@ async fn token_limits_splits_and_the_cache_from_the_dashboard() {
     b.click("a[href='/models']").await;
     let panel = "section.model[data-model='cls'] details.traffic";
     let cache = b
-        .wait_text(&format!("{panel} .cache-rate"), |t| t.contains("lookups"))
+        // Before the page has read the statistics the line says "no lookups yet".
+        .wait_text(&format!("{panel} .cache-rate"), |t| t.contains("hits"))
         .await;
     assert!(cache.contains("50.0% hits (1 of 2 lookups)"), "{cache}");
     // A weight the server would refuse is refused here, in the panel's error box.
