@@ -102,6 +102,26 @@ macro_rules! logged_span {
     };
 }
 
+/// The `model run` span around a call into the engine ([`span!`]'s, with `fields` first, each
+/// followed by a comma), declaring the engine's figures of the request, which the engine
+/// records when its batch ran: microseconds queued and in compute input, infer and output, and
+/// the samples and requests of the batch.
+#[macro_export]
+macro_rules! model_run_span {
+    ($($fields:tt)*) => {
+        $crate::span!(
+            "model run",
+            $($fields)*
+            queue_us = ::tracing::field::Empty,
+            compute_input_us = ::tracing::field::Empty,
+            compute_infer_us = ::tracing::field::Empty,
+            compute_output_us = ::tracing::field::Empty,
+            batch_size = ::tracing::field::Empty,
+            batch_requests = ::tracing::field::Empty
+        )
+    };
+}
+
 /// An info-level span on [`TARGET`] while [`recording`], [`tracing::Span::none`] otherwise:
 /// `span!("decode", bytes = n)`.
 #[macro_export]

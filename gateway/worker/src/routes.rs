@@ -138,16 +138,7 @@ pub(crate) async fn run_infer(
         }
         let inferred = infergate_telemetry::traced!(
             node.execute(&record, request),
-            infergate_telemetry::span!(
-                "model run",
-                // The engine's figures of this request, recorded when its batch ran.
-                queue_us = tracing::field::Empty,
-                compute_input_us = tracing::field::Empty,
-                compute_infer_us = tracing::field::Empty,
-                compute_output_us = tracing::field::Empty,
-                batch_size = tracing::field::Empty,
-                batch_requests = tracing::field::Empty
-            )
+            infergate_telemetry::model_run_span!()
         )?;
         infergate_telemetry::span!("encode").in_scope(|| codec::respond(&document, inferred))
     };

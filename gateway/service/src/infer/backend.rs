@@ -103,18 +103,10 @@ pub async fn run_stage(
                     state
                         .engine()
                         .infer_with(&routing.local_key, path, inputs, outputs, options),
-                    infergate_telemetry::span!(
-                        "model run",
+                    infergate_telemetry::model_run_span!(
                         model = %record.name,
                         version = record.version as i64,
                         loaded,
-                        // The engine's figures of this request, recorded when its batch ran.
-                        queue_us = tracing::field::Empty,
-                        compute_input_us = tracing::field::Empty,
-                        compute_infer_us = tracing::field::Empty,
-                        compute_output_us = tracing::field::Empty,
-                        batch_size = tracing::field::Empty,
-                        batch_requests = tracing::field::Empty
                     )
                 )?);
             }
