@@ -159,17 +159,16 @@ fn push_json_data(out: &mut String, tensor: &Tensor) {
 /// which needs escaping in JSON): fixed-size elements as their little-endian bytes, each
 /// BYTES element after its 4-byte length.
 fn push_base64(out: &mut String, data: &TensorData) {
-    use base64::Engine;
-    let engine = base64::engine::general_purpose::STANDARD;
+    let engine = base64_simd::STANDARD;
     match data {
-        TensorData::Raw(raw) => engine.encode_string(raw, out),
+        TensorData::Raw(raw) => engine.encode_append(raw, out),
         TensorData::Bytes(items) => {
             let mut framed = Vec::with_capacity(items.iter().map(|i| i.len() + 4).sum());
             for item in items {
                 framed.extend_from_slice(&(item.len() as u32).to_le_bytes());
                 framed.extend_from_slice(item);
             }
-            engine.encode_string(framed, out);
+            engine.encode_append(&framed, out);
         }
     }
 }
