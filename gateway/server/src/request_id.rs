@@ -86,6 +86,7 @@ where
         trace_id = tracing::field::Empty,
         span_id = tracing::field::Empty
     );
+    let mut decision = None;
     if infergate_telemetry::exporting() {
         let trusted = trusted_sampling(&request);
         // Only while some model's settings differ from the others' (cheaper otherwise).
@@ -93,7 +94,8 @@ where
             .then(|| inferred_model(request.uri().path()))
             .flatten();
         infergate_telemetry::w3c::continue_in(&span, request.headers(), trusted, model.as_deref());
-        if let Some((trace, own)) = infergate_telemetry::w3c::recorded_ids(&span) {
+        decision = infergate_telemetry::w3c::decision(&span);
+        if let Some((trace, own)) = decision.as_ref().and_then(|d| d.recorded.as_ref()) {
             span.record("trace_id", trace);
             span.record("span_id", own);
         }
@@ -105,7 +107,16 @@ where
     request.extensions_mut().insert(RequestId(id.clone()));
     let started = std::time::Instant::now();
     let scoped = infergate_telemetry::request_id::scope(id.clone(), next(request));
-    let mut response = scoped.instrument(span.clone()).await;
+    // The spans below this one follow its trace: their sites need not look it up again.
+    let mut response = match &decision {
+        Some(d) => {
+            let recorded = d.recorded.is_some();
+            infergate_telemetry::scope_recording(recorded, scoped)
+                .instrument(span.clone())
+                .await
+        }
+        None => scoped.instrument(span.clone()).await,
+    };
     let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
     let status = response.status().as_u16();
     // Errors are logged here, once, with their causes (the answer carries only the message).
@@ -119,7 +130,7 @@ where
     if let Ok(value) = HeaderValue::from_str(&id) {
         response.headers_mut().insert(HEADER, value);
     }
-    if let Some(trace) = infergate_telemetry::w3c::trace_id(&span) {
+    if let Some(trace) = decision.and_then(|d| d.trace_id) {
         response
             .headers_mut()
             .insert(infergate_telemetry::w3c::TRACE_ID, trace);

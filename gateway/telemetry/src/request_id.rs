@@ -9,9 +9,11 @@ tokio::task_local! {
     static REQUEST_ID: Arc<str>;
 }
 
-/// Runs `f` with `id` as the current request id.
-pub async fn scope<F: Future>(id: Arc<str>, f: F) -> F::Output {
-    REQUEST_ID.scope(id, f).await
+/// Runs `f` with `id` as the current request id. Not an `async fn`: its future would hold `f`
+/// twice over (the argument, and the scope around it), and a request's future is large and
+/// moved whole.
+pub fn scope<F: Future>(id: Arc<str>, f: F) -> impl Future<Output = F::Output> {
+    REQUEST_ID.scope(id, f)
 }
 
 /// The current task's request id, inside [`scope`].

@@ -181,6 +181,37 @@ pub fn trace_id(span: &tracing::Span) -> Option<HeaderValue> {
     HeaderValue::from_str(&format!("{id:032x}")).ok()
 }
 
+/// What was decided for a request's root `span` once its parent was set: the trace id for the
+/// answer's [`TRACE_ID`] header, and whether the trace is recorded (with its trace and span
+/// ids then, for the log lines). One lookup of the span's context; `None` while traces are not
+/// exported.
+pub struct Decision {
+    pub trace_id: Option<HeaderValue>,
+    pub recorded: Option<(String, String)>,
+}
+
+pub fn decision(span: &tracing::Span) -> Option<Decision> {
+    if !crate::exporting() {
+        return None;
+    }
+    let cx = span.context();
+    let span_ref = cx.span();
+    let context = span_ref.span_context();
+    let id = context.trace_id();
+    if id == TraceId::INVALID {
+        return Some(Decision {
+            trace_id: None,
+            recorded: None,
+        });
+    }
+    let trace = format!("{id:032x}");
+    Some(Decision {
+        trace_id: HeaderValue::from_str(&trace).ok(),
+        recorded: (context.is_valid() && context.is_sampled())
+            .then(|| (trace, format!("{:016x}", context.span_id()))),
+    })
+}
+
 /// The trace and span ids of `span` (32 and 16 lowercase hex digits) when its trace is
 /// recorded: what the log lines inside it carry, so a log line leads to its trace. `None`
 /// while traces are not exported or for a trace the sampler dropped.
