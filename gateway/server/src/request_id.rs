@@ -80,24 +80,59 @@ where
     // buffer).
     // A recorded trace's ids are fields of the span too, so that every log line of the
     // request leads to its trace; they stay empty (never formatted) otherwise.
-    let span = tracing::info_span!(
-        "request",
-        request_id = %id,
-        trace_id = tracing::field::Empty,
-        span_id = tracing::field::Empty
-    );
-    let mut decision = None;
-    if infergate_telemetry::exporting() {
+    // While traces are exported the trace is decided first (`infergate_telemetry::head`): a
+    // request whose trace is not recorded opens its span where the OpenTelemetry layer does not
+    // look, as without traces.
+    let head = infergate_telemetry::exporting().then(|| {
         let trusted = trusted_sampling(&request);
         // Only while some model's settings differ from the others' (cheaper otherwise).
         let model = infergate_telemetry::sampling::per_model()
             .then(|| inferred_model(request.uri().path()))
             .flatten();
-        infergate_telemetry::w3c::continue_in(&span, request.headers(), trusted, model.as_deref());
-        decision = infergate_telemetry::w3c::decision(&span);
-        if let Some((trace, own)) = decision.as_ref().and_then(|d| d.recorded.as_ref()) {
-            span.record("trace_id", trace);
-            span.record("span_id", own);
+        let parent = infergate_telemetry::w3c::extract(request.headers(), trusted);
+        infergate_telemetry::head::decide(parent, model.as_deref())
+    });
+    let recorded = head.as_ref().is_some_and(|h| h.recorded);
+    let span = if recorded {
+        tracing::info_span!(
+            "request",
+            request_id = %id,
+            trace_id = tracing::field::Empty,
+            span_id = tracing::field::Empty
+        )
+    } else if head.is_some() {
+        tracing::info_span!(
+            target: infergate_telemetry::UNTRACED,
+            "request",
+            request_id = %id,
+            trace_id = tracing::field::Empty,
+            span_id = tracing::field::Empty
+        )
+    } else {
+        tracing::info_span!(
+            "request",
+            request_id = %id,
+            trace_id = tracing::field::Empty,
+            span_id = tracing::field::Empty
+        )
+    };
+    // The answer's `X-Trace-Id`, and for a recorded trace the span's ids in its log lines.
+    let mut trace_header = None;
+    let mut unrecorded = None;
+    if let Some(head) = head {
+        if recorded {
+            infergate_telemetry::w3c::continue_decided(&span, head.parent);
+            if let Some(d) = infergate_telemetry::w3c::decision(&span) {
+                if let Some((trace, own)) = &d.recorded {
+                    span.record("trace_id", trace.as_str());
+                    span.record("span_id", own.as_str());
+                }
+                trace_header = d.trace_id;
+            }
+        } else {
+            trace_header =
+                HeaderValue::from_str(&infergate_telemetry::head::hex(head.trace_id)).ok();
+            unrecorded = Some((head.trace_id, head.trace_state));
         }
     }
     let method = request.method().clone();
@@ -108,10 +143,15 @@ where
     let started = std::time::Instant::now();
     let scoped = infergate_telemetry::request_id::scope(id.clone(), next(request));
     // The spans below this one follow its trace: their sites need not look it up again.
-    let mut response = match &decision {
-        Some(d) => {
-            let recorded = d.recorded.is_some();
-            infergate_telemetry::scope_recording(recorded, scoped)
+    let mut response = match unrecorded {
+        Some((trace_id, state)) => {
+            let scoped = infergate_telemetry::head::scope_unrecorded(trace_id, state, scoped);
+            infergate_telemetry::scope_recording(false, scoped)
+                .instrument(span.clone())
+                .await
+        }
+        None if trace_header.is_some() => {
+            infergate_telemetry::scope_recording(true, scoped)
                 .instrument(span.clone())
                 .await
         }
@@ -130,7 +170,7 @@ where
     if let Ok(value) = HeaderValue::from_str(&id) {
         response.headers_mut().insert(HEADER, value);
     }
-    if let Some(trace) = decision.and_then(|d| d.trace_id) {
+    if let Some(trace) = trace_header {
         response
             .headers_mut()
             .insert(infergate_telemetry::w3c::TRACE_ID, trace);

@@ -9,6 +9,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod head;
 pub mod request_id;
 pub mod sampling;
 pub mod span_counts;
@@ -19,6 +20,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 /// The target of the spans that exist only for exported traces: the log output leaves them
 /// out (their fields would be formatted into every log line of the request).
 pub const TARGET: &str = "infergate::trace";
+
+/// The target of a request's `request` span when its trace is not recorded
+/// ([`head`]): in the log output as any `request` span, never seen by the OpenTelemetry layer.
+pub const UNTRACED: &str = "infergate::untraced";
 
 static EXPORTING: AtomicBool = AtomicBool::new(false);
 

@@ -69,6 +69,16 @@ pub fn extract(headers: &HeaderMap, trusted: bool) -> Option<Context> {
     })
 }
 
+/// Makes `parent` (the caller's context, or none) the parent of `span`, a request's root span
+/// whose trace the front door decided to record ([`crate::head`]): the sampler records it
+/// without deciding again. Does nothing while traces are not exported.
+pub fn continue_decided(span: &tracing::Span, parent: Option<Context>) {
+    if !crate::exporting() {
+        return;
+    }
+    let _ = span.set_parent(parent.unwrap_or_default().with_value(crate::head::Decided));
+}
+
 /// Makes the trace `headers` name the parent of `span`, which must not have been entered yet,
 /// and `model` (the model the request names, when known) the one whose trace settings decide
 /// whether a new trace is recorded ([`crate::sampling`]). Does nothing while traces are not
@@ -147,9 +157,20 @@ pub fn inject(span: &tracing::Span, headers: &mut HeaderMap) {
         return;
     }
     let cx = span.context();
-    let context = cx.span().span_context().clone();
+    let mut context = cx.span().span_context().clone();
     if !context.is_valid() {
-        return;
+        // A request whose trace the front door chose not to record: the receiver is told so,
+        // under a span id of this hop's own.
+        let Some((trace_id, state)) = crate::head::unrecorded() else {
+            return;
+        };
+        context = SpanContext::new(
+            trace_id,
+            SpanId::from(crate::head::random_span_id()),
+            TraceFlags::default(),
+            false,
+            state,
+        );
     }
     let parent = format!(
         "00-{:032x}-{:016x}-{:02x}",

@@ -174,7 +174,11 @@ fn with_export(
         // Nothing here reads OpenTelemetry's current context (the hop asks the current span),
         // so entering a span need not attach one: a request's span is entered at every poll.
         .with_context_activation(false)
-        .with_filter(Targets::new().with_target("infergate", LevelFilter::INFO));
+        .with_filter(
+            Targets::new()
+                .with_target("infergate", LevelFilter::INFO)
+                .with_target(infergate_telemetry::UNTRACED, LevelFilter::OFF),
+        );
     tracing_subscriber::registry().with(log).with(spans).init();
     infergate_telemetry::set_exporting();
     tracing::info!(

@@ -139,6 +139,16 @@ impl ShouldSample for Gate {
         attributes: &[KeyValue],
         links: &[Link],
     ) -> SamplingResult {
+        // The front door decided to record this request's trace (and took its count).
+        if let Some(cx) =
+            parent.filter(|cx| cx.get::<infergate_telemetry::head::Decided>().is_some())
+        {
+            return SamplingResult {
+                decision: SamplingDecision::RecordAndSample,
+                attributes: Vec::new(),
+                trace_state: cx.span().span_context().trace_state().clone(),
+            };
+        }
         if let Some(cx) = parent.filter(|cx| cx.has_active_span()) {
             let span = cx.span();
             let context = span.span_context();
