@@ -15,6 +15,12 @@ const REDACTED: &str = "[redacted]";
 #[derive(Debug, Clone)]
 pub struct Redaction {
     names: Vec<String>,
+    /// The bytes a fragment starts with (lower case): a name holding none of them, the common
+    /// case, is passed after one look at each of its bytes.
+    first: [bool; 256],
+    shortest: usize,
+    /// An empty fragment: every name is hidden.
+    all: bool,
 }
 
 impl Redaction {
@@ -25,12 +31,37 @@ impl Redaction {
             .map(|n| n.to_string())
             .collect();
         names.extend(extra.iter().map(|n| n.to_ascii_lowercase()));
-        Redaction { names }
+        let mut first = [false; 256];
+        for n in &names {
+            if let Some(&b) = n.as_bytes().first() {
+                first[usize::from(b)] = true;
+            }
+        }
+        Redaction {
+            shortest: names.iter().map(String::len).min().unwrap_or(0),
+            all: names.iter().any(String::is_empty),
+            names,
+            first,
+        }
     }
 
+    /// Whether `name` contains a fragment, case-insensitively. Asked for every field of every
+    /// entry, so it neither allocates nor searches for a fragment where none can start.
     pub fn hides(&self, name: &str) -> bool {
-        let name = name.to_ascii_lowercase();
-        self.names.iter().any(|n| name.contains(n.as_str()))
+        if self.all {
+            return true;
+        }
+        let bytes = name.as_bytes();
+        if self.shortest == 0 || bytes.len() < self.shortest {
+            return false;
+        }
+        (0..=bytes.len() - self.shortest).any(|i| {
+            self.first[usize::from(bytes[i].to_ascii_lowercase())]
+                && self.names.iter().any(|n| {
+                    let rest = &bytes[i..];
+                    rest.len() >= n.len() && rest[..n.len()].eq_ignore_ascii_case(n.as_bytes())
+                })
+        })
     }
 
     /// Redacts, in place, every field of `value` (at any depth) whose name it hides.
@@ -96,6 +127,12 @@ impl<'a> TensorWriter<'a> {
             out.push('"');
         } else if bytes <= self.left && self.form == TensorDataForm::Base64 {
             self.left -= bytes;
+            // The text's exact growth, at once: doubling up to it would copy the entry again.
+            let framing = match &tensor.data {
+                TensorData::Bytes(items) => 4 * items.len(),
+                TensorData::Raw(_) => 0,
+            };
+            out.reserve((bytes + framing).div_ceil(3) * 4 + 20);
             out.push_str("\"data_base64\":\"");
             push_base64(out, &tensor.data);
             out.push('"');
@@ -285,6 +322,36 @@ fn rfc3339(unix_s: i64, millis: u32) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn names_like_a_secret_are_hidden_whatever_their_case() {
+        let r = Redaction::new(&["ssn".into(), "X-Custom".into()]);
+        for hidden in [
+            "password",
+            "DB_PASSWORD",
+            "user.ApiKey",
+            "ssn",
+            "my_ssn_2",
+            "x-custom-id",
+            "Authorization",
+        ] {
+            assert!(r.hides(hidden), "{hidden}");
+        }
+        for shown in [
+            "",
+            "time",
+            "request_id",
+            "model",
+            "input_ids",
+            "ss",
+            "pass",
+            "key",
+            "api",
+        ] {
+            assert!(!r.hides(shown), "{shown}");
+        }
+        assert!(Redaction::new(&["".into()]).hides("anything"));
+    }
 
     #[test]
     fn times_are_rfc3339_in_utc() {
