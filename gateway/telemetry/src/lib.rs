@@ -23,7 +23,9 @@ pub const TARGET: &str = "infergate::trace";
 
 /// The target of a request's `request` span when its trace is not recorded
 /// ([`head`]): in the log output as any `request` span, never seen by the OpenTelemetry layer.
-pub const UNTRACED: &str = "infergate::untraced";
+/// Under the target of the recorded one (the server's `request_id` module), so that a log
+/// filter written for the server's crate or that module keeps both.
+pub const UNTRACED: &str = "infergate_server::request_id::untraced";
 
 static EXPORTING: AtomicBool = AtomicBool::new(false);
 
