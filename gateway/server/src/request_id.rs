@@ -93,14 +93,7 @@ where
         infergate_telemetry::head::decide(parent, model.as_deref())
     });
     let recorded = head.as_ref().is_some_and(|h| h.recorded);
-    let span = if recorded {
-        tracing::info_span!(
-            "request",
-            request_id = %id,
-            trace_id = tracing::field::Empty,
-            span_id = tracing::field::Empty
-        )
-    } else if head.is_some() {
+    let span = if head.is_some() && !recorded {
         tracing::info_span!(
             target: infergate_telemetry::UNTRACED,
             "request",
@@ -122,13 +115,7 @@ where
     if let Some(head) = head {
         if recorded {
             infergate_telemetry::w3c::continue_decided(&span, head.parent);
-            if let Some(d) = infergate_telemetry::w3c::decision(&span) {
-                if let Some((trace, own)) = &d.recorded {
-                    span.record("trace_id", trace.as_str());
-                    span.record("span_id", own.as_str());
-                }
-                trace_header = d.trace_id;
-            }
+            trace_header = infergate_telemetry::w3c::record_ids(&span);
         } else {
             trace_header =
                 HeaderValue::from_str(&infergate_telemetry::head::hex(head.trace_id)).ok();

@@ -6,10 +6,10 @@
 //! still travels: the hop to a worker carries it, unsampled ([`crate::w3c::inject`]), so the
 //! worker does not record it either.
 //!
-//! The decision is the sampler's, on the same inputs: a trusted caller's sampled flag, else the
-//! trace settings ([`crate::sampling`]) of the request's model, the ratio drawn from the trace
-//! id as OpenTelemetry's ratio sampler draws it (so that every process decides alike), the
-//! count taken only for recorded traces of a model.
+//! The decision is the sampler's own rule ([`records`]): a trusted caller's sampled flag, else
+//! the trace settings ([`crate::sampling`]) of the request's model, the ratio drawn from the
+//! trace id as OpenTelemetry's ratio sampler draws it (so that every process decides alike),
+//! the count taken only for recorded traces of a model.
 
 use crate::sampling;
 use opentelemetry::trace::{TraceContextExt, TraceId, TraceState};
@@ -46,28 +46,33 @@ pub fn decide(parent: Option<Context>, model: Option<&str>) -> Head {
         .as_ref()
         .map(|c| c.trace_state().clone())
         .unwrap_or_default();
-    if let (Some(context), Some(cx)) = (&remote, &parent) {
-        if cx.get::<crate::TrustedSampling>().is_some() {
-            return Head {
-                trace_id: context.trace_id(),
-                recorded: context.is_sampled(),
-                parent,
-                trace_state,
-            };
-        }
-    }
     let trace_id = remote.map_or_else(random_trace_id, |c| c.trace_id());
-    let applied = sampling::applied(model);
-    let recorded = applied.level != 0
-        && by_ratio(applied.ratio, trace_id)
-        // The count is of inference traces: only a request that names its model uses it.
-        && (model.is_none() || applied.take());
     Head {
         trace_id,
-        recorded,
+        recorded: records(parent.as_ref(), trace_id, model),
         parent,
         trace_state,
     }
+}
+
+/// The sampler's rule, for the front door and for every trace that starts elsewhere (the
+/// process's sampler asks it too): a parent in this process, or a remote one whose caller is
+/// trusted ([`crate::TrustedSampling`]), decides by its sampled flag; any other trace is
+/// recorded by `model`'s trace settings (or the server-wide ones): not at level `OFF`, else by
+/// ratio from `trace_id`, and for a model's trace while the count lasts (it is of inference
+/// traces, as Triton's: a health probe or an admin call does not use it up).
+pub fn records(parent: Option<&Context>, trace_id: TraceId, model: Option<&str>) -> bool {
+    if let Some(cx) = parent.filter(|cx| cx.has_active_span()) {
+        let span = cx.span();
+        let context = span.span_context();
+        if context.is_valid()
+            && (!context.is_remote() || cx.get::<crate::TrustedSampling>().is_some())
+        {
+            return context.is_sampled();
+        }
+    }
+    let applied = sampling::applied(model);
+    applied.level != 0 && by_ratio(applied.ratio, trace_id) && (model.is_none() || applied.take())
 }
 
 /// OpenTelemetry's `TraceIdRatioBased`: the trace id's low 64 bits, halved, under the ratio's

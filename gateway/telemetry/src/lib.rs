@@ -64,18 +64,20 @@ pub fn recording() -> bool {
 }
 
 /// The trace id (32 lowercase hex digits) of the current span when its trace is recorded: a
-/// latency metric's exemplar. A relaxed load and None while traces are not exported.
+/// latency metric's exemplar, a payload log entry's `trace_id`. A relaxed load and None while
+/// traces are not exported.
 pub fn recorded_trace_id() -> Option<String> {
     use opentelemetry::trace::{TraceContextExt, TraceId};
     use tracing_opentelemetry::OpenTelemetrySpanExt;
-    if !exporting() {
+    // Inside a request the front door's flag answers for most of them without a lookup.
+    if !recording() {
         return None;
     }
     let cx = tracing::Span::current().context();
     let span = cx.span();
     let context = span.span_context();
     (context.is_sampled() && context.trace_id() != TraceId::INVALID)
-        .then(|| format!("{:032x}", context.trace_id()))
+        .then(|| head::hex(context.trace_id()))
 }
 
 tokio::task_local! {

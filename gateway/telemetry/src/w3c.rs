@@ -102,13 +102,26 @@ pub fn continue_in(span: &tracing::Span, headers: &HeaderMap, trusted: bool, mod
     }
 }
 
-/// Fills the `trace_id` and `span_id` fields of `span` (one opened with
-/// [`crate::logged_span`]) when its trace is recorded, so its log lines lead to the trace.
-pub fn record_ids(span: &tracing::Span) {
-    if let Some((trace, own)) = recorded_ids(span) {
-        span.record("trace_id", trace);
-        span.record("span_id", own);
+/// After `span`'s parent was set, in one lookup of its context: fills its `trace_id` and
+/// `span_id` fields (it declares them: [`crate::logged_span`], a request's `request` span) when
+/// its trace is recorded, so its log lines lead to the trace, and returns its trace id as
+/// [`TRACE_ID`]'s value whether recorded or not. `None` while traces are not exported.
+pub fn record_ids(span: &tracing::Span) -> Option<HeaderValue> {
+    if !crate::exporting() {
+        return None;
     }
+    let cx = span.context();
+    let span_ref = cx.span();
+    let context = span_ref.span_context();
+    if context.trace_id() == TraceId::INVALID {
+        return None;
+    }
+    let trace = crate::head::hex(context.trace_id());
+    if context.is_valid() && context.is_sampled() {
+        span.record("trace_id", trace.as_str());
+        span.record("span_id", format!("{:016x}", context.span_id()));
+    }
+    HeaderValue::from_str(&trace).ok()
 }
 
 /// A span another span links to (a WebSocket message's to its connection's).
@@ -187,67 +200,6 @@ pub fn inject(span: &tracing::Span, headers: &mut HeaderMap) {
             headers.insert(TRACESTATE, value);
         }
     }
-}
-
-/// The trace id of `span` as 32 lowercase hex digits, for [`TRACE_ID`]; `None` while traces
-/// are not exported.
-pub fn trace_id(span: &tracing::Span) -> Option<HeaderValue> {
-    if !crate::exporting() {
-        return None;
-    }
-    let id = span.context().span().span_context().trace_id();
-    if id == TraceId::INVALID {
-        return None;
-    }
-    HeaderValue::from_str(&format!("{id:032x}")).ok()
-}
-
-/// What was decided for a request's root `span` once its parent was set: the trace id for the
-/// answer's [`TRACE_ID`] header, and whether the trace is recorded (with its trace and span
-/// ids then, for the log lines). One lookup of the span's context; `None` while traces are not
-/// exported.
-pub struct Decision {
-    pub trace_id: Option<HeaderValue>,
-    pub recorded: Option<(String, String)>,
-}
-
-pub fn decision(span: &tracing::Span) -> Option<Decision> {
-    if !crate::exporting() {
-        return None;
-    }
-    let cx = span.context();
-    let span_ref = cx.span();
-    let context = span_ref.span_context();
-    let id = context.trace_id();
-    if id == TraceId::INVALID {
-        return Some(Decision {
-            trace_id: None,
-            recorded: None,
-        });
-    }
-    let trace = format!("{id:032x}");
-    Some(Decision {
-        trace_id: HeaderValue::from_str(&trace).ok(),
-        recorded: (context.is_valid() && context.is_sampled())
-            .then(|| (trace, format!("{:016x}", context.span_id()))),
-    })
-}
-
-/// The trace and span ids of `span` (32 and 16 lowercase hex digits) when its trace is
-/// recorded: what the log lines inside it carry, so a log line leads to its trace. `None`
-/// while traces are not exported or for a trace the sampler dropped.
-pub fn recorded_ids(span: &tracing::Span) -> Option<(String, String)> {
-    if !crate::exporting() {
-        return None;
-    }
-    let cx = span.context();
-    let context = cx.span().span_context().clone();
-    (context.is_valid() && context.is_sampled()).then(|| {
-        (
-            format!("{:032x}", context.trace_id()),
-            format!("{:016x}", context.span_id()),
-        )
-    })
 }
 
 #[cfg(test)]

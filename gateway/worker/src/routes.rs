@@ -119,7 +119,7 @@ pub(crate) async fn run_infer(
         request_bytes = body.len() as i64
     );
     infergate_telemetry::w3c::continue_in(&span, &headers, peer.cluster, None);
-    infergate_telemetry::w3c::record_ids(&span);
+    let trace = infergate_telemetry::w3c::record_ids(&span);
     let answer = async {
         let record = node.admit(peer, &headers, &model, version).await?;
         let (document, inputs) =
@@ -142,7 +142,6 @@ pub(crate) async fn run_infer(
         )?;
         infergate_telemetry::span!("encode").in_scope(|| codec::respond(&document, inferred))
     };
-    let trace = infergate_telemetry::w3c::trace_id(&span);
     let mut response = match infergate_telemetry::traced!(answer, span) {
         Ok(response) => {
             node.answered(started.elapsed());

@@ -6,7 +6,6 @@
 
 use infergate_telemetry::sampling::{self, ForModel};
 use infergate_telemetry::span_counts::{SpanCounts, SPANS};
-use infergate_telemetry::TrustedSampling;
 use opentelemetry::trace::{
     Link, SamplingDecision, SamplingResult, SpanKind, TraceContextExt, TraceId, TracerProvider,
 };
@@ -14,8 +13,8 @@ use opentelemetry::{Context, KeyValue};
 use opentelemetry_otlp::{Protocol, WithExportConfig};
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::trace::{
-    BatchConfigBuilder, BatchSpanProcessor, Sampler, SdkTracer, SdkTracerProvider, ShouldSample,
-    SpanData, SpanExporter, SpanProcessor,
+    BatchConfigBuilder, BatchSpanProcessor, SdkTracer, SdkTracerProvider, ShouldSample, SpanData,
+    SpanExporter, SpanProcessor,
 };
 use opentelemetry_sdk::Resource;
 use std::sync::atomic::Ordering;
@@ -121,11 +120,10 @@ fn host_name() -> String {
         .unwrap_or_else(|| "unknown".into())
 }
 
-/// Parent-based sampling where a remote parent's sampled flag counts only when it is trusted
-/// ([`TrustedSampling`]): any other trace, the caller's trace id kept, is recorded by the trace
-/// settings of the model the parent context names ([`ForModel`]), or the server-wide ones:
-/// not at level `OFF`, else by ratio from the trace id, and for a model's trace while the count
-/// lasts.
+/// The sampler: the front door's decision on a request's trace ([`infergate_telemetry::head`])
+/// where it took one, else the same rule for a trace that starts elsewhere
+/// ([`infergate_telemetry::head::records`]: a trusted or local parent's flag, else the trace
+/// settings of the model the parent context names, [`ForModel`]).
 #[derive(Debug, Clone)]
 struct Gate;
 
@@ -134,61 +132,28 @@ impl ShouldSample for Gate {
         &self,
         parent: Option<&Context>,
         trace_id: TraceId,
-        name: &str,
-        kind: &SpanKind,
-        attributes: &[KeyValue],
-        links: &[Link],
+        _name: &str,
+        _kind: &SpanKind,
+        _attributes: &[KeyValue],
+        _links: &[Link],
     ) -> SamplingResult {
-        // The front door decided to record this request's trace (and took its count).
-        if let Some(cx) =
-            parent.filter(|cx| cx.get::<infergate_telemetry::head::Decided>().is_some())
-        {
-            return SamplingResult {
-                decision: SamplingDecision::RecordAndSample,
-                attributes: Vec::new(),
-                trace_state: cx.span().span_context().trace_state().clone(),
-            };
-        }
-        if let Some(cx) = parent.filter(|cx| cx.has_active_span()) {
-            let span = cx.span();
-            let context = span.span_context();
-            if context.is_valid() && (!context.is_remote() || cx.get::<TrustedSampling>().is_some())
-            {
-                return SamplingResult {
-                    decision: if context.is_sampled() {
-                        SamplingDecision::RecordAndSample
-                    } else {
-                        SamplingDecision::Drop
-                    },
-                    attributes: Vec::new(),
-                    trace_state: context.trace_state().clone(),
-                };
-            }
-        }
+        let decided =
+            parent.is_some_and(|cx| cx.get::<infergate_telemetry::head::Decided>().is_some());
         let model = parent.and_then(|cx| cx.get::<ForModel>());
-        let applied = sampling::applied(model.map(|m| &*m.0));
-        // As the ratio sampler drops: the caller's trace state still travels with the context.
-        let drop = || SamplingResult {
-            decision: SamplingDecision::Drop,
+        let recorded =
+            decided || infergate_telemetry::head::records(parent, trace_id, model.map(|m| &*m.0));
+        SamplingResult {
+            decision: if recorded {
+                SamplingDecision::RecordAndSample
+            } else {
+                SamplingDecision::Drop
+            },
             attributes: Vec::new(),
+            // Recorded or not, the caller's trace state travels with the context.
             trace_state: parent
                 .map(|cx| cx.span().span_context().trace_state().clone())
                 .unwrap_or_default(),
-        };
-        if applied.level == 0 {
-            return drop();
         }
-        let by_ratio = Sampler::TraceIdRatioBased(applied.ratio)
-            .should_sample(parent, trace_id, name, kind, attributes, links);
-        // The count is of inference traces, as Triton's: a health probe or an admin call
-        // does not use it up.
-        if by_ratio.decision == SamplingDecision::RecordAndSample
-            && model.is_some()
-            && !applied.take()
-        {
-            return drop();
-        }
-        by_ratio
     }
 }
 
@@ -267,6 +232,7 @@ impl<E: SpanExporter> SpanExporter for Counted<E> {
 mod tests {
     use super::*;
     use infergate_telemetry::sampling::{Change, Field};
+    use infergate_telemetry::TrustedSampling;
     use opentelemetry::trace::{SpanContext, SpanId, TraceFlags, TraceState};
 
     fn decide(parent: Option<&Context>) -> SamplingDecision {

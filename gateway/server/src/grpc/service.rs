@@ -130,8 +130,7 @@ impl GrpcInferenceService for InferenceService {
         let span = infergate_telemetry::logged_span!("grpc request", method = "ModelInfer");
         let model = Some(request.get_ref().model_name.as_str())
             .filter(|m| !m.is_empty() && infergate_telemetry::sampling::per_model());
-        self.continue_trace(&span, &presented, request.metadata(), model);
-        let trace = infergate_telemetry::w3c::trace_id(&span);
+        let trace = self.continue_trace(&span, &presented, request.metadata(), model);
         let mut response = super::infer::infer(&self.state, &presented, request.into_inner())
             .instrument(span)
             .await
@@ -158,8 +157,7 @@ impl GrpcInferenceService for InferenceService {
             .map_err(status)?;
         // The call's span, while traces are exported: each request of the stream is a child.
         let span = infergate_telemetry::logged_span!("grpc stream", method = "ModelStreamInfer");
-        self.continue_trace(&span, &presented, request.metadata(), None);
-        let trace = infergate_telemetry::w3c::trace_id(&span);
+        let trace = self.continue_trace(&span, &presented, request.metadata(), None);
         let responses = stream::open(self.state.clone(), presented, request.into_inner(), span);
         let mut response = Response::new(responses);
         if let Some(trace) = trace.and_then(|t| MetadataValue::try_from(t.as_bytes()).ok()) {
@@ -320,22 +318,23 @@ impl GrpcInferenceService for InferenceService {
 /// The W3C trace context among a call's metadata, as headers (the rest is not copied).
 impl InferenceService {
     /// Makes the trace a call's metadata names the parent of its `span` (the caller's sampled
-    /// flag trusted as over HTTP); `model` decides by its trace settings when set.
+    /// flag trusted as over HTTP); `model` decides by its trace settings when set. The trace
+    /// id, for the answer's metadata ([`infergate_telemetry::w3c::record_ids`]).
     fn continue_trace(
         &self,
         span: &tracing::Span,
         presented: &Presented,
         metadata: &MetadataMap,
         model: Option<&str>,
-    ) {
+    ) -> Option<http::HeaderValue> {
         if !infergate_telemetry::exporting() {
-            return;
+            return None;
         }
         let presents_key =
             infergate_kserve::credentials::presented_key(&presented.headers).is_some();
         let trusted = (self.state.config().tracing.honour_caller_sampling).trusts(presents_key);
         infergate_telemetry::w3c::continue_in(span, &trace_headers(metadata), trusted, model);
-        infergate_telemetry::w3c::record_ids(span);
+        infergate_telemetry::w3c::record_ids(span)
     }
 }
 

@@ -208,7 +208,7 @@ fn head(caller: &Caller, subject: Subject<'_>) -> Map<String, Value> {
     if let Some(id) = infergate_telemetry::request_id::current() {
         head.insert("request_id".into(), Value::String(id.to_string()));
     }
-    if let Some((trace, _)) = infergate_telemetry::w3c::recorded_ids(&tracing::Span::current()) {
+    if let Some(trace) = infergate_telemetry::recorded_trace_id() {
         head.insert("trace_id".into(), Value::String(trace));
     }
     match caller.key() {
