@@ -566,15 +566,8 @@ async fn a_keys_guardrails_mask_its_streamed_and_cached_answers_only() {
     .await;
     app.register("smollm2", "smollm2.gguf");
     upload(&app, "blocked-terms").await;
-    let set = app
-        .send(
-            Method::PUT,
-            "/api/models/smollm2/config",
-            Some(&app.upload),
-            Some(json!({"response_cache": {"enable": true}})),
-        )
+    app.configure("smollm2", json!({"response_cache": {"enable": true}}))
         .await;
-    assert_eq!(set.status, StatusCode::OK, "{:?}", set.body);
     let (id, guarded) = infer_key(&app).await;
     let (_, other) = infer_key(&app).await;
     let prompt = "Describe the sea in one sentence.";

@@ -9,15 +9,8 @@ use serde_json::{json, Value};
 
 async fn cached_app() -> App {
     let app = App::with_config(|c| c.cache.bytes = 8 << 20).await;
-    let set = app
-        .send(
-            Method::PUT,
-            "/api/models/tiny/config",
-            Some(&app.upload),
-            Some(json!({"response_cache": {"enable": true}})),
-        )
+    app.configure("tiny", json!({"response_cache": {"enable": true}}))
         .await;
-    assert_eq!(set.status, StatusCode::OK, "{:?}", set.body);
     app
 }
 
@@ -108,27 +101,15 @@ async fn a_config_change_or_a_new_version_never_serves_an_old_answer() {
     infer(&app, &values).await;
     assert_eq!(hits_and_misses(&app).await, (1, 1));
     // A new config (still caching): the old answers are gone, the next request misses.
-    let set = app
-        .send(
-            Method::PUT,
-            "/api/models/tiny/config",
-            Some(&app.upload),
-            Some(json!({"response_cache": {"enable": true}, "max_batch_size": 0})),
-        )
-        .await;
-    assert_eq!(set.status, StatusCode::OK, "{:?}", set.body);
+    app.configure(
+        "tiny",
+        json!({"response_cache": {"enable": true}, "max_batch_size": 0}),
+    )
+    .await;
     infer(&app, &values).await;
     assert_eq!(hits_and_misses(&app).await, (1, 2));
     // Caching off: no lookup at all.
-    let off = app
-        .send(
-            Method::PUT,
-            "/api/models/tiny/config",
-            Some(&app.upload),
-            Some(json!({})),
-        )
-        .await;
-    assert_eq!(off.status, StatusCode::OK);
+    app.configure("tiny", json!({})).await;
     infer(&app, &values).await;
     assert_eq!(hits_and_misses(&app).await, (1, 2));
 
@@ -141,15 +122,8 @@ async fn a_config_change_or_a_new_version_never_serves_an_old_answer() {
         .body(axum::body::Body::from(file))
         .expect("request");
     assert_eq!(app.call(request).await.status, StatusCode::CREATED);
-    let set = app
-        .send(
-            Method::PUT,
-            "/api/models/tiny/config",
-            Some(&app.upload),
-            Some(json!({"response_cache": {"enable": true}})),
-        )
+    app.configure("tiny", json!({"response_cache": {"enable": true}}))
         .await;
-    assert_eq!(set.status, StatusCode::OK);
     let answer = infer(&app, &values).await;
     assert_eq!(answer.json()["model_version"], "2");
     assert_eq!(
@@ -162,15 +136,8 @@ async fn a_config_change_or_a_new_version_never_serves_an_old_answer() {
 #[tokio::test]
 async fn without_cache_bytes_nothing_is_cached() {
     let app = App::start().await;
-    let set = app
-        .send(
-            Method::PUT,
-            "/api/models/tiny/config",
-            Some(&app.upload),
-            Some(json!({"response_cache": {"enable": true}})),
-        )
+    app.configure("tiny", json!({"response_cache": {"enable": true}}))
         .await;
-    assert_eq!(set.status, StatusCode::OK);
     infer(&app, &[1.0; 16]).await;
     infer(&app, &[1.0; 16]).await;
     assert_eq!(hits_and_misses(&app).await, (0, 0));

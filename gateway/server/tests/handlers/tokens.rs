@@ -287,15 +287,8 @@ async fn a_daily_budget_is_spent_by_real_tokens_streams_included() {
 #[tokio::test]
 async fn a_deterministic_chat_answer_is_cached_and_still_charged() {
     let app = with_chat_model(App::with_config(|c| c.cache.bytes = 4 << 20).await).await;
-    let set = app
-        .send(
-            Method::PUT,
-            "/api/models/smollm2/config",
-            Some(&app.upload),
-            Some(json!({"response_cache": {"enable": true}})),
-        )
+    app.configure("smollm2", json!({"response_cache": {"enable": true}}))
         .await;
-    assert_eq!(set.status, StatusCode::OK, "{:?}", set.body);
     let (id, key) = key_with(
         &app,
         json!({"token_budget": {"tokens": 100000, "period": "month"}}),

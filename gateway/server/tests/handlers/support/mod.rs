@@ -306,6 +306,16 @@ impl App {
         self.state.catalog().insert(record);
     }
 
+    /// Sets the configuration of `model`'s newest version (`PUT /api/models/{model}/config`,
+    /// with the upload key), which must be accepted.
+    pub async fn configure(&self, model: &str, config: Value) {
+        let path = format!("/api/models/{model}/config");
+        let set = self
+            .send(Method::PUT, &path, Some(&self.upload), Some(config))
+            .await;
+        assert_eq!(set.status, StatusCode::OK, "{path}: {:?}", set.body);
+    }
+
     /// Uploads `file` from the models `scripts/setup.sh` fetched as a new version of `name`
     /// (`POST /api/models/{name}/versions`, multipart with `config`), with `key`.
     pub async fn upload_model(&self, name: &str, file: &str, config: &Value, key: &str) -> Reply {
