@@ -25,6 +25,7 @@ import time
 import httpx2 as httpx
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cpu_per_request import cpu_split  # noqa: E402
 from llm import ROOT, Infergate  # noqa: E402
 
 DIST = os.environ.get("INFERGATE_PLUGIN_DIST", os.path.join(ROOT, "plugins", "dist"))
@@ -39,9 +40,7 @@ GUARDRAILS = [{"plugin": "pii-mask"},
 
 
 def cpu_seconds(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return sum(cpu_split(pid))
 
 
 def guardrail_means(client, server):
