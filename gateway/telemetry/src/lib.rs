@@ -77,7 +77,7 @@ pub fn recorded_trace_id() -> Option<String> {
     let span = cx.span();
     let context = span.span_context();
     (context.is_sampled() && context.trace_id() != TraceId::INVALID)
-        .then(|| head::hex(context.trace_id()))
+        .then(|| format!("{:032x}", context.trace_id()))
 }
 
 tokio::task_local! {
