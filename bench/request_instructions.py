@@ -12,10 +12,13 @@ from the rest (TLS, HTTP, middleware, tensors, the engine's queue), and so is th
 heap allocations per request. With --compare-bin the other build is measured the same way in the
 same run and the ratios printed. With --payload-log FORM the measured server logs every request
 and answer of the MLP to a JSON Lines file (mode all, sample 1, tensors as FORM; [payload_log] in
-a config file), and the baseline (give the same binary as --compare-bin) does not.
+a config file), and the baseline (give the same binary as --compare-bin) does not; with
+--trace-ratio R the measured server exports traces over OTLP/HTTP to a collector the script runs,
+sampling R, and the baseline exports none.
 
 Usage: bench/request_instructions.py [--bin target/release/infergate] [--compare-bin OLD]
                                      [--requests 400] [--concurrency 1] [--payload-log json|base64]
+                                     [--trace-ratio R]
 Needs: valgrind (Debian: `apt-get install valgrind`), scripts/setup.sh; a release build.
 Slow: about a minute per build for 400 requests (valgrind runs the server ~50x slower).
 """
@@ -63,10 +66,41 @@ def success_count(port, ctx, headers):
     return json.loads(conn.getresponse().read())["model_stats"][0]["inference_stats"]["success"]["count"]
 
 
-def measure(binary, requests, concurrency, payload_log=None):
+class Collector:
+    """An OTLP/HTTP receiver that accepts every export and counts the bodies: the cost measured
+    is the server's, not a collector's."""
+
+    def __init__(self):
+        import http.server
+
+        outer = self
+        self.exports = 0
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                outer.exports += 1
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}/v1/traces"
+
+
+def measure(binary, requests, concurrency, payload_log=None, trace_ratio=None, collector=None):
     """One build under callgrind: (instructions, ORT's instructions, Rust allocations) per request."""
     data = tempfile.mkdtemp(prefix="infergate-callgrind-")
     extra = []
+    env = {k: v for k, v in os.environ.items()
+           if k != "INFERGATE_LOG" and not k.startswith(("INFERGATE_OTLP", "INFERGATE_TRACE"))}
+    if trace_ratio is not None:
+        env["INFERGATE_OTLP_ENDPOINT"] = collector.endpoint
+        env["INFERGATE_TRACE_SAMPLE_RATIO"] = str(trace_ratio)
     if payload_log:
         config = os.path.join(data, "payload-log.toml")
         with open(config, "w") as f:
@@ -85,7 +119,7 @@ def measure(binary, requests, concurrency, payload_log=None):
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             # The server's default log level, as operators run it: each request's
                             # span and its fields are recorded at info.
-                            env={k: v for k, v in os.environ.items() if k != "INFERGATE_LOG"})
+                            env=env)
     try:
         cert = os.path.join(data, "tls", "cert.pem")
         deadline = time.time() + 300
@@ -172,12 +206,19 @@ def main():
     ap.add_argument("--payload-log", choices=("json", "base64"),
                     help="the measured server logs every request and answer to a file, its tensors "
                          "in this form ([payload_log] tensor_data)")
+    ap.add_argument("--trace-ratio", type=float,
+                    help="the measured server exports traces to a collector this script runs, sampling this "
+                         "share of requests (INFERGATE_TRACE_SAMPLE_RATIO); the baseline exports none")
     args = ap.parse_args()
+    collector = Collector() if args.trace_ratio is not None else None
     rows = {}
     for label, binary in (("baseline", args.compare_bin), ("measured", args.bin)):
         if binary:
+            measured = label == "measured"
             total, ort, allocs, done = measure(binary, args.requests, args.concurrency,
-                                               payload_log=args.payload_log if label == "measured" else None)
+                                               payload_log=args.payload_log if measured else None,
+                                               trace_ratio=args.trace_ratio if measured else None,
+                                               collector=collector)
             rows[label] = (total, ort, allocs)
             print(f"{label:9s} {binary}: {done} requests; per request {total:,.0f} instructions, ONNX Runtime "
                   f"{ort:,.0f}, the rest {total - ort:,.0f}; Rust heap allocations {allocs:.1f}", flush=True)
@@ -185,6 +226,12 @@ def main():
         (t0, o0, a0), (t1, o1, a1) = rows["baseline"], rows["measured"]
         print(f"ratio measured / baseline: instructions outside ONNX Runtime {(t1 - o1) / (t0 - o0):.3f}, "
               f"allocations {a1 / a0:.3f}, all instructions {t1 / t0:.3f}")
+        # ONNX Runtime's own count moves by several thousand between runs of one build: the
+        # part outside it, added, against the whole request is the steadier figure.
+        print(f"added outside ONNX Runtime, of the baseline's whole request: "
+              f"{((t1 - o1) - (t0 - o0)) / t0 * 100:+.2f} %")
+    if collector:
+        print(f"the collector received {collector.exports} exports")
 
 
 if __name__ == "__main__":

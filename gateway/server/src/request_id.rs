@@ -16,6 +16,7 @@ use std::sync::Arc;
 use tracing::Instrument;
 
 use infergate_kserve::http_error::Logged;
+use infergate_telemetry::request_id::Trace;
 
 pub const HEADER: HeaderName = HeaderName::from_static("x-request-id");
 const MAX_LEN: usize = 128;
@@ -110,16 +111,19 @@ where
         )
     };
     // The answer's `X-Trace-Id`, and for a recorded trace the span's ids in its log lines.
+    // The spans below this one follow its trace: their sites need not look it up again.
     let mut trace_header = None;
-    let mut unrecorded = None;
+    let mut trace = Trace::Undecided;
     if let Some(head) = head {
         if recorded {
             infergate_telemetry::w3c::continue_decided(&span, head.parent);
             trace_header = infergate_telemetry::w3c::record_ids(&span);
+            if trace_header.is_some() {
+                trace = Trace::Recorded;
+            }
         } else {
-            trace_header =
-                HeaderValue::from_str(&infergate_telemetry::head::hex(head.trace_id)).ok();
-            unrecorded = Some((head.trace_id, head.trace_state));
+            trace_header = infergate_telemetry::head::header(head.trace_id);
+            trace = Trace::Unrecorded(head.trace_id, head.trace_state);
         }
     }
     let method = request.method().clone();
@@ -128,22 +132,9 @@ where
     let id: Arc<str> = Arc::from(id);
     request.extensions_mut().insert(RequestId(id.clone()));
     let started = std::time::Instant::now();
-    let scoped = infergate_telemetry::request_id::scope(id.clone(), next(request));
-    // The spans below this one follow its trace: their sites need not look it up again.
-    let mut response = match unrecorded {
-        Some((trace_id, state)) => {
-            let scoped = infergate_telemetry::head::scope_unrecorded(trace_id, state, scoped);
-            infergate_telemetry::scope_recording(false, scoped)
-                .instrument(span.clone())
-                .await
-        }
-        None if trace_header.is_some() => {
-            infergate_telemetry::scope_recording(true, scoped)
-                .instrument(span.clone())
-                .await
-        }
-        None => scoped.instrument(span.clone()).await,
-    };
+    let mut response = infergate_telemetry::request_id::scope(id.clone(), trace, next(request))
+        .instrument(span.clone())
+        .await;
     let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
     let status = response.status().as_u16();
     // Errors are logged here, once, with their causes (the answer carries only the message).

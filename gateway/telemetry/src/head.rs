@@ -30,11 +30,6 @@ pub struct Head {
     pub trace_state: TraceState,
 }
 
-tokio::task_local! {
-    /// The trace of the request this task serves when it is not recorded: what a hop passes on.
-    static UNRECORDED: (TraceId, TraceState);
-}
-
 /// Decides the trace of a request whose caller sent `parent` (its `traceparent`, parsed with
 /// whether the caller is trusted: [`crate::w3c::extract`]) for `model`.
 pub fn decide(parent: Option<Context>, model: Option<&str>) -> Head {
@@ -128,30 +123,20 @@ pub(crate) fn random_span_id() -> u64 {
     }
 }
 
-/// Runs `f` (the handling of a request whose trace is not recorded) with that trace as what a
-/// hop passes on. Not an `async fn`: its future would hold `f` twice over.
-pub fn scope_unrecorded<F: std::future::Future>(
-    trace_id: TraceId,
-    state: TraceState,
-    f: F,
-) -> impl std::future::Future<Output = F::Output> {
-    UNRECORDED.scope((trace_id, state), f)
-}
-
-/// The unrecorded trace of the request this task serves, if any.
-pub(crate) fn unrecorded() -> Option<(TraceId, TraceState)> {
-    UNRECORDED.try_with(Clone::clone).ok()
-}
-
-/// `id` as 32 lowercase hex digits.
-pub fn hex(id: TraceId) -> String {
+/// `id` as 32 lowercase hex digits, on the stack: a header's value or a span's field.
+pub fn hex(id: TraceId) -> [u8; 32] {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut out = String::with_capacity(32);
-    for b in id.to_bytes() {
-        out.push(DIGITS[usize::from(b >> 4)] as char);
-        out.push(DIGITS[usize::from(b & 15)] as char);
+    let mut out = [0u8; 32];
+    for (pair, b) in out.chunks_exact_mut(2).zip(id.to_bytes()) {
+        pair[0] = DIGITS[usize::from(b >> 4)];
+        pair[1] = DIGITS[usize::from(b & 15)];
     }
     out
+}
+
+/// [`crate::w3c::TRACE_ID`]'s value for `id`.
+pub fn header(id: TraceId) -> Option<http::HeaderValue> {
+    http::HeaderValue::from_bytes(&hex(id)).ok()
 }
 
 #[cfg(test)]
@@ -179,6 +164,10 @@ mod tests {
     fn ids_are_hex_and_distinct() {
         let a = random_trace_id();
         assert_ne!(a, random_trace_id());
-        assert_eq!(hex(a), format!("{a:032x}"));
+        assert_eq!(hex(a), format!("{a:032x}").as_bytes());
+        assert_eq!(
+            header(a).unwrap().as_bytes(),
+            format!("{a:032x}").as_bytes()
+        );
     }
 }

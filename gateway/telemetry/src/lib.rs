@@ -56,7 +56,7 @@ pub fn recording() -> bool {
         return false;
     }
     // Inside a request whose decision the front door took: no span lookup.
-    if let Ok(recorded) = RECORDED.try_with(|r| *r) {
+    if let Some(recorded) = request_id::recorded() {
         return recorded;
     }
     let current = tracing::Span::current();
@@ -78,25 +78,6 @@ pub fn recorded_trace_id() -> Option<String> {
     let context = span.span_context();
     (context.is_sampled() && context.trace_id() != TraceId::INVALID)
         .then(|| format!("{:032x}", context.trace_id()))
-}
-
-tokio::task_local! {
-    /// Whether the trace of the request this task serves is recorded, as the front door found
-    /// once its `request` span's trace was decided: every span below that one follows it.
-    static RECORDED: bool;
-}
-
-/// Runs `f` (a request's handling, inside its span) with `recorded` as what [`recording`]
-/// answers there, instead of looking up the current span's trace at every span site. Tasks `f`
-/// spawns look the current span up again.
-///
-/// Not an `async fn`: its future would hold `f` twice over (the argument, and the scope around
-/// it), and a request's future is large and moved whole.
-pub fn scope_recording<F: std::future::Future>(
-    recorded: bool,
-    f: F,
-) -> impl std::future::Future<Output = F::Output> {
-    RECORDED.scope(recorded, f)
 }
 
 /// Awaits `$fut` inside `$span` while [`recording`], as it is otherwise (the span expression is

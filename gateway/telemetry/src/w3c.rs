@@ -118,10 +118,12 @@ pub fn record_ids(span: &tracing::Span) -> Option<HeaderValue> {
     }
     let trace = crate::head::hex(context.trace_id());
     if context.is_valid() && context.is_sampled() {
-        span.record("trace_id", trace.as_str());
+        if let Ok(text) = std::str::from_utf8(&trace) {
+            span.record("trace_id", text);
+        }
         span.record("span_id", format!("{:016x}", context.span_id()));
     }
-    HeaderValue::from_str(&trace).ok()
+    HeaderValue::from_bytes(&trace).ok()
 }
 
 /// A span another span links to (a WebSocket message's to its connection's).
@@ -174,7 +176,7 @@ pub fn inject(span: &tracing::Span, headers: &mut HeaderMap) {
     if !context.is_valid() {
         // A request whose trace the front door chose not to record: the receiver is told so,
         // under a span id of this hop's own.
-        let Some((trace_id, state)) = crate::head::unrecorded() else {
+        let Some((trace_id, state)) = crate::request_id::unrecorded() else {
             return;
         };
         context = SpanContext::new(

@@ -14,6 +14,7 @@ mod models;
 mod pipelines;
 mod reference;
 mod serve;
+mod split_layer;
 mod table;
 mod traces;
 mod workers;
@@ -129,37 +130,38 @@ fn init_logging(
     with_export(format, filter, ansi, &settings)
 }
 
-/// The log output and the OpenTelemetry layer, each with its own filter: the log keeps
-/// `INFERGATE_LOG` and leaves out the spans that exist only for traces; the traces get
-/// infergate's own spans and events at info and above whatever the log level.
+/// The log output and the OpenTelemetry layer, each seeing its own spans
+/// ([`split_layer`]): the log keeps `INFERGATE_LOG` and leaves out the spans that exist only
+/// for traces; the traces get infergate's own spans and events at info and above whatever the
+/// log level.
 fn with_export(
     format: &str,
     filter: tracing_subscriber::EnvFilter,
     ansi: bool,
     settings: &traces::Settings,
 ) -> Option<traces::Export> {
-    use tracing_subscriber::filter::{LevelFilter, Targets};
+    use tracing_subscriber::fmt::format::{DefaultFields, JsonFields};
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
     use tracing_subscriber::Layer;
-    // Both filters are static (by target and level), so a callsite either filter leaves out is
-    // never evaluated again: a dynamic filter would make every debug and trace callsite of every
-    // crate (h2, rustls...) ask it on each hit, which is most of what export would cost.
-    let log_filter = match format!("{}=off", infergate_telemetry::TARGET).parse() {
+    // Static by target and level, so a callsite neither side wants is never evaluated again: a
+    // dynamic filter would make every debug and trace callsite of every crate (h2, rustls...)
+    // ask it on each hit.
+    let filter = match format!("{}=off", infergate_telemetry::TARGET).parse() {
         Ok(directive) => filter.add_directive(directive),
         Err(_) => filter,
     };
     let log = tracing_subscriber::fmt::layer()
         .with_ansi(ansi)
         .with_writer(std::io::stderr);
-    let log = if format == "json" {
-        log.json().with_filter(log_filter).boxed()
-    } else {
-        log.with_filter(log_filter).boxed()
-    };
     let (export, tracer) = match traces::start(settings) {
         Ok(started) => started,
         Err(e) => {
+            let log = if format == "json" {
+                log.json().with_filter(filter).boxed()
+            } else {
+                log.with_filter(filter).boxed()
+            };
             tracing_subscriber::registry().with(log).init();
             // The operator's setting is wrong, not the request path: serve without traces.
             tracing::error!("traces are not exported: {e:#}");
@@ -173,13 +175,13 @@ fn with_export(
         .with_tracked_inactivity(false)
         // Nothing here reads OpenTelemetry's current context (the hop asks the current span),
         // so entering a span need not attach one: a request's span is entered at every poll.
-        .with_context_activation(false)
-        .with_filter(
-            Targets::new()
-                .with_target("infergate", LevelFilter::INFO)
-                .with_target(infergate_telemetry::UNTRACED, LevelFilter::OFF),
-        );
-    tracing_subscriber::registry().with(log).with(spans).init();
+        .with_context_activation(false);
+    let layers = if format == "json" {
+        split_layer::Split::<JsonFields, _, _>::new(log.json(), filter, spans).boxed()
+    } else {
+        split_layer::Split::<DefaultFields, _, _>::new(log, filter, spans).boxed()
+    };
+    tracing_subscriber::registry().with(layers).init();
     infergate_telemetry::set_exporting();
     tracing::info!(
         endpoint = settings.endpoint,
