@@ -169,15 +169,15 @@ def traced():
         shutil.rmtree(dirs, ignore_errors=True)
 
 
-def exemplars(gateway, key):
-    """The trace ids of the request-duration buckets' exemplars on /metrics."""
+def exemplars(gateway, key, histogram="infergate_request_duration_seconds"):
+    """The trace ids of a histogram's bucket exemplars on /metrics (OpenMetrics)."""
     ctx = ssl.create_default_context(cafile=gateway.cert)
-    request = urllib.request.Request(f"{gateway.url}/metrics",
-                                     headers={"Authorization": f"Bearer {key}"})
+    request = urllib.request.Request(f"{gateway.url}/metrics", headers={
+        "Authorization": f"Bearer {key}", "Accept": "application/openmetrics-text; version=1.0.0"})
     with urllib.request.urlopen(request, context=ctx, timeout=30) as answer:
         text = answer.read().decode()
     return {m.group(1) for line in text.splitlines()
-            if line.startswith("infergate_request_duration_seconds_bucket{")
+            if line.startswith(f"{histogram}_bucket{{")
             for m in [re.search(r' # \{trace_id="([0-9a-f]{32})"\} [0-9.e-]+ [0-9.]+$', line)] if m}
 
 
@@ -357,6 +357,12 @@ def test_chat_generations_and_plugin_calls_have_their_spans():
         "--llm-context", "512", "--llm-threads", "1"))
     try:
         admin = g.admin_key
+        plugins = os.environ.get("INFERGATE_PLUGINS", "")
+        for plugin in ("passthrough", "pii-mask"):
+            with open(os.path.join(plugins, f"{plugin}.wasm"), "rb") as f:
+                post_json(g, admin, "/api/plugins", f.read())
+        post_json(g, admin, "/api/models/smollm2/guardrails", {"guardrails": [{"plugin": "pii-mask"}]},
+                  method="PUT")
         chat = "5af7651916cd43dd8448eb211c80319c"
         answer = post_json(g, admin, "/v1/chat/completions", {
             "model": "smollm2", "max_tokens": 8, "temperature": 0,
@@ -373,11 +379,10 @@ def test_chat_generations_and_plugin_calls_have_their_spans():
         assert prefill["model"].string_value == "smollm2"
         assert prefill["prompt_tokens"].int_value == answer["usage"]["prompt_tokens"]
         assert decode["completion_tokens"].int_value == answer["usage"]["completion_tokens"]
+        answer_tokens = answer["usage"]["completion_tokens"]
         assert by_name["prefill"].end_time_unix_nano <= by_name["decode"].start_time_unix_nano
         assert [e.name for e in by_name["decode"].events] == ["first token"]
 
-        with open(os.path.join(os.environ.get("INFERGATE_PLUGINS", ""), "passthrough.wasm"), "rb") as f:
-            post_json(g, admin, "/api/plugins", f.read())
         post_json(g, admin, "/api/pipelines/traced", {"model": "minilm", "pre": ["passthrough"]},
                   method="PUT")
         piped = "6af7651916cd43dd8448eb211c80319c"
@@ -418,6 +423,18 @@ def test_chat_generations_and_plugin_calls_have_their_spans():
                 [(connection_trace, upgrade.span_id)], "linked to the connection"
             (run,) = [s for _, s in spans if s.name == "model run"]
             assert run.trace_id.hex() == trace
+
+        # Every latency histogram observed inside a recorded request leads to its trace. (Only
+        # requests that asked to be recorded were: sampling is 0.)
+        assert answer_tokens > 1, "an inter-token latency was observed"
+        for histogram, trace in [
+                ("infergate_request_duration_seconds", chat),
+                ("infergate_request_duration_seconds", piped),
+                ("infergate_llm_time_to_first_token_seconds", chat),
+                ("infergate_llm_inter_token_latency_seconds", chat),
+                ("infergate_guardrail_call_duration_seconds", chat),
+                ("infergate_plugin_call_duration_seconds", piped)]:
+            assert trace in exemplars(g, admin, histogram), histogram
     finally:
         g.stop()
         receiver.stop()
