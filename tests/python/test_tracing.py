@@ -1,7 +1,7 @@
 """OpenTelemetry traces across hosts, checked with real OTLP receivers (OTLP/HTTP protobuf
 bodies decoded with `opentelemetry-proto`, and its gRPC `TraceService` on grpcio, plain and
-TLS): a KServe request through a manager to a worker, sent with
-a `traceparent`, yields spans from both processes in the caller's trace with the right parent
+TLS): a KServe request through a manager (exporting over HTTP) to a worker (over gRPC), sent
+with a `traceparent`, yields spans from both processes in the caller's trace with the right parent
 links; sampling 0 records nothing the caller did not ask for; a receiver that is down fails no
 request; Triton's trace extension, driven by tritonclient over HTTP and gRPC, changes what is
 recorded at run time, per model."""
@@ -89,15 +89,15 @@ class Receiver(Spans):
 
 class GrpcReceiver(Spans):
     """An OTLP/gRPC collector's `TraceService` (grpcio, with `opentelemetry-proto`'s stubs); TLS
-    with `tls` = (cert PEM, key PEM)."""
+    with `tls` = (cert PEM, key PEM); keeping its spans with another receiver's with `keep_in`."""
 
-    def __init__(self, tls=None):
+    def __init__(self, tls=None, keep_in=None):
         super().__init__()
         from concurrent import futures
 
         import grpc
         from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
-        receiver = self
+        receiver = keep_in or self
 
         class Service(trace_service_pb2_grpc.TraceServiceServicer):
             def Export(self, request, context):
@@ -120,12 +120,12 @@ class GrpcReceiver(Spans):
 
 
 class Worker:
-    """`infergate worker` joined to `manager`, exporting to `endpoint`."""
+    """`infergate worker` joined to `manager`, exporting to `endpoint` over `protocol`."""
 
-    def __init__(self, manager, token, data, endpoint):
+    def __init__(self, manager, token, data, endpoint, protocol):
         args = [BIN, "worker", "--join", manager.url, "--join-token", token,
                 "--listen", "127.0.0.1:0", "--data-dir", data, "--instances", "1", "--intra-threads", "1",
-                "--otlp-endpoint", endpoint, "--trace-sample-ratio", "0"]
+                "--otlp-endpoint", endpoint, "--otlp-protocol", protocol, "--trace-sample-ratio", "0"]
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         lines = queue.Queue()
         threading.Thread(target=lambda: [lines.put(l) for l in self.proc.stderr], daemon=True).start()
@@ -151,7 +151,9 @@ def infer(gateway, key, headers=None, model="minilm"):
 
 @pytest.fixture(scope="module")
 def traced():
+    """A manager exporting over OTLP/HTTP and its worker over gRPC, both kept in `receiver`."""
     receiver = Receiver()
+    collector = GrpcReceiver(keep_in=receiver)
     manager = start([("minilm", "minilm.onnx")], extra_args=(
         "--no-local-engine", "--otlp-endpoint", receiver.url, "--trace-sample-ratio", "0"))
     dirs = tempfile.mkdtemp(prefix="infergate-workers-")
@@ -159,13 +161,14 @@ def traced():
     try:
         token = subprocess.run([BIN, "workers", "token", "create", "--data-dir", manager.data],
                                check=True, capture_output=True, text=True).stdout.strip()
-        worker = Worker(manager, token, os.path.join(dirs, "w"), receiver.url)
+        worker = Worker(manager, token, os.path.join(dirs, "w"), collector.url, "grpc")
         yield manager, receiver
     finally:
         if worker:
             assert worker.stop() == 0
         manager.stop()
         receiver.stop()
+        collector.stop()
         shutil.rmtree(dirs, ignore_errors=True)
 
 
