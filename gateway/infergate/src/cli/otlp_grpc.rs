@@ -1,7 +1,7 @@
 //! The OTLP/gRPC span exporter: opentelemetry-otlp's tonic client on a Tokio runtime of its own.
 //! The batch processor exports from a plain thread, and tonic's channel needs a runtime for its
-//! connection, its buffer task and its timers: each batch is sent by a task on this one-thread
-//! runtime while the processor's thread waits for the task's answer, at most `timeout`.
+//! connection, its buffer task and its timers: each batch is sent by a task on this runtime's
+//! one worker thread while the processor's thread waits for the task's answer, at most `timeout`.
 
 use opentelemetry_otlp::tonic_types::transport::{Certificate, ClientTlsConfig};
 use opentelemetry_otlp::{WithExportConfig, WithTonicConfig};
@@ -45,7 +45,7 @@ pub fn exporter(endpoint: &str, timeout: Duration) -> anyhow::Result<GrpcExporte
     })
 }
 
-/// The certificates an `https://` collector's is verified against: the PEM file
+/// The roots an `https://` collector's certificate is verified against: the PEM file
 /// `SSL_CERT_FILE` names (as OpenSSL reads it), else the system's bundle.
 fn roots() -> anyhow::Result<Certificate> {
     const SYSTEM: &[&str] = &[
