@@ -1,6 +1,7 @@
-"""OpenTelemetry traces across hosts, checked with a real OTLP/HTTP receiver (protobuf bodies
-decoded with `opentelemetry-proto`): a KServe request through a manager to a worker, sent with
-a `traceparent`, yields spans from both processes in the caller's trace with the right parent
+"""OpenTelemetry traces across hosts, checked with real OTLP receivers (OTLP/HTTP protobuf
+bodies decoded with `opentelemetry-proto`, and its gRPC `TraceService` on grpcio, plain and
+TLS): a KServe request through a manager (exporting over HTTP) to a worker (over gRPC), sent
+with a `traceparent`, yields spans from both processes in the caller's trace with the right parent
 links; sampling 0 records nothing the caller did not ask for; a receiver that is down fails no
 request; Triton's trace extension, driven by tritonclient over HTTP and gRPC, changes what is
 recorded at run time, per model."""
@@ -35,12 +36,31 @@ CALLER_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 CALLER_SPAN = "00f067aa0ba902b7"
 
 
-class Receiver:
-    """An OTLP/HTTP traces endpoint keeping every span with its resource's attributes."""
+class Spans:
+    """Every span received, with its resource's attributes."""
 
     def __init__(self):
         self.spans = []
         self.lock = threading.Lock()
+
+    def keep(self, request):
+        with self.lock:
+            for rs in request.resource_spans:
+                resource = {a.key: a.value.string_value for a in rs.resource.attributes}
+                for ss in rs.scope_spans:
+                    for span in ss.spans:
+                        self.spans.append((resource, span))
+
+    def trace(self, trace_id):
+        with self.lock:
+            return [(r, s) for r, s in self.spans if s.trace_id.hex() == trace_id]
+
+
+class Receiver(Spans):
+    """An OTLP/HTTP traces endpoint."""
+
+    def __init__(self):
+        super().__init__()
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -48,12 +68,7 @@ class Receiver:
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 request = trace_service_pb2.ExportTraceServiceRequest()
                 request.ParseFromString(body)
-                with receiver.lock:
-                    for rs in request.resource_spans:
-                        resource = {a.key: a.value.string_value for a in rs.resource.attributes}
-                        for ss in rs.scope_spans:
-                            for span in ss.spans:
-                                receiver.spans.append((resource, span))
+                receiver.keep(request)
                 answer = trace_service_pb2.ExportTraceServiceResponse().SerializeToString()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/x-protobuf")
@@ -68,21 +83,49 @@ class Receiver:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
         self.url = f"http://127.0.0.1:{self.server.server_port}/v1/traces"
 
-    def trace(self, trace_id):
-        with self.lock:
-            return [(r, s) for r, s in self.spans if s.trace_id.hex() == trace_id]
-
     def stop(self):
         self.server.shutdown()
 
 
-class Worker:
-    """`infergate worker` joined to `manager`, exporting to `endpoint`."""
+class GrpcReceiver(Spans):
+    """An OTLP/gRPC collector's `TraceService` (grpcio, with `opentelemetry-proto`'s stubs); TLS
+    with `tls` = (cert PEM, key PEM); keeping its spans with another receiver's with `keep_in`."""
 
-    def __init__(self, manager, token, data, endpoint):
+    def __init__(self, tls=None, keep_in=None):
+        super().__init__()
+        from concurrent import futures
+
+        import grpc
+        from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
+        receiver = keep_in or self
+
+        class Service(trace_service_pb2_grpc.TraceServiceServicer):
+            def Export(self, request, context):
+                receiver.keep(request)
+                return trace_service_pb2.ExportTraceServiceResponse()
+
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        trace_service_pb2_grpc.add_TraceServiceServicer_to_server(Service(), self.server)
+        if tls:
+            credentials = grpc.ssl_server_credentials([(tls[1], tls[0])])
+            port = self.server.add_secure_port("127.0.0.1:0", credentials)
+            self.url = f"https://localhost:{port}"
+        else:
+            port = self.server.add_insecure_port("127.0.0.1:0")
+            self.url = f"http://127.0.0.1:{port}"
+        self.server.start()
+
+    def stop(self):
+        self.server.stop(grace=None)
+
+
+class Worker:
+    """`infergate worker` joined to `manager`, exporting to `endpoint` over `protocol`."""
+
+    def __init__(self, manager, token, data, endpoint, protocol):
         args = [BIN, "worker", "--join", manager.url, "--join-token", token,
                 "--listen", "127.0.0.1:0", "--data-dir", data, "--instances", "1", "--intra-threads", "1",
-                "--otlp-endpoint", endpoint, "--trace-sample-ratio", "0"]
+                "--otlp-endpoint", endpoint, "--otlp-protocol", protocol, "--trace-sample-ratio", "0"]
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         lines = queue.Queue()
         threading.Thread(target=lambda: [lines.put(l) for l in self.proc.stderr], daemon=True).start()
@@ -108,7 +151,9 @@ def infer(gateway, key, headers=None, model="minilm"):
 
 @pytest.fixture(scope="module")
 def traced():
+    """A manager exporting over OTLP/HTTP and its worker over gRPC, both kept in `receiver`."""
     receiver = Receiver()
+    collector = GrpcReceiver(keep_in=receiver)
     manager = start([("minilm", "minilm.onnx")], extra_args=(
         "--no-local-engine", "--otlp-endpoint", receiver.url, "--trace-sample-ratio", "0"))
     dirs = tempfile.mkdtemp(prefix="infergate-workers-")
@@ -116,25 +161,26 @@ def traced():
     try:
         token = subprocess.run([BIN, "workers", "token", "create", "--data-dir", manager.data],
                                check=True, capture_output=True, text=True).stdout.strip()
-        worker = Worker(manager, token, os.path.join(dirs, "w"), receiver.url)
+        worker = Worker(manager, token, os.path.join(dirs, "w"), collector.url, "grpc")
         yield manager, receiver
     finally:
         if worker:
             assert worker.stop() == 0
         manager.stop()
         receiver.stop()
+        collector.stop()
         shutil.rmtree(dirs, ignore_errors=True)
 
 
-def exemplars(gateway, key):
-    """The trace ids of the request-duration buckets' exemplars on /metrics."""
+def exemplars(gateway, key, histogram="infergate_request_duration_seconds"):
+    """The trace ids of a histogram's bucket exemplars on /metrics (OpenMetrics)."""
     ctx = ssl.create_default_context(cafile=gateway.cert)
-    request = urllib.request.Request(f"{gateway.url}/metrics",
-                                     headers={"Authorization": f"Bearer {key}"})
+    request = urllib.request.Request(f"{gateway.url}/metrics", headers={
+        "Authorization": f"Bearer {key}", "Accept": "application/openmetrics-text; version=1.0.0"})
     with urllib.request.urlopen(request, context=ctx, timeout=30) as answer:
         text = answer.read().decode()
     return {m.group(1) for line in text.splitlines()
-            if line.startswith("infergate_request_duration_seconds_bucket{")
+            if line.startswith(f"{histogram}_bucket{{")
             for m in [re.search(r' # \{trace_id="([0-9a-f]{32})"\} [0-9.e-]+ [0-9.]+$', line)] if m}
 
 
@@ -314,6 +360,12 @@ def test_chat_generations_and_plugin_calls_have_their_spans():
         "--llm-context", "512", "--llm-threads", "1"))
     try:
         admin = g.admin_key
+        plugins = os.environ.get("INFERGATE_PLUGINS", "")
+        for plugin in ("passthrough", "pii-mask"):
+            with open(os.path.join(plugins, f"{plugin}.wasm"), "rb") as f:
+                post_json(g, admin, "/api/plugins", f.read())
+        post_json(g, admin, "/api/models/smollm2/guardrails", {"guardrails": [{"plugin": "pii-mask"}]},
+                  method="PUT")
         chat = "5af7651916cd43dd8448eb211c80319c"
         answer = post_json(g, admin, "/v1/chat/completions", {
             "model": "smollm2", "max_tokens": 8, "temperature": 0,
@@ -330,11 +382,10 @@ def test_chat_generations_and_plugin_calls_have_their_spans():
         assert prefill["model"].string_value == "smollm2"
         assert prefill["prompt_tokens"].int_value == answer["usage"]["prompt_tokens"]
         assert decode["completion_tokens"].int_value == answer["usage"]["completion_tokens"]
+        answer_tokens = answer["usage"]["completion_tokens"]
         assert by_name["prefill"].end_time_unix_nano <= by_name["decode"].start_time_unix_nano
         assert [e.name for e in by_name["decode"].events] == ["first token"]
 
-        with open(os.path.join(os.environ.get("INFERGATE_PLUGINS", ""), "passthrough.wasm"), "rb") as f:
-            post_json(g, admin, "/api/plugins", f.read())
         post_json(g, admin, "/api/pipelines/traced", {"model": "minilm", "pre": ["passthrough"]},
                   method="PUT")
         piped = "6af7651916cd43dd8448eb211c80319c"
@@ -375,26 +426,103 @@ def test_chat_generations_and_plugin_calls_have_their_spans():
                 [(connection_trace, upgrade.span_id)], "linked to the connection"
             (run,) = [s for _, s in spans if s.name == "model run"]
             assert run.trace_id.hex() == trace
+
+        # Every latency histogram observed inside a recorded request leads to its trace. (Only
+        # requests that asked to be recorded were: sampling is 0.)
+        assert answer_tokens > 1, "an inter-token latency was observed"
+        for histogram, trace in [
+                ("infergate_request_duration_seconds", chat),
+                ("infergate_request_duration_seconds", piped),
+                ("infergate_llm_time_to_first_token_seconds", chat),
+                ("infergate_llm_inter_token_latency_seconds", chat),
+                ("infergate_guardrail_call_duration_seconds", chat),
+                ("infergate_plugin_call_duration_seconds", piped)]:
+            assert trace in exemplars(g, admin, histogram), histogram
     finally:
         g.stop()
         receiver.stop()
 
 
-def test_a_receiver_that_is_down_fails_no_request():
+def span_outcomes(gateway):
+    """`infergate_trace_spans_total` by outcome, from /metrics."""
+    ctx = ssl.create_default_context(cafile=gateway.cert)
+    request = urllib.request.Request(f"{gateway.url}/metrics",
+                                     headers={"Authorization": f"Bearer {gateway.admin_key}"})
+    with urllib.request.urlopen(request, context=ctx, timeout=30) as answer:
+        text = answer.read().decode()
+    return {m.group(1): int(m.group(2)) for m in
+            re.finditer(r'^infergate_trace_spans_total\{outcome="(\w+)"\} (\d+)$', text, re.M)}
+
+
+def wait_for_outcomes(gateway, done, timeout=30):
+    deadline = time.monotonic() + timeout
+    while not done(span_outcomes(gateway)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return span_outcomes(gateway)
+
+
+@pytest.mark.parametrize("protocol,path", [("http/protobuf", "/v1/traces"), ("grpc", "")])
+def test_a_receiver_that_is_down_fails_no_request(protocol, path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         closed = s.getsockname()[1]
     g = start([("minilm", "minilm.onnx")], extra_args=(
-        "--otlp-endpoint", f"http://127.0.0.1:{closed}/v1/traces", "--trace-sample-ratio", "1"))
+        "--otlp-endpoint", f"http://127.0.0.1:{closed}{path}", "--otlp-protocol", protocol,
+        "--trace-sample-ratio", "1"))
     try:
         key = g.key()
         for _ in range(20):
             status, headers = infer(g, key)
             assert status == 200 and headers["X-Trace-Id"]
+        outcomes = wait_for_outcomes(g, lambda o: o.get("failed", 0) > 0)
+        assert outcomes["failed"] > 0 and outcomes["sent"] == 0, outcomes
     finally:
         started = time.monotonic()
         g.stop()
         assert time.monotonic() - started < 20, "shutdown does not wait long on a dead receiver"
+
+
+def assert_spans_arrive_over_grpc(receiver):
+    """A server exporting every trace to `receiver` over gRPC delivers a request's spans."""
+    g = start([("minilm", "minilm.onnx")], extra_args=(
+        "--otlp-endpoint", receiver.url, "--otlp-protocol", "grpc", "--trace-sample-ratio", "1"))
+    try:
+        status, headers = infer(g, g.key(), {"traceparent": f"00-{CALLER_TRACE}-{CALLER_SPAN}-01"})
+        assert status == 200 and headers["X-Trace-Id"] == CALLER_TRACE
+        wanted = {"request", "admission", "read body", "decode", "model run", "encode"}
+        spans = wait_for(receiver, CALLER_TRACE, wanted)
+        names = {s.name for _, s in spans}
+        assert wanted <= names, f"missing spans: {wanted - names}"
+        for resource, _ in spans:
+            assert resource["infergate.role"] == "server" and resource["service.name"] == "infergate"
+            assert resource["host.name"] and resource["service.version"]
+        (request,) = [s for _, s in spans if s.name == "request"]
+        assert request.parent_span_id.hex() == CALLER_SPAN
+        # The receiver has the spans a moment before the exporter counts its answer.
+        outcomes = wait_for_outcomes(g, lambda o: o.get("sent", 0) >= len(wanted))
+        assert outcomes["sent"] >= len(wanted) and outcomes["failed"] == 0, outcomes
+    finally:
+        g.stop()
+        receiver.stop()
+
+
+def test_spans_reach_a_grpc_collector():
+    assert_spans_arrive_over_grpc(GrpcReceiver())
+
+
+def test_spans_reach_a_grpc_collector_over_tls(monkeypatch, tmp_path):
+    # Another server's self-signed certificate (for localhost) is the collector's, and the one
+    # the exporter is told to trust.
+    other = start([])
+    try:
+        tls = os.path.join(other.data, "tls")
+        with open(os.path.join(tls, "cert.pem"), "rb") as c, open(os.path.join(tls, "key.pem"), "rb") as k:
+            pair = (c.read(), k.read())
+    finally:
+        other.stop()
+    (tmp_path / "collector.pem").write_bytes(pair[0])
+    monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "collector.pem"))
+    assert_spans_arrive_over_grpc(GrpcReceiver(tls=pair))
 
 
 def triton_clients(g):

@@ -203,10 +203,15 @@ impl Default for ClusterConfig {
 #[derive(Debug, Clone, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct TracingConfig {
-    /// Where spans are sent: an OTLP/HTTP collector's traces URL (protobuf bodies, plain HTTP),
-    /// such as `http://127.0.0.1:4318/v1/traces`. Absent: no traces are exported, and requests cost
-    /// what they cost without tracing.
+    /// Where spans are sent: with `http/protobuf` an OTLP/HTTP collector's traces URL (plain
+    /// HTTP), such as `http://127.0.0.1:4318/v1/traces`; with `grpc` the collector's gRPC address,
+    /// such as `http://127.0.0.1:4317` (`https://` verifies the collector's certificate against
+    /// the system's roots, or the PEM file `SSL_CERT_FILE` names). Absent: no traces are
+    /// exported, and requests cost what they cost without tracing.
     pub otlp_endpoint: Option<String>,
+    /// How spans reach the collector: `http/protobuf` or `grpc`, as the OpenTelemetry variable
+    /// `OTEL_EXPORTER_OTLP_PROTOCOL` names them.
+    pub otlp_protocol: OtlpProtocol,
     /// The `service.name` of the exported spans.
     pub service_name: String,
     /// The share of traces recorded (0.0 to 1.0), decided from the trace id, so every process
@@ -220,6 +225,50 @@ pub struct TracingConfig {
     /// Spans waiting to be sent, at most; past it new spans are dropped rather than making
     /// requests wait for the collector.
     pub max_queued_spans: NonZeroUsize,
+}
+
+/// The OTLP protocol spans are exported with.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Default,
+    Deserialize,
+    Serialize,
+    clap::ValueEnum,
+    schemars::JsonSchema,
+)]
+pub enum OtlpProtocol {
+    /// Protobuf bodies POSTed to the traces URL (OTLP/HTTP, port 4318).
+    #[default]
+    #[serde(rename = "http/protobuf")]
+    #[value(name = "http/protobuf")]
+    HttpProtobuf,
+    /// The collector's gRPC `TraceService` (port 4317).
+    #[serde(rename = "grpc")]
+    #[value(name = "grpc")]
+    Grpc,
+}
+
+impl OtlpProtocol {
+    /// Whether `url` is an endpoint this protocol can reach: the OTLP/HTTP client has no
+    /// certificate roots (plain HTTP to a collector nearby); the gRPC one verifies `https://`.
+    pub fn check_endpoint(self, url: &str) -> Result<(), String> {
+        match self {
+            OtlpProtocol::HttpProtobuf if url.starts_with("http://") => Ok(()),
+            OtlpProtocol::HttpProtobuf => Err(format!(
+                "must be an http:// URL with the http/protobuf protocol, not '{url}'"
+            )),
+            OtlpProtocol::Grpc if url.starts_with("http://") || url.starts_with("https://") => {
+                Ok(())
+            }
+            OtlpProtocol::Grpc => Err(format!(
+                "must be an http:// or https:// URL with the grpc protocol, not '{url}'"
+            )),
+        }
+    }
 }
 
 /// Whose sampled flag in `traceparent` decides whether a trace is recorded.
@@ -254,6 +303,7 @@ impl Default for TracingConfig {
     fn default() -> Self {
         TracingConfig {
             otlp_endpoint: None,
+            otlp_protocol: OtlpProtocol::HttpProtobuf,
             service_name: "infergate".into(),
             sample_ratio: 0.01,
             honour_caller_sampling: CallerSampling::Keyed,
@@ -271,13 +321,9 @@ impl TracingConfig {
             ));
         }
         if let Some(url) = &self.otlp_endpoint {
-            // The exporter's client has no certificate roots: a collector is reached over plain
-            // HTTP, normally on this host or its private network.
-            if !url.starts_with("http://") {
-                return Err(format!(
-                    "[tracing] otlp_endpoint must be an http:// URL, not '{url}'"
-                ));
-            }
+            self.otlp_protocol
+                .check_endpoint(url)
+                .map_err(|e| format!("[tracing] otlp_endpoint {e}"))?;
         }
         Ok(())
     }
@@ -883,6 +929,24 @@ mod tests {
             refused.to_string().contains("auto, cpu or cuda:N"),
             "{refused}"
         );
+    }
+
+    #[test]
+    fn the_otlp_protocol_decides_which_endpoints_are_reachable() {
+        let tracing = |text: &str| {
+            let c: Config = toml::from_str(&format!("[tracing]\n{text}")).unwrap();
+            c.validate().map(|()| c.tracing.otlp_protocol)
+        };
+        let endpoint = "otlp_endpoint = \"http://127.0.0.1:4318/v1/traces\"";
+        assert_eq!(tracing(endpoint), Ok(OtlpProtocol::HttpProtobuf));
+        let grpc = "otlp_protocol = \"grpc\"\notlp_endpoint = \"https://collector:4317\"";
+        assert_eq!(tracing(grpc), Ok(OtlpProtocol::Grpc));
+        // The OTLP/HTTP client has no certificate roots: https is refused, not sent in clear.
+        let refused = tracing("otlp_endpoint = \"https://collector:4318/v1/traces\"").unwrap_err();
+        assert!(refused.contains("http/protobuf"), "{refused}");
+        let refused = tracing("otlp_protocol = \"grpc\"\notlp_endpoint = \"collector:4317\"");
+        assert!(refused.unwrap_err().contains("grpc"));
+        assert!(toml::from_str::<Config>("[tracing]\notlp_protocol = \"http/json\"").is_err());
     }
 
     #[test]

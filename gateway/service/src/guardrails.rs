@@ -19,6 +19,7 @@
 
 use crate::error::{ApiError, ApiResult};
 use crate::metrics::guardrails::{GuardrailMetrics, GuardrailSeries, PhaseSeries, Verdict};
+use crate::metrics::TraceExemplar;
 use crate::model_settings::ModelSettings;
 use crate::phases::ChatHook;
 use crate::pipelines::registry::PluginRegistry;
@@ -43,6 +44,9 @@ struct Attached {
     label: String,
     metadata: Arc<Metadata>,
     series: Arc<GuardrailSeries>,
+    /// The request's trace while it is recorded, looked up in the request's task: the calls
+    /// run on blocking threads, and an answer's where the answer is sent from.
+    exemplar: Option<TraceExemplar>,
 }
 
 /// Where a request's guardrails come from: the server's, the caller's key's, the model's.
@@ -94,13 +98,19 @@ pub fn resolve(
     if server.chat.is_empty() && key_list.is_empty() && model_list.is_empty() {
         return Ok(None);
     }
+    let exemplar = crate::metrics::current_exemplar();
     let attached = server
         .chat
         .iter()
         .map(|a| (a, "[guardrails] chat"))
         .chain(key_list.iter().map(|a| (a, "the API key's guardrails")))
         .chain(model_list.iter().map(|a| (a, "the model's settings")))
-        .map(|(a, whose)| attach(plugins, metrics, a, model, whose))
+        .map(|(a, whose)| {
+            attach(plugins, metrics, a, model, whose).map(|attached| Attached {
+                exemplar: exemplar.clone(),
+                ..attached
+            })
+        })
         .collect::<ApiResult<Vec<_>>>()?;
     Ok(Some(Guards {
         attached,
@@ -141,6 +151,7 @@ fn attach(
     let label = format!("{}@{}", loaded.record.name, loaded.record.version);
     Ok(Attached {
         series: metrics.series(&label),
+        exemplar: None,
         label,
         guardrail,
         metadata: Arc::new(vec![
@@ -150,15 +161,21 @@ fn attach(
     })
 }
 
-/// Runs one guardrail call and records it in `series` (its verdict, from `verdict`).
+/// Runs one guardrail call and records it in `series` (its verdict, from `verdict`), with the
+/// request's trace as the duration's exemplar.
 fn observed<T>(
     series: &PhaseSeries,
+    exemplar: &Option<TraceExemplar>,
     call: impl FnOnce() -> Result<T, PluginError>,
     verdict: impl FnOnce(&T) -> Verdict,
 ) -> Result<T, PluginError> {
     let started = Instant::now();
     let result = call();
-    series.record(started.elapsed(), result.as_ref().map(verdict));
+    series.record(
+        started.elapsed(),
+        exemplar.clone(),
+        result.as_ref().map(verdict),
+    );
     result
 }
 
@@ -205,6 +222,7 @@ impl Guards {
             for a in &attached {
                 let verdict = observed(
                     &a.series.prompt,
+                    &a.exemplar,
                     || a.guardrail.check_prompt(&messages, &a.metadata),
                     prompt_verdict,
                 )?;
@@ -295,6 +313,7 @@ impl AnswerGuard {
             let verdict = blocking(|| {
                 observed(
                     &attached.series.answer,
+                    &attached.exemplar,
                     || {
                         attached
                             .guardrail
@@ -317,6 +336,7 @@ impl AnswerGuard {
         let verdict = blocking(|| {
             observed(
                 &attached.series.answer,
+                &attached.exemplar,
                 || {
                     attached.guardrail.check_stream(
                         &state.released,

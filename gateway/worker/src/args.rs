@@ -1,5 +1,6 @@
 //! The `infergate worker` command line.
 
+use infergate_service::config::OtlpProtocol;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -60,23 +61,18 @@ pub struct WorkerArgs {
     /// Seconds to let in-flight requests finish after SIGTERM.
     #[arg(long, default_value_t = 30)]
     pub(crate) shutdown_grace_s: u64,
-    /// Export request spans as OpenTelemetry traces to this OTLP/HTTP collector
-    /// (http://HOST:4318/v1/traces); a request from the manager continues the manager's trace
-    /// and follows its sampling decision [default: no export].
-    #[arg(long, env = "INFERGATE_OTLP_ENDPOINT", value_name = "URL", value_parser = otlp_endpoint)]
+    /// Export request spans as OpenTelemetry traces to this collector: its OTLP/HTTP traces URL
+    /// (http://HOST:4318/v1/traces), or with --otlp-protocol grpc its gRPC address
+    /// (http://HOST:4317); a request from the manager continues the manager's trace and follows
+    /// its sampling decision [default: no export].
+    #[arg(long, env = "INFERGATE_OTLP_ENDPOINT", value_name = "URL")]
     pub(crate) otlp_endpoint: Option<String>,
+    /// How spans reach the collector.
+    #[arg(long, env = "INFERGATE_OTLP_PROTOCOL", default_value = "http/protobuf")]
+    pub(crate) otlp_protocol: OtlpProtocol,
     /// The share of direct clients' traces recorded, 0.0 to 1.0.
     #[arg(long, env = "INFERGATE_TRACE_SAMPLE_RATIO", default_value_t = 0.01, value_parser = ratio)]
     pub(crate) trace_sample_ratio: f64,
-}
-
-fn otlp_endpoint(url: &str) -> Result<String, String> {
-    // The exporter's client has no certificate roots: plain HTTP to a collector nearby.
-    if url.starts_with("http://") {
-        Ok(url.to_owned())
-    } else {
-        Err(format!("must be an http:// URL, not '{url}'"))
-    }
 }
 
 fn ratio(text: &str) -> Result<f64, String> {
@@ -87,9 +83,16 @@ fn ratio(text: &str) -> Result<f64, String> {
 }
 
 impl WorkerArgs {
-    /// The OTLP/HTTP traces URL, when spans are exported (logging starts before [`run`]).
-    pub fn otlp_endpoint(&self) -> Option<&str> {
-        self.otlp_endpoint.as_deref()
+    /// The collector's address and protocol, when spans are exported (logging starts before
+    /// [`run`]), or why the address does not suit the protocol.
+    pub fn otlp_endpoint(&self) -> Result<Option<(&str, OtlpProtocol)>, String> {
+        let Some(url) = self.otlp_endpoint.as_deref() else {
+            return Ok(None);
+        };
+        self.otlp_protocol
+            .check_endpoint(url)
+            .map_err(|e| format!("--otlp-endpoint {e}"))?;
+        Ok(Some((url, self.otlp_protocol)))
     }
 
     /// The share of traces without a trusted parent that are recorded.

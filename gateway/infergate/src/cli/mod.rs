@@ -11,6 +11,7 @@ mod config_reference;
 mod data_dir;
 mod keys;
 mod models;
+mod otlp_grpc;
 mod pipelines;
 mod reference;
 mod serve;
@@ -218,6 +219,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 .clone()
                 .map(|endpoint| traces::Settings {
                     endpoint,
+                    protocol: config.tracing.otlp_protocol,
                     service_name: config.tracing.service_name.clone(),
                     // Without its own engine the server only routes to workers.
                     role: if config.cluster.local_engine {
@@ -241,8 +243,16 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Plugins(cmd) => pipelines::plugins(cmd),
         Command::Pipelines(cmd) => pipelines::pipelines(cmd),
         Command::Worker(args) => {
-            let traces = args.otlp_endpoint().map(|endpoint| traces::Settings {
+            let endpoint = match args.otlp_endpoint() {
+                Ok(endpoint) => endpoint,
+                Err(e) => {
+                    init_logging("text", SERVER_LOG, None);
+                    anyhow::bail!(e);
+                }
+            };
+            let traces = endpoint.map(|(endpoint, protocol)| traces::Settings {
                 endpoint: endpoint.to_owned(),
+                protocol,
                 service_name: "infergate".into(),
                 role: "worker",
                 sample_ratio: args.trace_sample_ratio(),

@@ -163,10 +163,14 @@ pub struct ServeArgs {
     /// Run no requests on this server's engine: route every one to workers that joined.
     #[arg(long, env = "INFERGATE_NO_LOCAL_ENGINE")]
     no_local_engine: bool,
-    /// Export request spans as OpenTelemetry traces to this OTLP/HTTP collector
-    /// (http://HOST:4318/v1/traces) [default: no export].
+    /// Export request spans as OpenTelemetry traces to this collector: its OTLP/HTTP traces URL
+    /// (http://HOST:4318/v1/traces), or with --otlp-protocol grpc its gRPC address
+    /// (http://HOST:4317) [default: no export].
     #[arg(long, env = "INFERGATE_OTLP_ENDPOINT", value_name = "URL")]
     otlp_endpoint: Option<String>,
+    /// How spans reach the collector [default: http/protobuf].
+    #[arg(long, env = "INFERGATE_OTLP_PROTOCOL")]
+    otlp_protocol: Option<infergate_service::config::OtlpProtocol>,
     /// The share of traces recorded, 0.0 to 1.0 [default: 0.01].
     #[arg(long, env = "INFERGATE_TRACE_SAMPLE_RATIO")]
     trace_sample_ratio: Option<f64>,
@@ -220,6 +224,7 @@ pub(crate) const FLAG_KEYS: &[(&str, &str)] = &[
     ("store_resync_s", "store.resync_s"),
     ("no_local_engine", "cluster.local_engine"),
     ("otlp_endpoint", "tracing.otlp_endpoint"),
+    ("otlp_protocol", "tracing.otlp_protocol"),
     ("trace_sample_ratio", "tracing.sample_ratio"),
 ];
 
@@ -320,6 +325,7 @@ impl ServeArgs {
         if self.otlp_endpoint.is_some() {
             c.tracing.otlp_endpoint = self.otlp_endpoint;
         }
+        set!(c.tracing.otlp_protocol, self.otlp_protocol);
         set!(c.tracing.sample_ratio, self.trace_sample_ratio);
         c.validate().map_err(|e| anyhow!(e))?;
         if !matches!(c.log_format.as_str(), "text" | "json") {
@@ -401,6 +407,7 @@ mod tests {
             "openai_model" => "another",
             "store_url" => "postgres://db.example.com/infergate",
             "otlp_endpoint" => "http://127.0.0.1:4318/v1/traces",
+            "otlp_protocol" => "grpc",
             "trace_sample_ratio" => "0.5",
             _ => "77",
         };

@@ -1,9 +1,11 @@
 //! The OpenTelemetry export of `serve` and `worker`: an SDK tracer provider with a bounded
-//! batch queue and the OTLP/HTTP protobuf exporter, the sampler that decides whose sampled
+//! batch queue and the OTLP exporter (HTTP/protobuf, or gRPC: [`super::otlp_grpc`]), the sampler that decides whose sampled
 //! flag counts and applies the run-time trace settings ([`infergate_telemetry::sampling`]),
 //! and the span counts (`/metrics`, and a warning at exit when spans were lost). Installed
 //! only when an endpoint is configured.
 
+use super::otlp_grpc;
+use infergate_service::config::OtlpProtocol;
 use infergate_telemetry::sampling::{self, ForModel};
 use infergate_telemetry::span_counts::{SpanCounts, SPANS};
 use opentelemetry::trace::{
@@ -23,6 +25,7 @@ use std::time::Duration;
 /// What the export needs from `serve`'s configuration or `worker`'s flags.
 pub struct Settings {
     pub endpoint: String,
+    pub protocol: OtlpProtocol,
     pub service_name: String,
     /// `server`, `manager` or `worker`: the `infergate.role` resource attribute.
     pub role: &'static str,
@@ -41,29 +44,28 @@ const EXPORT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Starts the export and returns its tracer (for the `tracing` layer).
 pub fn start(settings: &Settings) -> anyhow::Result<(Export, SdkTracer)> {
-    let exporter = opentelemetry_otlp::SpanExporter::builder()
-        .with_http()
-        .with_protocol(Protocol::HttpBinary)
-        .with_endpoint(settings.endpoint.clone())
-        .with_timeout(EXPORT_TIMEOUT)
-        .build()
-        .map_err(|e| {
-            anyhow::anyhow!(
-                "the OTLP exporter to {} cannot be built: {e}",
-                settings.endpoint
-            )
-        })?;
-    let batch = BatchSpanProcessor::builder(Counted {
-        inner: exporter,
-        counts: &SPANS,
-    })
-    .with_batch_config(
-        BatchConfigBuilder::default()
-            .with_max_queue_size(settings.max_queued_spans)
-            .with_scheduled_delay(Duration::from_secs(1))
-            .build(),
-    )
-    .build();
+    let unbuilt = |e: &dyn std::fmt::Display| {
+        anyhow::anyhow!(
+            "the OTLP exporter to {} cannot be built: {e}",
+            settings.endpoint
+        )
+    };
+    let batch = match settings.protocol {
+        OtlpProtocol::HttpProtobuf => batch(
+            opentelemetry_otlp::SpanExporter::builder()
+                .with_http()
+                .with_protocol(Protocol::HttpBinary)
+                .with_endpoint(settings.endpoint.clone())
+                .with_timeout(EXPORT_TIMEOUT)
+                .build()
+                .map_err(|e| unbuilt(&e))?,
+            settings,
+        ),
+        OtlpProtocol::Grpc => batch(
+            otlp_grpc::exporter(&settings.endpoint, EXPORT_TIMEOUT).map_err(|e| unbuilt(&e))?,
+            settings,
+        ),
+    };
     let resource = Resource::builder_empty()
         .with_service_name(settings.service_name.clone())
         .with_attributes([
@@ -84,6 +86,21 @@ pub fn start(settings: &Settings) -> anyhow::Result<(Export, SdkTracer)> {
     sampling::start(settings.sample_ratio);
     let tracer = provider.tracer("infergate");
     Ok((Export { provider }, tracer))
+}
+
+/// The batch processor over `exporter`, counting what it sends and what fails.
+fn batch<E: SpanExporter + 'static>(exporter: E, settings: &Settings) -> BatchSpanProcessor {
+    BatchSpanProcessor::builder(Counted {
+        inner: exporter,
+        counts: &SPANS,
+    })
+    .with_batch_config(
+        BatchConfigBuilder::default()
+            .with_max_queue_size(settings.max_queued_spans)
+            .with_scheduled_delay(Duration::from_secs(1))
+            .build(),
+    )
+    .build()
 }
 
 impl Export {

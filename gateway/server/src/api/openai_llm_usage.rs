@@ -6,10 +6,10 @@
 use futures_util::stream::{self, BoxStream, StreamExt};
 use infergate_api_types::openai::{CompletionTokensDetails, PromptTokensDetails, Usage};
 use infergate_llm::{Done, Event, Generation};
+use infergate_service::metrics::{InferenceLabels, TraceExemplar, TracedHistogram};
 use infergate_service::state::AppState;
 use infergate_store::models::ModelRecord;
 use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::histogram::Histogram;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -42,8 +42,11 @@ pub(super) struct Tracked {
     started: Instant,
     ended: bool,
     tokens: Counter,
-    ttft: Histogram,
-    itl: Histogram,
+    ttft: TracedHistogram,
+    itl: TracedHistogram,
+    /// The request's trace while it is recorded, looked up in the request's task: tokens are
+    /// counted where the answer is sent from, outside it.
+    exemplar: Option<TraceExemplar>,
     /// Per choice: when its last text came.
     last: Vec<Option<Instant>>,
     _in_progress: infergate_service::metrics::GaugeGuard,
@@ -61,6 +64,7 @@ impl Tracked {
             tokens: state.metrics().token_counter(&record.name, PROTOCOL),
             ttft: state.metrics().llm_time_to_first_token(&record.name),
             itl: state.metrics().llm_inter_token_latency(&record.name),
+            exemplar: infergate_service::metrics::current_exemplar(),
             _in_progress: state.metrics().generation_started(),
             state: state.clone(),
             record: record.clone(),
@@ -76,12 +80,14 @@ impl Tracked {
         match self.last[index].replace(now) {
             None => {
                 let ttft = now.duration_since(self.started);
-                self.ttft.observe(ttft.as_secs_f64());
+                self.ttft.observe(ttft, self.exemplar.clone());
                 if let Some(spans) = &mut self.spans {
                     spans.first_text(ttft);
                 }
             }
-            Some(before) => self.itl.observe(now.duration_since(before).as_secs_f64()),
+            Some(before) => self
+                .itl
+                .observe(now.duration_since(before), self.exemplar.clone()),
         }
     }
 
@@ -104,12 +110,16 @@ impl Tracked {
             if let Some(spans) = self.spans.take() {
                 spans.end(status);
             }
-            self.state.metrics().inference(
-                &self.record.name,
-                &self.record.version.to_string(),
-                PROTOCOL,
+            let labels = InferenceLabels {
+                model: self.record.name.clone(),
+                version: self.record.version.to_string(),
+                protocol: PROTOCOL,
                 status,
+            };
+            self.state.metrics().inference_traced(
+                labels,
                 self.started.elapsed(),
+                self.exemplar.take(),
             );
         }
     }

@@ -11,12 +11,13 @@
 //! A request resolves its guardrails' series once ([`GuardrailMetrics::series`], one map
 //! lookup per guardrail); recording a call is then a few atomic adds.
 
+use super::labels::TraceExemplar;
+use super::traced_histogram::TracedHistogram;
 use infergate_plugin_host::PluginError;
 use parking_lot::RwLock;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -54,7 +55,7 @@ pub struct GuardrailMetrics {
     calls: Family<CallLabels, Counter>,
     verdicts: Family<VerdictLabels, Counter>,
     failures: Family<FailureLabels, Counter>,
-    duration: Family<CallLabels, Histogram>,
+    duration: Family<CallLabels, TracedHistogram>,
     /// The series of each guardrail seen, by `name@version`: bounded by the uploads.
     resolved: RwLock<HashMap<String, Arc<GuardrailSeries>>>,
 }
@@ -71,7 +72,7 @@ pub struct PhaseSeries {
     pass: Counter,
     rewrite: Counter,
     refuse: Counter,
-    duration: Histogram,
+    duration: TracedHistogram,
     /// Failures are rare: their series are found when one happens.
     failures: Family<FailureLabels, Counter>,
     guardrail: String,
@@ -79,10 +80,16 @@ pub struct PhaseSeries {
 }
 
 impl PhaseSeries {
-    /// One call that took `elapsed` and decided `outcome`, or failed with it.
-    pub fn record(&self, elapsed: Duration, outcome: Result<Verdict, &PluginError>) {
+    /// One call that took `elapsed` and decided `outcome`, or failed with it; `exemplar`: the
+    /// request's recorded trace ([`super::traced_histogram::current_exemplar`]).
+    pub fn record(
+        &self,
+        elapsed: Duration,
+        exemplar: Option<TraceExemplar>,
+        outcome: Result<Verdict, &PluginError>,
+    ) {
         self.calls.inc();
-        self.duration.observe(elapsed.as_secs_f64());
+        self.duration.observe(elapsed, exemplar);
         match outcome {
             Ok(Verdict::Pass) => self.pass.inc(),
             Ok(Verdict::Rewrite) => self.rewrite.inc(),
@@ -133,8 +140,8 @@ impl GuardrailMetrics {
             "Chat guardrail calls that failed, by guardrail, phase and kind (trap, timeout, memory, ...)",
             failures.clone(),
         );
-        let duration = Family::<CallLabels, Histogram>::new_with_constructor(|| {
-            Histogram::new(LATENCY_BUCKETS)
+        let duration = Family::<CallLabels, TracedHistogram>::new_with_constructor(|| {
+            TracedHistogram::new(LATENCY_BUCKETS)
         });
         registry.register(
             "guardrail_call_duration_seconds",
@@ -206,9 +213,9 @@ mod tests {
         let series = metrics.series("pii-mask@1.0.0");
         assert!(Arc::ptr_eq(&series, &metrics.series("pii-mask@1.0.0")));
         let ms = Duration::from_millis(1);
-        series.prompt.record(ms, Ok(Verdict::Rewrite));
-        series.answer.record(ms, Ok(Verdict::Pass));
-        series.answer.record(ms, Ok(Verdict::Refuse));
+        series.prompt.record(ms, None, Ok(Verdict::Rewrite));
+        series.answer.record(ms, None, Ok(Verdict::Pass));
+        series.answer.record(ms, None, Ok(Verdict::Refuse));
         let trap = PluginError::Fault {
             plugin: PluginId {
                 name: "pii-mask".into(),
@@ -217,7 +224,7 @@ mod tests {
             kind: FaultKind::Trap,
             detail: String::new(),
         };
-        series.answer.record(ms, Err(&trap));
+        series.answer.record(ms, None, Err(&trap));
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
         for line in [

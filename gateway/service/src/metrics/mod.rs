@@ -6,9 +6,7 @@
 //!   `{model,version,protocol,status}`: inference requests of every protocol (`kserve_http`,
 //!   `openai`, `websocket`, `grpc`, and `pipeline` for raw-body pipeline runs), end to end as
 //!   the gateway sees them; `status` is the HTTP status the outcome maps to (4xx and 5xx
-//!   alike: a client error is an answer the client did not want either). While traces are
-//!   exported, an observation of a recorded request carries its trace id as the bucket's
-//!   exemplar (`# {trace_id="..."} 0.012 1700000000.0`).
+//!   alike: a client error is an answer the client did not want either).
 //! - `infergate_rate_limited_requests_total{key_id,reason}`: refusals by the per-key limiter
 //!   (`key_id` is `anonymous` for callers without a key, limited per client address).
 //! - `infergate_plugin_call_duration_seconds{plugin,version,stage,outcome}` (histogram): every
@@ -37,6 +35,10 @@
 //! Chat guardrails: `infergate_guardrail_calls_total`, `infergate_guardrail_verdicts_total`,
 //! `infergate_guardrail_failures_total` and `infergate_guardrail_call_duration_seconds`
 //! `{guardrail,phase}` (`guardrails`).
+//!
+//! While traces are exported, an observation of a recorded request in a latency histogram
+//! (request duration, plugin calls, time to first token, inter-token latency, guardrail calls)
+//! carries its trace id as the bucket's exemplar (`traced_histogram`).
 //! While traces are exported: `infergate_trace_spans_total{outcome}` (`sent`, `failed`,
 //! `dropped`) and `infergate_trace_spans_queued` (`trace_collector`).
 //!
@@ -49,10 +51,12 @@ pub mod guardrails;
 mod labels;
 mod llm_collector;
 mod trace_collector;
+mod traced_histogram;
 
 pub use labels::{
     HttpLabels, InferenceLabels, LimitLabels, LlmLabels, PluginLabels, TokenLabels, TraceExemplar,
 };
+pub use traced_histogram::{current_exemplar, TracedHistogram};
 
 use crate::catalog::Catalog;
 use crate::chat_models::LlmModels;
@@ -61,10 +65,8 @@ use engine_collector::EngineSnapshot;
 use infergate_engine::Engine;
 use llm_collector::LlmSnapshot;
 use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::exemplar::HistogramWithExemplars;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use std::time::Duration;
 
@@ -89,14 +91,14 @@ pub struct Metrics {
     registry: Registry,
     http_requests: Family<HttpLabels, Counter>,
     inference_requests: Family<InferenceLabels, Counter>,
-    request_duration: Family<InferenceLabels, HistogramWithExemplars<TraceExemplar>>,
+    request_duration: Family<InferenceLabels, TracedHistogram>,
     rate_limited: Family<LimitLabels, Counter>,
     tokens: Family<TokenLabels, Counter>,
-    plugin_calls: Family<PluginLabels, Histogram>,
+    plugin_calls: Family<PluginLabels, TracedHistogram>,
     websocket_connections: Gauge,
     generations: Gauge,
-    llm_ttft: Family<LlmLabels, Histogram>,
-    llm_itl: Family<LlmLabels, Histogram>,
+    llm_ttft: Family<LlmLabels, TracedHistogram>,
+    llm_itl: Family<LlmLabels, TracedHistogram>,
     /// Successful inference latencies and answer statuses per model version, for
     /// `/v2/events` and the history.
     pub latency: LatencyHistograms,
@@ -130,9 +132,9 @@ impl Metrics {
             inference_requests.clone(),
         );
         let request_duration =
-            Family::<InferenceLabels, HistogramWithExemplars<TraceExemplar>>::new_with_constructor(
-                || HistogramWithExemplars::new(LATENCY_BUCKETS.into_iter()),
-            );
+            Family::<InferenceLabels, TracedHistogram>::new_with_constructor(|| {
+                TracedHistogram::new(LATENCY_BUCKETS)
+            });
         registry.register(
             "request_duration_seconds",
             "End-to-end inference request duration as the gateway sees it",
@@ -150,8 +152,8 @@ impl Metrics {
             "Tokens generated for clients",
             tokens.clone(),
         );
-        let plugin_calls = Family::<PluginLabels, Histogram>::new_with_constructor(|| {
-            Histogram::new(LATENCY_BUCKETS)
+        let plugin_calls = Family::<PluginLabels, TracedHistogram>::new_with_constructor(|| {
+            TracedHistogram::new(LATENCY_BUCKETS)
         });
         registry.register(
             "plugin_call_duration_seconds",
@@ -170,16 +172,16 @@ impl Metrics {
             "Text generations running (streamed or not)",
             generations.clone(),
         );
-        let llm_ttft = Family::<LlmLabels, Histogram>::new_with_constructor(|| {
-            Histogram::new(LATENCY_BUCKETS)
+        let llm_ttft = Family::<LlmLabels, TracedHistogram>::new_with_constructor(|| {
+            TracedHistogram::new(LATENCY_BUCKETS)
         });
         registry.register(
             "llm_time_to_first_token_seconds",
             "Chat models: time from a request's arrival to its first token (vLLM: time_to_first_token_seconds)",
             llm_ttft.clone(),
         );
-        let llm_itl = Family::<LlmLabels, Histogram>::new_with_constructor(|| {
-            Histogram::new(LATENCY_BUCKETS)
+        let llm_itl = Family::<LlmLabels, TracedHistogram>::new_with_constructor(|| {
+            TracedHistogram::new(LATENCY_BUCKETS)
         });
         registry.register(
             "llm_inter_token_latency_seconds",
@@ -227,6 +229,7 @@ impl Metrics {
             .inc();
     }
 
+    /// One inference request, observed in its own task (its trace's exemplar is looked up).
     pub fn inference(
         &self,
         model: &str,
@@ -241,21 +244,29 @@ impl Metrics {
             protocol,
             status,
         };
-        self.inference_requests.get_or_create(&labels).inc();
-        let exemplar = infergate_telemetry::recorded_trace_id()
-            .map(|trace_id| (TraceExemplar { trace_id }, std::time::SystemTime::now()));
-        let (exemplar, at) = exemplar.unzip();
-        self.request_duration
-            .get_or_create(&labels)
-            .observe(elapsed.as_secs_f64(), exemplar, at);
-        self.latency.record(model, version, status, elapsed);
+        self.inference_traced(labels, elapsed, current_exemplar());
     }
 
-    /// One plugin call; faults are told apart by `outcome`.
+    /// One inference request, with the exemplar its task looked up ([`current_exemplar`]).
+    pub fn inference_traced(
+        &self,
+        labels: InferenceLabels,
+        elapsed: Duration,
+        exemplar: Option<TraceExemplar>,
+    ) {
+        self.inference_requests.get_or_create(&labels).inc();
+        self.latency
+            .record(&labels.model, &labels.version, labels.status, elapsed);
+        self.request_duration
+            .get_or_create(&labels)
+            .observe(elapsed, exemplar);
+    }
+
+    /// One plugin call, observed in its request's task; faults are told apart by `outcome`.
     pub fn plugin_call(&self, labels: PluginLabels, elapsed: Duration) {
         self.plugin_calls
             .get_or_create(&labels)
-            .observe(elapsed.as_secs_f64());
+            .observe(elapsed, current_exemplar());
     }
 
     /// A refusal of `caller`'s request: its key id, or `anonymous` (`Caller::label`).
@@ -280,7 +291,7 @@ impl Metrics {
     }
 
     /// A chat model's time-to-first-token histogram, looked up once per request.
-    pub fn llm_time_to_first_token(&self, model: &str) -> Histogram {
+    pub fn llm_time_to_first_token(&self, model: &str) -> TracedHistogram {
         self.llm_ttft
             .get_or_create(&LlmLabels {
                 model: model.to_string(),
@@ -289,7 +300,7 @@ impl Metrics {
     }
 
     /// A chat model's inter-token latency histogram, looked up once per request.
-    pub fn llm_inter_token_latency(&self, model: &str) -> Histogram {
+    pub fn llm_inter_token_latency(&self, model: &str) -> TracedHistogram {
         self.llm_itl
             .get_or_create(&LlmLabels {
                 model: model.to_string(),
