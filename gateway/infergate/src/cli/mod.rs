@@ -188,7 +188,8 @@ fn with_export(
         endpoint = settings.endpoint,
         role = settings.role,
         sample_ratio = settings.sample_ratio,
-        "exporting traces over OTLP/HTTP"
+        protocol = ?settings.protocol,
+        "exporting traces over OTLP"
     );
     Some(export)
 }

@@ -178,15 +178,16 @@ where
         self.traces.on_id_change(old, new, cx);
     }
 
-    // SAFETY: returns a pointer to `self` for `Self`'s type id and otherwise what one of the
-    // layers it owns returns for that id, which they guarantee points to a value of that type
-    // living as long as they do, and so as long as `self`.
+    /// A pointer to `self` for `Self`'s type id, otherwise what one of the layers it owns
+    /// returns for that id: each guarantees its pointer is to a value of that type living as long
+    /// as the layer does, and so as long as `self`.
     #[allow(unsafe_code)]
     unsafe fn downcast_raw(&self, id: TypeId) -> Option<*const ()> {
         if id == TypeId::of::<Self>() {
             return Some(self as *const Self as *const ());
         }
         // The OpenTelemetry layer answers for the context that `OpenTelemetrySpanExt` reads.
+        // SAFETY: the same contract as this function's, passed on to layers that keep it.
         unsafe {
             self.traces
                 .downcast_raw(id)
