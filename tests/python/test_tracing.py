@@ -482,6 +482,48 @@ def test_a_receiver_that_is_down_fails_no_request(protocol, path):
         assert time.monotonic() - started < 20, "shutdown does not wait long on a dead receiver"
 
 
+def test_a_receiver_that_never_answers_loses_spans_not_requests(tmp_path):
+    """A collector that accepts connections and never answers holds the exporter for its
+    timeout per batch: the bounded queue fills, spans past it are dropped and counted, and
+    every request is served."""
+    hung = socket.socket()
+    hung.bind(("127.0.0.1", 0))
+    hung.listen(64)
+    held = []
+    stop = threading.Event()
+
+    def hold():
+        hung.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(hung.accept()[0])
+            except OSError:
+                pass
+    threading.Thread(target=hold, daemon=True).start()
+    config = tmp_path / "traces.toml"
+    config.write_text("[tracing]\nmax_queued_spans = 8\n")
+    g = start([("minilm", "minilm.onnx")], extra_args=(
+        "--config", str(config),
+        "--otlp-endpoint", f"http://127.0.0.1:{hung.getsockname()[1]}/v1/traces",
+        "--trace-sample-ratio", "1"))
+    try:
+        key = g.key()
+        for _ in range(20):
+            status, headers = infer(g, key)
+            assert status == 200 and headers["X-Trace-Id"]
+        # 20 recorded requests of several spans each, a queue of 8 and an exporter stuck on
+        # its first batch: most spans are dropped at once.
+        outcomes = wait_for_outcomes(g, lambda o: o.get("dropped", 0) > 0)
+        assert outcomes["dropped"] > 0 and outcomes.get("sent", 0) == 0, outcomes
+        assert held, "the exporter never reached the collector"
+    finally:
+        g.stop()
+        stop.set()
+        hung.close()
+        for conn in held:
+            conn.close()
+
+
 def assert_spans_arrive_over_grpc(receiver):
     """A server exporting every trace to `receiver` over gRPC delivers a request's spans."""
     g = start([("minilm", "minilm.onnx")], extra_args=(
