@@ -461,6 +461,14 @@ def wait_for_outcomes(gateway, done, timeout=30):
     return span_outcomes(gateway)
 
 
+def serve_twenty(gateway):
+    """20 inferences, each answered and naming its trace, whatever the collector does."""
+    key = gateway.key()
+    for _ in range(20):
+        status, headers = infer(gateway, key)
+        assert status == 200 and headers["X-Trace-Id"]
+
+
 @pytest.mark.parametrize("protocol,path", [("http/protobuf", "/v1/traces"), ("grpc", "")])
 def test_a_receiver_that_is_down_fails_no_request(protocol, path):
     with socket.socket() as s:
@@ -470,10 +478,7 @@ def test_a_receiver_that_is_down_fails_no_request(protocol, path):
         "--otlp-endpoint", f"http://127.0.0.1:{closed}{path}", "--otlp-protocol", protocol,
         "--trace-sample-ratio", "1"))
     try:
-        key = g.key()
-        for _ in range(20):
-            status, headers = infer(g, key)
-            assert status == 200 and headers["X-Trace-Id"]
+        serve_twenty(g)
         outcomes = wait_for_outcomes(g, lambda o: o.get("failed", 0) > 0)
         assert outcomes["failed"] > 0 and outcomes["sent"] == 0, outcomes
     finally:
@@ -507,10 +512,7 @@ def test_a_receiver_that_never_answers_loses_spans_not_requests(tmp_path):
         "--otlp-endpoint", f"http://127.0.0.1:{hung.getsockname()[1]}/v1/traces",
         "--trace-sample-ratio", "1"))
     try:
-        key = g.key()
-        for _ in range(20):
-            status, headers = infer(g, key)
-            assert status == 200 and headers["X-Trace-Id"]
+        serve_twenty(g)
         # 20 recorded requests of several spans each, a queue of 8 and an exporter stuck on
         # its first batch: most spans are dropped at once.
         outcomes = wait_for_outcomes(g, lambda o: o.get("dropped", 0) > 0)

@@ -68,7 +68,10 @@ impl<N, L, T> Split<N, L, T> {
     where
         S: Subscriber + for<'a> LookupSpan<'a>,
     {
-        <EnvFilter as Layer<S>>::enabled(&self.filter, metadata, cx.clone())
+        // The spans that exist only for traces, most of a recorded request's, are never logged:
+        // said without walking the filter's directives.
+        !metadata.target().starts_with(infergate_telemetry::TARGET)
+            && <EnvFilter as Layer<S>>::enabled(&self.filter, metadata, cx.clone())
     }
 }
 
