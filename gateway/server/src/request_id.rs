@@ -83,16 +83,25 @@ where
     // While traces are exported the trace is decided first (`infergate_telemetry::head`): a
     // request whose trace is not recorded opens its span where the OpenTelemetry layer does not
     // look, as without traces.
+    // A request that names its model in its body is decided by its handler instead
+    // (`crate::model_trace`), while the model matters.
+    let mut deferred = None;
     let head = infergate_telemetry::exporting().then(|| {
         let trusted = trusted_sampling(&request);
+        let path = request.uri().path();
         // Only while some model's settings differ from the others' (cheaper otherwise).
-        let model = infergate_telemetry::sampling::per_model()
-            .then(|| inferred_model(request.uri().path()))
-            .flatten();
+        let per_model = infergate_telemetry::sampling::per_model();
+        let model = per_model.then(|| inferred_model(path)).flatten();
         let parent = infergate_telemetry::w3c::extract(request.headers(), trusted);
-        infergate_telemetry::head::decide(parent, model.as_deref())
+        if per_model && model.is_none() && crate::model_trace::names_model_in_body(path) {
+            deferred = Some(infergate_telemetry::head::undecided(parent));
+            return None;
+        }
+        Some(infergate_telemetry::head::decide(parent, model.as_deref()))
     });
-    let recorded = head.as_ref().is_some_and(|h| h.recorded);
+    let recorded = head
+        .as_ref()
+        .is_some_and(|h| h.as_ref().is_some_and(|h| h.recorded));
     let span = if head.is_some() && !recorded {
         tracing::info_span!(
             target: infergate_telemetry::UNTRACED,
@@ -112,7 +121,7 @@ where
     // The answer's `X-Trace-Id`, and for a recorded trace the span's ids in its log lines.
     let mut trace_header = None;
     let mut unrecorded = None;
-    if let Some(head) = head {
+    if let Some(Some(head)) = head {
         if recorded {
             infergate_telemetry::w3c::continue_decided(&span, head.parent);
             trace_header = infergate_telemetry::w3c::record_ids(&span);
@@ -130,19 +139,28 @@ where
     let started = std::time::Instant::now();
     let scoped = infergate_telemetry::request_id::scope(id.clone(), next(request));
     // The spans below this one follow its trace: their sites need not look it up again.
-    let mut response = match unrecorded {
-        Some((trace_id, state)) => {
+    let mut response = match (deferred, unrecorded) {
+        (Some(undecided), _) => {
+            let scoped = infergate_telemetry::scope_recording(false, scoped);
+            // Boxed, as the future of a request that is not deferred need not hold it.
+            let (response, header) =
+                Box::pin(crate::model_trace::scope(undecided, scoped).instrument(span.clone()))
+                    .await;
+            trace_header = header;
+            response
+        }
+        (None, Some((trace_id, state))) => {
             let scoped = infergate_telemetry::head::scope_unrecorded(trace_id, state, scoped);
             infergate_telemetry::scope_recording(false, scoped)
                 .instrument(span.clone())
                 .await
         }
-        None if trace_header.is_some() => {
+        (None, None) if trace_header.is_some() => {
             infergate_telemetry::scope_recording(true, scoped)
                 .instrument(span.clone())
                 .await
         }
-        None => scoped.instrument(span.clone()).await,
+        (None, None) => scoped.instrument(span.clone()).await,
     };
     let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
     let status = response.status().as_u16();
