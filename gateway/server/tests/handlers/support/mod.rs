@@ -9,6 +9,7 @@
 #![allow(dead_code)]
 
 pub mod grpc;
+pub mod traces;
 
 use axum::body::Body;
 use bytes::Bytes;
@@ -212,6 +213,25 @@ impl App {
             infer,
             _dir: dir,
         }
+    }
+
+    /// Serves the front door on a port of 127.0.0.1 (plain HTTP), as a listener does, for what
+    /// needs a connection (a WebSocket); it serves until the test's runtime ends.
+    pub async fn listen(&self) -> std::net::SocketAddr {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("a port");
+        let addr = listener.local_addr().expect("its address");
+        tokio::spawn(infergate_server::server::run(
+            infergate_server::server::Listener {
+                listener,
+                tls: None,
+            },
+            infergate_server::api::front::Handler::Api(self.service.0.clone()),
+            self.state.clone(),
+            std::future::pending(),
+        ));
+        addr
     }
 
     /// Sends one request through the front door and hands back the answer as it comes (a
