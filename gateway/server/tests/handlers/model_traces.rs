@@ -6,7 +6,6 @@
 
 use crate::support::{traces, App};
 use infergate_service::config::CallerSampling;
-use infergate_service::model_repository::ParsedConfig;
 use opentelemetry::trace::SpanId;
 use opentelemetry_sdk::trace::SpanData;
 use serde_json::{json, Value};
@@ -22,12 +21,6 @@ fn trace(high: &str, low: u64) -> String {
 
 fn traceparent(trace: &str) -> String {
     format!("00-{trace}-{CALLER_SPAN}-01")
-}
-
-async fn set_trace(app: &App, model: &str, setting: Value) {
-    let path = format!("/v2/models/{model}/trace/setting");
-    let reply = app.post(&path, Some(&app.admin), setting).await;
-    assert_eq!(reply.status, 200, "{}", reply.json());
 }
 
 async fn trace_count(app: &App, model: &str) -> Value {
@@ -57,16 +50,6 @@ fn named<'a>(spans: &'a [SpanData], name: &str) -> &'a SpanData {
         .iter()
         .find(|s| s.name == name)
         .unwrap_or_else(|| panic!("no {name} span in {:?}", traces::names(spans)))
-}
-
-/// The tiny model, registered as `name`.
-fn tiny_as(app: &App, name: &str) {
-    let record = app
-        .state
-        .models()
-        .register_file(name, crate::support::tiny_model(), &ParsedConfig::empty())
-        .expect("register the tiny model");
-    app.state.catalog().insert(record);
 }
 
 /// A one-token greedy chat completion on `model`, with the caller's `traceparent` if given;
@@ -108,13 +91,13 @@ async fn a_models_settings_decide_the_traces_of_its_chat_completions() {
     .await;
     app.register("chat-traced", "smollm2.gguf");
     app.register("chat-quiet", "smollm2.gguf");
-    set_trace(
-        &app,
+    app.set_trace(
         "chat-traced",
         json!({"trace_level": ["TIMESTAMPS"], "trace_rate": "1", "trace_count": "2"}),
     )
     .await;
-    set_trace(&app, "chat-quiet", json!({"trace_level": ["OFF"]})).await;
+    app.set_trace("chat-quiet", json!({"trace_level": ["OFF"]}))
+        .await;
 
     let quiet = chat(&app, "chat-quiet", None).await;
 
@@ -207,19 +190,18 @@ async fn a_models_settings_decide_the_traces_of_its_websocket_messages() {
     traces::install();
     let app = App::with_config(|c| c.tracing.honour_caller_sampling = CallerSampling::None).await;
     for name in ["ws-traced", "ws-quiet", "ws-halved", "ws-counted"] {
-        tiny_as(&app, name);
+        app.register_tiny(name);
     }
     let on = json!({"trace_level": ["TIMESTAMPS"], "trace_rate": "1"});
-    set_trace(&app, "ws-traced", on.clone()).await;
-    set_trace(&app, "ws-quiet", json!({"trace_level": ["OFF"]})).await;
-    set_trace(
-        &app,
+    app.set_trace("ws-traced", on.clone()).await;
+    app.set_trace("ws-quiet", json!({"trace_level": ["OFF"]}))
+        .await;
+    app.set_trace(
         "ws-halved",
         json!({"trace_level": ["TIMESTAMPS"], "trace_rate": "2"}),
     )
     .await;
-    set_trace(
-        &app,
+    app.set_trace(
         "ws-counted",
         json!({"trace_level": ["TIMESTAMPS"], "trace_rate": "1", "trace_count": "1"}),
     )

@@ -326,6 +326,24 @@ impl App {
         self.state.catalog().insert(record);
     }
 
+    /// Registers the tiny model as `name` too.
+    pub fn register_tiny(&self, name: &str) {
+        let record = self
+            .state
+            .models()
+            .register_file(name, tiny_model(), &ParsedConfig::empty())
+            .unwrap_or_else(|e| panic!("register the tiny model as {name}: {}", e.message));
+        self.state.catalog().insert(record);
+    }
+
+    /// Changes `model`'s trace settings (Triton's `/v2/models/{model}/trace/setting`, with the
+    /// admin key), which must be accepted.
+    pub async fn set_trace(&self, model: &str, setting: Value) {
+        let path = format!("/v2/models/{model}/trace/setting");
+        let reply = self.post(&path, Some(&self.admin), setting).await;
+        assert_eq!(reply.status, StatusCode::OK, "{}", reply.json());
+    }
+
     /// Sets the configuration of `model`'s newest version (`PUT /api/models/{model}/config`,
     /// with the upload key), which must be accepted.
     pub async fn configure(&self, model: &str, config: Value) {
