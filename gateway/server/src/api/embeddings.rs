@@ -102,7 +102,7 @@ async fn embed(state: &Arc<AppState>, req: EmbeddingRequest) -> ApiResult<Embedd
     let mut chars = 0usize;
     for (index, text) in texts.into_iter().enumerate() {
         chars += text.chars().count();
-        let (output, _) = stages::run(
+        let stages::Ran { output, .. } = stages::run(
             state,
             &req.model,
             &pipeline.spec,

@@ -608,6 +608,20 @@ async fn a_pipelines_entry_holds_its_inputs_and_final_outputs() {
         entry.get("model").is_none() && entry.get("version").is_none(),
         "{entry}"
     );
+    // The version its model stage ran: the newest, which an upload of the model changes.
+    assert_eq!(
+        entry["stages"],
+        json!([{"stage": "model", "model": "tiny", "version": 1}])
+    );
+    app.register_tiny("tiny");
+    infer_as(&app, "doubled", &app.infer, "p-2", &[1.5; 16]).await;
+    let logged = entries(&path, 2).await;
+    assert_eq!(
+        logged[1]["stages"],
+        json!([{"stage": "model", "model": "tiny", "version": 2}]),
+        "{}",
+        logged[1]
+    );
     assert_eq!(entry["logged_by"], json!(["pipeline"]));
     assert_eq!(entry["request"]["inputs"][0]["data"], json!(vec![1.5; 16]));
     assert_eq!(
