@@ -14,6 +14,7 @@
 //! Without per-model settings (the common case) nothing here runs: the front door decides at
 //! once, as for any other path.
 
+use axum::response::Response;
 use http::HeaderValue;
 use infergate_telemetry::head::Undecided;
 use std::cell::RefCell;
@@ -40,25 +41,27 @@ pub(crate) fn names_model_in_body(path: &str) -> bool {
     )
 }
 
-/// Runs `f` (a request's handling) with its trace left undecided; returns its answer and the
-/// `X-Trace-Id` to give it: the trace that was decided, or `undecided`'s when nothing decided.
-pub(crate) async fn scope<F: Future>(
-    undecided: Undecided,
-    f: F,
-) -> (F::Output, Option<HeaderValue>) {
+/// Runs `f` (a request's handling) with its trace left undecided, and names in its answer's
+/// `X-Trace-Id` the trace that was decided, or `undecided`'s when nothing decided.
+pub(crate) async fn scope<F: Future<Output = Response>>(undecided: Undecided, f: F) -> Response {
     let fallback = infergate_telemetry::head::hex(undecided.trace_id);
     let deferred = Deferred {
         undecided: RefCell::new(Some(undecided)),
         header: RefCell::new(None),
     };
     let mut scoped = std::pin::pin!(DEFERRED.scope(deferred, f));
-    let output = scoped.as_mut().await;
+    let mut response = scoped.as_mut().await;
     let header = scoped
         .as_mut()
         .take_value()
         .and_then(|d| d.header.into_inner())
         .or_else(|| HeaderValue::from_str(&fallback).ok());
-    (output, header)
+    if let Some(header) = header {
+        response
+            .headers_mut()
+            .insert(infergate_telemetry::w3c::TRACE_ID, header);
+    }
+    response
 }
 
 /// Runs `f`, the rest of a request now known to be for `model`, in the trace `model`'s settings
