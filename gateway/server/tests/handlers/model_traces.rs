@@ -1,6 +1,7 @@
 //! A model's trace settings (Triton's trace extension) decide the traces of requests that name
-//! the model where the front door cannot see it: in the body of an OpenAI request, in a
-//! WebSocket message. Spans are exported in process (`support::traces`); the server-wide
+//! the model where the front door cannot see it: in the body of an OpenAI request (chat,
+//! streamed or not, and embeddings), in a WebSocket message: level `OFF` records nothing while
+//! another model records, a rate draws from the trace id, a count is the model's own. Spans are exported in process (`support::traces`); the server-wide
 //! settings stay `OFF`, so what is recorded is what the models' own settings record. Model names
 //! are this module's own: the settings are the process's.
 
@@ -52,10 +53,10 @@ fn named<'a>(spans: &'a [SpanData], name: &str) -> &'a SpanData {
         .unwrap_or_else(|| panic!("no {name} span in {:?}", traces::names(spans)))
 }
 
-/// A one-token greedy chat completion on `model`, with the caller's `traceparent` if given;
-/// the answer's `X-Trace-Id`.
-async fn chat(app: &App, model: &str, parent: Option<&str>) -> String {
-    let body = json!({"model": model, "max_tokens": 1, "temperature": 0,
+/// A short greedy chat completion on `model` (streamed when `stream`), with the caller's
+/// `traceparent` if given; the answer's `X-Trace-Id`.
+async fn chat(app: &App, model: &str, parent: Option<&str>, stream: bool) -> String {
+    let body = json!({"model": model, "max_tokens": 2, "temperature": 0, "stream": stream,
                       "messages": [{"role": "user", "content": "Hi"}]});
     let mut request = http::Request::builder()
         .method(http::Method::POST)
@@ -72,7 +73,14 @@ async fn chat(app: &App, model: &str, parent: Option<&str>) -> String {
                 .expect("request"),
         )
         .await;
-    assert_eq!(reply.status, 200, "{}", reply.json());
+    assert_eq!(reply.status, 200, "{:?}", reply.body);
+    if stream {
+        assert!(
+            reply.body.ends_with(b"data: [DONE]\n\n"),
+            "{:?}",
+            reply.body
+        );
+    }
     let trace = reply.header("x-trace-id").expect("X-Trace-Id").to_owned();
     assert_eq!(trace.len(), 32, "{trace}");
     trace
@@ -85,6 +93,7 @@ async fn a_models_settings_decide_the_traces_of_its_chat_completions() {
         c.llm.max_sequences = 2;
         c.llm.context_per_sequence = 512;
         c.llm.threads = 1;
+        c.llm.embeddings.threads = 1;
         // Callers' sampled flags never decide: the settings do.
         c.tracing.honour_caller_sampling = CallerSampling::None;
     })
@@ -93,17 +102,17 @@ async fn a_models_settings_decide_the_traces_of_its_chat_completions() {
     app.register("chat-quiet", "smollm2.gguf");
     app.set_trace(
         "chat-traced",
-        json!({"trace_level": ["TIMESTAMPS"], "trace_rate": "1", "trace_count": "2"}),
+        json!({"trace_level": ["TIMESTAMPS"], "trace_rate": "1", "trace_count": "4"}),
     )
     .await;
     app.set_trace("chat-quiet", json!({"trace_level": ["OFF"]}))
         .await;
 
-    let quiet = chat(&app, "chat-quiet", None).await;
+    let quiet = chat(&app, "chat-quiet", None, false).await;
 
     // The caller's trace goes on, under the model's settings (its flag is not trusted here).
     let caller = trace("4bf92f3577b34da6", 7);
-    let continued = chat(&app, "chat-traced", Some(&traceparent(&caller))).await;
+    let continued = chat(&app, "chat-traced", Some(&traceparent(&caller)), false).await;
     assert_eq!(continued, caller, "X-Trace-Id names the caller's trace");
     let spans = recorded(&caller, &["request", "prefill", "decode"]).await;
     let root = named(&spans, "request");
@@ -121,14 +130,36 @@ async fn a_models_settings_decide_the_traces_of_its_chat_completions() {
     }
 
     // A trace that starts here is the one X-Trace-Id names.
-    let own = chat(&app, "chat-traced", None).await;
+    let own = chat(&app, "chat-traced", None, false).await;
     let spans = recorded(&own, &["request", "prefill", "decode"]).await;
     assert_eq!(named(&spans, "request").parent_span_id, SpanId::INVALID);
+
+    // A streamed answer's generation goes on after the handler returned: still in its trace.
+    let streamed = chat(&app, "chat-traced", None, true).await;
+    let spans = recorded(&streamed, &["request", "prefill", "decode"]).await;
+    let root = named(&spans, "request").span_context.span_id();
+    assert_eq!(named(&spans, "decode").parent_span_id, root);
+
+    // Embeddings name their model in the body too.
+    let reply = app
+        .post(
+            "/v1/embeddings",
+            Some(&app.infer),
+            json!({"model": "chat-traced", "input": "Hi"}),
+        )
+        .await;
+    assert_eq!(reply.status, 200, "{}", reply.json());
+    let embedded = reply.header("x-trace-id").expect("X-Trace-Id");
+    let spans = recorded(embedded, &["request"]).await;
+    assert_eq!(
+        traces::attribute(named(&spans, "request"), "model").as_deref(),
+        Some("chat-traced")
+    );
 
     // The model's count is its own: the quiet model's request took none of it, and it is
     // used up now.
     assert_eq!(trace_count(&app, "chat-traced").await, "0");
-    let past_count = chat(&app, "chat-traced", None).await;
+    let past_count = chat(&app, "chat-traced", None, false).await;
     // Both were answered before the last recorded one was: their spans would have ended.
     assert!(traces::of(&quiet).is_empty(), "level OFF records nothing");
     assert!(traces::of(&past_count).is_empty(), "the count is used up");
