@@ -1,9 +1,10 @@
 //! A model's trace settings (Triton's trace extension) decide the traces of requests that name
 //! the model where the front door cannot see it: in the body of an OpenAI request (chat,
 //! streamed or not, and embeddings), in a WebSocket message: level `OFF` records nothing while
-//! another model records, a rate draws from the trace id, a count is the model's own. Spans are exported in process (`support::traces`); the server-wide
-//! settings stay `OFF`, so what is recorded is what the models' own settings record. Model names
-//! are this module's own: the settings are the process's.
+//! another model records, a rate draws from the trace id, a count is the model's own. Spans are
+//! exported in process (`support::traces`); each model here sets its level itself, so what
+//! another test does to the server-wide settings does not matter. Model names are this
+//! module's own: the settings are the process's.
 
 use crate::support::{traces, App};
 use infergate_service::config::CallerSampling;

@@ -1,9 +1,9 @@
 //! Exported spans in process: the OpenTelemetry layer as `serve` installs it with an endpoint
-//! (the same filter and options, a sampler with the same rule), ending spans into memory
-//! instead of OTLP. Installed for the whole test binary on first use: from then on traces are
-//! exported for every test in it. The server-wide trace settings stay at level `OFF`, so only
-//! what a model's own settings (or a trusted caller) record is kept; tests find their spans by
-//! trace id.
+//! (the same filter, a sampler with the same rule), ending spans into memory instead of OTLP.
+//! Installed for the whole test binary on first use: from then on traces are exported for
+//! every test in it. The server-wide trace settings start at level `OFF` (nothing here starts
+//! them as `serve` does), so mostly what a model's own settings or a trusted caller record is
+//! kept; tests find their spans by trace id.
 
 use opentelemetry::trace::{
     Link, SamplingDecision, SamplingResult, SpanKind, TraceId, TracerProvider,
