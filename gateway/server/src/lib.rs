@@ -10,7 +10,8 @@
 //!   [`hold_body`]: response bodies that keep a slot until sent; [`tls`]: certificates.
 //! - [`api`]: HTTP routes (KServe v2, Triton extensions, OpenAI, WebSocket, management API,
 //!   `/metrics`), per-key admission and the key check as an extractor; [`request_id`]:
-//!   `X-Request-Id` and the per-request span; [`cors`]: cross-origin rules; [`coalesce`]:
+//!   `X-Request-Id` and the per-request span; [`model_trace`]: the trace of a request naming
+//!   its model in its body, decided by its handler; [`cors`]: cross-origin rules; [`coalesce`]:
 //!   streamed tokens written in bursts; [`sequence_order`]: a sequence's requests on one
 //!   stream run in order.
 //! - [`grpc`]: KServe v2 over gRPC (Triton's `GRPCInferenceService`), on its own listener.
@@ -27,6 +28,7 @@ pub mod connection;
 pub mod cors;
 pub mod grpc;
 pub mod hold_body;
+pub mod model_trace;
 pub mod peers;
 pub mod read_ahead;
 pub mod read_deadline;

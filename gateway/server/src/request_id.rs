@@ -74,67 +74,14 @@ where
         .filter(|v| is_sane(v))
         .map(str::to_string)
         .unwrap_or_else(generate);
-    // The span carries the id alone: every field of a span is formatted into text when the
-    // span opens, and the method and path with it took ≈ 2,500 of the span's ≈ 4,200
-    // instructions per request. They are named where they are needed, on the request's own
-    // lines below (both are cheap to keep: the method is an enum, the URI shares the head's
-    // buffer).
-    // A recorded trace's ids are fields of the span too, so that every log line of the
-    // request leads to its trace; they stay empty (never formatted) otherwise.
-    // While traces are exported the trace is decided first (`infergate_telemetry::head`): a
-    // request whose trace is not recorded opens its span where the OpenTelemetry layer does not
-    // look, as without traces.
-    let head = infergate_telemetry::exporting().then(|| {
-        let trusted = trusted_sampling(&request);
-        // Only while some model's settings differ from the others' (cheaper otherwise).
-        let model = infergate_telemetry::sampling::per_model()
-            .then(|| inferred_model(request.uri().path()))
-            .flatten();
-        let parent = infergate_telemetry::w3c::extract(request.headers(), trusted);
-        infergate_telemetry::head::decide(parent, model.as_deref())
-    });
-    let recorded = head.as_ref().is_some_and(|h| h.recorded);
-    let span = if head.is_some() && !recorded {
-        tracing::info_span!(
-            target: infergate_telemetry::UNTRACED,
-            "request",
-            request_id = %id,
-            trace_id = tracing::field::Empty,
-            span_id = tracing::field::Empty
-        )
-    } else {
-        tracing::info_span!(
-            "request",
-            request_id = %id,
-            trace_id = tracing::field::Empty,
-            span_id = tracing::field::Empty
-        )
-    };
-    // The answer's `X-Trace-Id`, and for a recorded trace the span's ids in its log lines.
-    // The spans below this one follow its trace: their sites need not look it up again.
-    let mut trace_header = None;
-    let mut trace = Trace::Undecided;
-    if let Some(head) = head {
-        if recorded {
-            infergate_telemetry::w3c::continue_decided(&span, head.parent);
-            trace_header = infergate_telemetry::w3c::record_ids(&span);
-            if trace_header.is_some() {
-                trace = Trace::Recorded;
-            }
-        } else {
-            trace_header = infergate_telemetry::head::header(head.trace_id);
-            trace = Trace::Unrecorded(head.trace_id, head.trace_state);
-        }
-    }
+    let (span, handling, trace_header) = traced(&request, &id, trusted_sampling);
     let method = request.method().clone();
     let uri = request.uri().clone();
     // One allocation serves the extension, the task's scope and the answer's header.
     let id: Arc<str> = Arc::from(id);
     request.extensions_mut().insert(RequestId(id.clone()));
     let started = std::time::Instant::now();
-    let mut response = infergate_telemetry::request_id::scope(id.clone(), trace, next(request))
-        .instrument(span.clone())
-        .await;
+    let mut response = handled(handling, id.clone(), next(request), &span).await;
     let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
     let status = response.status().as_u16();
     // Errors are logged here, once, with their causes (the answer carries only the message).
@@ -154,6 +101,106 @@ where
             .insert(infergate_telemetry::w3c::TRACE_ID, trace);
     }
     response
+}
+
+/// How a request is handled, by the decision on its trace.
+enum Handling {
+    /// Decided at the front door (or not at all, while traces are not exported).
+    Decided(Trace),
+    /// Its handler decides once it knows the model (`crate::model_trace`).
+    Deferred(infergate_telemetry::head::Undecided),
+}
+
+/// The request's span, how it is handled and the answer's `X-Trace-Id`.
+///
+/// The span carries the id alone: every field of a span is formatted into text when the span
+/// opens, and the method and path with it took ≈ 2,500 of the span's ≈ 4,200 instructions per
+/// request. They are named where they are needed, on the request's own lines (both are cheap
+/// to keep: the method is an enum, the URI shares the head's buffer). A recorded trace's ids
+/// are fields of the span too, so that every log line of the request leads to its trace; they
+/// stay empty (never formatted) otherwise.
+///
+/// While traces are exported the trace is decided first (`infergate_telemetry::head`): a
+/// request whose trace is not recorded opens its span where the OpenTelemetry layer does not
+/// look, as without traces. A request that names its model in its body is decided by its
+/// handler instead, while the model matters.
+fn traced(
+    request: &Request,
+    id: &str,
+    trusted_sampling: impl FnOnce(&Request) -> bool,
+) -> (tracing::Span, Handling, Option<HeaderValue>) {
+    let mut deferred = None;
+    let head = infergate_telemetry::exporting().then(|| {
+        let trusted = trusted_sampling(request);
+        let path = request.uri().path();
+        // Only while some model's settings differ from the others' (cheaper otherwise).
+        let per_model = infergate_telemetry::sampling::per_model();
+        let model = per_model.then(|| inferred_model(path)).flatten();
+        let parent = infergate_telemetry::w3c::extract(request.headers(), trusted);
+        if per_model && model.is_none() && crate::model_trace::names_model_in_body(path) {
+            deferred = Some(infergate_telemetry::head::undecided(parent));
+            return None;
+        }
+        Some(infergate_telemetry::head::decide(parent, model.as_deref()))
+    });
+    let recorded = matches!(&head, Some(Some(h)) if h.recorded);
+    let span = if head.is_some() && !recorded {
+        tracing::info_span!(
+            target: infergate_telemetry::UNTRACED,
+            "request",
+            request_id = %id,
+            trace_id = tracing::field::Empty,
+            span_id = tracing::field::Empty
+        )
+    } else {
+        tracing::info_span!(
+            "request",
+            request_id = %id,
+            trace_id = tracing::field::Empty,
+            span_id = tracing::field::Empty
+        )
+    };
+    // The answer's `X-Trace-Id`, and for a recorded trace the span's ids in its log lines.
+    match (head.flatten(), deferred) {
+        (_, Some(undecided)) => (span, Handling::Deferred(undecided), None),
+        (Some(head), None) if recorded => {
+            infergate_telemetry::w3c::continue_decided(&span, head.parent);
+            let header = infergate_telemetry::w3c::record_ids(&span);
+            let trace = match header {
+                Some(_) => Trace::Recorded,
+                None => Trace::Undecided,
+            };
+            (span, Handling::Decided(trace), header)
+        }
+        (Some(head), None) => {
+            let header = infergate_telemetry::head::header(head.trace_id);
+            let trace = Trace::Unrecorded(head.trace_id, head.trace_state);
+            (span, Handling::Decided(trace), header)
+        }
+        (None, None) => (span, Handling::Decided(Trace::Undecided), None),
+    }
+}
+
+/// Runs `handling` (the request's handling) as the request `id`, inside `span`, as `handling`
+/// says. The spans below the request's follow its trace: their sites need not look it up again.
+/// Not an `async fn`: its future would hold the handling twice over, and the deferred case is
+/// boxed, so that the future of every other request need not hold it.
+fn handled<F: Future<Output = Response>>(
+    handling: Handling,
+    id: Arc<str>,
+    next: F,
+    span: &tracing::Span,
+) -> impl Future<Output = Response> {
+    use futures_util::future::Either;
+    use infergate_telemetry::request_id::scope;
+    let span = span.clone();
+    match handling {
+        Handling::Decided(trace) => Either::Left(scope(id, trace, next).instrument(span)),
+        Handling::Deferred(undecided) => {
+            let scoped = crate::model_trace::scope(undecided, scope(id, Trace::Deferred, next));
+            Either::Right(Box::pin(scoped.instrument(span)))
+        }
+    }
 }
 
 /// The model a KServe inference path names (`/v2/models/{m}[/versions/{v}]/infer`), decoded as

@@ -40,6 +40,7 @@
 
 use crate::caller::Caller;
 use crate::error::{ApiResult, Kind, LimitFields};
+use crate::infer::target::StageModel;
 use crate::infer::Target;
 use futures_util::future::BoxFuture;
 use infergate_engine::Tensor;
@@ -105,6 +106,10 @@ pub trait Hook: Send {
     fn before_model(&mut self) -> Option<Vec<Tensor>> {
         None
     }
+
+    /// A pipeline's stages ran these model versions (before [`Hook::after_model`]; not called
+    /// for a model, nor when a hook answered in the pipeline's place).
+    fn stages_ran(&mut self, _models: &[StageModel]) {}
 
     /// After the model (or the hook that answered in its place), with the answer's outputs.
     fn after_model(&mut self, _outputs: &[Tensor]) {}
@@ -185,6 +190,13 @@ impl Passage {
     /// Before the model: the first hook's answer in the model's place, if any.
     pub fn before_model(&mut self) -> Option<Vec<Tensor>> {
         self.hooks.iter_mut().find_map(|hook| hook.before_model())
+    }
+
+    /// A pipeline's stages ran `models`.
+    pub fn stages_ran(&mut self, models: &[StageModel]) {
+        for hook in &mut self.hooks {
+            hook.stages_ran(models);
+        }
     }
 
     /// After the model, with the answer's outputs.

@@ -30,9 +30,23 @@ pub struct Head {
     pub trace_state: TraceState,
 }
 
+/// A request's trace before it is decided: a request naming its model in its body is decided
+/// once the body was read ([`Undecided::decide`]).
+pub struct Undecided {
+    pub trace_id: TraceId,
+    parent: Option<Context>,
+    trace_state: TraceState,
+}
+
 /// Decides the trace of a request whose caller sent `parent` (its `traceparent`, parsed with
 /// whether the caller is trusted: [`crate::w3c::extract`]) for `model`.
 pub fn decide(parent: Option<Context>, model: Option<&str>) -> Head {
+    undecided(parent).decide(model)
+}
+
+/// The trace of a request whose caller sent `parent`, left to decide: the caller's trace id, or
+/// a new one.
+pub fn undecided(parent: Option<Context>) -> Undecided {
     let remote = parent
         .as_ref()
         .map(|cx| cx.span().span_context().clone())
@@ -42,11 +56,22 @@ pub fn decide(parent: Option<Context>, model: Option<&str>) -> Head {
         .map(|c| c.trace_state().clone())
         .unwrap_or_default();
     let trace_id = remote.map_or_else(random_trace_id, |c| c.trace_id());
-    Head {
+    Undecided {
         trace_id,
-        recorded: records(parent.as_ref(), trace_id, model),
         parent,
         trace_state,
+    }
+}
+
+impl Undecided {
+    /// Decides it for `model` ([`records`]).
+    pub fn decide(self, model: Option<&str>) -> Head {
+        Head {
+            recorded: records(self.parent.as_ref(), self.trace_id, model),
+            trace_id: self.trace_id,
+            parent: self.parent,
+            trace_state: self.trace_state,
+        }
     }
 }
 
@@ -68,6 +93,19 @@ pub fn records(parent: Option<&Context>, trace_id: TraceId, model: Option<&str>)
     }
     let applied = sampling::applied(model);
     applied.level != 0 && by_ratio(applied.ratio, trace_id) && (model.is_none() || applied.take())
+}
+
+/// The sampler's decision on a span opened under `parent`: the front door's, where it took one
+/// ([`Decided`]), else [`records`] for the model `parent` names ([`sampling::ForModel`]).
+pub fn samples(parent: Option<&Context>, trace_id: TraceId) -> bool {
+    parent.is_some_and(|cx| cx.get::<Decided>().is_some())
+        || records(
+            parent,
+            trace_id,
+            parent
+                .and_then(|cx| cx.get::<sampling::ForModel>())
+                .map(|m| &*m.0),
+        )
 }
 
 /// OpenTelemetry's `TraceIdRatioBased`: the trace id's low 64 bits, halved, under the ratio's

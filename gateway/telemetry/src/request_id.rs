@@ -20,6 +20,9 @@ pub enum Trace {
     /// Not recorded: no span below the request's is opened, and a hop passes this trace on,
     /// unsampled, so the receiver does not record it either.
     Unrecorded(TraceId, TraceState),
+    /// Left to the request's handler, which knows its model ([`rescope`]): until then no span
+    /// is opened.
+    Deferred,
 }
 
 struct Request {
@@ -38,6 +41,14 @@ pub fn scope<F: Future>(id: Arc<str>, trace: Trace, f: F) -> impl Future<Output 
     REQUEST.scope(Request { id, trace }, f)
 }
 
+/// Runs `f`, the rest of the current request, under `trace`, the decision its handler took on a
+/// trace the front door left [`Trace::Deferred`].
+/// (Outside a request's scope there is no id to keep: the new scope's is empty.)
+pub fn rescope<F: Future>(trace: Trace, f: F) -> impl Future<Output = F::Output> {
+    let id = current().unwrap_or_else(|| Arc::from(""));
+    REQUEST.scope(Request { id, trace }, f)
+}
+
 /// The current task's request id, inside [`scope`].
 pub fn current() -> Option<Arc<str>> {
     REQUEST.try_with(|r| Arc::clone(&r.id)).ok()
@@ -49,7 +60,7 @@ pub(crate) fn recorded() -> Option<bool> {
         .try_with(|r| match r.trace {
             Trace::Undecided => None,
             Trace::Recorded => Some(true),
-            Trace::Unrecorded(..) => Some(false),
+            Trace::Unrecorded(..) | Trace::Deferred => Some(false),
         })
         .ok()
         .flatten()

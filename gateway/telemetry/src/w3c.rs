@@ -141,13 +141,16 @@ pub fn link_to(span: &tracing::Span) -> Option<SpanContext> {
 
 /// Makes one message of a long-lived connection (a WebSocket message) its own trace: the
 /// message's `traceparent` and `tracestate` fields, read as a request's headers are (and
-/// ignored as they would be), become `span`'s parent, and `connection` (the connection's
-/// span, [`link_to`]) a link. Does nothing while traces are not exported.
+/// ignored as they would be), become `span`'s parent, `model` (the model or pipeline the
+/// message names) the one whose trace settings decide whether a new trace is recorded, and
+/// `connection` (the connection's span, [`link_to`]) a link. Does nothing while traces are not
+/// exported.
 pub fn continue_message(
     span: &tracing::Span,
     traceparent: Option<&str>,
     tracestate: Option<&str>,
     trusted: bool,
+    model: Option<&str>,
     connection: Option<&SpanContext>,
 ) {
     if !crate::exporting() {
@@ -159,7 +162,9 @@ pub fn continue_message(
             headers.insert(name, value);
         }
     }
-    continue_in(span, &headers, trusted, None);
+    // Carried only while some model's settings differ from the others' (as over HTTP).
+    let model = model.filter(|_| crate::sampling::per_model());
+    continue_in(span, &headers, trusted, model);
     if let Some(connection) = connection {
         span.add_link(connection.clone());
     }

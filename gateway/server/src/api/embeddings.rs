@@ -10,6 +10,7 @@
 use super::authorized::{Authorized, Infer};
 use super::body::read_limited;
 use super::openai::{admitted, openai_error};
+use crate::model_trace::for_model;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -80,6 +81,12 @@ async fn answer(
     let limit = state.config().limits.max_request_bytes;
     let body = read_limited(headers, body, limit).await?;
     let req: EmbeddingRequest = parse(&body)?;
+    let model = req.model.clone();
+    for_model(&model, embed(state, req)).await
+}
+
+/// The embeddings of a parsed request.
+async fn embed(state: &Arc<AppState>, req: EmbeddingRequest) -> ApiResult<EmbeddingList> {
     let base64 = req.base64()?;
     let Some(pipeline) = state.pipelines().get(&req.model) else {
         return match state.catalog().resolve(&req.model, None) {
@@ -95,7 +102,7 @@ async fn answer(
     let mut chars = 0usize;
     for (index, text) in texts.into_iter().enumerate() {
         chars += text.chars().count();
-        let (output, _) = stages::run(
+        let stages::Ran { output, .. } = stages::run(
             state,
             &req.model,
             &pipeline.spec,

@@ -17,6 +17,7 @@ use super::body::read_limited;
 use super::chat_phases::{self, ChatFacts};
 use super::openai_answer::{Generated, Kind, Meta};
 use super::openai_llm;
+use crate::model_trace::for_model;
 use crate::request_id::RequestId;
 use axum::extract::State;
 use axum::response::Response;
@@ -175,7 +176,8 @@ async fn completion(
     let body = read_limited(&headers, body, limit).await?;
     let id = format!("cmpl-{}", request_id.as_str());
     if let Some(record) = openai_llm::chat_model(&state, caller, &headers, &body)? {
-        return openai_llm::respond(
+        let name = record.name.clone();
+        let respond = openai_llm::respond(
             state,
             caller,
             record,
@@ -183,8 +185,8 @@ async fn completion(
             id,
             unix_now(),
             &body,
-        )
-        .await;
+        );
+        return for_model(&name, respond).await;
     }
     let req: CompletionRequest = parse(&body)?;
     let prompt = req.prompt()?;
@@ -197,7 +199,12 @@ async fn completion(
         model: req.common.model.clone(),
         chat_model: false,
     };
-    run(state, caller, meta, &req.common, &prompt, sampling).await
+    let model = req.common.model.clone();
+    for_model(
+        &model,
+        run(state, caller, meta, &req.common, &prompt, sampling),
+    )
+    .await
 }
 
 async fn chat_completion(
@@ -211,7 +218,9 @@ async fn chat_completion(
     let body = read_limited(&headers, body, limit).await?;
     let id = format!("chatcmpl-{}", request_id.as_str());
     if let Some(record) = openai_llm::chat_model(&state, caller, &headers, &body)? {
-        return openai_llm::respond(state, caller, record, Kind::Chat, id, unix_now(), &body).await;
+        let name = record.name.clone();
+        let respond = openai_llm::respond(state, caller, record, Kind::Chat, id, unix_now(), &body);
+        return for_model(&name, respond).await;
     }
     let req: ChatRequest = parse(&body)?;
     let prompt = req.prompt()?;
@@ -224,7 +233,12 @@ async fn chat_completion(
         model: req.common.model.clone(),
         chat_model: false,
     };
-    run(state, caller, meta, &req.common, &prompt, sampling).await
+    let model = req.common.model.clone();
+    for_model(
+        &model,
+        run(state, caller, meta, &req.common, &prompt, sampling),
+    )
+    .await
 }
 
 /// The text generator's answer, through the chat phases (token limits, the cache).

@@ -125,7 +125,7 @@ pub async fn run_raw(
         .get(http::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
-    let (output, times) = stages::run(
+    let stages::Ran { output, times, .. } = stages::run(
         &state,
         &name,
         &pipeline.spec,

@@ -39,8 +39,9 @@
 //!
 //! Traces: while traces are exported, each message is a trace of its own (a `websocket message`
 //! span), continuing the trace its optional `"traceparent"` and `"tracestate"` fields name (read
-//! as a request's headers are, the caller's sampled flag trusted as over HTTP) and linked to the
-//! span of the connection's upgrade request.
+//! as a request's headers are, the caller's sampled flag trusted as over HTTP), recorded by the
+//! trace settings of the model it names, and linked to the span of the connection's upgrade
+//! request.
 //!
 //! Close codes: 1000 normal, 1001 server shutting down, 1003 binary message, 1008
 //! authentication failed or too many control frames, 1009 message too large, 4408 idle
@@ -555,8 +556,8 @@ struct Labels {
 }
 
 /// The span of one message while traces are exported (else none): a root of its own,
-/// continuing the trace its `traceparent`/`tracestate` fields name and linked to the
-/// connection's span.
+/// continuing the trace its `traceparent`/`tracestate` fields name, recorded by the trace
+/// settings of the model it names, and linked to the connection's span.
 fn message_span(
     state: &AppState,
     caller: &ApiResult<Caller>,
@@ -567,14 +568,15 @@ fn message_span(
     if !infergate_telemetry::exporting() {
         return tracing::Span::none();
     }
+    let field = |name: &str| body.get(name).and_then(Value::as_str);
+    let model = field("model");
     let span = tracing::info_span!(
         target: infergate_telemetry::TARGET,
         parent: None,
         "websocket message",
         id = %id,
-        model = body.get("model").and_then(serde_json::Value::as_str).unwrap_or_default()
+        model = model.unwrap_or_default()
     );
-    let field = |name: &str| body.get(name).and_then(Value::as_str);
     let presents_key = caller.as_ref().is_ok_and(|c| c.key().is_some());
     infergate_telemetry::w3c::continue_message(
         &span,
@@ -585,6 +587,7 @@ fn message_span(
             .tracing
             .honour_caller_sampling
             .trusts(presents_key),
+        model,
         connection,
     );
     span

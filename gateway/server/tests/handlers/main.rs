@@ -11,6 +11,7 @@ mod keys_and_headers;
 mod kserve_http;
 mod kserve_infer;
 mod limits;
+mod model_traces;
 mod model_uploads;
 mod openai_chat;
 mod openapi;

@@ -3,7 +3,8 @@
 //! id, caller and model, secrets redacted; a share of requests is logged within a binomial
 //! tolerance; a sink that is down loses entries (counted) and no request. A key's setting logs
 //! that key's requests and merges with the model's; a pipeline logs its own inputs and final
-//! outputs; an admin defines, replaces and removes sinks at run time.
+//! outputs; an entry names the trace of a recorded request; an admin defines, replaces and
+//! removes sinks at run time.
 
 use crate::support::App;
 use http::Method;
@@ -69,10 +70,16 @@ async fn set(app: &App, model: &str, setting: Value) -> crate::support::Reply {
 }
 
 async fn infer(app: &App, id: &str, values: &[f32]) {
-    infer_as(app, "tiny", &app.infer, id, values).await
+    infer_as(app, "tiny", &app.infer, id, values).await;
 }
 
-async fn infer_as(app: &App, target: &str, key: &str, id: &str, values: &[f32]) {
+async fn infer_as(
+    app: &App,
+    target: &str,
+    key: &str,
+    id: &str,
+    values: &[f32],
+) -> crate::support::Reply {
     let mut body = App::tiny_request(values);
     body["parameters"] = json!({"api_key": "sk-live-123", "note": "kept"});
     let request = http::Request::builder()
@@ -85,6 +92,7 @@ async fn infer_as(app: &App, target: &str, key: &str, id: &str, values: &[f32]) 
         .expect("request");
     let reply = app.call(request).await;
     assert_eq!(reply.status, 200, "{}", reply.json());
+    reply
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -600,6 +608,20 @@ async fn a_pipelines_entry_holds_its_inputs_and_final_outputs() {
         entry.get("model").is_none() && entry.get("version").is_none(),
         "{entry}"
     );
+    // The version its model stage ran: the newest, which an upload of the model changes.
+    assert_eq!(
+        entry["stages"],
+        json!([{"stage": "model", "model": "tiny", "version": 1}])
+    );
+    app.register_tiny("tiny");
+    infer_as(&app, "doubled", &app.infer, "p-2", &[1.5; 16]).await;
+    let logged = entries(&path, 2).await;
+    assert_eq!(
+        logged[1]["stages"],
+        json!([{"stage": "model", "model": "tiny", "version": 2}]),
+        "{}",
+        logged[1]
+    );
     assert_eq!(entry["logged_by"], json!(["pipeline"]));
     assert_eq!(entry["request"]["inputs"][0]["data"], json!(vec![1.5; 16]));
     assert_eq!(
@@ -624,6 +646,75 @@ async fn a_pipelines_entry_holds_its_inputs_and_final_outputs() {
         .model_settings("doubled")
         .expect("read")
         .is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_entry_names_the_trace_of_a_recorded_request_and_only_then() {
+    crate::support::traces::install();
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("payload.jsonl");
+    let app = App::with_config(|c| {
+        file_sink(c, &path);
+        c.llm.threads = 1;
+    })
+    .await;
+    // Model names of this test's own: the trace settings are the process's.
+    app.register_tiny("logged-traced");
+    app.register_tiny("logged-quiet");
+    app.register("logged-chat", "smollm2.gguf");
+    let on = json!({"trace_level": ["TIMESTAMPS"], "trace_rate": "1"});
+    app.set_trace("logged-traced", on.clone()).await;
+    app.set_trace("logged-chat", on).await;
+    app.set_trace("logged-quiet", json!({"trace_level": ["OFF"]}))
+        .await;
+    for model in ["logged-traced", "logged-quiet", "logged-chat"] {
+        let r = set(&app, model, json!({"mode": "request", "sink": "audit"})).await;
+        assert_eq!(r.status, 200, "{}", r.json());
+    }
+
+    let trace_of = |reply: &crate::support::Reply| {
+        reply
+            .header("x-trace-id")
+            .expect("X-Trace-Id, recorded or not")
+            .to_owned()
+    };
+    let traced = infer_as(&app, "logged-traced", &app.infer, "t-on", &[1.0; 16]).await;
+    let quiet = infer_as(&app, "logged-quiet", &app.infer, "t-off", &[2.0; 16]).await;
+    // A chat completion's trace is decided once its body named the model.
+    let chat = http::Request::builder()
+        .method(Method::POST)
+        .uri("/v1/chat/completions")
+        .header(http::header::AUTHORIZATION, format!("Bearer {}", app.infer))
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .header("x-request-id", "t-chat")
+        .body(axum::body::Body::from(
+            json!({"model": "logged-chat", "max_tokens": 1, "temperature": 0,
+                   "messages": [{"role": "user", "content": "Hi"}]})
+            .to_string(),
+        ))
+        .expect("request");
+    let chat = app.call(chat).await;
+    assert_eq!(chat.status, 200, "{}", chat.json());
+
+    let logged = entries(&path, 3).await;
+    let entry = |id: &str| {
+        logged
+            .iter()
+            .find(|e| e["request_id"] == id)
+            .unwrap_or_else(|| panic!("no entry for {id} in {logged:?}"))
+    };
+    assert_eq!(entry("t-on")["trace_id"], trace_of(&traced));
+    assert_eq!(entry("t-chat")["trace_id"], trace_of(&chat));
+    assert!(
+        !crate::support::traces::of(&trace_of(&chat)).is_empty(),
+        "the chat's trace is recorded"
+    );
+    assert!(
+        entry("t-off").get("trace_id").is_none(),
+        "not recorded: {}",
+        entry("t-off")
+    );
+    assert_eq!(trace_of(&quiet).len(), 32);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -8,6 +8,7 @@
 //! [1, 3, H, W] → probability map [1, 1, H, W]; a 0°/180° classifier, FP32 [N, 3, 48, 192] →
 //! [N, 2] softmax. Both take pixels normalised as `(p - 127.5) / 127.5`.
 
+use super::target::StageModel;
 use crate::error::{ApiError, ApiResult};
 use crate::pipelines::spec::{TextDetection, STRIDE};
 use crate::pipelines::text_regions::{self, MapReading, Region, RgbImage};
@@ -38,6 +39,8 @@ pub struct Detected {
     pub width: usize,
     pub height: usize,
     pub regions: Vec<FoundRegion>,
+    /// The versions of the detector and the angle classifier that ran.
+    pub models: Vec<StageModel>,
 }
 
 fn image_of(tensors: Vec<Tensor>) -> ApiResult<(String, RgbImage)> {
@@ -244,10 +247,13 @@ pub async fn detect(
         }
     }))
     .await?;
+    let mut models = vec![StageModel::of("detect", &detector)];
+    models.extend(classifier.map(|c| StageModel::of("angle", &c)));
     Ok(Detected {
         width,
         height,
         regions: found,
+        models,
     })
 }
 

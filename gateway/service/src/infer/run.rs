@@ -3,6 +3,7 @@
 //! policies attach (`crate::phases`).
 
 use super::stages::{PipelineInput, PipelineOutput, StageTimes};
+use super::target::StageModel;
 use super::{backend, Request, Target};
 use crate::caller::Caller;
 use crate::error::{ApiError, ApiResult};
@@ -73,11 +74,14 @@ pub async fn run(
     }
     let answered = passage.before_model();
     let result = match answered {
-        Some(outputs) => Ok(answered_in_place(&target, outputs)),
+        Some(outputs) => Ok((answered_in_place(&target, outputs), Vec::new())),
         None => run_target(state, target, request).await,
     };
     match result {
-        Ok(mut inferred) => {
+        Ok((mut inferred, stages)) => {
+            if !stages.is_empty() {
+                passage.stages_ran(&stages);
+            }
             passage.after_model(&inferred.outputs);
             inferred.passage = passage;
             Ok(inferred)
@@ -112,7 +116,12 @@ fn answered_in_place(target: &Target, outputs: Vec<Tensor>) -> Inferred {
     }
 }
 
-async fn run_target(state: &AppState, target: Target, request: Request) -> ApiResult<Inferred> {
+/// The target's answer, with the model versions a pipeline's stages ran (none for a model).
+async fn run_target(
+    state: &AppState,
+    target: Target,
+    request: Request,
+) -> ApiResult<(Inferred, Vec<StageModel>)> {
     let record = match target {
         Target::Model(record) => record,
         Target::Pipeline(pipeline) => return pipeline_tensors(state, &pipeline, request).await,
@@ -140,7 +149,7 @@ async fn run_target(state: &AppState, target: Target, request: Request) -> ApiRe
             .await?
         }
     };
-    Ok(Inferred {
+    let inferred = Inferred {
         served: Some(Served {
             model: record.name.clone(),
             version: record.version,
@@ -150,7 +159,8 @@ async fn run_target(state: &AppState, target: Target, request: Request) -> ApiRe
         outputs,
         times: None,
         passage: Passage::default(),
-    })
+    };
+    Ok((inferred, Vec::new()))
 }
 
 /// Whether a model version serves sequences (its configuration has `sequence_batching`); a
@@ -169,9 +179,13 @@ async fn pipeline_tensors(
     state: &AppState,
     pipeline: &Pipeline,
     request: Request,
-) -> ApiResult<Inferred> {
+) -> ApiResult<(Inferred, Vec<StageModel>)> {
     let name = &pipeline.record.name;
-    let (output, times) = super::stages::run(
+    let super::stages::Ran {
+        output,
+        times,
+        models,
+    } = super::stages::run(
         state,
         name,
         &pipeline.spec,
@@ -193,14 +207,15 @@ async fn pipeline_tensors(
         }
         outputs.retain(|t| request.outputs.contains(&t.name));
     }
-    Ok(Inferred {
+    let inferred = Inferred {
         model: name.clone(),
         version: 1,
         outputs,
         served: None,
         times: Some(times),
         passage: Passage::default(),
-    })
+    };
+    Ok((inferred, models))
 }
 
 /// A post-plugin's JSON or bytes as one BYTES output, so KServe clients still get tensors.

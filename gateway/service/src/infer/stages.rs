@@ -3,6 +3,7 @@
 //! blocking threads, the model runs in the engine, and post-plugins shape the answer.
 
 use super::detect;
+use super::target::StageModel;
 use crate::error::{ApiError, ApiResult};
 use crate::metrics::PluginLabels;
 use crate::pipelines::convert::{from_host, to_host};
@@ -27,6 +28,13 @@ pub enum PipelineInput {
     },
     /// KServe tensors.
     Tensors(Vec<Tensor>),
+}
+
+/// A pipeline's run: its answer, how long each stage took, and the model versions it ran.
+pub struct Ran {
+    pub output: PipelineOutput,
+    pub times: StageTimes,
+    pub models: Vec<StageModel>,
 }
 
 /// What a pipeline answers.
@@ -159,7 +167,7 @@ pub async fn run(
     input: PipelineInput,
     request_parameters: Vec<(String, String)>,
     options: InferOptions,
-) -> ApiResult<(PipelineOutput, StageTimes)> {
+) -> ApiResult<Ran> {
     let resolved = resolve(state, spec)?;
     let mut record = state.catalog().resolve(&spec.model, spec.model_version)?;
     if spec.model_version.is_none() {
@@ -229,7 +237,11 @@ pub async fn run(
         let (output, tail) = tail.run(tensors).await?;
         times.model = tail.model;
         times.post = tail.post;
-        return Ok((output, times));
+        return Ok(Ran {
+            output,
+            times,
+            models: vec![StageModel::of("model", &record)],
+        });
     };
     // Detection counts as pre-processing; the regions then run concurrently, so the model and
     // post stages take as long as their slowest region.
@@ -260,7 +272,13 @@ pub async fn run(
     };
     let text = serde_json::to_string(&answer)
         .map_err(|e| ApiError::internal(format!("pipeline '{name}': encoding its answer: {e}")))?;
-    Ok((PipelineOutput::Json(text), times))
+    let mut models = detected.models;
+    models.push(StageModel::of("model", &record));
+    Ok(Ran {
+        output: PipelineOutput::Json(text),
+        times,
+        models,
+    })
 }
 
 /// One region of a detecting pipeline's answer: where it is, how it was turned, and what the

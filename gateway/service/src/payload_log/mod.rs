@@ -8,7 +8,7 @@
 //!
 //! An entry: `time`, `request_id` (HTTP requests) and `trace_id` (a recorded trace), the
 //! caller (`key: {id, name}`, never a secret, or `anonymous`), `model` and `version` (or
-//! `pipeline`), `logged_by` (whose settings drew it), `outcome`, then `request` (KServe:
+//! `pipeline`, with the model versions its stages ran in `stages`), `logged_by` (whose settings drew it), `outcome`, then `request` (KServe:
 //! `inputs`, `outputs` asked for, `parameters`; chat: the rendered `prompt` and the sampling
 //! `parameters`) and `response` (KServe: `outputs`; chat: each choice's `text` and `finish`,
 //! and `usage`), as the mode says. A chat answer is logged as it was sent: after every hook
@@ -24,7 +24,7 @@
 //!
 //! Not logged: stateful sequence steps (each step is its own request, and their state is not
 //! in the request), mirrored copies and a pipeline's stages (they never pass the phases: a
-//! pipeline's entry holds its own inputs and final outputs).
+//! pipeline's entry holds its own inputs and final outputs, and names its stages' versions).
 
 pub mod config;
 pub mod entry;
@@ -33,6 +33,7 @@ pub mod sink;
 
 use crate::caller::Caller;
 use crate::error::{ApiError, ApiResult};
+use crate::infer::target::StageModel;
 use crate::infer::Target;
 use crate::model_settings::ModelSettings;
 use crate::phases::{
@@ -305,6 +306,14 @@ struct TensorLog {
 }
 
 impl Hook for TensorLog {
+    fn stages_ran(&mut self, models: &[StageModel]) {
+        let stages: Vec<Value> = models
+            .iter()
+            .map(|m| json!({"stage": m.stage, "model": m.model, "version": m.version}))
+            .collect();
+        self.fields.insert("stages".into(), Value::Array(stages));
+    }
+
     fn after_model(&mut self, outputs: &[Tensor]) {
         if self.targets.iter().any(|t| t.mode.response()) {
             self.outputs = Some(outputs.to_vec());

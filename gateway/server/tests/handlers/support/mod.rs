@@ -9,6 +9,7 @@
 #![allow(dead_code)]
 
 pub mod grpc;
+pub mod traces;
 
 use axum::body::Body;
 use bytes::Bytes;
@@ -214,6 +215,25 @@ impl App {
         }
     }
 
+    /// Serves the front door on a port of 127.0.0.1 (plain HTTP), as a listener does, for what
+    /// needs a connection (a WebSocket); it serves until the test's runtime ends.
+    pub async fn listen(&self) -> std::net::SocketAddr {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("a port");
+        let addr = listener.local_addr().expect("its address");
+        tokio::spawn(infergate_server::server::run(
+            infergate_server::server::Listener {
+                listener,
+                tls: None,
+            },
+            infergate_server::api::front::Handler::Api(self.service.0.clone()),
+            self.state.clone(),
+            std::future::pending(),
+        ));
+        addr
+    }
+
     /// Sends one request through the front door and hands back the answer as it comes (a
     /// stream read in pieces, or dropped half read).
     pub async fn raw(&self, request: Request<Body>) -> http::Response<Body> {
@@ -304,6 +324,24 @@ impl App {
             .register_file(name, &model_file(file), &ParsedConfig::empty())
             .unwrap_or_else(|e| panic!("register {file} as {name}: {}", e.message));
         self.state.catalog().insert(record);
+    }
+
+    /// Registers the tiny model as `name` too.
+    pub fn register_tiny(&self, name: &str) {
+        let record = self
+            .state
+            .models()
+            .register_file(name, tiny_model(), &ParsedConfig::empty())
+            .unwrap_or_else(|e| panic!("register the tiny model as {name}: {}", e.message));
+        self.state.catalog().insert(record);
+    }
+
+    /// Changes `model`'s trace settings (Triton's `/v2/models/{model}/trace/setting`, with the
+    /// admin key), which must be accepted.
+    pub async fn set_trace(&self, model: &str, setting: Value) {
+        let path = format!("/v2/models/{model}/trace/setting");
+        let reply = self.post(&path, Some(&self.admin), setting).await;
+        assert_eq!(reply.status, StatusCode::OK, "{}", reply.json());
     }
 
     /// Sets the configuration of `model`'s newest version (`PUT /api/models/{model}/config`,

@@ -1,0 +1,121 @@
+//! Exported spans in process: the OpenTelemetry layer as `serve` installs it with an endpoint
+//! (the same filter, a sampler with the same rule), ending spans into memory instead of OTLP.
+//! Installed for the whole test binary on first use: from then on traces are exported for
+//! every test in it. The server-wide trace settings start at level `OFF` (nothing here starts
+//! them as `serve` does), so mostly what a model's own settings or a trusted caller record is
+//! kept; tests find their spans by trace id.
+
+use opentelemetry::trace::{
+    Link, SamplingDecision, SamplingResult, SpanKind, TraceId, TracerProvider,
+};
+use opentelemetry::{Context, KeyValue};
+use opentelemetry_sdk::error::OTelSdkResult;
+use opentelemetry_sdk::trace::{SdkTracerProvider, ShouldSample, Span, SpanData, SpanProcessor};
+use std::sync::{Mutex, OnceLock, PoisonError};
+use std::time::Duration;
+
+/// Spans kept at most: other tests' recorded requests end here too.
+const KEPT: usize = 100_000;
+
+static ENDED: Mutex<Vec<SpanData>> = Mutex::new(Vec::new());
+
+/// Installs the layer once (traces exported from then on).
+pub fn install() {
+    static PROVIDER: OnceLock<SdkTracerProvider> = OnceLock::new();
+    PROVIDER.get_or_init(|| {
+        use tracing_subscriber::filter::{LevelFilter, Targets};
+        use tracing_subscriber::layer::SubscriberExt;
+        use tracing_subscriber::Layer;
+        let provider = SdkTracerProvider::builder()
+            .with_span_processor(Memory)
+            .with_sampler(Gate)
+            .build();
+        // `serve`'s filter: a request whose trace is not recorded has its span where this
+        // layer does not look.
+        let only_traced = Targets::new()
+            .with_target("infergate", LevelFilter::INFO)
+            .with_target(infergate_telemetry::UNTRACED, LevelFilter::OFF);
+        let spans = tracing_opentelemetry::layer()
+            .with_tracer(provider.tracer("handler-tests"))
+            .with_context_activation(false)
+            .with_filter(only_traced);
+        tracing::subscriber::set_global_default(tracing_subscriber::registry().with(spans))
+            .expect("no other subscriber in the handler tests");
+        infergate_telemetry::set_exporting();
+        provider
+    });
+}
+
+/// The ended spans of trace `trace` (32 hex digits).
+pub fn of(trace: &str) -> Vec<SpanData> {
+    ENDED
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .iter()
+        .filter(|s| format!("{:032x}", s.span_context.trace_id()) == trace)
+        .cloned()
+        .collect()
+}
+
+/// The names of `spans`, sorted.
+pub fn names(spans: &[SpanData]) -> Vec<String> {
+    let mut names: Vec<String> = spans.iter().map(|s| s.name.to_string()).collect();
+    names.sort();
+    names
+}
+
+/// A string attribute of `span`.
+pub fn attribute(span: &SpanData, key: &str) -> Option<String> {
+    span.attributes
+        .iter()
+        .find(|kv| kv.key.as_str() == key)
+        .map(|kv| kv.value.to_string())
+}
+
+#[derive(Debug)]
+struct Memory;
+
+impl SpanProcessor for Memory {
+    fn on_start(&self, _span: &mut Span, _cx: &Context) {}
+
+    fn on_end(&self, span: SpanData) {
+        let mut ended = ENDED.lock().unwrap_or_else(PoisonError::into_inner);
+        if ended.len() < KEPT {
+            ended.push(span);
+        }
+    }
+
+    fn force_flush(&self) -> OTelSdkResult {
+        Ok(())
+    }
+
+    fn shutdown_with_timeout(&self, _timeout: Duration) -> OTelSdkResult {
+        Ok(())
+    }
+}
+
+/// `serve`'s sampler: the front door's decision, or the same rule for other traces.
+#[derive(Debug, Clone)]
+struct Gate;
+
+impl ShouldSample for Gate {
+    fn should_sample(
+        &self,
+        parent: Option<&Context>,
+        trace_id: TraceId,
+        _name: &str,
+        _kind: &SpanKind,
+        _attributes: &[KeyValue],
+        _links: &[Link],
+    ) -> SamplingResult {
+        let decision = match infergate_telemetry::head::samples(parent, trace_id) {
+            true => SamplingDecision::RecordAndSample,
+            false => SamplingDecision::Drop,
+        };
+        SamplingResult {
+            decision,
+            attributes: Vec::new(),
+            trace_state: Default::default(),
+        }
+    }
+}
