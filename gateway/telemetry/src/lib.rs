@@ -2,8 +2,8 @@
 //! and passed on to the worker that runs it, and the spans that exist only for the exported
 //! traces.
 //!
-//! It owns no exporter and no sampler: the binary installs those (the OpenTelemetry SDK and
-//! OTLP) when an endpoint is configured and then calls [`set_exporting`]. Until then every
+//! It owns no exporter: the binary installs the OpenTelemetry SDK with OTLP and this crate's
+//! [`sampler`] when an endpoint is configured, and then calls [`set_exporting`]. Until then every
 //! function here is a relaxed load and a return, so a gateway that exports nothing pays
 //! nothing per request.
 
@@ -11,6 +11,7 @@
 
 pub mod head;
 pub mod request_id;
+pub mod sampler;
 pub mod sampling;
 pub mod span_counts;
 pub mod w3c;
@@ -26,6 +27,16 @@ pub const TARGET: &str = "infergate::trace";
 /// Under the target of the recorded one (the server's `request_id` module), so that a log
 /// filter written for the server's crate or that module keeps both.
 pub const UNTRACED: &str = "infergate_server::request_id::untraced";
+
+/// Whether the OpenTelemetry layer sees a span or event: infergate's own at info and above,
+/// whatever the log level, but for a request's span whose trace the front door decided not to
+/// record ([`UNTRACED`]).
+pub fn exported(metadata: &tracing::Metadata<'_>) -> bool {
+    let target = metadata.target();
+    *metadata.level() <= tracing::Level::INFO
+        && target.starts_with("infergate")
+        && !target.starts_with(UNTRACED)
+}
 
 static EXPORTING: AtomicBool = AtomicBool::new(false);
 

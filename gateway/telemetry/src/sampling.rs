@@ -228,12 +228,16 @@ impl<T> Field<T> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// Held by each test that changes the process's settings.
+    pub(crate) static SETTINGS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
     // The settings are the process's: one test walks through them, on model names of its own.
     #[test]
     fn a_model_overrides_field_by_field_and_counts_down() {
+        let _settings = SETTINGS.lock();
         let model = Some("sampling-test-model");
         let other = Some("sampling-test-other");
         update(

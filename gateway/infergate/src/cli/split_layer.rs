@@ -15,14 +15,16 @@ use std::marker::PhantomData;
 use tracing::level_filters::LevelFilter;
 use tracing::span;
 use tracing::subscriber::Interest;
-use tracing::{Event, Level, Metadata, Subscriber};
+use tracing::{Event, Metadata, Subscriber};
 use tracing_subscriber::filter::EnvFilter;
 use tracing_subscriber::fmt::FormattedFields;
 use tracing_subscriber::layer::{Context, Layer};
 use tracing_subscriber::registry::LookupSpan;
 
+use infergate_telemetry::exported;
+
 /// `log` (a formatting layer whose fields formatter is `N`) filtered by `filter`, beside
-/// `traces`, which sees the spans and events of [`traced`].
+/// `traces`, which sees the spans and events [`exported`] says.
 pub struct Split<N, L, T> {
     log: L,
     filter: EnvFilter,
@@ -52,15 +54,6 @@ impl NoFields for tracing_subscriber::fmt::format::DefaultFields {
 
 impl NoFields for tracing_subscriber::fmt::format::JsonFields {
     const TEXT: &'static str = "{}";
-}
-
-/// Whether the traces see a span or event: infergate's own at info and above, but for a
-/// request's span whose trace the front door decided not to record.
-pub fn traced(metadata: &Metadata<'_>) -> bool {
-    let target = metadata.target();
-    *metadata.level() <= Level::INFO
-        && target.starts_with("infergate")
-        && !target.starts_with(infergate_telemetry::UNTRACED)
 }
 
 impl<N, L, T> Split<N, L, T> {
@@ -97,7 +90,7 @@ where
     /// filters are static, so most callsites are decided once.
     fn register_callsite(&self, metadata: &'static Metadata<'static>) -> Interest {
         let log = <EnvFilter as Layer<S>>::register_callsite(&self.filter, metadata);
-        if log.is_always() || traced(metadata) {
+        if log.is_always() || exported(metadata) {
             Interest::always()
         } else if log.is_never() {
             Interest::never()
@@ -107,7 +100,7 @@ where
     }
 
     fn enabled(&self, metadata: &Metadata<'_>, cx: Context<'_, S>) -> bool {
-        traced(metadata) || self.logged(metadata, &cx)
+        exported(metadata) || self.logged(metadata, &cx)
     }
 
     fn max_level_hint(&self) -> Option<LevelFilter> {
@@ -117,7 +110,7 @@ where
     fn on_new_span(&self, attrs: &span::Attributes<'_>, id: &span::Id, cx: Context<'_, S>) {
         <EnvFilter as Layer<S>>::on_new_span(&self.filter, attrs, id, cx.clone());
         let metadata = attrs.metadata();
-        if traced(metadata) {
+        if exported(metadata) {
             self.traces.on_new_span(attrs, id, cx.clone());
         }
         if self.logged(metadata, &cx) {
@@ -134,7 +127,7 @@ where
         let Some(metadata) = cx.metadata(id) else {
             return;
         };
-        if traced(metadata) {
+        if exported(metadata) {
             self.traces.on_record(id, values, cx.clone());
         }
         if self.logged(metadata, &cx) {
@@ -149,7 +142,7 @@ where
 
     fn on_event(&self, event: &Event<'_>, cx: Context<'_, S>) {
         let metadata = event.metadata();
-        if traced(metadata) {
+        if exported(metadata) {
             self.traces.on_event(event, cx.clone());
         }
         if self.logged(metadata, &cx) {

@@ -1,22 +1,20 @@
 //! The OpenTelemetry export of `serve` and `worker`: an SDK tracer provider with a bounded
-//! batch queue and the OTLP exporter (HTTP/protobuf, or gRPC: [`super::otlp_grpc`]), the sampler that decides whose sampled
-//! flag counts and applies the run-time trace settings ([`infergate_telemetry::sampling`]),
-//! and the span counts (`/metrics`, and a warning at exit when spans were lost). Installed
+//! batch queue and the OTLP exporter (HTTP/protobuf, or gRPC: [`super::otlp_grpc`]), the
+//! sampler that decides whose sampled flag counts and applies the run-time trace settings
+//! ([`infergate_telemetry::sampler`]), and the span counts (`/metrics`, and a warning at exit when spans were lost). Installed
 //! only when an endpoint is configured.
 
 use super::otlp_grpc;
 use infergate_service::config::OtlpProtocol;
-use infergate_telemetry::sampling::{self, ForModel};
+use infergate_telemetry::sampling;
 use infergate_telemetry::span_counts::{SpanCounts, SPANS};
-use opentelemetry::trace::{
-    Link, SamplingDecision, SamplingResult, SpanKind, TraceContextExt, TraceId, TracerProvider,
-};
+use opentelemetry::trace::TracerProvider;
 use opentelemetry::{Context, KeyValue};
 use opentelemetry_otlp::{Protocol, WithExportConfig};
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::trace::{
-    BatchConfigBuilder, BatchSpanProcessor, SdkTracer, SdkTracerProvider, ShouldSample, SpanData,
-    SpanExporter, SpanProcessor,
+    BatchConfigBuilder, BatchSpanProcessor, SdkTracer, SdkTracerProvider, SpanData, SpanExporter,
+    SpanProcessor,
 };
 use opentelemetry_sdk::Resource;
 use std::sync::atomic::Ordering;
@@ -80,7 +78,7 @@ pub fn start(settings: &Settings) -> anyhow::Result<(Export, SdkTracer)> {
             counts: &SPANS,
             capacity: settings.max_queued_spans as u64,
         })
-        .with_sampler(Gate)
+        .with_sampler(infergate_telemetry::sampler::Sampler)
         .with_resource(resource)
         .build();
     sampling::start(settings.sample_ratio);
@@ -135,43 +133,6 @@ fn host_name() -> String {
         .filter(|s| !s.is_empty())
         .or_else(|| std::env::var("HOSTNAME").ok())
         .unwrap_or_else(|| "unknown".into())
-}
-
-/// The sampler: the front door's decision on a request's trace ([`infergate_telemetry::head`])
-/// where it took one, else the same rule for a trace that starts elsewhere
-/// ([`infergate_telemetry::head::records`]: a trusted or local parent's flag, else the trace
-/// settings of the model the parent context names, [`ForModel`]).
-#[derive(Debug, Clone)]
-struct Gate;
-
-impl ShouldSample for Gate {
-    fn should_sample(
-        &self,
-        parent: Option<&Context>,
-        trace_id: TraceId,
-        _name: &str,
-        _kind: &SpanKind,
-        _attributes: &[KeyValue],
-        _links: &[Link],
-    ) -> SamplingResult {
-        let decided =
-            parent.is_some_and(|cx| cx.get::<infergate_telemetry::head::Decided>().is_some());
-        let model = parent.and_then(|cx| cx.get::<ForModel>());
-        let recorded =
-            decided || infergate_telemetry::head::records(parent, trace_id, model.map(|m| &*m.0));
-        SamplingResult {
-            decision: if recorded {
-                SamplingDecision::RecordAndSample
-            } else {
-                SamplingDecision::Drop
-            },
-            attributes: Vec::new(),
-            // Recorded or not, the caller's trace state travels with the context.
-            trace_state: parent
-                .map(|cx| cx.span().span_context().trace_state().clone())
-                .unwrap_or_default(),
-        }
-    }
 }
 
 /// The batch processor, counting the sampled spans handed to it and dropping (counted) those
@@ -242,116 +203,5 @@ impl<E: SpanExporter> SpanExporter for Counted<E> {
 
     fn set_resource(&mut self, resource: &Resource) {
         self.inner.set_resource(resource);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use infergate_telemetry::sampling::{Change, Field};
-    use infergate_telemetry::TrustedSampling;
-    use opentelemetry::trace::{SpanContext, SpanId, TraceFlags, TraceState};
-
-    fn decide(parent: Option<&Context>) -> SamplingDecision {
-        let trace_id = TraceId::from_bytes([7; 16]);
-        Gate.should_sample(parent, trace_id, "request", &SpanKind::Internal, &[], &[])
-            .decision
-    }
-
-    fn parent(sampled: bool, remote: bool) -> Context {
-        let flags = if sampled {
-            TraceFlags::SAMPLED
-        } else {
-            TraceFlags::NOT_SAMPLED
-        };
-        let context = SpanContext::new(
-            TraceId::from_bytes([7; 16]),
-            SpanId::from_bytes([1; 8]),
-            flags,
-            remote,
-            TraceState::default(),
-        );
-        Context::new().with_remote_span_context(context)
-    }
-
-    fn set(model: Option<&str>, change: Change) {
-        sampling::update(model, &change);
-    }
-
-    fn rate(rate: u32) -> Change {
-        Change {
-            rate: Field::Set(rate),
-            ..Change::default()
-        }
-    }
-
-    // The trace settings are the process's: this one test walks through them.
-    #[test]
-    fn trusted_remote_parents_and_local_ones_decide_then_the_trace_settings() {
-        const RECORD: SamplingDecision = SamplingDecision::RecordAndSample;
-        const DROP: SamplingDecision = SamplingDecision::Drop;
-        sampling::start(0.0);
-        assert_eq!(decide(None), DROP);
-        set(None, rate(1));
-        assert_eq!(decide(None), RECORD);
-        // An untrusted caller cannot force recording, nor prevent it.
-        set(None, rate(0));
-        assert_eq!(decide(Some(&parent(true, true))), DROP);
-        set(None, rate(1));
-        assert_eq!(decide(Some(&parent(false, true))), RECORD);
-        // A trusted one decides either way.
-        let trusted = |sampled| parent(sampled, true).with_value(TrustedSampling);
-        set(None, rate(0));
-        assert_eq!(decide(Some(&trusted(true))), RECORD);
-        set(None, rate(1));
-        assert_eq!(decide(Some(&trusted(false))), DROP);
-        // A span inside the process follows its parent.
-        set(None, rate(0));
-        assert_eq!(decide(Some(&parent(true, false))), RECORD);
-        set(None, rate(1));
-        assert_eq!(decide(Some(&parent(false, false))), DROP);
-
-        // A model's settings decide for the traces that name it; the others keep the
-        // server-wide ones.
-        let model = |name: &str| Context::new().with_value(ForModel(name.into()));
-        set(
-            Some("quiet"),
-            Change {
-                level: Field::Set(0),
-                ..Change::default()
-            },
-        );
-        set(
-            Some("counted"),
-            Change {
-                count: Field::Set(2),
-                ..Change::default()
-            },
-        );
-        assert_eq!(decide(Some(&model("quiet"))), DROP);
-        assert_eq!(decide(Some(&model("other"))), RECORD);
-        let counted: Vec<_> = (0..4).map(|_| decide(Some(&model("counted")))).collect();
-        assert_eq!(counted, [RECORD, RECORD, DROP, DROP]);
-        assert_eq!(decide(None), RECORD, "the server-wide count is another");
-        // Traces that name no model (health, admin) do not use up the count.
-        set(
-            None,
-            Change {
-                count: Field::Set(0),
-                ..Change::default()
-            },
-        );
-        assert_eq!(decide(None), RECORD);
-        assert_eq!(decide(Some(&model("other"))), DROP);
-        set(
-            None,
-            Change {
-                count: Field::Clear,
-                ..Change::default()
-            },
-        );
-        // A trusted caller still decides for a model at level OFF.
-        let quiet_trusted = trusted(true).with_value(ForModel("quiet".into()));
-        assert_eq!(decide(Some(&quiet_trusted)), RECORD);
     }
 }

@@ -1,16 +1,14 @@
 //! Exported spans in process: the OpenTelemetry layer as `serve` installs it with an endpoint
-//! (the same filter, a sampler with the same rule), ending spans into memory instead of OTLP.
+//! (the same rule for which spans it sees, the same sampler), ending spans into memory instead of OTLP.
 //! Installed for the whole test binary on first use: from then on traces are exported for
 //! every test in it. The server-wide trace settings start at level `OFF` (nothing here starts
 //! them as `serve` does), so mostly what a model's own settings or a trusted caller record is
 //! kept; tests find their spans by trace id.
 
-use opentelemetry::trace::{
-    Link, SamplingDecision, SamplingResult, SpanKind, TraceId, TracerProvider,
-};
-use opentelemetry::{Context, KeyValue};
+use opentelemetry::trace::TracerProvider;
+use opentelemetry::Context;
 use opentelemetry_sdk::error::OTelSdkResult;
-use opentelemetry_sdk::trace::{SdkTracerProvider, ShouldSample, Span, SpanData, SpanProcessor};
+use opentelemetry_sdk::trace::{SdkTracerProvider, Span, SpanData, SpanProcessor};
 use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
@@ -23,18 +21,15 @@ static ENDED: Mutex<Vec<SpanData>> = Mutex::new(Vec::new());
 pub fn install() {
     static PROVIDER: OnceLock<SdkTracerProvider> = OnceLock::new();
     PROVIDER.get_or_init(|| {
-        use tracing_subscriber::filter::{LevelFilter, Targets};
         use tracing_subscriber::layer::SubscriberExt;
         use tracing_subscriber::Layer;
         let provider = SdkTracerProvider::builder()
             .with_span_processor(Memory)
-            .with_sampler(Gate)
+            .with_sampler(infergate_telemetry::sampler::Sampler)
             .build();
-        // `serve`'s filter: a request whose trace is not recorded has its span where this
+        // `serve`'s rule: a request whose trace is not recorded has its span where this
         // layer does not look.
-        let only_traced = Targets::new()
-            .with_target("infergate", LevelFilter::INFO)
-            .with_target(infergate_telemetry::UNTRACED, LevelFilter::OFF);
+        let only_traced = tracing_subscriber::filter::filter_fn(infergate_telemetry::exported);
         let spans = tracing_opentelemetry::layer()
             .with_tracer(provider.tracer("handler-tests"))
             .with_context_activation(false)
@@ -91,31 +86,5 @@ impl SpanProcessor for Memory {
 
     fn shutdown_with_timeout(&self, _timeout: Duration) -> OTelSdkResult {
         Ok(())
-    }
-}
-
-/// `serve`'s sampler: the front door's decision, or the same rule for other traces.
-#[derive(Debug, Clone)]
-struct Gate;
-
-impl ShouldSample for Gate {
-    fn should_sample(
-        &self,
-        parent: Option<&Context>,
-        trace_id: TraceId,
-        _name: &str,
-        _kind: &SpanKind,
-        _attributes: &[KeyValue],
-        _links: &[Link],
-    ) -> SamplingResult {
-        let decision = match infergate_telemetry::head::samples(parent, trace_id) {
-            true => SamplingDecision::RecordAndSample,
-            false => SamplingDecision::Drop,
-        };
-        SamplingResult {
-            decision,
-            attributes: Vec::new(),
-            trace_state: Default::default(),
-        }
     }
 }
