@@ -274,6 +274,13 @@ async fn run_time_sinks_and_trace_settings_outlive_a_restart_over_the_configurat
     s.stop();
 
     let s = Server::start_in(tmp.path(), options());
+    assert!(
+        s.startup_log
+            .iter()
+            .any(|l| l.contains("removes the configuration file's sink") && l.contains("filed")),
+        "the start says the file's sink is overridden: {:?}",
+        s.startup_log
+    );
     let (status, body) = get(&s, "/api/payload-log/sinks").await;
     assert_eq!(status, 200, "{body}");
     let sinks = body["sinks"].as_array().unwrap();

@@ -38,6 +38,7 @@ impl PayloadLogs {
         // Removals first: a file a removed sink wrote is then free for a sink defined next.
         for name in current.keys() {
             if !matches!(wanted.get(name), Some(Some(_))) {
+                self.overriding_the_file(name, &current, "removes");
                 self.remove(name);
             }
         }
@@ -46,10 +47,23 @@ impl PayloadLogs {
             if current.get(&name) == Some(&config) {
                 continue;
             }
+            self.overriding_the_file(&name, &current, "replaces");
             if let Err(e) = self.define(&name, config) {
                 errors.push(format!("sink '{name}': {}", e.message));
             }
         }
         errors
+    }
+
+    /// Says so when the store's word replaces the configuration file's sink `name` here (once:
+    /// when the sink still is the file's), since editing the file then changes nothing.
+    fn overriding_the_file(&self, name: &str, current: &BTreeMap<String, SinkConfig>, what: &str) {
+        if self
+            .file_sinks
+            .get(name)
+            .is_some_and(|file| current.get(name) == Some(file))
+        {
+            tracing::warn!(sink = name, "a sink stored at run time {what} the configuration file's sink of this name (PUT or DELETE /api/payload-log/sinks/{name} changes it)");
+        }
     }
 }
