@@ -18,6 +18,7 @@ mod grpc;
 mod headers;
 mod hostile_input;
 mod limits;
+mod replica_settings;
 mod replica_traffic;
 mod replica_workers;
 mod replicas;

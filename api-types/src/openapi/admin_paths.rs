@@ -127,7 +127,8 @@ pub fn delete_key_payload_log() {}
     responses((status = 200, description = "The sinks.", body = PayloadLogSinks)))]
 pub fn list_payload_log_sinks() {}
 
-/// Defines or replaces a payload log sink, in this process until it stops. A replaced sink
+/// Defines or replaces a payload log sink, kept in the store: it outlives a restart, wins over
+/// the configuration file's sink of that name, and reaches every replica. A replaced sink
 /// keeps its counts, and its old writer writes what it had queued.
 #[utoipa::path(put, path = "/api/payload-log/sinks/{name}", tag = "Payload logs",
     params(("name" = String, Path, description = "Letters, digits, '-', '_' and '.'.")),
@@ -140,8 +141,8 @@ pub fn list_payload_log_sinks() {}
     ))]
 pub fn put_payload_log_sink() {}
 
-/// Removes a payload log sink that no setting names; its writer still writes what it had
-/// queued.
+/// Removes a payload log sink that no setting names, on every replica and for the next start
+/// (a configuration file's sink of that name too); its writer still writes what it had queued.
 #[utoipa::path(delete, path = "/api/payload-log/sinks/{name}", tag = "Payload logs",
     params(("name" = String, Path, description = "A sink's name.")),
     security(("bearer" = ["admin"]), ("api_key" = ["admin"])),

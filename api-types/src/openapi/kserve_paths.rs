@@ -192,15 +192,15 @@ pub fn load() {}
     responses((status = 200, description = "Unloaded.")))]
 pub fn unload() {}
 
-/// Triton's trace settings that apply server-wide (this process's: each replica and worker
-/// has its own).
+/// Triton's trace settings that apply server-wide (kept in the store and shared by every
+/// gateway replica; a worker follows its manager's decision).
 #[utoipa::path(get, path = "/v2/trace/setting", tag = "Triton extensions",
     security(("bearer" = ["infer"]), ("api_key" = ["infer"])),
     responses((status = 200, description = "The settings.", body = TraceSettings)))]
 pub fn trace_setting() {}
 
-/// Changes the server-wide trace settings at once; `null` returns a setting to its value at
-/// startup.
+/// Changes the server-wide trace settings at once, on every replica and for the next start;
+/// `null` returns a setting to the configuration's value.
 #[utoipa::path(post, path = "/v2/trace/setting", tag = "Triton extensions",
     request_body(content = Option<TraceSettingsRequest>, description = "The settings to change; an empty body changes none."),
     security(("bearer" = ["admin"]), ("api_key" = ["admin"])),
@@ -221,7 +221,8 @@ pub fn trace_setting_update() {}
     ))]
 pub fn model_trace_setting() {}
 
-/// Changes a model's own trace settings; `null` clears one (the server-wide value applies).
+/// Changes a model's own trace settings, on every replica and for the next start; `null`
+/// clears one (the server-wide value applies).
 #[utoipa::path(post, path = "/v2/models/{model}/trace/setting", tag = "Triton extensions",
     params(("model" = String, Path, description = "A model name.")),
     request_body(content = Option<TraceSettingsRequest>, description = "The settings to change; an empty body changes none."),

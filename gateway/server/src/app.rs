@@ -68,6 +68,8 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     infergate_service::manager::spawn_refresh(state.workers().clone(), state.store().clone());
     state.plugins().prune_cache(state.store())?;
     state.apply_model_configs().await;
+    infergate_service::shared_settings::apply_sinks(&state).await?;
+    infergate_service::shared_settings::apply_traces(&state)?;
     infergate_service::replica_sync::spawn(&state);
     infergate_service::traffic::spawn(&state);
     infergate_service::token_accounting::TokenAccounting::spawn_flusher(

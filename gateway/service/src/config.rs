@@ -216,7 +216,9 @@ pub struct TracingConfig {
     pub service_name: String,
     /// The share of traces recorded (0.0 to 1.0), decided from the trace id, so every process
     /// of a trace decides alike. A span inside a recorded trace is recorded; a caller's
-    /// sampled flag decides only when `honour_caller_sampling` trusts the caller.
+    /// sampled flag decides only when `honour_caller_sampling` trusts the caller. A
+    /// `trace_rate` set through Triton's trace extension is kept in the store and wins over it
+    /// until cleared.
     pub sample_ratio: f64,
     /// Whose `traceparent` sampled flag is followed: `keyed` (requests that present an API
     /// key), `all` or `none`. An anonymous caller's flag is followed only with `all`; the

@@ -80,6 +80,7 @@ pub mod replica_sync;
 pub mod response_cache;
 pub mod shared_limits;
 pub mod shared_memory;
+pub mod shared_settings;
 pub mod startup;
 pub mod state;
 pub mod textgen;

@@ -9,7 +9,9 @@
 //!   refused and unloaded and their file leaves the data directory when nothing references it;
 //! - plugins: new versions compiled and served, deleted ones dropped, new limits applied;
 //! - pipelines: new or changed specs used by new requests, deleted ones gone;
-//! - models' settings (traffic policies): re-read whole and applied to the next request.
+//! - models' settings (traffic policies): re-read whole and applied to the next request;
+//! - payload log sinks defined or removed at run time, and trace settings
+//!   (`crate::shared_settings`): re-read whole and applied, unchanged sinks left alone.
 //!
 //! Only entries held before the table was read are dropped when missing from it, so a write
 //! this replica makes while a re-read is under way is never lost; a re-read that raced with
@@ -64,6 +66,16 @@ pub fn spawn(state: &Arc<AppState>) {
                     Err(e) => {
                         tracing::warn!(error = %e, "could not re-read models' settings changed by another replica; retrying at the next change or resync")
                     }
+                }
+            }
+            if moved(|c| c.sinks) {
+                if let Err(e) = crate::shared_settings::apply_sinks(&state).await {
+                    tracing::warn!(error = %e, "could not re-read payload log sinks changed by another replica; retrying at the next change or resync");
+                }
+            }
+            if moved(|c| c.traces) {
+                if let Err(e) = crate::shared_settings::apply_traces(&state) {
+                    tracing::warn!(error = %e, "could not re-read trace settings changed by another replica; retrying at the next change or resync");
                 }
             }
             if moved(|c| c.pipelines) {

@@ -1,11 +1,26 @@
 //! Triton's trace extension (`/v2[/models/{m}]/trace/setting`, gRPC `TraceSetting`): the trace
 //! settings read and changed in Triton's names, values and error messages, over the process's
-//! own settings (`infergate_telemetry::sampling`). Every value travels as strings: JSON's
-//! `null` (HTTP) or an empty list (gRPC) clears a setting.
+//! settings (`infergate_telemetry::sampling`). Every value travels as strings: JSON's `null`
+//! (HTTP) or an empty list (gRPC) clears a setting.
+//!
+//! Unlike Triton's, a change is kept in the store (`trace_settings`) and applied from there by
+//! every replica ([`follow`]: at start, and on PostgreSQL when another replica changed them),
+//! so that replicas behind one load balancer sample alike and the next start keeps them;
+//! clearing a field (`null`) returns it to the configuration's value. A count is each
+//! process's own: every replica records up to `trace_count` traces from when it was set (or
+//! from its start).
 
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
+use infergate_store::shared_settings::TraceRecord;
 use infergate_telemetry::sampling::{self, Change, Field, TENSORS, TIMESTAMPS};
+use parking_lot::Mutex;
+use std::collections::BTreeMap;
+
+/// The `count_revision` last applied to this process's count, by scope (`""`: server-wide):
+/// a re-read restarts a count only when it was set again. Process-wide, like the settings it
+/// follows.
+static APPLIED: Mutex<BTreeMap<String, i64>> = Mutex::new(BTreeMap::new());
 
 /// A setting's new values; `None` clears it.
 pub type Values = Option<Vec<String>>;
@@ -47,9 +62,9 @@ pub fn read(state: &AppState, model: Option<&str>) -> ApiResult<Vec<(&'static st
     ])
 }
 
-/// Applies `settings` to `model` (or server-wide) and answers the settings that apply now.
-/// Nothing changes unless every setting is valid.
-pub fn change(
+/// Applies `settings` to `model` (or server-wide), stored first, and answers the settings that
+/// apply now. Nothing changes unless every setting is valid and stored.
+pub async fn change(
     state: &AppState,
     model: Option<&str>,
     settings: &[(String, Values)],
@@ -96,8 +111,63 @@ pub fn change(
             }
         }
     }
-    sampling::update(model, &change);
+    if change != Change::default() {
+        let scope = model.unwrap_or_default().to_owned();
+        let store = state.store().clone();
+        let count_changed = change.count != Field::Keep;
+        let record = tokio::task::spawn_blocking(move || {
+            store.change_trace_setting(&scope, count_changed, |r| {
+                r.level = stored(change.level.map(i64::from), r.level);
+                r.rate = stored(change.rate.map(i64::from), r.rate);
+                r.count = stored(change.count, r.count);
+            })
+        })
+        .await
+        .map_err(|e| ApiError::internal(format!("storing the trace setting: {e}")))?
+        .map_err(|e| ApiError::internal(format!("storing the trace setting: {e}")))?;
+        let mut applied = APPLIED.lock();
+        sampling::update(model, &change);
+        applied.insert(record.scope, record.count_revision);
+    }
     read(state, model)
+}
+
+/// A stored field after `change`.
+fn stored(change: Field<i64>, old: Option<i64>) -> Option<i64> {
+    match change {
+        Field::Keep => old,
+        Field::Set(value) => Some(value),
+        Field::Clear => None,
+    }
+}
+
+/// A stored field as a change of the process's: what is not set (or out of range) is cleared.
+fn restored<T: TryFrom<i64>>(value: Option<i64>) -> Field<T> {
+    match value.and_then(|v| T::try_from(v).ok()) {
+        Some(value) => Field::Set(value),
+        None => Field::Clear,
+    }
+}
+
+/// Makes this process's trace settings the stored ones. A count restarts only where it was
+/// set or cleared since this process last applied it.
+pub fn follow(records: &[TraceRecord]) {
+    let mut applied = APPLIED.lock();
+    for record in records {
+        let model = (!record.scope.is_empty()).then_some(record.scope.as_str());
+        let count = if applied.get(&record.scope) == Some(&record.count_revision) {
+            Field::Keep
+        } else {
+            restored(record.count)
+        };
+        let change = Change {
+            level: restored(record.level),
+            rate: restored(record.rate),
+            count,
+        };
+        sampling::update(model, &change);
+        applied.insert(record.scope.clone(), record.count_revision);
+    }
 }
 
 /// A setting present in the request: cleared, or set from its values by `parse`.

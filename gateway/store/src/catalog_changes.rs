@@ -1,7 +1,6 @@
 //! Which of the tables that replicas hold in memory (models, plugins, pipelines, models'
-//! settings) changed in a
-//! PostgreSQL store, as counters that only grow: the key listener ([`super::replica_keys`])
-//! bumps one when the `infergate_catalog` trigger of
+//! settings, payload log sinks, trace settings) changed in a PostgreSQL store, as counters
+//! that only grow: the key listener ([`super::replica_keys`]) bumps one when the `infergate_catalog` trigger of
 //! `migrations/postgres/0005_catalog_notify.sql` names its table, and all of them after every
 //! (re)connection and full resync, so that what a lost notification missed is re-read too. The
 //! gateway watches them (`infergate_service::replica_sync`) and re-reads what moved; a burst of changes
@@ -20,6 +19,10 @@ pub struct CatalogChanges {
     pub pipelines: u64,
     /// Models' own settings (`model_settings`: traffic policies).
     pub settings: u64,
+    /// Payload log sinks defined or removed at run time (`payload_log_sinks`).
+    pub sinks: u64,
+    /// Trace settings (`trace_settings`).
+    pub traces: u64,
 }
 
 pub(super) struct CatalogSignal {
@@ -44,6 +47,8 @@ impl CatalogSignal {
             "plugins" => c.plugins += 1,
             "pipelines" | "pipeline_plugins" => c.pipelines += 1,
             "model_settings" => c.settings += 1,
+            "payload_log_sinks" => c.sinks += 1,
+            "trace_settings" => c.traces += 1,
             _ => {}
         });
     }
@@ -55,6 +60,8 @@ impl CatalogSignal {
             c.plugins += 1;
             c.pipelines += 1;
             c.settings += 1;
+            c.sinks += 1;
+            c.traces += 1;
         });
     }
 }

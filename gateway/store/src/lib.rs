@@ -28,6 +28,7 @@ mod pg_tls;
 pub mod plugins;
 mod postgres;
 mod replica_keys;
+pub mod shared_settings;
 mod sql;
 mod store;
 #[cfg(any(test, feature = "test-support"))]

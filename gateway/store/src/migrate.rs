@@ -46,6 +46,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "0008_key_payload_log.sql",
         include_str!("../../../migrations/0008_key_payload_log.sql"),
     ),
+    (
+        9,
+        "0009_shared_settings.sql",
+        include_str!("../../../migrations/0009_shared_settings.sql"),
+    ),
 ];
 
 pub fn apply(conn: &mut Connection) -> Result<Vec<i64>, String> {

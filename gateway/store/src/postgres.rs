@@ -82,6 +82,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "0011_key_payload_log.sql",
         include_str!("../../../migrations/postgres/0011_key_payload_log.sql"),
     ),
+    (
+        12,
+        "0012_shared_settings.sql",
+        include_str!("../../../migrations/postgres/0012_shared_settings.sql"),
+    ),
 ];
 /// `pg_advisory_xact_lock` key that serialises migrations of replicas starting together
 /// ("infergat" in ASCII).

@@ -62,7 +62,66 @@ on_both_backends!(
     model_settings_survive_new_versions_and_go_with_the_model,
     a_keys_guardrails_are_kept_cleared_and_seen_by_its_next_request,
     a_keys_payload_log_is_kept_cleared_and_seen_by_its_next_request,
+    run_time_sinks_and_trace_settings_are_kept_field_by_field,
 );
+
+fn run_time_sinks_and_trace_settings_are_kept_field_by_field(store: &Store) {
+    store
+        .set_payload_log_sink("audit", Some(r#"{"file":{"path":"/a"}}"#))
+        .unwrap();
+    store.set_payload_log_sink("filed", None).unwrap();
+    store
+        .set_payload_log_sink("audit", Some(r#"{"file":{"path":"/b"}}"#))
+        .unwrap();
+    store.set_payload_log_sink("gone", Some("{}")).unwrap();
+    store.delete_payload_log_sink("gone").unwrap();
+    assert_eq!(
+        store.list_payload_log_sinks().unwrap(),
+        vec![
+            (
+                "audit".to_owned(),
+                Some(r#"{"file":{"path":"/b"}}"#.to_owned())
+            ),
+            ("filed".to_owned(), None),
+        ]
+    );
+
+    let set = store
+        .change_trace_setting("", true, |r| {
+            r.rate = Some(10);
+            r.count = Some(5);
+        })
+        .unwrap();
+    assert_eq!(
+        (set.rate, set.count, set.count_revision),
+        (Some(10), Some(5), 1)
+    );
+    // Another field: the count is kept, and so is its revision.
+    let set = store
+        .change_trace_setting("", false, |r| r.level = Some(0))
+        .unwrap();
+    assert_eq!(
+        (set.level, set.count, set.count_revision),
+        (Some(0), Some(5), 1)
+    );
+    // The same count again starts it again.
+    store
+        .change_trace_setting("", true, |r| r.count = Some(5))
+        .unwrap();
+    store
+        .change_trace_setting("m", false, |r| r.rate = Some(2))
+        .unwrap();
+    let all = store.list_trace_settings().unwrap();
+    assert_eq!(all.len(), 2);
+    assert_eq!(
+        (all[0].scope.as_str(), all[0].count_revision, all[0].level),
+        ("", 2, Some(0))
+    );
+    assert_eq!(
+        (all[1].scope.as_str(), all[1].rate, all[1].count),
+        ("m", Some(2), None)
+    );
+}
 
 fn infer() -> Scopes {
     Scopes::parse_list("infer").unwrap()

@@ -1,7 +1,8 @@
 //! Which traces are recorded: the server-wide setting and the per-model overrides of Triton's
 //! trace extension (level, rate, count), changed at run time and read by the sampler for each
-//! trace that starts in this process. They are the process's own: each replica and worker has
-//! its settings, as each Triton server has.
+//! trace that starts in this process. The gateway keeps them in its store and applies them to
+//! every replica (`infergate_service::trace_settings`); a worker keeps its own, and follows its
+//! manager's decision on what the manager sends it.
 //!
 //! A model's override replaces the server-wide value field by field; a field it does not set
 //! follows the server-wide one, as it is now. A model that sets `count` has its own count of

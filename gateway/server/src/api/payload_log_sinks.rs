@@ -1,8 +1,9 @@
 //! `/api/payload-log/sinks` (scope `admin`): the sinks payload log settings may name, changed
 //! at run time. `PUT /api/payload-log/sinks/{name}` defines or replaces one with the JSON shape
 //! of the configuration file's `[payload_log.sinks.NAME]`; `DELETE` removes one no setting
-//! names (409 naming a setting otherwise). These changes hold in this process until it stops:
-//! the configuration file's sinks are what a restart (and every other replica) has.
+//! names (409 naming a setting otherwise). A change is stored first and then applied, so the
+//! next start and, on PostgreSQL, every other replica have it too (`payload_log::stored`: a
+//! stored definition or removal wins over the configuration file's sink of that name).
 
 use super::authorized::{Admin, Authorized};
 use super::body::read_limited;
@@ -12,7 +13,7 @@ use http::HeaderMap;
 use infergate_kserve::http_error::HttpResult;
 use infergate_service::error::{ApiError, ApiResult};
 use infergate_service::model_settings::PAYLOAD_LOG;
-use infergate_service::payload_log::config::SinkConfig;
+use infergate_service::payload_log::config::{check_sink_name, SinkConfig};
 use infergate_service::payload_log::setting::LogSetting;
 use infergate_service::payload_log::sink::Sink;
 use infergate_service::state::AppState;
@@ -87,16 +88,39 @@ pub async fn put(
     let body = read_limited(&headers, body, super::body::MAX_JSON_API_BYTES).await?;
     let config = SinkConfig::parse(&body)
         .map_err(|e| ApiError::bad_request(format!("payload log sink: {e}")))?;
+    check_sink_name(&name).map_err(|e| ApiError::bad_request(format!("payload log sink: {e}")))?;
+    let text = serde_json::to_string(&config)
+        .map_err(|e| ApiError::internal(format!("payload log sink: {e}")))?;
     let defining = state.clone();
     let key = name.clone();
-    // Blocking: a file sink replacing one on the same file waits for the old writer.
-    tokio::task::spawn_blocking(move || defining.payload_logs().define(&key, config))
-        .await
-        .map_err(|e| ApiError::internal(format!("defining the sink: {e}")))?
-        .map_err(|mut e| {
-            e.message = format!("payload log sink: {}", e.message);
-            e
-        })?;
+    // Blocking: the store, and a file sink replacing one on the same file waits for the old
+    // writer.
+    tokio::task::spawn_blocking(move || {
+        let store = defining.store();
+        let before = store
+            .list_payload_log_sinks()?
+            .into_iter()
+            .find(|(n, _)| *n == key)
+            .map(|(_, config)| config);
+        store.set_payload_log_sink(&key, Some(&text))?;
+        defining.payload_logs().define(&key, config).inspect_err(|_| {
+            // Refused here (a file another sink writes, or one that cannot be opened): the
+            // store goes back to what it had, so no replica tries it.
+            let restored = match &before {
+                Some(old) => store.set_payload_log_sink(&key, old.as_deref()),
+                None => store.delete_payload_log_sink(&key),
+            };
+            if let Err(e) = restored {
+                tracing::error!(sink = %key, error = %e, "could not take back a refused payload log sink from the store; other replicas may try it");
+            }
+        })
+    })
+    .await
+    .map_err(|e| ApiError::internal(format!("defining the sink: {e}")))?
+    .map_err(|mut e| {
+        e.message = format!("payload log sink: {}", e.message);
+        e
+    })?;
     let sink = state
         .payload_logs()
         .sinks()
@@ -148,6 +172,11 @@ pub async fn delete(
         ))
         .into());
     }
+    let store = state.store().clone();
+    let key = name.clone();
+    tokio::task::spawn_blocking(move || store.set_payload_log_sink(&key, None))
+        .await
+        .map_err(|e| ApiError::internal(format!("removing the sink: {e}")))??;
     if !state.payload_logs().remove(&name) {
         return Err(ApiError::not_found(format!("no payload log sink '{name}'")).into());
     }

@@ -1,6 +1,7 @@
 //! Triton's trace extension over HTTP: `GET|POST /v2[/models/{model}]/trace/setting`, in
 //! Triton's JSON (every value a string, `trace_level` a list; `null` clears a setting).
-//! Reading needs an `infer` key, changing an `admin` key.
+//! Reading needs an `infer` key, changing an `admin` key. A change is stored and reaches every
+//! replica (`infergate_service::trace_settings`).
 
 use super::authorized::{Admin, Authorized, Infer};
 use super::body::read_limited;
@@ -36,9 +37,9 @@ pub async fn post(
     body: axum::body::Body,
 ) -> HttpResult<Json<TraceSettings>> {
     let settings = settings(&headers, body).await?;
-    Ok(Json(answer(trace_settings::change(
-        &state, None, &settings,
-    )?)))
+    Ok(Json(answer(
+        trace_settings::change(&state, None, &settings).await?,
+    )))
 }
 
 pub async fn model_post(
@@ -49,11 +50,9 @@ pub async fn model_post(
     body: axum::body::Body,
 ) -> HttpResult<Json<TraceSettings>> {
     let settings = settings(&headers, body).await?;
-    Ok(Json(answer(trace_settings::change(
-        &state,
-        Some(&model),
-        &settings,
-    )?)))
+    Ok(Json(answer(
+        trace_settings::change(&state, Some(&model), &settings).await?,
+    )))
 }
 
 /// The request's settings, each as its strings; an empty body changes none.

@@ -54,7 +54,7 @@ pub async fn trace_setting(
                 (name.clone(), values)
             })
             .collect();
-        trace_settings::change(state, model, &change)?
+        trace_settings::change(state, model, &change).await?
     };
     let settings = settings
         .into_iter()

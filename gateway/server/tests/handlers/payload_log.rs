@@ -839,6 +839,14 @@ async fn an_admin_defines_replaces_and_removes_sinks_at_run_time() {
         .await;
     assert_eq!(r.status, 409);
     assert!(r.error().contains("late"), "{}", r.error());
+    // What was refused is not kept for the next start (or another replica) either.
+    let stored = app
+        .state
+        .store()
+        .list_payload_log_sinks()
+        .expect("stored sinks");
+    let names: Vec<&str> = stored.iter().map(|(name, _)| name.as_str()).collect();
+    assert_eq!(names, ["late"]);
 
     let listed = app.get(sinks, Some(&app.admin)).await.json();
     let row = &listed["sinks"][0];

@@ -26,7 +26,9 @@ pub const ALWAYS_REDACTED: &[&str] = &[
 pub struct PayloadLogConfig {
     /// The sinks models, pipelines and keys may log to, by name: `[payload_log.sinks.audit]
     /// file = { path = "..." }` or `http = { url = "..." }`. An admin may define more, or
-    /// replace these, at run time (`/api/payload-log/sinks`) until the process stops.
+    /// replace or remove these, at run time (`/api/payload-log/sinks`): such a change is kept
+    /// in the store and wins over this file's sink of that name, at every start and on every
+    /// replica.
     pub sinks: BTreeMap<String, SinkConfig>,
     /// More names to redact, beside the built-in ones (`secret`, `password`, `api_key`,
     /// `authorization`, `credential`, `access_token`, ...): an input, parameter or JSON field

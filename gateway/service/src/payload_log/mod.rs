@@ -30,6 +30,7 @@ pub mod config;
 pub mod entry;
 pub mod setting;
 pub mod sink;
+pub mod stored;
 
 use crate::caller::Caller;
 use crate::error::{ApiError, ApiResult};
@@ -58,6 +59,8 @@ use std::sync::{Arc, OnceLock};
 pub struct PayloadLogs {
     renderer: Arc<Renderer>,
     sinks: RwLock<BTreeMap<String, Arc<Sink>>>,
+    /// The configuration file's sinks, which stored definitions override (`stored`).
+    file_sinks: BTreeMap<String, SinkConfig>,
     /// Orders changes of the sinks, so that two replacements of one sink do not interleave.
     changes: Mutex<()>,
 }
@@ -79,6 +82,7 @@ impl PayloadLogs {
         Ok(PayloadLogs {
             renderer,
             sinks: RwLock::new(sinks),
+            file_sinks: config.sinks.clone(),
             changes: Mutex::new(()),
         })
     }

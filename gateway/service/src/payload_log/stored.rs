@@ -1,0 +1,69 @@
+//! The sinks as the store has them: a sink defined or removed at run time is recorded there
+//! (`payload_log_sinks`), so that the next start and, on PostgreSQL, every other replica have
+//! it too. A stored definition of a name wins over the configuration file's sink of that name,
+//! and a stored removal hides it: the last word of an admin is what every replica has, whatever
+//! its own file says.
+
+use super::config::SinkConfig;
+use super::PayloadLogs;
+use infergate_store::shared_settings::StoredSink;
+use std::collections::BTreeMap;
+
+impl PayloadLogs {
+    /// Makes this process's sinks the configuration file's with `stored` over them. Sinks
+    /// already as wanted are left alone (writers and counts kept); a changed one is replaced
+    /// as `PUT` replaces it. Blocking (see [`PayloadLogs::define`]). Returns what could not be
+    /// applied, each left as it was.
+    pub fn follow(&self, stored: Vec<StoredSink>) -> Vec<String> {
+        let mut errors = Vec::new();
+        let mut wanted: BTreeMap<String, Option<SinkConfig>> = self
+            .file_sinks
+            .iter()
+            .map(|(name, config)| (name.clone(), Some(config.clone())))
+            .collect();
+        for (name, text) in stored {
+            match text.map(|t| SinkConfig::parse(t.as_bytes())).transpose() {
+                Ok(config) => {
+                    wanted.insert(name, config);
+                }
+                Err(e) => errors.push(format!("sink '{name}' as stored: {e}")),
+            }
+        }
+        let current: BTreeMap<String, SinkConfig> = self
+            .sinks
+            .read()
+            .iter()
+            .map(|(name, sink)| (name.clone(), sink.config.clone()))
+            .collect();
+        // Removals first: a file a removed sink wrote is then free for a sink defined next.
+        for name in current.keys() {
+            if !matches!(wanted.get(name), Some(Some(_))) {
+                self.overriding_the_file(name, &current, "removes");
+                self.remove(name);
+            }
+        }
+        for (name, config) in wanted {
+            let Some(config) = config else { continue };
+            if current.get(&name) == Some(&config) {
+                continue;
+            }
+            self.overriding_the_file(&name, &current, "replaces");
+            if let Err(e) = self.define(&name, config) {
+                errors.push(format!("sink '{name}': {}", e.message));
+            }
+        }
+        errors
+    }
+
+    /// Says so when the store's word replaces the configuration file's sink `name` here (once:
+    /// when the sink still is the file's), since editing the file then changes nothing.
+    fn overriding_the_file(&self, name: &str, current: &BTreeMap<String, SinkConfig>, what: &str) {
+        if self
+            .file_sinks
+            .get(name)
+            .is_some_and(|file| current.get(name) == Some(file))
+        {
+            tracing::warn!(sink = name, "a sink stored at run time {what} the configuration file's sink of this name (PUT or DELETE /api/payload-log/sinks/{name} changes it)");
+        }
+    }
+}
