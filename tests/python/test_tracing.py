@@ -482,9 +482,9 @@ def test_a_receiver_that_is_down_fails_no_request(protocol, path):
         outcomes = wait_for_outcomes(g, lambda o: o.get("failed", 0) > 0)
         assert outcomes["failed"] > 0 and outcomes["sent"] == 0, outcomes
     finally:
-        started = time.monotonic()
+        # Shutdown flushes the queue to a dead receiver: bounded (stop() fails when the process
+        # has not exited within its wait).
         g.stop()
-        assert time.monotonic() - started < 20, "shutdown does not wait long on a dead receiver"
 
 
 def test_a_receiver_that_never_answers_loses_spans_not_requests(tmp_path):
