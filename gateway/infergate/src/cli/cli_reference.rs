@@ -110,6 +110,10 @@ fn write_arg(out: &mut String, arg: &Arg) {
         .map(|v| format!("`{}`", v.get_name()))
         .collect();
     if !possible.is_empty() && takes_value {
+        // Flag help is written without a closing full stop, as clap shows it.
+        if !meaning.trim_end().ends_with('.') && !meaning.trim().is_empty() {
+            meaning = format!("{}.", meaning.trim_end());
+        }
         let _ = write!(meaning, " One of {}.", possible.join(", "));
     }
     let repeat = if matches!(arg.get_action(), clap::ArgAction::Append) {
