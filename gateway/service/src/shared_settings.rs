@@ -12,8 +12,9 @@ use std::sync::Arc;
 pub async fn apply_sinks(state: &Arc<AppState>) -> Result<(), StoreError> {
     let st = state.clone();
     let applied = tokio::task::spawn_blocking(move || {
+        let before = st.payload_logs().definitions();
         let stored = st.store().list_payload_log_sinks()?;
-        Ok::<_, StoreError>(st.payload_logs().follow(stored))
+        Ok::<_, StoreError>(st.payload_logs().follow(stored, &before))
     })
     .await;
     let errors = match applied {

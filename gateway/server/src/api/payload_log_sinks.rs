@@ -177,8 +177,7 @@ pub async fn delete(
     tokio::task::spawn_blocking(move || store.set_payload_log_sink(&key, None))
         .await
         .map_err(|e| ApiError::internal(format!("removing the sink: {e}")))??;
-    if !state.payload_logs().remove(&name) {
-        return Err(ApiError::not_found(format!("no payload log sink '{name}'")).into());
-    }
+    // Gone already when this process's follower of the store applied the removal first.
+    state.payload_logs().remove(&name);
     Ok(Json(SinkDeleted { deleted: name }))
 }
