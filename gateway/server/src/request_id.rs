@@ -129,8 +129,16 @@ fn traced(
     id: &str,
     trusted_sampling: impl FnOnce(&Request) -> bool,
 ) -> (tracing::Span, Handling, Option<HeaderValue>) {
-    let mut deferred = None;
-    let head = infergate_telemetry::exporting().then(|| {
+    use infergate_telemetry::head::{self, Head};
+    /// What the front door knows of the trace.
+    enum Front {
+        /// Traces are not exported.
+        Off,
+        Decided(Head),
+        /// The request names its model in its body: its handler decides.
+        Deferred(head::Undecided),
+    }
+    let front = if infergate_telemetry::exporting() {
         let trusted = trusted_sampling(request);
         let path = request.uri().path();
         // Only while some model's settings differ from the others' (cheaper otherwise).
@@ -138,32 +146,33 @@ fn traced(
         let model = per_model.then(|| inferred_model(path)).flatten();
         let parent = infergate_telemetry::w3c::extract(request.headers(), trusted);
         if per_model && model.is_none() && crate::model_trace::names_model_in_body(path) {
-            deferred = Some(infergate_telemetry::head::undecided(parent));
-            return None;
+            Front::Deferred(head::undecided(parent))
+        } else {
+            Front::Decided(head::decide(parent, model.as_deref()))
         }
-        Some(infergate_telemetry::head::decide(parent, model.as_deref()))
-    });
-    let recorded = matches!(&head, Some(Some(h)) if h.recorded);
-    let span = if head.is_some() && !recorded {
-        tracing::info_span!(
+    } else {
+        Front::Off
+    };
+    let span = match &front {
+        Front::Off | Front::Decided(Head { recorded: true, .. }) => tracing::info_span!(
+            "request",
+            request_id = %id,
+            trace_id = tracing::field::Empty,
+            span_id = tracing::field::Empty
+        ),
+        Front::Decided(_) | Front::Deferred(_) => tracing::info_span!(
             target: infergate_telemetry::UNTRACED,
             "request",
             request_id = %id,
             trace_id = tracing::field::Empty,
             span_id = tracing::field::Empty
-        )
-    } else {
-        tracing::info_span!(
-            "request",
-            request_id = %id,
-            trace_id = tracing::field::Empty,
-            span_id = tracing::field::Empty
-        )
+        ),
     };
     // The answer's `X-Trace-Id`, and for a recorded trace the span's ids in its log lines.
-    match (head.flatten(), deferred) {
-        (_, Some(undecided)) => (span, Handling::Deferred(undecided), None),
-        (Some(head), None) if recorded => {
+    match front {
+        Front::Off => (span, Handling::Decided(Trace::Undecided), None),
+        Front::Deferred(undecided) => (span, Handling::Deferred(undecided), None),
+        Front::Decided(head) if head.recorded => {
             infergate_telemetry::w3c::continue_decided(&span, head.parent);
             let header = infergate_telemetry::w3c::record_ids(&span);
             let trace = match header {
@@ -172,12 +181,11 @@ fn traced(
             };
             (span, Handling::Decided(trace), header)
         }
-        (Some(head), None) => {
-            let header = infergate_telemetry::head::header(head.trace_id);
+        Front::Decided(head) => {
+            let header = head::header(head.trace_id);
             let trace = Trace::Unrecorded(head.trace_id, head.trace_state);
             (span, Handling::Decided(trace), header)
         }
-        (None, None) => (span, Handling::Decided(Trace::Undecided), None),
     }
 }
 
