@@ -62,8 +62,8 @@ def degraded(privileged, infergate_bin):
             states = []
             fault_at = run.wait_applied(1, DEGRADED_S + 30)
             while len(run.undone) < 2 and time.monotonic() < fault_at + DEGRADED_S + 30:
-                states.append({w["id"]: w["state"] for w in cluster.view()})
-                time.sleep(timing.interval / 2)
+                states.append({w["id"]: (w["state"], w["last_seen_ms"]) for w in cluster.view()})
+                time.sleep(timing.interval / 10)
             run.wait(DEGRADED_S + 30)
             healed_at = max(run.undone.values())
             time.sleep(DEGRADED_S)
@@ -81,7 +81,12 @@ def degraded(privileged, infergate_bin):
                 "degraded": window(records, fault_at, min(run.undoing.values())),
                 "after": window(records, healed_at, healed_at + DEGRADED_S),
             }
-            report["lost_while_degraded"] = sorted({wid for s in states for wid, st in s.items() if st == "lost"})
+            report["lost_while_degraded"] = sorted({wid for s in states for wid, (st, _) in s.items() if st == "lost"})
+            # The longest a worker went unheard while its link was slow, against the budget.
+            report["longest_silence_s"] = max((seen / 1000 for s in states for _, seen in s.values()), default=0)
+            report["silence_budget_s"] = timing.budget
+            if report["lost_while_degraded"]:
+                show_logs(cluster.processes, 60)
             show(report)
             yield report
         except BaseException:

@@ -52,9 +52,14 @@ pub(crate) async fn heartbeats(
     // Within one interval, so that a hung manager leaves time to reach the next before the
     // worker is judged lost; never below a second (a busy manager answers in milliseconds).
     let timeout = interval.max(Duration::from_secs(1));
+    // Heartbeats leave on a fixed cadence, not an interval after the last answer: on a slow
+    // link the round trip would otherwise stretch every gap the manager sees, and one
+    // retransmitted heartbeat would then push the gap past the missed-heartbeat budget.
+    let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let changed = tokio::select! {
-            _ = tokio::time::sleep(interval) => false,
+            _ = ticks.tick() => false,
             _ = stopped.changed() => true,
         };
         if changed || *stopped.borrow() {

@@ -17,12 +17,19 @@ pub struct ManagerLink {
     managers: Vec<Endpoint>,
     /// The manager that answered last: each call starts there.
     current: AtomicUsize,
+    /// Heartbeats sent so far: which of an endpoint's connections the next one takes.
+    heartbeats: AtomicUsize,
     join_secret: String,
 }
 
 /// One manager's address.
 struct Endpoint {
-    client: reqwest::Client,
+    /// Two clients, each with a connection of its own. Calls take the first; heartbeats
+    /// alternate between both, so that one stalled TCP stream (a lost segment waiting for its
+    /// retransmission, with everything sent after it queued behind) delays one heartbeat and
+    /// not the next ones too: on a slow, lossy link a single stream stalls for a backed-off
+    /// retransmission or two, longer than the missed-heartbeat budget.
+    clients: [reqwest::Client; 2],
     /// `https://manager.infergate-cluster:PORT`, mapped to the manager's address.
     base: String,
     /// Where the operator said the manager is, for messages.
@@ -72,16 +79,18 @@ impl Endpoint {
         // hop's deadline: otherwise heartbeats keep queueing on it after the heal, behind TCP's
         // retransmission backoff, and the worker stays lost long after the manager is back.
         let link = infergate_hop::link::LinkSettings::default();
-        let client = reqwest::Client::builder()
-            .use_preconfigured_tls(worker_client_config(pin)?)
-            .resolve(MANAGER_NAME, addr)
-            .connect_timeout(Duration::from_secs(3))
-            .timeout(Duration::from_secs(30))
-            .tcp_keepalive(link.probe_every())
-            .tcp_user_timeout(link.silence)
-            .build()?;
+        let client = || -> anyhow::Result<reqwest::Client> {
+            Ok(reqwest::Client::builder()
+                .use_preconfigured_tls(worker_client_config(pin)?)
+                .resolve(MANAGER_NAME, addr)
+                .connect_timeout(Duration::from_secs(3))
+                .timeout(Duration::from_secs(30))
+                .tcp_keepalive(link.probe_every())
+                .tcp_user_timeout(link.silence)
+                .build()?)
+        };
         Ok(Endpoint {
-            client,
+            clients: [client()?, client()?],
             base: format!("https://{MANAGER_NAME}:{port}"),
             shown: format!("{host}:{port}"),
         })
@@ -128,6 +137,7 @@ impl ManagerLink {
         Ok(ManagerLink {
             managers,
             current: AtomicUsize::new(0),
+            heartbeats: AtomicUsize::new(0),
             join_secret: join_secret.to_owned(),
         })
     }
@@ -145,12 +155,24 @@ impl ManagerLink {
         &self,
         build: impl Fn(&reqwest::Client, &str) -> reqwest::RequestBuilder,
     ) -> Result<reqwest::Response, LinkError> {
+        self.call_on(0, build).await
+    }
+
+    /// [`ManagerLink::call`] over each endpoint's connection `lane` (0 or 1).
+    async fn call_on(
+        &self,
+        lane: usize,
+        build: impl Fn(&reqwest::Client, &str) -> reqwest::RequestBuilder,
+    ) -> Result<reqwest::Response, LinkError> {
         let first = self.current.load(Ordering::Relaxed) % self.managers.len();
         let mut failures = Vec::new();
         for step in 0..self.managers.len() {
             let at = (first + step) % self.managers.len();
             let manager = &self.managers[at];
-            match manager.call(build(&manager.client, &manager.base)).await {
+            match manager
+                .call(build(&manager.clients[lane % 2], &manager.base))
+                .await
+            {
                 Err(LinkError::Unreachable(why)) => failures.push(why),
                 answered => {
                     if at != first {
@@ -190,7 +212,8 @@ impl ManagerLink {
         report: &Report,
         timeout: Duration,
     ) -> Result<(), LinkError> {
-        self.call(|client, base| {
+        let lane = self.heartbeats.fetch_add(1, Ordering::Relaxed);
+        self.call_on(lane, |client, base| {
             client
                 .post(format!("{base}/cluster/v1/heartbeat"))
                 .bearer_auth(credential)
