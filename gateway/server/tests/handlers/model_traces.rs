@@ -11,7 +11,6 @@ use infergate_service::config::CallerSampling;
 use opentelemetry::trace::SpanId;
 use opentelemetry_sdk::trace::SpanData;
 use serde_json::{json, Value};
-use std::time::{Duration, Instant};
 
 const CALLER_SPAN: &str = "00f067aa0ba902b7";
 
@@ -32,19 +31,11 @@ async fn trace_count(app: &App, model: &str) -> Value {
 
 /// The spans of `trace` once it holds every span named in `names` (failing after 30 s).
 async fn recorded(trace: &str, names: &[&str]) -> Vec<SpanData> {
-    let started = Instant::now();
-    loop {
-        let spans = traces::of(trace);
-        let have = traces::names(&spans);
-        if names.iter().all(|n| have.iter().any(|h| h == n)) {
-            return spans;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "trace {trace} has {have:?}, not all of {names:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    traces::until(trace, &format!("all of {names:?}"), |spans| {
+        let have = traces::names(spans);
+        names.iter().all(|n| have.iter().any(|h| h == n))
+    })
+    .await
 }
 
 fn named<'a>(spans: &'a [SpanData], name: &str) -> &'a SpanData {

@@ -1,14 +1,15 @@
 //! A request in flight on a worker that the manager declares lost ends at once: run again on
 //! another worker when it is a unary request outside a sequence, else failed with a 503 that
-//! names the worker. The workers are in this process: each joins through the manager's own
-//! join (its certificate from the cluster CA), serves mutual TLS on 127.0.0.1, and reports
-//! heartbeats until told to stop, as a partitioned worker does. The one that is cut off reads
-//! the request and never answers.
+//! names the worker; a recorded request's trace shows both attempts and why it moved. The
+//! workers are in this process: each joins through the manager's own join (its certificate
+//! from the cluster CA), serves mutual TLS on 127.0.0.1, and reports heartbeats until told to
+//! stop, as a partitioned worker does. The one that is cut off reads the request and never
+//! answers.
 //!
 //! Without the lost-worker signal each of these requests waits for `request_timeout_s` (an
 //! hour here) and fails with 504: the hang guard below turns that into a failure.
 
-use crate::support::App;
+use crate::support::{traces, App};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
@@ -138,19 +139,38 @@ async fn manager(retry_in_flight: bool) -> App {
     app
 }
 
-/// The request, sent while only `held` serves the model; once `held` has it, `other` joins and
-/// `held` is cut off: the request's answer.
-async fn cut_while_held(app: &Arc<App>, body: Value) -> crate::support::Reply {
+/// What became of a request whose worker was cut off while it held the request.
+struct Cut {
+    reply: crate::support::Reply,
+    /// The worker that held it and was declared lost.
+    held: String,
+    /// The worker that joined meanwhile and answers.
+    other: String,
+}
+
+/// The request, sent (with the caller's `traceparent`, if given) while only `held` serves the
+/// model; once `held` has it, `other` joins and `held` is cut off.
+async fn cut_while_held(app: &Arc<App>, body: Value, traceparent: Option<String>) -> Cut {
     let held = Worker::start(&app.state, Behaviour::Hold).await;
     let sent = {
         let app = app.clone();
         tokio::spawn(async move {
-            app.post("/v2/models/tiny/infer", Some(&app.infer), body)
-                .await
+            let mut request = http::Request::builder()
+                .method(http::Method::POST)
+                .uri("/v2/models/tiny/infer")
+                .header(http::header::AUTHORIZATION, format!("Bearer {}", app.infer))
+                .header(http::header::CONTENT_TYPE, "application/json");
+            if let Some(parent) = traceparent {
+                request = request.header("traceparent", parent);
+            }
+            let request = request
+                .body(axum::body::Body::from(body.to_string()))
+                .expect("request");
+            app.call(request).await
         })
     };
     held.until_received(1).await;
-    let _other = Worker::start(&app.state, Behaviour::Answer).await;
+    let other = Worker::start(&app.state, Behaviour::Answer).await;
     held.cut.store(true, Ordering::SeqCst);
     let reply = tokio::time::timeout(Duration::from_secs(120), sent)
         .await
@@ -163,7 +183,11 @@ async fn cut_while_held(app: &Arc<App>, body: Value) -> crate::support::Reply {
             reply.error()
         );
     }
-    reply
+    Cut {
+        reply,
+        held: held.id,
+        other: other.id,
+    }
 }
 
 fn counter(
@@ -176,7 +200,9 @@ fn counter(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_unary_request_on_a_lost_worker_is_run_again_on_another() {
     let app = Arc::new(manager(true).await);
-    let reply = cut_while_held(&app, App::tiny_request(&[1.0, 2.0])).await;
+    let reply = cut_while_held(&app, App::tiny_request(&[1.0, 2.0]), None)
+        .await
+        .reply;
     assert_eq!(
         reply.status,
         200,
@@ -201,7 +227,7 @@ async fn sequence_parameters_to_a_model_without_sequences_do_not_stop_a_retry() 
     let app = Arc::new(manager(true).await);
     let mut body = App::tiny_request(&[1.0, 2.0]);
     body["parameters"] = json!({"sequence_id": 42, "sequence_start": true});
-    let reply = cut_while_held(&app, body).await;
+    let reply = cut_while_held(&app, body, None).await.reply;
     assert_eq!(
         reply.status,
         200,
@@ -215,7 +241,9 @@ async fn sequence_parameters_to_a_model_without_sequences_do_not_stop_a_retry() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_retry_in_flight_a_request_that_reached_a_lost_worker_fails() {
     let app = Arc::new(manager(false).await);
-    let reply = cut_while_held(&app, App::tiny_request(&[1.0, 2.0])).await;
+    let reply = cut_while_held(&app, App::tiny_request(&[1.0, 2.0]), None)
+        .await
+        .reply;
     assert_eq!(reply.status, 503);
     assert!(
         reply.error().contains("retry_in_flight"),
@@ -224,4 +252,70 @@ async fn without_retry_in_flight_a_request_that_reached_a_lost_worker_fails() {
     );
     assert_eq!(counter(&app, |c| c.cut.load(Ordering::Relaxed)), 1);
     assert_eq!(counter(&app, |c| c.retries.load(Ordering::Relaxed)), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_requests_trace_shows_the_lost_attempt_and_the_one_that_answered() {
+    traces::install();
+    let app = Arc::new(manager(true).await);
+    // A keyed caller's sampled flag is honoured by default: the request is recorded.
+    let trace = "5c0ffee0000000000000000000000a11";
+    let cut = cut_while_held(
+        &app,
+        App::tiny_request(&[1.0, 2.0]),
+        Some(format!("00-{trace}-00f067aa0ba902b7-01")),
+    )
+    .await;
+    assert_eq!(cut.reply.status, 200, "{:?}", cut.reply.body);
+    assert_eq!(cut.reply.header("x-trace-id"), Some(trace));
+
+    let hops = |spans: &[opentelemetry_sdk::trace::SpanData]| {
+        let mut hops: Vec<_> = spans
+            .iter()
+            .filter(|s| s.name == "worker hop")
+            .cloned()
+            .collect();
+        hops.sort_by_key(|s| s.start_time);
+        hops
+    };
+    let spans = traces::until(trace, "two worker hops", |spans| hops(spans).len() == 2).await;
+    let [lost, answered] = <[_; 2]>::try_from(hops(&spans)).expect("two hops");
+    assert_eq!(traces::attribute(&lost, "worker"), Some(cut.held.clone()));
+    assert_eq!(
+        traces::attribute(&lost, "failure").as_deref(),
+        Some("failed after the request reached it")
+    );
+    assert_eq!(traces::attribute(&answered, "worker"), Some(cut.other));
+    assert_eq!(traces::attribute(&answered, "failure"), None);
+    assert!(traces::attribute(&answered, "answer_bytes").is_some());
+    assert!(
+        lost.end_time <= answered.start_time,
+        "the second attempt follows the first"
+    );
+
+    // Both attempts hang from one span, which says why the request went elsewhere.
+    assert_eq!(lost.parent_span_id, answered.parent_span_id);
+    let parent = spans
+        .iter()
+        .find(|s| s.span_context.span_id() == lost.parent_span_id)
+        .expect("the hops' parent is in the trace");
+    let retry = parent
+        .events
+        .iter()
+        .find(|e| e.name.contains("trying another"))
+        .unwrap_or_else(|| panic!("no retry event on {}: {:?}", parent.name, parent.events));
+    let field = |key: &str| {
+        retry
+            .attributes
+            .iter()
+            .find(|kv| kv.key.as_str() == key)
+            .map(|kv| kv.value.to_string())
+    };
+    assert_eq!(field("worker"), Some(cut.held));
+    assert_eq!(field("reached").as_deref(), Some("true"));
+    assert!(
+        field("error").is_some_and(|e| e.contains("declared lost")),
+        "{:?}",
+        retry.attributes
+    );
 }

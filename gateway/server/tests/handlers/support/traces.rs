@@ -52,6 +52,24 @@ pub fn of(trace: &str) -> Vec<SpanData> {
         .collect()
 }
 
+/// The spans of `trace` once `done` holds for them, `what` naming the wait in the failure
+/// (after 30 s): spans end on other tasks, after the answer.
+pub async fn until(trace: &str, what: &str, done: impl Fn(&[SpanData]) -> bool) -> Vec<SpanData> {
+    let started = std::time::Instant::now();
+    loop {
+        let spans = of(trace);
+        if done(&spans) {
+            return spans;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "trace {trace} never had {what}: it has {:?}",
+            names(&spans)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// The names of `spans`, sorted.
 pub fn names(spans: &[SpanData]) -> Vec<String> {
     let mut names: Vec<String> = spans.iter().map(|s| s.name.to_string()).collect();
