@@ -5,7 +5,7 @@
 //! cache's hit rate, and the mark of a model whose requests are payload-logged.
 
 use crate::dashboard::{dist, screenshots, unexpected};
-use crate::harness::{model, register, Options, Server};
+use crate::harness::{file_sink_config, model, register, Options, Server};
 use crate::webdriver::{browser_binaries, spki_sha256, Driver};
 use serde_json::{json, Value};
 
@@ -26,15 +26,7 @@ async fn token_limits_splits_and_the_cache_from_the_dashboard() {
     // Two versions of one model, the same file: a split between them.
     register(tmp.path(), "cls", &model("ocr-cls.onnx"));
     register(tmp.path(), "cls", &model("ocr-cls.onnx"));
-    let config = tmp.path().join("sinks.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[payload_log.sinks.audit]\nfile = {{ path = {:?} }}\n",
-            tmp.path().join("payload.jsonl")
-        ),
-    )
-    .unwrap();
+    let config = file_sink_config(tmp.path(), "audit", "payload.jsonl");
     let s = Server::start_in(
         tmp.path(),
         Options {

@@ -22,6 +22,18 @@ pub fn model(file: &str) -> PathBuf {
     path
 }
 
+/// Writes `data/sinks.toml`, a configuration file defining payload log sink `sink` as a JSON
+/// Lines file `data/FILE`, and returns its path (for `--config`).
+pub fn file_sink_config(data: &Path, sink: &str, file: &str) -> PathBuf {
+    let config = data.join("sinks.toml");
+    let text = format!(
+        "[payload_log.sinks.{sink}]\nfile = {{ path = {:?} }}\n",
+        data.join(file)
+    );
+    std::fs::write(&config, text).unwrap();
+    config
+}
+
 pub fn register(data: &Path, name: &str, file: &Path) {
     register_with_env(data, name, file, &[]);
 }

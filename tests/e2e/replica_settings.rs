@@ -2,7 +2,7 @@
 //! replica they reach the other (the store's notifications), and on SQLite they outlive a
 //! restart, over the configuration file's.
 
-use crate::harness::{model, register, register_with_env, Options, Server};
+use crate::harness::{file_sink_config, model, register, register_with_env, Options, Server};
 use crate::replicas::{cls_body, replica_with};
 use crate::test_postgres::PgServer;
 use crate::websocket::metric;
@@ -240,15 +240,7 @@ async fn trace_settings_changed_on_one_replica_apply_on_the_other() {
 async fn run_time_sinks_and_trace_settings_outlive_a_restart_over_the_configuration() {
     let tmp = tempfile::tempdir().unwrap();
     register(tmp.path(), "cls", &model("ocr-cls.onnx"));
-    let config = tmp.path().join("sinks.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[payload_log.sinks.filed]\nfile = {{ path = {:?} }}\n",
-            tmp.path().join("filed.jsonl")
-        ),
-    )
-    .unwrap();
+    let config = file_sink_config(tmp.path(), "filed", "filed.jsonl");
     let options = || Options {
         extra_args: vec!["--config".into(), config.display().to_string()],
         ..Options::default()

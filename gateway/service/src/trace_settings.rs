@@ -117,9 +117,9 @@ pub async fn change(
         let count_changed = change.count != Field::Keep;
         let record = tokio::task::spawn_blocking(move || {
             store.change_trace_setting(&scope, count_changed, |r| {
-                r.level = stored(change.level.map(i64::from), r.level);
-                r.rate = stored(change.rate.map(i64::from), r.rate);
-                r.count = stored(change.count, r.count);
+                r.level = change.level.map(i64::from).applied_to(r.level);
+                r.rate = change.rate.map(i64::from).applied_to(r.rate);
+                r.count = change.count.applied_to(r.count);
             })
         })
         .await
@@ -130,15 +130,6 @@ pub async fn change(
         applied.insert(record.scope, record.count_revision);
     }
     read(state, model)
-}
-
-/// A stored field after `change`.
-fn stored(change: Field<i64>, old: Option<i64>) -> Option<i64> {
-    match change {
-        Field::Keep => old,
-        Field::Set(value) => Some(value),
-        Field::Clear => None,
-    }
 }
 
 /// A stored field as a change of the process's: what is not set (or out of range) is cleared.

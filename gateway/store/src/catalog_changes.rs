@@ -1,10 +1,10 @@
-//! Which of the tables that replicas hold in memory (models, plugins, pipelines, models'
-//! settings, payload log sinks, trace settings) changed in a PostgreSQL store, as counters
-//! that only grow: the key listener ([`super::replica_keys`]) bumps one when the `infergate_catalog` trigger of
+//! Which of the tables that replicas hold in memory (models, plugins, pipelines, models' settings,
+//! payload log sinks, trace settings) changed in a PostgreSQL store, as counters that only grow:
+//! the key listener ([`super::replica_keys`]) bumps one when the `infergate_catalog` trigger of
 //! `migrations/postgres/0005_catalog_notify.sql` names its table, and all of them after every
 //! (re)connection and full resync, so that what a lost notification missed is re-read too. The
-//! gateway watches them (`infergate_service::replica_sync`) and re-reads what moved; a burst of changes
-//! collapses into one re-read.
+//! gateway watches them (`infergate_service::replica_sync`) and re-reads what moved; a burst of
+//! changes collapses into one re-read.
 
 use tokio::sync::watch;
 

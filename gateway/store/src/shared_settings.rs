@@ -3,7 +3,7 @@
 //! trace settings (`trace_settings`). The gateway keeps both in memory; on PostgreSQL a change
 //! is announced to the other replicas like a model's (`super::catalog_changes`).
 
-use crate::sql::{vals, Db};
+use crate::sql::{vals, Db, Row};
 use crate::{now_secs, Store, StoreError};
 
 /// `pg_advisory_xact_lock` key that orders replicas changing trace settings ("tracesET").
@@ -69,15 +69,7 @@ impl Store {
                 &[],
             )?
             .iter()
-            .map(|row| {
-                Ok(TraceRecord {
-                    scope: row.get("scope")?,
-                    level: row.get("level")?,
-                    rate: row.get("rate")?,
-                    count: row.get("count")?,
-                    count_revision: row.get("count_revision")?,
-                })
-            })
+            .map(trace_record)
             .collect()
         })
     }
@@ -122,20 +114,25 @@ impl Store {
 
 fn read_trace(db: &Db<'_>, scope: &str) -> Result<TraceRecord, StoreError> {
     let row = db.query_opt(
-        "SELECT level, rate, count, count_revision FROM trace_settings WHERE scope = ?1",
+        "SELECT scope, level, rate, count, count_revision FROM trace_settings WHERE scope = ?1",
         vals![scope],
     )?;
-    Ok(match row {
-        Some(row) => TraceRecord {
-            scope: scope.to_owned(),
-            level: row.get("level")?,
-            rate: row.get("rate")?,
-            count: row.get("count")?,
-            count_revision: row.get("count_revision")?,
-        },
-        None => TraceRecord {
+    match row {
+        Some(row) => trace_record(&row),
+        None => Ok(TraceRecord {
             scope: scope.to_owned(),
             ..TraceRecord::default()
-        },
+        }),
+    }
+}
+
+/// A `trace_settings` row read with every column.
+fn trace_record(row: &Row) -> Result<TraceRecord, StoreError> {
+    Ok(TraceRecord {
+        scope: row.get("scope")?,
+        level: row.get("level")?,
+        rate: row.get("rate")?,
+        count: row.get("count")?,
+        count_revision: row.get("count_revision")?,
     })
 }

@@ -194,13 +194,12 @@ pub fn update(model: Option<&str>, change: &Change) {
     let mut table = MODELS.write().unwrap_or_else(PoisonError::into_inner);
     let old = table.get(model).cloned().unwrap_or_default();
     let merged = Override {
-        level: merge(change.level, old.level),
-        ratio: merge(change.rate.map(ratio_of), old.ratio),
-        count: match change.count {
-            Field::Keep => old.count.clone(),
-            Field::Set(count) => Some(Arc::new(AtomicI64::new(count))),
-            Field::Clear => None,
-        },
+        level: change.level.applied_to(old.level),
+        ratio: change.rate.map(ratio_of).applied_to(old.ratio),
+        count: change
+            .count
+            .map(|count| Arc::new(AtomicI64::new(count)))
+            .applied_to(old.count.clone()),
     };
     if merged.level.is_none() && merged.ratio.is_none() && merged.count.is_none() {
         table.remove(model);
@@ -210,15 +209,16 @@ pub fn update(model: Option<&str>, change: &Change) {
     ANY_MODEL.store(!table.is_empty(), Ordering::Relaxed);
 }
 
-fn merge<T>(change: Field<T>, old: Option<T>) -> Option<T> {
-    match change {
-        Field::Keep => old,
-        Field::Set(value) => Some(value),
-        Field::Clear => None,
-    }
-}
-
 impl<T> Field<T> {
+    /// A value that was `old` after this change (`None`: not set).
+    pub fn applied_to(self, old: Option<T>) -> Option<T> {
+        match self {
+            Field::Keep => old,
+            Field::Set(value) => Some(value),
+            Field::Clear => None,
+        }
+    }
+
     pub fn map<U>(self, f: impl FnOnce(T) -> U) -> Field<U> {
         match self {
             Field::Keep => Field::Keep,

@@ -1,8 +1,8 @@
-//! The OpenTelemetry export of `serve` and `worker`: an SDK tracer provider with a bounded
-//! batch queue and the OTLP exporter (HTTP/protobuf, or gRPC: [`super::otlp_grpc`]), the
-//! sampler that decides whose sampled flag counts and applies the run-time trace settings
-//! ([`infergate_telemetry::sampler`]), and the span counts (`/metrics`, and a warning at exit when spans were lost). Installed
-//! only when an endpoint is configured.
+//! The OpenTelemetry export of `serve` and `worker`: an SDK tracer provider with a bounded batch
+//! queue and the OTLP exporter (HTTP/protobuf, or gRPC: [`super::otlp_grpc`]), the sampler that
+//! decides whose sampled flag counts and applies the run-time trace settings
+//! ([`infergate_telemetry::sampler`]), and the span counts (`/metrics`, and a warning at exit when
+//! spans were lost). Installed only when an endpoint is configured.
 
 use super::otlp_grpc;
 use infergate_service::config::OtlpProtocol;

@@ -6,22 +6,17 @@
 //! another test does to the server-wide settings does not matter. Model names are this
 //! module's own: the settings are the process's.
 
-use crate::support::{traces, App};
+use crate::support::traces::{self, traceparent, CALLER_SPAN};
+use crate::support::App;
 use infergate_service::config::CallerSampling;
 use opentelemetry::trace::SpanId;
 use opentelemetry_sdk::trace::SpanData;
 use serde_json::{json, Value};
 
-const CALLER_SPAN: &str = "00f067aa0ba902b7";
-
 /// A trace id whose low half is `low`: at rate 2 (a ratio of one half) those under 2^63 are
 /// recorded, as OpenTelemetry's ratio sampler draws them.
 fn trace(high: &str, low: u64) -> String {
     format!("{high:0>16}{low:016x}")
-}
-
-fn traceparent(trace: &str) -> String {
-    format!("00-{trace}-{CALLER_SPAN}-01")
 }
 
 async fn trace_count(app: &App, model: &str) -> Value {
@@ -50,21 +45,8 @@ fn named<'a>(spans: &'a [SpanData], name: &str) -> &'a SpanData {
 async fn chat(app: &App, model: &str, parent: Option<&str>, stream: bool) -> String {
     let body = json!({"model": model, "max_tokens": 2, "temperature": 0, "stream": stream,
                       "messages": [{"role": "user", "content": "Hi"}]});
-    let mut request = http::Request::builder()
-        .method(http::Method::POST)
-        .uri("/v1/chat/completions")
-        .header(http::header::AUTHORIZATION, format!("Bearer {}", app.infer))
-        .header(http::header::CONTENT_TYPE, "application/json");
-    if let Some(parent) = parent {
-        request = request.header("traceparent", parent);
-    }
-    let reply = app
-        .call(
-            request
-                .body(axum::body::Body::from(body.to_string()))
-                .expect("request"),
-        )
-        .await;
+    let request = traces::post("/v1/chat/completions", &app.infer, &body, parent);
+    let reply = app.call(request).await;
     assert_eq!(reply.status, 200, "{:?}", reply.body);
     if stream {
         assert!(

@@ -155,17 +155,8 @@ async fn cut_while_held(app: &Arc<App>, body: Value, traceparent: Option<String>
     let sent = {
         let app = app.clone();
         tokio::spawn(async move {
-            let mut request = http::Request::builder()
-                .method(http::Method::POST)
-                .uri("/v2/models/tiny/infer")
-                .header(http::header::AUTHORIZATION, format!("Bearer {}", app.infer))
-                .header(http::header::CONTENT_TYPE, "application/json");
-            if let Some(parent) = traceparent {
-                request = request.header("traceparent", parent);
-            }
-            let request = request
-                .body(axum::body::Body::from(body.to_string()))
-                .expect("request");
+            let path = "/v2/models/tiny/infer";
+            let request = traces::post(path, &app.infer, &body, traceparent.as_deref());
             app.call(request).await
         })
     };
@@ -263,7 +254,7 @@ async fn a_retried_requests_trace_shows_the_lost_attempt_and_the_one_that_answer
     let cut = cut_while_held(
         &app,
         App::tiny_request(&[1.0, 2.0]),
-        Some(format!("00-{trace}-00f067aa0ba902b7-01")),
+        Some(traces::traceparent(trace)),
     )
     .await;
     assert_eq!(cut.reply.status, 200, "{:?}", cut.reply.body);

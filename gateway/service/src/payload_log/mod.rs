@@ -6,13 +6,13 @@
 //! uploader turns logging on for a model or a pipeline, an admin for a key; only an admin says
 //! where entries go.
 //!
-//! An entry: `time`, `request_id` (HTTP requests) and `trace_id` (a recorded trace), the
-//! caller (`key: {id, name}`, never a secret, or `anonymous`), `model` and `version` (or
-//! `pipeline`, with the model versions its stages ran in `stages`), `logged_by` (whose settings drew it), `outcome`, then `request` (KServe:
-//! `inputs`, `outputs` asked for, `parameters`; chat: the rendered `prompt` and the sampling
-//! `parameters`) and `response` (KServe: `outputs`; chat: each choice's `text` and `finish`,
-//! and `usage`), as the mode says. A chat answer is logged as it was sent: after every hook
-//! attached before this policy rewrote it. The request's thread only captures (tensors are
+//! An entry: `time`, `request_id` (HTTP requests) and `trace_id` (a recorded trace), the caller
+//! (`key: {id, name}`, never a secret, or `anonymous`), `model` and `version` (or `pipeline`, with
+//! the model versions its stages ran in `stages`), `logged_by` (whose settings drew it), `outcome`,
+//! then `request` (KServe: `inputs`, `outputs` asked for, `parameters`; chat: the rendered `prompt`
+//! and the sampling `parameters`) and `response` (KServe: `outputs`; chat: each choice's `text` and
+//! `finish`, and `usage`), as the mode says. A chat answer is logged as it was sent: after every
+//! hook attached before this policy rewrote it. The request's thread only captures (tensors are
 //! cloned, not encoded); the sink's writer renders the entry and redacts names like a secret
 //! ([`entry::Redaction`]) before anything is written.
 //!

@@ -1,9 +1,9 @@
-//! Exported spans in process: the OpenTelemetry layer as `serve` installs it with an endpoint
-//! (the same rule for which spans it sees, the same sampler), ending spans into memory instead of OTLP.
-//! Installed for the whole test binary on first use: from then on traces are exported for
-//! every test in it. The server-wide trace settings start at level `OFF` (nothing here starts
-//! them as `serve` does), so mostly what a model's own settings or a trusted caller record is
-//! kept; tests find their spans by trace id.
+//! Exported spans in process: the OpenTelemetry layer as `serve` installs it with an endpoint (the
+//! same rule for which spans it sees, the same sampler), ending spans into memory instead of OTLP.
+//! Installed for the whole test binary on first use: from then on traces are exported for every
+//! test in it. The server-wide trace settings start at level `OFF` (nothing here starts them as
+//! `serve` does), so mostly what a model's own settings or a trusted caller record is kept; tests
+//! find their spans by trace id.
 
 use opentelemetry::trace::TracerProvider;
 use opentelemetry::Context;
@@ -11,6 +11,34 @@ use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::trace::{SdkTracerProvider, Span, SpanData, SpanProcessor};
 use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::Duration;
+
+/// The span id of the caller's span that [`traceparent`] names.
+pub const CALLER_SPAN: &str = "00f067aa0ba902b7";
+
+/// A sampled `traceparent` continuing `trace` (32 hex digits) from [`CALLER_SPAN`].
+pub fn traceparent(trace: &str) -> String {
+    format!("00-{trace}-{CALLER_SPAN}-01")
+}
+
+/// `POST path` with `key` and the JSON `body`, sent with `traceparent` if given.
+pub fn post(
+    path: &str,
+    key: &str,
+    body: &serde_json::Value,
+    traceparent: Option<&str>,
+) -> http::Request<axum::body::Body> {
+    let mut request = http::Request::builder()
+        .method(http::Method::POST)
+        .uri(path)
+        .header(http::header::AUTHORIZATION, format!("Bearer {key}"))
+        .header(http::header::CONTENT_TYPE, "application/json");
+    if let Some(parent) = traceparent {
+        request = request.header("traceparent", parent);
+    }
+    request
+        .body(axum::body::Body::from(body.to_string()))
+        .expect("request")
+}
 
 /// Spans kept at most: other tests' recorded requests end here too.
 const KEPT: usize = 100_000;
